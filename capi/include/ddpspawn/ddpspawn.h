@@ -1,0 +1,300 @@
+/* ddpspawn's public C ABI: launch N worker processes, join them into a c10d
+ * process group, run collectives, and hand a result back to the launcher.
+ *
+ * Conventions (stable across minor versions):
+ * - Every fallible function returns a ddpspawn_status; DDPSPAWN_OK is 0. The
+ *   message of the last failure on the calling thread is ddpspawn_last_error().
+ * - Out-parameters are left untouched when a call fails.
+ * - Handles are opaque; each *_destroy accepts NULL.
+ * - Option structs carry their size as the first field: start from the
+ *   matching *_INIT macro (or *_init function) and set only what you need, so
+ *   that fields appended in later versions keep their defaults.
+ * - No C++ exception and no abort crosses this boundary.
+ *
+ * Valid C99 and C++. */
+#ifndef DDPSPAWN_DDPSPAWN_H_
+#define DDPSPAWN_DDPSPAWN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(DDPSPAWN_BUILDING_LIBRARY)
+#define DDPSPAWN_EXPORT __attribute__((visibility("default")))
+#else
+#define DDPSPAWN_EXPORT
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The ABI major version this header describes. The shared library's SONAME is
+ * libddpspawn.so.<DDPSPAWN_ABI_VERSION>. */
+#define DDPSPAWN_ABI_VERSION 1
+
+/* ------------------------------------------------------------------------ */
+/* Status codes and errors                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef int32_t ddpspawn_status;
+
+#define DDPSPAWN_OK 0
+/* A NULL pointer, a wrong size, an unknown name, an out-of-range value. */
+#define DDPSPAWN_ERR_INVALID_ARGUMENT 1
+/* A worker failed: ddpspawn_last_error() names the rank and the cause. */
+#define DDPSPAWN_ERR_WORKER_FAILED 2
+/* The job, or a collective, ran past its timeout. */
+#define DDPSPAWN_ERR_TIMEOUT 3
+/* The launcher received SIGINT or SIGTERM and stopped the workers. */
+#define DDPSPAWN_ERR_INTERRUPTED 4
+/* The request is valid but not available in this build (e.g. nccl on a CPU
+ * build of LibTorch), or outside a ddpspawn worker. */
+#define DDPSPAWN_ERR_UNAVAILABLE 5
+/* A call in the wrong state (e.g. waiting on a job that was never started). */
+#define DDPSPAWN_ERR_FAILED_PRECONDITION 6
+/* A system call or a collective failed (peer gone, connection reset ...). */
+#define DDPSPAWN_ERR_INTERNAL 7
+
+/* The message of the last failure on this thread; "" if none. Valid until the
+ * next ddpspawn call on this thread. Never NULL. */
+DDPSPAWN_EXPORT const char* ddpspawn_last_error(void);
+
+/* DDPSPAWN_ABI_VERSION of the loaded library. */
+DDPSPAWN_EXPORT int32_t ddpspawn_abi_version(void);
+
+/* The library's version, e.g. "0.1.0". Never NULL. */
+DDPSPAWN_EXPORT const char* ddpspawn_version(void);
+
+/* Frees memory that a ddpspawn function returned to the caller. NULL is ok. */
+DDPSPAWN_EXPORT void ddpspawn_free(void* ptr);
+
+/* ------------------------------------------------------------------------ */
+/* Launcher (in the launching process)                                      */
+/* ------------------------------------------------------------------------ */
+
+/* A fork-mode worker: runs in the forked child; its return value is the
+ * child's exit code (0 = success). rank is the child's global rank. */
+typedef int (*ddpspawn_worker_fn)(int32_t rank, void* user_data);
+
+/* Called around each fork in fork mode (in the launching thread), e.g. to
+ * let an interpreter reset its state in the child. Any may be NULL. */
+typedef void (*ddpspawn_fork_hook)(void);
+
+typedef struct ddpspawn_launch_options {
+  uint32_t struct_size; /* sizeof(ddpspawn_launch_options) */
+  int32_t nprocs;       /* number of worker processes, >= 1 */
+  /* "spawn": each rank execs argv in a fresh process (default when NULL).
+   * "fork":  each rank runs worker_fn in a forked child. */
+  const char* start_method;
+  /* spawn: program (searched on PATH) and arguments, NULL-terminated. */
+  const char* const* argv;
+  /* Extra "NAME=value" entries for every rank's environment,
+   * NULL-terminated; may be NULL. Applied in both start methods. */
+  const char* const* env;
+  ddpspawn_worker_fn worker_fn; /* fork */
+  void* user_data;              /* passed to worker_fn */
+  ddpspawn_fork_hook before_fork;       /* fork: in the parent, before */
+  ddpspawn_fork_hook after_fork_parent; /* fork: in the parent, after */
+  ddpspawn_fork_hook after_fork_child;  /* fork: in the child, first thing */
+  /* Whole-job limit in seconds; 0 = none. Past it every rank is stopped and
+   * the job fails with DDPSPAWN_ERR_TIMEOUT. */
+  double timeout_s;
+  /* After the first failure, seconds between SIGTERM and SIGKILL for the
+   * other ranks. Default 5. */
+  double grace_period_s;
+  /* MASTER_ADDR / MASTER_PORT given to the workers. NULL / 0: 127.0.0.1 and
+   * a free port. ddpspawn's own rendezvous does not use them (it uses a
+   * private FileStore); they are there for programs that run their own. */
+  const char* master_addr;
+  int32_t master_port;
+} ddpspawn_launch_options;
+
+#define DDPSPAWN_LAUNCH_OPTIONS_INIT                                       \
+  {                                                                        \
+    sizeof(ddpspawn_launch_options), 1, NULL, NULL, NULL, NULL, NULL, NULL, \
+        NULL, NULL, 0.0, 5.0, NULL, 0                                       \
+  }
+
+DDPSPAWN_EXPORT void ddpspawn_launch_options_init(
+    ddpspawn_launch_options* options);
+
+/* A job: N workers, launched once, with a report of how each ended. */
+typedef struct ddpspawn_job ddpspawn_job;
+
+/* Validates and copies the options (strings and arrays included). */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_create(
+    const ddpspawn_launch_options* options, ddpspawn_job** out_job);
+DDPSPAWN_EXPORT void ddpspawn_job_destroy(ddpspawn_job* job);
+
+/* Starts every rank and returns at once. In fork mode the children run
+ * worker_fn and never return from this call. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_start(ddpspawn_job* job);
+
+/* Waits for every rank. On the first failing rank the others get SIGTERM,
+ * then SIGKILL after the grace period. SIGINT/SIGTERM sent to the launcher
+ * while waiting are forwarded to the workers. Returns DDPSPAWN_OK when every
+ * rank exited 0; else DDPSPAWN_ERR_WORKER_FAILED, DDPSPAWN_ERR_TIMEOUT or
+ * DDPSPAWN_ERR_INTERRUPTED with ddpspawn_last_error() naming the rank and the
+ * cause. The report below is filled either way. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_wait(ddpspawn_job* job);
+
+/* ddpspawn_job_start then ddpspawn_job_wait. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_run(ddpspawn_job* job);
+
+/* How a rank ended. */
+#define DDPSPAWN_RANK_NOT_STARTED 0
+#define DDPSPAWN_RANK_RUNNING 1
+#define DDPSPAWN_RANK_EXITED 2   /* exit_code is set */
+#define DDPSPAWN_RANK_SIGNALED 3 /* signal is set */
+
+typedef struct ddpspawn_rank_report {
+  uint32_t struct_size; /* sizeof(ddpspawn_rank_report) */
+  int32_t state;        /* DDPSPAWN_RANK_* */
+  int32_t exit_code;
+  int32_t signal;
+  int64_t pid;
+  /* Set when the launcher stopped this rank (after another's failure, a
+   * timeout or an interrupt) rather than the rank ending by itself. */
+  int32_t stopped_by_launcher;
+} ddpspawn_rank_report;
+
+#define DDPSPAWN_RANK_REPORT_INIT \
+  { sizeof(ddpspawn_rank_report), 0, 0, 0, 0, 0 }
+
+DDPSPAWN_EXPORT int32_t ddpspawn_job_nprocs(const ddpspawn_job* job);
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_report(
+    const ddpspawn_job* job, int32_t rank, ddpspawn_rank_report* out_report);
+
+/* The rank whose failure ended the job, or -1 (success, timeout, interrupt). */
+DDPSPAWN_EXPORT int32_t ddpspawn_job_failed_rank(const ddpspawn_job* job);
+
+/* The error text a rank reported (ddpspawn_worker_set_error, an uncaught C++
+ * exception, ...); "" if none. Owned by the job. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(
+    const ddpspawn_job* job, int32_t rank, const char** out_text);
+
+/* The bytes rank 0 handed back (ddpspawn_worker_set_result). *out_data is
+ * owned by the job; *out_size is 0 and *out_has_result 0 when rank 0 set
+ * none. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_result(const ddpspawn_job* job,
+                                                    const void** out_data,
+                                                    size_t* out_size,
+                                                    int32_t* out_has_result);
+
+/* ------------------------------------------------------------------------ */
+/* Inside a worker                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* 1 when this process was started by a ddpspawn launcher, else 0. */
+DDPSPAWN_EXPORT int32_t ddpspawn_is_worker(void);
+
+/* Rank 0 hands bytes back to the launcher (replacing any earlier result).
+ * Fails with DDPSPAWN_ERR_UNAVAILABLE outside a ddpspawn worker and with
+ * DDPSPAWN_ERR_FAILED_PRECONDITION on a rank other than 0. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_result(const void* data,
+                                                           size_t size);
+
+/* Records why this rank is failing (e.g. a traceback); the launcher puts it
+ * in its error message. Call before exiting non-zero. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_error(const char* text);
+
+typedef struct ddpspawn_context ddpspawn_context;
+
+typedef struct ddpspawn_context_options {
+  uint32_t struct_size; /* sizeof(ddpspawn_context_options) */
+  /* "gloo" (default when NULL) or "nccl" (only with a CUDA LibTorch). */
+  const char* backend;
+  /* Limit in seconds for joining the group and for each collective;
+   * 0 = default (1800). */
+  double timeout_s;
+} ddpspawn_context_options;
+
+#define DDPSPAWN_CONTEXT_OPTIONS_INIT \
+  { sizeof(ddpspawn_context_options), NULL, 0.0 }
+
+DDPSPAWN_EXPORT void ddpspawn_context_options_init(
+    ddpspawn_context_options* options);
+
+/* Joins the process group described by the environment: a ddpspawn launcher,
+ * torchrun/TorchElastic, SLURM, or plain MASTER_ADDR/MASTER_PORT/RANK/
+ * WORLD_SIZE variables (a single process when none is set). options may be
+ * NULL. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_create(
+    const ddpspawn_context_options* options, ddpspawn_context** out_context);
+DDPSPAWN_EXPORT void ddpspawn_context_destroy(ddpspawn_context* context);
+
+/* Getters; each returns -1 for a NULL context. */
+DDPSPAWN_EXPORT int32_t ddpspawn_context_rank(const ddpspawn_context* context);
+DDPSPAWN_EXPORT int32_t
+ddpspawn_context_world_size(const ddpspawn_context* context);
+DDPSPAWN_EXPORT int32_t
+ddpspawn_context_local_rank(const ddpspawn_context* context);
+DDPSPAWN_EXPORT int32_t
+ddpspawn_context_local_world_size(const ddpspawn_context* context);
+DDPSPAWN_EXPORT int32_t
+ddpspawn_context_node_rank(const ddpspawn_context* context);
+
+/* The cluster environment that was detected: "ddpspawn", "torchelastic",
+ * "slurm" or "env". Never NULL (for a NULL context, ""). */
+DDPSPAWN_EXPORT const char* ddpspawn_context_environment(
+    const ddpspawn_context* context);
+
+/* Element types and reduce operations for buffers. */
+#define DDPSPAWN_FLOAT32 0
+#define DDPSPAWN_FLOAT64 1
+#define DDPSPAWN_INT32 2
+#define DDPSPAWN_INT64 3
+
+#define DDPSPAWN_SUM 0
+#define DDPSPAWN_MEAN 1 /* sum / world size; integers truncate toward 0 */
+#define DDPSPAWN_MIN 2
+#define DDPSPAWN_MAX 3
+#define DDPSPAWN_PRODUCT 4
+
+/* Waits until every rank reached the barrier of this name (NULL ok). */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_barrier(ddpspawn_context* context,
+                                                 const char* name);
+
+/* Overwrites count elements of data on every rank with src's. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast(ddpspawn_context* context,
+                                                   void* data, size_t count,
+                                                   int32_t dtype, int32_t src);
+
+/* Broadcasts src's bytes (size may differ per rank; only src's matter).
+ * Every rank gets a copy in *out_data (free with ddpspawn_free) of
+ * *out_size bytes. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_bytes(
+    ddpspawn_context* context, const void* data, size_t size, int32_t src,
+    void** out_data, size_t* out_size);
+
+/* In place: every rank ends with op over all ranks' data. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_reduce(ddpspawn_context* context,
+                                                    void* data, size_t count,
+                                                    int32_t dtype, int32_t op);
+
+/* In place on dst only; the other ranks' data is left as it was. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce(ddpspawn_context* context,
+                                                void* data, size_t count,
+                                                int32_t dtype, int32_t op,
+                                                int32_t dst);
+
+/* out (world_size * count elements) gets every rank's data in rank order.
+ * count must be the same on every rank. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather(ddpspawn_context* context,
+                                                    const void* data,
+                                                    size_t count,
+                                                    int32_t dtype, void* out);
+
+/* Gathers a byte string of any size from every rank. *out_data (free with
+ * ddpspawn_free) holds them back to back in rank order; out_sizes (an array
+ * of world_size entries supplied by the caller) gets each one's size. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather_bytes(
+    ddpspawn_context* context, const void* data, size_t size, void** out_data,
+    size_t* out_sizes);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* DDPSPAWN_DDPSPAWN_H_ */
