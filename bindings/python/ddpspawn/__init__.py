@@ -1,0 +1,76 @@
+"""ddpspawn: start data-parallel worker processes and run collectives.
+
+A pure-Python (ctypes) binding of libddpspawn's C ABI. See :func:`spawn` to
+launch workers and :class:`Context` for what a worker can do.
+"""
+
+from __future__ import annotations
+
+from . import _lib
+from ._context import Context
+from ._errors import (
+    DdpspawnError,
+    DdpspawnTimeoutError,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    LibraryLoadError,
+    UnavailableError,
+    WorkerFailedError,
+)
+from ._launch import spawn
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Context",
+    "DdpspawnError",
+    "DdpspawnTimeoutError",
+    "FailedPreconditionError",
+    "InternalError",
+    "InvalidArgumentError",
+    "LibraryLoadError",
+    "UnavailableError",
+    "WorkerFailedError",
+    "abi_version",
+    "is_worker",
+    "library_path",
+    "library_version",
+    "spawn",
+]
+
+
+def abi_version() -> int:
+    """``ddpspawn_abi_version()`` of the loaded library."""
+    return int(_lib.lib().ddpspawn_abi_version())
+
+
+def library_version() -> str:
+    """``ddpspawn_version()`` of the loaded library, e.g. "0.1.0"."""
+    return _lib.lib().ddpspawn_version().decode()
+
+
+def library_path() -> str:
+    """Where the loaded library came from (a path, or a name the loader found)."""
+    return _lib.library_path()
+
+
+def is_worker() -> bool:
+    """True in a process that a ddpspawn launcher started."""
+    return bool(_lib.lib().ddpspawn_is_worker())
+
+
+# Show public classes as ddpspawn.X (in reprs, tracebacks and pickles).
+for _public in (
+    Context,
+    DdpspawnError,
+    DdpspawnTimeoutError,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    LibraryLoadError,
+    UnavailableError,
+    WorkerFailedError,
+):
+    _public.__module__ = __name__
+del _public

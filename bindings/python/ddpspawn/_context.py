@@ -1,0 +1,251 @@
+"""``Context``: one process's membership in the group, and its collectives."""
+
+from __future__ import annotations
+
+import ctypes
+import pickle
+from typing import Any, List, Optional
+
+from . import _lib
+from ._buffers import Buffer
+from ._errors import InvalidArgumentError
+
+_OPS = {
+    "sum": _lib.SUM,
+    "mean": _lib.MEAN,
+    "min": _lib.MIN,
+    "max": _lib.MAX,
+    "product": _lib.PRODUCT,
+}
+
+
+def _op_code(op: str) -> int:
+    try:
+        return _OPS[op]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError(
+            f"unknown reduce op {op!r}; expected one of {', '.join(_OPS)}"
+        ) from None
+
+
+def _timeout_seconds(timeout: Optional[float]) -> float:
+    if timeout is None:
+        return 0.0
+    if timeout <= 0:
+        raise InvalidArgumentError(f"timeout must be positive or None, not {timeout!r}")
+    return float(timeout)
+
+
+def _take_bytes(pointer: ctypes.c_void_p, size: int) -> bytes:
+    """Copies ``size`` bytes the library allocated, then frees them."""
+    try:
+        return ctypes.string_at(pointer.value, size) if size else b""
+    finally:
+        _lib.lib().ddpspawn_free(pointer)
+
+
+class Context:
+    """This process's place in the process group, with collectives.
+
+    A ``Context`` joins the group described by the environment: a ddpspawn
+    launcher, torchrun/TorchElastic, SLURM, or plain ``MASTER_ADDR``/
+    ``MASTER_PORT``/``RANK``/``WORLD_SIZE`` variables (a group of one when none
+    is set). Every collective must be called by every rank, in the same order.
+
+    Close it with :meth:`close` or a ``with`` block; it is also closed when
+    garbage-collected.
+
+    Args:
+        backend: "gloo" (CPU) or "nccl" (needs a CUDA build of LibTorch).
+        timeout: seconds allowed for joining and for each collective; None
+            for the library's default (1800).
+    """
+
+    def __init__(self, backend: str = "gloo", timeout: Optional[float] = None) -> None:
+        self._handle: Optional[Any] = None
+        if not isinstance(backend, str):
+            raise InvalidArgumentError(f"backend must be a str, not {backend!r}")
+        options = _lib.context_options()
+        options.backend = backend.encode()
+        options.timeout_s = _timeout_seconds(timeout)
+        handle = _lib.ContextPtr()
+        lib = _lib.lib()
+        _lib.check(lib.ddpspawn_context_create(ctypes.byref(options), ctypes.byref(handle)))
+        self._lib = lib
+        self._handle = handle
+
+    @classmethod
+    def from_env(cls, backend: str = "gloo", timeout: Optional[float] = None) -> "Context":
+        """Joins the group that the environment describes (see the class doc)."""
+        return cls(backend=backend, timeout=timeout)
+
+    # -- lifetime ----------------------------------------------------------
+
+    def close(self) -> None:
+        """Leaves the group (``ddpspawn_context_destroy``). Safe to repeat."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            self._lib.ddpspawn_context_destroy(handle)
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: nothing useful to do
+            pass
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<ddpspawn.Context closed>"
+        return (
+            f"<ddpspawn.Context rank={self.rank} world_size={self.world_size} "
+            f"environment={self.environment!r}>"
+        )
+
+    def _live(self) -> Any:
+        if self._handle is None:
+            raise ValueError("operation on a closed ddpspawn.Context")
+        return self._handle
+
+    # -- where this process stands ----------------------------------------
+
+    @property
+    def rank(self) -> int:
+        """Global rank of this process, 0 .. world_size - 1."""
+        return self._lib.ddpspawn_context_rank(self._live())
+
+    @property
+    def world_size(self) -> int:
+        """Number of processes in the group."""
+        return self._lib.ddpspawn_context_world_size(self._live())
+
+    @property
+    def local_rank(self) -> int:
+        """Rank among the processes on this node."""
+        return self._lib.ddpspawn_context_local_rank(self._live())
+
+    @property
+    def local_world_size(self) -> int:
+        """Number of processes on this node."""
+        return self._lib.ddpspawn_context_local_world_size(self._live())
+
+    @property
+    def node_rank(self) -> int:
+        """Index of this node."""
+        return self._lib.ddpspawn_context_node_rank(self._live())
+
+    @property
+    def environment(self) -> str:
+        """The detected cluster environment: "ddpspawn", "torchelastic", "slurm" or "env"."""
+        return self._lib.ddpspawn_context_environment(self._live()).decode()
+
+    # -- collectives -------------------------------------------------------
+
+    def barrier(self, name: Optional[str] = None) -> None:
+        """Waits until every rank reached the barrier of this name."""
+        encoded = None if name is None else name.encode()
+        _lib.check(self._lib.ddpspawn_barrier(self._live(), encoded))
+
+    def broadcast(self, data: Any, src: int = 0) -> Any:
+        """Overwrites ``data`` on every rank with ``src``'s (in place for buffers).
+
+        Returns the data: a new list for a list, else ``data`` itself.
+        """
+        buffer = Buffer(data, writable=True)
+        _lib.check(
+            self._lib.ddpspawn_broadcast(
+                self._live(), buffer.pointer(), buffer.count, buffer.dtype, src
+            )
+        )
+        return buffer.result()
+
+    def all_reduce(self, data: Any, op: str = "sum") -> Any:
+        """Every rank ends with ``op`` ("sum", "mean", "min", "max", "product")
+        over all ranks' ``data``.
+
+        Buffers (``array.array``, numpy arrays, memoryviews) are reduced in
+        place and returned; a list gives a new list (int64 when every element
+        is an int, else float64). Integer "mean" truncates toward zero.
+        """
+        code = _op_code(op)
+        buffer = Buffer(data, writable=True)
+        _lib.check(
+            self._lib.ddpspawn_all_reduce(
+                self._live(), buffer.pointer(), buffer.count, buffer.dtype, code
+            )
+        )
+        return buffer.result()
+
+    def reduce(self, data: Any, op: str = "sum", dst: int = 0) -> Any:
+        """Like :meth:`all_reduce`, but only rank ``dst`` gets the result;
+        the other ranks' data is left as it was."""
+        code = _op_code(op)
+        buffer = Buffer(data, writable=True)
+        _lib.check(
+            self._lib.ddpspawn_reduce(
+                self._live(), buffer.pointer(), buffer.count, buffer.dtype, code, dst
+            )
+        )
+        return buffer.result()
+
+    def all_gather(self, data: Any) -> List[Any]:
+        """Every rank's ``data``, in rank order, as new objects of its kind.
+
+        ``data`` must have the same element type and count on every rank; it
+        is only read, so read-only and non-contiguous buffers are fine.
+        """
+        buffer = Buffer(data, writable=False)
+        out, split = buffer.gather_output(self.world_size)
+        _lib.check(
+            self._lib.ddpspawn_all_gather(
+                self._live(), buffer.pointer(), buffer.count, buffer.dtype, out
+            )
+        )
+        return split()
+
+    def broadcast_object(self, obj: Any = None, src: int = 0) -> Any:
+        """Returns ``src``'s ``obj`` on every rank (pickled; ``obj`` is ignored
+        on the other ranks). On ``src`` it returns ``obj`` itself."""
+        is_src = self.rank == src
+        payload = pickle.dumps(obj) if is_src else b""
+        out = ctypes.c_void_p()
+        size = ctypes.c_size_t()
+        _lib.check(
+            self._lib.ddpspawn_broadcast_bytes(
+                self._live(),
+                payload,
+                len(payload),
+                src,
+                ctypes.byref(out),
+                ctypes.byref(size),
+            )
+        )
+        received = _take_bytes(out, size.value)
+        return obj if is_src else pickle.loads(received)
+
+    def all_gather_object(self, obj: Any) -> List[Any]:
+        """Every rank's ``obj`` (pickled), in rank order."""
+        world_size = self.world_size
+        payload = pickle.dumps(obj)
+        out = ctypes.c_void_p()
+        sizes = (ctypes.c_size_t * world_size)()
+        _lib.check(
+            self._lib.ddpspawn_all_gather_bytes(
+                self._live(), payload, len(payload), ctypes.byref(out), sizes
+            )
+        )
+        data = _take_bytes(out, sum(sizes))
+        objects, offset = [], 0
+        for size in sizes:
+            objects.append(pickle.loads(data[offset : offset + size]))
+            offset += size
+        return objects

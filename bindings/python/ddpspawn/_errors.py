@@ -1,0 +1,108 @@
+"""Exceptions of the ddpspawn package and the mapping from C status codes."""
+
+from __future__ import annotations
+
+import builtins
+from typing import NoReturn, Optional
+
+
+class DdpspawnError(Exception):
+    """Base class of every error that a ddpspawn call reports.
+
+    ``status`` is the C status code (``DDPSPAWN_ERR_*``), or ``None`` for an
+    error found on the Python side before calling into the library.
+    """
+
+    def __init__(self, message: str, status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class LibraryLoadError(DdpspawnError, ImportError):
+    """The C library could not be found or is not the right ABI version."""
+
+
+class InvalidArgumentError(DdpspawnError, ValueError):
+    """A bad argument: ``DDPSPAWN_ERR_INVALID_ARGUMENT`` or a Python-side check."""
+
+
+class WorkerFailedError(DdpspawnError):
+    """A worker process failed, which ended the job.
+
+    Attributes:
+        rank: the rank whose failure ended the job (-1 if unknown).
+        message: the launcher's description (``ddpspawn_last_error()``).
+        traceback_text: what the failing rank reported, e.g. its Python
+            traceback; "" if it reported nothing (a crash, ``os._exit``).
+        exit_code: the rank's exit code, or None if it did not exit normally.
+        signal: the signal that killed the rank, or None.
+    """
+
+    def __init__(
+        self,
+        rank: int,
+        message: str,
+        traceback_text: str = "",
+        exit_code: Optional[int] = None,
+        signal: Optional[int] = None,
+    ) -> None:
+        text = message
+        if traceback_text.strip() and traceback_text.strip() not in message:
+            text += f"\n\nError reported by rank {rank}:\n{traceback_text.rstrip()}"
+        super().__init__(text, status=2)
+        self.rank = rank
+        self.message = message
+        self.traceback_text = traceback_text
+        self.exit_code = exit_code
+        self.signal = signal
+
+    def __reduce__(self):  # keep the attributes when pickled
+        return (
+            type(self),
+            (self.rank, self.message, self.traceback_text, self.exit_code, self.signal),
+        )
+
+
+class DdpspawnTimeoutError(DdpspawnError, builtins.TimeoutError):
+    """The job or a collective ran past its timeout."""
+
+
+class UnavailableError(DdpspawnError):
+    """Valid but not available here (e.g. nccl on a CPU build, not a worker)."""
+
+
+class FailedPreconditionError(DdpspawnError):
+    """A call made in the wrong state."""
+
+
+class InternalError(DdpspawnError):
+    """A system call or a collective failed (peer gone, connection reset ...)."""
+
+
+_BY_STATUS = {
+    1: InvalidArgumentError,
+    3: DdpspawnTimeoutError,
+    5: UnavailableError,
+    6: FailedPreconditionError,
+    7: InternalError,
+}
+
+_ERR_WORKER_FAILED = 2
+_ERR_INTERRUPTED = 4
+
+
+def raise_status(status: int, message: str) -> NoReturn:
+    """Raises the exception that matches a non-zero C status code.
+
+    ``DDPSPAWN_ERR_INTERRUPTED`` becomes :class:`KeyboardInterrupt`. A worker
+    failure met outside a job (no rank known) becomes a
+    :class:`WorkerFailedError` with rank -1; the launcher builds a richer one.
+    """
+    if status == _ERR_INTERRUPTED:
+        raise KeyboardInterrupt(message)
+    if status == _ERR_WORKER_FAILED:
+        raise WorkerFailedError(-1, message)
+    error_type = _BY_STATUS.get(status, DdpspawnError)
+    if error_type is DdpspawnError:
+        message = f"{message} (unknown status {status})"
+    raise error_type(message, status=status)

@@ -1,0 +1,215 @@
+"""``spawn()``: start N worker processes through the C launcher and join them."""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import os
+import pickle
+import signal as signal_module
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from . import _lib, _payload, _run
+from ._errors import InvalidArgumentError, WorkerFailedError, raise_status
+
+START_METHODS = ("spawn", "fork")
+_PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+
+
+def _check_arguments(
+    fn: Callable[..., Any],
+    nprocs: int,
+    start_method: str,
+    timeout: Optional[float],
+    grace_period: float,
+    backend: str,
+    env: Optional[Mapping[str, str]],
+) -> None:
+    if not callable(fn):
+        raise InvalidArgumentError(f"fn must be callable, not {fn!r}")
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+        raise InvalidArgumentError(f"nprocs must be an int >= 1, not {nprocs!r}")
+    if start_method not in START_METHODS:
+        raise InvalidArgumentError(
+            f"unknown start_method {start_method!r}; expected 'spawn' or 'fork'"
+        )
+    if timeout is not None and not timeout > 0:
+        raise InvalidArgumentError(f"timeout must be positive or None, not {timeout!r}")
+    if not grace_period >= 0:
+        raise InvalidArgumentError(f"grace_period must be >= 0, not {grace_period!r}")
+    if not isinstance(backend, str) or not backend:
+        raise InvalidArgumentError(f"backend must be a non-empty str, not {backend!r}")
+    for name, value in (env or {}).items():
+        if not isinstance(name, str) or not name or "=" in name:
+            raise InvalidArgumentError(f"bad environment variable name {name!r}")
+        if not isinstance(value, str):
+            raise InvalidArgumentError(f"environment variable {name} must be a str")
+
+
+def _worker_env(start_method: str, env: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    """The variables every rank gets on top of the launcher's environment."""
+    entries = dict(env or {})
+    if start_method == "spawn":
+        # The fresh interpreter must import ddpspawn before it reads the
+        # payload, and must load the very library the launcher loaded.
+        inherited = entries.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+        entries["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, inherited) if p)
+        library = _lib.library_path()
+        if os.sep in library:
+            entries[_lib.LIBRARY_ENV] = library
+    return entries
+
+
+def _c_strings(items: Sequence[str]) -> ctypes.Array:
+    """A NULL-terminated ``const char* const*`` array."""
+    return (ctypes.c_char_p * (len(items) + 1))(*[os.fsencode(i) for i in items], None)
+
+
+def _fork_hook(name: str) -> Any:
+    """CPython's own ``PyOS_*Fork*`` function as a ``ddpspawn_fork_hook``."""
+    return ctypes.cast(getattr(ctypes.pythonapi, name), _lib.ForkHook)
+
+
+class _ResultUnpickler(pickle.Unpickler):
+    """Reads rank 0's result; what spawn-mode workers call ``__mp_main__`` is
+    this process's ``__main__``."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "__mp_main__":
+            module = "__main__"
+        return super().find_class(module, name)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal_module.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _worker_failed(job: Any, message: str) -> WorkerFailedError:
+    """A WorkerFailedError with the failing rank, its report and its text."""
+    lib = _lib.lib()
+    rank = lib.ddpspawn_job_failed_rank(job)
+    text = ""
+    exit_code = signal = None
+    if rank >= 0:
+        raw = ctypes.c_char_p()
+        if lib.ddpspawn_job_rank_error(job, rank, ctypes.byref(raw)) == _lib.OK:
+            text = (raw.value or b"").decode("utf-8", "replace")
+        report = _lib.rank_report()
+        if lib.ddpspawn_job_rank_report(job, rank, ctypes.byref(report)) == _lib.OK:
+            if report.state == _lib.RANK_EXITED:
+                exit_code = report.exit_code
+            elif report.state == _lib.RANK_SIGNALED:
+                signal = report.signal
+                name = _signal_name(signal)
+                if name not in message:
+                    message = f"{message} ({name})"
+    return WorkerFailedError(rank, message, text, exit_code=exit_code, signal=signal)
+
+
+def _job_result(job: Any) -> Any:
+    data = ctypes.c_void_p()
+    size = ctypes.c_size_t()
+    has_result = ctypes.c_int32()
+    _lib.check(
+        _lib.lib().ddpspawn_job_result(
+            job, ctypes.byref(data), ctypes.byref(size), ctypes.byref(has_result)
+        )
+    )
+    if not has_result.value:
+        return None
+    raw = ctypes.string_at(data.value, size.value) if size.value else b""
+    return _ResultUnpickler(io.BytesIO(raw)).load()
+
+
+def spawn(
+    fn: Callable[..., Any],
+    args: Sequence[Any] = (),
+    nprocs: int = 1,
+    start_method: str = "spawn",
+    timeout: Optional[float] = None,
+    grace_period: float = 5.0,
+    backend: str = "gloo",
+    env: Optional[Mapping[str, str]] = None,
+) -> Any:
+    """Runs ``fn(ctx, *args)`` in ``nprocs`` worker processes and waits for them.
+
+    Each rank first joins the process group as a :class:`ddpspawn.Context`
+    ``ctx`` (with ``backend``), then calls fn. Rank 0's return value is
+    pickled and returned here.
+
+    Args:
+        fn: the worker function. With ``start_method="spawn"`` it must be
+            importable by module and qualified name (no lambdas or nested
+            functions); ``"fork"`` takes any callable.
+        args: extra positional arguments for fn (pickled in spawn mode).
+        nprocs: number of worker processes, >= 1.
+        start_method: "spawn" (a fresh interpreter per rank) or "fork".
+        timeout: whole-job limit in seconds; None for none.
+        grace_period: seconds between SIGTERM and SIGKILL for the other ranks
+            once one failed.
+        backend: "gloo" or "nccl".
+        env: extra environment variables for every rank.
+
+    Raises:
+        WorkerFailedError: a rank failed; carries its rank and traceback.
+        DdpspawnTimeoutError: the job ran past ``timeout``.
+        KeyboardInterrupt: the launcher got SIGINT or SIGTERM while waiting.
+        InvalidArgumentError: bad arguments, found before any process starts.
+    """
+    _check_arguments(fn, nprocs, start_method, timeout, grace_period, backend, env)
+    lib = _lib.lib()
+    payload_path = None
+    job = _lib.JobPtr()
+    keep_alive: List[Any] = []  # everything the C side points into
+    try:
+        options = _lib.launch_options()
+        options.nprocs = nprocs
+        options.start_method = start_method.encode()
+        options.timeout_s = float(timeout or 0.0)
+        options.grace_period_s = float(grace_period)
+        if start_method == "spawn":
+            if not sys.executable:
+                raise InvalidArgumentError(
+                    "start_method='spawn' needs sys.executable, which is unset"
+                )
+            payload_path = _payload.write(fn, args, backend)
+            argv = _c_strings([sys.executable, "-m", "ddpspawn._worker", payload_path])
+            options.argv = ctypes.cast(argv, ctypes.POINTER(ctypes.c_char_p))
+            keep_alive.append(argv)
+            start = lib.ddpspawn_job_start
+        else:
+            callback = _run.worker_callback(fn, tuple(args), backend)
+            options.worker_fn = callback
+            options.before_fork = _fork_hook("PyOS_BeforeFork")
+            options.after_fork_parent = _fork_hook("PyOS_AfterFork_Parent")
+            options.after_fork_child = _fork_hook("PyOS_AfterFork_Child")
+            keep_alive.append(callback)
+            start = _lib.gil_holding_job_start()
+        env_entries = [f"{k}={v}" for k, v in _worker_env(start_method, env).items()]
+        if env_entries:
+            env_array = _c_strings(env_entries)
+            options.env = ctypes.cast(env_array, ctypes.POINTER(ctypes.c_char_p))
+            keep_alive.append(env_array)
+
+        _lib.check(lib.ddpspawn_job_create(ctypes.byref(options), ctypes.byref(job)))
+        launcher_pid = os.getpid()
+        status = start(job)
+        if os.getpid() != launcher_pid:  # a forked child must never get here
+            os._exit(70)
+        _lib.check(status)
+        status = lib.ddpspawn_job_wait(job)  # releases the GIL while waiting
+        if status == _lib.ERR_WORKER_FAILED:
+            raise _worker_failed(job, _lib.last_error())
+        if status != _lib.OK:
+            raise_status(status, _lib.last_error())
+        return _job_result(job)
+    finally:
+        if job:
+            lib.ddpspawn_job_destroy(job)
+        _payload.remove(payload_path)
+        del keep_alive

@@ -1,0 +1,326 @@
+"""Loads libddpspawn once and declares the C ABI of ``ddpspawn.h`` for ctypes.
+
+Where the library is looked for, in order:
+
+1. ``$DDPSPAWN_LIBRARY`` (a full path; when set, nothing else is tried);
+2. ``libddpspawn.so.1`` next to this package;
+3. the system's library search path.
+
+Everything else in the package reaches the C functions through :func:`lib`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    Structure,
+    c_char_p,
+    c_double,
+    c_int,
+    c_int32,
+    c_int64,
+    c_size_t,
+    c_uint32,
+    c_void_p,
+)
+from pathlib import Path
+from typing import Any, Optional
+
+from ._errors import LibraryLoadError, raise_status
+
+#: The ABI major version these declarations describe (``DDPSPAWN_ABI_VERSION``).
+ABI_VERSION = 1
+#: File name of the shared library; its SONAME carries the ABI major.
+LIBRARY_NAME = f"libddpspawn.so.{ABI_VERSION}"
+#: Environment variable that names the library to load.
+LIBRARY_ENV = "DDPSPAWN_LIBRARY"
+
+# Status codes (DDPSPAWN_OK, DDPSPAWN_ERR_*).
+OK = 0
+ERR_INVALID_ARGUMENT = 1
+ERR_WORKER_FAILED = 2
+ERR_TIMEOUT = 3
+ERR_INTERRUPTED = 4
+ERR_UNAVAILABLE = 5
+ERR_FAILED_PRECONDITION = 6
+ERR_INTERNAL = 7
+
+# How a rank ended (DDPSPAWN_RANK_*).
+RANK_NOT_STARTED = 0
+RANK_RUNNING = 1
+RANK_EXITED = 2
+RANK_SIGNALED = 3
+
+# Element types (DDPSPAWN_FLOAT32 ...) and reduce operations (DDPSPAWN_SUM ...).
+FLOAT32 = 0
+FLOAT64 = 1
+INT32 = 2
+INT64 = 3
+
+SUM = 0
+MEAN = 1
+MIN = 2
+MAX = 3
+PRODUCT = 4
+
+
+class Job(Structure):
+    """Opaque ``ddpspawn_job``."""
+
+
+class ContextHandle(Structure):
+    """Opaque ``ddpspawn_context``."""
+
+
+JobPtr = POINTER(Job)
+ContextPtr = POINTER(ContextHandle)
+
+#: ``int (*ddpspawn_worker_fn)(int32_t rank, void* user_data)``
+WorkerFn = CFUNCTYPE(c_int, c_int32, c_void_p)
+#: ``void (*ddpspawn_fork_hook)(void)``
+ForkHook = CFUNCTYPE(None)
+
+
+class LaunchOptions(Structure):
+    """``ddpspawn_launch_options``; build it with :func:`launch_options`."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("nprocs", c_int32),
+        ("start_method", c_char_p),
+        ("argv", POINTER(c_char_p)),
+        ("env", POINTER(c_char_p)),
+        ("worker_fn", WorkerFn),
+        ("user_data", c_void_p),
+        ("before_fork", ForkHook),
+        ("after_fork_parent", ForkHook),
+        ("after_fork_child", ForkHook),
+        ("timeout_s", c_double),
+        ("grace_period_s", c_double),
+        ("master_addr", c_char_p),
+        ("master_port", c_int32),
+    ]
+
+
+class RankReport(Structure):
+    """``ddpspawn_rank_report``; build it with :func:`rank_report`."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("state", c_int32),
+        ("exit_code", c_int32),
+        ("signal", c_int32),
+        ("pid", c_int64),
+        ("stopped_by_launcher", c_int32),
+    ]
+
+
+class ContextOptions(Structure):
+    """``ddpspawn_context_options``; build it with :func:`context_options`."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("backend", c_char_p),
+        ("timeout_s", c_double),
+    ]
+
+
+# The *_INIT macros, mirrored here rather than calling the *_init functions:
+# like a C caller compiled against this header, we announce the size of the
+# struct we allocated, so a newer library never writes past its end.
+def launch_options() -> LaunchOptions:
+    """A ``ddpspawn_launch_options`` equal to ``DDPSPAWN_LAUNCH_OPTIONS_INIT``."""
+    return LaunchOptions(
+        struct_size=ctypes.sizeof(LaunchOptions), nprocs=1, grace_period_s=5.0
+    )
+
+
+def rank_report() -> RankReport:
+    """A ``ddpspawn_rank_report`` equal to ``DDPSPAWN_RANK_REPORT_INIT``."""
+    return RankReport(struct_size=ctypes.sizeof(RankReport))
+
+
+def context_options() -> ContextOptions:
+    """A ``ddpspawn_context_options`` equal to ``DDPSPAWN_CONTEXT_OPTIONS_INIT``."""
+    return ContextOptions(struct_size=ctypes.sizeof(ContextOptions))
+
+
+_Status = c_int32
+
+#: name -> (restype, argtypes) for every function in ddpspawn.h.
+SIGNATURES = {
+    # Status codes and errors.
+    "ddpspawn_last_error": (c_char_p, []),
+    "ddpspawn_abi_version": (c_int32, []),
+    "ddpspawn_version": (c_char_p, []),
+    "ddpspawn_free": (None, [c_void_p]),
+    # Launcher.
+    "ddpspawn_launch_options_init": (None, [POINTER(LaunchOptions)]),
+    "ddpspawn_job_create": (_Status, [POINTER(LaunchOptions), POINTER(JobPtr)]),
+    "ddpspawn_job_destroy": (None, [JobPtr]),
+    "ddpspawn_job_start": (_Status, [JobPtr]),
+    "ddpspawn_job_wait": (_Status, [JobPtr]),
+    "ddpspawn_job_run": (_Status, [JobPtr]),
+    "ddpspawn_job_nprocs": (c_int32, [JobPtr]),
+    "ddpspawn_job_rank_report": (_Status, [JobPtr, c_int32, POINTER(RankReport)]),
+    "ddpspawn_job_failed_rank": (c_int32, [JobPtr]),
+    "ddpspawn_job_rank_error": (_Status, [JobPtr, c_int32, POINTER(c_char_p)]),
+    "ddpspawn_job_result": (
+        _Status,
+        [JobPtr, POINTER(c_void_p), POINTER(c_size_t), POINTER(c_int32)],
+    ),
+    # Inside a worker.
+    "ddpspawn_is_worker": (c_int32, []),
+    "ddpspawn_worker_set_result": (_Status, [c_void_p, c_size_t]),
+    "ddpspawn_worker_set_error": (_Status, [c_char_p]),
+    "ddpspawn_context_options_init": (None, [POINTER(ContextOptions)]),
+    "ddpspawn_context_create": (
+        _Status,
+        [POINTER(ContextOptions), POINTER(ContextPtr)],
+    ),
+    "ddpspawn_context_destroy": (None, [ContextPtr]),
+    "ddpspawn_context_rank": (c_int32, [ContextPtr]),
+    "ddpspawn_context_world_size": (c_int32, [ContextPtr]),
+    "ddpspawn_context_local_rank": (c_int32, [ContextPtr]),
+    "ddpspawn_context_local_world_size": (c_int32, [ContextPtr]),
+    "ddpspawn_context_node_rank": (c_int32, [ContextPtr]),
+    "ddpspawn_context_environment": (c_char_p, [ContextPtr]),
+    # Collectives.
+    "ddpspawn_barrier": (_Status, [ContextPtr, c_char_p]),
+    "ddpspawn_broadcast": (
+        _Status,
+        [ContextPtr, c_void_p, c_size_t, c_int32, c_int32],
+    ),
+    "ddpspawn_broadcast_bytes": (
+        _Status,
+        [ContextPtr, c_void_p, c_size_t, c_int32, POINTER(c_void_p), POINTER(c_size_t)],
+    ),
+    "ddpspawn_all_reduce": (
+        _Status,
+        [ContextPtr, c_void_p, c_size_t, c_int32, c_int32],
+    ),
+    "ddpspawn_reduce": (
+        _Status,
+        [ContextPtr, c_void_p, c_size_t, c_int32, c_int32, c_int32],
+    ),
+    "ddpspawn_all_gather": (
+        _Status,
+        [ContextPtr, c_void_p, c_size_t, c_int32, c_void_p],
+    ),
+    "ddpspawn_all_gather_bytes": (
+        _Status,
+        [ContextPtr, c_void_p, c_size_t, POINTER(c_void_p), POINTER(c_size_t)],
+    ),
+}
+
+_lock = threading.RLock()
+_cdll: Optional[ctypes.CDLL] = None
+_path: Optional[str] = None
+_pydll_job_start: Any = None
+
+
+def _candidates() -> list[str]:
+    """Where to look for the library, in order (see the module docstring)."""
+    override = os.environ.get(LIBRARY_ENV)
+    if override:
+        return [override]  # the caller asked for this file: nothing else
+    candidates = [str(Path(__file__).resolve().parent / LIBRARY_NAME)]
+    found = ctypes.util.find_library("ddpspawn")
+    if found:
+        candidates.append(found)
+    candidates.append(LIBRARY_NAME)  # the dynamic loader's own search path
+    return candidates
+
+
+def _declare(cdll: ctypes.CDLL) -> None:
+    """Sets restype and argtypes on every function of the header."""
+    for name, (restype, argtypes) in SIGNATURES.items():
+        function = getattr(cdll, name)
+        function.restype = restype
+        function.argtypes = argtypes
+
+
+def _load() -> tuple[ctypes.CDLL, str]:
+    attempts = []
+    for candidate in _candidates():
+        is_path = os.sep in candidate
+        if is_path and not os.path.exists(candidate):
+            attempts.append(f"  {candidate}: no such file")
+            continue
+        try:
+            cdll = ctypes.CDLL(candidate)
+        except OSError as error:
+            attempts.append(f"  {candidate}: {error}")
+            continue
+        try:
+            _declare(cdll)
+        except AttributeError as error:
+            raise LibraryLoadError(
+                f"{candidate} is not a usable libddpspawn: {error}"
+            ) from error
+        version = cdll.ddpspawn_abi_version()
+        if version != ABI_VERSION:
+            raise LibraryLoadError(
+                f"{candidate} has ABI version {version}; this package needs "
+                f"{ABI_VERSION}"
+            )
+        return cdll, os.path.abspath(candidate) if is_path else candidate
+    where = f" (from ${LIBRARY_ENV})" if os.environ.get(LIBRARY_ENV) else ""
+    raise LibraryLoadError(
+        f"could not load the ddpspawn C library{where}. Looked at:\n"
+        + "\n".join(attempts)
+        + f"\nSet {LIBRARY_ENV} to the full path of {LIBRARY_NAME}, put it next "
+        "to the ddpspawn package, or install it on the system library path."
+    )
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library (a ``CDLL``: calls release the GIL). Loads it once."""
+    global _cdll, _path
+    if _cdll is None:
+        with _lock:
+            if _cdll is None:
+                _cdll, _path = _load()
+    return _cdll
+
+
+def library_path() -> str:
+    """The path (or, when found on the search path, the name) that was loaded."""
+    lib()
+    assert _path is not None
+    return _path
+
+
+def gil_holding_job_start() -> Any:
+    """``ddpspawn_job_start`` called with the GIL held (``PyDLL`` semantics).
+
+    Fork mode needs this: CPython's fork hooks and the worker callback run
+    inside the call and must find the GIL held by this thread. The same
+    library is opened a second time as a ``PyDLL`` for this one function.
+    """
+    global _pydll_job_start
+    if _pydll_job_start is None:
+        path = library_path()
+        with _lock:
+            if _pydll_job_start is None:
+                function = ctypes.PyDLL(path).ddpspawn_job_start
+                restype, argtypes = SIGNATURES["ddpspawn_job_start"]
+                function.restype, function.argtypes = restype, argtypes
+                _pydll_job_start = function
+    return _pydll_job_start
+
+
+def last_error() -> str:
+    """``ddpspawn_last_error()`` for this thread, decoded."""
+    return lib().ddpspawn_last_error().decode("utf-8", "replace")
+
+
+def check(status: int) -> None:
+    """Raises the matching exception, with ``ddpspawn_last_error()``, unless OK."""
+    if status != OK:
+        raise_status(status, last_error())

@@ -1,0 +1,152 @@
+"""The spawn start method's payload: what a fresh interpreter needs to run fn.
+
+The launcher writes it (:func:`write`) to a private temporary file; each
+worker reads it (:func:`read`) and rebuilds fn and its arguments
+(:func:`load_target`). fn travels by reference (module and qualified name),
+never pickled by value, so it must be importable from the worker.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import runpy
+import sys
+import tempfile
+import types
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+from ._errors import InvalidArgumentError
+
+_FORMAT = 1  # bump when the payload's keys change
+
+
+def _main_module_source() -> Dict[str, str]:
+    """How a worker can load the launcher's ``__main__``: a path or a module."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:  # started as "python -m name"
+        return {"main_module": spec.name}
+    path = getattr(main, "__file__", None)
+    if path:
+        return {"main_path": os.path.abspath(path)}
+    raise InvalidArgumentError(
+        "fn is defined in __main__, but __main__ has no file (interactive "
+        "session or stdin), so spawned workers cannot load it; define fn in a "
+        "module or use start_method='fork'"
+    )
+
+
+def _lookup(module_name: str, qualname: str) -> Any:
+    obj: Any = sys.modules[module_name]
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def describe(fn: Callable[..., Any]) -> Dict[str, str]:
+    """fn's module and qualified name, checked to lead back to fn itself.
+
+    Raises InvalidArgumentError for lambdas, nested functions and anything
+    else a fresh interpreter could not find by name.
+    """
+    module_name = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    advice = (
+        "the spawn start method imports fn by module and name in each worker, "
+        "so it must be a function defined at the top level of a module; use "
+        "start_method='fork' or move it"
+    )
+    if not isinstance(module_name, str) or not isinstance(qualname, str):
+        raise InvalidArgumentError(f"{fn!r} has no module or qualified name: {advice}")
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        kind = "a lambda" if "<lambda>" in qualname else "a nested function"
+        raise InvalidArgumentError(f"fn {qualname!r} is {kind}: {advice}")
+    try:
+        found = _lookup(module_name, qualname)
+    except (KeyError, AttributeError):
+        found = None
+    if found is not fn:
+        raise InvalidArgumentError(
+            f"fn {module_name}.{qualname} cannot be found again under that name: "
+            f"{advice}"
+        )
+    described = {"module": module_name, "qualname": qualname}
+    if module_name == "__main__":
+        described.update(_main_module_source())
+    return described
+
+
+def write(
+    fn: Callable[..., Any], args: Sequence[Any], backend: str
+) -> str:
+    """Writes the payload to a new 0600 temporary file; returns its path.
+
+    The caller deletes the file when the job is over.
+    """
+    payload = describe(fn)
+    try:
+        pickled_args = pickle.dumps(tuple(args))
+    except Exception as error:
+        raise InvalidArgumentError(
+            f"the spawn start method pickles args, and they cannot be pickled: "
+            f"{error}"
+        ) from error
+    payload.update(
+        format=_FORMAT,
+        sys_path=list(sys.path),
+        backend=backend,
+        args=pickled_args,  # unpickled only once fn's module is loaded
+    )
+    fd, path = tempfile.mkstemp(prefix="ddpspawn-", suffix=".payload")
+    with os.fdopen(fd, "wb") as file:  # mkstemp creates it with mode 0600
+        pickle.dump(payload, file)
+    return path
+
+
+def read(path: str) -> Dict[str, Any]:
+    """Reads a payload written by :func:`write`."""
+    with open(path, "rb") as file:
+        payload = pickle.load(file)
+    if payload.get("format") != _FORMAT:
+        raise RuntimeError(f"{path}: unknown ddpspawn payload format")
+    return payload
+
+
+def _load_main(payload: Dict[str, Any]) -> None:
+    """Loads the launcher's main script as ``__mp_main__``, as multiprocessing
+    does: its ``if __name__ == "__main__":`` block does not run again, and it
+    is also registered as ``__main__`` so pickles that name it resolve."""
+    if "main_path" in payload:
+        namespace = runpy.run_path(payload["main_path"], run_name="__mp_main__")
+    else:
+        namespace = runpy.run_module(
+            payload["main_module"], run_name="__mp_main__", alter_sys=True
+        )
+    module = types.ModuleType("__mp_main__")
+    module.__dict__.update(namespace)
+    sys.modules["__main__"] = sys.modules["__mp_main__"] = module
+
+
+def load_target(payload: Dict[str, Any]) -> Tuple[Callable[..., Any], Tuple[Any, ...], str]:
+    """Puts sys.path in place, imports fn and unpickles args.
+
+    Returns ``(fn, args, backend)``.
+    """
+    sys.path[:] = payload["sys_path"]
+    if payload["module"] == "__main__":
+        _load_main(payload)
+    else:
+        __import__(payload["module"])
+    fn = _lookup(payload["module"], payload["qualname"])
+    args = pickle.loads(payload["args"])
+    return fn, args, payload["backend"]
+
+
+def remove(path: Optional[str]) -> None:
+    """Deletes a payload file, if there is one."""
+    if path:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass

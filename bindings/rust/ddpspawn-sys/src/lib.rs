@@ -1,0 +1,463 @@
+//! Raw declarations of ddpspawn's C ABI, one for one with
+//! `capi/include/ddpspawn/ddpspawn.h` (ABI version 1).
+//!
+//! Everything here is `unsafe` and follows the header's conventions: fallible
+//! functions return a [`ddpspawn_status`] (`DDPSPAWN_OK == 0`) and leave the
+//! message in [`ddpspawn_last_error`]; option structs carry their size as the
+//! first field. Start option structs from the `*_INIT` constants below (or
+//! `Default`) rather than from the library's `*_init` functions: the constants
+//! fill exactly the fields this crate knows about, so a newer library with a
+//! longer struct never writes past the end of ours.
+//!
+//! The safe API lives in the `ddpspawn` crate.
+
+#![allow(non_camel_case_types)]
+#![allow(non_upper_case_globals)]
+
+use std::marker::{PhantomData, PhantomPinned};
+use std::mem::size_of;
+use std::os::raw::{c_char, c_double, c_int, c_void};
+use std::ptr;
+
+/// The ABI major version this crate declares; the library's SONAME is
+/// `libddpspawn.so.1`.
+pub const DDPSPAWN_ABI_VERSION: i32 = 1;
+
+// ---------------------------------------------------------------------------
+// Status codes and errors
+// ---------------------------------------------------------------------------
+
+/// Return type of every fallible function.
+pub type ddpspawn_status = i32;
+
+pub const DDPSPAWN_OK: ddpspawn_status = 0;
+/// A NULL pointer, a wrong size, an unknown name, an out-of-range value.
+pub const DDPSPAWN_ERR_INVALID_ARGUMENT: ddpspawn_status = 1;
+/// A worker failed: `ddpspawn_last_error()` names the rank and the cause.
+pub const DDPSPAWN_ERR_WORKER_FAILED: ddpspawn_status = 2;
+/// The job, or a collective, ran past its timeout.
+pub const DDPSPAWN_ERR_TIMEOUT: ddpspawn_status = 3;
+/// The launcher received SIGINT or SIGTERM and stopped the workers.
+pub const DDPSPAWN_ERR_INTERRUPTED: ddpspawn_status = 4;
+/// Valid but not available in this build, or outside a ddpspawn worker.
+pub const DDPSPAWN_ERR_UNAVAILABLE: ddpspawn_status = 5;
+/// A call in the wrong state.
+pub const DDPSPAWN_ERR_FAILED_PRECONDITION: ddpspawn_status = 6;
+/// A system call or a collective failed.
+pub const DDPSPAWN_ERR_INTERNAL: ddpspawn_status = 7;
+
+// ---------------------------------------------------------------------------
+// Launcher types
+// ---------------------------------------------------------------------------
+
+/// A fork-mode worker: runs in the forked child; its return value is the
+/// child's exit code (0 = success). `rank` is the child's global rank.
+pub type ddpspawn_worker_fn =
+    Option<unsafe extern "C" fn(rank: i32, user_data: *mut c_void) -> c_int>;
+
+/// Called around each fork in fork mode (in the launching thread).
+pub type ddpspawn_fork_hook = Option<unsafe extern "C" fn()>;
+
+/// Options for `ddpspawn_job_create`; start from
+/// [`DDPSPAWN_LAUNCH_OPTIONS_INIT`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ddpspawn_launch_options {
+    /// `size_of::<ddpspawn_launch_options>()`.
+    pub struct_size: u32,
+    /// Number of worker processes, >= 1.
+    pub nprocs: i32,
+    /// `"spawn"` (default when NULL) or `"fork"`.
+    pub start_method: *const c_char,
+    /// spawn: program (searched on PATH) and arguments, NULL-terminated.
+    pub argv: *const *const c_char,
+    /// Extra `"NAME=value"` entries for every rank, NULL-terminated; may be NULL.
+    pub env: *const *const c_char,
+    /// fork: the function each child runs.
+    pub worker_fn: ddpspawn_worker_fn,
+    /// Passed to `worker_fn`.
+    pub user_data: *mut c_void,
+    /// fork: in the parent, before each fork.
+    pub before_fork: ddpspawn_fork_hook,
+    /// fork: in the parent, after each fork.
+    pub after_fork_parent: ddpspawn_fork_hook,
+    /// fork: in the child, first thing.
+    pub after_fork_child: ddpspawn_fork_hook,
+    /// Whole-job limit in seconds; 0 = none.
+    pub timeout_s: c_double,
+    /// Seconds between SIGTERM and SIGKILL after the first failure.
+    pub grace_period_s: c_double,
+    /// MASTER_ADDR given to the workers; NULL = 127.0.0.1.
+    pub master_addr: *const c_char,
+    /// MASTER_PORT given to the workers; 0 = a free port.
+    pub master_port: i32,
+}
+
+/// The header's `DDPSPAWN_LAUNCH_OPTIONS_INIT`.
+pub const DDPSPAWN_LAUNCH_OPTIONS_INIT: ddpspawn_launch_options = ddpspawn_launch_options {
+    struct_size: size_of::<ddpspawn_launch_options>() as u32,
+    nprocs: 1,
+    start_method: ptr::null(),
+    argv: ptr::null(),
+    env: ptr::null(),
+    worker_fn: None,
+    user_data: ptr::null_mut(),
+    before_fork: None,
+    after_fork_parent: None,
+    after_fork_child: None,
+    timeout_s: 0.0,
+    grace_period_s: 5.0,
+    master_addr: ptr::null(),
+    master_port: 0,
+};
+
+impl Default for ddpspawn_launch_options {
+    fn default() -> Self {
+        DDPSPAWN_LAUNCH_OPTIONS_INIT
+    }
+}
+
+/// Opaque job handle.
+#[repr(C)]
+pub struct ddpspawn_job {
+    _data: [u8; 0],
+    _marker: PhantomData<(*mut u8, PhantomPinned)>,
+}
+
+pub const DDPSPAWN_RANK_NOT_STARTED: i32 = 0;
+pub const DDPSPAWN_RANK_RUNNING: i32 = 1;
+/// `exit_code` is set.
+pub const DDPSPAWN_RANK_EXITED: i32 = 2;
+/// `signal` is set.
+pub const DDPSPAWN_RANK_SIGNALED: i32 = 3;
+
+/// How a rank ended; start from [`DDPSPAWN_RANK_REPORT_INIT`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ddpspawn_rank_report {
+    /// `size_of::<ddpspawn_rank_report>()`.
+    pub struct_size: u32,
+    /// One of `DDPSPAWN_RANK_*`.
+    pub state: i32,
+    pub exit_code: i32,
+    pub signal: i32,
+    pub pid: i64,
+    /// Non-zero when the launcher stopped this rank.
+    pub stopped_by_launcher: i32,
+}
+
+/// The header's `DDPSPAWN_RANK_REPORT_INIT`.
+pub const DDPSPAWN_RANK_REPORT_INIT: ddpspawn_rank_report = ddpspawn_rank_report {
+    struct_size: size_of::<ddpspawn_rank_report>() as u32,
+    state: 0,
+    exit_code: 0,
+    signal: 0,
+    pid: 0,
+    stopped_by_launcher: 0,
+};
+
+impl Default for ddpspawn_rank_report {
+    fn default() -> Self {
+        DDPSPAWN_RANK_REPORT_INIT
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Worker-side types
+// ---------------------------------------------------------------------------
+
+/// Opaque process-group handle.
+#[repr(C)]
+pub struct ddpspawn_context {
+    _data: [u8; 0],
+    _marker: PhantomData<(*mut u8, PhantomPinned)>,
+}
+
+/// Options for `ddpspawn_context_create`; start from
+/// [`DDPSPAWN_CONTEXT_OPTIONS_INIT`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ddpspawn_context_options {
+    /// `size_of::<ddpspawn_context_options>()`.
+    pub struct_size: u32,
+    /// `"gloo"` (default when NULL) or `"nccl"`.
+    pub backend: *const c_char,
+    /// Seconds for joining the group and for each collective; 0 = 1800.
+    pub timeout_s: c_double,
+}
+
+/// The header's `DDPSPAWN_CONTEXT_OPTIONS_INIT`.
+pub const DDPSPAWN_CONTEXT_OPTIONS_INIT: ddpspawn_context_options = ddpspawn_context_options {
+    struct_size: size_of::<ddpspawn_context_options>() as u32,
+    backend: ptr::null(),
+    timeout_s: 0.0,
+};
+
+impl Default for ddpspawn_context_options {
+    fn default() -> Self {
+        DDPSPAWN_CONTEXT_OPTIONS_INIT
+    }
+}
+
+pub const DDPSPAWN_FLOAT32: i32 = 0;
+pub const DDPSPAWN_FLOAT64: i32 = 1;
+pub const DDPSPAWN_INT32: i32 = 2;
+pub const DDPSPAWN_INT64: i32 = 3;
+
+pub const DDPSPAWN_SUM: i32 = 0;
+/// Sum / world size; integers truncate toward 0.
+pub const DDPSPAWN_MEAN: i32 = 1;
+pub const DDPSPAWN_MIN: i32 = 2;
+pub const DDPSPAWN_MAX: i32 = 3;
+pub const DDPSPAWN_PRODUCT: i32 = 4;
+
+// ---------------------------------------------------------------------------
+// Functions
+// ---------------------------------------------------------------------------
+
+extern "C" {
+    // Errors and versions.
+    pub fn ddpspawn_last_error() -> *const c_char;
+    pub fn ddpspawn_abi_version() -> i32;
+    pub fn ddpspawn_version() -> *const c_char;
+    pub fn ddpspawn_free(ptr: *mut c_void);
+
+    // Launcher.
+    pub fn ddpspawn_launch_options_init(options: *mut ddpspawn_launch_options);
+    pub fn ddpspawn_job_create(
+        options: *const ddpspawn_launch_options,
+        out_job: *mut *mut ddpspawn_job,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_job_destroy(job: *mut ddpspawn_job);
+    pub fn ddpspawn_job_start(job: *mut ddpspawn_job) -> ddpspawn_status;
+    pub fn ddpspawn_job_wait(job: *mut ddpspawn_job) -> ddpspawn_status;
+    pub fn ddpspawn_job_run(job: *mut ddpspawn_job) -> ddpspawn_status;
+    pub fn ddpspawn_job_nprocs(job: *const ddpspawn_job) -> i32;
+    pub fn ddpspawn_job_rank_report(
+        job: *const ddpspawn_job,
+        rank: i32,
+        out_report: *mut ddpspawn_rank_report,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_job_failed_rank(job: *const ddpspawn_job) -> i32;
+    pub fn ddpspawn_job_rank_error(
+        job: *const ddpspawn_job,
+        rank: i32,
+        out_text: *mut *const c_char,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_job_result(
+        job: *const ddpspawn_job,
+        out_data: *mut *const c_void,
+        out_size: *mut usize,
+        out_has_result: *mut i32,
+    ) -> ddpspawn_status;
+
+    // Inside a worker.
+    pub fn ddpspawn_is_worker() -> i32;
+    pub fn ddpspawn_worker_set_result(data: *const c_void, size: usize) -> ddpspawn_status;
+    pub fn ddpspawn_worker_set_error(text: *const c_char) -> ddpspawn_status;
+
+    pub fn ddpspawn_context_options_init(options: *mut ddpspawn_context_options);
+    pub fn ddpspawn_context_create(
+        options: *const ddpspawn_context_options,
+        out_context: *mut *mut ddpspawn_context,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_context_destroy(context: *mut ddpspawn_context);
+
+    pub fn ddpspawn_context_rank(context: *const ddpspawn_context) -> i32;
+    pub fn ddpspawn_context_world_size(context: *const ddpspawn_context) -> i32;
+    pub fn ddpspawn_context_local_rank(context: *const ddpspawn_context) -> i32;
+    pub fn ddpspawn_context_local_world_size(context: *const ddpspawn_context) -> i32;
+    pub fn ddpspawn_context_node_rank(context: *const ddpspawn_context) -> i32;
+    pub fn ddpspawn_context_environment(context: *const ddpspawn_context) -> *const c_char;
+
+    // Collectives.
+    pub fn ddpspawn_barrier(context: *mut ddpspawn_context, name: *const c_char)
+        -> ddpspawn_status;
+    pub fn ddpspawn_broadcast(
+        context: *mut ddpspawn_context,
+        data: *mut c_void,
+        count: usize,
+        dtype: i32,
+        src: i32,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_broadcast_bytes(
+        context: *mut ddpspawn_context,
+        data: *const c_void,
+        size: usize,
+        src: i32,
+        out_data: *mut *mut c_void,
+        out_size: *mut usize,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_all_reduce(
+        context: *mut ddpspawn_context,
+        data: *mut c_void,
+        count: usize,
+        dtype: i32,
+        op: i32,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_reduce(
+        context: *mut ddpspawn_context,
+        data: *mut c_void,
+        count: usize,
+        dtype: i32,
+        op: i32,
+        dst: i32,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_all_gather(
+        context: *mut ddpspawn_context,
+        data: *const c_void,
+        count: usize,
+        dtype: i32,
+        out: *mut c_void,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_all_gather_bytes(
+        context: *mut ddpspawn_context,
+        data: *const c_void,
+        size: usize,
+        out_data: *mut *mut c_void,
+        out_sizes: *mut usize,
+    ) -> ddpspawn_status;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+    use std::mem::{align_of, MaybeUninit};
+
+
+    /// Byte offset of a field, computed without creating a reference to
+    /// uninitialized memory.
+    macro_rules! offset_of {
+        ($ty:ty, $field:ident) => {{
+            let value = MaybeUninit::<$ty>::uninit();
+            let base = value.as_ptr();
+            // SAFETY: addr_of! only computes an address inside `value`.
+            let field = unsafe { ptr::addr_of!((*base).$field) };
+            field as usize - base as usize
+        }};
+    }
+
+    // Offsets and sizes as a C compiler lays out the header on LP64 targets
+    // (checked with gcc against ddpspawn.h).
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn launch_options_layout_matches_header() {
+        type T = ddpspawn_launch_options;
+        assert_eq!(size_of::<T>(), 104);
+        assert_eq!(align_of::<T>(), 8);
+        assert_eq!(offset_of!(T, struct_size), 0);
+        assert_eq!(offset_of!(T, nprocs), 4);
+        assert_eq!(offset_of!(T, start_method), 8);
+        assert_eq!(offset_of!(T, argv), 16);
+        assert_eq!(offset_of!(T, env), 24);
+        assert_eq!(offset_of!(T, worker_fn), 32);
+        assert_eq!(offset_of!(T, user_data), 40);
+        assert_eq!(offset_of!(T, before_fork), 48);
+        assert_eq!(offset_of!(T, after_fork_parent), 56);
+        assert_eq!(offset_of!(T, after_fork_child), 64);
+        assert_eq!(offset_of!(T, timeout_s), 72);
+        assert_eq!(offset_of!(T, grace_period_s), 80);
+        assert_eq!(offset_of!(T, master_addr), 88);
+        assert_eq!(offset_of!(T, master_port), 96);
+    }
+
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn rank_report_layout_matches_header() {
+        type T = ddpspawn_rank_report;
+        assert_eq!(size_of::<T>(), 32);
+        assert_eq!(offset_of!(T, struct_size), 0);
+        assert_eq!(offset_of!(T, state), 4);
+        assert_eq!(offset_of!(T, exit_code), 8);
+        assert_eq!(offset_of!(T, signal), 12);
+        assert_eq!(offset_of!(T, pid), 16);
+        assert_eq!(offset_of!(T, stopped_by_launcher), 24);
+    }
+
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn context_options_layout_matches_header() {
+        type T = ddpspawn_context_options;
+        assert_eq!(size_of::<T>(), 24);
+        assert_eq!(offset_of!(T, struct_size), 0);
+        assert_eq!(offset_of!(T, backend), 8);
+        assert_eq!(offset_of!(T, timeout_s), 16);
+    }
+
+    #[test]
+    fn init_constants_match_the_header_macros() {
+        let o = DDPSPAWN_LAUNCH_OPTIONS_INIT;
+        assert_eq!(o.struct_size as usize, size_of::<ddpspawn_launch_options>());
+        assert_eq!(o.nprocs, 1);
+        assert_eq!(o.grace_period_s, 5.0);
+        assert_eq!(o.timeout_s, 0.0);
+        assert!(o.start_method.is_null() && o.argv.is_null() && o.env.is_null());
+        assert!(o.worker_fn.is_none() && o.before_fork.is_none());
+        assert_eq!(
+            DDPSPAWN_CONTEXT_OPTIONS_INIT.struct_size as usize,
+            size_of::<ddpspawn_context_options>()
+        );
+        assert_eq!(
+            DDPSPAWN_RANK_REPORT_INIT.struct_size as usize,
+            size_of::<ddpspawn_rank_report>()
+        );
+    }
+
+    /// The library's own `*_init` functions agree with the constants (same
+    /// struct size and defaults): the library and this crate describe the
+    /// same ABI. The library fills a generous buffer, so a library with a
+    /// longer struct fails the size check instead of writing past ours.
+    #[test]
+    fn library_init_functions_agree() {
+        let mut buf = [0u64; 64];
+        unsafe {
+            ddpspawn_launch_options_init(buf.as_mut_ptr().cast());
+            let o = &*(buf.as_ptr() as *const ddpspawn_launch_options);
+            assert_eq!(o.struct_size as usize, size_of::<ddpspawn_launch_options>());
+            assert_eq!(o.nprocs, 1);
+            assert_eq!(o.grace_period_s, 5.0);
+            assert_eq!(o.timeout_s, 0.0);
+            assert_eq!(o.master_port, 0);
+            assert!(o.start_method.is_null() && o.worker_fn.is_none());
+        }
+        let mut buf = [0u64; 64];
+        unsafe {
+            ddpspawn_context_options_init(buf.as_mut_ptr().cast());
+            let c = &*(buf.as_ptr() as *const ddpspawn_context_options);
+            assert_eq!(c.struct_size as usize, size_of::<ddpspawn_context_options>());
+            assert!(c.backend.is_null());
+            assert_eq!(c.timeout_s, 0.0);
+        }
+    }
+
+    #[test]
+    fn links_and_reports_abi_version() {
+        unsafe {
+            assert_eq!(ddpspawn_abi_version(), DDPSPAWN_ABI_VERSION);
+            let v = CStr::from_ptr(ddpspawn_version());
+            assert!(!v.to_bytes().is_empty());
+            assert!(!ddpspawn_last_error().is_null());
+            ddpspawn_free(ptr::null_mut());
+            ddpspawn_job_destroy(ptr::null_mut());
+            ddpspawn_context_destroy(ptr::null_mut());
+        }
+    }
+
+    #[test]
+    fn null_arguments_are_invalid_argument() {
+        unsafe {
+            let mut job: *mut ddpspawn_job = ptr::null_mut();
+            assert_eq!(
+                ddpspawn_job_create(ptr::null(), &mut job),
+                DDPSPAWN_ERR_INVALID_ARGUMENT
+            );
+            assert!(job.is_null());
+            let msg = CStr::from_ptr(ddpspawn_last_error());
+            assert!(!msg.to_bytes().is_empty());
+            assert_eq!(ddpspawn_context_rank(ptr::null()), -1);
+            assert_eq!(ddpspawn_context_world_size(ptr::null()), -1);
+            assert_eq!(CStr::from_ptr(ddpspawn_context_environment(ptr::null())).to_bytes(), b"");
+        }
+    }
+}

@@ -1,0 +1,102 @@
+// Element types and reduce operations for the typed collectives: the sealed
+// `Element` trait maps f32/f64/i32/i64 to the C dtype constants.
+
+use ddpspawn_sys as sys;
+
+/// The element types a collective buffer can hold (`DDPSPAWN_FLOAT32` ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    Float32,
+    Float64,
+    Int32,
+    Int64,
+}
+
+impl DType {
+    /// The C constant.
+    pub fn to_raw(self) -> i32 {
+        match self {
+            DType::Float32 => sys::DDPSPAWN_FLOAT32,
+            DType::Float64 => sys::DDPSPAWN_FLOAT64,
+            DType::Int32 => sys::DDPSPAWN_INT32,
+            DType::Int64 => sys::DDPSPAWN_INT64,
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+    impl Sealed for i32 {}
+    impl Sealed for i64 {}
+}
+
+/// A type whose slices can go through [`Context`](crate::Context)
+/// collectives: `f32`, `f64`, `i32` or `i64`. Sealed: the library knows
+/// only these.
+pub trait Element: sealed::Sealed + Copy + Default + Send + Sync + 'static {
+    /// The matching C dtype.
+    const DTYPE: DType;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::Float32;
+}
+impl Element for f64 {
+    const DTYPE: DType = DType::Float64;
+}
+impl Element for i32 {
+    const DTYPE: DType = DType::Int32;
+}
+impl Element for i64 {
+    const DTYPE: DType = DType::Int64;
+}
+
+/// How [`Context::all_reduce`](crate::Context::all_reduce) and
+/// [`Context::reduce`](crate::Context::reduce) combine the ranks' values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    /// Sum divided by the world size; integers truncate toward 0.
+    Mean,
+    Min,
+    Max,
+    Product,
+}
+
+impl ReduceOp {
+    /// The C constant (`DDPSPAWN_SUM` ...).
+    pub fn to_raw(self) -> i32 {
+        match self {
+            ReduceOp::Sum => sys::DDPSPAWN_SUM,
+            ReduceOp::Mean => sys::DDPSPAWN_MEAN,
+            ReduceOp::Min => sys::DDPSPAWN_MIN,
+            ReduceOp::Max => sys::DDPSPAWN_MAX,
+            ReduceOp::Product => sys::DDPSPAWN_PRODUCT,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constants_match_header() {
+        assert_eq!(<f32 as Element>::DTYPE.to_raw(), 0);
+        assert_eq!(<f64 as Element>::DTYPE.to_raw(), 1);
+        assert_eq!(<i32 as Element>::DTYPE.to_raw(), 2);
+        assert_eq!(<i64 as Element>::DTYPE.to_raw(), 3);
+        let ops = [
+            ReduceOp::Sum,
+            ReduceOp::Mean,
+            ReduceOp::Min,
+            ReduceOp::Max,
+            ReduceOp::Product,
+        ];
+        for (i, op) in ops.iter().enumerate() {
+            assert_eq!(op.to_raw(), i as i32);
+        }
+    }
+}

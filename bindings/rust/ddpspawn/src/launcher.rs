@@ -1,0 +1,474 @@
+// The launching side: the `Launcher` builder that starts N workers (spawn a
+// program, re-run the current executable, or fork and run a closure) and the
+// `Report` of how each rank ended.
+
+use std::ffi::{OsStr, OsString};
+use std::io::Write;
+use std::os::raw::{c_char, c_int, c_void};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::panic::{self, AssertUnwindSafe};
+use std::ptr::{self, NonNull};
+use std::time::Duration;
+
+use ddpspawn_sys as sys;
+
+use crate::error::{c_str_to_string, check, last_error, to_c_string, Error, Result};
+
+/// Builds and runs a job of `nprocs` worker processes.
+///
+/// The builder methods only record settings; every check happens in the
+/// terminal methods ([`spawn_command`](Launcher::spawn_command),
+/// [`spawn_current_exe`](Launcher::spawn_current_exe),
+/// [`fork`](Launcher::fork)), which return before starting any process when
+/// an argument is invalid. A `Launcher` can run any number of jobs.
+///
+/// Each terminal method blocks until every rank has ended. It returns the
+/// [`Report`] when every rank exited 0. Otherwise it returns the error, and
+/// errors that end a started job ([`Error::WorkerFailed`], [`Error::Timeout`],
+/// [`Error::Interrupted`]) carry the same report (see [`Error::report`]).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// # fn main() -> ddpspawn::Result<()> {
+/// let report = ddpspawn::Launcher::new(2)
+///     .timeout(Duration::from_secs(60))
+///     .env("MY_SETTING", "1")
+///     .spawn_command("./my_worker", ["--epochs", "3"])?;
+/// println!("rank 0 returned {:?}", report.result());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Launcher {
+    nprocs: usize,
+    timeout: Option<Duration>,
+    grace_period: Option<Duration>,
+    env: Vec<(OsString, OsString)>,
+    master_addr: Option<String>,
+    master_port: Option<u16>,
+}
+
+impl Launcher {
+    /// A launcher for `nprocs` ranks (at least 1; 0 is rejected when the job
+    /// is created).
+    pub fn new(nprocs: usize) -> Launcher {
+        Launcher {
+            nprocs,
+            timeout: None,
+            grace_period: None,
+            env: Vec::new(),
+            master_addr: None,
+            master_port: None,
+        }
+    }
+
+    /// Limit for the whole job. Past it every rank is stopped and the job
+    /// fails with [`Error::Timeout`]. `Duration::ZERO` means no limit (the
+    /// default).
+    pub fn timeout(mut self, timeout: Duration) -> Launcher {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// After the first failure, how long the other ranks get between SIGTERM
+    /// and SIGKILL (default 5 s).
+    pub fn grace_period(mut self, grace_period: Duration) -> Launcher {
+        self.grace_period = Some(grace_period);
+        self
+    }
+
+    /// Adds `key=value` to every rank's environment (both start methods). A
+    /// later call with the same key replaces the value. An empty key, a key
+    /// with `=`, or a NUL byte in either is an [`Error::InvalidArgument`]
+    /// from the terminal method.
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Launcher {
+        let key = key.as_ref().to_os_string();
+        let value = value.as_ref().to_os_string();
+        match self.env.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = value,
+            None => self.env.push((key, value)),
+        }
+        self
+    }
+
+    /// `MASTER_ADDR` given to the workers (default 127.0.0.1). ddpspawn's
+    /// own rendezvous does not use it; it is there for programs that run
+    /// their own.
+    pub fn master_addr(mut self, addr: impl Into<String>) -> Launcher {
+        self.master_addr = Some(addr.into());
+        self
+    }
+
+    /// `MASTER_PORT` given to the workers (default: a free port; 0 means the
+    /// default too).
+    pub fn master_port(mut self, port: u16) -> Launcher {
+        self.master_port = Some(port);
+        self
+    }
+
+    /// Starts every rank as `program args...` (the program is searched on
+    /// `PATH`) in a fresh process and waits for all of them.
+    pub fn spawn_command<P, I, S>(&self, program: P, args: I) -> Result<Report>
+    where
+        P: AsRef<OsStr>,
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut argv = vec![to_c_string("program", program.as_ref().as_bytes())?];
+        for arg in args {
+            argv.push(to_c_string("argument", arg.as_ref().as_bytes())?);
+        }
+        let mut argv_ptrs: Vec<*const c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+        argv_ptrs.push(ptr::null());
+        let job = self.create_job(
+            b"spawn\0",
+            argv_ptrs.as_ptr(),
+            None,
+            ptr::null_mut(),
+        )?;
+        run(&job)
+    }
+
+    /// Starts every rank as the current executable
+    /// ([`std::env::current_exe`]) with `args`, and waits for all of them.
+    /// The program tells the two roles apart with [`is_worker`](crate::is_worker).
+    pub fn spawn_current_exe<I, S>(&self, args: I) -> Result<Report>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let exe = std::env::current_exe().map_err(|e| Error::Internal {
+            message: format!("cannot find the current executable: {e}"),
+        })?;
+        self.spawn_command(exe, args)
+    }
+
+    /// Forks every rank from this process; each child runs `worker(rank)`
+    /// and exits with its return value (0 = success). The parent waits for
+    /// all of them and never calls `worker` itself.
+    ///
+    /// The children start as copies of this process, so the closure can use
+    /// anything it captured. A panic in the closure is caught in the child:
+    /// its message becomes the rank's error text
+    /// ([`set_error`](crate::set_error)) and the exit code is 101. Rust
+    /// destructors of the parent's values do not run in the children.
+    ///
+    /// # Safety
+    ///
+    /// This forks the calling process. Only the calling thread exists in a
+    /// child, so any lock another thread held at the moment of the fork stays
+    /// locked there forever, and any state other threads were changing may
+    /// be half-written. Call this when the process is effectively
+    /// single-threaded (in `main` before starting threads, not from a libtest
+    /// test running beside others), and let the closure use only what the
+    /// calling thread owns. The spawn start methods have no such constraint.
+    pub unsafe fn fork<F>(&self, worker: F) -> Result<Report>
+    where
+        F: FnMut(usize) -> i32,
+    {
+        let mut worker = worker;
+        let user_data = &mut worker as *mut F as *mut c_void;
+        let job = self.create_job(b"fork\0", ptr::null(), Some(trampoline::<F>), user_data)?;
+        // What is buffered now would otherwise be printed by every child too.
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        let report = run(&job);
+        // `worker` must outlive the job's start; keep it alive until here.
+        drop(worker);
+        report
+    }
+
+    /// Checks the settings, builds the option struct and creates the job
+    /// (the library copies every string and array).
+    fn create_job(
+        &self,
+        start_method: &'static [u8],
+        argv: *const *const c_char,
+        worker_fn: sys::ddpspawn_worker_fn,
+        user_data: *mut c_void,
+    ) -> Result<Job> {
+        crate::check_abi_version()?;
+        let nprocs = i32::try_from(self.nprocs)
+            .map_err(|_| Error::invalid(format!("nprocs {} is too large", self.nprocs)))?;
+
+        let mut env = Vec::with_capacity(self.env.len());
+        for (key, value) in &self.env {
+            let key_bytes = key.as_bytes();
+            if key_bytes.is_empty() || key_bytes.contains(&b'=') {
+                return Err(Error::invalid(format!(
+                    "environment name {:?} is empty or contains '='",
+                    key
+                )));
+            }
+            let mut entry = key.clone().into_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            env.push(to_c_string("environment entry", entry)?);
+        }
+        let mut env_ptrs: Vec<*const c_char> = env.iter().map(|e| e.as_ptr()).collect();
+        env_ptrs.push(ptr::null());
+
+        let master_addr = match &self.master_addr {
+            Some(addr) => Some(to_c_string("master_addr", addr.as_bytes())?),
+            None => None,
+        };
+
+        let mut options = sys::DDPSPAWN_LAUNCH_OPTIONS_INIT;
+        options.nprocs = nprocs;
+        options.start_method = start_method.as_ptr() as *const c_char;
+        options.argv = argv;
+        options.env = if env.is_empty() {
+            ptr::null()
+        } else {
+            env_ptrs.as_ptr()
+        };
+        options.worker_fn = worker_fn;
+        options.user_data = user_data;
+        if let Some(timeout) = self.timeout {
+            options.timeout_s = timeout.as_secs_f64();
+        }
+        if let Some(grace) = self.grace_period {
+            options.grace_period_s = grace.as_secs_f64();
+        }
+        if let Some(addr) = &master_addr {
+            options.master_addr = addr.as_ptr();
+        }
+        if let Some(port) = self.master_port {
+            options.master_port = i32::from(port);
+        }
+
+        let mut job: *mut sys::ddpspawn_job = ptr::null_mut();
+        // SAFETY: every pointer in `options` is valid until this returns.
+        check(unsafe { sys::ddpspawn_job_create(&options, &mut job) })?;
+        NonNull::new(job).map(Job).ok_or_else(|| Error::Internal {
+            message: "ddpspawn_job_create returned OK and no job".to_string(),
+        })
+    }
+}
+
+/// Owns a `ddpspawn_job`.
+struct Job(NonNull<sys::ddpspawn_job>);
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        // SAFETY: created by ddpspawn_job_create, destroyed once.
+        unsafe { sys::ddpspawn_job_destroy(self.0.as_ptr()) }
+    }
+}
+
+/// Runs the job and builds the outcome.
+fn run(job: &Job) -> Result<Report> {
+    // SAFETY: a live job. In fork mode the children never return from here.
+    let status = unsafe { sys::ddpspawn_job_run(job.0.as_ptr()) };
+    if status == sys::DDPSPAWN_OK {
+        return Report::from_job(job);
+    }
+    // Read the message before any other ddpspawn call replaces it.
+    let mut error = Error::from_code(status, last_error());
+    let report = Report::from_job(job).ok();
+    match &mut error {
+        Error::WorkerFailed {
+            rank, report: slot, ..
+        } => {
+            if let Some(report) = &report {
+                *rank = report.failed_rank.unwrap_or_else(|| report.first_failure());
+            }
+            *slot = report.map(Box::new);
+        }
+        Error::Timeout { report: slot, .. } | Error::Interrupted { report: slot, .. } => {
+            *slot = report.map(Box::new);
+        }
+        _ => {}
+    }
+    Err(error)
+}
+
+/// The fork-mode entry point: calls the closure behind `user_data` in the
+/// child and turns a panic into an error text and exit code 101.
+unsafe extern "C" fn trampoline<F>(rank: i32, user_data: *mut c_void) -> c_int
+where
+    F: FnMut(usize) -> i32,
+{
+    // SAFETY: `user_data` is the `F` that `Launcher::fork` keeps alive; this
+    // child owns its copy of it.
+    let worker = &mut *(user_data as *mut F);
+    let rank_index = usize::try_from(rank).unwrap_or(0);
+    let code = match panic::catch_unwind(AssertUnwindSafe(|| worker(rank_index))) {
+        Ok(code) => code,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string payload".to_string());
+            let _ = crate::set_error(&format!("rank {rank} panicked: {what}"));
+            101
+        }
+    };
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    code
+}
+
+/// How a rank ended (`DDPSPAWN_RANK_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RankState {
+    /// Never started (the job failed before reaching it).
+    NotStarted,
+    /// Still running (not seen in a finished job's report).
+    Running,
+    /// Exited by itself or after the launcher's SIGTERM, with this code.
+    Exited(i32),
+    /// Killed by this signal.
+    Signaled(i32),
+    /// A state this crate does not know (a newer library).
+    Unknown(i32),
+}
+
+/// The outcome of one rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RankReport {
+    /// The rank's global rank.
+    pub rank: usize,
+    /// How it ended.
+    pub state: RankState,
+    /// Its process id, if it was started.
+    pub pid: Option<u32>,
+    /// The launcher stopped it (after another rank's failure, a timeout or an
+    /// interrupt) rather than the rank ending by itself.
+    pub stopped_by_launcher: bool,
+    /// The error text it reported ([`set_error`](crate::set_error), an
+    /// uncaught C++ exception ...); empty if none.
+    pub error: String,
+}
+
+impl RankReport {
+    /// The exit code, if it exited.
+    pub fn exit_code(&self) -> Option<i32> {
+        match self.state {
+            RankState::Exited(code) => Some(code),
+            _ => None,
+        }
+    }
+
+    /// The signal that ended it, if one did.
+    pub fn signal(&self) -> Option<i32> {
+        match self.state {
+            RankState::Signaled(signal) => Some(signal),
+            _ => None,
+        }
+    }
+
+    /// It exited with code 0.
+    pub fn success(&self) -> bool {
+        self.state == RankState::Exited(0)
+    }
+}
+
+/// How a job ended: one [`RankReport`] per rank, the rank whose failure ended
+/// it, and the bytes rank 0 handed back with [`set_result`](crate::set_result).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    ranks: Vec<RankReport>,
+    failed_rank: Option<usize>,
+    result: Option<Vec<u8>>,
+}
+
+impl Report {
+    /// Every rank's outcome, indexed by rank.
+    pub fn ranks(&self) -> &[RankReport] {
+        &self.ranks
+    }
+
+    /// One rank's outcome.
+    pub fn rank(&self, rank: usize) -> Option<&RankReport> {
+        self.ranks.get(rank)
+    }
+
+    /// The number of ranks.
+    pub fn nprocs(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// The rank whose failure ended the job; `None` on success, timeout or
+    /// interrupt.
+    pub fn failed_rank(&self) -> Option<usize> {
+        self.failed_rank
+    }
+
+    /// The bytes rank 0 set with [`set_result`](crate::set_result), or
+    /// `None` if it set none. (Borrowed; see [`Report::into_result`] for an
+    /// owned `Vec`.)
+    pub fn result(&self) -> Option<&[u8]> {
+        self.result.as_deref()
+    }
+
+    /// Takes rank 0's bytes out of the report.
+    pub fn into_result(self) -> Option<Vec<u8>> {
+        self.result
+    }
+
+    /// Reads the report of a job that has run.
+    fn from_job(job: &Job) -> Result<Report> {
+        let job = job.0.as_ptr() as *const sys::ddpspawn_job;
+        // SAFETY (whole block): `job` is live; out-parameters are locals; the
+        // strings and bytes the job owns are copied before the next call.
+        unsafe {
+            let nprocs = sys::ddpspawn_job_nprocs(job);
+            let mut ranks = Vec::with_capacity(usize::try_from(nprocs).unwrap_or(0));
+            for rank in 0..nprocs.max(0) {
+                let mut raw = sys::DDPSPAWN_RANK_REPORT_INIT;
+                check(sys::ddpspawn_job_rank_report(job, rank, &mut raw))?;
+                let mut text: *const c_char = ptr::null();
+                check(sys::ddpspawn_job_rank_error(job, rank, &mut text))?;
+                ranks.push(RankReport {
+                    rank: rank as usize,
+                    state: match raw.state {
+                        sys::DDPSPAWN_RANK_NOT_STARTED => RankState::NotStarted,
+                        sys::DDPSPAWN_RANK_RUNNING => RankState::Running,
+                        sys::DDPSPAWN_RANK_EXITED => RankState::Exited(raw.exit_code),
+                        sys::DDPSPAWN_RANK_SIGNALED => RankState::Signaled(raw.signal),
+                        other => RankState::Unknown(other),
+                    },
+                    pid: u32::try_from(raw.pid).ok().filter(|&pid| pid > 0),
+                    stopped_by_launcher: raw.stopped_by_launcher != 0,
+                    error: c_str_to_string(text),
+                });
+            }
+            let failed_rank = usize::try_from(sys::ddpspawn_job_failed_rank(job)).ok();
+
+            let mut data: *const c_void = ptr::null();
+            let mut size: usize = 0;
+            let mut has_result: i32 = 0;
+            check(sys::ddpspawn_job_result(
+                job,
+                &mut data,
+                &mut size,
+                &mut has_result,
+            ))?;
+            let result = if has_result == 0 {
+                None
+            } else if size == 0 || data.is_null() {
+                Some(Vec::new())
+            } else {
+                Some(std::slice::from_raw_parts(data as *const u8, size).to_vec())
+            };
+            Ok(Report {
+                ranks,
+                failed_rank,
+                result,
+            })
+        }
+    }
+
+    /// The first rank that ended badly by itself; 0 if none did. Used only
+    /// when the library reports a worker failure without a failed rank.
+    fn first_failure(&self) -> usize {
+        self.ranks
+            .iter()
+            .find(|r| !r.success() && !r.stopped_by_launcher)
+            .map_or(0, |r| r.rank)
+    }
+}

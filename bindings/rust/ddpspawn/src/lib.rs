@@ -1,0 +1,87 @@
+//! Safe Rust API for ddpspawn: start N worker processes, join them into a
+//! c10d process group (Gloo on CPU, NCCL on CUDA), run collectives, and hand a
+//! result from rank 0 back to the launching process.
+//!
+//! Two sides:
+//!
+//! * The launcher: [`Launcher`] starts the ranks (spawning a program,
+//!   re-running the current executable, or forking and running a closure)
+//!   and returns a [`Report`] of how each ended, or an [`Error`] that names
+//!   the failing rank and carries the same report.
+//! * The worker: [`is_worker`], [`set_result`], [`set_error`], and a
+//!   [`Context`] for the rank's place in the group and the collectives on
+//!   slices of [`Element`] types (`f32`, `f64`, `i32`, `i64`).
+//!
+//! ```no_run
+//! use ddpspawn::{Context, Launcher, ReduceOp};
+//!
+//! fn main() -> ddpspawn::Result<()> {
+//!     if ddpspawn::is_worker() {
+//!         let ctx = Context::from_env()?;
+//!         let mut x = [ctx.rank() as f64 + 1.0];
+//!         ctx.all_reduce(&mut x, ReduceOp::Sum)?;
+//!         if ctx.rank() == 0 {
+//!             ddpspawn::set_result(&x[0].to_le_bytes())?;
+//!         }
+//!         return Ok(());
+//!     }
+//!     let report = Launcher::new(2).spawn_current_exe(std::iter::empty::<&str>())?;
+//!     let bytes = report.result().expect("rank 0 sets a result");
+//!     println!("sum = {}", f64::from_le_bytes(bytes.try_into().unwrap()));
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Strings cross the C boundary as `CString`s: a NUL byte inside one is an
+//! [`Error::InvalidArgument`], never a panic.
+//!
+//! Linking: `ddpspawn-sys` finds `libddpspawn.so` through `DDPSPAWN_LIB_DIR`
+//! or pkg-config. Binaries of other crates need the library on the loader's
+//! path (an rpath, or `LD_LIBRARY_PATH`).
+
+mod context;
+mod element;
+mod error;
+mod launcher;
+mod worker;
+
+pub use context::Context;
+pub use element::{DType, Element, ReduceOp};
+pub use error::{Error, ErrorKind, Result};
+pub use launcher::{Launcher, RankReport, RankState, Report};
+pub use worker::{is_worker, set_error, set_result};
+
+/// Re-export of the raw declarations.
+pub use ddpspawn_sys as sys;
+
+/// The ABI major version this crate was written against
+/// (`DDPSPAWN_ABI_VERSION`).
+pub const ABI_VERSION: i32 = ddpspawn_sys::DDPSPAWN_ABI_VERSION;
+
+/// The ABI major version of the loaded library.
+pub fn abi_version() -> i32 {
+    // SAFETY: no arguments.
+    unsafe { ddpspawn_sys::ddpspawn_abi_version() }
+}
+
+/// The loaded library's version, e.g. `"0.1.0"`.
+pub fn version() -> String {
+    // SAFETY: never NULL; copied at once.
+    unsafe { error::c_str_to_string(ddpspawn_sys::ddpspawn_version()) }
+}
+
+/// `Ok(())` when the loaded library speaks [`ABI_VERSION`], else
+/// [`Error::Unavailable`]. [`Launcher`] and [`Context`] check this before
+/// their first C call.
+pub fn check_abi_version() -> Result<()> {
+    let loaded = abi_version();
+    if loaded == ABI_VERSION {
+        Ok(())
+    } else {
+        Err(Error::Unavailable {
+            message: format!(
+                "libddpspawn has ABI version {loaded}, this crate needs {ABI_VERSION}"
+            ),
+        })
+    }
+}

@@ -1,0 +1,198 @@
+// The C ABI of the launcher: jobs, their reports, and the worker side's result and error.
+#include <cstdlib>
+#include <memory>
+
+#include "capi/status.h"
+#include "core/env/cluster_environment.h"
+#include "core/launch/launcher.h"
+#include "core/launch/worker_channel.h"
+#include "ddpspawn/ddpspawn.h"
+
+using ddpspawn::capi::Guard;
+using ddpspawn::capi::NotNull;
+using ddpspawn::capi::ReadOptions;
+
+struct ddpspawn_job {
+  std::unique_ptr<ddpspawn::Job> job;
+};
+
+namespace {
+
+std::vector<std::string> StringList(const char* const* list) {
+  std::vector<std::string> out;
+  for (; list != nullptr && *list != nullptr; ++list) out.emplace_back(*list);
+  return out;
+}
+
+std::function<void()> Hook(ddpspawn_fork_hook hook) {
+  if (hook == nullptr) return nullptr;
+  return [hook] { hook(); };
+}
+
+absl::Duration Seconds(double seconds, absl::Duration if_zero) {
+  return seconds == 0.0 ? if_zero : absl::Seconds(seconds);
+}
+
+absl::StatusOr<ddpspawn::LaunchSpec> ToSpec(const ddpspawn_launch_options& o) {
+  ddpspawn::LaunchSpec spec;
+  spec.nprocs = o.nprocs;
+  absl::StatusOr<ddpspawn::StartMethod> method =
+      ddpspawn::ParseStartMethod(o.start_method ? o.start_method : "spawn");
+  if (!method.ok()) return method.status();
+  spec.start_method = *method;
+  spec.argv = StringList(o.argv);
+  spec.env = StringList(o.env);
+  if (o.worker_fn != nullptr) {
+    ddpspawn_worker_fn fn = o.worker_fn;
+    void* user_data = o.user_data;
+    spec.worker = [fn, user_data](int rank) { return fn(rank, user_data); };
+  }
+  spec.fork_hooks = {Hook(o.before_fork), Hook(o.after_fork_parent),
+                     Hook(o.after_fork_child)};
+  if (!(o.timeout_s >= 0.0) || !(o.grace_period_s >= 0.0)) {
+    return absl::InvalidArgumentError(
+        "timeout_s and grace_period_s must be >= 0 (0 timeout: none)");
+  }
+  spec.timeout = Seconds(o.timeout_s, absl::InfiniteDuration());
+  spec.grace_period = absl::Seconds(o.grace_period_s);
+  if (o.master_addr != nullptr) spec.master_addr = o.master_addr;
+  spec.master_port = o.master_port;
+  return spec;
+}
+
+absl::Status CheckRank(const ddpspawn_job* job, int32_t rank) {
+  if (absl::Status s = NotNull(job, "job"); !s.ok()) return s;
+  if (rank < 0 || rank >= job->job->nprocs()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, " is outside [0, ", job->job->nprocs(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+extern "C" {
+
+DDPSPAWN_EXPORT void ddpspawn_launch_options_init(ddpspawn_launch_options* options) {
+  if (options != nullptr) *options = DDPSPAWN_LAUNCH_OPTIONS_INIT;
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_create(const ddpspawn_launch_options* options,
+                                                    ddpspawn_job** out_job) {
+  return Guard([&]() -> absl::Status {
+    if (absl::Status s = NotNull(options, "options"); !s.ok()) return s;
+    if (absl::Status s = NotNull(out_job, "out_job"); !s.ok()) return s;
+    ddpspawn_launch_options o = DDPSPAWN_LAUNCH_OPTIONS_INIT;
+    if (absl::Status s = ReadOptions(options, "DDPSPAWN_LAUNCH_OPTIONS", &o); !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<ddpspawn::LaunchSpec> spec = ToSpec(o);
+    if (!spec.ok()) return spec.status();
+    absl::StatusOr<std::unique_ptr<ddpspawn::Job>> job =
+        ddpspawn::Job::Create(*std::move(spec));
+    if (!job.ok()) return job.status();
+    *out_job = new ddpspawn_job{*std::move(job)};
+    return absl::OkStatus();
+  });
+}
+
+DDPSPAWN_EXPORT void ddpspawn_job_destroy(ddpspawn_job* job) { delete job; }
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_start(ddpspawn_job* job) {
+  return Guard([&]() -> absl::Status {
+    if (absl::Status s = NotNull(job, "job"); !s.ok()) return s;
+    return job->job->Start();
+  });
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_wait(ddpspawn_job* job) {
+  return Guard([&]() -> absl::Status {
+    if (absl::Status s = NotNull(job, "job"); !s.ok()) return s;
+    return job->job->Wait();
+  });
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_run(ddpspawn_job* job) {
+  ddpspawn_status started = ddpspawn_job_start(job);
+  return started == DDPSPAWN_OK ? ddpspawn_job_wait(job) : started;
+}
+
+DDPSPAWN_EXPORT int32_t ddpspawn_job_nprocs(const ddpspawn_job* job) {
+  return job == nullptr ? -1 : job->job->nprocs();
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_report(const ddpspawn_job* job,
+                                                         int32_t rank,
+                                                         ddpspawn_rank_report* out_report) {
+  return Guard([&]() -> absl::Status {
+    if (absl::Status s = CheckRank(job, rank); !s.ok()) return s;
+    if (absl::Status s = NotNull(out_report, "out_report"); !s.ok()) return s;
+    ddpspawn_rank_report report = DDPSPAWN_RANK_REPORT_INIT;
+    if (absl::Status s = ReadOptions(out_report, "DDPSPAWN_RANK_REPORT", &report); !s.ok()) {
+      return s;
+    }
+    const ddpspawn::RankOutcome& outcome = job->job->outcomes()[rank];
+    report.state = static_cast<int32_t>(outcome.state);
+    report.exit_code = outcome.exit_code;
+    report.signal = outcome.signal;
+    report.pid = outcome.pid;
+    report.stopped_by_launcher = outcome.stopped_by_launcher ? 1 : 0;
+    uint32_t caller_size = out_report->struct_size;
+    std::memcpy(static_cast<void*>(out_report), &report, caller_size);
+    out_report->struct_size = caller_size;
+    return absl::OkStatus();
+  });
+}
+
+DDPSPAWN_EXPORT int32_t ddpspawn_job_failed_rank(const ddpspawn_job* job) {
+  return job == nullptr ? -1 : job->job->failed_rank();
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(const ddpspawn_job* job, int32_t rank,
+                                                        const char** out_text) {
+  return Guard([&]() -> absl::Status {
+    if (absl::Status s = CheckRank(job, rank); !s.ok()) return s;
+    if (absl::Status s = NotNull(out_text, "out_text"); !s.ok()) return s;
+    *out_text = job->job->outcomes()[rank].error_text.c_str();
+    return absl::OkStatus();
+  });
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_result(const ddpspawn_job* job,
+                                                    const void** out_data, size_t* out_size,
+                                                    int32_t* out_has_result) {
+  return Guard([&]() -> absl::Status {
+    if (absl::Status s = NotNull(job, "job"); !s.ok()) return s;
+    if (absl::Status s = NotNull(out_data, "out_data"); !s.ok()) return s;
+    if (absl::Status s = NotNull(out_size, "out_size"); !s.ok()) return s;
+    if (absl::Status s = NotNull(out_has_result, "out_has_result"); !s.ok()) return s;
+    const std::optional<std::string>& result = job->job->result();
+    *out_data = result ? result->data() : nullptr;
+    *out_size = result ? result->size() : 0;
+    *out_has_result = result ? 1 : 0;
+    return absl::OkStatus();
+  });
+}
+
+DDPSPAWN_EXPORT int32_t ddpspawn_is_worker(void) {
+  return std::getenv(ddpspawn::kRunDirEnv) != nullptr ? 1 : 0;
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_result(const void* data, size_t size) {
+  return Guard([&]() -> absl::Status {
+    if (size > 0) {
+      if (absl::Status s = NotNull(data, "data"); !s.ok()) return s;
+    }
+    return ddpspawn::SetWorkerResult(
+        absl::string_view(static_cast<const char*>(data), data ? size : 0));
+  });
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_error(const char* text) {
+  return Guard([&]() -> absl::Status {
+    if (absl::Status s = NotNull(text, "text"); !s.ok()) return s;
+    return ddpspawn::SetWorkerError(text);
+  });
+}
+
+}  // extern "C"

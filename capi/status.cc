@@ -1,0 +1,61 @@
+// Status codes and the thread-local last error of the C ABI; the version entry points.
+#include "capi/status.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace ddpspawn::capi {
+namespace {
+
+thread_local std::string t_last_error;
+
+ddpspawn_status CodeOf(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return DDPSPAWN_OK;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kNotFound:
+      return DDPSPAWN_ERR_INVALID_ARGUMENT;
+    case absl::StatusCode::kAborted:
+      return DDPSPAWN_ERR_WORKER_FAILED;
+    case absl::StatusCode::kDeadlineExceeded:
+      return DDPSPAWN_ERR_TIMEOUT;
+    case absl::StatusCode::kCancelled:
+      return DDPSPAWN_ERR_INTERRUPTED;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kUnimplemented:
+      return DDPSPAWN_ERR_UNAVAILABLE;
+    case absl::StatusCode::kFailedPrecondition:
+      return DDPSPAWN_ERR_FAILED_PRECONDITION;
+    default:
+      return DDPSPAWN_ERR_INTERNAL;
+  }
+}
+
+}  // namespace
+
+ddpspawn_status Report(const absl::Status& status) {
+  if (status.ok()) {
+    t_last_error.clear();
+  } else {
+    t_last_error = std::string(status.message());
+  }
+  return CodeOf(status);
+}
+
+}  // namespace ddpspawn::capi
+
+extern "C" {
+
+DDPSPAWN_EXPORT const char* ddpspawn_last_error(void) {
+  return ddpspawn::capi::t_last_error.c_str();
+}
+
+DDPSPAWN_EXPORT int32_t ddpspawn_abi_version(void) { return DDPSPAWN_ABI_VERSION; }
+
+DDPSPAWN_EXPORT const char* ddpspawn_version(void) { return "0.1.0"; }
+
+DDPSPAWN_EXPORT void ddpspawn_free(void* ptr) { std::free(ptr); }
+
+}  // extern "C"

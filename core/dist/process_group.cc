@@ -1,0 +1,356 @@
+// c10d process groups and collectives with Status errors (see process_group.h).
+#include "core/dist/process_group.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace ddpspawn {
+namespace {
+
+// Each process group this process joins gets its own key prefix in the store; every rank joins
+// groups in the same order, so the n-th group agrees across ranks.
+std::atomic<int> g_group_generation{0};
+
+absl::Status FromException(absl::string_view what, absl::string_view message) {
+  std::string lower = absl::AsciiStrToLower(message);
+  std::string text = absl::StrCat(what, " failed: ", message);
+  if (absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout")) {
+    return absl::DeadlineExceededError(text);
+  }
+  return absl::InternalError(text);
+}
+
+// Runs `body`, turning any exception into a Status that names `what`.
+template <typename Body>
+absl::Status Guarded(absl::string_view what, Body&& body) {
+  try {
+    body();
+    return absl::OkStatus();
+  } catch (const c10::Error& e) {
+    return FromException(what, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return FromException(what, e.what());
+  }
+}
+
+at::ScalarType ToScalarType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return at::kFloat;
+    case DType::kFloat64:
+      return at::kDouble;
+    case DType::kInt32:
+      return at::kInt;
+    case DType::kInt64:
+      return at::kLong;
+  }
+  return at::kFloat;
+}
+
+c10d::ReduceOp ToC10dOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean:  // Gloo has no AVG: sum, then divide
+      return c10d::ReduceOp::SUM;
+    case ReduceOp::kMin:
+      return c10d::ReduceOp::MIN;
+    case ReduceOp::kMax:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::kProduct:
+      return c10d::ReduceOp::PRODUCT;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+void DivideForMean(at::Tensor& tensor, int world_size) {
+  if (at::isIntegralType(tensor.scalar_type(), /*includeBool=*/false)) {
+    tensor.div_(world_size, "trunc");
+  } else {
+    tensor.div_(world_size);
+  }
+}
+
+at::Tensor WrapBuffer(const void* data, size_t count, DType dtype) {
+  return at::from_blob(const_cast<void*>(data), {static_cast<int64_t>(count)},
+                       at::TensorOptions().dtype(ToScalarType(dtype)));
+}
+
+bool IsLoopback(const std::string& addr) {
+  return addr == "localhost" || absl::StartsWith(addr, "127.") || addr == "::1";
+}
+
+std::shared_ptr<::gloo::transport::Device> GlooDevice(const ClusterInfo& cluster) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  // A launcher-started or single-node group stays on loopback: nothing off this host can reach
+  // it.
+  if (cluster.kind == ClusterKind::kDdpspawn || IsLoopback(cluster.master_addr)) {
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+c10::intrusive_ptr<c10d::Store> MakeStore(const ClusterInfo& cluster,
+                                         std::chrono::milliseconds timeout) {
+  c10::intrusive_ptr<c10d::Store> store;
+  if (cluster.kind == ClusterKind::kDdpspawn) {
+    store = c10::make_intrusive<c10d::FileStore>(cluster.run_dir + "/store",
+                                                 cluster.world_size);
+  } else if (cluster.world_size == 1) {
+    store = c10::make_intrusive<c10d::HashStore>();
+  } else {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(cluster.master_port);
+    options.isServer = cluster.rank == 0 && !cluster.store_is_external;
+    options.numWorkers = cluster.world_size;
+    options.waitWorkers = false;
+    options.timeout = timeout;
+    store = c10::make_intrusive<c10d::TCPStore>(cluster.master_addr, options);
+  }
+  store->setTimeout(timeout);
+  return store;
+}
+
+}  // namespace
+
+struct ProcessGroup::Impl {
+  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  std::chrono::milliseconds timeout;
+  // Where tensors must live for this backend: CPU for gloo, this rank's GPU for nccl.
+  at::Device device = at::kCPU;
+
+  // Runs a collective on `tensor` (moved to the backend's device and back if needed).
+  template <typename Collective>
+  void OnDevice(at::Tensor& tensor, Collective&& collective) {
+    if (tensor.device() == device) {
+      collective(tensor);
+      return;
+    }
+    at::Tensor staged = tensor.to(device);
+    collective(staged);
+    tensor.copy_(staged);
+  }
+};
+
+size_t DTypeSize(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kInt32 ? 4 : 8;
+}
+
+bool NcclAvailable() {
+#ifdef USE_C10D_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+ProcessGroup::ProcessGroup(ClusterInfo cluster, GroupOptions options,
+                           std::unique_ptr<Impl> impl)
+    : cluster_(std::move(cluster)),
+      options_(std::move(options)),
+      impl_(std::move(impl)) {}
+
+ProcessGroup::~ProcessGroup() = default;
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
+    const ClusterInfo& cluster, const GroupOptions& options) {
+  if (options.backend != "gloo" && options.backend != "nccl") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown backend '", options.backend, "'; expected 'gloo' or 'nccl'"));
+  }
+  if (options.backend == "nccl" && !NcclAvailable()) {
+    return absl::UnavailableError(
+        "backend 'nccl' needs a CUDA build of LibTorch with NCCL, and this build has none "
+        "(Debian's LibTorch is CPU-only); use 'gloo', or rebuild with DDPSPAWN_LIBTORCH set "
+        "to a CUDA LibTorch");
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the process group timeout must be positive");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->timeout = absl::ToChronoMilliseconds(options.timeout);
+  std::string prefix = absl::StrCat("ddpspawn/group", g_group_generation++);
+  absl::Status created = Guarded("joining the process group", [&] {
+    auto store = c10::make_intrusive<c10d::PrefixStore>(
+        prefix, MakeStore(cluster, impl->timeout));
+#ifdef USE_C10D_NCCL
+    if (options.backend == "nccl") {
+      impl->device = at::Device(at::kCUDA, cluster.local_rank);
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = impl->timeout;
+      impl->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+          store, cluster.rank, cluster.world_size, nccl_options);
+      return;
+    }
+#endif
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(impl->timeout);
+    gloo_options->devices.push_back(GlooDevice(cluster));
+    impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        store, cluster.rank, cluster.world_size, gloo_options);
+  });
+  if (!created.ok()) return created;
+  return std::unique_ptr<ProcessGroup>(
+      new ProcessGroup(cluster, options, std::move(impl)));
+}
+
+absl::Status ProcessGroup::CheckRank(int rank, absl::string_view what) const {
+  if (rank < 0 || rank >= world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " rank ", rank, " is outside [0, ", world_size(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProcessGroup::Barrier(absl::string_view name) {
+  return Guarded(absl::StrCat("barrier '", name, "'"), [&] {
+    c10d::BarrierOptions opts;
+    opts.timeout = impl_->timeout;
+    impl_->group->barrier(opts)->wait();
+  });
+}
+
+absl::Status ProcessGroup::Broadcast(at::Tensor& tensor, int src) {
+  if (absl::Status valid = CheckRank(src, "broadcast source"); !valid.ok()) return valid;
+  return Guarded("broadcast", [&] {
+    impl_->OnDevice(tensor, [&](at::Tensor& t) {
+      std::vector<at::Tensor> tensors{t};
+      c10d::BroadcastOptions opts;
+      opts.rootRank = src;
+      opts.timeout = impl_->timeout;
+      impl_->group->broadcast(tensors, opts)->wait();
+    });
+  });
+}
+
+absl::Status ProcessGroup::AllReduce(at::Tensor& tensor, ReduceOp op) {
+  return Guarded("all_reduce", [&] {
+    impl_->OnDevice(tensor, [&](at::Tensor& t) {
+      std::vector<at::Tensor> tensors{t};
+      c10d::AllreduceOptions opts;
+      opts.reduceOp = ToC10dOp(op);
+      opts.timeout = impl_->timeout;
+      impl_->group->allreduce(tensors, opts)->wait();
+      if (op == ReduceOp::kMean) DivideForMean(t, world_size());
+    });
+  });
+}
+
+absl::Status ProcessGroup::Reduce(at::Tensor& tensor, ReduceOp op, int dst) {
+  if (absl::Status valid = CheckRank(dst, "reduce destination"); !valid.ok()) return valid;
+  return Guarded("reduce", [&] {
+    // Gloo may use a non-root rank's tensor as scratch space: reduce a copy there.
+    at::Tensor target = rank() == dst ? tensor : tensor.clone();
+    impl_->OnDevice(target, [&](at::Tensor& t) {
+      std::vector<at::Tensor> tensors{t};
+      c10d::ReduceOptions opts;
+      opts.reduceOp = ToC10dOp(op);
+      opts.rootRank = dst;
+      opts.timeout = impl_->timeout;
+      impl_->group->reduce(tensors, opts)->wait();
+      if (op == ReduceOp::kMean && rank() == dst) DivideForMean(t, world_size());
+    });
+  });
+}
+
+absl::StatusOr<std::vector<at::Tensor>> ProcessGroup::AllGather(
+    const at::Tensor& tensor) {
+  std::vector<at::Tensor> gathered;
+  absl::Status status = Guarded("all_gather", [&] {
+    at::Tensor input = tensor.to(impl_->device).contiguous();
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < world_size(); ++r) outputs[0].push_back(at::empty_like(input));
+    std::vector<at::Tensor> inputs{input};
+    c10d::AllgatherOptions opts;
+    opts.timeout = impl_->timeout;
+    impl_->group->allgather(outputs, inputs, opts)->wait();
+    for (at::Tensor& t : outputs[0]) gathered.push_back(t.to(tensor.device()));
+  });
+  if (!status.ok()) return status;
+  return gathered;
+}
+
+absl::Status ProcessGroup::Broadcast(void* data, size_t count, DType dtype,
+                                     int src) {
+  if (count == 0) return CheckRank(src, "broadcast source");
+  at::Tensor tensor = WrapBuffer(data, count, dtype);
+  return Broadcast(tensor, src);
+}
+
+absl::Status ProcessGroup::AllReduce(void* data, size_t count, DType dtype,
+                                     ReduceOp op) {
+  if (count == 0) return absl::OkStatus();
+  at::Tensor tensor = WrapBuffer(data, count, dtype);
+  return AllReduce(tensor, op);
+}
+
+absl::Status ProcessGroup::Reduce(void* data, size_t count, DType dtype,
+                                  ReduceOp op, int dst) {
+  if (count == 0) return CheckRank(dst, "reduce destination");
+  at::Tensor tensor = WrapBuffer(data, count, dtype);
+  return Reduce(tensor, op, dst);
+}
+
+absl::Status ProcessGroup::AllGather(const void* data, size_t count,
+                                     DType dtype, void* out) {
+  if (count == 0) return absl::OkStatus();
+  absl::StatusOr<std::vector<at::Tensor>> gathered =
+      AllGather(WrapBuffer(data, count, dtype));
+  if (!gathered.ok()) return gathered.status();
+  const size_t bytes = count * DTypeSize(dtype);
+  for (size_t r = 0; r < gathered->size(); ++r) {
+    std::memcpy(static_cast<char*>(out) + r * bytes, (*gathered)[r].data_ptr(), bytes);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ProcessGroup::BroadcastBytes(absl::string_view bytes,
+                                                         int src) {
+  int64_t size = rank() == src ? static_cast<int64_t>(bytes.size()) : 0;
+  if (absl::Status s = Broadcast(&size, 1, DType::kInt64, src); !s.ok()) return s;
+  std::string out(static_cast<size_t>(size), '\0');
+  if (rank() == src) out.assign(bytes.data(), bytes.size());
+  if (size == 0) return out;
+  at::Tensor tensor = at::from_blob(out.data(), {size}, at::kByte);
+  if (absl::Status s = Broadcast(tensor, src); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> ProcessGroup::AllGatherBytes(
+    absl::string_view bytes) {
+  std::vector<int64_t> sizes(static_cast<size_t>(world_size()));
+  int64_t own_size = static_cast<int64_t>(bytes.size());
+  if (absl::Status s = AllGather(&own_size, 1, DType::kInt64, sizes.data()); !s.ok()) {
+    return s;
+  }
+  int64_t longest = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<std::string> out(sizes.size());
+  if (longest == 0) return out;
+  at::Tensor padded = at::zeros({longest}, at::kByte);
+  std::memcpy(padded.data_ptr(), bytes.data(), bytes.size());
+  absl::StatusOr<std::vector<at::Tensor>> gathered = AllGather(padded);
+  if (!gathered.ok()) return gathered.status();
+  for (size_t r = 0; r < out.size(); ++r) {
+    out[r].assign(static_cast<const char*>((*gathered)[r].data_ptr()),
+                  static_cast<size_t>(sizes[r]));
+  }
+  return out;
+}
+
+}  // namespace ddpspawn

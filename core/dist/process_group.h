@@ -1,0 +1,89 @@
+// A c10d process group joined from the cluster environment, and the collectives on it. Every
+// collective returns an error (never hangs past the group's timeout, never throws): a timeout is
+// DeadlineExceeded, a failed peer or transport is Internal. The header keeps LibTorch out:
+// tensors are only forward-declared.
+#ifndef DDPSPAWN_CORE_DIST_PROCESS_GROUP_H_
+#define DDPSPAWN_CORE_DIST_PROCESS_GROUP_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "core/env/cluster_environment.h"
+
+namespace at {
+class Tensor;
+}  // namespace at
+
+namespace ddpspawn {
+
+enum class DType { kFloat32, kFloat64, kInt32, kInt64 };
+enum class ReduceOp { kSum, kMean, kMin, kMax, kProduct };
+
+size_t DTypeSize(DType dtype);
+
+struct GroupOptions {
+  std::string backend = "gloo";  // "gloo" or "nccl"
+  absl::Duration timeout = absl::Minutes(30);
+};
+
+// True when this build of LibTorch has the NCCL backend.
+bool NcclAvailable();
+
+class ProcessGroup {
+ public:
+  // Joins the group every rank of `cluster` joins. All ranks must call this the same number of
+  // times in the same order.
+  static absl::StatusOr<std::unique_ptr<ProcessGroup>> Create(
+      const ClusterInfo& cluster, const GroupOptions& options = {});
+  ~ProcessGroup();
+
+  const ClusterInfo& cluster() const { return cluster_; }
+  int rank() const { return cluster_.rank; }
+  int world_size() const { return cluster_.world_size; }
+  const std::string& backend() const { return options_.backend; }
+
+  // Waits until every rank reached the barrier; `name` appears in errors.
+  absl::Status Barrier(absl::string_view name = "");
+
+  // Tensors (CPU, contiguous; on CUDA for nccl). Reductions happen in place.
+  absl::Status Broadcast(at::Tensor& tensor, int src);
+  absl::Status AllReduce(at::Tensor& tensor, ReduceOp op);
+  // Only `dst`'s tensor changes.
+  absl::Status Reduce(at::Tensor& tensor, ReduceOp op, int dst);
+  // One tensor per rank, in rank order.
+  absl::StatusOr<std::vector<at::Tensor>> AllGather(const at::Tensor& tensor);
+
+  // The same on plain buffers of `count` elements (count 0 is a no-op).
+  absl::Status Broadcast(void* data, size_t count, DType dtype, int src);
+  absl::Status AllReduce(void* data, size_t count, DType dtype, ReduceOp op);
+  absl::Status Reduce(void* data, size_t count, DType dtype, ReduceOp op,
+                      int dst);
+  // `out` holds world_size * count elements.
+  absl::Status AllGather(const void* data, size_t count, DType dtype,
+                         void* out);
+
+  // Byte strings of any size (objects serialized by the caller).
+  absl::StatusOr<std::string> BroadcastBytes(absl::string_view bytes, int src);
+  absl::StatusOr<std::vector<std::string>> AllGatherBytes(
+      absl::string_view bytes);
+
+ private:
+  struct Impl;
+  ProcessGroup(ClusterInfo cluster, GroupOptions options,
+               std::unique_ptr<Impl> impl);
+  absl::Status CheckRank(int rank, absl::string_view what) const;
+
+  ClusterInfo cluster_;
+  GroupOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddpspawn
+
+#endif  // DDPSPAWN_CORE_DIST_PROCESS_GROUP_H_

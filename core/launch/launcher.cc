@@ -1,0 +1,499 @@
+// Starting, joining and stopping worker processes (see launcher.h).
+#include "core/launch/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "core/env/cluster_environment.h"
+#include "core/launch/worker_channel.h"
+
+extern char** environ;
+
+namespace ddpspawn {
+namespace {
+
+// Variables the launcher sets for each rank; the caller's `env` may not set them.
+constexpr const char* kContractVariables[] = {
+    "MASTER_ADDR",      "MASTER_PORT", "WORLD_SIZE", "RANK",
+    "LOCAL_RANK",       "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+    "GROUP_WORLD_SIZE", kRunDirEnv};
+
+constexpr absl::Duration kPollInterval = absl::Milliseconds(2);
+
+// The signal (SIGINT/SIGTERM) the launcher received while waiting, and how many.
+volatile sig_atomic_t g_received_signal = 0;
+volatile sig_atomic_t g_received_count = 0;
+
+void RecordSignal(int sig) {
+  g_received_signal = sig;
+  g_received_count = g_received_count + 1;
+}
+
+// Routes SIGINT and SIGTERM to RecordSignal while alive; restores the old handlers after.
+class ForwardedSignals {
+ public:
+  ForwardedSignals() {
+    g_received_signal = 0;
+    g_received_count = 0;
+    struct sigaction action = {};
+    action.sa_handler = RecordSignal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &old_int_);
+    sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~ForwardedSignals() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ = {};
+  struct sigaction old_term_ = {};
+};
+
+bool IsContractVariable(absl::string_view name) {
+  for (const char* reserved : kContractVariables) {
+    if (name == reserved) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::string> ResolveProgram(const std::string& program) {
+  auto executable = [](const std::string& path) {
+    return access(path.c_str(), X_OK) == 0 &&
+           !std::filesystem::is_directory(path);
+  };
+  if (absl::StrContains(program, '/')) {
+    if (executable(program)) return program;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "program '", program, "' does not exist or is not executable"));
+  }
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir :
+       absl::StrSplit(path ? path : "/usr/bin:/bin", ':', absl::SkipEmpty())) {
+    std::string candidate = absl::StrCat(dir, "/", program);
+    if (executable(candidate)) return candidate;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("program '", program, "' was not found on PATH"));
+}
+
+absl::StatusOr<int> FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("socket() failed: ", std::strerror(errno)));
+  }
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    int saved = errno;
+    close(fd);
+    return absl::InternalError(absl::StrCat(
+        "cannot find a free port on 127.0.0.1: ", std::strerror(saved)));
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// NULL-terminated char* views of strings that outlive the fork.
+std::vector<char*> CStringArray(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (const std::string& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+// In the child, before anything else: its own process group (so the launcher can signal it and
+// its descendants together), death with the launcher, default signal dispositions.
+void PrepareChild(pid_t parent, bool reset_signals) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(1);  // the launcher died before prctl
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (reset_signals) {
+    for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD, SIGHUP}) signal(sig, SIG_DFL);
+  }
+}
+
+// Closes every descriptor >= 3 except `keep` (Gloo's sockets are not close-on-exec).
+void CloseInheritedDescriptors(int keep) {
+  if (close_range(3, keep - 1, 0) == 0 &&
+      close_range(keep + 1, ~0U, 0) == 0) {
+    return;
+  }
+  for (int fd = 3; fd < 65536; ++fd) {
+    if (fd != keep) close(fd);
+  }
+}
+
+std::string DescribeOutcome(const RankOutcome& outcome) {
+  if (outcome.state == RankState::kSignaled) {
+    return absl::StrCat("was killed by signal ", SignalName(outcome.signal));
+  }
+  return absl::StrCat("exited with code ", outcome.exit_code);
+}
+
+}  // namespace
+
+std::string SignalName(int signal) {
+  const char* abbrev = sigabbrev_np(signal);
+  const char* description = sigdescr_np(signal);
+  if (abbrev == nullptr) return absl::StrCat("signal ", signal);
+  return absl::StrCat("SIG", abbrev, " (",
+                      description ? description : "unknown", ")");
+}
+
+absl::StatusOr<StartMethod> ParseStartMethod(absl::string_view name) {
+  if (name == "spawn") return StartMethod::kSpawn;
+  if (name == "fork") return StartMethod::kFork;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown start method '", name, "'; expected 'spawn' or 'fork'"));
+}
+
+Job::Job(LaunchSpec spec)
+    : spec_(std::move(spec)), outcomes_(static_cast<size_t>(spec_.nprocs)) {}
+
+Job::~Job() {
+  for (RankOutcome& outcome : outcomes_) {
+    if (outcome.state != RankState::kRunning) continue;
+    kill(-outcome.pid, SIGKILL);
+    kill(outcome.pid, SIGKILL);
+    waitpid(outcome.pid, nullptr, 0);
+  }
+  RemoveRunDir();
+}
+
+absl::StatusOr<std::unique_ptr<Job>> Job::Create(LaunchSpec spec) {
+  if (spec.nprocs < 1 || spec.nprocs > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nprocs must be between 1 and 65536, got ", spec.nprocs));
+  }
+  std::string program_path;
+  if (spec.start_method == StartMethod::kSpawn) {
+    if (spec.argv.empty() || spec.argv[0].empty()) {
+      return absl::InvalidArgumentError(
+          "the spawn start method needs argv: the program each rank runs");
+    }
+    absl::StatusOr<std::string> resolved = ResolveProgram(spec.argv[0]);
+    if (!resolved.ok()) return resolved.status();
+    program_path = *resolved;
+  } else if (!spec.worker) {
+    return absl::InvalidArgumentError(
+        "the fork start method needs a worker function");
+  }
+  for (const std::string& entry : spec.env) {
+    size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "environment entry '", entry, "' is not of the form NAME=value"));
+    }
+    if (IsContractVariable(absl::string_view(entry).substr(0, eq))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "environment entry '", entry,
+          "' sets a variable the launcher sets for each rank"));
+    }
+  }
+  if (spec.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("timeout must be positive (or infinite)");
+  }
+  if (spec.grace_period < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("grace period must not be negative");
+  }
+  if (spec.master_port < 0 || spec.master_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "master port ", spec.master_port, " is not a TCP port"));
+  }
+  if (spec.master_addr.empty()) spec.master_addr = "127.0.0.1";
+  std::unique_ptr<Job> job(new Job(std::move(spec)));
+  job->program_path_ = std::move(program_path);
+  return job;
+}
+
+std::vector<std::string> Job::RankEnvironment(int rank) const {
+  std::vector<std::string> env;
+  for (char** entry = environ; entry && *entry; ++entry) {
+    absl::string_view text(*entry);
+    if (!IsContractVariable(text.substr(0, text.find('=')))) env.emplace_back(text);
+  }
+  env.insert(env.end(), spec_.env.begin(), spec_.env.end());
+  auto set = [&env](absl::string_view name, auto value) {
+    env.push_back(absl::StrCat(name, "=", value));
+  };
+  set("MASTER_ADDR", spec_.master_addr);
+  set("MASTER_PORT", spec_.master_port);
+  set("WORLD_SIZE", spec_.nprocs);
+  set("RANK", rank);
+  set("LOCAL_RANK", rank);
+  set("LOCAL_WORLD_SIZE", spec_.nprocs);
+  set("NODE_RANK", 0);
+  set("GROUP_RANK", 0);
+  set(kRunDirEnv, run_dir_);
+  return env;
+}
+
+absl::Status Job::Start() {
+  if (started_) return absl::FailedPreconditionError("the job was already started");
+  started_ = true;
+  if (spec_.master_port == 0) {
+    absl::StatusOr<int> port = FreeLoopbackPort();
+    if (!port.ok()) return port.status();
+    spec_.master_port = *port;
+  }
+  // A private rendezvous: a 0700 directory only this user can enter.
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/ddpspawn-XXXXXX");
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot create a run directory ", pattern,
+                                            ": ", std::strerror(errno)));
+  }
+  run_dir_ = pattern;
+  std::fflush(nullptr);  // children must not flush the parent's buffered output again
+  for (int rank = 0; rank < spec_.nprocs; ++rank) {
+    absl::Status started = StartRank(rank, RankEnvironment(rank));
+    if (!started.ok()) {
+      for (RankOutcome& outcome : outcomes_) {
+        if (outcome.state != RankState::kRunning) continue;
+        kill(-outcome.pid, SIGKILL);
+        kill(outcome.pid, SIGKILL);
+        waitpid(outcome.pid, nullptr, 0);
+        outcome.state = RankState::kSignaled;
+        outcome.signal = SIGKILL;
+        outcome.stopped_by_launcher = true;
+      }
+      RemoveRunDir();
+      return started;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
+  std::vector<char*> envp = CStringArray(env);
+  RankOutcome& outcome = outcomes_[rank];
+  const pid_t parent = getpid();
+  if (spec_.start_method == StartMethod::kFork) {
+    if (spec_.fork_hooks.before_fork) spec_.fork_hooks.before_fork();
+    pid_t pid = fork();
+    if (pid == 0) {
+      PrepareChild(parent, /*reset_signals=*/false);
+      if (spec_.fork_hooks.after_fork_child) spec_.fork_hooks.after_fork_child();
+      environ = envp.data();
+      int code = 1;
+      try {
+        code = spec_.worker(rank);
+      } catch (const std::exception& e) {
+        (void)SetWorkerError(absl::StrCat("uncaught C++ exception: ", e.what()));
+      } catch (...) {
+        (void)SetWorkerError("uncaught C++ exception of a non-std type");
+      }
+      std::fflush(nullptr);
+      _exit(code);
+    }
+    int fork_errno = errno;
+    if (spec_.fork_hooks.after_fork_parent) spec_.fork_hooks.after_fork_parent();
+    if (pid < 0) {
+      return absl::InternalError(absl::StrCat("fork() for rank ", rank,
+                                              " failed: ", std::strerror(fork_errno)));
+    }
+    setpgid(pid, pid);
+    outcome.pid = pid;
+    outcome.state = RankState::kRunning;
+    return absl::OkStatus();
+  }
+
+  std::vector<char*> argv = CStringArray(spec_.argv);
+  int exec_error[2];
+  if (pipe2(exec_error, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("pipe2() failed: ", std::strerror(errno)));
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(exec_error[0]);
+    PrepareChild(parent, /*reset_signals=*/true);
+    CloseInheritedDescriptors(exec_error[1]);
+    execve(program_path_.c_str(), argv.data(), envp.data());
+    int err = errno;
+    (void)!write(exec_error[1], &err, sizeof(err));
+    _exit(127);
+  }
+  int fork_errno = errno;
+  close(exec_error[1]);
+  if (pid < 0) {
+    close(exec_error[0]);
+    return absl::InternalError(absl::StrCat("fork() for rank ", rank,
+                                            " failed: ", std::strerror(fork_errno)));
+  }
+  setpgid(pid, pid);
+  outcome.pid = pid;
+  outcome.state = RankState::kRunning;
+  // The pipe closes on a successful exec; otherwise the child sends errno.
+  int err = 0;
+  ssize_t n;
+  do {
+    n = read(exec_error[0], &err, sizeof(err));
+  } while (n < 0 && errno == EINTR);
+  close(exec_error[0]);
+  if (n == sizeof(err)) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    outcome.state = RankState::kExited;
+    outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 127;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, " could not exec '", program_path_, "': ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Job::Wait() {
+  if (!started_) return absl::FailedPreconditionError("the job was not started");
+  if (waited_) return absl::FailedPreconditionError("the job was already waited for");
+  waited_ = true;
+  ForwardedSignals forwarded;
+  const absl::Time deadline = absl::Now() + spec_.timeout;
+  absl::Time kill_at = absl::InfiniteFuture();
+  absl::Status status = absl::OkStatus();
+  bool stopping = false;
+  bool killed = false;
+  int escalations_seen = 0;
+
+  auto signal_running = [this](int sig, bool mark_stopped) {
+    for (RankOutcome& outcome : outcomes_) {
+      if (outcome.state != RankState::kRunning) continue;
+      if (kill(-outcome.pid, sig) != 0) kill(outcome.pid, sig);
+      if (mark_stopped) outcome.stopped_by_launcher = true;
+    }
+  };
+  auto running_ranks = [this]() {
+    std::vector<int> ranks;
+    for (int r = 0; r < spec_.nprocs; ++r) {
+      if (outcomes_[r].state == RankState::kRunning) ranks.push_back(r);
+    }
+    return ranks;
+  };
+  auto begin_stopping = [&](int sig) {
+    stopping = true;
+    escalations_seen = g_received_count;
+    signal_running(sig, /*mark_stopped=*/true);
+    kill_at = absl::Now() + spec_.grace_period;
+  };
+
+  while (true) {
+    std::vector<int> newly_failed;
+    bool any_running = false;
+    for (int r = 0; r < spec_.nprocs; ++r) {
+      RankOutcome& outcome = outcomes_[r];
+      if (outcome.state != RankState::kRunning) continue;
+      int raw = 0;
+      pid_t got = waitpid(outcome.pid, &raw, WNOHANG);
+      if (got == 0 || (got < 0 && errno == EINTR)) {
+        any_running = true;
+        continue;
+      }
+      if (got < 0) {  // not our child any more (someone else reaped it)
+        outcome.state = RankState::kExited;
+        outcome.exit_code = -1;
+        newly_failed.push_back(r);
+        continue;
+      }
+      if (WIFSIGNALED(raw)) {
+        outcome.state = RankState::kSignaled;
+        outcome.signal = WTERMSIG(raw);
+      } else {
+        outcome.state = RankState::kExited;
+        outcome.exit_code = WEXITSTATUS(raw);
+      }
+      if (outcome.state == RankState::kSignaled || outcome.exit_code != 0) {
+        newly_failed.push_back(r);
+      }
+    }
+    if (!stopping && !newly_failed.empty()) {
+      // Of ranks found dead in the same poll, a signal is more likely the cause than an exit.
+      failed_rank_ = newly_failed.front();
+      for (int r : newly_failed) {
+        if (outcomes_[r].state == RankState::kSignaled) {
+          failed_rank_ = r;
+          break;
+        }
+      }
+      status = absl::AbortedError("");  // message filled in below, with the error text
+      begin_stopping(SIGTERM);
+    }
+    if (!any_running) break;
+    if (!stopping && g_received_signal != 0) {
+      int sig = g_received_signal;
+      status = absl::CancelledError(absl::StrCat(
+          "the launcher received ", SignalName(sig),
+          " and forwarded it to the workers; ranks still running then: ",
+          absl::StrJoin(running_ranks(), ", ")));
+      begin_stopping(sig);
+    }
+    if (!stopping && absl::Now() >= deadline) {
+      status = absl::DeadlineExceededError(absl::StrCat(
+          "the job ran past its timeout of ", absl::FormatDuration(spec_.timeout),
+          "; ranks still running then: ", absl::StrJoin(running_ranks(), ", "),
+          " (stopped with SIGTERM, then SIGKILL after ",
+          absl::FormatDuration(spec_.grace_period), ")"));
+      begin_stopping(SIGTERM);
+    }
+    // A second SIGINT/SIGTERM while stopping, or the grace period's end: SIGKILL.
+    if (stopping && !killed &&
+        (absl::Now() >= kill_at || g_received_count > escalations_seen)) {
+      signal_running(SIGKILL, /*mark_stopped=*/true);
+      killed = true;
+    }
+    absl::SleepFor(kPollInterval);
+  }
+
+  CollectReports();
+  RemoveRunDir();
+  if (failed_rank_ >= 0) {
+    const RankOutcome& failed = outcomes_[failed_rank_];
+    std::string message =
+        absl::StrCat("rank ", failed_rank_, " (pid ", failed.pid, ") ",
+                     DescribeOutcome(failed));
+    if (!failed.error_text.empty()) absl::StrAppend(&message, ":\n", failed.error_text);
+    status = absl::AbortedError(message);
+  }
+  return status;
+}
+
+void Job::CollectReports() {
+  for (int r = 0; r < spec_.nprocs; ++r) {
+    if (std::optional<std::string> text = ReadWorkerError(run_dir_, r)) {
+      outcomes_[r].error_text = std::move(*text);
+    }
+  }
+  result_ = ReadWorkerResult(run_dir_);
+}
+
+void Job::RemoveRunDir() {
+  if (run_dir_.empty()) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(run_dir_, ignored);
+  run_dir_.clear();
+}
+
+}  // namespace ddpspawn

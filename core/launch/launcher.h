@@ -1,0 +1,105 @@
+// The launcher: starts N worker processes (spawn: fork+exec of a program; fork: a callback in a
+// forked child), gives each the torchrun-compatible environment and a private rendezvous, and
+// joins them. The first failing rank stops the others (SIGTERM, a grace period, SIGKILL); the
+// failure names the rank and its cause. Workers die with the launcher (PR_SET_PDEATHSIG).
+#ifndef DDPSPAWN_CORE_LAUNCH_LAUNCHER_H_
+#define DDPSPAWN_CORE_LAUNCH_LAUNCHER_H_
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace ddpspawn {
+
+enum class StartMethod { kSpawn, kFork };
+
+// "spawn" or "fork"; InvalidArgument otherwise.
+absl::StatusOr<StartMethod> ParseStartMethod(absl::string_view name);
+
+struct ForkHooks {
+  std::function<void()> before_fork;        // in the parent, before each fork
+  std::function<void()> after_fork_parent;  // in the parent, after each fork
+  std::function<void()> after_fork_child;   // in the child, first thing
+};
+
+struct LaunchSpec {
+  int nprocs = 1;
+  StartMethod start_method = StartMethod::kSpawn;
+  std::vector<std::string> argv;          // spawn: program and arguments
+  std::vector<std::string> env;           // extra NAME=value for every rank
+  std::function<int(int rank)> worker;    // fork: returns the exit code
+  ForkHooks fork_hooks;
+  absl::Duration timeout = absl::InfiniteDuration();
+  absl::Duration grace_period = absl::Seconds(5);
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: a free port
+};
+
+enum class RankState { kNotStarted, kRunning, kExited, kSignaled };
+
+struct RankOutcome {
+  RankState state = RankState::kNotStarted;
+  int exit_code = 0;
+  int signal = 0;
+  pid_t pid = -1;
+  bool stopped_by_launcher = false;
+  std::string error_text;  // what the rank reported, if anything
+};
+
+// A job: launched once, joined once. Not thread-safe; one thread drives it.
+class Job {
+ public:
+  // Validates the spec; nothing starts yet.
+  static absl::StatusOr<std::unique_ptr<Job>> Create(LaunchSpec spec);
+
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+  // Kills (SIGKILL) and reaps any rank still running, removes the run directory.
+  ~Job();
+
+  // Starts every rank. In fork mode the children never return from here.
+  absl::Status Start();
+
+  // Joins every rank (see the file comment). Ok when every rank exited 0; else
+  // Aborted (a rank failed: failed_rank() says which), DeadlineExceeded (timeout) or
+  // Cancelled (the launcher got SIGINT/SIGTERM), with a message that names the rank and cause.
+  absl::Status Wait();
+
+  int nprocs() const { return spec_.nprocs; }
+  const std::vector<RankOutcome>& outcomes() const { return outcomes_; }
+  int failed_rank() const { return failed_rank_; }
+  // Rank 0's result, if it set one.
+  const std::optional<std::string>& result() const { return result_; }
+
+ private:
+  explicit Job(LaunchSpec spec);
+  absl::Status StartRank(int rank, const std::vector<std::string>& env);
+  std::vector<std::string> RankEnvironment(int rank) const;
+  void CollectReports();
+  void RemoveRunDir();
+
+  LaunchSpec spec_;
+  std::string program_path_;  // spawn: argv[0] resolved on PATH
+  std::string run_dir_;
+  std::vector<RankOutcome> outcomes_;
+  int failed_rank_ = -1;
+  bool started_ = false;
+  bool waited_ = false;
+  std::optional<std::string> result_;
+};
+
+// "SIGSEGV (Segmentation fault)".
+std::string SignalName(int signal);
+
+}  // namespace ddpspawn
+
+#endif  // DDPSPAWN_CORE_LAUNCH_LAUNCHER_H_

@@ -1,0 +1,33 @@
+// The channel between workers and their launcher: files in the launcher's private run directory.
+// Rank 0 leaves a result (bytes); any rank can leave the text of its failure. Both are written
+// atomically (temporary file, then rename), so the launcher never reads half a file.
+#ifndef DDPSPAWN_CORE_LAUNCH_WORKER_CHANNEL_H_
+#define DDPSPAWN_CORE_LAUNCH_WORKER_CHANNEL_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace ddpspawn {
+
+// In a worker: rank 0 hands `bytes` back to the launcher. Unavailable outside a ddpspawn
+// worker; FailedPrecondition on another rank.
+absl::Status SetWorkerResult(absl::string_view bytes);
+
+// In a worker: records why this rank is failing.
+absl::Status SetWorkerError(absl::string_view text);
+
+// In a worker: makes an uncaught C++ exception record its message (SetWorkerError) before the
+// process aborts. Idempotent.
+void InstallTerminateHandler();
+
+// In the launcher: what the workers left in `run_dir`.
+std::optional<std::string> ReadWorkerResult(const std::string& run_dir);
+std::optional<std::string> ReadWorkerError(const std::string& run_dir,
+                                           int rank);
+
+}  // namespace ddpspawn
+
+#endif  // DDPSPAWN_CORE_LAUNCH_WORKER_CHANNEL_H_
