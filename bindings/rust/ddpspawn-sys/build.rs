@@ -111,13 +111,21 @@ fn apply_pkg_config(flags: &str) {
     let mut tokens = flags.split_whitespace();
     while let Some(token) = tokens.next() {
         if let Some(rest) = token.strip_prefix("-L") {
-            let dir = if rest.is_empty() { tokens.next().unwrap_or("") } else { rest };
+            let dir = if rest.is_empty() {
+                tokens.next().unwrap_or("")
+            } else {
+                rest
+            };
             if !dir.is_empty() {
                 link_search(Path::new(dir));
                 dirs.push(PathBuf::from(dir));
             }
         } else if let Some(rest) = token.strip_prefix("-l") {
-            let name = if rest.is_empty() { tokens.next().unwrap_or("") } else { rest };
+            let name = if rest.is_empty() {
+                tokens.next().unwrap_or("")
+            } else {
+                rest
+            };
             if !name.is_empty() {
                 println!("cargo:rustc-link-lib={name}");
                 linked |= name == "ddpspawn";

@@ -325,7 +325,6 @@ mod tests {
     use std::ffi::CStr;
     use std::mem::{align_of, MaybeUninit};
 
-
     /// Byte offset of a field, computed without creating a reference to
     /// uninitialized memory.
     macro_rules! offset_of {
@@ -425,7 +424,10 @@ mod tests {
         unsafe {
             ddpspawn_context_options_init(buf.as_mut_ptr().cast());
             let c = &*(buf.as_ptr() as *const ddpspawn_context_options);
-            assert_eq!(c.struct_size as usize, size_of::<ddpspawn_context_options>());
+            assert_eq!(
+                c.struct_size as usize,
+                size_of::<ddpspawn_context_options>()
+            );
             assert!(c.backend.is_null());
             assert_eq!(c.timeout_s, 0.0);
         }
@@ -457,7 +459,10 @@ mod tests {
             assert!(!msg.to_bytes().is_empty());
             assert_eq!(ddpspawn_context_rank(ptr::null()), -1);
             assert_eq!(ddpspawn_context_world_size(ptr::null()), -1);
-            assert_eq!(CStr::from_ptr(ddpspawn_context_environment(ptr::null())).to_bytes(), b"");
+            assert_eq!(
+                CStr::from_ptr(ddpspawn_context_environment(ptr::null())).to_bytes(),
+                b""
+            );
         }
     }
 }

@@ -120,12 +120,7 @@ impl Launcher {
         }
         let mut argv_ptrs: Vec<*const c_char> = argv.iter().map(|a| a.as_ptr()).collect();
         argv_ptrs.push(ptr::null());
-        let job = self.create_job(
-            b"spawn\0",
-            argv_ptrs.as_ptr(),
-            None,
-            ptr::null_mut(),
-        )?;
+        let job = self.create_job(b"spawn\0", argv_ptrs.as_ptr(), None, ptr::null_mut())?;
         run(&job)
     }
 

@@ -1,0 +1,198 @@
+"""Worker functions for the tests, at module level so that spawn-mode workers
+can import them by name. Each takes the Context first, as ddpspawn.spawn
+passes it."""
+
+import array
+import os
+import resource
+import signal
+import time
+from pathlib import Path
+
+import numpy
+
+import ddpspawn
+
+OPS = ("sum", "mean", "min", "max", "product")
+
+
+# -- values each rank contributes; the tests compute the expected reductions --
+
+
+def int_values(rank):
+    return [rank + 1, -(rank + 2), 3 * rank, 7, -5 * (rank + 1)]
+
+
+def float_values(rank):
+    return [rank + 1.5, -(rank + 0.5), 2.0 * rank, 0.25, -3.0]
+
+
+def values_for(kind, rank):
+    """Python values for a data kind named like "array:d" or "numpy:int32"."""
+    element = kind.split(":")[1]
+    is_float = element in ("float", "f", "d", "float32", "float64")
+    return float_values(rank) if is_float else int_values(rank)
+
+
+def make_data(kind, rank):
+    """The object a rank passes to a collective, for a kind such as
+    "list:int", "list:float", "array:q", "numpy:float32" or "memoryview:i"."""
+    container, element = kind.split(":")
+    values = values_for(kind, rank)
+    if container == "list":
+        return values
+    if container == "array":
+        return array.array(element, values)
+    if container == "numpy":
+        return numpy.array(values, dtype=element)
+    if container == "memoryview":
+        view = memoryview(bytearray(array.array(element, values).tobytes()))
+        return view.cast(element)
+    raise ValueError(kind)
+
+
+def as_list(data):
+    if isinstance(data, numpy.ndarray):
+        return data.tolist()
+    if isinstance(data, (array.array, memoryview)):
+        return data.tolist()
+    return list(data)
+
+
+# -- workers ---------------------------------------------------------------
+
+
+def describe(ctx, value=None):
+    """Rank 0 returns what every rank saw of itself."""
+    seen = {
+        "rank": ctx.rank,
+        "world_size": ctx.world_size,
+        "local_rank": ctx.local_rank,
+        "local_world_size": ctx.local_world_size,
+        "node_rank": ctx.node_rank,
+        "environment": ctx.environment,
+        "is_worker": ddpspawn.is_worker(),
+        "env_rank": os.environ.get("RANK"),
+        "extra_env": os.environ.get("DDPSPAWN_TEST_VAR"),
+        "value": value,
+    }
+    return ctx.all_gather_object(seen)
+
+
+def return_value(ctx, value):
+    return value if ctx.rank == 0 else "not rank 0"
+
+
+def return_nothing(ctx):
+    return None
+
+
+def all_reduce_kinds(ctx, kinds):
+    """For each kind and op: the result as a list, and whether a buffer was
+    reduced in place (the returned object is the one passed in)."""
+    results = {}
+    for kind in kinds:
+        for op in OPS:
+            data = make_data(kind, ctx.rank)
+            out = ctx.all_reduce(data, op=op)
+            in_place = out is data
+            results[(kind, op)] = (as_list(out), in_place, as_list(data))
+    return ctx.all_gather_object(results)
+
+
+def reduce_to(ctx, kinds, dst):
+    results = {}
+    for kind in kinds:
+        data = make_data(kind, ctx.rank)
+        out = ctx.reduce(data, op="sum", dst=dst)
+        results[kind] = as_list(out)
+    return ctx.all_gather_object(results)
+
+
+def broadcast_buffers(ctx, kinds, src):
+    results = {}
+    for kind in kinds:
+        results[kind] = as_list(ctx.broadcast(make_data(kind, ctx.rank), src=src))
+    return ctx.all_gather_object(results)
+
+
+def broadcast_object_from(ctx, src):
+    obj = {"from": ctx.rank, "payload": list(range(ctx.rank * 100))}
+    received = ctx.broadcast_object(obj if ctx.rank == src else None, src=src)
+    return ctx.all_gather_object(received)
+
+
+def all_gather_kinds(ctx):
+    """Every rank gathers several kinds; rank 0 returns all ranks' results."""
+    rank = ctx.rank
+    matrix = numpy.arange(6, dtype=numpy.float32).reshape(2, 3) + 10 * rank
+    readonly = numpy.array([rank, rank * 2], dtype=numpy.int64)
+    readonly.setflags(write=False)
+    strided = numpy.arange(8, dtype=numpy.float64)[::2] + rank
+    gathered = {
+        "list": ctx.all_gather([rank, rank + 1]),
+        "array": [a.tolist() for a in ctx.all_gather(array.array("i", [rank] * 3))],
+        "array_type": [a.typecode for a in ctx.all_gather(array.array("i", [rank]))],
+        "numpy": [(a.dtype.str, a.shape, a.tolist()) for a in ctx.all_gather(matrix)],
+        "numpy_readonly": [a.tolist() for a in ctx.all_gather(readonly)],
+        "numpy_strided": [a.tolist() for a in ctx.all_gather(strided)],
+        "memoryview": [
+            (m.format, m.tolist())
+            for m in ctx.all_gather(
+                memoryview(bytearray(array.array("d", [rank, -rank]).tobytes())).cast("d")
+            )
+        ],
+        "objects": ctx.all_gather_object({"rank": rank, "blob": "x" * (1000 * rank)}),
+    }
+    return ctx.all_gather_object(gathered)
+
+
+def barrier_orders(ctx, directory):
+    """Rank 1 writes a file late, before the barrier; rank 0 looks for it
+    after the barrier."""
+    marker = Path(directory) / "rank1-before-barrier"
+    if ctx.rank == 1:
+        time.sleep(0.5)
+        marker.write_text("here")
+    ctx.barrier("after-marker")
+    seen = marker.exists()
+    ctx.barrier()
+    return ctx.all_gather_object(seen)
+
+
+def _inner_failure(message):
+    raise RuntimeError(message)
+
+
+def raise_in_rank(ctx, rank, message):
+    """Rank `rank` raises; the others wait to be stopped by the launcher."""
+    if ctx.rank == rank:
+        _inner_failure(message)
+    time.sleep(60)
+
+
+def exit_in_rank(ctx, rank, code):
+    if ctx.rank == rank:
+        os._exit(code)
+    time.sleep(60)
+
+
+def segfault_in_rank(ctx, rank):
+    if ctx.rank == rank:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file
+        os.kill(os.getpid(), signal.SIGSEGV)
+    time.sleep(60)
+
+
+def hang(ctx):
+    time.sleep(600)
+
+
+def touch_and_hang(ctx, directory):
+    """Tells the test it is running (a file per rank), then hangs."""
+    (Path(directory) / f"rank{ctx.rank}.started").write_text("")
+    time.sleep(600)
+
+
+def write_marker(ctx, path):
+    Path(path).write_text("ran")

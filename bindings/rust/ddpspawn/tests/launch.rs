@@ -1,0 +1,285 @@
+//! Launcher and worker tests with real processes: each test launches
+//! `examples/worker.rs` (built by `cargo test`) as every rank and checks the
+//! report or the error.
+
+use std::env;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ddpspawn::{Context, Error, ErrorKind, Launcher, RankState, ReduceOp};
+
+/// The example worker, next to this test binary's directory
+/// (`target/<profile>/examples/worker`), or `$DDPSPAWN_TEST_WORKER`.
+fn worker() -> PathBuf {
+    if let Some(path) = env::var_os("DDPSPAWN_TEST_WORKER") {
+        return PathBuf::from(path);
+    }
+    let exe = env::current_exe().expect("current_exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test binary in target/<profile>/deps");
+    let path = profile_dir.join("examples").join("worker");
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `cargo test` (which builds examples) \
+         or `cargo build --examples` first",
+        path.display()
+    );
+    path
+}
+
+/// A launcher with a generous safety limit, so a hang fails the test.
+fn launcher(nprocs: usize) -> Launcher {
+    Launcher::new(nprocs)
+        .timeout(Duration::from_secs(240))
+        .grace_period(Duration::from_secs(2))
+}
+
+fn run(nprocs: usize, args: &[&str]) -> ddpspawn::Result<ddpspawn::Report> {
+    launcher(nprocs).spawn_command(worker(), args)
+}
+
+/// A path in the temp dir unique to this test process and `name`.
+fn temp_path(name: &str) -> PathBuf {
+    env::temp_dir().join(format!("ddpspawn-rs-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn abi_version_matches_header() {
+    assert_eq!(ddpspawn::ABI_VERSION, 1);
+    assert_eq!(ddpspawn::abi_version(), 1);
+    ddpspawn::check_abi_version().unwrap();
+    assert!(!ddpspawn::version().is_empty());
+}
+
+#[test]
+fn worker_calls_outside_a_worker() {
+    assert!(!ddpspawn::is_worker());
+    let err = ddpspawn::set_result(b"x").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(!err.message().is_empty());
+    let err = ddpspawn::set_error("a\0b").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+}
+
+#[test]
+fn context_with_unknown_backend_is_invalid_argument() {
+    let err = Context::with_options("no-such-backend", Duration::from_secs(5)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    let err = Context::with_options("gl\0oo", Duration::ZERO).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+}
+
+/// Outside any launcher and with no cluster variables, the context is a
+/// group of one.
+#[test]
+fn single_process_context() {
+    for name in [
+        "RANK",
+        "WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "SLURM_PROCID",
+    ] {
+        if env::var_os(name).is_some() {
+            eprintln!("skipping: {name} is set in the test environment");
+            return;
+        }
+    }
+    let ctx = Context::with_options("gloo", Duration::from_secs(60)).unwrap();
+    assert_eq!(ctx.rank(), 0);
+    assert_eq!(ctx.world_size(), 1);
+    assert_eq!(ctx.environment(), "env");
+    let mut x = [1.5f64, -2.0];
+    ctx.all_reduce(&mut x, ReduceOp::Sum).unwrap();
+    assert_eq!(x, [1.5, -2.0]);
+    assert_eq!(ctx.all_gather(&[3i64, 4]).unwrap(), vec![3, 4]);
+    assert_eq!(ctx.all_gather_bytes(b"me").unwrap(), vec![b"me".to_vec()]);
+    assert_eq!(ctx.broadcast_bytes(b"b", 0).unwrap(), b"b".to_vec());
+    ctx.barrier("solo").unwrap();
+}
+
+#[test]
+fn rank0_result_comes_back() {
+    let report = run(2, &["result", "hello from rank 0"]).unwrap();
+    assert_eq!(report.result(), Some(&b"hello from rank 0"[..]));
+    assert_eq!(report.failed_rank(), None);
+    assert_eq!(report.nprocs(), 2);
+    for (i, rank) in report.ranks().iter().enumerate() {
+        assert_eq!(rank.rank, i);
+        assert_eq!(rank.state, RankState::Exited(0));
+        assert!(rank.success());
+        assert_eq!(rank.exit_code(), Some(0));
+        assert!(!rank.stopped_by_launcher);
+        assert!(rank.pid.is_some());
+        assert_eq!(rank.error, "");
+    }
+    assert_ne!(report.ranks()[0].pid, report.ranks()[1].pid);
+    assert_eq!(report.into_result(), Some(b"hello from rank 0".to_vec()));
+}
+
+#[test]
+fn no_result_is_none() {
+    let report = run(2, &["none"]).unwrap();
+    assert_eq!(report.result(), None);
+}
+
+#[test]
+fn collectives_two_ranks() {
+    let report = run(2, &["collectives"]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.result(), Some(&b"collectives ok world=2"[..]));
+}
+
+#[test]
+fn collectives_four_ranks() {
+    let report = run(4, &["collectives"]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.result(), Some(&b"collectives ok world=4"[..]));
+    assert_eq!(report.nprocs(), 4);
+}
+
+#[test]
+fn env_and_master_address_reach_the_workers() {
+    let report = launcher(2)
+        .env("DDPSPAWN_TEST_VALUE", "replaced")
+        .env("DDPSPAWN_TEST_VALUE", "a=b c")
+        .master_addr("127.0.0.1")
+        .master_port(29517)
+        .spawn_command(worker(), ["env"])
+        .unwrap();
+    assert_eq!(report.result(), Some(&b"a=b c|127.0.0.1|29517|0|2"[..]));
+}
+
+#[test]
+fn failing_rank_is_reported() {
+    let started = Instant::now();
+    let err = run(2, &["fail"]).unwrap_err();
+    match &err {
+        Error::WorkerFailed { rank, message, .. } => {
+            assert_eq!(*rank, 1, "{err}");
+            assert!(message.contains("rank 1 failed on purpose"), "{message}");
+        }
+        other => panic!("expected WorkerFailed, got {other:?}"),
+    }
+    assert!(err.to_string().contains("rank 1"), "{err}");
+    let report = err.report().expect("a job error carries its report");
+    assert_eq!(report.failed_rank(), Some(1));
+    let failed = report.rank(1).unwrap();
+    assert_eq!(failed.exit_code(), Some(3));
+    assert!(!failed.stopped_by_launcher);
+    assert!(
+        failed.error.contains("rank 1 failed on purpose"),
+        "{failed:?}"
+    );
+    // Rank 0 sleeps for a minute; the launcher stops it after the failure.
+    let other = report.rank(0).unwrap();
+    assert!(other.stopped_by_launcher, "{other:?}");
+    assert!(!other.success());
+    assert!(started.elapsed() < Duration::from_secs(55));
+}
+
+#[test]
+fn exit_code_is_reported() {
+    let err = run(2, &["exit", "7"]).unwrap_err();
+    assert!(
+        matches!(err, Error::WorkerFailed { rank: 1, .. }),
+        "{err:?}"
+    );
+    let report = err.into_report().unwrap();
+    assert_eq!(report.rank(1).unwrap().state, RankState::Exited(7));
+    assert!(report.rank(0).unwrap().stopped_by_launcher);
+}
+
+#[test]
+fn signal_is_reported() {
+    let err = run(2, &["abort"]).unwrap_err();
+    assert!(
+        matches!(err, Error::WorkerFailed { rank: 1, .. }),
+        "{err:?}"
+    );
+    let report = err.report().unwrap();
+    assert_eq!(report.rank(1).unwrap().signal(), Some(6)); // SIGABRT
+    assert!(!report.rank(1).unwrap().stopped_by_launcher);
+}
+
+#[test]
+fn timeout_stops_every_rank() {
+    let started = Instant::now();
+    let err = Launcher::new(2)
+        .timeout(Duration::from_secs(3))
+        .grace_period(Duration::from_secs(1))
+        .spawn_command(worker(), ["sleep", "60"])
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let report = err.report().expect("a timeout carries the report");
+    assert_eq!(report.failed_rank(), None);
+    for rank in report.ranks() {
+        assert!(rank.stopped_by_launcher, "{rank:?}");
+        assert!(!rank.success(), "{rank:?}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(50));
+}
+
+#[test]
+fn missing_program_fails() {
+    let err = launcher(1)
+        .spawn_command("/nonexistent/ddpspawn-no-such-program", ["x"])
+        .unwrap_err();
+    eprintln!("missing program: {err}");
+}
+
+/// Invalid input fails before any process starts: the would-be workers
+/// create a marker file, and it must not appear. The first launch is the
+/// control that shows the marker does appear when the job runs.
+#[test]
+fn invalid_input_errors_without_launching() {
+    let marker = temp_path("marker");
+    let _ = std::fs::remove_file(&marker);
+    let script = format!("touch '{}'", marker.display());
+    let touch = |l: Launcher| l.spawn_command("sh", ["-c", script.as_str()]);
+
+    touch(launcher(1)).unwrap();
+    assert!(marker.exists(), "control: the job did not run");
+    std::fs::remove_file(&marker).unwrap();
+
+    let cases: Vec<(&str, ddpspawn::Result<ddpspawn::Report>)> = vec![
+        ("nprocs 0", touch(launcher(0))),
+        ("NUL in env value", touch(launcher(1).env("X", "a\0b"))),
+        ("NUL in env key", touch(launcher(1).env("X\0Y", "v"))),
+        ("= in env key", touch(launcher(1).env("X=Y", "v"))),
+        ("empty env key", touch(launcher(1).env("", "v"))),
+        (
+            "NUL in master_addr",
+            touch(launcher(1).master_addr("127.0.0.1\0")),
+        ),
+        (
+            "NUL in an argument",
+            launcher(1).spawn_command("sh", ["-c", script.as_str(), "a\0b"]),
+        ),
+        (
+            "NUL in the program",
+            launcher(1).spawn_command("s\0h", ["-c", script.as_str()]),
+        ),
+        (
+            "nprocs too large",
+            touch(launcher(usize::try_from(i64::from(i32::MAX) + 1).unwrap())),
+        ),
+    ];
+    for (what, result) in cases {
+        let err = result.expect_err(what);
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{what}: {err}");
+        assert!(!err.message().is_empty(), "{what}");
+        assert!(err.report().is_none(), "{what}");
+        assert!(!marker.exists(), "{what}: a worker ran");
+    }
+}
+
+#[test]
+fn any_program_can_be_a_rank() {
+    let report = launcher(3)
+        .spawn_command("true", Vec::<&str>::new())
+        .unwrap();
+    assert_eq!(report.nprocs(), 3);
+    assert!(report.ranks().iter().all(|r| r.success()));
+    assert_eq!(report.result(), None);
+}

@@ -1,0 +1,28 @@
+// Every collective, op and dtype against expected values, in real 2- and 4-rank jobs (the checks
+// run inside tests/core/test_worker's "collectives" mode).
+#include "absl/strings/str_cat.h"
+#include "core/launch/launcher.h"
+#include "gtest/gtest.h"
+
+namespace ddpspawn {
+namespace {
+
+class CollectivesTest : public testing::TestWithParam<int> {};
+
+TEST_P(CollectivesTest, EveryOpAndDtype) {
+  LaunchSpec spec;
+  spec.nprocs = GetParam();
+  spec.argv = {"tests/core/test_worker", "collectives"};
+  spec.timeout = absl::Seconds(120);
+  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Start().ok());
+  absl::Status status = (*job)->Wait();
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ((*job)->result().value_or(""), absl::StrCat("checked ", GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest, testing::Values(2, 4));
+
+}  // namespace
+}  // namespace ddpspawn

@@ -1,0 +1,273 @@
+// Launcher tests with real processes: results, each failure kind in both start methods (the
+// reported rank and cause, and no process left behind), timeouts, and a SIGKILLed launcher.
+#include "core/launch/launcher.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <fstream>
+#include <stdexcept>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "core/launch/worker_channel.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ddpspawn {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kWorker[] = "tests/core/test_worker";
+
+bool ProcessGone(pid_t pid) {
+  return kill(pid, 0) == -1 && errno == ESRCH && kill(-pid, 0) == -1 && errno == ESRCH;
+}
+
+void ExpectNoWorkerLeft(const Job& job) {
+  for (const RankOutcome& outcome : job.outcomes()) {
+    EXPECT_NE(outcome.state, RankState::kRunning);
+    EXPECT_TRUE(ProcessGone(outcome.pid)) << "pid " << outcome.pid << " is still there";
+  }
+}
+
+LaunchSpec SpawnSpec(int nprocs, std::vector<std::string> args) {
+  LaunchSpec spec;
+  spec.nprocs = nprocs;
+  spec.argv = {kWorker};
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.grace_period = absl::Seconds(1);
+  spec.timeout = absl::Seconds(60);
+  return spec;
+}
+
+LaunchSpec ForkSpec(int nprocs, std::function<int(int)> worker) {
+  LaunchSpec spec;
+  spec.nprocs = nprocs;
+  spec.start_method = StartMethod::kFork;
+  spec.worker = std::move(worker);
+  spec.grace_period = absl::Seconds(1);
+  spec.timeout = absl::Seconds(60);
+  return spec;
+}
+
+std::unique_ptr<Job> RunJob(LaunchSpec spec, absl::Status* status) {
+  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(std::move(spec));
+  EXPECT_TRUE(job.ok()) << job.status();
+  if (!job.ok()) return nullptr;
+  *status = (*job)->Start();
+  if (status->ok()) *status = (*job)->Wait();
+  return *std::move(job);
+}
+
+[[noreturn]] void SleepForever() {
+  while (true) pause();
+}
+
+TEST(LauncherSpawnTest, ResultComesBackFromRankZero) {
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(SpawnSpec(3, {"ok"}), &status);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_TRUE(job->result().has_value());
+  EXPECT_EQ(*job->result(), "result from rank 0 of 3");
+  EXPECT_EQ(job->failed_rank(), -1);
+  for (const RankOutcome& outcome : job->outcomes()) {
+    EXPECT_EQ(outcome.state, RankState::kExited);
+    EXPECT_EQ(outcome.exit_code, 0);
+  }
+  ExpectNoWorkerLeft(*job);
+}
+
+TEST(LauncherSpawnTest, ExceptionNamesRankAndMessage) {
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(SpawnSpec(2, {"throw", "1"}), &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(job->failed_rank(), 1);
+  EXPECT_THAT(status.message(), HasSubstr("rank 1"));
+  EXPECT_THAT(status.message(), HasSubstr("deliberate failure in the test worker"));
+  ExpectNoWorkerLeft(*job);
+}
+
+TEST(LauncherSpawnTest, ExitCodeIsReported) {
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(SpawnSpec(3, {"exit", "2", "7"}), &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(job->failed_rank(), 2);
+  EXPECT_THAT(status.message(), HasSubstr("rank 2"));
+  EXPECT_THAT(status.message(), HasSubstr("exited with code 7"));
+  EXPECT_TRUE(job->outcomes()[0].stopped_by_launcher);
+  ExpectNoWorkerLeft(*job);
+}
+
+TEST(LauncherSpawnTest, SegfaultIsReportedBySignalName) {
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(SpawnSpec(2, {"signal", "0", "11"}), &status);
+  EXPECT_EQ(job->failed_rank(), 0);
+  EXPECT_THAT(status.message(), HasSubstr("rank 0"));
+  EXPECT_THAT(status.message(), HasSubstr("SIGSEGV"));
+  ExpectNoWorkerLeft(*job);
+}
+
+TEST(LauncherSpawnTest, SigkillIsReported) {
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(SpawnSpec(2, {"signal", "1", "9"}), &status);
+  EXPECT_EQ(job->failed_rank(), 1);
+  EXPECT_THAT(status.message(), HasSubstr("SIGKILL"));
+  ExpectNoWorkerLeft(*job);
+}
+
+TEST(LauncherSpawnTest, HangingRankHitsTheTimeout) {
+  LaunchSpec spec = SpawnSpec(2, {"hang", "1"});
+  spec.timeout = absl::Seconds(1);
+  absl::Time start = absl::Now();
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(std::move(spec), &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(status.message(), HasSubstr("ranks still running then: 1"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_TRUE(job->outcomes()[1].stopped_by_launcher);
+  ExpectNoWorkerLeft(*job);
+}
+
+TEST(LauncherSpawnTest, BadSpecsAreRejectedBeforeAnythingStarts) {
+  EXPECT_EQ(Job::Create(SpawnSpec(0, {"ok"})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  LaunchSpec missing = SpawnSpec(2, {});
+  missing.argv = {"no-such-program-ddpspawn"};
+  EXPECT_THAT(Job::Create(missing).status().message(), HasSubstr("not found on PATH"));
+  LaunchSpec reserved = SpawnSpec(2, {"ok"});
+  reserved.env = {"RANK=3"};
+  EXPECT_THAT(Job::Create(reserved).status().message(), HasSubstr("RANK=3"));
+  LaunchSpec no_worker;
+  no_worker.start_method = StartMethod::kFork;
+  EXPECT_EQ(Job::Create(no_worker).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseStartMethod("forkserver").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LauncherSpawnTest, EnvironmentFollowsTheTorchrunContract) {
+  LaunchSpec spec = SpawnSpec(2, {});
+  spec.argv = {"/bin/sh", "-c",
+               "test \"$WORLD_SIZE\" = 2 && test \"$LOCAL_WORLD_SIZE\" = 2 && "
+               "test \"$RANK\" = \"$LOCAL_RANK\" && test \"$NODE_RANK\" = 0 && "
+               "test \"$MASTER_ADDR\" = 127.0.0.1 && test \"$MASTER_PORT\" -gt 0 && "
+               "test \"$EXTRA\" = yes && test -d \"$DDPSPAWN_RUN_DIR\" && "
+               "test \"$(stat -c %a \"$DDPSPAWN_RUN_DIR\")\" = 700 && "
+               "test \"$(ls /proc/self/fd | wc -l)\" -le 5"};
+  spec.env = {"EXTRA=yes"};
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(std::move(spec), &status);
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+TEST(LauncherForkTest, ResultAndExceptionInForkedChildren) {
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(ForkSpec(2,
+                                             [](int rank) {
+                                               if (rank == 0) (void)SetWorkerResult("forked");
+                                               return 0;
+                                             }),
+                                    &status);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(job->result().value_or(""), "forked");
+
+  job = RunJob(ForkSpec(2,
+                        [](int rank) -> int {
+                          if (rank == 1) throw std::runtime_error("thrown in a forked rank");
+                          SleepForever();
+                        }),
+               &status);
+  EXPECT_EQ(job->failed_rank(), 1);
+  EXPECT_THAT(status.message(), HasSubstr("thrown in a forked rank"));
+  EXPECT_THAT(status.message(), HasSubstr("exited with code 1"));
+  ExpectNoWorkerLeft(*job);
+}
+
+TEST(LauncherForkTest, ExitCodeSignalsAndTimeout) {
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(ForkSpec(2,
+                                             [](int rank) -> int {
+                                               if (rank == 1) return 5;
+                                               SleepForever();
+                                             }),
+                                    &status);
+  EXPECT_EQ(job->failed_rank(), 1);
+  EXPECT_THAT(status.message(), HasSubstr("exited with code 5"));
+  ExpectNoWorkerLeft(*job);
+
+  for (int sig : {SIGSEGV, SIGKILL}) {
+    job = RunJob(ForkSpec(3,
+                          [sig](int rank) -> int {
+                            if (rank == 2) raise(sig);
+                            SleepForever();
+                          }),
+                 &status);
+    EXPECT_EQ(job->failed_rank(), 2);
+    EXPECT_THAT(status.message(), HasSubstr(sig == SIGSEGV ? "SIGSEGV" : "SIGKILL"));
+    ExpectNoWorkerLeft(*job);
+  }
+
+  LaunchSpec hang = ForkSpec(2, [](int) -> int { SleepForever(); });
+  hang.timeout = absl::Milliseconds(500);
+  job = RunJob(std::move(hang), &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  ExpectNoWorkerLeft(*job);
+}
+
+// A launcher that dies by SIGKILL takes its workers with it, in both start methods.
+TEST(LauncherOrphanTest, WorkersDieWithAKilledLauncher) {
+  for (const char* method : {"spawn", "fork"}) {
+    std::string pid_file = absl::StrCat(testing::TempDir(), "/pids-", method);
+    pid_t launcher = fork();
+    if (launcher == 0) {
+      execl(kWorker, kWorker, "launch", method, pid_file.c_str(), nullptr);
+      _exit(127);
+    }
+    std::vector<pid_t> workers;
+    for (int i = 0; i < 1000 && workers.empty(); ++i) {
+      std::ifstream in(pid_file);
+      for (pid_t pid; in >> pid;) workers.push_back(pid);
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_EQ(workers.size(), 2u) << method;
+    for (pid_t pid : workers) EXPECT_EQ(kill(pid, 0), 0) << method;
+    kill(launcher, SIGKILL);
+    waitpid(launcher, nullptr, 0);
+    for (pid_t pid : workers) {
+      bool gone = false;
+      for (int i = 0; i < 500 && !gone; ++i) {
+        gone = kill(pid, 0) == -1 && errno == ESRCH;
+        if (!gone) absl::SleepFor(absl::Milliseconds(10));
+      }
+      EXPECT_TRUE(gone) << method << " worker " << pid << " outlived its launcher";
+    }
+  }
+}
+
+// SIGINT to the launcher reaches the workers, and the job reports the interrupt.
+TEST(LauncherSignalTest, SigintIsForwarded) {
+  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(SpawnSpec(2, {"hang"}));
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE((*job)->Start().ok());
+  std::thread interrupter([] {
+    absl::SleepFor(absl::Milliseconds(300));
+    kill(getpid(), SIGINT);
+  });
+  absl::Status status = (*job)->Wait();
+  interrupter.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(status.message(), HasSubstr("SIGINT"));
+  for (const RankOutcome& outcome : (*job)->outcomes()) {
+    EXPECT_EQ(outcome.state, RankState::kSignaled);
+    EXPECT_EQ(outcome.signal, SIGINT);
+  }
+  ExpectNoWorkerLeft(**job);
+}
+
+}  // namespace
+}  // namespace ddpspawn
