@@ -3,6 +3,7 @@ can import them by name. Each takes the Context first, as ddpspawn.spawn
 passes it."""
 
 import array
+import faulthandler
 import os
 import resource
 import signal
@@ -180,6 +181,7 @@ def exit_in_rank(ctx, rank, code):
 def segfault_in_rank(ctx, rank):
     if ctx.rank == rank:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file
+        faulthandler.disable()  # pytest's, inherited in fork mode: no dump
         os.kill(os.getpid(), signal.SIGSEGV)
     time.sleep(60)
 

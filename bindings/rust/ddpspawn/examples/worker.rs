@@ -58,6 +58,7 @@ fn main() {
             }
         }
         "none" => {}
+        "probe" => probe(&arg, rank),
         "fail" => {
             if rank == 1 {
                 ddpspawn::set_error("rank 1 failed on purpose").expect("set_error");
@@ -245,4 +246,75 @@ fn collectives() -> Result<(), String> {
             .map_err(e("set_result"))?;
     }
     Ok(())
+}
+
+/// Probes edge cases; rank 0 returns what happened.
+fn probe(what: &str, rank: usize) {
+    let out: String = match what {
+        "empty" => {
+            let ctx = Context::from_env().unwrap();
+            let mut v: [f32; 0] = [];
+            let a = ctx.all_reduce(&mut v, ReduceOp::Sum).map_err(|e| e.to_string());
+            let b = ctx.all_gather::<i32>(&[]).map_err(|e| e.to_string());
+            let c = ctx.all_gather_bytes(&[]).map_err(|e| e.to_string());
+            let d = ctx.broadcast::<f64>(&mut [], 0).map_err(|e| e.to_string());
+            format!("{a:?} {b:?} {c:?} {d:?}")
+        }
+        "bcast-bytes-bad-src" => {
+            let ctx = Context::from_env().unwrap();
+            let a = ctx.broadcast_bytes(b"x", 99).map_err(|e| e.to_string());
+            let b = ctx.reduce(&mut [1i32], ReduceOp::Sum, 99).map_err(|e| e.to_string());
+            format!("{a:?} {b:?}")
+        }
+        "nccl" => format!("{:?}", Context::with_options("nccl", Duration::from_secs(5)).map(|_| ())),
+        "coll-timeout" => {
+            let ctx = Context::with_options("gloo", Duration::from_secs(3)).unwrap();
+            if rank == 1 {
+                thread::sleep(Duration::from_secs(8));
+                return;
+            }
+            let t = std::time::Instant::now();
+            let r = ctx.all_reduce(&mut [1.0f32], ReduceOp::Sum);
+            format!("{:?} after {:?}", r, t.elapsed())
+        }
+        "peer-gone" => {
+            let ctx = Context::with_options("gloo", Duration::from_secs(10)).unwrap();
+            if rank == 1 {
+                return;
+            }
+            thread::sleep(Duration::from_secs(1));
+            let t = std::time::Instant::now();
+            let r = ctx.all_reduce(&mut [1.0f32], ReduceOp::Sum);
+            format!("{:?} after {:?}", r, t.elapsed())
+        }
+        "big" => {
+            let ctx = Context::from_env().unwrap();
+            let n = 5_000_000;
+            let mut v: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 + rank as f32).collect();
+            ctx.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+            let w = ctx.world_size() as f32;
+            let bad = (0..n).filter(|&i| v[i] != w * (i % 1000) as f32 + w * (w - 1.0) / 2.0).count();
+            let big = vec![7u8; 20_000_000];
+            let g = ctx.broadcast_bytes(&big, 0).unwrap();
+            format!("bad={bad} bcast_len={} ok={}", g.len(), g.iter().all(|&b| b == 7))
+        }
+        "result-empty" => String::new(),
+        "result-twice" => {
+            if rank == 0 {
+                ddpspawn::set_result(b"first").unwrap();
+            }
+            "second".to_string()
+        }
+        "result-big" => {
+            let v: Vec<u8> = (0..30_000_000u32).map(|i| (i % 251) as u8).collect();
+            if rank == 0 {
+                ddpspawn::set_result(&v).unwrap();
+            }
+            return;
+        }
+        other => format!("unknown probe {other}"),
+    };
+    if rank == 0 {
+        ddpspawn::set_result(out.as_bytes()).unwrap();
+    }
 }

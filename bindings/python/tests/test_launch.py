@@ -1,0 +1,140 @@
+"""Tests of ddpspawn.spawn on success: results, rank layout, environment, and
+workers defined in a launcher's main script."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy
+import pytest
+
+import ddpspawn
+import ddpspawn_test_workers as workers
+
+START_METHODS = ["spawn", "fork"]
+TESTS_DIR = Path(__file__).resolve().parent
+PACKAGE_ROOT = TESTS_DIR.parent
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_rank_zero_return_value_comes_back(start_method):
+    value = {"nested": [1, 2.5, "three"], "array": numpy.arange(4.0)}
+    result = ddpspawn.spawn(
+        workers.return_value, args=(value,), nprocs=2, start_method=start_method
+    )
+    assert result["nested"] == value["nested"]
+    assert result["array"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_none_comes_back_as_none(start_method):
+    assert ddpspawn.spawn(workers.return_nothing, start_method=start_method) is None
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_each_rank_sees_its_place_and_environment(start_method):
+    seen = ddpspawn.spawn(
+        workers.describe,
+        args=("payload",),
+        nprocs=3,
+        start_method=start_method,
+        env={"DDPSPAWN_TEST_VAR": "from the launcher"},
+    )
+    for rank, info in enumerate(seen):
+        assert info == {
+            "rank": rank,
+            "world_size": 3,
+            "local_rank": rank,
+            "local_world_size": 3,
+            "node_rank": 0,
+            "environment": "ddpspawn",
+            "is_worker": True,
+            "env_rank": str(rank),
+            "extra_env": "from the launcher",
+            "value": "payload",
+        }
+
+
+def test_fork_takes_any_callable():
+    offset = 41
+    assert ddpspawn.spawn(lambda ctx: ctx.rank + offset, nprocs=2, start_method="fork") == 41
+
+
+def test_launcher_keeps_its_own_environment():
+    before = dict(os.environ)
+    ddpspawn.spawn(workers.return_nothing, nprocs=2, start_method="fork")
+    assert dict(os.environ) == before
+
+
+def run_script(tmp_path, source):
+    """Starts a launcher script in a fresh interpreter that can import
+    ddpspawn and the test workers."""
+    script = tmp_path / "launcher.py"
+    script.write_text(textwrap.dedent(source))
+    pythonpath = os.pathsep.join([str(PACKAGE_ROOT), str(TESTS_DIR)])
+    return subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=pythonpath),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_worker_defined_in_the_main_script(tmp_path, start_method):
+    launcher = run_script(
+        tmp_path,
+        f"""
+        import ddpspawn
+
+        class Point:
+            def __init__(self, x, y):
+                self.x, self.y = x, y
+
+        def work(ctx, point):
+            total = ctx.all_reduce([point.x + ctx.rank])
+            return Point(total[0], __name__)
+
+        if __name__ == "__main__":
+            result = ddpspawn.spawn(
+                work, args=(Point(10, 0),), nprocs=2, start_method={start_method!r}
+            )
+            print(type(result).__name__, result.x, result.y)
+        """,
+    )
+    out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, err
+    main_name = "__mp_main__" if start_method == "spawn" else "__main__"
+    assert out.split() == ["Point", "21", main_name]
+
+
+def test_sigint_to_the_launcher_raises_keyboard_interrupt(tmp_path):
+    launcher = run_script(
+        tmp_path,
+        f"""
+        import ddpspawn, ddpspawn_test_workers as workers
+        try:
+            ddpspawn.spawn(workers.touch_and_hang, args=({str(tmp_path)!r},), nprocs=2)
+        except KeyboardInterrupt as error:
+            print("KeyboardInterrupt:", error)
+        """,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("rank*.started"))) < 2:
+            assert launcher.poll() is None, launcher.communicate()
+            assert time.monotonic() < deadline, "workers did not start"
+            time.sleep(0.05)
+        launcher.send_signal(signal.SIGINT)
+        out, err = launcher.communicate(timeout=60)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 0, err
+    assert out.startswith("KeyboardInterrupt:")
+    assert "SIGINT" in out
