@@ -9,6 +9,7 @@
 //! * `result TEXT`: rank 0 returns TEXT.
 //! * `env`: rank 0 returns `$DDPSPAWN_TEST_VALUE|$MASTER_ADDR|$MASTER_PORT|$RANK|$WORLD_SIZE`.
 //! * `none`: every rank exits 0 without a result.
+//! * `edge CASE`: an edge case (see `edge`); rank 0 returns what happened.
 //! * `fail`: rank 1 calls `set_error` and exits 3; the others sleep.
 //! * `exit CODE`: rank 1 exits with CODE; the others sleep.
 //! * `abort`: rank 1 aborts (SIGABRT); the others sleep.
@@ -58,7 +59,12 @@ fn main() {
             }
         }
         "none" => {}
-        "probe" => probe(&arg, rank),
+        "edge" => {
+            let out = edge(&arg, rank).unwrap_or_else(|e| fail(&format!("edge {arg}: {e}")));
+            if rank == 0 {
+                ddpspawn::set_result(&out).unwrap_or_else(|e| fail(&e.to_string()));
+            }
+        }
         "fail" => {
             if rank == 1 {
                 ddpspawn::set_error("rank 1 failed on purpose").expect("set_error");
@@ -248,73 +254,79 @@ fn collectives() -> Result<(), String> {
     Ok(())
 }
 
-/// Probes edge cases; rank 0 returns what happened.
-fn probe(what: &str, rank: usize) {
-    let out: String = match what {
+/// Edge cases; returns the bytes rank 0 hands back.
+fn edge(case: &str, rank: usize) -> ddpspawn::Result<Vec<u8>> {
+    let kind = |r: ddpspawn::Result<()>| match r {
+        Ok(()) => "Ok".to_string(),
+        Err(e) => format!("{:?}", e.kind()),
+    };
+    Ok(match case {
+        // Zero-length buffers are fine.
         "empty" => {
-            let ctx = Context::from_env().unwrap();
-            let mut v: [f32; 0] = [];
-            let a = ctx.all_reduce(&mut v, ReduceOp::Sum).map_err(|e| e.to_string());
-            let b = ctx.all_gather::<i32>(&[]).map_err(|e| e.to_string());
-            let c = ctx.all_gather_bytes(&[]).map_err(|e| e.to_string());
-            let d = ctx.broadcast::<f64>(&mut [], 0).map_err(|e| e.to_string());
-            format!("{a:?} {b:?} {c:?} {d:?}")
+            let ctx = Context::from_env()?;
+            let mut none: [f32; 0] = [];
+            ctx.all_reduce(&mut none, ReduceOp::Sum)?;
+            ctx.broadcast::<f64>(&mut [], 0)?;
+            ctx.reduce::<i64>(&mut [], ReduceOp::Max, 0)?;
+            let gathered = ctx.all_gather::<i32>(&[])?;
+            let bytes = ctx.all_gather_bytes(&[])?;
+            format!("{gathered:?} {bytes:?}").into_bytes()
         }
-        "bcast-bytes-bad-src" => {
-            let ctx = Context::from_env().unwrap();
-            let a = ctx.broadcast_bytes(b"x", 99).map_err(|e| e.to_string());
-            let b = ctx.reduce(&mut [1i32], ReduceOp::Sum, 99).map_err(|e| e.to_string());
-            format!("{a:?} {b:?}")
+        // Out-of-range ranks.
+        "bad-rank" => {
+            let ctx = Context::from_env()?;
+            let a = kind(ctx.broadcast_bytes(b"x", 99).map(|_| ()));
+            let b = kind(ctx.reduce(&mut [1i32], ReduceOp::Sum, 99));
+            format!("{a} {b}").into_bytes()
         }
-        "nccl" => format!("{:?}", Context::with_options("nccl", Duration::from_secs(5)).map(|_| ())),
-        "coll-timeout" => {
-            let ctx = Context::with_options("gloo", Duration::from_secs(3)).unwrap();
+        // nccl: Unavailable on a CPU build of LibTorch.
+        "nccl" => {
+            kind(Context::with_options("nccl", Duration::from_secs(10)).map(|_| ())).into_bytes()
+        }
+        // Rank 1 never joins the all-reduce: rank 0 times out.
+        "collective-timeout" => {
+            let ctx = Context::with_options("gloo", Duration::from_secs(2))?;
             if rank == 1 {
-                thread::sleep(Duration::from_secs(8));
-                return;
+                thread::sleep(Duration::from_secs(6));
+                return Ok(Vec::new());
             }
-            let t = std::time::Instant::now();
-            let r = ctx.all_reduce(&mut [1.0f32], ReduceOp::Sum);
-            format!("{:?} after {:?}", r, t.elapsed())
+            kind(ctx.all_reduce(&mut [1.0f32], ReduceOp::Sum)).into_bytes()
         }
+        // Rank 1 leaves the group: rank 0's all-reduce fails.
         "peer-gone" => {
-            let ctx = Context::with_options("gloo", Duration::from_secs(10)).unwrap();
+            let ctx = Context::with_options("gloo", Duration::from_secs(20))?;
             if rank == 1 {
-                return;
+                return Ok(Vec::new());
             }
             thread::sleep(Duration::from_secs(1));
-            let t = std::time::Instant::now();
-            let r = ctx.all_reduce(&mut [1.0f32], ReduceOp::Sum);
-            format!("{:?} after {:?}", r, t.elapsed())
+            kind(ctx.all_reduce(&mut [1.0f32], ReduceOp::Sum)).into_bytes()
         }
-        "big" => {
-            let ctx = Context::from_env().unwrap();
-            let n = 5_000_000;
-            let mut v: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 + rank as f32).collect();
-            ctx.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+        // Buffers of some megabytes.
+        "large" => {
+            let ctx = Context::from_env()?;
+            let n = 1 << 20;
             let w = ctx.world_size() as f32;
-            let bad = (0..n).filter(|&i| v[i] != w * (i % 1000) as f32 + w * (w - 1.0) / 2.0).count();
-            let big = vec![7u8; 20_000_000];
-            let g = ctx.broadcast_bytes(&big, 0).unwrap();
-            format!("bad={bad} bcast_len={} ok={}", g.len(), g.iter().all(|&b| b == 7))
+            let mut v: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 + rank as f32).collect();
+            ctx.all_reduce(&mut v, ReduceOp::Sum)?;
+            let bad = (0..n)
+                .filter(|&i| v[i] != w * (i % 1000) as f32 + w * (w - 1.0) / 2.0)
+                .count();
+            let got = ctx.broadcast_bytes(&pattern(4 << 20), 0)?;
+            format!("bad={bad} broadcast_ok={}", got == pattern(4 << 20)).into_bytes()
         }
-        "result-empty" => String::new(),
-        "result-twice" => {
+        "result-empty" => Vec::new(),
+        "result-replaced" => {
             if rank == 0 {
-                ddpspawn::set_result(b"first").unwrap();
+                ddpspawn::set_result(b"first")?;
             }
-            "second".to_string()
+            b"second".to_vec()
         }
-        "result-big" => {
-            let v: Vec<u8> = (0..30_000_000u32).map(|i| (i % 251) as u8).collect();
-            if rank == 0 {
-                ddpspawn::set_result(&v).unwrap();
-            }
-            return;
-        }
-        other => format!("unknown probe {other}"),
-    };
-    if rank == 0 {
-        ddpspawn::set_result(out.as_bytes()).unwrap();
-    }
+        "result-large" => pattern(8 << 20),
+        other => format!("unknown edge case {other}").into_bytes(),
+    })
+}
+
+/// `len` bytes of a fixed pattern.
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
 }

@@ -283,3 +283,53 @@ fn any_program_can_be_a_rank() {
     assert!(report.ranks().iter().all(|r| r.success()));
     assert_eq!(report.result(), None);
 }
+
+fn edge(nprocs: usize, case: &str) -> Vec<u8> {
+    run(nprocs, &["edge", case])
+        .unwrap_or_else(|e| panic!("{case}: {e}"))
+        .into_result()
+        .unwrap_or_else(|| panic!("{case}: no result"))
+}
+
+/// `len` bytes of the pattern the worker uses.
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+#[test]
+fn zero_length_buffers() {
+    assert_eq!(edge(2, "empty"), b"[] [[], []]");
+}
+
+#[test]
+fn out_of_range_ranks_are_invalid_argument() {
+    assert_eq!(edge(2, "bad-rank"), b"InvalidArgument InvalidArgument");
+}
+
+#[test]
+fn nccl_is_unavailable_on_cpu_builds() {
+    let got = String::from_utf8(edge(1, "nccl")).unwrap();
+    assert!(got == "Unavailable" || got == "Ok", "{got}");
+}
+
+#[test]
+fn collective_past_its_timeout_is_timeout() {
+    assert_eq!(edge(2, "collective-timeout"), b"Timeout");
+}
+
+#[test]
+fn collective_with_a_peer_gone_is_internal() {
+    assert_eq!(edge(2, "peer-gone"), b"Internal");
+}
+
+#[test]
+fn large_buffers() {
+    assert_eq!(edge(2, "large"), b"bad=0 broadcast_ok=true");
+}
+
+#[test]
+fn empty_replaced_and_large_results() {
+    assert_eq!(edge(2, "result-empty"), b"");
+    assert_eq!(edge(2, "result-replaced"), b"second");
+    assert!(edge(1, "result-large") == pattern(8 << 20));
+}
