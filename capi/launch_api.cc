@@ -1,4 +1,5 @@
-// The C ABI of the launcher: jobs, their reports, and the worker side's result and error.
+// The C ABI of the launcher: jobs, their reports, and the worker side's result
+// and error.
 #include <cstdlib>
 #include <memory>
 
@@ -73,17 +74,19 @@ absl::Status CheckRank(const ddpspawn_job* job, int32_t rank) {
 
 extern "C" {
 
-DDPSPAWN_EXPORT void ddpspawn_launch_options_init(ddpspawn_launch_options* options) {
+DDPSPAWN_EXPORT void ddpspawn_launch_options_init(
+    ddpspawn_launch_options* options) {
   if (options != nullptr) *options = DDPSPAWN_LAUNCH_OPTIONS_INIT;
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_create(const ddpspawn_launch_options* options,
-                                                    ddpspawn_job** out_job) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_create(
+    const ddpspawn_launch_options* options, ddpspawn_job** out_job) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = NotNull(options, "options"); !s.ok()) return s;
     if (absl::Status s = NotNull(out_job, "out_job"); !s.ok()) return s;
     ddpspawn_launch_options o = DDPSPAWN_LAUNCH_OPTIONS_INIT;
-    if (absl::Status s = ReadOptions(options, "DDPSPAWN_LAUNCH_OPTIONS", &o); !s.ok()) {
+    if (absl::Status s = ReadOptions(options, "DDPSPAWN_LAUNCH_OPTIONS", &o);
+        !s.ok()) {
       return s;
     }
     absl::StatusOr<ddpspawn::LaunchSpec> spec = ToSpec(o);
@@ -121,14 +124,15 @@ DDPSPAWN_EXPORT int32_t ddpspawn_job_nprocs(const ddpspawn_job* job) {
   return job == nullptr ? -1 : job->job->nprocs();
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_report(const ddpspawn_job* job,
-                                                         int32_t rank,
-                                                         ddpspawn_rank_report* out_report) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_report(
+    const ddpspawn_job* job, int32_t rank, ddpspawn_rank_report* out_report) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = CheckRank(job, rank); !s.ok()) return s;
     if (absl::Status s = NotNull(out_report, "out_report"); !s.ok()) return s;
     ddpspawn_rank_report report = DDPSPAWN_RANK_REPORT_INIT;
-    if (absl::Status s = ReadOptions(out_report, "DDPSPAWN_RANK_REPORT", &report); !s.ok()) {
+    if (absl::Status s =
+            ReadOptions(out_report, "DDPSPAWN_RANK_REPORT", &report);
+        !s.ok()) {
       return s;
     }
     const ddpspawn::RankOutcome& outcome = job->job->outcomes()[rank];
@@ -148,7 +152,8 @@ DDPSPAWN_EXPORT int32_t ddpspawn_job_failed_rank(const ddpspawn_job* job) {
   return job == nullptr ? -1 : job->job->failed_rank();
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(const ddpspawn_job* job, int32_t rank,
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(const ddpspawn_job* job,
+                                                        int32_t rank,
                                                         const char** out_text) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = CheckRank(job, rank); !s.ok()) return s;
@@ -159,13 +164,15 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(const ddpspawn_job* job,
 }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_result(const ddpspawn_job* job,
-                                                    const void** out_data, size_t* out_size,
+                                                    const void** out_data,
+                                                    size_t* out_size,
                                                     int32_t* out_has_result) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = NotNull(job, "job"); !s.ok()) return s;
     if (absl::Status s = NotNull(out_data, "out_data"); !s.ok()) return s;
     if (absl::Status s = NotNull(out_size, "out_size"); !s.ok()) return s;
-    if (absl::Status s = NotNull(out_has_result, "out_has_result"); !s.ok()) return s;
+    if (absl::Status s = NotNull(out_has_result, "out_has_result"); !s.ok())
+      return s;
     const std::optional<std::string>& result = job->job->result();
     *out_data = result ? result->data() : nullptr;
     *out_size = result ? result->size() : 0;
@@ -178,7 +185,8 @@ DDPSPAWN_EXPORT int32_t ddpspawn_is_worker(void) {
   return std::getenv(ddpspawn::kRunDirEnv) != nullptr ? 1 : 0;
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_result(const void* data, size_t size) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_result(const void* data,
+                                                           size_t size) {
   return Guard([&]() -> absl::Status {
     if (size > 0) {
       if (absl::Status s = NotNull(data, "data"); !s.ok()) return s;

@@ -1,4 +1,5 @@
-// Status codes and the thread-local last error of the C ABI; the version entry points.
+// Status codes and the thread-local last error of the C ABI; the version entry
+// points.
 #include "capi/status.h"
 
 #include <cstdlib>
@@ -52,7 +53,9 @@ DDPSPAWN_EXPORT const char* ddpspawn_last_error(void) {
   return ddpspawn::capi::t_last_error.c_str();
 }
 
-DDPSPAWN_EXPORT int32_t ddpspawn_abi_version(void) { return DDPSPAWN_ABI_VERSION; }
+DDPSPAWN_EXPORT int32_t ddpspawn_abi_version(void) {
+  return DDPSPAWN_ABI_VERSION;
+}
 
 DDPSPAWN_EXPORT const char* ddpspawn_version(void) { return "0.1.0"; }
 

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -23,14 +24,16 @@
 namespace ddpspawn {
 namespace {
 
-// Each process group this process joins gets its own key prefix in the store; every rank joins
-// groups in the same order, so the n-th group agrees across ranks.
+// Each process group this process joins gets its own key prefix in the store;
+// every rank joins groups in the same order, so the n-th group agrees across
+// ranks.
 std::atomic<int> g_group_generation{0};
 
 absl::Status FromException(absl::string_view what, absl::string_view message) {
   std::string lower = absl::AsciiStrToLower(message);
   std::string text = absl::StrCat(what, " failed: ", message);
-  if (absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout")) {
+  if (absl::StrContains(lower, "timed out") ||
+      absl::StrContains(lower, "timeout")) {
     return absl::DeadlineExceededError(text);
   }
   return absl::InternalError(text);
@@ -95,20 +98,23 @@ bool IsLoopback(const std::string& addr) {
   return addr == "localhost" || absl::StartsWith(addr, "127.") || addr == "::1";
 }
 
-std::shared_ptr<::gloo::transport::Device> GlooDevice(const ClusterInfo& cluster) {
-  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+std::shared_ptr<::gloo::transport::Device> GlooDevice(
+    const ClusterInfo& cluster) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+      ifname && *ifname) {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   }
-  // A launcher-started or single-node group stays on loopback: nothing off this host can reach
-  // it.
-  if (cluster.kind == ClusterKind::kDdpspawn || IsLoopback(cluster.master_addr)) {
+  // A launcher-started or single-node group stays on loopback: nothing off this
+  // host can reach it.
+  if (cluster.kind == ClusterKind::kDdpspawn ||
+      IsLoopback(cluster.master_addr)) {
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   }
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
 c10::intrusive_ptr<c10d::Store> MakeStore(const ClusterInfo& cluster,
-                                         std::chrono::milliseconds timeout) {
+                                          std::chrono::milliseconds timeout) {
   c10::intrusive_ptr<c10d::Store> store;
   if (cluster.kind == ClusterKind::kDdpspawn) {
     store = c10::make_intrusive<c10d::FileStore>(cluster.run_dir + "/store",
@@ -133,10 +139,12 @@ c10::intrusive_ptr<c10d::Store> MakeStore(const ClusterInfo& cluster,
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> group;
   std::chrono::milliseconds timeout;
-  // Where tensors must live for this backend: CPU for gloo, this rank's GPU for nccl.
+  // Where tensors must live for this backend: CPU for gloo, this rank's GPU for
+  // nccl.
   at::Device device = at::kCPU;
 
-  // Runs a collective on `tensor` (moved to the backend's device and back if needed).
+  // Runs a collective on `tensor` (moved to the backend's device and back if
+  // needed).
   template <typename Collective>
   void OnDevice(at::Tensor& tensor, Collective&& collective) {
     if (tensor.device() == device) {
@@ -177,12 +185,15 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
   }
   if (options.backend == "nccl" && !NcclAvailable()) {
     return absl::UnavailableError(
-        "backend 'nccl' needs a CUDA build of LibTorch with NCCL, and this build has none "
-        "(Debian's LibTorch is CPU-only); use 'gloo', or rebuild with DDPSPAWN_LIBTORCH set "
+        "backend 'nccl' needs a CUDA build of LibTorch with NCCL, and this "
+        "build has none "
+        "(Debian's LibTorch is CPU-only); use 'gloo', or rebuild with "
+        "DDPSPAWN_LIBTORCH set "
         "to a CUDA LibTorch");
   }
   if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("the process group timeout must be positive");
+    return absl::InvalidArgumentError(
+        "the process group timeout must be positive");
   }
   auto impl = std::make_unique<Impl>();
   impl->timeout = absl::ToChronoMilliseconds(options.timeout);
@@ -227,7 +238,8 @@ absl::Status ProcessGroup::Barrier(absl::string_view name) {
 }
 
 absl::Status ProcessGroup::Broadcast(at::Tensor& tensor, int src) {
-  if (absl::Status valid = CheckRank(src, "broadcast source"); !valid.ok()) return valid;
+  if (absl::Status valid = CheckRank(src, "broadcast source"); !valid.ok())
+    return valid;
   return Guarded("broadcast", [&] {
     impl_->OnDevice(tensor, [&](at::Tensor& t) {
       std::vector<at::Tensor> tensors{t};
@@ -253,9 +265,11 @@ absl::Status ProcessGroup::AllReduce(at::Tensor& tensor, ReduceOp op) {
 }
 
 absl::Status ProcessGroup::Reduce(at::Tensor& tensor, ReduceOp op, int dst) {
-  if (absl::Status valid = CheckRank(dst, "reduce destination"); !valid.ok()) return valid;
+  if (absl::Status valid = CheckRank(dst, "reduce destination"); !valid.ok())
+    return valid;
   return Guarded("reduce", [&] {
-    // Gloo may use a non-root rank's tensor as scratch space: reduce a copy there.
+    // Gloo may use a non-root rank's tensor as scratch space: reduce a copy
+    // there.
     at::Tensor target = rank() == dst ? tensor : tensor.clone();
     impl_->OnDevice(target, [&](at::Tensor& t) {
       std::vector<at::Tensor> tensors{t};
@@ -264,7 +278,8 @@ absl::Status ProcessGroup::Reduce(at::Tensor& tensor, ReduceOp op, int dst) {
       opts.rootRank = dst;
       opts.timeout = impl_->timeout;
       impl_->group->reduce(tensors, opts)->wait();
-      if (op == ReduceOp::kMean && rank() == dst) DivideForMean(t, world_size());
+      if (op == ReduceOp::kMean && rank() == dst)
+        DivideForMean(t, world_size());
     });
   });
 }
@@ -275,7 +290,8 @@ absl::StatusOr<std::vector<at::Tensor>> ProcessGroup::AllGather(
   absl::Status status = Guarded("all_gather", [&] {
     at::Tensor input = tensor.to(impl_->device).contiguous();
     std::vector<std::vector<at::Tensor>> outputs(1);
-    for (int r = 0; r < world_size(); ++r) outputs[0].push_back(at::empty_like(input));
+    for (int r = 0; r < world_size(); ++r)
+      outputs[0].push_back(at::empty_like(input));
     std::vector<at::Tensor> inputs{input};
     c10d::AllgatherOptions opts;
     opts.timeout = impl_->timeout;
@@ -315,15 +331,17 @@ absl::Status ProcessGroup::AllGather(const void* data, size_t count,
   if (!gathered.ok()) return gathered.status();
   const size_t bytes = count * DTypeSize(dtype);
   for (size_t r = 0; r < gathered->size(); ++r) {
-    std::memcpy(static_cast<char*>(out) + r * bytes, (*gathered)[r].data_ptr(), bytes);
+    std::memcpy(static_cast<char*>(out) + r * bytes, (*gathered)[r].data_ptr(),
+                bytes);
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ProcessGroup::BroadcastBytes(absl::string_view bytes,
-                                                         int src) {
+absl::StatusOr<std::string> ProcessGroup::BroadcastBytes(
+    absl::string_view bytes, int src) {
   int64_t size = rank() == src ? static_cast<int64_t>(bytes.size()) : 0;
-  if (absl::Status s = Broadcast(&size, 1, DType::kInt64, src); !s.ok()) return s;
+  if (absl::Status s = Broadcast(&size, 1, DType::kInt64, src); !s.ok())
+    return s;
   std::string out(static_cast<size_t>(size), '\0');
   if (rank() == src) out.assign(bytes.data(), bytes.size());
   if (size == 0) return out;
@@ -336,7 +354,8 @@ absl::StatusOr<std::vector<std::string>> ProcessGroup::AllGatherBytes(
     absl::string_view bytes) {
   std::vector<int64_t> sizes(static_cast<size_t>(world_size()));
   int64_t own_size = static_cast<int64_t>(bytes.size());
-  if (absl::Status s = AllGather(&own_size, 1, DType::kInt64, sizes.data()); !s.ok()) {
+  if (absl::Status s = AllGather(&own_size, 1, DType::kInt64, sizes.data());
+      !s.ok()) {
     return s;
   }
   int64_t longest = *std::max_element(sizes.begin(), sizes.end());

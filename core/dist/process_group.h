@@ -1,7 +1,8 @@
-// A c10d process group joined from the cluster environment, and the collectives on it. Every
-// collective returns an error (never hangs past the group's timeout, never throws): a timeout is
-// DeadlineExceeded, a failed peer or transport is Internal. The header keeps LibTorch out:
-// tensors are only forward-declared.
+// A c10d process group joined from the cluster environment, and the collectives
+// on it. Every collective returns an error (never hangs past the group's
+// timeout, never throws): a timeout is DeadlineExceeded, a failed peer or
+// transport is Internal. The header keeps LibTorch out: tensors are only
+// forward-declared.
 #ifndef DDPSPAWN_CORE_DIST_PROCESS_GROUP_H_
 #define DDPSPAWN_CORE_DIST_PROCESS_GROUP_H_
 
@@ -37,8 +38,8 @@ bool NcclAvailable();
 
 class ProcessGroup {
  public:
-  // Joins the group every rank of `cluster` joins. All ranks must call this the same number of
-  // times in the same order.
+  // Joins the group every rank of `cluster` joins. All ranks must call this the
+  // same number of times in the same order.
   static absl::StatusOr<std::unique_ptr<ProcessGroup>> Create(
       const ClusterInfo& cluster, const GroupOptions& options = {});
   ~ProcessGroup();

@@ -60,8 +60,8 @@ absl::Status Validate(const ClusterInfo& info) {
   return absl::OkStatus();
 }
 
-// torchrun-style variables: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK,
-// LOCAL_WORLD_SIZE and the node rank under `node_rank_var`.
+// torchrun-style variables: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,
+// LOCAL_RANK, LOCAL_WORLD_SIZE and the node rank under `node_rank_var`.
 absl::StatusOr<ClusterInfo> FromTorchrunVariables(const EnvLookup& env,
                                                   ClusterKind kind,
                                                   const char* node_rank_var,
@@ -110,8 +110,8 @@ absl::StatusOr<ClusterInfo> FromSlurm(const EnvLookup& env) {
   info.rank = *rank;
   info.local_rank = *local_rank;
   info.node_rank = *node_rank;
-  // SLURM_TASKS_PER_NODE looks like "2(x3),1": this node's count is not named, so use the first
-  // group's count, which is exact on homogeneous allocations.
+  // SLURM_TASKS_PER_NODE looks like "2(x3),1": this node's count is not named,
+  // so use the first group's count, which is exact on homogeneous allocations.
   info.local_world_size = std::max(info.local_rank + 1, 1);
   std::string per_node = StrVar(env, "SLURM_NTASKS_PER_NODE", "");
   if (per_node.empty()) per_node = StrVar(env, "SLURM_TASKS_PER_NODE", "");
@@ -124,14 +124,16 @@ absl::StatusOr<ClusterInfo> FromSlurm(const EnvLookup& env) {
   }
   std::string nodes = StrVar(env, "SLURM_NODELIST", "");
   if (nodes.empty()) nodes = StrVar(env, "SLURM_JOB_NODELIST", "");
-  if (std::optional<std::string> addr = env("MASTER_ADDR"); addr && !addr->empty()) {
+  if (std::optional<std::string> addr = env("MASTER_ADDR");
+      addr && !addr->empty()) {
     info.master_addr = *addr;
   } else if (!nodes.empty()) {
     absl::StatusOr<std::string> host = FirstHostInSlurmNodeList(nodes);
     if (!host.ok()) return host.status();
     info.master_addr = *host;
   }
-  // Lightning's rule: 15000 + the last four digits of the job id, unless MASTER_PORT is set.
+  // Lightning's rule: 15000 + the last four digits of the job id, unless
+  // MASTER_PORT is set.
   if (env("MASTER_PORT").has_value()) {
     absl::StatusOr<int> port = IntVar(env, "MASTER_PORT", std::nullopt);
     if (!port.ok()) return port.status();
@@ -140,8 +142,8 @@ absl::StatusOr<ClusterInfo> FromSlurm(const EnvLookup& env) {
     std::string job_id = StrVar(env, "SLURM_JOB_ID", "");
     int last_four = 0;
     if (job_id.size() > 4) job_id = job_id.substr(job_id.size() - 4);
-    info.master_port = absl::SimpleAtoi(job_id, &last_four) ? 15000 + last_four
-                                                            : 15000;
+    info.master_port =
+        absl::SimpleAtoi(job_id, &last_four) ? 15000 + last_four : 15000;
   }
   return info;
 }
@@ -154,7 +156,8 @@ bool IsSlurmBatchJob(const EnvLookup& env) {
 }
 
 bool IsTorchElastic(const EnvLookup& env) {
-  for (const char* name : {"RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) {
+  for (const char* name :
+       {"RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) {
     if (!env(name).has_value()) return false;
   }
   return true;
@@ -220,7 +223,8 @@ absl::StatusOr<std::string> FirstHostInSlurmNodeList(absl::string_view list) {
 
 absl::StatusOr<ClusterInfo> DetectClusterEnvironment(const EnvLookup& env) {
   absl::StatusOr<ClusterInfo> info;
-  if (std::optional<std::string> run_dir = env(kRunDirEnv); run_dir.has_value()) {
+  if (std::optional<std::string> run_dir = env(kRunDirEnv);
+      run_dir.has_value()) {
     info = FromTorchrunVariables(env, ClusterKind::kDdpspawn, "NODE_RANK",
                                  /*all_required=*/true);
     if (info.ok()) info->run_dir = *run_dir;
@@ -239,14 +243,13 @@ absl::StatusOr<ClusterInfo> DetectClusterEnvironment(const EnvLookup& env) {
         /*all_required=*/false);
   }
   if (!info.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read the cluster environment: ",
-                     info.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot read the cluster environment: ", info.status().message()));
   }
   if (absl::Status valid = Validate(*info); !valid.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "invalid ", ClusterKindName(info->kind),
-        " cluster environment: ", valid.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid ", ClusterKindName(info->kind),
+                     " cluster environment: ", valid.message()));
   }
   return info;
 }

@@ -1,6 +1,7 @@
-// Cluster environments: where a worker learns its rank, the world size and the rendezvous
-// address. Detected as Lightning does: a ddpspawn launcher, TorchElastic (torchrun), SLURM, or
-// plain environment variables (a single process when none is set).
+// Cluster environments: where a worker learns its rank, the world size and the
+// rendezvous address. Detected as Lightning does: a ddpspawn launcher,
+// TorchElastic (torchrun), SLURM, or plain environment variables (a single
+// process when none is set).
 #ifndef DDPSPAWN_CORE_ENV_CLUSTER_ENVIRONMENT_H_
 #define DDPSPAWN_CORE_ENV_CLUSTER_ENVIRONMENT_H_
 
@@ -33,8 +34,8 @@ struct ClusterInfo {
   // The launcher's private directory (FileStore, result and error files);
   // set only for ClusterKind::kDdpspawn.
   std::string run_dir;
-  // The store at master_addr:master_port is served by someone else (torchrun's agent), so
-  // rank 0 connects to it instead of serving it.
+  // The store at master_addr:master_port is served by someone else (torchrun's
+  // agent), so rank 0 connects to it instead of serving it.
   bool store_is_external = false;
 };
 
@@ -44,7 +45,8 @@ using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
 // Reads the real process environment.
 std::optional<std::string> ProcessEnv(const char* name);
 
-// Detects the environment and validates it (integers parse, 0 <= rank < world size, ...).
+// Detects the environment and validates it (integers parse, 0 <= rank < world
+// size, ...).
 absl::StatusOr<ClusterInfo> DetectClusterEnvironment(
     const EnvLookup& env = ProcessEnv);
 

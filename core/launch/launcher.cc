@@ -28,15 +28,17 @@ extern char** environ;
 namespace ddpspawn {
 namespace {
 
-// Variables the launcher sets for each rank; the caller's `env` may not set them.
+// Variables the launcher sets for each rank; the caller's `env` may not set
+// them.
 constexpr const char* kContractVariables[] = {
-    "MASTER_ADDR",      "MASTER_PORT", "WORLD_SIZE", "RANK",
-    "LOCAL_RANK",       "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+    "MASTER_ADDR",      "MASTER_PORT",      "WORLD_SIZE", "RANK",
+    "LOCAL_RANK",       "LOCAL_WORLD_SIZE", "NODE_RANK",  "GROUP_RANK",
     "GROUP_WORLD_SIZE", kRunDirEnv};
 
 constexpr absl::Duration kPollInterval = absl::Milliseconds(2);
 
-// The signal (SIGINT/SIGTERM) the launcher received while waiting, and how many.
+// The signal (SIGINT/SIGTERM) the launcher received while waiting, and how
+// many.
 volatile sig_atomic_t g_received_signal = 0;
 volatile sig_atomic_t g_received_count = 0;
 
@@ -45,7 +47,8 @@ void RecordSignal(int sig) {
   g_received_count = g_received_count + 1;
 }
 
-// Routes SIGINT and SIGTERM to RecordSignal while alive; restores the old handlers after.
+// Routes SIGINT and SIGTERM to RecordSignal while alive; restores the old
+// handlers after.
 class ForwardedSignals {
  public:
   ForwardedSignals() {
@@ -119,13 +122,15 @@ absl::StatusOr<int> FreeLoopbackPort() {
 std::vector<char*> CStringArray(const std::vector<std::string>& strings) {
   std::vector<char*> out;
   out.reserve(strings.size() + 1);
-  for (const std::string& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  for (const std::string& s : strings)
+    out.push_back(const_cast<char*>(s.c_str()));
   out.push_back(nullptr);
   return out;
 }
 
-// In the child, before anything else: its own process group (so the launcher can signal it and
-// its descendants together), death with the launcher, default signal dispositions.
+// In the child, before anything else: its own process group (so the launcher
+// can signal it and its descendants together), death with the launcher, default
+// signal dispositions.
 void PrepareChild(pid_t parent, bool reset_signals) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -134,14 +139,15 @@ void PrepareChild(pid_t parent, bool reset_signals) {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   if (reset_signals) {
-    for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD, SIGHUP}) signal(sig, SIG_DFL);
+    for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD, SIGHUP})
+      signal(sig, SIG_DFL);
   }
 }
 
-// Closes every descriptor >= 3 except `keep` (Gloo's sockets are not close-on-exec).
+// Closes every descriptor >= 3 except `keep` (Gloo's sockets are not
+// close-on-exec).
 void CloseInheritedDescriptors(int keep) {
-  if (close_range(3, keep - 1, 0) == 0 &&
-      close_range(keep + 1, ~0U, 0) == 0) {
+  if (close_range(3, keep - 1, 0) == 0 && close_range(keep + 1, ~0U, 0) == 0) {
     return;
   }
   for (int fd = 3; fd < 65536; ++fd) {
@@ -188,8 +194,8 @@ Job::~Job() {
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Create(LaunchSpec spec) {
   if (spec.nprocs < 1 || spec.nprocs > 65536) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nprocs must be between 1 and 65536, got ", spec.nprocs));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nprocs must be between 1 and 65536, got ", spec.nprocs));
   }
   std::string program_path;
   if (spec.start_method == StartMethod::kSpawn) {
@@ -211,9 +217,9 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(LaunchSpec spec) {
           "environment entry '", entry, "' is not of the form NAME=value"));
     }
     if (IsContractVariable(absl::string_view(entry).substr(0, eq))) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "environment entry '", entry,
-          "' sets a variable the launcher sets for each rank"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment entry '", entry,
+                       "' sets a variable the launcher sets for each rank"));
     }
   }
   if (spec.timeout <= absl::ZeroDuration()) {
@@ -223,8 +229,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(LaunchSpec spec) {
     return absl::InvalidArgumentError("grace period must not be negative");
   }
   if (spec.master_port < 0 || spec.master_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "master port ", spec.master_port, " is not a TCP port"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("master port ", spec.master_port, " is not a TCP port"));
   }
   if (spec.master_addr.empty()) spec.master_addr = "127.0.0.1";
   std::unique_ptr<Job> job(new Job(std::move(spec)));
@@ -236,7 +242,8 @@ std::vector<std::string> Job::RankEnvironment(int rank) const {
   std::vector<std::string> env;
   for (char** entry = environ; entry && *entry; ++entry) {
     absl::string_view text(*entry);
-    if (!IsContractVariable(text.substr(0, text.find('=')))) env.emplace_back(text);
+    if (!IsContractVariable(text.substr(0, text.find('='))))
+      env.emplace_back(text);
   }
   env.insert(env.end(), spec_.env.begin(), spec_.env.end());
   auto set = [&env](absl::string_view name, auto value) {
@@ -255,7 +262,8 @@ std::vector<std::string> Job::RankEnvironment(int rank) const {
 }
 
 absl::Status Job::Start() {
-  if (started_) return absl::FailedPreconditionError("the job was already started");
+  if (started_)
+    return absl::FailedPreconditionError("the job was already started");
   started_ = true;
   if (spec_.master_port == 0) {
     absl::StatusOr<int> port = FreeLoopbackPort();
@@ -264,13 +272,15 @@ absl::Status Job::Start() {
   }
   // A private rendezvous: a 0700 directory only this user can enter.
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/ddpspawn-XXXXXX");
+  std::string pattern =
+      absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/ddpspawn-XXXXXX");
   if (mkdtemp(pattern.data()) == nullptr) {
-    return absl::InternalError(absl::StrCat("cannot create a run directory ", pattern,
-                                            ": ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat(
+        "cannot create a run directory ", pattern, ": ", std::strerror(errno)));
   }
   run_dir_ = pattern;
-  std::fflush(nullptr);  // children must not flush the parent's buffered output again
+  std::fflush(
+      nullptr);  // children must not flush the parent's buffered output again
   for (int rank = 0; rank < spec_.nprocs; ++rank) {
     absl::Status started = StartRank(rank, RankEnvironment(rank));
     if (!started.ok()) {
@@ -299,13 +309,15 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
     pid_t pid = fork();
     if (pid == 0) {
       PrepareChild(parent, /*reset_signals=*/false);
-      if (spec_.fork_hooks.after_fork_child) spec_.fork_hooks.after_fork_child();
+      if (spec_.fork_hooks.after_fork_child)
+        spec_.fork_hooks.after_fork_child();
       environ = envp.data();
       int code = 1;
       try {
         code = spec_.worker(rank);
       } catch (const std::exception& e) {
-        (void)SetWorkerError(absl::StrCat("uncaught C++ exception: ", e.what()));
+        (void)SetWorkerError(
+            absl::StrCat("uncaught C++ exception: ", e.what()));
       } catch (...) {
         (void)SetWorkerError("uncaught C++ exception of a non-std type");
       }
@@ -313,10 +325,11 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
       _exit(code);
     }
     int fork_errno = errno;
-    if (spec_.fork_hooks.after_fork_parent) spec_.fork_hooks.after_fork_parent();
+    if (spec_.fork_hooks.after_fork_parent)
+      spec_.fork_hooks.after_fork_parent();
     if (pid < 0) {
-      return absl::InternalError(absl::StrCat("fork() for rank ", rank,
-                                              " failed: ", std::strerror(fork_errno)));
+      return absl::InternalError(absl::StrCat(
+          "fork() for rank ", rank, " failed: ", std::strerror(fork_errno)));
     }
     setpgid(pid, pid);
     outcome.pid = pid;
@@ -327,7 +340,8 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
   std::vector<char*> argv = CStringArray(spec_.argv);
   int exec_error[2];
   if (pipe2(exec_error, O_CLOEXEC) != 0) {
-    return absl::InternalError(absl::StrCat("pipe2() failed: ", std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("pipe2() failed: ", std::strerror(errno)));
   }
   pid_t pid = fork();
   if (pid == 0) {
@@ -343,8 +357,8 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
   close(exec_error[1]);
   if (pid < 0) {
     close(exec_error[0]);
-    return absl::InternalError(absl::StrCat("fork() for rank ", rank,
-                                            " failed: ", std::strerror(fork_errno)));
+    return absl::InternalError(absl::StrCat(
+        "fork() for rank ", rank, " failed: ", std::strerror(fork_errno)));
   }
   setpgid(pid, pid);
   outcome.pid = pid;
@@ -361,15 +375,18 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
     waitpid(pid, &status, 0);
     outcome.state = RankState::kExited;
     outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 127;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", rank, " could not exec '", program_path_, "': ", std::strerror(err)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " could not exec '", program_path_,
+                     "': ", std::strerror(err)));
   }
   return absl::OkStatus();
 }
 
 absl::Status Job::Wait() {
-  if (!started_) return absl::FailedPreconditionError("the job was not started");
-  if (waited_) return absl::FailedPreconditionError("the job was already waited for");
+  if (!started_)
+    return absl::FailedPreconditionError("the job was not started");
+  if (waited_)
+    return absl::FailedPreconditionError("the job was already waited for");
   waited_ = true;
   ForwardedSignals forwarded;
   const absl::Time deadline = absl::Now() + spec_.timeout;
@@ -430,7 +447,8 @@ absl::Status Job::Wait() {
       }
     }
     if (!stopping && !newly_failed.empty()) {
-      // Of ranks found dead in the same poll, a signal is more likely the cause than an exit.
+      // Of ranks found dead in the same poll, a signal is more likely the cause
+      // than an exit.
       failed_rank_ = newly_failed.front();
       for (int r : newly_failed) {
         if (outcomes_[r].state == RankState::kSignaled) {
@@ -438,7 +456,8 @@ absl::Status Job::Wait() {
           break;
         }
       }
-      status = absl::AbortedError("");  // message filled in below, with the error text
+      status = absl::AbortedError(
+          "");  // message filled in below, with the error text
       begin_stopping(SIGTERM);
     }
     if (!any_running) break;
@@ -452,13 +471,15 @@ absl::Status Job::Wait() {
     }
     if (!stopping && absl::Now() >= deadline) {
       status = absl::DeadlineExceededError(absl::StrCat(
-          "the job ran past its timeout of ", absl::FormatDuration(spec_.timeout),
+          "the job ran past its timeout of ",
+          absl::FormatDuration(spec_.timeout),
           "; ranks still running then: ", absl::StrJoin(running_ranks(), ", "),
           " (stopped with SIGTERM, then SIGKILL after ",
           absl::FormatDuration(spec_.grace_period), ")"));
       begin_stopping(SIGTERM);
     }
-    // A second SIGINT/SIGTERM while stopping, or the grace period's end: SIGKILL.
+    // A second SIGINT/SIGTERM while stopping, or the grace period's end:
+    // SIGKILL.
     if (stopping && !killed &&
         (absl::Now() >= kill_at || g_received_count > escalations_seen)) {
       signal_running(SIGKILL, /*mark_stopped=*/true);
@@ -474,7 +495,8 @@ absl::Status Job::Wait() {
     std::string message =
         absl::StrCat("rank ", failed_rank_, " (pid ", failed.pid, ") ",
                      DescribeOutcome(failed));
-    if (!failed.error_text.empty()) absl::StrAppend(&message, ":\n", failed.error_text);
+    if (!failed.error_text.empty())
+      absl::StrAppend(&message, ":\n", failed.error_text);
     status = absl::AbortedError(message);
   }
   return status;

@@ -1,7 +1,8 @@
-// The launcher: starts N worker processes (spawn: fork+exec of a program; fork: a callback in a
-// forked child), gives each the torchrun-compatible environment and a private rendezvous, and
-// joins them. The first failing rank stops the others (SIGTERM, a grace period, SIGKILL); the
-// failure names the rank and its cause. Workers die with the launcher (PR_SET_PDEATHSIG).
+// The launcher: starts N worker processes (spawn: fork+exec of a program; fork:
+// a callback in a forked child), gives each the torchrun-compatible environment
+// and a private rendezvous, and joins them. The first failing rank stops the
+// others (SIGTERM, a grace period, SIGKILL); the failure names the rank and its
+// cause. Workers die with the launcher (PR_SET_PDEATHSIG).
 #ifndef DDPSPAWN_CORE_LAUNCH_LAUNCHER_H_
 #define DDPSPAWN_CORE_LAUNCH_LAUNCHER_H_
 
@@ -34,9 +35,9 @@ struct ForkHooks {
 struct LaunchSpec {
   int nprocs = 1;
   StartMethod start_method = StartMethod::kSpawn;
-  std::vector<std::string> argv;          // spawn: program and arguments
-  std::vector<std::string> env;           // extra NAME=value for every rank
-  std::function<int(int rank)> worker;    // fork: returns the exit code
+  std::vector<std::string> argv;        // spawn: program and arguments
+  std::vector<std::string> env;         // extra NAME=value for every rank
+  std::function<int(int rank)> worker;  // fork: returns the exit code
   ForkHooks fork_hooks;
   absl::Duration timeout = absl::InfiniteDuration();
   absl::Duration grace_period = absl::Seconds(5);
@@ -63,15 +64,17 @@ class Job {
 
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
-  // Kills (SIGKILL) and reaps any rank still running, removes the run directory.
+  // Kills (SIGKILL) and reaps any rank still running, removes the run
+  // directory.
   ~Job();
 
   // Starts every rank. In fork mode the children never return from here.
   absl::Status Start();
 
   // Joins every rank (see the file comment). Ok when every rank exited 0; else
-  // Aborted (a rank failed: failed_rank() says which), DeadlineExceeded (timeout) or
-  // Cancelled (the launcher got SIGINT/SIGTERM), with a message that names the rank and cause.
+  // Aborted (a rank failed: failed_rank() says which), DeadlineExceeded
+  // (timeout) or Cancelled (the launcher got SIGINT/SIGTERM), with a message
+  // that names the rank and cause.
   absl::Status Wait();
 
   int nprocs() const { return spec_.nprocs; }

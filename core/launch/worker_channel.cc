@@ -1,4 +1,5 @@
-// Result and error files between workers and the launcher (see worker_channel.h).
+// Result and error files between workers and the launcher (see
+// worker_channel.h).
 #include "core/launch/worker_channel.h"
 
 #include <fcntl.h>
@@ -35,7 +36,8 @@ absl::StatusOr<WorkerIdentity> CurrentWorker() {
   if (run_dir == nullptr || rank_text == nullptr ||
       !absl::SimpleAtoi(rank_text, &rank)) {
     return absl::UnavailableError(
-        "this process was not started by a ddpspawn launcher (DDPSPAWN_RUN_DIR and RANK are "
+        "this process was not started by a ddpspawn launcher (DDPSPAWN_RUN_DIR "
+        "and RANK are "
         "not set), so there is no launcher to hand a result or an error to");
   }
   return WorkerIdentity{run_dir, rank};
@@ -46,10 +48,11 @@ absl::Status WriteAtomically(const std::string& dir, const std::string& name,
                              absl::string_view bytes) {
   std::string final_path = absl::StrCat(dir, "/", name);
   std::string temp_path = absl::StrCat(final_path, ".tmp.", getpid());
-  int fd = open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int fd =
+      open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
-    return absl::InternalError(absl::StrCat("cannot create ", temp_path, ": ",
-                                            std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("cannot create ", temp_path, ": ", std::strerror(errno)));
   }
   const char* data = bytes.data();
   size_t left = bytes.size();
@@ -60,8 +63,8 @@ absl::Status WriteAtomically(const std::string& dir, const std::string& name,
       int saved = errno;
       close(fd);
       unlink(temp_path.c_str());
-      return absl::InternalError(absl::StrCat("cannot write ", temp_path, ": ",
-                                              std::strerror(saved)));
+      return absl::InternalError(
+          absl::StrCat("cannot write ", temp_path, ": ", std::strerror(saved)));
     }
     data += n;
     left -= static_cast<size_t>(n);
@@ -70,8 +73,8 @@ absl::Status WriteAtomically(const std::string& dir, const std::string& name,
   if (rename(temp_path.c_str(), final_path.c_str()) != 0) {
     int saved = errno;
     unlink(temp_path.c_str());
-    return absl::InternalError(absl::StrCat("cannot rename ", temp_path, ": ",
-                                            std::strerror(saved)));
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", temp_path, ": ", std::strerror(saved)));
   }
   return absl::OkStatus();
 }
@@ -117,7 +120,8 @@ absl::Status SetWorkerError(absl::string_view text) {
 }
 
 void InstallTerminateHandler() {
-  if (std::getenv(kRunDirEnv) != nullptr) std::set_terminate(RecordUncaughtException);
+  if (std::getenv(kRunDirEnv) != nullptr)
+    std::set_terminate(RecordUncaughtException);
 }
 
 std::optional<std::string> ReadWorkerResult(const std::string& run_dir) {

@@ -1,6 +1,7 @@
-// The channel between workers and their launcher: files in the launcher's private run directory.
-// Rank 0 leaves a result (bytes); any rank can leave the text of its failure. Both are written
-// atomically (temporary file, then rename), so the launcher never reads half a file.
+// The channel between workers and their launcher: files in the launcher's
+// private run directory. Rank 0 leaves a result (bytes); any rank can leave the
+// text of its failure. Both are written atomically (temporary file, then
+// rename), so the launcher never reads half a file.
 #ifndef DDPSPAWN_CORE_LAUNCH_WORKER_CHANNEL_H_
 #define DDPSPAWN_CORE_LAUNCH_WORKER_CHANNEL_H_
 
@@ -12,15 +13,15 @@
 
 namespace ddpspawn {
 
-// In a worker: rank 0 hands `bytes` back to the launcher. Unavailable outside a ddpspawn
-// worker; FailedPrecondition on another rank.
+// In a worker: rank 0 hands `bytes` back to the launcher. Unavailable outside a
+// ddpspawn worker; FailedPrecondition on another rank.
 absl::Status SetWorkerResult(absl::string_view bytes);
 
 // In a worker: records why this rank is failing.
 absl::Status SetWorkerError(absl::string_view text);
 
-// In a worker: makes an uncaught C++ exception record its message (SetWorkerError) before the
-// process aborts. Idempotent.
+// In a worker: makes an uncaught C++ exception record its message
+// (SetWorkerError) before the process aborts. Idempotent.
 void InstallTerminateHandler();
 
 // In the launcher: what the workers left in `run_dir`.

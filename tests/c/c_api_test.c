@@ -1,6 +1,7 @@
-/* Drives ddpspawn from plain C99 through the public header only: a 2-rank spawn job (this
- * program re-executed as the workers), a 2-rank fork job, and the argument errors. Exits 0 when
- * every check passes; prints each failed check. */
+/* Drives ddpspawn from plain C99 through the public header only: a 2-rank spawn
+ * job (this program re-executed as the workers), a 2-rank fork job, and the
+ * argument errors. Exits 0 when every check passes; prints each failed check.
+ */
 #include <ddpspawn/ddpspawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,13 +9,13 @@
 
 static int failures = 0;
 
-#define CHECK(cond)                                                      \
-  do {                                                                   \
-    if (!(cond)) {                                                       \
-      fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n",      \
-              __FILE__, __LINE__, #cond, ddpspawn_last_error());         \
-      failures++;                                                        \
-    }                                                                    \
+#define CHECK(cond)                                                           \
+  do {                                                                        \
+    if (!(cond)) {                                                            \
+      fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, \
+              __LINE__, #cond, ddpspawn_last_error());                        \
+      failures++;                                                             \
+    }                                                                         \
   } while (0)
 
 /* The collectives a worker runs; returns 0 when every value is as expected. */
@@ -27,20 +28,23 @@ static int run_collectives(void) {
   int rank = ddpspawn_context_rank(ctx);
   int world = ddpspawn_context_world_size(ctx);
   double values[3] = {rank + 1.0, 10.0 * rank, -1.0};
-  int ok = ddpspawn_all_reduce(ctx, values, 3, DDPSPAWN_FLOAT64, DDPSPAWN_SUM) == DDPSPAWN_OK;
+  int ok = ddpspawn_all_reduce(ctx, values, 3, DDPSPAWN_FLOAT64,
+                               DDPSPAWN_SUM) == DDPSPAWN_OK;
   ok = ok && values[0] == world * (world + 1) / 2.0 && values[2] == -world;
   int64_t longest = rank;
-  ok = ok && ddpspawn_all_reduce(ctx, &longest, 1, DDPSPAWN_INT64, DDPSPAWN_MAX) == DDPSPAWN_OK;
+  ok = ok && ddpspawn_all_reduce(ctx, &longest, 1, DDPSPAWN_INT64,
+                                 DDPSPAWN_MAX) == DDPSPAWN_OK;
   ok = ok && longest == world - 1;
   int32_t mine = 100 + rank;
   int32_t gathered[16] = {0};
-  ok = ok && ddpspawn_all_gather(ctx, &mine, 1, DDPSPAWN_INT32, gathered) == DDPSPAWN_OK;
+  ok = ok && ddpspawn_all_gather(ctx, &mine, 1, DDPSPAWN_INT32, gathered) ==
+                 DDPSPAWN_OK;
   for (int r = 0; r < world; r++) ok = ok && gathered[r] == 100 + r;
   const char* greeting = rank == 1 ? "hello from rank 1" : "";
   void* received = NULL;
   size_t received_size = 0;
-  ok = ok && ddpspawn_broadcast_bytes(ctx, greeting, strlen(greeting), 1, &received,
-                                      &received_size) == DDPSPAWN_OK;
+  ok = ok && ddpspawn_broadcast_bytes(ctx, greeting, strlen(greeting), 1,
+                                      &received, &received_size) == DDPSPAWN_OK;
   ok = ok && received_size == strlen("hello from rank 1") &&
        memcmp(received, "hello from rank 1", received_size) == 0;
   ddpspawn_free(received);
@@ -50,7 +54,8 @@ static int run_collectives(void) {
     snprintf(result, sizeof result, "sum=%g world=%d", values[0], world);
     ok = ddpspawn_worker_set_result(result, strlen(result)) == DDPSPAWN_OK;
   }
-  if (!ok) ddpspawn_worker_set_error("a collective returned an unexpected value");
+  if (!ok)
+    ddpspawn_worker_set_error("a collective returned an unexpected value");
   ddpspawn_context_destroy(ctx);
   return ok ? 0 : 1;
 }
@@ -66,7 +71,8 @@ static void check_result(ddpspawn_job* job, const char* expected) {
   size_t size = 0;
   int32_t has = 0;
   CHECK(ddpspawn_job_result(job, &data, &size, &has) == DDPSPAWN_OK);
-  CHECK(has == 1 && size == strlen(expected) && memcmp(data, expected, size) == 0);
+  CHECK(has == 1 && size == strlen(expected) &&
+        memcmp(data, expected, size) == 0);
 }
 
 int main(int argc, char** argv) {
@@ -89,7 +95,8 @@ int main(int argc, char** argv) {
   check_result(job, "sum=3 world=2");
   ddpspawn_rank_report report = DDPSPAWN_RANK_REPORT_INIT;
   CHECK(ddpspawn_job_rank_report(job, 1, &report) == DDPSPAWN_OK);
-  CHECK(report.state == DDPSPAWN_RANK_EXITED && report.exit_code == 0 && report.pid > 0);
+  CHECK(report.state == DDPSPAWN_RANK_EXITED && report.exit_code == 0 &&
+        report.pid > 0);
   CHECK(ddpspawn_job_failed_rank(job) == -1);
   ddpspawn_job_destroy(job);
 
@@ -105,21 +112,25 @@ int main(int argc, char** argv) {
   check_result(job, "sum=3 world=2");
   ddpspawn_job_destroy(job);
 
-  /* Bad input: a code and a message, never a crash; out-parameters untouched. */
+  /* Bad input: a code and a message, never a crash; out-parameters untouched.
+   */
   ddpspawn_job* untouched = (ddpspawn_job*)&options;
   CHECK(ddpspawn_job_create(NULL, &untouched) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(untouched == (ddpspawn_job*)&options);
   CHECK(strstr(ddpspawn_last_error(), "options") != NULL);
   options.nprocs = 0;
-  CHECK(ddpspawn_job_create(&options, &untouched) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_job_create(&options, &untouched) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(strstr(ddpspawn_last_error(), "nprocs") != NULL);
   options.nprocs = 2;
   options.start_method = "thread";
-  CHECK(ddpspawn_job_create(&options, &untouched) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_job_create(&options, &untouched) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(strstr(ddpspawn_last_error(), "start method") != NULL);
   options.start_method = NULL;
   options.struct_size = 3;
-  CHECK(ddpspawn_job_create(&options, &untouched) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_job_create(&options, &untouched) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(untouched == (ddpspawn_job*)&options);
   CHECK(ddpspawn_job_start(NULL) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   ddpspawn_job_destroy(NULL);
@@ -130,18 +141,23 @@ int main(int argc, char** argv) {
   ddpspawn_context_options context_options = DDPSPAWN_CONTEXT_OPTIONS_INIT;
   ddpspawn_context* ctx = NULL;
   context_options.backend = "mpi";
-  CHECK(ddpspawn_context_create(&context_options, &ctx) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_context_create(&context_options, &ctx) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(strstr(ddpspawn_last_error(), "backend") != NULL);
   context_options.backend = "nccl";
-  CHECK(ddpspawn_context_create(&context_options, &ctx) == DDPSPAWN_ERR_UNAVAILABLE);
+  CHECK(ddpspawn_context_create(&context_options, &ctx) ==
+        DDPSPAWN_ERR_UNAVAILABLE);
   CHECK(ctx == NULL);
   context_options.backend = NULL;
   CHECK(ddpspawn_context_create(&context_options, &ctx) == DDPSPAWN_OK);
   CHECK(ddpspawn_context_world_size(ctx) == 1);
   float one = 1.0f;
-  CHECK(ddpspawn_all_reduce(ctx, &one, 1, 99, DDPSPAWN_SUM) == DDPSPAWN_ERR_INVALID_ARGUMENT);
-  CHECK(ddpspawn_all_reduce(ctx, &one, 1, DDPSPAWN_FLOAT32, 42) == DDPSPAWN_ERR_INVALID_ARGUMENT);
-  CHECK(ddpspawn_broadcast(ctx, &one, 1, DDPSPAWN_FLOAT32, 5) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_all_reduce(ctx, &one, 1, 99, DDPSPAWN_SUM) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_all_reduce(ctx, &one, 1, DDPSPAWN_FLOAT32, 42) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_broadcast(ctx, &one, 1, DDPSPAWN_FLOAT32, 5) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
   ddpspawn_context_destroy(ctx);
 
   if (failures == 0) printf("c_api_test: all checks passed\n");

@@ -1,4 +1,5 @@
-// Parsing of every cluster environment: ddpspawn's own, TorchElastic, SLURM and plain variables.
+// Parsing of every cluster environment: ddpspawn's own, TorchElastic, SLURM and
+// plain variables.
 #include "core/env/cluster_environment.h"
 
 #include <map>
@@ -12,11 +13,12 @@ namespace {
 using ::testing::HasSubstr;
 
 EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
+  return
+      [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
+        auto it = vars.find(name);
+        if (it == vars.end()) return std::nullopt;
+        return it->second;
+      };
 }
 
 TEST(ClusterEnvironmentTest, NothingSetIsASingleProcess) {
@@ -29,10 +31,14 @@ TEST(ClusterEnvironmentTest, NothingSetIsASingleProcess) {
 }
 
 TEST(ClusterEnvironmentTest, PlainVariables) {
-  absl::StatusOr<ClusterInfo> info = DetectClusterEnvironment(
-      FakeEnv({{"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"}, {"WORLD_SIZE", "8"},
-               {"RANK", "5"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-               {"NODE_RANK", "1"}}));
+  absl::StatusOr<ClusterInfo> info =
+      DetectClusterEnvironment(FakeEnv({{"MASTER_ADDR", "10.0.0.1"},
+                                        {"MASTER_PORT", "1234"},
+                                        {"WORLD_SIZE", "8"},
+                                        {"RANK", "5"},
+                                        {"LOCAL_RANK", "1"},
+                                        {"LOCAL_WORLD_SIZE", "4"},
+                                        {"NODE_RANK", "1"}}));
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->kind, ClusterKind::kEnv);
   EXPECT_EQ(info->rank, 5);
@@ -45,10 +51,16 @@ TEST(ClusterEnvironmentTest, PlainVariables) {
 }
 
 TEST(ClusterEnvironmentTest, DdpspawnLauncherWins) {
-  absl::StatusOr<ClusterInfo> info = DetectClusterEnvironment(
-      FakeEnv({{"DDPSPAWN_RUN_DIR", "/tmp/x"}, {"MASTER_PORT", "1"}, {"WORLD_SIZE", "2"},
-               {"RANK", "1"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
-               {"GROUP_RANK", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_PROCID", "3"}}));
+  absl::StatusOr<ClusterInfo> info =
+      DetectClusterEnvironment(FakeEnv({{"DDPSPAWN_RUN_DIR", "/tmp/x"},
+                                        {"MASTER_PORT", "1"},
+                                        {"WORLD_SIZE", "2"},
+                                        {"RANK", "1"},
+                                        {"LOCAL_RANK", "1"},
+                                        {"LOCAL_WORLD_SIZE", "2"},
+                                        {"GROUP_RANK", "0"},
+                                        {"SLURM_NTASKS", "4"},
+                                        {"SLURM_PROCID", "3"}}));
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->kind, ClusterKind::kDdpspawn);
   EXPECT_EQ(info->run_dir, "/tmp/x");
@@ -57,9 +69,14 @@ TEST(ClusterEnvironmentTest, DdpspawnLauncherWins) {
 
 TEST(ClusterEnvironmentTest, TorchElastic) {
   absl::StatusOr<ClusterInfo> info = DetectClusterEnvironment(
-      FakeEnv({{"TORCHELASTIC_RUN_ID", "abc"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-               {"MASTER_ADDR", "host0"}, {"MASTER_PORT", "29400"}, {"WORLD_SIZE", "4"},
-               {"RANK", "3"}, {"GROUP_RANK", "1"}, {"LOCAL_RANK", "1"},
+      FakeEnv({{"TORCHELASTIC_RUN_ID", "abc"},
+               {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+               {"MASTER_ADDR", "host0"},
+               {"MASTER_PORT", "29400"},
+               {"WORLD_SIZE", "4"},
+               {"RANK", "3"},
+               {"GROUP_RANK", "1"},
+               {"LOCAL_RANK", "1"},
                {"LOCAL_WORLD_SIZE", "2"}}));
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->kind, ClusterKind::kTorchElastic);
@@ -70,11 +87,15 @@ TEST(ClusterEnvironmentTest, TorchElastic) {
 }
 
 TEST(ClusterEnvironmentTest, Slurm) {
-  absl::StatusOr<ClusterInfo> info = DetectClusterEnvironment(
-      FakeEnv({{"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "6"}, {"SLURM_LOCALID", "2"},
-               {"SLURM_NODEID", "1"}, {"SLURM_JOB_NAME", "train"},
-               {"SLURM_NODELIST", "gpu[007-008]"}, {"SLURM_TASKS_PER_NODE", "4(x2)"},
-               {"SLURM_JOB_ID", "123456"}}));
+  absl::StatusOr<ClusterInfo> info =
+      DetectClusterEnvironment(FakeEnv({{"SLURM_NTASKS", "8"},
+                                        {"SLURM_PROCID", "6"},
+                                        {"SLURM_LOCALID", "2"},
+                                        {"SLURM_NODEID", "1"},
+                                        {"SLURM_JOB_NAME", "train"},
+                                        {"SLURM_NODELIST", "gpu[007-008]"},
+                                        {"SLURM_TASKS_PER_NODE", "4(x2)"},
+                                        {"SLURM_JOB_ID", "123456"}}));
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->kind, ClusterKind::kSlurm);
   EXPECT_EQ(info->rank, 6);
@@ -87,20 +108,27 @@ TEST(ClusterEnvironmentTest, Slurm) {
 }
 
 TEST(ClusterEnvironmentTest, InteractiveSlurmIsIgnored) {
-  absl::StatusOr<ClusterInfo> info = DetectClusterEnvironment(
-      FakeEnv({{"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "6"}, {"SLURM_JOB_NAME", "bash"}}));
+  absl::StatusOr<ClusterInfo> info =
+      DetectClusterEnvironment(FakeEnv({{"SLURM_NTASKS", "8"},
+                                        {"SLURM_PROCID", "6"},
+                                        {"SLURM_JOB_NAME", "bash"}}));
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->kind, ClusterKind::kEnv);
   EXPECT_EQ(info->world_size, 1);
 }
 
 TEST(ClusterEnvironmentTest, BadValuesAreNamed) {
-  EXPECT_THAT(DetectClusterEnvironment(FakeEnv({{"RANK", "one"}})).status().message(),
-              HasSubstr("RANK='one' is not an integer"));
   EXPECT_THAT(
-      DetectClusterEnvironment(FakeEnv({{"RANK", "2"}, {"WORLD_SIZE", "2"}})).status().message(),
+      DetectClusterEnvironment(FakeEnv({{"RANK", "one"}})).status().message(),
+      HasSubstr("RANK='one' is not an integer"));
+  EXPECT_THAT(
+      DetectClusterEnvironment(FakeEnv({{"RANK", "2"}, {"WORLD_SIZE", "2"}}))
+          .status()
+          .message(),
       HasSubstr("rank 2 is outside [0, 2)"));
-  EXPECT_THAT(DetectClusterEnvironment(FakeEnv({{"DDPSPAWN_RUN_DIR", "/x"}})).status().message(),
+  EXPECT_THAT(DetectClusterEnvironment(FakeEnv({{"DDPSPAWN_RUN_DIR", "/x"}}))
+                  .status()
+                  .message(),
               HasSubstr("is not set"));
 }
 

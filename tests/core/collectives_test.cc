@@ -1,5 +1,5 @@
-// Every collective, op and dtype against expected values, in real 2- and 4-rank jobs (the checks
-// run inside tests/core/test_worker's "collectives" mode).
+// Every collective, op and dtype against expected values, in real 2- and 4-rank
+// jobs (the checks run inside tests/core/test_worker's "collectives" mode).
 #include "absl/strings/str_cat.h"
 #include "core/launch/launcher.h"
 #include "gtest/gtest.h"
@@ -19,7 +19,8 @@ TEST_P(CollectivesTest, EveryOpAndDtype) {
   ASSERT_TRUE((*job)->Start().ok());
   absl::Status status = (*job)->Wait();
   ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ((*job)->result().value_or(""), absl::StrCat("checked ", GetParam()));
+  EXPECT_EQ((*job)->result().value_or(""),
+            absl::StrCat("checked ", GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest, testing::Values(2, 4));

@@ -1,16 +1,18 @@
-// The worker program the core tests launch (spawn start method), one behaviour per mode:
+// The worker program the core tests launch (spawn start method), one behaviour
+// per mode:
 //   ok                     rank 0 hands "result from rank 0 of N" back
-//   throw <rank>           that rank throws a C++ exception after joining the group
-//   exit <rank> <code>     that rank exits with the code
-//   signal <rank> <sig>    that rank raises the signal (e.g. 11 for SIGSEGV, 9 for SIGKILL)
+//   throw <rank>           that rank throws a C++ exception after joining the
+//   group exit <rank> <code>     that rank exits with the code signal <rank>
+//   <sig>    that rank raises the signal (e.g. 11 for SIGSEGV, 9 for SIGKILL)
 //   hang [<rank>]          that rank (or every rank) sleeps forever
-//   collectives            checks every collective, op and dtype against expected values
-//   launch <method> <pid-file>  is itself a launcher: starts 2 hanging ranks of this program
-//                          (spawn) or of a forked sleeper (fork), writes their pids, waits
+//   collectives            checks every collective, op and dtype against
+//   expected values launch <method> <pid-file>  is itself a launcher: starts 2
+//   hanging ranks of this program
+//                          (spawn) or of a forked sleeper (fork), writes their
+//                          pids, waits
+#include <ATen/ATen.h>
 #include <signal.h>
 #include <unistd.h>
-
-#include <ATen/ATen.h>
 
 #include <cmath>
 #include <cstdio>
@@ -67,8 +69,9 @@ T Expected(ReduceOp op, int world) {
     case ReduceOp::kSum:
       return sum;
     case ReduceOp::kMean:
-      return std::is_integral<T>::value ? static_cast<T>(static_cast<int64_t>(sum) / world)
-                                        : sum / world;
+      return std::is_integral<T>::value
+                 ? static_cast<T>(static_cast<int64_t>(sum) / world)
+                 : sum / world;
     case ReduceOp::kMin:
       return 1;
     case ReduceOp::kMax:
@@ -82,13 +85,14 @@ T Expected(ReduceOp op, int world) {
 template <typename T>
 void CheckReductions(ProcessGroup& group, DType dtype, const char* name) {
   const int rank = group.rank(), world = group.world_size();
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax,
-                      ReduceOp::kProduct}) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin,
+                      ReduceOp::kMax, ReduceOp::kProduct}) {
     std::string what = absl::StrCat(name, " op ", static_cast<int>(op));
     T values[5];
     for (T& v : values) v = static_cast<T>(rank + 1);
     CheckOk(group.AllReduce(values, 5, dtype, op), "all_reduce " + what);
-    for (T v : values) Check(v == Expected<T>(op, world), "all_reduce value " + what);
+    for (T v : values)
+      Check(v == Expected<T>(op, world), "all_reduce value " + what);
     const int dst = world - 1;
     for (T& v : values) v = static_cast<T>(rank + 1);
     CheckOk(group.Reduce(values, 5, dtype, op, dst), "reduce " + what);
@@ -97,13 +101,16 @@ void CheckReductions(ProcessGroup& group, DType dtype, const char* name) {
   }
   T mine[2] = {static_cast<T>(rank), static_cast<T>(-rank)};
   std::vector<T> all(2 * world);
-  CheckOk(group.AllGather(mine, 2, dtype, all.data()), absl::StrCat("all_gather ", name));
+  CheckOk(group.AllGather(mine, 2, dtype, all.data()),
+          absl::StrCat("all_gather ", name));
   for (int r = 0; r < world; ++r) {
-    Check(all[2 * r] == static_cast<T>(r) && all[2 * r + 1] == static_cast<T>(-r),
-          absl::StrCat("all_gather value ", name));
+    Check(
+        all[2 * r] == static_cast<T>(r) && all[2 * r + 1] == static_cast<T>(-r),
+        absl::StrCat("all_gather value ", name));
   }
   T shared[3] = {static_cast<T>(rank * 7), 0, 0};
-  CheckOk(group.Broadcast(shared, 3, dtype, 1), absl::StrCat("broadcast ", name));
+  CheckOk(group.Broadcast(shared, 3, dtype, 1),
+          absl::StrCat("broadcast ", name));
   Check(shared[0] == static_cast<T>(7), absl::StrCat("broadcast value ", name));
 }
 
@@ -119,36 +126,47 @@ void Collectives() {
   // Tensors: a 2-D all-reduce mean, and an all-gather of tensors.
   at::Tensor t = at::full({2, 3}, static_cast<double>(rank), at::kDouble);
   CheckOk(group->AllReduce(t, ReduceOp::kMean), "tensor all_reduce");
-  Check(at::allclose(t, at::full({2, 3}, (world - 1) / 2.0, at::kDouble)), "tensor mean");
+  Check(at::allclose(t, at::full({2, 3}, (world - 1) / 2.0, at::kDouble)),
+        "tensor mean");
   absl::StatusOr<std::vector<at::Tensor>> gathered =
       group->AllGather(at::arange(3, at::kLong) + 10 * rank);
   CheckOk(gathered.status(), "tensor all_gather");
   for (int r = 0; r < world; ++r) {
-    Check((*gathered)[r].equal(at::arange(3, at::kLong) + 10 * r), "tensor all_gather value");
+    Check((*gathered)[r].equal(at::arange(3, at::kLong) + 10 * r),
+          "tensor all_gather value");
   }
 
   // Bytes of different sizes per rank.
-  std::string mine(static_cast<size_t>(rank * 3), static_cast<char>('a' + rank));
-  absl::StatusOr<std::vector<std::string>> strings = group->AllGatherBytes(mine);
+  std::string mine(static_cast<size_t>(rank * 3),
+                   static_cast<char>('a' + rank));
+  absl::StatusOr<std::vector<std::string>> strings =
+      group->AllGatherBytes(mine);
   CheckOk(strings.status(), "all_gather_bytes");
   for (int r = 0; r < world; ++r) {
-    Check((*strings)[r] == std::string(r * 3, static_cast<char>('a' + r)), "bytes value");
+    Check((*strings)[r] == std::string(r * 3, static_cast<char>('a' + r)),
+          "bytes value");
   }
-  absl::StatusOr<std::string> message =
-      group->BroadcastBytes(rank == world - 1 ? "from the last rank" : "ignored", world - 1);
+  absl::StatusOr<std::string> message = group->BroadcastBytes(
+      rank == world - 1 ? "from the last rank" : "ignored", world - 1);
   CheckOk(message.status(), "broadcast_bytes");
   Check(*message == "from the last rank", "broadcast_bytes value");
-  Check(!group->Broadcast(mine.data(), 0, DType::kFloat32, world).ok(), "bad src rejected");
+  Check(!group->Broadcast(mine.data(), 0, DType::kFloat32, world).ok(),
+        "bad src rejected");
   CheckOk(group->Barrier("end"), "barrier");
-  if (rank == 0) CheckOk(SetWorkerResult(absl::StrCat("checked ", world)), "result");
+  if (rank == 0)
+    CheckOk(SetWorkerResult(absl::StrCat("checked ", world)), "result");
 }
 
-bool ThisRank(const char* arg) { return std::atoi(arg) == std::atoi(std::getenv("RANK")); }
+bool ThisRank(const char* arg) {
+  return std::atoi(arg) == std::atoi(std::getenv("RANK"));
+}
 
-int Launch(const std::string& method, const std::string& pid_file, const char* self) {
+int Launch(const std::string& method, const std::string& pid_file,
+           const char* self) {
   LaunchSpec spec;
   spec.nprocs = 2;
-  spec.start_method = method == "fork" ? StartMethod::kFork : StartMethod::kSpawn;
+  spec.start_method =
+      method == "fork" ? StartMethod::kFork : StartMethod::kSpawn;
   spec.argv = {self, "hang"};
   spec.worker = [](int) -> int { SleepForever(); };
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
@@ -166,7 +184,8 @@ int Main(int argc, char** argv) {
   if (mode == "launch" && argc == 4) return Launch(argv[2], argv[3], argv[0]);
   if (mode == "ok") {
     if (std::atoi(std::getenv("RANK")) == 0) {
-      CheckOk(SetWorkerResult(absl::StrCat("result from rank 0 of ", std::getenv("WORLD_SIZE"))),
+      CheckOk(SetWorkerResult(absl::StrCat("result from rank 0 of ",
+                                           std::getenv("WORLD_SIZE"))),
               "result");
     }
     return 0;
@@ -174,8 +193,10 @@ int Main(int argc, char** argv) {
   if (mode == "throw" && argc == 3) {
     InstallTerminateHandler();
     std::unique_ptr<ProcessGroup> group = Join();
-    if (ThisRank(argv[2])) throw std::runtime_error("deliberate failure in the test worker");
-    CheckOk(group->Barrier("after throw"), "barrier");  // fails once the thrower is gone
+    if (ThisRank(argv[2]))
+      throw std::runtime_error("deliberate failure in the test worker");
+    CheckOk(group->Barrier("after throw"),
+            "barrier");  // fails once the thrower is gone
     return 0;
   }
   if (mode == "exit" && argc == 4) {

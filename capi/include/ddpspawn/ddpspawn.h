@@ -91,8 +91,8 @@ typedef struct ddpspawn_launch_options {
   /* Extra "NAME=value" entries for every rank's environment,
    * NULL-terminated; may be NULL. Applied in both start methods. */
   const char* const* env;
-  ddpspawn_worker_fn worker_fn; /* fork */
-  void* user_data;              /* passed to worker_fn */
+  ddpspawn_worker_fn worker_fn;         /* fork */
+  void* user_data;                      /* passed to worker_fn */
   ddpspawn_fork_hook before_fork;       /* fork: in the parent, before */
   ddpspawn_fork_hook after_fork_parent; /* fork: in the parent, after */
   ddpspawn_fork_hook after_fork_child;  /* fork: in the child, first thing */
@@ -109,8 +109,8 @@ typedef struct ddpspawn_launch_options {
   int32_t master_port;
 } ddpspawn_launch_options;
 
-#define DDPSPAWN_LAUNCH_OPTIONS_INIT                                       \
-  {                                                                        \
+#define DDPSPAWN_LAUNCH_OPTIONS_INIT                                        \
+  {                                                                         \
     sizeof(ddpspawn_launch_options), 1, NULL, NULL, NULL, NULL, NULL, NULL, \
         NULL, NULL, 0.0, 5.0, NULL, 0                                       \
   }
@@ -171,8 +171,9 @@ DDPSPAWN_EXPORT int32_t ddpspawn_job_failed_rank(const ddpspawn_job* job);
 
 /* The error text a rank reported (ddpspawn_worker_set_error, an uncaught C++
  * exception, ...); "" if none. Owned by the job. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(
-    const ddpspawn_job* job, int32_t rank, const char** out_text);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(const ddpspawn_job* job,
+                                                        int32_t rank,
+                                                        const char** out_text);
 
 /* The bytes rank 0 handed back (ddpspawn_worker_set_result). *out_data is
  * owned by the job; *out_size is 0 and *out_has_result 0 when rank 0 set
@@ -283,15 +284,15 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce(ddpspawn_context* context,
  * count must be the same on every rank. */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather(ddpspawn_context* context,
                                                     const void* data,
-                                                    size_t count,
-                                                    int32_t dtype, void* out);
+                                                    size_t count, int32_t dtype,
+                                                    void* out);
 
 /* Gathers a byte string of any size from every rank. *out_data (free with
  * ddpspawn_free) holds them back to back in rank order; out_sizes (an array
  * of world_size entries supplied by the caller) gets each one's size. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather_bytes(
-    ddpspawn_context* context, const void* data, size_t size, void** out_data,
-    size_t* out_sizes);
+DDPSPAWN_EXPORT ddpspawn_status
+ddpspawn_all_gather_bytes(ddpspawn_context* context, const void* data,
+                          size_t size, void** out_data, size_t* out_sizes);
 
 #ifdef __cplusplus
 } /* extern "C" */
