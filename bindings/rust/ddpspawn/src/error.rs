@@ -181,15 +181,14 @@ impl fmt::Display for Error {
             Error::Internal { .. } => "internal error",
             Error::Unknown { code, .. } => return write!(f, "error {code}: {}", self.message()),
         };
-        if let Error::WorkerFailed { rank, .. } = self {
-            write!(f, "{what} (rank {rank})")?;
-        } else {
-            f.write_str(what)?;
+        match self {
+            // The library's message names the rank already.
+            Error::WorkerFailed { rank, message, .. } if message.is_empty() => {
+                write!(f, "{what} (rank {rank})")
+            }
+            _ if self.message().is_empty() => f.write_str(what),
+            _ => write!(f, "{what}: {}", self.message()),
         }
-        if !self.message().is_empty() {
-            write!(f, ": {}", self.message())?;
-        }
-        Ok(())
     }
 }
 

@@ -39,6 +39,7 @@ use crate::error::{c_str_to_string, check, last_error, to_c_string, Error, Resul
 /// # }
 /// ```
 #[derive(Debug, Clone)]
+#[must_use = "a Launcher starts nothing until spawn_command, spawn_current_exe or fork runs it"]
 pub struct Launcher {
     nprocs: usize,
     timeout: Option<Duration>,
@@ -293,7 +294,7 @@ where
         Err(payload) => {
             let what = payload
                 .downcast_ref::<&str>()
-                .map(|s| s.to_string())
+                .map(|s| (*s).to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a non-string payload".to_string());
             let _ = crate::set_error(&format!("rank {rank} panicked: {what}"));
