@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds and runs the README's examples (C, Python, Rust) against the built library and checks
+# what each prints.
+set -euo pipefail
+work="${TEST_TMPDIR:-$(mktemp -d)}"
+lib="$work/lib"
+mkdir -p "$lib"
+cp -L capi/dist/lib/libddpspawn.so capi/dist/lib/libddpspawn.so.1 "$lib/"
+
+expect() {  # expect NAME EXPECTED OUTPUT
+  if [[ "$3" != *"$2"* ]]; then
+    echo "FAIL: $1 printed '$3', expected it to contain '$2'" >&2
+    exit 1
+  fi
+  echo "ok: $1: $3"
+}
+
+gcc -std=c99 -Wall -Werror -o "$work/hello_c" examples/c/hello.c -I capi/dist/include \
+  -L "$lib" -lddpspawn -Wl,-rpath,"$lib"
+expect C "sum over 2 ranks of rank + 1 = 3" "$("$work/hello_c")"
+
+out=$(DDPSPAWN_LIBRARY="$lib/libddpspawn.so.1" PYTHONPATH="$PWD/bindings/python" \
+  PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 examples/python/hello.py)
+expect Python "{'total': [30], 'names': ['rank 0 of 2', 'rank 1 of 2']}" "$out"
+
+cp -rL bindings/rust "$work/rust"
+out=$(PATH="$PATH:$HOME/.cargo/bin" DDPSPAWN_LIB_DIR="$lib" CARGO_TARGET_DIR="$work/target" \
+  cargo run --quiet --offline --manifest-path "$work/rust/Cargo.toml" -p ddpspawn --example hello)
+expect Rust "sum over 4 ranks of rank + 1 = 10" "$out"
