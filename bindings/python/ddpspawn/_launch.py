@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from . import _lib, _payload, _run
-from ._errors import InvalidArgumentError, WorkerFailedError, raise_status
+from ._errors import (
+    DdpspawnError,
+    InvalidArgumentError,
+    WorkerFailedError,
+    raise_status,
+)
 
 START_METHODS = ("spawn", "fork")
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
@@ -126,6 +131,65 @@ def _job_result(job: Any) -> Any:
     return _ResultUnpickler(io.BytesIO(raw)).load()
 
 
+def _configure_spawn(
+    options: _lib.LaunchOptions, payload_path: str, keep_alive: List[Any]
+) -> Any:
+    """Spawn mode: each rank runs ``python -m ddpspawn._worker PAYLOAD``.
+
+    Returns the ``ddpspawn_job_start`` to call (GIL released: the library
+    only forks and execs).
+    """
+    if not sys.executable:
+        raise InvalidArgumentError("start_method='spawn' needs sys.executable, which is unset")
+    argv = _c_strings([sys.executable, "-m", "ddpspawn._worker", payload_path])
+    options.argv = ctypes.cast(argv, ctypes.POINTER(ctypes.c_char_p))
+    keep_alive.append(argv)
+    return _lib.lib().ddpspawn_job_start
+
+
+def _configure_fork(
+    options: _lib.LaunchOptions,
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    backend: str,
+    keep_alive: List[Any],
+) -> Any:
+    """Fork mode: each forked child runs fn through a ctypes callback.
+
+    CPython's own fork hooks keep the interpreter consistent across the
+    fork; they and the callback need the GIL, so the returned
+    ``ddpspawn_job_start`` keeps it held during the call.
+    """
+    callback = _run.worker_callback(fn, tuple(args), backend)
+    keep_alive.append(callback)
+    options.worker_fn = callback
+    options.before_fork = _fork_hook("PyOS_BeforeFork")
+    options.after_fork_parent = _fork_hook("PyOS_AfterFork_Parent")
+    options.after_fork_child = _fork_hook("PyOS_AfterFork_Child")
+    return _lib.gil_holding_job_start()
+
+
+def _run_job(options: _lib.LaunchOptions, start: Any) -> Any:
+    """Creates, starts and waits for the job; returns rank 0's result."""
+    lib = _lib.lib()
+    job = _lib.JobPtr()
+    _lib.check(lib.ddpspawn_job_create(ctypes.byref(options), ctypes.byref(job)))
+    try:
+        launcher_pid = os.getpid()
+        status = start(job)
+        if os.getpid() != launcher_pid:  # a forked child must never get here
+            os._exit(70)
+        _lib.check(status)
+        status = lib.ddpspawn_job_wait(job)  # releases the GIL while waiting
+        if status == _lib.ERR_WORKER_FAILED:
+            raise _worker_failed(job, _lib.last_error())
+        if status != _lib.OK:
+            raise_status(status, _lib.last_error())
+        return _job_result(job)
+    finally:
+        lib.ddpspawn_job_destroy(job)
+
+
 def spawn(
     fn: Callable[..., Any],
     args: Sequence[Any] = (),
@@ -162,54 +226,30 @@ def spawn(
         InvalidArgumentError: bad arguments, found before any process starts.
     """
     _check_arguments(fn, nprocs, start_method, timeout, grace_period, backend, env)
-    lib = _lib.lib()
+    if _payload.loading_main():
+        raise DdpspawnError(
+            "ddpspawn.spawn was called while a spawn-mode worker was loading the "
+            "main script: put the launch under 'if __name__ == \"__main__\":' so "
+            "that workers do not launch again"
+        )
+    options = _lib.launch_options()
+    options.nprocs = nprocs
+    options.start_method = start_method.encode()
+    options.timeout_s = float(timeout or 0.0)
+    options.grace_period_s = float(grace_period)
+    keep_alive: List[Any] = []  # what the C side points into, until the job ends
     payload_path = None
-    job = _lib.JobPtr()
-    keep_alive: List[Any] = []  # everything the C side points into
     try:
-        options = _lib.launch_options()
-        options.nprocs = nprocs
-        options.start_method = start_method.encode()
-        options.timeout_s = float(timeout or 0.0)
-        options.grace_period_s = float(grace_period)
         if start_method == "spawn":
-            if not sys.executable:
-                raise InvalidArgumentError(
-                    "start_method='spawn' needs sys.executable, which is unset"
-                )
             payload_path = _payload.write(fn, args, backend)
-            argv = _c_strings([sys.executable, "-m", "ddpspawn._worker", payload_path])
-            options.argv = ctypes.cast(argv, ctypes.POINTER(ctypes.c_char_p))
-            keep_alive.append(argv)
-            start = lib.ddpspawn_job_start
+            start = _configure_spawn(options, payload_path, keep_alive)
         else:
-            callback = _run.worker_callback(fn, tuple(args), backend)
-            options.worker_fn = callback
-            options.before_fork = _fork_hook("PyOS_BeforeFork")
-            options.after_fork_parent = _fork_hook("PyOS_AfterFork_Parent")
-            options.after_fork_child = _fork_hook("PyOS_AfterFork_Child")
-            keep_alive.append(callback)
-            start = _lib.gil_holding_job_start()
+            start = _configure_fork(options, fn, args, backend, keep_alive)
         env_entries = [f"{k}={v}" for k, v in _worker_env(start_method, env).items()]
         if env_entries:
             env_array = _c_strings(env_entries)
             options.env = ctypes.cast(env_array, ctypes.POINTER(ctypes.c_char_p))
             keep_alive.append(env_array)
-
-        _lib.check(lib.ddpspawn_job_create(ctypes.byref(options), ctypes.byref(job)))
-        launcher_pid = os.getpid()
-        status = start(job)
-        if os.getpid() != launcher_pid:  # a forked child must never get here
-            os._exit(70)
-        _lib.check(status)
-        status = lib.ddpspawn_job_wait(job)  # releases the GIL while waiting
-        if status == _lib.ERR_WORKER_FAILED:
-            raise _worker_failed(job, _lib.last_error())
-        if status != _lib.OK:
-            raise_status(status, _lib.last_error())
-        return _job_result(job)
+        return _run_job(options, start)
     finally:
-        if job:
-            lib.ddpspawn_job_destroy(job)
         _payload.remove(payload_path)
-        del keep_alive

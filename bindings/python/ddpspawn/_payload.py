@@ -19,6 +19,16 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 from ._errors import InvalidArgumentError
 
 _FORMAT = 1  # bump when the payload's keys change
+_MAIN_NAMES = ("__main__", "__mp_main__")  # a worker knows its main by both
+
+# True while a spawn-mode worker runs the launcher's main script.
+_loading_main = False
+
+
+def loading_main() -> bool:
+    """Whether this process is a spawn-mode worker still loading the main
+    script (a launch from there is a missing ``__name__`` guard)."""
+    return _loading_main
 
 
 def _main_module_source() -> Dict[str, str]:
@@ -72,7 +82,7 @@ def describe(fn: Callable[..., Any]) -> Dict[str, str]:
             f"{advice}"
         )
     described = {"module": module_name, "qualname": qualname}
-    if module_name == "__main__":
+    if module_name in _MAIN_NAMES:
         described.update(_main_module_source())
     return described
 
@@ -117,12 +127,17 @@ def _load_main(payload: Dict[str, Any]) -> None:
     """Loads the launcher's main script as ``__mp_main__``, as multiprocessing
     does: its ``if __name__ == "__main__":`` block does not run again, and it
     is also registered as ``__main__`` so pickles that name it resolve."""
-    if "main_path" in payload:
-        namespace = runpy.run_path(payload["main_path"], run_name="__mp_main__")
-    else:
-        namespace = runpy.run_module(
-            payload["main_module"], run_name="__mp_main__", alter_sys=True
-        )
+    global _loading_main
+    _loading_main = True
+    try:
+        if "main_path" in payload:
+            namespace = runpy.run_path(payload["main_path"], run_name="__mp_main__")
+        else:
+            namespace = runpy.run_module(
+                payload["main_module"], run_name="__mp_main__", alter_sys=True
+            )
+    finally:
+        _loading_main = False
     module = types.ModuleType("__mp_main__")
     module.__dict__.update(namespace)
     sys.modules["__main__"] = sys.modules["__mp_main__"] = module
@@ -134,7 +149,7 @@ def load_target(payload: Dict[str, Any]) -> Tuple[Callable[..., Any], Tuple[Any,
     Returns ``(fn, args, backend)``.
     """
     sys.path[:] = payload["sys_path"]
-    if payload["module"] == "__main__":
+    if payload["module"] in _MAIN_NAMES:
         _load_main(payload)
     else:
         __import__(payload["module"])

@@ -94,18 +94,23 @@ def worker_callback(
 
 
 def _sync_environ() -> None:
-    """Copies the C environment into ``os.environ``.
+    """Makes ``os.environ`` match the C environment.
 
-    The launcher sets RANK, WORLD_SIZE ... with ``setenv`` after the fork;
-    ``os.environ`` is a snapshot taken at interpreter start and would miss them.
+    In fork mode the launcher hands the child its environment (RANK,
+    WORLD_SIZE ...) at the C level after the fork; ``os.environ`` is a
+    snapshot taken at interpreter start and would not show it.
     """
     environ = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
-    entries = []
+    current = {}
     index = 0
     while environ[index] is not None:
-        entries.append(environ[index])
+        name, sep, value = environ[index].partition(b"=")
+        if sep:
+            current[name] = value
         index += 1
-    for entry in entries:  # read first: assigning calls putenv
-        name, sep, value = entry.partition(b"=")
-        if sep and os.environb.get(name) != value:
+    # Assign only after reading: assigning calls putenv, which may move environ.
+    for name in set(os.environb) - set(current):
+        del os.environb[name]
+    for name, value in current.items():
+        if os.environb.get(name) != value:
             os.environb[name] = value

@@ -114,6 +114,26 @@ def test_worker_defined_in_the_main_script(tmp_path, start_method):
     assert out.split() == ["Point", "21", main_name]
 
 
+def test_main_script_without_name_guard_is_explained(tmp_path):
+    launcher = run_script(
+        tmp_path,
+        """
+        import ddpspawn
+
+        def work(ctx):
+            return ctx.rank
+
+        try:
+            ddpspawn.spawn(work, nprocs=1)
+        except ddpspawn.WorkerFailedError as error:
+            print(error)
+        """,
+    )
+    out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, err
+    assert "if __name__ == \"__main__\":" in out
+
+
 def test_sigint_to_the_launcher_raises_keyboard_interrupt(tmp_path):
     launcher = run_script(
         tmp_path,
