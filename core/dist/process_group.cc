@@ -157,6 +157,34 @@ struct ProcessGroup::Impl {
   }
 };
 
+struct PendingWork::Impl {
+  c10::intrusive_ptr<c10d::Work> work;
+  at::Tensor tensor;
+  int divide_by = 1;  // mean: sum, then divide
+};
+
+PendingWork::PendingWork(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+PendingWork::~PendingWork() {
+  // A collective still in flight must finish before its tensor goes away.
+  if (impl_ && impl_->work) {
+    try {
+      impl_->work->wait();
+    } catch (...) {
+    }
+  }
+}
+
+absl::Status PendingWork::Wait() {
+  if (!impl_->work) return absl::FailedPreconditionError("already waited for");
+  absl::Status status = Guarded("all_reduce", [&] {
+    impl_->work->wait();
+    if (impl_->divide_by > 1) DivideForMean(impl_->tensor, impl_->divide_by);
+  });
+  impl_->work.reset();
+  return status;
+}
+
 size_t DTypeSize(DType dtype) {
   return dtype == DType::kFloat32 || dtype == DType::kInt32 ? 4 : 8;
 }
@@ -197,6 +225,11 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
   }
   auto impl = std::make_unique<Impl>();
   impl->timeout = absl::ToChronoMilliseconds(options.timeout);
+  GroupOptions effective = options;
+  if (const char* debug = std::getenv("DDPSPAWN_DEBUG");
+      debug && std::string(debug) == "1") {
+    effective.debug_checks = true;
+  }
   std::string prefix = absl::StrCat("ddpspawn/group", g_group_generation++);
   absl::Status created = Guarded("joining the process group", [&] {
     auto store = c10::make_intrusive<c10d::PrefixStore>(
@@ -218,7 +251,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
   });
   if (!created.ok()) return created;
   return std::unique_ptr<ProcessGroup>(
-      new ProcessGroup(cluster, options, std::move(impl)));
+      new ProcessGroup(cluster, effective, std::move(impl)));
 }
 
 absl::Status ProcessGroup::CheckRank(int rank, absl::string_view what) const {
@@ -229,7 +262,61 @@ absl::Status ProcessGroup::CheckRank(int rank, absl::string_view what) const {
   return absl::OkStatus();
 }
 
+absl::Status ProcessGroup::CheckAgreement(absl::string_view collective,
+                                          const at::Tensor& tensor) {
+  if (!options_.debug_checks) return absl::OkStatus();
+  // [collective, dtype, ndim, sizes...], the same length on every rank.
+  constexpr int kMaxDims = 8;
+  static constexpr absl::string_view kNames[] = {
+      "?", "barrier", "broadcast", "all_reduce", "reduce", "all_gather"};
+  int64_t code = 0;
+  for (int i = 1; i < 6; ++i) code = kNames[i] == collective ? i : code;
+  at::Tensor mine = at::zeros({3 + kMaxDims}, at::kLong);
+  auto m = mine.accessor<int64_t, 1>();
+  m[0] = code;
+  m[1] = tensor.defined() ? static_cast<int64_t>(tensor.scalar_type()) : -1;
+  m[2] = tensor.defined() ? tensor.dim() : 0;
+  for (int d = 0; d < std::min<int64_t>(m[2], kMaxDims); ++d)
+    m[3 + d] = tensor.size(d);
+  std::vector<at::Tensor> all;
+  absl::Status gathered = Guarded("debug check", [&] {
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < world_size(); ++r)
+      outputs[0].push_back(at::empty_like(mine));
+    std::vector<at::Tensor> inputs{mine.to(impl_->device)};
+    for (at::Tensor& t : outputs[0]) t = t.to(impl_->device);
+    c10d::AllgatherOptions opts;
+    opts.timeout = impl_->timeout;
+    impl_->group->allgather(outputs, inputs, opts)->wait();
+    for (at::Tensor& t : outputs[0]) all.push_back(t.cpu());
+  });
+  if (!gathered.ok()) return gathered;
+  bool agree = true;
+  for (const at::Tensor& other : all) agree = agree && other.equal(all[0]);
+  if (agree) return absl::OkStatus();
+  std::string message =
+      absl::StrCat("debug check (DDPSPAWN_DEBUG): the ranks disagree on the ",
+                   "collective they are about to run:");
+  for (int r = 0; r < world_size(); ++r) {
+    auto v = all[r].accessor<int64_t, 1>();
+    std::string shape;
+    for (int d = 0; d < std::min<int64_t>(v[2], kMaxDims); ++d) {
+      absl::StrAppend(&shape, d ? ", " : "", v[3 + d]);
+    }
+    absl::StrAppend(
+        &message, "\n  rank ", r, ": ",
+        kNames[v[0] >= 0 && v[0] < 6 ? v[0] : 0], " of ",
+        v[1] < 0
+            ? "nothing"
+            : absl::StrCat(c10::toString(static_cast<at::ScalarType>(v[1])),
+                           "[", shape, "]"));
+  }
+  return absl::InvalidArgumentError(message);
+}
+
 absl::Status ProcessGroup::Barrier(absl::string_view name) {
+  if (absl::Status s = CheckAgreement("barrier", at::Tensor()); !s.ok())
+    return s;
   return Guarded(absl::StrCat("barrier '", name, "'"), [&] {
     c10d::BarrierOptions opts;
     opts.timeout = impl_->timeout;
@@ -240,6 +327,7 @@ absl::Status ProcessGroup::Barrier(absl::string_view name) {
 absl::Status ProcessGroup::Broadcast(at::Tensor& tensor, int src) {
   if (absl::Status valid = CheckRank(src, "broadcast source"); !valid.ok())
     return valid;
+  if (absl::Status s = CheckAgreement("broadcast", tensor); !s.ok()) return s;
   return Guarded("broadcast", [&] {
     impl_->OnDevice(tensor, [&](at::Tensor& t) {
       std::vector<at::Tensor> tensors{t};
@@ -252,6 +340,7 @@ absl::Status ProcessGroup::Broadcast(at::Tensor& tensor, int src) {
 }
 
 absl::Status ProcessGroup::AllReduce(at::Tensor& tensor, ReduceOp op) {
+  if (absl::Status s = CheckAgreement("all_reduce", tensor); !s.ok()) return s;
   return Guarded("all_reduce", [&] {
     impl_->OnDevice(tensor, [&](at::Tensor& t) {
       std::vector<at::Tensor> tensors{t};
@@ -267,6 +356,7 @@ absl::Status ProcessGroup::AllReduce(at::Tensor& tensor, ReduceOp op) {
 absl::Status ProcessGroup::Reduce(at::Tensor& tensor, ReduceOp op, int dst) {
   if (absl::Status valid = CheckRank(dst, "reduce destination"); !valid.ok())
     return valid;
+  if (absl::Status s = CheckAgreement("reduce", tensor); !s.ok()) return s;
   return Guarded("reduce", [&] {
     // Gloo may use a non-root rank's tensor as scratch space: reduce a copy
     // there.
@@ -286,6 +376,7 @@ absl::Status ProcessGroup::Reduce(at::Tensor& tensor, ReduceOp op, int dst) {
 
 absl::StatusOr<std::vector<at::Tensor>> ProcessGroup::AllGather(
     const at::Tensor& tensor) {
+  if (absl::Status s = CheckAgreement("all_gather", tensor); !s.ok()) return s;
   std::vector<at::Tensor> gathered;
   absl::Status status = Guarded("all_gather", [&] {
     at::Tensor input = tensor.to(impl_->device).contiguous();
@@ -300,6 +391,28 @@ absl::StatusOr<std::vector<at::Tensor>> ProcessGroup::AllGather(
   });
   if (!status.ok()) return status;
   return gathered;
+}
+
+absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(
+    at::Tensor& tensor, ReduceOp op) {
+  if (absl::Status s = CheckAgreement("all_reduce", tensor); !s.ok()) return s;
+  if (tensor.device() != impl_->device) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("StartAllReduce needs a tensor on ", impl_->device.str(),
+                     " for this backend"));
+  }
+  auto pending = std::make_unique<PendingWork::Impl>();
+  pending->tensor = tensor;
+  pending->divide_by = op == ReduceOp::kMean ? world_size() : 1;
+  absl::Status started = Guarded("all_reduce", [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = ToC10dOp(op);
+    opts.timeout = impl_->timeout;
+    pending->work = impl_->group->allreduce(tensors, opts);
+  });
+  if (!started.ok()) return started;
+  return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
 }
 
 absl::Status ProcessGroup::Broadcast(void* data, size_t count, DType dtype,

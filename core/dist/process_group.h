@@ -31,6 +31,25 @@ size_t DTypeSize(DType dtype);
 struct GroupOptions {
   std::string backend = "gloo";  // "gloo" or "nccl"
   absl::Duration timeout = absl::Minutes(30);
+  // Before each collective, check across ranks that the collective, shape and
+  // dtype agree, and fail with a message naming the ranks (Gloo otherwise hangs
+  // or aborts a rank on a size mismatch). Costs one small all-gather per
+  // collective. Also on when DDPSPAWN_DEBUG=1.
+  bool debug_checks = false;
+};
+
+// A collective in flight (see ProcessGroup::StartAllReduce).
+class PendingWork {
+ public:
+  ~PendingWork();
+  // Waits for the collective; afterwards the tensor holds the result.
+  absl::Status Wait();
+
+ private:
+  friend class ProcessGroup;
+  struct Impl;
+  explicit PendingWork(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 // True when this build of LibTorch has the NCCL backend.
@@ -59,6 +78,11 @@ class ProcessGroup {
   absl::Status Reduce(at::Tensor& tensor, ReduceOp op, int dst);
   // One tensor per rank, in rank order.
   absl::StatusOr<std::vector<at::Tensor>> AllGather(const at::Tensor& tensor);
+  // Starts an all-reduce and returns at once; `tensor` must stay alive and
+  // untouched until Wait(). Collectives are matched across ranks by the order
+  // they start in.
+  absl::StatusOr<std::unique_ptr<PendingWork>> StartAllReduce(
+      at::Tensor& tensor, ReduceOp op);
 
   // The same on plain buffers of `count` elements (count 0 is a no-op).
   absl::Status Broadcast(void* data, size_t count, DType dtype, int src);
@@ -79,6 +103,10 @@ class ProcessGroup {
   ProcessGroup(ClusterInfo cluster, GroupOptions options,
                std::unique_ptr<Impl> impl);
   absl::Status CheckRank(int rank, absl::string_view what) const;
+  // The debug check: every rank describes its collective; any difference is an
+  // error.
+  absl::Status CheckAgreement(absl::string_view collective,
+                              const at::Tensor& tensor);
 
   ClusterInfo cluster_;
   GroupOptions options_;

@@ -1,0 +1,332 @@
+// The communication hooks (see comm_hooks.h).
+#include "core/ddp/comm_hooks.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+
+namespace ddpspawn {
+namespace {
+
+// A reduction whose remaining work is a function run at Wait().
+class DeferredReduction : public PendingReduction {
+ public:
+  explicit DeferredReduction(std::function<absl::Status()> finish)
+      : finish_(std::move(finish)) {}
+  absl::Status Wait() override {
+    if (!finish_) return absl::FailedPreconditionError("already waited for");
+    absl::Status status = finish_();
+    finish_ = nullptr;
+    return status;
+  }
+
+ private:
+  std::function<absl::Status()> finish_;
+};
+
+// Averages `tensor` across ranks in place. fp16 is divided before the sum
+// (against overflow); bf16, which Gloo cannot reduce, is all-gathered as raw
+// bytes and summed in fp32 at Wait().
+absl::StatusOr<std::unique_ptr<PendingReduction>> StartMean(ProcessGroup& group,
+                                                            at::Tensor tensor) {
+  const int world = group.world_size();
+  if (tensor.scalar_type() == at::kBFloat16) {
+    return std::make_unique<DeferredReduction>([&group, tensor,
+                                                world]() -> absl::Status {
+      absl::StatusOr<std::vector<at::Tensor>> all =
+          group.AllGather(tensor.view(at::kByte));
+      if (!all.ok()) return all.status();
+      at::Tensor sum = at::zeros(tensor.sizes(), at::kFloat);
+      for (const at::Tensor& bytes : *all) {
+        sum.add_(bytes.view(at::kBFloat16).view(tensor.sizes()).to(at::kFloat));
+      }
+      tensor.copy_(sum.div_(world));
+      return absl::OkStatus();
+    });
+  }
+  ReduceOp op = ReduceOp::kMean;
+  if (tensor.scalar_type() == at::kHalf) {
+    tensor.div_(world);
+    op = ReduceOp::kSum;
+  }
+  absl::StatusOr<std::unique_ptr<PendingWork>> work =
+      group.StartAllReduce(tensor, op);
+  if (!work.ok()) return work.status();
+  std::shared_ptr<PendingWork> shared = *std::move(work);
+  return std::make_unique<DeferredReduction>(
+      [shared] { return shared->Wait(); });
+}
+
+class AllReduceHook : public CommHook {
+ public:
+  std::string name() const override { return "allreduce"; }
+  absl::StatusOr<std::unique_ptr<PendingReduction>> Start(
+      ProcessGroup& group, GradBucket& bucket) override {
+    return StartMean(group, bucket.buffer);
+  }
+};
+
+// A bucket's gradients as views into a new flat buffer.
+std::vector<at::Tensor> ViewsLike(const std::vector<at::Tensor>& like,
+                                  const at::Tensor& flat) {
+  std::vector<at::Tensor> views;
+  int64_t offset = 0;
+  for (const at::Tensor& t : like) {
+    views.push_back(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+  return views;
+}
+
+class CompressWrapper : public CommHook {
+ public:
+  CompressWrapper(at::ScalarType dtype, std::shared_ptr<CommHook> inner)
+      : dtype_(dtype), inner_(std::move(inner)) {}
+  std::string name() const override {
+    return absl::StrCat(dtype_ == at::kHalf ? "fp16" : "bf16", "_compress(",
+                        inner_->name(), ")");
+  }
+  absl::StatusOr<std::unique_ptr<PendingReduction>> Start(
+      ProcessGroup& group, GradBucket& bucket) override {
+    auto compressed = std::make_shared<GradBucket>();
+    compressed->index = bucket.index;
+    compressed->count = bucket.count;
+    compressed->buffer = bucket.buffer.to(dtype_);
+    compressed->gradients = ViewsLike(bucket.gradients, compressed->buffer);
+    absl::StatusOr<std::unique_ptr<PendingReduction>> inner =
+        inner_->Start(group, *compressed);
+    if (!inner.ok()) return inner.status();
+    std::shared_ptr<PendingReduction> pending = *std::move(inner);
+    at::Tensor original = bucket.buffer;
+    return std::make_unique<DeferredReduction>(
+        [pending, compressed, original]() {
+          absl::Status status = pending->Wait();
+          if (status.ok()) original.copy_(compressed->buffer);
+          return status;
+        });
+  }
+
+ private:
+  at::ScalarType dtype_;
+  std::shared_ptr<CommHook> inner_;
+};
+
+// Gram-Schmidt on the columns of `matrix`, in place.
+void Orthogonalize(at::Tensor& matrix) {
+  const int64_t columns = matrix.size(1);
+  for (int64_t i = 0; i < columns; ++i) {
+    at::Tensor column = matrix.narrow(1, i, 1);
+    column.div_(column.norm().add_(1e-8));
+    if (i + 1 < columns) {
+      at::Tensor rest = matrix.narrow(1, i + 1, columns - i - 1);
+      rest.sub_((column * rest).sum(0, /*keepdim=*/true) * column);
+    }
+  }
+}
+
+class PowerSgdHook : public CommHook {
+ public:
+  explicit PowerSgdHook(std::shared_ptr<PowerSgdState> state)
+      : state_(std::move(state)) {}
+  std::string name() const override { return "powersgd"; }
+
+  absl::StatusOr<std::unique_ptr<PendingReduction>> Start(
+      ProcessGroup& group, GradBucket& bucket) override {
+    PowerSgdState& s = *state_;
+    const PowerSgdOptions& o = s.options;
+    if (s.iteration < o.start_iteration) {
+      if (bucket.is_last()) ++s.iteration;
+      return StartMean(group, bucket.buffer);
+    }
+    if (bucket.buffer.scalar_type() == at::kHalf &&
+        bucket.buffer.device().is_cpu()) {
+      return absl::UnimplementedError(
+          "PowerSGD cannot run in float16 on CPU (LibTorch has no CPU float16 "
+          "matmul): wrap it "
+          "with bf16 compression instead, or run it uncompressed");
+    }
+    if (bucket.index == 0) s.last_sent_elements = s.last_dense_elements = 0;
+    s.last_dense_elements += bucket.buffer.numel();
+    at::Tensor input = bucket.buffer;
+    at::Tensor input_before;
+    if (o.use_error_feedback) {
+      at::Tensor& error = s.error[bucket.index];
+      if (!error.defined() || error.numel() != input.numel())
+        error = at::zeros_like(input);
+      input.add_(error);
+      input_before = input.clone();
+    }
+    // Matrices worth compressing, and the rest (sent as they are).
+    std::vector<at::Tensor> matrices, dense;
+    for (const at::Tensor& g : bucket.gradients) {
+      const int64_t rows = g.dim() > 1 ? g.size(0) : 0;
+      const int64_t cols = rows > 0 ? g.numel() / rows : 0;
+      const int64_t rank =
+          std::min<int64_t>({o.matrix_approximation_rank, rows, cols});
+      if (rank > 0 && static_cast<double>(rows * cols) /
+                              static_cast<double>((rows + cols) * rank) >=
+                          o.min_compression_rate) {
+        matrices.push_back(g.view({rows, cols}));
+      } else {
+        dense.push_back(g);
+      }
+    }
+    auto work = std::make_shared<Work>();
+    work->matrices = matrices;
+    work->dense = dense;
+    if (!dense.empty()) {
+      std::vector<at::Tensor> flat;
+      for (const at::Tensor& d : dense) flat.push_back(d.reshape({-1}));
+      work->dense_flat = at::cat(flat);
+      s.last_sent_elements += work->dense_flat.numel();
+      absl::StatusOr<std::unique_ptr<PendingReduction>> started =
+          StartMean(group, work->dense_flat);
+      if (!started.ok()) return started.status();
+      work->dense_pending = *std::move(started);
+    }
+    // P = M Q for every matrix, in one flat buffer so that one collective sends
+    // them all.
+    std::vector<at::Tensor>& qs = s.q[bucket.index];
+    if (!o.warm_start || qs.size() != matrices.size()) {
+      qs.clear();
+      at::Generator generator = at::detail::createCPUGenerator(
+          o.seed + 7919 * static_cast<uint64_t>(bucket.index) +
+          (o.warm_start ? 0 : static_cast<uint64_t>(s.iteration)));
+      for (const at::Tensor& m : matrices) {
+        const int64_t rank = std::min<int64_t>(
+            {o.matrix_approximation_rank, m.size(0), m.size(1)});
+        qs.push_back(at::randn({m.size(1), rank}, generator, input.options()));
+      }
+    }
+    int64_t p_elements = 0, q_elements = 0;
+    for (const at::Tensor& q : qs) {
+      q_elements += q.numel();
+    }
+    for (size_t i = 0; i < matrices.size(); ++i)
+      p_elements += matrices[i].size(0) * qs[i].size(1);
+    work->p_flat = at::empty({p_elements}, input.options());
+    work->q_flat = at::empty({q_elements}, input.options());
+    int64_t p_offset = 0, q_offset = 0;
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      const int64_t rows = matrices[i].size(0), cols = matrices[i].size(1),
+                    rank = qs[i].size(1);
+      work->ps.push_back(
+          work->p_flat.narrow(0, p_offset, rows * rank).view({rows, rank}));
+      work->qs.push_back(
+          work->q_flat.narrow(0, q_offset, cols * rank).view({cols, rank}));
+      work->qs.back().copy_(qs[i]);
+      at::mm_out(work->ps.back(), matrices[i], work->qs.back());
+      p_offset += rows * rank;
+      q_offset += cols * rank;
+    }
+    s.last_sent_elements += p_elements + q_elements;
+    if (p_elements > 0) {
+      absl::StatusOr<std::unique_ptr<PendingReduction>> started =
+          StartMean(group, work->p_flat);
+      if (!started.ok()) return started.status();
+      work->p_pending = *std::move(started);
+    }
+    const bool is_last = bucket.is_last();
+    const int index = bucket.index;
+    std::shared_ptr<PowerSgdState> state = state_;
+    return std::make_unique<DeferredReduction>([&group, work, state, input,
+                                                input_before, is_last,
+                                                index]() -> absl::Status {
+      if (work->dense_pending) {
+        if (absl::Status s = work->dense_pending->Wait(); !s.ok()) return s;
+        int64_t offset = 0;
+        for (const at::Tensor& d : work->dense) {
+          d.copy_(
+              work->dense_flat.narrow(0, offset, d.numel()).view(d.sizes()));
+          offset += d.numel();
+        }
+      }
+      if (work->p_pending) {
+        if (absl::Status s = work->p_pending->Wait(); !s.ok()) return s;
+        for (size_t i = 0; i < work->matrices.size(); ++i) {
+          Orthogonalize(work->ps[i]);
+          at::mm_out(work->qs[i], work->matrices[i].t(), work->ps[i]);
+        }
+        absl::StatusOr<std::unique_ptr<PendingReduction>> q_mean =
+            StartMean(group, work->q_flat);
+        if (!q_mean.ok()) return q_mean.status();
+        if (absl::Status s = (*q_mean)->Wait(); !s.ok()) return s;
+        for (size_t i = 0; i < work->matrices.size(); ++i) {
+          at::mm_out(work->matrices[i], work->ps[i], work->qs[i].t());
+          state->q[index][i] = work->qs[i].clone();
+        }
+      }
+      if (state->options.use_error_feedback)
+        state->error[index] = input_before - input;
+      if (is_last) ++state->iteration;
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  // What one bucket's PowerSGD step keeps between Start() and Wait().
+  struct Work {
+    std::vector<at::Tensor> matrices, dense, ps, qs;
+    at::Tensor dense_flat, p_flat, q_flat;
+    std::unique_ptr<PendingReduction> dense_pending, p_pending;
+  };
+  std::shared_ptr<PowerSgdState> state_;
+};
+
+}  // namespace
+
+std::shared_ptr<CommHook> MakeAllReduceHook() {
+  return std::make_shared<AllReduceHook>();
+}
+
+std::shared_ptr<CommHook> MakeFp16CompressHook() {
+  return std::make_shared<CompressWrapper>(at::kHalf, MakeAllReduceHook());
+}
+
+std::shared_ptr<CommHook> MakeBf16CompressHook() {
+  return std::make_shared<CompressWrapper>(at::kBFloat16, MakeAllReduceHook());
+}
+
+absl::StatusOr<std::shared_ptr<CommHook>> MakeCompressWrapper(
+    at::ScalarType dtype, std::shared_ptr<CommHook> inner) {
+  if (dtype != at::kHalf && dtype != at::kBFloat16) {
+    return absl::InvalidArgumentError(
+        "a compression wrapper casts to float16 or bfloat16");
+  }
+  if (inner == nullptr)
+    return absl::InvalidArgumentError("the wrapped hook must not be null");
+  return std::shared_ptr<CommHook>(
+      std::make_shared<CompressWrapper>(dtype, std::move(inner)));
+}
+
+std::shared_ptr<CommHook> MakePowerSgdHook(
+    std::shared_ptr<PowerSgdState> state) {
+  return std::make_shared<PowerSgdHook>(std::move(state));
+}
+
+absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHookByName(
+    const std::string& name, int powersgd_rank, int64_t powersgd_start) {
+  if (name.empty() || name == "allreduce") return MakeAllReduceHook();
+  if (name == "fp16") return MakeFp16CompressHook();
+  if (name == "bf16") return MakeBf16CompressHook();
+  if (name == "powersgd") {
+    if (powersgd_rank < 1 || powersgd_start < 0) {
+      return absl::InvalidArgumentError(
+          "PowerSGD needs a matrix approximation rank >= 1 and a start "
+          "iteration >= 0");
+    }
+    auto state = std::make_shared<PowerSgdState>();
+    state->options.matrix_approximation_rank = powersgd_rank;
+    state->options.start_iteration = powersgd_start;
+    return MakePowerSgdHook(std::move(state));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown communication hook '", name,
+                   "'; expected allreduce, fp16, bf16 or powersgd"));
+}
+
+}  // namespace ddpspawn

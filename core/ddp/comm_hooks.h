@@ -1,0 +1,104 @@
+// DDP communication hooks: how a bucket of gradients is averaged across ranks.
+// The default all-reduce, fp16 and bf16 compression, PowerSGD with error
+// feedback, and a wrapper that compresses around another hook. All work on CPU
+// with Gloo (Gloo cannot all-reduce bf16: a bf16 bucket is all-gathered and
+// summed in fp32 instead).
+#ifndef DDPSPAWN_CORE_DDP_COMM_HOOKS_H_
+#define DDPSPAWN_CORE_DDP_COMM_HOOKS_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/dist/process_group.h"
+
+namespace ddpspawn {
+
+// One bucket of gradients, as a hook sees it.
+struct GradBucket {
+  int index = 0;  // buckets are started in index order on every rank
+  int count = 0;  // how many buckets the model has
+  at::Tensor
+      buffer;  // flat, contiguous: every gradient of the bucket back to back
+  std::vector<at::Tensor>
+      gradients;  // views into `buffer`, shaped like the parameters
+  bool is_last() const { return index == count - 1; }
+};
+
+// An averaging in flight. After Wait(), the bucket's buffer holds the mean over
+// ranks.
+class PendingReduction {
+ public:
+  virtual ~PendingReduction() = default;
+  virtual absl::Status Wait() = 0;
+};
+
+class CommHook {
+ public:
+  virtual ~CommHook() = default;
+  virtual std::string name() const = 0;
+  // Starts averaging `bucket`. Every rank starts the same buckets in the same
+  // order.
+  virtual absl::StatusOr<std::unique_ptr<PendingReduction>> Start(
+      ProcessGroup& group, GradBucket& bucket) = 0;
+};
+
+// Sum all-reduce, then divide by the world size (PyTorch's default).
+std::shared_ptr<CommHook> MakeAllReduceHook();
+// Cast to fp16 (after dividing by the world size, against overflow),
+// all-reduce, cast back.
+std::shared_ptr<CommHook> MakeFp16CompressHook();
+// Round to bf16, exchange the bf16 values, sum them in fp32.
+std::shared_ptr<CommHook> MakeBf16CompressHook();
+
+// Runs `inner` on a copy of the bucket cast to `dtype` (at::kHalf or
+// at::kBFloat16) and casts the result back: Lightning's fp16_compress_wrapper /
+// bf16_compress_wrapper.
+absl::StatusOr<std::shared_ptr<CommHook>> MakeCompressWrapper(
+    at::ScalarType dtype, std::shared_ptr<CommHook> inner);
+
+struct PowerSgdOptions {
+  int matrix_approximation_rank = 1;
+  // Plain all-reduce for the first iterations (PowerSGD's error feedback needs
+  // warm gradients).
+  int64_t start_iteration = 10;
+  // Compress a matrix only when rows*cols / ((rows+cols)*rank) exceeds this.
+  double min_compression_rate = 2.0;
+  bool use_error_feedback = true;
+  bool warm_start = true;  // reuse Q between iterations
+  uint64_t seed = 0;       // for the initial Q; the same on every rank
+};
+
+// PowerSGD's state, shared with the caller (Lightning's ddp_comm_state).
+struct PowerSgdState {
+  PowerSgdOptions options;
+  int64_t iteration = 0;            // synced iterations seen so far
+  std::map<int, at::Tensor> error;  // error feedback, per bucket
+  std::map<int, std::vector<at::Tensor>> p,
+      q;  // low-rank factors, per bucket and matrix
+  // Elements sent per iteration, for measuring compression: compressed vs.
+  // uncompressed.
+  int64_t last_sent_elements = 0;
+  int64_t last_dense_elements = 0;
+};
+
+// Vogels et al., PowerSGD: one power iteration per step, with error feedback
+// and warm start.
+std::shared_ptr<CommHook> MakePowerSgdHook(
+    std::shared_ptr<PowerSgdState> state);
+
+// "allreduce", "fp16", "bf16", "powersgd" (with default options and the given
+// rank and start).
+absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHookByName(
+    const std::string& name, int powersgd_rank = 1,
+    int64_t powersgd_start = 10);
+
+}  // namespace ddpspawn
+
+#endif  // DDPSPAWN_CORE_DDP_COMM_HOOKS_H_

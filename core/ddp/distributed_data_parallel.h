@@ -1,0 +1,80 @@
+// DistributedDataParallel for LibTorch modules: replicas start identical
+// (parameters and buffers broadcast from rank 0 at wrap time), buffers follow
+// rank 0 before each forward (broadcast_buffers), and gradients are averaged
+// across ranks by the bucketed Reducer during backward. Works on a
+// torch::nn::Module or on plain lists of parameters and buffers (e.g. a
+// TorchScript module's).
+#ifndef DDPSPAWN_CORE_DDP_DISTRIBUTED_DATA_PARALLEL_H_
+#define DDPSPAWN_CORE_DDP_DISTRIBUTED_DATA_PARALLEL_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/ddp/reducer.h"
+#include "core/dist/process_group.h"
+
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
+namespace ddpspawn {
+
+struct DdpOptions {
+  ReducerOptions reducer;
+  bool broadcast_buffers = true;
+};
+
+class DistributedDataParallel {
+ public:
+  // Broadcasts parameters and buffers from rank 0, then hooks the parameters
+  // that require grad.
+  static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Wrap(
+      std::shared_ptr<torch::nn::Module> module, ProcessGroup* group,
+      DdpOptions options = {});
+  static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Wrap(
+      std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers,
+      ProcessGroup* group, DdpOptions options = {});
+
+  // Call before each forward: with broadcast_buffers, every rank takes rank 0's
+  // buffers.
+  absl::Status PrepareForward();
+
+  // While the returned guard lives, backward accumulates gradients locally (no
+  // communication); the first backward after it ends averages everything
+  // accumulated.
+  class NoSync {
+   public:
+    explicit NoSync(Reducer* reducer) : reducer_(reducer) {
+      reducer_->set_sync_enabled(false);
+    }
+    ~NoSync() { reducer_->set_sync_enabled(true); }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    Reducer* reducer_;
+  };
+  NoSync no_sync() { return NoSync(reducer_.get()); }
+
+  const std::shared_ptr<torch::nn::Module>& module() const { return module_; }
+  Reducer& reducer() { return *reducer_; }
+  ProcessGroup& group() { return *group_; }
+
+ private:
+  DistributedDataParallel() = default;
+  absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors);
+
+  std::shared_ptr<torch::nn::Module> module_;
+  ProcessGroup* group_ = nullptr;
+  DdpOptions options_;
+  std::vector<at::Tensor> parameters_, buffers_;
+  std::unique_ptr<Reducer> reducer_;
+};
+
+}  // namespace ddpspawn
+
+#endif  // DDPSPAWN_CORE_DDP_DISTRIBUTED_DATA_PARALLEL_H_

@@ -1,0 +1,325 @@
+// The bucketed gradient reducer (see reducer.h).
+#include "core/ddp/reducer.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+
+namespace ddpspawn {
+
+struct Reducer::Hooks {
+  // The accumulators are held strongly: a tensor only keeps a weak reference to
+  // its own.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<uintptr_t> handles;
+};
+
+namespace {
+
+// A tensor shaped like `like` over buffer[offset, offset + like.numel()). It
+// shares the buffer's storage but is not an autograd view, so LibTorch's
+// Optimizer::zero_grad (which detaches gradients in place) works on it.
+at::Tensor AliasInto(const at::Tensor& buffer, int64_t offset,
+                     const at::Tensor& like) {
+  at::Tensor alias = at::empty({0}, buffer.options());
+  alias.set_(buffer.storage(), buffer.storage_offset() + offset, like.sizes(),
+             at::detail::defaultStrides(like.sizes()));
+  return alias;
+}
+
+}  // namespace
+
+std::vector<std::vector<size_t>> AssignBuckets(
+    const std::vector<at::Tensor>& tensors, size_t first_cap_bytes,
+    size_t cap_bytes) {
+  struct Open {
+    std::vector<size_t> members;
+    size_t bytes = 0;
+    bool closed_one = false;
+  };
+  std::map<at::ScalarType, Open> open;
+  std::vector<std::vector<size_t>> buckets;
+  auto close = [&buckets](Open& bucket) {
+    if (bucket.members.empty()) return;
+    buckets.push_back(std::move(bucket.members));
+    bucket.members.clear();
+    bucket.bytes = 0;
+    bucket.closed_one = true;
+  };
+  for (size_t i = tensors.size(); i-- > 0;) {
+    Open& bucket = open[tensors[i].scalar_type()];
+    const size_t limit = bucket.closed_one ? cap_bytes : first_cap_bytes;
+    const size_t bytes = tensors[i].numel() * tensors[i].element_size();
+    if (bytes >= limit)
+      close(bucket);  // a tensor at or over the cap gets a bucket of its own
+    bucket.members.push_back(i);
+    bucket.bytes += bytes;
+    if (bucket.bytes >= limit) close(bucket);
+  }
+  for (auto& [dtype, bucket] : open) close(bucket);
+  // Ready order in backward: the bucket holding the latest-registered tensor
+  // first.
+  std::sort(buckets.begin(), buckets.end(),
+            [](const std::vector<size_t>& a, const std::vector<size_t>& b) {
+              return a.front() > b.front();
+            });
+  return buckets;
+}
+
+Reducer::Reducer(ProcessGroup* group, std::vector<at::Tensor> tensors,
+                 ReducerOptions options, bool autograd_mode)
+    : group_(group),
+      tensors_(std::move(tensors)),
+      options_(std::move(options)),
+      autograd_mode_(autograd_mode),
+      bucket_of_(tensors_.size()),
+      slot_of_(tensors_.size()),
+      ready_(tensors_.size(), false),
+      used_(tensors_.size(), false) {}
+
+Reducer::~Reducer() {
+  if (hooks_) {
+    for (size_t i = 0; i < hooks_->accumulators.size(); ++i) {
+      hooks_->accumulators[i]->del_post_hook(hooks_->handles[i]);
+    }
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(
+    ProcessGroup* group, std::vector<at::Tensor> tensors,
+    ReducerOptions options, bool autograd_mode) {
+  if (group == nullptr)
+    return absl::InvalidArgumentError("the reducer needs a process group");
+  if (!(options.bucket_cap_mb > 0) || !(options.first_bucket_cap_mb > 0)) {
+    return absl::InvalidArgumentError("bucket caps must be positive");
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    if (!t.defined() || t.is_sparse() || !t.is_contiguous()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", i, " is not a defined, dense, contiguous tensor"));
+    }
+    if (autograd_mode && !t.requires_grad()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter ", i,
+          " does not require grad; pass only trainable parameters"));
+    }
+  }
+  if (!autograd_mode && options.gradient_as_bucket_view) {
+    return absl::InvalidArgumentError(
+        "gradient_as_bucket_view needs autograd mode: manual-mode gradients "
+        "are the caller's "
+        "own buffers");
+  }
+  if (!options.comm_hook) options.comm_hook = MakeAllReduceHook();
+  std::unique_ptr<Reducer> reducer(new Reducer(
+      group, std::move(tensors), std::move(options), autograd_mode));
+  const auto mb = [](double v) { return static_cast<size_t>(v * 1024 * 1024); };
+  std::vector<std::vector<size_t>> groups = AssignBuckets(
+      reducer->tensors_, mb(reducer->options_.first_bucket_cap_mb),
+      mb(reducer->options_.bucket_cap_mb));
+  for (size_t b = 0; b < groups.size(); ++b) {
+    Bucket bucket;
+    bucket.members = groups[b];
+    int64_t elements = 0;
+    for (size_t i : bucket.members) elements += reducer->tensors_[i].numel();
+    const at::Tensor& first = reducer->tensors_[bucket.members.front()];
+    bucket.buffer = at::zeros({elements}, first.options().requires_grad(false));
+    int64_t offset = 0;
+    for (size_t slot = 0; slot < bucket.members.size(); ++slot) {
+      const size_t i = bucket.members[slot];
+      const at::Tensor& t = reducer->tensors_[i];
+      bucket.views.push_back(AliasInto(bucket.buffer, offset, t));
+      offset += t.numel();
+      reducer->bucket_of_[i] = b;
+      reducer->slot_of_[i] = slot;
+      if (reducer->autograd_mode_ &&
+          reducer->options_.gradient_as_bucket_view && t.grad().defined()) {
+        bucket.views.back().copy_(t.grad());
+        reducer->tensors_[i].mutable_grad() = bucket.views.back();
+      }
+    }
+    bucket.pending = bucket.members.size();
+    reducer->buckets_.push_back(std::move(bucket));
+  }
+  return reducer;
+}
+
+absl::Status Reducer::InstallAutogradHooks() {
+  if (!autograd_mode_)
+    return absl::FailedPreconditionError("not an autograd-mode reducer");
+  if (hooks_) return absl::OkStatus();
+  hooks_ = std::make_unique<Hooks>();
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    std::shared_ptr<torch::autograd::Node> accumulator =
+        torch::autograd::impl::grad_accumulator(tensors_[i]);
+    if (accumulator == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter ", i, " is not a leaf tensor"));
+    }
+    auto hook = std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i](const torch::autograd::variable_list& outputs,
+                  const torch::autograd::variable_list&) {
+          std::lock_guard<std::recursive_mutex> lock(mutex_);
+          used_[i] = true;
+          if (!sync_enabled_) return outputs;
+          if (!finalize_queued_) {
+            finalize_queued_ = true;
+            torch::autograd::Engine::get_default_engine().queue_callback(
+                [this] {
+                  absl::Status status = Finalize();
+                  if (!status.ok())
+                    throw std::runtime_error(std::string(status.message()));
+                });
+          }
+          absl::Status status = MarkReadyLocked(i, /*used=*/true);
+          if (!status.ok())
+            throw std::runtime_error(std::string(status.message()));
+          return outputs;
+        });
+    hooks_->handles.push_back(accumulator->add_post_hook(std::move(hook)));
+    hooks_->accumulators.push_back(std::move(accumulator));
+  }
+  return absl::OkStatus();
+}
+
+at::Tensor& Reducer::GradientOf(size_t index) {
+  return autograd_mode_ ? tensors_[index].mutable_grad() : tensors_[index];
+}
+
+absl::Status Reducer::MarkReady(size_t index) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (index >= tensors_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradient index ", index, " is outside [0, ", tensors_.size(), ")"));
+  }
+  used_[index] = true;
+  if (!sync_enabled_) return absl::OkStatus();
+  return MarkReadyLocked(index, /*used=*/true);
+}
+
+absl::Status Reducer::MarkReadyLocked(size_t index, bool used) {
+  if (ready_[index]) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gradient ", index,
+        " was marked ready twice in one iteration (call Finalize between)"));
+  }
+  ready_[index] = true;
+  Bucket& bucket = buckets_[bucket_of_[index]];
+  at::Tensor& view = bucket.views[slot_of_[index]];
+  at::Tensor& grad = GradientOf(index);
+  if (used && grad.defined()) {
+    if (!grad.is_same(view)) view.copy_(grad);
+    if (autograd_mode_ && options_.gradient_as_bucket_view) grad = view;
+  } else {
+    view.zero_();
+  }
+  if (--bucket.pending == 0) return StartReadyBuckets();
+  return absl::OkStatus();
+}
+
+absl::Status Reducer::StartReadyBuckets() {
+  while (next_bucket_ < buckets_.size() &&
+         buckets_[next_bucket_].pending == 0) {
+    Bucket& bucket = buckets_[next_bucket_];
+    GradBucket view{static_cast<int>(next_bucket_),
+                    static_cast<int>(buckets_.size()), bucket.buffer,
+                    bucket.views};
+    absl::StatusOr<std::unique_ptr<PendingReduction>> started =
+        absl::InternalError("the communication hook threw");
+    try {
+      started = options_.comm_hook->Start(*group_, view);
+    } catch (const std::exception& e) {
+      started = absl::InternalError(absl::StrCat(
+          "communication hook '", options_.comm_hook->name(), "': ", e.what()));
+    }
+    if (!started.ok()) return started.status();
+    bucket.reduction = *std::move(started);
+    launch_log_.push_back(static_cast<int>(next_bucket_));
+    ++next_bucket_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Reducer::Finalize() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return FinalizeLocked();
+}
+
+absl::Status Reducer::FinalizeLocked() {
+  finalize_queued_ = false;
+  if (!sync_enabled_) return absl::OkStatus();
+  absl::Status status = absl::OkStatus();
+  // Gradients that never became ready (unused parameters) count as zero, unless
+  // no_sync iterations left an accumulated gradient.
+  for (size_t i = 0; i < tensors_.size() && status.ok(); ++i) {
+    if (!ready_[i]) status = MarkReadyLocked(i, used_[i]);
+  }
+  std::vector<int32_t> globally_used;
+  if (status.ok() && options_.find_unused_parameters) {
+    globally_used.assign(used_.begin(), used_.end());
+    status = group_->AllReduce(globally_used.data(), globally_used.size(),
+                               DType::kInt32, ReduceOp::kMax);
+  }
+  for (Bucket& bucket : buckets_) {
+    if (bucket.reduction == nullptr) continue;
+    absl::Status waited;
+    try {
+      waited = bucket.reduction->Wait();
+    } catch (const std::exception& e) {
+      waited = absl::InternalError(absl::StrCat(
+          "communication hook '", options_.comm_hook->name(), "': ", e.what()));
+    }
+    bucket.reduction.reset();
+    if (status.ok()) status = waited;
+  }
+  if (status.ok()) {
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      if (!globally_used.empty() && globally_used[i] == 0)
+        continue;  // untouched, as in PyTorch
+      at::Tensor& view = buckets_[bucket_of_[i]].views[slot_of_[i]];
+      at::Tensor& grad = GradientOf(i);
+      if (autograd_mode_ && options_.gradient_as_bucket_view) {
+        grad = view;
+      } else if (grad.defined()) {
+        if (!grad.is_same(view)) grad.copy_(view);
+      } else {
+        grad = view.clone();
+      }
+    }
+  }
+  ResetIteration();
+  return status;
+}
+
+void Reducer::ResetIteration() {
+  std::fill(ready_.begin(), ready_.end(), false);
+  std::fill(used_.begin(), used_.end(), false);
+  for (Bucket& bucket : buckets_) {
+    bucket.pending = bucket.members.size();
+    bucket.reduction.reset();
+  }
+  next_bucket_ = 0;
+}
+
+void Reducer::set_sync_enabled(bool enabled) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  sync_enabled_ = enabled;
+}
+
+std::vector<int> Reducer::TakeLaunchLog() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::vector<int> log;
+  log.swap(launch_log_);
+  return log;
+}
+
+}  // namespace ddpspawn
