@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 
+#include "capi/context.h"
 #include "capi/status.h"
 #include "core/dist/process_group.h"
 #include "core/env/cluster_environment.h"
@@ -13,11 +14,6 @@
 using ddpspawn::capi::Guard;
 using ddpspawn::capi::NotNull;
 using ddpspawn::capi::ReadOptions;
-
-struct ddpspawn_context {
-  std::unique_ptr<ddpspawn::ProcessGroup> group;
-  std::string environment;
-};
 
 namespace {
 

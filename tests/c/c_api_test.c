@@ -18,6 +18,46 @@ static int failures = 0;
     }                                                                         \
   } while (0)
 
+/* The gradient reducer: two iterations over three buffers, one of them never
+ * marked ready (find_unused_parameters leaves it untouched); returns 1 when
+ * every value is as expected. */
+static int check_reducer(ddpspawn_context* ctx, int rank, int world) {
+  float a[5];
+  double b[3];
+  int64_t never[2] = {7, 7};
+  void* buffers[3] = {a, b, never};
+  size_t counts[3] = {5, 3, 2};
+  int32_t dtypes[3] = {DDPSPAWN_FLOAT32, DDPSPAWN_FLOAT64, DDPSPAWN_INT64};
+  ddpspawn_reducer_options options = DDPSPAWN_REDUCER_OPTIONS_INIT;
+  options.find_unused_parameters = 1;
+  options.bucket_cap_mb = 0.00001; /* one buffer per bucket */
+  ddpspawn_reducer* reducer = NULL;
+  if (ddpspawn_reducer_create(ctx, buffers, counts, dtypes, 3, &options,
+                              &reducer) != DDPSPAWN_OK) {
+    return 0;
+  }
+  int ok = ddpspawn_reducer_bucket_count(reducer) == 3;
+  for (int iteration = 1; iteration <= 2 && ok; iteration++) {
+    for (int i = 0; i < 5; i++) a[i] = (float)(iteration * (rank + 1));
+    for (int i = 0; i < 3; i++) b[i] = 10.0 * (rank + 1);
+    ok = ok && ddpspawn_reducer_mark_ready(reducer, 1) == DDPSPAWN_OK;
+    ok = ok && ddpspawn_reducer_mark_ready(reducer, 0) == DDPSPAWN_OK;
+    ok = ok && ddpspawn_reducer_finalize(reducer) == DDPSPAWN_OK;
+    ok = ok && a[4] == iteration * (world + 1) / 2.0f &&
+         b[0] == 10.0 * (world + 1) / 2.0;
+    ok = ok && never[0] == 7 && never[1] == 7;
+  }
+  ok = ok &&
+       ddpspawn_reducer_mark_ready(reducer, 3) == DDPSPAWN_ERR_INVALID_ARGUMENT;
+  ddpspawn_reducer_destroy(reducer);
+  options.comm_hook = "morse";
+  ok = ok && ddpspawn_reducer_create(ctx, buffers, counts, dtypes, 3, &options,
+                                     &reducer) == DDPSPAWN_ERR_INVALID_ARGUMENT;
+  ok = ok && ddpspawn_reducer_create(ctx, NULL, counts, dtypes, 3, NULL,
+                                     &reducer) == DDPSPAWN_ERR_INVALID_ARGUMENT;
+  return ok;
+}
+
 /* The collectives a worker runs; returns 0 when every value is as expected. */
 static int run_collectives(void) {
   ddpspawn_context* ctx = NULL;
@@ -48,6 +88,7 @@ static int run_collectives(void) {
   ok = ok && received_size == strlen("hello from rank 1") &&
        memcmp(received, "hello from rank 1", received_size) == 0;
   ddpspawn_free(received);
+  ok = ok && check_reducer(ctx, rank, world);
   ok = ok && ddpspawn_barrier(ctx, "end") == DDPSPAWN_OK;
   if (ok && rank == 0) {
     char result[64];

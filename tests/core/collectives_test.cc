@@ -2,6 +2,7 @@
 // jobs (the checks run inside tests/core/test_worker's "collectives" mode).
 #include "absl/strings/str_cat.h"
 #include "core/launch/launcher.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace ddpspawn {
@@ -24,6 +25,24 @@ TEST_P(CollectivesTest, EveryOpAndDtype) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest, testing::Values(2, 4));
+
+// With debug checks, mismatched shapes are an error on every rank that names
+// each rank's shape (without them Gloo hangs or aborts a rank).
+TEST(DebugChecksTest, MismatchedShapesAreNamed) {
+  LaunchSpec spec;
+  spec.nprocs = 2;
+  spec.argv = {"tests/core/test_worker", "mismatch"};
+  spec.timeout = absl::Seconds(60);
+  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Start().ok());
+  absl::Status status = (*job)->Wait();
+  ASSERT_TRUE(status.ok()) << status;
+  const std::string report = (*job)->result().value_or("");
+  EXPECT_THAT(report, testing::HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(report, testing::HasSubstr("rank 0: all_reduce of Float[3]"));
+  EXPECT_THAT(report, testing::HasSubstr("rank 1: all_reduce of Float[4]"));
+}
 
 }  // namespace
 }  // namespace ddpspawn

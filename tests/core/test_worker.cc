@@ -211,6 +211,23 @@ int Main(int argc, char** argv) {
     if (argc == 2 || ThisRank(argv[2])) SleepForever();
     return 0;
   }
+  if (mode == "mismatch") {
+    absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
+    CheckOk(cluster.status(), "cluster environment");
+    GroupOptions options;
+    options.timeout = absl::Seconds(30);
+    options.debug_checks = true;
+    absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+        ProcessGroup::Create(*cluster, options);
+    CheckOk(group.status(), "join");
+    std::vector<float> values(3 + (*group)->rank(), 1.0f);
+    absl::Status status = (*group)->AllReduce(values.data(), values.size(),
+                                              DType::kFloat32, ReduceOp::kSum);
+    if (status.ok()) Fail("a mismatched all_reduce went through");
+    if ((*group)->rank() == 0)
+      CheckOk(SetWorkerResult(status.ToString()), "result");
+    return 0;
+  }
   if (mode == "collectives") {
     Collectives();
     return 0;

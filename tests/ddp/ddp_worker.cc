@@ -260,6 +260,24 @@ int Run(const Flags& flags) {
     }
     if (log.size() != ddp.reducer().bucket_count())
       Fail("not every bucket was started");
+    if (options.reducer.gradient_as_bucket_view) {  // no copy: a bucket's
+                                                    // gradients share storage
+      std::vector<torch::Tensor> trainable = model.module->parameters();
+      for (size_t b = 0; b < ddp.reducer().bucket_count(); ++b) {
+        const std::vector<size_t>& members = ddp.reducer().bucket_members(b);
+        torch::Tensor first;  // the bucket's first defined gradient
+        for (size_t i : members) {
+          const torch::Tensor& grad = trainable[i].grad();
+          if (!grad.defined()) continue;  // a parameter no rank has used yet
+          if (!first.defined()) first = grad;
+          if (!grad.storage().is_alias_of(first.storage())) {
+            Fail(
+                "with gradient_as_bucket_view, a gradient is not a view into "
+                "its bucket");
+          }
+        }
+      }
+    }
 
     if (rank ==
         0) {  // the single-process reference over all N*b samples of the step

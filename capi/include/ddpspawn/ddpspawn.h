@@ -294,6 +294,70 @@ DDPSPAWN_EXPORT ddpspawn_status
 ddpspawn_all_gather_bytes(ddpspawn_context* context, const void* data,
                           size_t size, void** out_data, size_t* out_sizes);
 
+/* ------------------------------------------------------------------------ */
+/* Gradient reducer (DistributedDataParallel for any framework)             */
+/* ------------------------------------------------------------------------ */
+
+/* Averages a fixed set of gradient buffers across the ranks of a context, in
+ * buckets (reverse buffer order, up to a size cap) whose reductions start as
+ * soon as all their buffers are marked ready, strictly in bucket order on
+ * every rank, overlapping with the caller's remaining backward work. Each
+ * iteration: write the gradients, ddpspawn_reducer_mark_ready() each one as
+ * it becomes final (any order), then ddpspawn_reducer_finalize(): afterwards
+ * every buffer holds the mean over ranks. */
+typedef struct ddpspawn_reducer ddpspawn_reducer;
+
+typedef struct ddpspawn_reducer_options {
+  uint32_t struct_size;       /* sizeof(ddpspawn_reducer_options) */
+  double bucket_cap_mb;       /* default 25 */
+  double first_bucket_cap_mb; /* default 1: the first bucket starts early */
+  /* How a bucket is averaged: "allreduce" (default when NULL), "fp16" or
+   * "bf16" (compressed), or "powersgd" (low rank, with error feedback; only
+   * buffers that are matrices compress, so flat buffers are sent as they
+   * are). */
+  const char* comm_hook;
+  int32_t powersgd_rank;              /* default 1 */
+  int32_t powersgd_start_iteration;   /* plain all-reduce before it; default 10 */
+  /* 1: a buffer that no rank marked ready in an iteration is left untouched
+   * (costs one small all-reduce per iteration). 0 (default): unmarked
+   * buffers count as zeros and get the mean like the others. */
+  int32_t find_unused_parameters;
+} ddpspawn_reducer_options;
+
+#define DDPSPAWN_REDUCER_OPTIONS_INIT \
+  { sizeof(ddpspawn_reducer_options), 25.0, 1.0, NULL, 1, 10, 0 }
+
+DDPSPAWN_EXPORT void ddpspawn_reducer_options_init(
+    ddpspawn_reducer_options* options);
+
+/* buffers[i] holds counts[i] elements of dtypes[i] (DDPSPAWN_FLOAT32 ...).
+ * The buffers stay owned by the caller and must outlive the reducer; every
+ * rank passes the same counts and dtypes in the same order. options may be
+ * NULL. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create(
+    ddpspawn_context* context, void* const* buffers, const size_t* counts,
+    const int32_t* dtypes, size_t num_buffers,
+    const ddpspawn_reducer_options* options, ddpspawn_reducer** out_reducer);
+DDPSPAWN_EXPORT void ddpspawn_reducer_destroy(ddpspawn_reducer* reducer);
+
+/* Buffer `index` is final for this iteration. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_mark_ready(
+    ddpspawn_reducer* reducer, size_t index);
+
+/* Starts what is left, waits, and writes the means into the buffers. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_finalize(
+    ddpspawn_reducer* reducer);
+
+/* enabled = 0 is no_sync: mark_ready and finalize do nothing, so gradients
+ * can accumulate locally; the first finalize after re-enabling averages the
+ * accumulated buffers. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_set_sync(
+    ddpspawn_reducer* reducer, int32_t enabled);
+
+/* Number of buckets; -1 for NULL. */
+DDPSPAWN_EXPORT int32_t
+ddpspawn_reducer_bucket_count(const ddpspawn_reducer* reducer);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
