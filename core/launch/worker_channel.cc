@@ -2,20 +2,14 @@
 // worker_channel.h).
 #include "core/launch/worker_channel.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
-#include <fstream>
-#include <sstream>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/env/cluster_environment.h"
+#include "core/util/files.h"
 
 namespace ddpspawn {
 namespace {
@@ -43,48 +37,10 @@ absl::StatusOr<WorkerIdentity> CurrentWorker() {
   return WorkerIdentity{run_dir, rank};
 }
 
-// Writes `bytes` to dir/name through a temporary file and a rename.
-absl::Status WriteAtomically(const std::string& dir, const std::string& name,
-                             absl::string_view bytes) {
-  std::string final_path = absl::StrCat(dir, "/", name);
-  std::string temp_path = absl::StrCat(final_path, ".tmp.", getpid());
-  int fd =
-      open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot create ", temp_path, ": ", std::strerror(errno)));
-  }
-  const char* data = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    ssize_t n = write(fd, data, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int saved = errno;
-      close(fd);
-      unlink(temp_path.c_str());
-      return absl::InternalError(
-          absl::StrCat("cannot write ", temp_path, ": ", std::strerror(saved)));
-    }
-    data += n;
-    left -= static_cast<size_t>(n);
-  }
-  close(fd);
-  if (rename(temp_path.c_str(), final_path.c_str()) != 0) {
-    int saved = errno;
-    unlink(temp_path.c_str());
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", temp_path, ": ", std::strerror(saved)));
-  }
-  return absl::OkStatus();
-}
-
 std::optional<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
+  absl::StatusOr<std::string> contents = ReadWholeFile(path);
+  if (!contents.ok()) return std::nullopt;
+  return *std::move(contents);
 }
 
 void RecordUncaughtException() {
@@ -110,13 +66,17 @@ absl::Status SetWorkerResult(absl::string_view bytes) {
         "only rank 0 hands a result back to the launcher; this is rank ",
         worker->rank));
   }
-  return WriteAtomically(worker->run_dir, kResultFile, bytes);
+  return WriteFileAtomically(absl::StrCat(worker->run_dir, "/", kResultFile),
+                             bytes,
+                             /*durable=*/false);
 }
 
 absl::Status SetWorkerError(absl::string_view text) {
   absl::StatusOr<WorkerIdentity> worker = CurrentWorker();
   if (!worker.ok()) return worker.status();
-  return WriteAtomically(worker->run_dir, ErrorFile(worker->rank), text);
+  return WriteFileAtomically(
+      absl::StrCat(worker->run_dir, "/", ErrorFile(worker->rank)), text,
+      /*durable=*/false);
 }
 
 void InstallTerminateHandler() {

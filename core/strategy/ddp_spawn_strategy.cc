@@ -1,0 +1,334 @@
+// DDPSpawnStrategy (see ddp_spawn_strategy.h).
+#include "core/strategy/ddp_spawn_strategy.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/serialize/archive.h>
+
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/launch/launcher.h"
+#include "core/launch/worker_channel.h"
+#include "core/util/files.h"
+
+namespace ddpspawn {
+namespace {
+
+// This process's own command line, to re-run it as the spawned ranks.
+absl::StatusOr<std::vector<std::string>> OwnCommandLine() {
+  absl::StatusOr<std::string> raw = ReadWholeFile("/proc/self/cmdline");
+  if (!raw.ok()) return raw.status();
+  std::vector<std::string> argv = absl::StrSplit(*raw, '\0', absl::SkipEmpty());
+  if (argv.empty()) return absl::InternalError("/proc/self/cmdline is empty");
+  argv[0] = "/proc/self/exe";  // the same binary, whatever the PATH or the
+                               // working directory
+  return argv;
+}
+
+absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
+  if (name == "mean" || name == "avg") return ReduceOp::kMean;
+  if (name == "sum") return ReduceOp::kSum;
+  if (name == "min") return ReduceOp::kMin;
+  if (name == "max") return ReduceOp::kMax;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown reduce_op '", name,
+                   "'; expected 'mean', 'sum', 'min' or 'max'"));
+}
+
+template <typename Body>
+absl::Status Catching(absl::string_view what, Body&& body) {
+  try {
+    return body();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat(what, ": ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+bool IsWorkerProcess() { return std::getenv(kRunDirEnv) != nullptr; }
+
+DDPSpawnStrategy::DDPSpawnStrategy(StrategyOptions options)
+    : options_(std::move(options)) {
+  if (!options_.checkpoint_io)
+    options_.checkpoint_io = MakeAtomicFileCheckpointIO();
+  if (!options_.precision_plugin)
+    options_.precision_plugin = *MakePrecisionPlugin("32-true");
+  if (!options_.cluster_environment) {
+    options_.cluster_environment = [] { return DetectClusterEnvironment(); };
+  }
+}
+
+DDPSpawnStrategy::~DDPSpawnStrategy() = default;
+
+c10::Device DDPSpawnStrategy::root_device() const {
+  if (options_.accelerator == "cuda") {
+    if (cluster_.local_rank < num_processes()) {
+      return options_.parallel_devices[cluster_.local_rank];
+    }
+    return c10::Device(c10::kCUDA,
+                       static_cast<c10::DeviceIndex>(cluster_.local_rank));
+  }
+  return c10::Device(c10::kCPU);
+}
+
+std::string DDPSpawnStrategy::process_group_backend() const {
+  if (!options_.process_group_backend.empty())
+    return options_.process_group_backend;
+  return root_device().is_cuda() ? "nccl" : "gloo";
+}
+
+absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
+  if (options_.num_nodes != 1) {
+    return absl::InvalidArgumentError(
+        "Launch() starts the ranks of one node; for several nodes, start each "
+        "node's ranks "
+        "with SLURM or torchrun and call RunWorker() in each");
+  }
+  if (options_.accelerator != "cpu" && options_.accelerator != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown accelerator '", options_.accelerator,
+                     "'; expected 'cpu' or 'cuda'"));
+  }
+  absl::StatusOr<StartMethod> method = ParseStartMethod(options_.start_method);
+  if (!method.ok()) return method.status();
+  LaunchSpec spec;
+  spec.nprocs = num_processes();
+  spec.start_method = *method;
+  spec.timeout = options_.launch_timeout;
+  if (*method == StartMethod::kSpawn) {
+    absl::StatusOr<std::vector<std::string>> argv = OwnCommandLine();
+    if (!argv.ok()) return argv.status();
+    spec.argv = *std::move(argv);
+  } else {
+    spec.worker = [this, &fn](int) { return RunWorker(fn); };
+  }
+  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(std::move(spec));
+  if (!job.ok()) return job.status();
+  if (absl::Status s = (*job)->Start(); !s.ok()) return s;
+  if (absl::Status s = (*job)->Wait(); !s.ok()) return s;
+  return (*job)->result().value_or("");
+}
+
+int DDPSpawnStrategy::RunWorker(const WorkerFn& fn) {
+  InstallTerminateHandler();
+  absl::StatusOr<std::string> result = absl::UnknownError("not run");
+  absl::Status status = SetupDistributed();
+  if (status.ok()) {
+    try {
+      result = fn(*this);
+    } catch (const std::exception& e) {
+      result =
+          absl::InternalError(absl::StrCat("uncaught exception: ", e.what()));
+    }
+    status = result.status();
+  }
+  if (status.ok() && is_global_zero()) status = SetWorkerResult(*result);
+  if (!status.ok()) {
+    (void)SetWorkerError(status.ToString());
+    return 1;
+  }
+  return Teardown().ok() ? 0 : 1;
+}
+
+absl::Status DDPSpawnStrategy::SetupDistributed() {
+  absl::StatusOr<ClusterInfo> cluster = options_.cluster_environment();
+  if (!cluster.ok()) return cluster.status();
+  cluster_ = *cluster;
+  if (options_.accelerator == "cuda" &&
+      cluster_.local_rank >= num_processes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("local rank ", cluster_.local_rank,
+                     " has no device in parallel_devices"));
+  }
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group = ProcessGroup::Create(
+      cluster_, {process_group_backend(), options_.timeout});
+  if (!group.ok()) return group.status();
+  group_ = *std::move(group);
+  return absl::OkStatus();
+}
+
+absl::Status DDPSpawnStrategy::RequireSetup(absl::string_view what) const {
+  if (ddp_ == nullptr || module_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " needs Setup(module) first"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DDPSpawnStrategy::ModelToDevice() {
+  if (module_ == nullptr || module_->network() == nullptr) {
+    return absl::FailedPreconditionError(
+        "ModelToDevice needs a module with a network");
+  }
+  return Catching("moving the model to its device", [&] {
+    module_->network()->to(root_device());
+    return absl::OkStatus();
+  });
+}
+
+absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
+  if (group_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "Setup(module) needs SetupDistributed() first");
+  }
+  if (module == nullptr || module->network() == nullptr) {
+    return absl::InvalidArgumentError("Setup needs a module with a network");
+  }
+  module_ = std::move(module);
+  if (absl::Status s = ModelToDevice(); !s.ok()) return s;
+  DdpOptions ddp_options = options_.ddp;
+  std::shared_ptr<CommHook> hook = options_.ddp_comm_hook_object;
+  if (hook == nullptr && options_.ddp_comm_hook == "powersgd" &&
+      options_.ddp_comm_state) {
+    hook = MakePowerSgdHook(options_.ddp_comm_state);
+  } else if (hook == nullptr) {
+    absl::StatusOr<std::shared_ptr<CommHook>> named =
+        MakeCommHookByName(options_.ddp_comm_hook);
+    if (!named.ok()) return named.status();
+    hook = *named;
+  }
+  if (!options_.ddp_comm_wrapper.empty()) {
+    if (options_.ddp_comm_wrapper != "fp16" &&
+        options_.ddp_comm_wrapper != "bf16") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown ddp_comm_wrapper '", options_.ddp_comm_wrapper,
+                       "'; expected fp16 or bf16"));
+    }
+    absl::StatusOr<std::shared_ptr<CommHook>> wrapped = MakeCompressWrapper(
+        options_.ddp_comm_wrapper == "fp16" ? at::kHalf : at::kBFloat16, hook);
+    if (!wrapped.ok()) return wrapped.status();
+    hook = *wrapped;
+  }
+  ddp_options.reducer.comm_hook = hook;
+  absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
+      DistributedDataParallel::Wrap(module_->network(), group_.get(),
+                                    ddp_options);
+  if (!ddp.ok()) return ddp.status();
+  ddp_ = *std::move(ddp);
+  return absl::OkStatus();
+}
+
+absl::Status DDPSpawnStrategy::Teardown() {
+  ddp_.reset();
+  group_.reset();
+  return absl::OkStatus();
+}
+
+absl::Status DDPSpawnStrategy::Barrier(absl::string_view name) {
+  if (group_ == nullptr)
+    return absl::OkStatus();  // not distributed: nothing to wait for
+  return group_->Barrier(name);
+}
+
+absl::StatusOr<std::string> DDPSpawnStrategy::Broadcast(absl::string_view bytes,
+                                                        int src) {
+  if (group_ == nullptr) return std::string(bytes);
+  return group_->BroadcastBytes(bytes, src);
+}
+
+absl::StatusOr<at::Tensor> DDPSpawnStrategy::Reduce(
+    const at::Tensor& tensor, absl::string_view reduce_op) {
+  absl::StatusOr<ReduceOp> op = ParseReduceOp(reduce_op);
+  if (!op.ok()) return op.status();
+  if (!tensor.defined())
+    return absl::InvalidArgumentError("Reduce got an undefined tensor");
+  at::Tensor reduced = tensor.detach().clone().contiguous();
+  if (group_ == nullptr) return reduced;
+  if (absl::Status s = group_->AllReduce(reduced, *op); !s.ok()) return s;
+  return reduced;
+}
+
+absl::StatusOr<at::Tensor> DDPSpawnStrategy::AllGather(
+    const at::Tensor& tensor) {
+  if (!tensor.defined())
+    return absl::InvalidArgumentError("AllGather got an undefined tensor");
+  if (group_ == nullptr) return tensor.detach().unsqueeze(0);
+  absl::StatusOr<std::vector<at::Tensor>> gathered =
+      group_->AllGather(tensor.detach());
+  if (!gathered.ok()) return gathered.status();
+  return at::stack(*gathered);
+}
+
+absl::Status DDPSpawnStrategy::PreBackward(const at::Tensor& loss) {
+  if (!loss.defined())
+    return absl::InvalidArgumentError("PreBackward got an undefined loss");
+  return RequireSetup("PreBackward");
+}
+
+absl::StatusOr<at::Tensor> DDPSpawnStrategy::TrainingStep(const Batch& batch,
+                                                          int64_t batch_index) {
+  if (absl::Status s = RequireSetup("TrainingStep"); !s.ok()) return s;
+  std::unique_ptr<PrecisionPlugin::StepContext> precision =
+      options_.precision_plugin->TrainStepContext();
+  if (absl::Status s = ddp_->PrepareForward(); !s.ok()) return s;
+  return module_->TrainingStep(batch, batch_index);
+}
+
+absl::StatusOr<StepMetrics> DDPSpawnStrategy::ValidationStep(
+    const Batch& batch, int64_t batch_index) {
+  if (absl::Status s = RequireSetup("ValidationStep"); !s.ok()) return s;
+  at::NoGradGuard no_grad;
+  if (absl::Status s = ddp_->PrepareForward(); !s.ok())
+    return s;  // as DDP's forward would
+  return module_->ValidationStep(batch, batch_index);
+}
+
+absl::StatusOr<StepMetrics> DDPSpawnStrategy::TestStep(const Batch& batch,
+                                                       int64_t batch_index) {
+  if (absl::Status s = RequireSetup("TestStep"); !s.ok()) return s;
+  at::NoGradGuard no_grad;
+  return module_->TestStep(batch, batch_index);
+}
+
+absl::StatusOr<at::Tensor> DDPSpawnStrategy::PredictStep(const Batch& batch,
+                                                         int64_t batch_index) {
+  if (absl::Status s = RequireSetup("PredictStep"); !s.ok()) return s;
+  at::NoGradGuard no_grad;
+  return module_->PredictStep(batch, batch_index);
+}
+
+absl::Status DDPSpawnStrategy::SaveCheckpoint(const std::string& path) {
+  if (absl::Status s = RequireSetup("SaveCheckpoint"); !s.ok()) return s;
+  absl::Status saved = absl::OkStatus();
+  if (is_global_zero()) {
+    saved = Catching("serializing the checkpoint", [&] {
+      torch::serialize::OutputArchive archive;
+      module_->network()->save(archive);
+      std::ostringstream bytes;
+      archive.save_to(bytes);
+      return options_.checkpoint_io->Save(bytes.str(), path);
+    });
+  }
+  if (group_ != nullptr &&
+      world_size() > 1) {  // every rank learns whether rank 0 succeeded
+    int64_t ok = saved.ok() ? 1 : 0;
+    if (absl::Status s = group_->Broadcast(&ok, 1, DType::kInt64, 0); !s.ok())
+      return s;
+    if (ok == 0 && saved.ok()) {
+      return absl::InternalError(
+          absl::StrCat("rank 0 could not save the checkpoint ", path));
+    }
+  }
+  return saved;
+}
+
+absl::Status DDPSpawnStrategy::LoadCheckpoint(const std::string& path) {
+  if (absl::Status s = RequireSetup("LoadCheckpoint"); !s.ok()) return s;
+  absl::StatusOr<std::string> bytes = options_.checkpoint_io->Load(path);
+  if (!bytes.ok()) return bytes.status();
+  return Catching(absl::StrCat("loading the checkpoint ", path), [&] {
+    torch::serialize::InputArchive archive;
+    std::istringstream in(*bytes);
+    archive.load_from(in);
+    module_->network()->load(archive);
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace ddpspawn

@@ -1,0 +1,177 @@
+// DDPSpawnStrategy: PyTorch Lightning's strategy of the same name, in C++. It
+// has a launcher (spawn or fork), a cluster environment, a checkpoint IO and a
+// precision plugin; it joins the process group (nccl on CUDA devices, gloo on
+// CPU), wraps the module in DistributedDataParallel (with the DDP options and
+// comm hooks), runs the steps through it, and offers the collectives a training
+// loop needs.
+//
+// Launching. In the launching process, Launch(fn) starts num_processes ranks
+// and returns rank 0's result. With start_method "spawn" each rank re-runs this
+// program's command line, so main() must send workers to RunWorker(fn):
+//
+//   DDPSpawnStrategy strategy(options);
+//   if (IsWorkerProcess()) return strategy.RunWorker(fn);
+//   absl::StatusOr<std::string> result = strategy.Launch(fn);
+//
+// With "fork", fn runs in forked children and RunWorker is not needed.
+#ifndef DDPSPAWN_CORE_STRATEGY_DDP_SPAWN_STRATEGY_H_
+#define DDPSPAWN_CORE_STRATEGY_DDP_SPAWN_STRATEGY_H_
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "core/ddp/comm_hooks.h"
+#include "core/ddp/distributed_data_parallel.h"
+#include "core/dist/process_group.h"
+#include "core/env/cluster_environment.h"
+#include "core/strategy/checkpoint_io.h"
+#include "core/strategy/precision.h"
+#include "core/train/module.h"
+
+namespace ddpspawn {
+
+// True in a process that a ddpspawn launcher started.
+bool IsWorkerProcess();
+
+struct StrategyOptions {
+  std::string accelerator = "cpu";  // "cpu" or "cuda"
+  std::vector<c10::Device> parallel_devices = {
+      c10::Device(c10::kCPU)};  // one per local rank
+  int num_nodes = 1;
+  // Reads this rank's place in the world; default: DetectClusterEnvironment().
+  std::function<absl::StatusOr<ClusterInfo>()> cluster_environment;
+  std::shared_ptr<CheckpointIO> checkpoint_io;        // default: atomic files
+  std::shared_ptr<PrecisionPlugin> precision_plugin;  // default: "32-true"
+  // Communication hook: by name ("allreduce", "fp16", "bf16", "powersgd") or an
+  // object.
+  std::string ddp_comm_hook;
+  std::shared_ptr<CommHook> ddp_comm_hook_object;
+  std::shared_ptr<PowerSgdState>
+      ddp_comm_state;            // PowerSGD's state, when ddp_comm_hook is it
+  std::string ddp_comm_wrapper;  // "", "fp16" or "bf16"
+  std::string process_group_backend;  // "": nccl on CUDA devices, gloo on CPU
+  absl::Duration timeout = absl::Minutes(30);
+  std::string start_method = "spawn";  // "spawn" or "fork"
+  DdpOptions ddp;  // find_unused_parameters, broadcast_buffers, ...
+  absl::Duration launch_timeout =
+      absl::InfiniteDuration();  // whole job, for Launch()
+};
+
+// Lightning's distributed_sampler_kwargs.
+struct DistributedSamplerArgs {
+  int num_replicas = 1;
+  int rank = 0;
+};
+
+class DDPSpawnStrategy {
+ public:
+  // A rank's work; its result (rank 0's) goes back to the launching process.
+  using WorkerFn =
+      std::function<absl::StatusOr<std::string>(DDPSpawnStrategy& strategy)>;
+
+  explicit DDPSpawnStrategy(StrategyOptions options = {});
+  ~DDPSpawnStrategy();
+
+  // --- Launching
+  // --------------------------------------------------------------------------
+  // In the launching process: starts the ranks and returns rank 0's result; a
+  // failing rank's error names it and its cause.
+  absl::StatusOr<std::string> Launch(const WorkerFn& fn);
+  // In a spawned rank: SetupDistributed(), fn, hand the result back,
+  // Teardown(); returns the process exit code.
+  int RunWorker(const WorkerFn& fn);
+
+  // --- Lifecycle
+  // --------------------------------------------------------------------------
+  // Reads the cluster environment and joins the process group.
+  absl::Status SetupDistributed();
+  // ModelToDevice(), then wraps the module's network in
+  // DistributedDataParallel.
+  absl::Status Setup(std::shared_ptr<LightningModule> module);
+  absl::Status ModelToDevice();
+  // Releases the DDP wrapper and the process group.
+  absl::Status Teardown();
+
+  // --- Properties
+  // -------------------------------------------------------------------------
+  int global_rank() const { return cluster_.rank; }
+  int local_rank() const { return cluster_.local_rank; }
+  int node_rank() const { return cluster_.node_rank; }
+  int world_size() const { return cluster_.world_size; }
+  int num_nodes() const { return options_.num_nodes; }
+  int num_processes() const {
+    return static_cast<int>(options_.parallel_devices.size());
+  }
+  bool is_global_zero() const { return global_rank() == 0; }
+  c10::Device root_device() const;
+  std::string process_group_backend() const;
+  DistributedSamplerArgs distributed_sampler_kwargs() const {
+    return {world_size(), global_rank()};
+  }
+  const StrategyOptions& options() const { return options_; }
+  ProcessGroup* group() { return group_.get(); }
+  DistributedDataParallel* model() { return ddp_.get(); }
+  LightningModule* lightning_module() { return module_.get(); }
+
+  // --- Collectives
+  // ------------------------------------------------------------------------
+  absl::Status Barrier(absl::string_view name = "");
+  // Rank `src`'s bytes on every rank (objects: serialize them first).
+  absl::StatusOr<std::string> Broadcast(absl::string_view bytes, int src = 0);
+  // A reduced copy of `tensor`: "mean" (default), "sum", "min", "max".
+  absl::StatusOr<at::Tensor> Reduce(const at::Tensor& tensor,
+                                    absl::string_view reduce_op = "mean");
+  // As in Lightning, anything that is not a tensor passes through unchanged.
+  template <typename T>
+  T Reduce(T value, absl::string_view /*reduce_op*/ = "mean") {
+    return value;
+  }
+  // Every rank's tensor stacked along a new first dimension (world_size, ...).
+  absl::StatusOr<at::Tensor> AllGather(const at::Tensor& tensor);
+
+  // --- Steps
+  // ------------------------------------------------------------------------------
+  // Nothing to prepare: the reducer finds unused parameters when backward ends.
+  absl::Status PreBackward(const at::Tensor& loss);
+  // Through the DDP wrapper (buffers from rank 0, precision context); returns
+  // the loss.
+  absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch,
+                                          int64_t batch_index);
+  absl::StatusOr<StepMetrics> ValidationStep(const Batch& batch,
+                                             int64_t batch_index);
+  absl::StatusOr<StepMetrics> TestStep(const Batch& batch, int64_t batch_index);
+  absl::StatusOr<at::Tensor> PredictStep(const Batch& batch,
+                                         int64_t batch_index);
+
+  // --- Checkpoints
+  // ------------------------------------------------------------------------
+  // Rank 0 writes the network's parameters and buffers through the checkpoint
+  // IO; other ranks do nothing. Every rank then waits at a barrier, so the file
+  // exists when this returns.
+  absl::Status SaveCheckpoint(const std::string& path);
+  // Every rank loads the file into its network.
+  absl::Status LoadCheckpoint(const std::string& path);
+
+ private:
+  absl::Status RequireSetup(absl::string_view what) const;
+
+  StrategyOptions options_;
+  ClusterInfo cluster_;
+  std::unique_ptr<ProcessGroup> group_;
+  std::shared_ptr<LightningModule> module_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+};
+
+}  // namespace ddpspawn
+
+#endif  // DDPSPAWN_CORE_STRATEGY_DDP_SPAWN_STRATEGY_H_

@@ -1,0 +1,181 @@
+// A program that uses DDPSpawnStrategy as a user would: it launches itself as 2
+// ranks (start method from argv[1]: spawn or fork; precision from argv[2]) and,
+// in each rank, exercises every part of the strategy's API against expected
+// values. Prints rank 0's report and exits 0 when every check passed. Usage:
+// strategy_main spawn|fork 32-true|bf16-mixed CHECKPOINT_DIR
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/strategy/ddp_spawn_strategy.h"
+
+namespace ddpspawn {
+namespace {
+
+// A regression MLP with every step of the module interface.
+class Regressor : public LightningModule {
+ public:
+  Regressor()
+      : net_(torch::nn::Sequential(torch::nn::Linear(4, 16), torch::nn::ReLU(),
+                                   torch::nn::Linear(16, 1))) {}
+  std::shared_ptr<torch::nn::Module> network() override { return net_.ptr(); }
+  absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch,
+                                          int64_t) override {
+    at::Tensor out = net_->forward(batch[0]);
+    last_output_dtype = out.scalar_type();
+    return torch::mse_loss(out.to(at::kFloat), batch[1]);
+  }
+  absl::StatusOr<StepMetrics> ValidationStep(const Batch& batch,
+                                             int64_t) override {
+    return StepMetrics{
+        {"val_loss", torch::mse_loss(net_->forward(batch[0]), batch[1])}};
+  }
+  absl::StatusOr<at::Tensor> PredictStep(const Batch& batch, int64_t) override {
+    return net_->forward(batch[0]);
+  }
+  at::ScalarType last_output_dtype = at::kFloat;
+
+ private:
+  torch::nn::Sequential net_;
+};
+
+#define EXPECT(cond)                                                     \
+  do {                                                                   \
+    if (!(cond))                                                         \
+      return absl::InternalError(absl::StrCat("check failed: ", #cond)); \
+  } while (0)
+#define EXPECT_OK(expr)                                                     \
+  do {                                                                      \
+    absl::Status _s = (expr);                                               \
+    if (!_s.ok())                                                           \
+      return absl::InternalError(absl::StrCat(#expr, ": ", _s.ToString())); \
+  } while (0)
+
+std::string g_checkpoint_dir;
+
+absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
+  const int rank = s.global_rank();
+  // Properties.
+  EXPECT(s.world_size() == 2 && s.num_processes() == 2 && s.num_nodes() == 1);
+  EXPECT(rank == s.local_rank() && s.node_rank() == 0);
+  EXPECT(s.is_global_zero() == (rank == 0));
+  EXPECT(s.root_device().is_cpu() && s.process_group_backend() == "gloo");
+  EXPECT(s.distributed_sampler_kwargs().num_replicas == 2);
+  EXPECT(s.distributed_sampler_kwargs().rank == rank);
+  // Collectives.
+  EXPECT_OK(s.Barrier("start"));
+  absl::StatusOr<std::string> message =
+      s.Broadcast(rank == 1 ? "from rank 1" : "", 1);
+  EXPECT(message.ok() && *message == "from rank 1");
+  at::Tensor value = torch::full({3}, static_cast<float>(rank + 1));
+  for (const auto& [op, want] : std::vector<std::pair<std::string, float>>{
+           {"mean", 1.5f}, {"sum", 3.0f}, {"min", 1.0f}, {"max", 2.0f}}) {
+    absl::StatusOr<at::Tensor> reduced = s.Reduce(value, op);
+    EXPECT(reduced.ok() && reduced->eq(want).all().item<bool>());
+  }
+  EXPECT(value.eq(static_cast<float>(rank + 1))
+             .all()
+             .item<bool>());          // a copy was reduced
+  EXPECT(s.Reduce(42, "sum") == 42);  // non-tensors pass through
+  EXPECT(s.Reduce(std::string("text")) == "text");
+  EXPECT(s.Reduce(value, "median").status().code() ==
+         absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<at::Tensor> gathered =
+      s.AllGather(torch::full({2}, rank, at::kLong));
+  EXPECT(gathered.ok() && gathered->sizes() == at::IntArrayRef({2, 2}));
+  EXPECT(gathered->select(0, 1).eq(1).all().item<bool>());
+
+  // Steps through the DDP wrapper.
+  EXPECT(s.TrainingStep({}, 0).status().code() ==
+         absl::StatusCode::kFailedPrecondition);
+  torch::manual_seed(
+      rank);  // different initial weights: Setup must make them identical
+  auto module = std::make_shared<Regressor>();
+  EXPECT_OK(s.Setup(module));
+  EXPECT(s.model() != nullptr && s.lightning_module() == module.get());
+  torch::optim::SGD optimizer(module->network()->parameters(), 0.05);
+  torch::manual_seed(100 + rank);  // each rank its own shard
+  at::Tensor x = torch::randn({16, 4});
+  at::Tensor y = x.sum(1, true);
+  double first_loss = 0, last_loss = 0;
+  for (int step = 0; step < 20; ++step) {
+    optimizer.zero_grad();
+    absl::StatusOr<at::Tensor> loss = s.TrainingStep({x, y}, step);
+    EXPECT_OK(loss.status());
+    EXPECT_OK(s.PreBackward(*loss));
+    loss->backward();
+    optimizer.step();
+    absl::StatusOr<at::Tensor> mean_loss = s.Reduce(*loss, "mean");
+    EXPECT_OK(mean_loss.status());
+    (step == 0 ? first_loss : last_loss) = mean_loss->item<double>();
+  }
+  EXPECT(last_loss < first_loss);
+  const bool bf16 = s.options().precision_plugin->name() == "bf16-mixed";
+  EXPECT(module->last_output_dtype == (bf16 ? at::kBFloat16 : at::kFloat));
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& p : module->network()->parameters())
+    flat.push_back(p.reshape({-1}));
+  absl::StatusOr<at::Tensor> all_params =
+      s.AllGather(torch::cat(flat).detach());
+  EXPECT(all_params.ok() &&
+         all_params->select(0, 0).equal(all_params->select(0, 1)));
+  absl::StatusOr<StepMetrics> metrics = s.ValidationStep({x, y}, 0);
+  EXPECT(metrics.ok() && metrics->count("val_loss") == 1);
+  absl::StatusOr<StepMetrics> test_metrics = s.TestStep({x, y}, 0);
+  EXPECT(test_metrics.ok() && test_metrics->count("val_loss") == 1);
+  absl::StatusOr<at::Tensor> prediction = s.PredictStep({x}, 0);
+  EXPECT(prediction.ok() && prediction->sizes() == at::IntArrayRef({16, 1}));
+
+  // Checkpoints: rank 0 writes, everyone can load.
+  const std::string path = absl::StrCat(g_checkpoint_dir, "/model-",
+                                        s.options().start_method, ".pt");
+  EXPECT_OK(s.SaveCheckpoint(path));
+  at::Tensor saved = torch::cat(flat).detach().clone();
+  {
+    torch::NoGradGuard no_grad;
+    for (const at::Tensor& p : module->network()->parameters()) p.add_(1.0);
+  }
+  EXPECT_OK(s.LoadCheckpoint(path));
+  flat.clear();
+  for (const at::Tensor& p : module->network()->parameters())
+    flat.push_back(p.reshape({-1}));
+  EXPECT(torch::cat(flat).equal(saved));
+  EXPECT(!s.LoadCheckpoint(path + ".missing").ok());
+  return absl::StrCat("ok: loss ", first_loss, " -> ", last_loss);
+}
+
+}  // namespace
+}  // namespace ddpspawn
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr,
+                 "usage: %s spawn|fork 32-true|bf16-mixed CHECKPOINT_DIR\n",
+                 argv[0]);
+    return 64;
+  }
+  ddpspawn::g_checkpoint_dir = argv[3];
+  ddpspawn::StrategyOptions options;
+  options.parallel_devices = {c10::Device(c10::kCPU), c10::Device(c10::kCPU)};
+  options.start_method = argv[1];
+  options.timeout = absl::Seconds(60);
+  options.launch_timeout = absl::Seconds(120);
+  absl::StatusOr<std::shared_ptr<ddpspawn::PrecisionPlugin>> precision =
+      ddpspawn::MakePrecisionPlugin(argv[2]);
+  if (!precision.ok()) {
+    std::fprintf(stderr, "%s\n", precision.status().ToString().c_str());
+    return 64;
+  }
+  options.precision_plugin = *precision;
+  ddpspawn::DDPSpawnStrategy strategy(options);
+  if (ddpspawn::IsWorkerProcess()) return strategy.RunWorker(ddpspawn::Work);
+  absl::StatusOr<std::string> result = strategy.Launch(ddpspawn::Work);
+  if (!result.ok()) {
+    std::printf("launch failed: %s\n", result.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("rank 0: %s\n", result->c_str());
+  return 0;
+}

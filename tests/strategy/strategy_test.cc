@@ -1,0 +1,107 @@
+// DDPSpawnStrategy in real multi-process runs (tests/strategy/strategy_main,
+// both start methods and both precisions), plus the errors a single process can
+// see.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "core/strategy/ddp_spawn_strategy.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ddpspawn {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Runs the program with its output in a file; returns the exit code and the
+// output.
+std::pair<int, std::string> RunProgram(const std::vector<std::string>& args) {
+  std::string out_path =
+      absl::StrCat(testing::TempDir(), "/out-", getpid(), "-", args[1]);
+  std::string command = "tests/strategy/strategy_main";
+  for (const std::string& a : args) absl::StrAppend(&command, " '", a, "'");
+  absl::StrAppend(&command, " > '", out_path, "' 2>&1");
+  int status = std::system(command.c_str());
+  std::ifstream in(out_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
+}
+
+class StrategyApiTest
+    : public testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(StrategyApiTest, EveryMethodInTwoRanks) {
+  const auto& [method, precision] = GetParam();
+  auto [code, output] = RunProgram({method, precision, testing::TempDir()});
+  EXPECT_EQ(code, 0) << output;
+  EXPECT_THAT(output, HasSubstr("rank 0: ok: loss"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, StrategyApiTest,
+                         testing::Combine(testing::Values("spawn", "fork"),
+                                          testing::Values("32-true",
+                                                          "bf16-mixed")));
+
+TEST(StrategySingleProcessTest, ErrorsAreStatuses) {
+  StrategyOptions options;
+  options.cluster_environment = []() -> absl::StatusOr<ClusterInfo> {
+    return ClusterInfo{};
+  };
+  DDPSpawnStrategy strategy(options);
+  EXPECT_EQ(strategy.Setup(nullptr).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(strategy.Barrier("not distributed yet").ok());
+  EXPECT_EQ(*strategy.Broadcast("alone"), "alone");
+  ASSERT_TRUE(strategy.SetupDistributed().ok());
+  EXPECT_EQ(strategy.world_size(), 1);
+  EXPECT_EQ(strategy.Setup(nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(strategy.SaveCheckpoint("/tmp/x").code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(strategy.Teardown().ok());
+
+  StrategyOptions nccl = options;
+  nccl.process_group_backend = "nccl";
+  DDPSpawnStrategy gpu_strategy(nccl);
+  EXPECT_EQ(gpu_strategy.SetupDistributed().code(),
+            absl::StatusCode::kUnavailable);
+
+  StrategyOptions cuda = options;
+  cuda.accelerator = "cuda";
+  cuda.parallel_devices = {c10::Device(c10::kCUDA, 0)};
+  EXPECT_EQ(DDPSpawnStrategy(cuda).process_group_backend(), "nccl");
+
+  StrategyOptions bad_method = options;
+  bad_method.start_method = "forkserver";
+  EXPECT_EQ(DDPSpawnStrategy(bad_method).Launch(nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakePrecisionPlugin("16-mixed").status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(MakePrecisionPlugin("8-bit").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StrategyFailureTest, AFailingRankIsReported) {
+  StrategyOptions options;
+  options.parallel_devices = {c10::Device(c10::kCPU), c10::Device(c10::kCPU)};
+  options.start_method = "fork";
+  options.launch_timeout = absl::Seconds(60);
+  DDPSpawnStrategy strategy(options);
+  absl::StatusOr<std::string> result =
+      strategy.Launch([](DDPSpawnStrategy& s) -> absl::StatusOr<std::string> {
+        if (s.global_rank() == 1)
+          return absl::InvalidArgumentError("rank 1 has a bad batch");
+        return std::string("unreachable");
+      });
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(result.status().message(), HasSubstr("rank 1"));
+  EXPECT_THAT(result.status().message(), HasSubstr("rank 1 has a bad batch"));
+}
+
+}  // namespace
+}  // namespace ddpspawn
