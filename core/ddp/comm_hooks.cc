@@ -92,6 +92,11 @@ class CompressWrapper : public CommHook {
   }
   absl::StatusOr<std::unique_ptr<PendingReduction>> Start(
       ProcessGroup& group, GradBucket& bucket) override {
+    // Integer buckets would not survive a float16 round trip: they go as they
+    // are.
+    if (!at::isFloatingType(bucket.buffer.scalar_type())) {
+      return inner_->Start(group, bucket);
+    }
     auto compressed = std::make_shared<GradBucket>();
     compressed->index = bucket.index;
     compressed->count = bucket.count;

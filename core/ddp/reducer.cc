@@ -35,6 +35,39 @@ at::Tensor AliasInto(const at::Tensor& buffer, int64_t offset,
   return alias;
 }
 
+// Every rank must reduce the same tensors (count, sizes, dtypes), or the bucket
+// collectives would not match (Gloo aborts the process on a size mismatch). One
+// small all-gather of a fingerprint, as PyTorch's DDP verifies parameter shapes
+// at construction.
+absl::Status CheckSameTensorsOnEveryRank(
+    ProcessGroup& group, const std::vector<at::Tensor>& tensors) {
+  if (group.world_size() == 1) return absl::OkStatus();
+  int64_t mine[3] = {static_cast<int64_t>(tensors.size()), 0, 17};
+  for (const at::Tensor& t : tensors) {
+    mine[1] += t.numel();
+    mine[2] = mine[2] * 1000003 + t.numel() * 31 +
+              static_cast<int64_t>(t.scalar_type());
+  }
+  std::vector<int64_t> all(3 * static_cast<size_t>(group.world_size()));
+  if (absl::Status s = group.AllGather(mine, 3, DType::kInt64, all.data());
+      !s.ok())
+    return s;
+  bool same = true;
+  for (int r = 1; r < group.world_size(); ++r) {
+    same =
+        same && std::equal(all.begin(), all.begin() + 3, all.begin() + 3 * r);
+  }
+  if (same) return absl::OkStatus();
+  std::string message =
+      "the ranks do not reduce the same tensors (count, sizes and dtypes must "
+      "match):";
+  for (int r = 0; r < group.world_size(); ++r) {
+    absl::StrAppend(&message, "\n  rank ", r, ": ", all[3 * r], " tensors, ",
+                    all[3 * r + 1], " elements");
+  }
+  return absl::InvalidArgumentError(message);
+}
+
 }  // namespace
 
 std::vector<std::vector<size_t>> AssignBuckets(
@@ -120,6 +153,10 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(
         "own buffers");
   }
   if (!options.comm_hook) options.comm_hook = MakeAllReduceHook();
+  if (absl::Status same = CheckSameTensorsOnEveryRank(*group, tensors);
+      !same.ok()) {
+    return same;
+  }
   std::unique_ptr<Reducer> reducer(new Reducer(
       group, std::move(tensors), std::move(options), autograd_mode));
   const auto mb = [](double v) { return static_cast<size_t>(v * 1024 * 1024); };

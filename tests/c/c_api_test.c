@@ -22,7 +22,7 @@ static int failures = 0;
  * marked ready (find_unused_parameters leaves it untouched); returns 1 when
  * every value is as expected. */
 static int check_reducer(ddpspawn_context* ctx, int rank, int world) {
-  float a[5];
+  float a[6]; /* room for the uneven case below */
   double b[3];
   int64_t never[2] = {7, 7};
   void* buffers[3] = {a, b, never};
@@ -50,6 +50,26 @@ static int check_reducer(ddpspawn_context* ctx, int rank, int world) {
   ok = ok &&
        ddpspawn_reducer_mark_ready(reducer, 3) == DDPSPAWN_ERR_INVALID_ARGUMENT;
   ddpspawn_reducer_destroy(reducer);
+  /* Integer buffers go uncompressed under a compressing hook. */
+  int64_t big[2] = {1234567 * (int64_t)(rank + 1), 3};
+  void* big_buffers[1] = {big};
+  size_t big_count[1] = {2};
+  int32_t big_dtype[1] = {DDPSPAWN_INT64};
+  options.comm_hook = "fp16";
+  ok = ok && ddpspawn_reducer_create(ctx, big_buffers, big_count, big_dtype, 1,
+                                     &options, &reducer) == DDPSPAWN_OK;
+  ok = ok && ddpspawn_reducer_mark_ready(reducer, 0) == DDPSPAWN_OK &&
+       ddpspawn_reducer_finalize(reducer) == DDPSPAWN_OK;
+  ok = ok && big[0] == 1234567 * (int64_t)(world + 1) / 2 && big[1] == 3;
+  ddpspawn_reducer_destroy(reducer);
+  /* Different buffers on different ranks: an error on every rank, not an abort.
+   */
+  size_t uneven[3] = {5 + (size_t)rank, 3, 2};
+  options.comm_hook = NULL;
+  ok = ok && ddpspawn_reducer_create(ctx, buffers, uneven, dtypes, 3, &options,
+                                     &reducer) == DDPSPAWN_ERR_INVALID_ARGUMENT;
+  ok = ok &&
+       strstr(ddpspawn_last_error(), "do not reduce the same tensors") != NULL;
   options.comm_hook = "morse";
   ok = ok && ddpspawn_reducer_create(ctx, buffers, counts, dtypes, 3, &options,
                                      &reducer) == DDPSPAWN_ERR_INVALID_ARGUMENT;

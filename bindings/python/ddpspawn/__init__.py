@@ -1,7 +1,8 @@
 """ddpspawn: start data-parallel worker processes and run collectives.
 
 A pure-Python (ctypes) binding of libddpspawn's C ABI. See :func:`spawn` to
-launch workers and :class:`Context` for what a worker can do.
+launch workers, :class:`Context` for what a worker can do, and
+:class:`Reducer` (from :meth:`Context.reducer`) to average gradients DDP-style.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ._errors import (
     WorkerFailedError,
 )
 from ._launch import spawn
+from ._reducer import Reducer
 
 __version__ = "0.1.0"
 
@@ -30,6 +32,7 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "LibraryLoadError",
+    "Reducer",
     "UnavailableError",
     "WorkerFailedError",
     "abi_version",
@@ -69,6 +72,7 @@ for _public in (
     InternalError,
     InvalidArgumentError,
     LibraryLoadError,
+    Reducer,
     UnavailableError,
     WorkerFailedError,
 ):

@@ -12,6 +12,9 @@ Accepted data:
 
 Element types are chosen by kind (float or signed integer) and item size.
 Operations that write in place need a writable, C-contiguous buffer.
+
+The gradient reducer (:func:`reducer_buffer`) takes the same buffers but no
+lists: it writes into the caller's memory across many calls.
 """
 
 from __future__ import annotations
@@ -176,3 +179,47 @@ class Buffer:
             return [memoryview(c).cast(self.fmt, shape) for c in chunks]
 
         return (ctypes.c_char * len(out)).from_buffer(out), split
+
+
+_REDUCER_ADVICE = (
+    "pass a numpy array, an array.array or a writable memoryview of float32, "
+    "float64, int32 or int64 (a torch CPU tensor as tensor.numpy())"
+)
+
+
+def reducer_buffer(data: Any, index: int) -> Buffer:
+    """Gradient buffer ``index`` of a reducer: non-empty, writable, C-contiguous
+    memory that stays the caller's and is written in place by every finalize.
+
+    Raises TypeError for a list or tuple (there is no memory to update in
+    place) and for unsupported objects or element types, ValueError for
+    read-only, non-contiguous or empty buffers; each message names the index.
+    """
+    where = f"gradient buffer {index} ({_describe(data)})"
+    if isinstance(data, (list, tuple)):
+        raise TypeError(
+            f"{where}: the reducer writes the means into the caller's buffers "
+            f"in place, so a {type(data).__name__} (which it could only copy) "
+            f"is not accepted; {_REDUCER_ADVICE}"
+        )
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise TypeError(f"{where} is not a buffer; {_REDUCER_ADVICE}") from None
+    kind = _KINDS.get(_native_format(view))
+    if kind is None or (kind, view.itemsize) not in _DTYPES:
+        raise TypeError(
+            f"{where} has the unsupported element format {view.format!r} "
+            f"(item size {view.itemsize}); supported are float32, float64, "
+            "int32 and int64 in native byte order"
+        )
+    if view.readonly:
+        raise ValueError(f"{where} is read-only; the reducer writes into it")
+    if not view.c_contiguous:
+        raise ValueError(
+            f"{where} is not C-contiguous (the reducer needs one flat block; "
+            "copy it with numpy.ascontiguousarray and pass the copy)"
+        )
+    if view.nbytes == 0:
+        raise ValueError(f"{where} is empty; every gradient buffer needs elements")
+    return Buffer(data, writable=True)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import ctypes
 import pickle
-from typing import Any, List, Optional
+import weakref
+from typing import Any, List, Optional, Sequence
 
 from . import _lib
 from ._buffers import Buffer
 from ._errors import InvalidArgumentError
+from ._reducer import Reducer
 
 _OPS = {
     "sum": _lib.SUM,
@@ -63,6 +65,8 @@ class Context:
 
     def __init__(self, backend: str = "gloo", timeout: Optional[float] = None) -> None:
         self._handle: Optional[Any] = None
+        # Open reducers use this context's process group: close() closes them first.
+        self._reducers: "weakref.WeakSet[Reducer]" = weakref.WeakSet()
         if not isinstance(backend, str):
             raise InvalidArgumentError(f"backend must be a str, not {backend!r}")
         options = _lib.context_options()
@@ -82,10 +86,19 @@ class Context:
     # -- lifetime ----------------------------------------------------------
 
     def close(self) -> None:
-        """Leaves the group (``ddpspawn_context_destroy``). Safe to repeat."""
+        """Leaves the group (``ddpspawn_context_destroy``), closing this
+        context's open reducers first. Safe to repeat."""
+        for reducer in list(getattr(self, "_reducers", ())):
+            reducer.close()
         handle, self._handle = self._handle, None
         if handle is not None:
             self._lib.ddpspawn_context_destroy(handle)
+
+    def _adopt(self, reducer: Reducer) -> None:
+        self._reducers.add(reducer)
+
+    def _forget(self, reducer: Reducer) -> None:
+        self._reducers.discard(reducer)
 
     @property
     def closed(self) -> bool:
@@ -231,6 +244,49 @@ class Context:
         )
         received = _take_bytes(out, size.value)
         return obj if is_src else pickle.loads(received)
+
+    def reducer(
+        self,
+        buffers: Sequence[Any],
+        *,
+        bucket_cap_mb: float = 25.0,
+        first_bucket_cap_mb: float = 1.0,
+        comm_hook: str = "allreduce",
+        powersgd_rank: int = 1,
+        powersgd_start_iteration: int = 10,
+        find_unused_parameters: bool = False,
+    ) -> Reducer:
+        """A :class:`Reducer` that averages ``buffers`` across the ranks, DDP-style.
+
+        Args:
+            buffers: the gradient buffers, in parameter order: writable,
+                C-contiguous numpy arrays, ``array.array`` or memoryviews of
+                float32, float64, int32 or int64 (a torch CPU tensor as
+                ``tensor.numpy()``). Not lists: the means are written into the
+                buffers in place. Every rank passes the same sizes and types.
+            bucket_cap_mb: size cap of a bucket, in MiB.
+            first_bucket_cap_mb: size cap of the first bucket (the buffers at
+                the end of the list), so communication starts early.
+            comm_hook: "allreduce", "fp16" or "bf16" (compressed; lossy), or
+                "powersgd" (low rank with error feedback; only matrices
+                compress, and buffers cross the C ABI flat, so through this
+                API they are sent as they are).
+            powersgd_rank: PowerSGD's matrix approximation rank.
+            powersgd_start_iteration: PowerSGD runs plain all-reduce before it.
+            find_unused_parameters: True leaves a buffer that no rank marked
+                ready in an iteration untouched (one extra small all-reduce per
+                iteration); False counts unmarked buffers as zeros.
+        """
+        return Reducer(
+            self,
+            buffers,
+            bucket_cap_mb=bucket_cap_mb,
+            first_bucket_cap_mb=first_bucket_cap_mb,
+            comm_hook=comm_hook,
+            powersgd_rank=powersgd_rank,
+            powersgd_start_iteration=powersgd_start_iteration,
+            find_unused_parameters=find_unused_parameters,
+        )
 
     def all_gather_object(self, obj: Any) -> List[Any]:
         """Every rank's ``obj`` (pickled), in rank order."""

@@ -77,8 +77,13 @@ class ContextHandle(Structure):
     """Opaque ``ddpspawn_context``."""
 
 
+class ReducerHandle(Structure):
+    """Opaque ``ddpspawn_reducer``."""
+
+
 JobPtr = POINTER(Job)
 ContextPtr = POINTER(ContextHandle)
+ReducerPtr = POINTER(ReducerHandle)
 
 #: ``int (*ddpspawn_worker_fn)(int32_t rank, void* user_data)``
 WorkerFn = CFUNCTYPE(c_int, c_int32, c_void_p)
@@ -130,6 +135,20 @@ class ContextOptions(Structure):
     ]
 
 
+class ReducerOptions(Structure):
+    """``ddpspawn_reducer_options``; build it with :func:`reducer_options`."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("bucket_cap_mb", c_double),
+        ("first_bucket_cap_mb", c_double),
+        ("comm_hook", c_char_p),
+        ("powersgd_rank", c_int32),
+        ("powersgd_start_iteration", c_int32),
+        ("find_unused_parameters", c_int32),
+    ]
+
+
 # The *_INIT macros, mirrored here rather than calling the *_init functions:
 # like a C caller compiled against this header, we announce the size of the
 # struct we allocated, so a newer library never writes past its end.
@@ -148,6 +167,17 @@ def rank_report() -> RankReport:
 def context_options() -> ContextOptions:
     """A ``ddpspawn_context_options`` equal to ``DDPSPAWN_CONTEXT_OPTIONS_INIT``."""
     return ContextOptions(struct_size=ctypes.sizeof(ContextOptions))
+
+
+def reducer_options() -> ReducerOptions:
+    """A ``ddpspawn_reducer_options`` equal to ``DDPSPAWN_REDUCER_OPTIONS_INIT``."""
+    return ReducerOptions(
+        struct_size=ctypes.sizeof(ReducerOptions),
+        bucket_cap_mb=25.0,
+        first_bucket_cap_mb=1.0,
+        powersgd_rank=1,
+        powersgd_start_iteration=10,
+    )
 
 
 _Status = c_int32
@@ -216,6 +246,25 @@ SIGNATURES = {
         _Status,
         [ContextPtr, c_void_p, c_size_t, POINTER(c_void_p), POINTER(c_size_t)],
     ),
+    # Gradient reducer.
+    "ddpspawn_reducer_options_init": (None, [POINTER(ReducerOptions)]),
+    "ddpspawn_reducer_create": (
+        _Status,
+        [
+            ContextPtr,
+            POINTER(c_void_p),
+            POINTER(c_size_t),
+            POINTER(c_int32),
+            c_size_t,
+            POINTER(ReducerOptions),
+            POINTER(ReducerPtr),
+        ],
+    ),
+    "ddpspawn_reducer_destroy": (None, [ReducerPtr]),
+    "ddpspawn_reducer_mark_ready": (_Status, [ReducerPtr, c_size_t]),
+    "ddpspawn_reducer_finalize": (_Status, [ReducerPtr]),
+    "ddpspawn_reducer_set_sync": (_Status, [ReducerPtr, c_int32]),
+    "ddpspawn_reducer_bucket_count": (c_int32, [ReducerPtr]),
 }
 
 _lock = threading.RLock()

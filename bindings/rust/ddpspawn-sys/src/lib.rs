@@ -212,6 +212,55 @@ pub const DDPSPAWN_MAX: i32 = 3;
 pub const DDPSPAWN_PRODUCT: i32 = 4;
 
 // ---------------------------------------------------------------------------
+// Gradient reducer types
+// ---------------------------------------------------------------------------
+
+/// Opaque gradient-reducer handle.
+#[repr(C)]
+pub struct ddpspawn_reducer {
+    _data: [u8; 0],
+    _marker: PhantomData<(*mut u8, PhantomPinned)>,
+}
+
+/// Options for `ddpspawn_reducer_create`; start from
+/// [`DDPSPAWN_REDUCER_OPTIONS_INIT`].
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ddpspawn_reducer_options {
+    /// `size_of::<ddpspawn_reducer_options>()`.
+    pub struct_size: u32,
+    /// Size cap of a bucket in MiB; default 25.
+    pub bucket_cap_mb: c_double,
+    /// Size cap of the first bucket in MiB; default 1.
+    pub first_bucket_cap_mb: c_double,
+    /// `"allreduce"` (default when NULL), `"fp16"`, `"bf16"` or `"powersgd"`.
+    pub comm_hook: *const c_char,
+    /// PowerSGD's matrix approximation rank; default 1.
+    pub powersgd_rank: i32,
+    /// PowerSGD runs plain all-reduce before this iteration; default 10.
+    pub powersgd_start_iteration: i32,
+    /// Non-zero: buffers no rank marked ready in an iteration stay untouched.
+    pub find_unused_parameters: i32,
+}
+
+/// The header's `DDPSPAWN_REDUCER_OPTIONS_INIT`.
+pub const DDPSPAWN_REDUCER_OPTIONS_INIT: ddpspawn_reducer_options = ddpspawn_reducer_options {
+    struct_size: size_of::<ddpspawn_reducer_options>() as u32,
+    bucket_cap_mb: 25.0,
+    first_bucket_cap_mb: 1.0,
+    comm_hook: ptr::null(),
+    powersgd_rank: 1,
+    powersgd_start_iteration: 10,
+    find_unused_parameters: 0,
+};
+
+impl Default for ddpspawn_reducer_options {
+    fn default() -> Self {
+        DDPSPAWN_REDUCER_OPTIONS_INIT
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Functions
 // ---------------------------------------------------------------------------
 
@@ -317,6 +366,32 @@ extern "C" {
         out_data: *mut *mut c_void,
         out_sizes: *mut usize,
     ) -> ddpspawn_status;
+
+    // Gradient reducer.
+    pub fn ddpspawn_reducer_options_init(options: *mut ddpspawn_reducer_options);
+    /// `buffers[i]` holds `counts[i]` elements of `dtypes[i]`; the buffers
+    /// stay the caller's and must outlive the reducer.
+    pub fn ddpspawn_reducer_create(
+        context: *mut ddpspawn_context,
+        buffers: *const *mut c_void,
+        counts: *const usize,
+        dtypes: *const i32,
+        num_buffers: usize,
+        options: *const ddpspawn_reducer_options,
+        out_reducer: *mut *mut ddpspawn_reducer,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_reducer_destroy(reducer: *mut ddpspawn_reducer);
+    pub fn ddpspawn_reducer_mark_ready(
+        reducer: *mut ddpspawn_reducer,
+        index: usize,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_reducer_finalize(reducer: *mut ddpspawn_reducer) -> ddpspawn_status;
+    pub fn ddpspawn_reducer_set_sync(
+        reducer: *mut ddpspawn_reducer,
+        enabled: i32,
+    ) -> ddpspawn_status;
+    /// Number of buckets; -1 for NULL.
+    pub fn ddpspawn_reducer_bucket_count(reducer: *const ddpspawn_reducer) -> i32;
 }
 
 #[cfg(test)]
@@ -385,6 +460,21 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn reducer_options_layout_matches_header() {
+        type T = ddpspawn_reducer_options;
+        assert_eq!(size_of::<T>(), 48);
+        assert_eq!(align_of::<T>(), 8);
+        assert_eq!(offset_of!(T, struct_size), 0);
+        assert_eq!(offset_of!(T, bucket_cap_mb), 8);
+        assert_eq!(offset_of!(T, first_bucket_cap_mb), 16);
+        assert_eq!(offset_of!(T, comm_hook), 24);
+        assert_eq!(offset_of!(T, powersgd_rank), 32);
+        assert_eq!(offset_of!(T, powersgd_start_iteration), 36);
+        assert_eq!(offset_of!(T, find_unused_parameters), 40);
+    }
+
+    #[test]
     fn init_constants_match_the_header_macros() {
         let o = DDPSPAWN_LAUNCH_OPTIONS_INIT;
         assert_eq!(o.struct_size as usize, size_of::<ddpspawn_launch_options>());
@@ -400,6 +490,21 @@ mod tests {
         assert_eq!(
             DDPSPAWN_RANK_REPORT_INIT.struct_size as usize,
             size_of::<ddpspawn_rank_report>()
+        );
+        let r = DDPSPAWN_REDUCER_OPTIONS_INIT;
+        assert_eq!(
+            r.struct_size as usize,
+            size_of::<ddpspawn_reducer_options>()
+        );
+        assert_eq!((r.bucket_cap_mb, r.first_bucket_cap_mb), (25.0, 1.0));
+        assert!(r.comm_hook.is_null());
+        assert_eq!(
+            (
+                r.powersgd_rank,
+                r.powersgd_start_iteration,
+                r.find_unused_parameters
+            ),
+            (1, 10, 0)
         );
     }
 
@@ -431,6 +536,25 @@ mod tests {
             assert!(c.backend.is_null());
             assert_eq!(c.timeout_s, 0.0);
         }
+        let mut buf = [0u64; 64];
+        unsafe {
+            ddpspawn_reducer_options_init(buf.as_mut_ptr().cast());
+            let r = &*(buf.as_ptr() as *const ddpspawn_reducer_options);
+            assert_eq!(
+                r.struct_size as usize,
+                size_of::<ddpspawn_reducer_options>()
+            );
+            assert_eq!((r.bucket_cap_mb, r.first_bucket_cap_mb), (25.0, 1.0));
+            assert!(r.comm_hook.is_null());
+            assert_eq!(
+                (
+                    r.powersgd_rank,
+                    r.powersgd_start_iteration,
+                    r.find_unused_parameters
+                ),
+                (1, 10, 0)
+            );
+        }
     }
 
     #[test]
@@ -443,6 +567,7 @@ mod tests {
             ddpspawn_free(ptr::null_mut());
             ddpspawn_job_destroy(ptr::null_mut());
             ddpspawn_context_destroy(ptr::null_mut());
+            ddpspawn_reducer_destroy(ptr::null_mut());
         }
     }
 
@@ -463,6 +588,38 @@ mod tests {
                 CStr::from_ptr(ddpspawn_context_environment(ptr::null())).to_bytes(),
                 b""
             );
+
+            let mut reducer: *mut ddpspawn_reducer = ptr::null_mut();
+            let mut data = [0.0f32; 2];
+            let buffers = [data.as_mut_ptr() as *mut c_void];
+            let counts = [data.len()];
+            let dtypes = [DDPSPAWN_FLOAT32];
+            assert_eq!(
+                ddpspawn_reducer_create(
+                    ptr::null_mut(),
+                    buffers.as_ptr(),
+                    counts.as_ptr(),
+                    dtypes.as_ptr(),
+                    1,
+                    ptr::null(),
+                    &mut reducer
+                ),
+                DDPSPAWN_ERR_INVALID_ARGUMENT
+            );
+            assert!(reducer.is_null());
+            assert_eq!(
+                ddpspawn_reducer_mark_ready(ptr::null_mut(), 0),
+                DDPSPAWN_ERR_INVALID_ARGUMENT
+            );
+            assert_eq!(
+                ddpspawn_reducer_finalize(ptr::null_mut()),
+                DDPSPAWN_ERR_INVALID_ARGUMENT
+            );
+            assert_eq!(
+                ddpspawn_reducer_set_sync(ptr::null_mut(), 0),
+                DDPSPAWN_ERR_INVALID_ARGUMENT
+            );
+            assert_eq!(ddpspawn_reducer_bucket_count(ptr::null()), -1);
         }
     }
 }

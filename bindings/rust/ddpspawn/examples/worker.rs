@@ -10,6 +10,8 @@
 //! * `env`: rank 0 returns `$DDPSPAWN_TEST_VALUE|$MASTER_ADDR|$MASTER_PORT|$RANK|$WORLD_SIZE`.
 //! * `none`: every rank exits 0 without a result.
 //! * `edge CASE`: an edge case (see `edge`); rank 0 returns what happened.
+//! * `reducer CASE`: checks the gradient reducer (see `reducer`): `means`,
+//!   `unused`, `no-sync`, `hooks`, `bad-options`; rank 0 returns a summary.
 //! * `fail`: rank 1 calls `set_error` and exits 3; the others sleep.
 //! * `exit CODE`: rank 1 exits with CODE; the others sleep.
 //! * `abort`: rank 1 aborts (SIGABRT); the others sleep.
@@ -22,7 +24,7 @@ use std::process;
 use std::thread;
 use std::time::Duration;
 
-use ddpspawn::{Context, ErrorKind, ReduceOp};
+use ddpspawn::{Context, ErrorKind, GradBuffer, ReduceOp, Reducer, ReducerBuilder};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -63,6 +65,12 @@ fn main() {
             let out = edge(&arg, rank).unwrap_or_else(|e| fail(&format!("edge {arg}: {e}")));
             if rank == 0 {
                 ddpspawn::set_result(&out).unwrap_or_else(|e| fail(&e.to_string()));
+            }
+        }
+        "reducer" => {
+            let out = reducer(&arg).unwrap_or_else(|e| fail(&format!("reducer {arg}: {e}")));
+            if rank == 0 {
+                ddpspawn::set_result(out.as_bytes()).unwrap_or_else(|e| fail(&e.to_string()));
             }
         }
         "fail" => {
@@ -329,4 +337,353 @@ fn edge(case: &str, rank: usize) -> ddpspawn::Result<Vec<u8>> {
 /// `len` bytes of a fixed pattern.
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+// ---------------------------------------------------------------------------
+// The gradient reducer
+// ---------------------------------------------------------------------------
+
+/// Lengths and element types of the buffers the reducer cases use; the two
+/// long ones exceed a tiny bucket cap on their own.
+const MIXED: [(usize, ddpspawn::DType); 7] = {
+    use ddpspawn::DType::*;
+    [
+        (5, Float32),
+        (3000, Float32),
+        (4, Float64),
+        (1, Float32),
+        (2000, Float64),
+        (6, Int32),
+        (3, Int64),
+    ]
+};
+
+fn mixed_buffers() -> Vec<GradBuffer> {
+    use ddpspawn::DType::*;
+    MIXED
+        .iter()
+        .map(|&(len, dtype)| match dtype {
+            Float32 => GradBuffer::zeros::<f32>(len),
+            Float64 => GradBuffer::zeros::<f64>(len),
+            Int32 => GradBuffer::zeros::<i32>(len),
+            Int64 => GradBuffer::zeros::<i64>(len),
+        })
+        .collect()
+}
+
+/// What rank `rank` writes into buffer `k` in `iteration`, and the mean of
+/// that over `n` ranks (exact in binary; the integer means are exact too).
+fn grad_value(rank: usize, k: usize, iteration: usize) -> f64 {
+    ((rank + 1) * (k + 1)) as f64 + 0.5 * iteration as f64
+}
+fn grad_mean(n: usize, k: usize, iteration: usize) -> f64 {
+    (n + 1) as f64 / 2.0 * (k + 1) as f64 + 0.5 * iteration as f64
+}
+fn int_value(rank: usize, k: usize, iteration: usize) -> i64 {
+    (2 * (rank + 1) * (k + 1) + 2 * iteration) as i64
+}
+fn int_mean(n: usize, k: usize, iteration: usize) -> i64 {
+    ((n + 1) * (k + 1) + 2 * iteration) as i64
+}
+
+/// Fills every buffer with this rank's values for `iteration`.
+fn write_grads(reducer: &mut Reducer, rank: usize, iteration: usize) {
+    for (k, buffer) in reducer.buffers_mut().into_iter().enumerate() {
+        let v = grad_value(rank, k, iteration);
+        let i = int_value(rank, k, iteration);
+        match buffer.dtype() {
+            ddpspawn::DType::Float32 => buffer.into_slice::<f32>().unwrap().fill(v as f32),
+            ddpspawn::DType::Float64 => buffer.into_slice::<f64>().unwrap().fill(v),
+            ddpspawn::DType::Int32 => buffer.into_slice::<i32>().unwrap().fill(i as i32),
+            ddpspawn::DType::Int64 => buffer.into_slice::<i64>().unwrap().fill(i),
+        }
+    }
+}
+
+/// Checks that every buffer holds the mean over `n` ranks for `iteration`.
+fn check_means(reducer: &Reducer, n: usize, iteration: usize, what: &str) -> Result<(), String> {
+    for k in 0..reducer.len() {
+        let (v, i) = (grad_mean(n, k, iteration), int_mean(n, k, iteration));
+        let e = |err: ddpspawn::Error| format!("{what}: buffer {k}: {err}");
+        let ok = match reducer.dtype(k).unwrap() {
+            ddpspawn::DType::Float32 => reducer
+                .buffer::<f32>(k)
+                .map_err(e)?
+                .iter()
+                .all(|&x| x == v as f32),
+            ddpspawn::DType::Float64 => {
+                reducer.buffer::<f64>(k).map_err(e)?.iter().all(|&x| x == v)
+            }
+            ddpspawn::DType::Int32 => reducer
+                .buffer::<i32>(k)
+                .map_err(e)?
+                .iter()
+                .all(|&x| x == i as i32),
+            ddpspawn::DType::Int64 => reducer.buffer::<i64>(k).map_err(e)?.iter().all(|&x| x == i),
+        };
+        if !ok {
+            return Err(format!(
+                "{what}: buffer {k} does not hold the mean ({v} / {i})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// 0..n in an order that depends on `seed` (a small LCG shuffle).
+fn shuffled(n: usize, seed: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    for i in (1..n).rev() {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let j = (state >> 33) as usize % (i + 1);
+        order.swap(i, j);
+    }
+    order
+}
+
+fn reducer(case: &str) -> Result<String, String> {
+    let ctx = Context::from_env().map_err(|e| format!("Context::from_env: {e}"))?;
+    let (r, n) = (ctx.rank(), ctx.world_size());
+    let e = |what: &str| {
+        let what = what.to_string();
+        move |err: ddpspawn::Error| format!("{what}: {err}")
+    };
+    match case {
+        // Means after finalize, for every mark order, with the default caps
+        // and with caps so small that the buffers spread over many buckets.
+        "means" => {
+            let mut counts = Vec::new();
+            for (cap, first_cap) in [(25.0, 1.0), (0.001, 0.0001)] {
+                for order in ["forward", "reverse", "random"] {
+                    let what = format!("caps {cap}/{first_cap}, order {order}");
+                    let mut reducer = ReducerBuilder::new()
+                        .bucket_cap_mb(cap)
+                        .first_bucket_cap_mb(first_cap)
+                        .build(&ctx, mixed_buffers())
+                        .map_err(e(&what))?;
+                    for iteration in 0..3 {
+                        write_grads(&mut reducer, r, iteration);
+                        let marks: Vec<usize> = match order {
+                            "forward" => (0..MIXED.len()).collect(),
+                            "reverse" => (0..MIXED.len()).rev().collect(),
+                            _ => shuffled(MIXED.len(), (100 * r + iteration) as u64),
+                        };
+                        for k in marks {
+                            reducer.mark_ready(k).map_err(e(&what))?;
+                        }
+                        reducer.finalize().map_err(e(&what))?;
+                        check_means(&reducer, n, iteration, &what)?;
+                    }
+                    if order == "forward" {
+                        counts.push(reducer.bucket_count());
+                    }
+                    // The buffers come back with the last means in them.
+                    let buffers = reducer.into_buffers();
+                    expect_eq(
+                        "into_buffers f64",
+                        buffers[2].as_slice::<f64>().map(|s| s.to_vec()),
+                        Some(vec![grad_mean(n, 2, 2); 4]),
+                    )?;
+                }
+            }
+            Ok(format!(
+                "means ok world={n} buckets={}/{}",
+                counts[0], counts[1]
+            ))
+        }
+        // Buffer 0 marked by every rank, 1 by none, 2 by rank 1 only; then an
+        // iteration that marks everything.
+        "unused" => {
+            let mean = (n + 1) as f32 / 2.0;
+            for find_unused in [true, false] {
+                let what = format!("find_unused_parameters={find_unused}");
+                let buffers = vec![
+                    GradBuffer::from(vec![r as f32 + 1.0; 3]),
+                    GradBuffer::from(vec![100.0 + r as f64; 4]),
+                    GradBuffer::from(vec![10.0 * (r as f32 + 1.0); 2]),
+                ];
+                let mut reducer = ReducerBuilder::new()
+                    .find_unused_parameters(find_unused)
+                    .build(&ctx, buffers)
+                    .map_err(e(&what))?;
+                reducer.mark_ready(0).map_err(e(&what))?;
+                if r == 1 {
+                    reducer.mark_ready(2).map_err(e(&what))?;
+                }
+                reducer.finalize().map_err(e(&what))?;
+                let used = reducer.buffer::<f32>(0).map_err(e(&what))?.to_vec();
+                let unused = reducer.buffer::<f64>(1).map_err(e(&what))?.to_vec();
+                let partly = reducer.buffer::<f32>(2).map_err(e(&what))?.to_vec();
+                expect_eq(&format!("{what}: used"), used, vec![mean; 3])?;
+                // Untouched with find_unused_parameters; else zeros count.
+                let want_unused = if find_unused { 100.0 + r as f64 } else { 0.0 };
+                expect_eq(&format!("{what}: unused"), unused, vec![want_unused; 4])?;
+                // Only rank 1 marked it: the others count as zero.
+                expect_eq(&format!("{what}: partly"), partly, vec![20.0 / n as f32; 2])?;
+
+                reducer
+                    .buffer_mut::<f32>(0)
+                    .map_err(e(&what))?
+                    .fill(r as f32 + 1.0);
+                reducer
+                    .buffer_mut::<f64>(1)
+                    .map_err(e(&what))?
+                    .fill(r as f64 + 1.0);
+                reducer
+                    .buffer_mut::<f32>(2)
+                    .map_err(e(&what))?
+                    .fill(r as f32 + 1.0);
+                for k in 0..3 {
+                    reducer.mark_ready(k).map_err(e(&what))?;
+                }
+                reducer.finalize().map_err(e(&what))?;
+                let all = reducer.into_buffers();
+                expect_eq(
+                    &format!("{what}: second iteration"),
+                    all,
+                    vec![
+                        GradBuffer::from(vec![mean; 3]),
+                        GradBuffer::from(vec![mean as f64; 4]),
+                        GradBuffer::from(vec![mean; 2]),
+                    ],
+                )?;
+            }
+            Ok(format!("unused ok world={n}"))
+        }
+        // Two iterations of local accumulation, then a synced one.
+        "no-sync" => {
+            let mut reducer = ctx
+                .reducer(vec![vec![0.0f32; 5], vec![0.0f32; 2]])
+                .map_err(e("reducer"))?;
+            let rf = r as f32 + 1.0;
+            {
+                let mut local = reducer.no_sync().map_err(e("no_sync"))?;
+                expect_eq("sync inside no_sync", local.sync_enabled(), false)?;
+                for _ in 0..2 {
+                    for k in 0..2 {
+                        local
+                            .buffer_mut::<f32>(k)
+                            .map_err(e("write"))?
+                            .iter_mut()
+                            .for_each(|x| *x += rf);
+                        local.mark_ready(k).map_err(e("mark under no_sync"))?;
+                    }
+                    local.finalize().map_err(e("finalize under no_sync"))?;
+                }
+                // Nothing was communicated.
+                expect_eq(
+                    "accumulated locally",
+                    local.buffer::<f32>(0).unwrap().to_vec(),
+                    vec![2.0 * rf; 5],
+                )?;
+            }
+            expect_eq("sync after no_sync", reducer.sync_enabled(), true)?;
+            for k in 0..2 {
+                reducer
+                    .buffer_mut::<f32>(k)
+                    .map_err(e("write"))?
+                    .iter_mut()
+                    .for_each(|x| *x += rf);
+                reducer.mark_ready(k).map_err(e("mark"))?;
+            }
+            reducer.finalize().map_err(e("finalize"))?;
+            let mean = (n + 1) as f32 / 2.0;
+            expect_eq(
+                "synced sum",
+                reducer.buffer::<f32>(0).unwrap().to_vec(),
+                vec![3.0 * mean; 5],
+            )?;
+            expect_eq(
+                "synced sum",
+                reducer.buffer::<f32>(1).unwrap().to_vec(),
+                vec![3.0 * mean; 2],
+            )?;
+            Ok(format!("no-sync ok world={n}"))
+        }
+        // The compressed hooks stay within their tolerance (and do compress);
+        // powersgd sends flat buffers as they are.
+        "hooks" => {
+            let mut report = Vec::new();
+            for (hook, tolerance) in [
+                ("fp16", 5e-3),
+                ("bf16", 2e-2),
+                ("powersgd", 1e-6),
+                ("allreduce", 1e-6),
+            ] {
+                let value =
+                    |rank: usize, j: usize| (rank + 1) as f64 * 0.1 + j as f64 * 0.0137 + 0.3;
+                let buffers = vec![
+                    GradBuffer::from((0..300).map(|j| value(r, j) as f32).collect::<Vec<f32>>()),
+                    GradBuffer::from((0..17).map(|j| value(r, j)).collect::<Vec<f64>>()),
+                ];
+                let mut reducer = ReducerBuilder::new()
+                    .comm_hook(hook)
+                    .powersgd_start_iteration(0)
+                    .build(&ctx, buffers)
+                    .map_err(e(hook))?;
+                reducer.mark_ready(1).map_err(e(hook))?;
+                reducer.mark_ready(0).map_err(e(hook))?;
+                reducer.finalize().map_err(e(hook))?;
+                let exact = |j: usize| (0..n).map(|k| value(k, j)).sum::<f64>() / n as f64;
+                let mut worst = 0.0f64;
+                for (j, &x) in reducer.buffer::<f32>(0).unwrap().iter().enumerate() {
+                    worst = worst.max((x as f64 - exact(j)).abs() / exact(j));
+                }
+                for (j, &x) in reducer.buffer::<f64>(1).unwrap().iter().enumerate() {
+                    worst = worst.max((x - exact(j)).abs() / exact(j));
+                }
+                if worst.is_nan() || worst >= tolerance {
+                    return Err(format!("{hook}: relative error {worst} over {tolerance}"));
+                }
+                if (hook == "fp16" || hook == "bf16") && worst < 1e-6 {
+                    return Err(format!("{hook}: exact result, the hook did not compress"));
+                }
+                report.push(format!("{hook}={worst:.1e}"));
+            }
+            Ok(format!("hooks ok {}", report.join(" ")))
+        }
+        // Bad options and buffers are errors of the right kind; every rank
+        // makes the same calls (and none of them communicates).
+        "bad-options" => Ok(bad_reducer_options(&ctx)),
+        other => Err(format!("unknown reducer case {other:?}")),
+    }
+}
+
+/// The error kinds of bad reducer options and buffers, space-separated
+/// ("Ok" for a success).
+fn bad_reducer_options(ctx: &Context) -> String {
+    let kind = |r: ddpspawn::Result<Reducer>| match r {
+        Ok(_) => "Ok".to_string(),
+        Err(e) => format!("{:?}", e.kind()),
+    };
+    let one = || vec![vec![1.0f32; 2]];
+    [
+        kind(ReducerBuilder::new().comm_hook("bogus").build(ctx, one())),
+        kind(ReducerBuilder::new().comm_hook("fp16\0").build(ctx, one())),
+        kind(
+            ReducerBuilder::new()
+                .comm_hook("powersgd")
+                .powersgd_rank(0)
+                .build(ctx, one()),
+        ),
+        kind(
+            ReducerBuilder::new()
+                .powersgd_start_iteration(u32::MAX)
+                .build(ctx, one()),
+        ),
+        kind(ReducerBuilder::new().bucket_cap_mb(0.0).build(ctx, one())),
+        kind(
+            ReducerBuilder::new()
+                .first_bucket_cap_mb(f64::NAN)
+                .build(ctx, one()),
+        ),
+        kind(ctx.reducer(Vec::<Vec<f64>>::new())),
+        kind(ctx.reducer(vec![vec![1i64], vec![]])),
+    ]
+    .join(" ")
 }

@@ -10,6 +10,7 @@ use ddpspawn_sys as sys;
 
 use crate::element::{Element, ReduceOp};
 use crate::error::{c_str_to_string, check, to_c_string, Error, Result};
+use crate::reducer::{GradBuffer, Reducer, ReducerBuilder};
 
 /// A joined process group: this rank's place in the job and the collectives
 /// between all ranks.
@@ -75,6 +76,11 @@ impl Context {
     }
 
     fn as_const(&self) -> *const sys::ddpspawn_context {
+        self.raw.as_ptr()
+    }
+
+    /// The handle, for the calls that take a mutable context.
+    pub(crate) fn as_mut_ptr(&self) -> *mut sys::ddpspawn_context {
         self.raw.as_ptr()
     }
 
@@ -236,6 +242,18 @@ impl Context {
             offset += size;
         }
         Ok(parts)
+    }
+}
+
+impl Context {
+    /// A gradient [`Reducer`] over `buffers` with the default options; use
+    /// [`ReducerBuilder`] for others. Same as `Reducer::new(self, buffers)`.
+    pub fn reducer<I>(&self, buffers: I) -> Result<Reducer<'_>>
+    where
+        I: IntoIterator,
+        I::Item: Into<GradBuffer>,
+    {
+        ReducerBuilder::new().build(self, buffers)
     }
 }
 

@@ -25,16 +25,54 @@ impl DType {
 }
 
 mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for f64 {}
-    impl Sealed for i32 {}
-    impl Sealed for i64 {}
+    use crate::reducer::GradBuffer;
+
+    /// Seals [`Element`](super::Element), and moves values of the element
+    /// type in and out of a [`GradBuffer`] (crate-internal: the trait is
+    /// unreachable from outside).
+    pub trait Sealed: Sized {
+        fn wrap(values: Vec<Self>) -> GradBuffer;
+        fn view(buffer: &GradBuffer) -> Option<&[Self]>;
+        fn view_mut(buffer: &mut GradBuffer) -> Option<&mut [Self]>;
+        fn unwrap(buffer: GradBuffer) -> Result<Vec<Self>, GradBuffer>;
+    }
+
+    macro_rules! sealed {
+        ($t:ty, $variant:ident) => {
+            impl Sealed for $t {
+                fn wrap(values: Vec<Self>) -> GradBuffer {
+                    GradBuffer::$variant(values)
+                }
+                fn view(buffer: &GradBuffer) -> Option<&[Self]> {
+                    match buffer {
+                        GradBuffer::$variant(v) => Some(v),
+                        _ => None,
+                    }
+                }
+                fn view_mut(buffer: &mut GradBuffer) -> Option<&mut [Self]> {
+                    match buffer {
+                        GradBuffer::$variant(v) => Some(v),
+                        _ => None,
+                    }
+                }
+                fn unwrap(buffer: GradBuffer) -> Result<Vec<Self>, GradBuffer> {
+                    match buffer {
+                        GradBuffer::$variant(v) => Ok(v),
+                        other => Err(other),
+                    }
+                }
+            }
+        };
+    }
+    sealed!(f32, F32);
+    sealed!(f64, F64);
+    sealed!(i32, I32);
+    sealed!(i64, I64);
 }
 
 /// A type whose slices can go through [`Context`](crate::Context)
-/// collectives: `f32`, `f64`, `i32` or `i64`. Sealed: the library knows
-/// only these.
+/// collectives and whose vectors can be [`Reducer`](crate::Reducer) buffers:
+/// `f32`, `f64`, `i32` or `i64`. Sealed: the library knows only these.
 pub trait Element: sealed::Sealed + Copy + Default + Send + Sync + 'static {
     /// The matching C dtype.
     const DTYPE: DType;

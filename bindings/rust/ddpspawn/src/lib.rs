@@ -11,6 +11,9 @@
 //! * The worker: [`is_worker`], [`set_result`], [`set_error`], and a
 //!   [`Context`] for the rank's place in the group and the collectives on
 //!   slices of [`Element`] types (`f32`, `f64`, `i32`, `i64`).
+//! * Gradient averaging for any framework: a [`Reducer`] (built with
+//!   [`ReducerBuilder`]) owns a set of gradient buffers, lends them out for
+//!   writing, and averages them across the ranks in buckets, DDP-style.
 //!
 //! ```no_run
 //! use ddpspawn::{Context, Launcher, ReduceOp};
@@ -43,12 +46,14 @@ mod context;
 mod element;
 mod error;
 mod launcher;
+mod reducer;
 mod worker;
 
 pub use context::Context;
 pub use element::{DType, Element, ReduceOp};
 pub use error::{Error, ErrorKind, Result};
 pub use launcher::{Launcher, RankReport, RankState, Report};
+pub use reducer::{GradBuffer, GradBufferMut, NoSync, Reducer, ReducerBuilder};
 pub use worker::{is_worker, set_error, set_result};
 
 /// Re-export of the raw declarations.

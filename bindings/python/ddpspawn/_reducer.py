@@ -1,0 +1,243 @@
+"""``Reducer``: DistributedDataParallel-style gradient averaging over the
+caller's own buffers, for frameworks that are not LibTorch (numpy code, or
+torch through ``tensor.numpy()`` views)."""
+
+from __future__ import annotations
+
+import collections.abc
+import contextlib
+import ctypes
+import numbers
+import operator
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Tuple
+
+from . import _lib
+from ._buffers import DTYPE_NAMES, reducer_buffer
+from ._errors import InvalidArgumentError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._context import Context
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _positive_megabytes(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise InvalidArgumentError(f"{name} must be a positive number of megabytes, not {value!r}")
+    return float(value)
+
+
+def _int32(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidArgumentError(f"{name} must be an int, not {value!r}")
+    if not _INT32_MIN <= int(value) <= _INT32_MAX:
+        raise InvalidArgumentError(f"{name} is out of range: {value!r}")
+    return int(value)
+
+
+def _comm_hook_name(value: Any) -> bytes:
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"comm_hook must be a str, not {value!r}")
+    if "\0" in value:
+        raise InvalidArgumentError(f"comm_hook contains a NUL character: {value!r}")
+    return value.encode()
+
+
+class Reducer:
+    """Averages a fixed set of gradient buffers across the ranks, DDP-style.
+
+    Create it with :meth:`Context.reducer`. Each iteration: write the
+    gradients into the buffers, call :meth:`mark_ready` for each one as it
+    becomes final (any order; buckets of buffers, in reverse buffer order,
+    start communicating in bucket order as they fill, overlapping with the
+    rest of your backward pass), then :meth:`finalize`: afterwards every
+    buffer holds the mean over the ranks. Every rank must create the reducer
+    with the same buffer sizes and element types, in the same order, and run
+    the same iterations.
+
+    The buffers stay the caller's: the reducer reads and writes them in place
+    and keeps a reference to each (and to the context), so they outlive it.
+    Do not resize or reallocate them while the reducer is open (a torch
+    gradient must stay the same tensor: zero it in place, not to None).
+
+    Close it with :meth:`close` or a ``with`` block; it is also closed when
+    garbage-collected, and when its context closes.
+    """
+
+    def __init__(
+        self,
+        context: "Context",
+        buffers: Sequence[Any],
+        *,
+        bucket_cap_mb: float = 25.0,
+        first_bucket_cap_mb: float = 1.0,
+        comm_hook: str = "allreduce",
+        powersgd_rank: int = 1,
+        powersgd_start_iteration: int = 10,
+        find_unused_parameters: bool = False,
+    ) -> None:
+        self._handle: Optional[Any] = None
+        # Everything is checked before the first C call.
+        if isinstance(buffers, (str, bytes, bytearray, memoryview)) or not isinstance(
+            buffers, collections.abc.Sequence
+        ):
+            raise TypeError(
+                "buffers must be a sequence (e.g. a list) of gradient buffers, "
+                f"not {type(buffers).__name__}"
+            )
+        checked = [reducer_buffer(data, i) for i, data in enumerate(buffers)]
+        if not checked:
+            raise InvalidArgumentError("the reducer needs at least one buffer")
+        options = _lib.reducer_options()
+        options.bucket_cap_mb = _positive_megabytes("bucket_cap_mb", bucket_cap_mb)
+        options.first_bucket_cap_mb = _positive_megabytes(
+            "first_bucket_cap_mb", first_bucket_cap_mb
+        )
+        hook = _comm_hook_name(comm_hook)
+        options.comm_hook = hook
+        options.powersgd_rank = _int32("powersgd_rank", powersgd_rank)
+        options.powersgd_start_iteration = _int32(
+            "powersgd_start_iteration", powersgd_start_iteration
+        )
+        options.find_unused_parameters = 1 if find_unused_parameters else 0
+
+        # The ctypes arrays hold a buffer export of each object: the memory
+        # can neither be freed nor resized while they live.
+        pointers = [b.pointer() for b in checked]
+        count = len(checked)
+        addresses = (ctypes.c_void_p * count)(*[ctypes.addressof(p) for p in pointers])
+        counts = (ctypes.c_size_t * count)(*[b.count for b in checked])
+        dtypes = (ctypes.c_int32 * count)(*[b.dtype for b in checked])
+        handle = _lib.ReducerPtr()
+        lib = _lib.lib()
+        _lib.check(
+            lib.ddpspawn_reducer_create(
+                context._live(),
+                addresses,
+                counts,
+                dtypes,
+                count,
+                ctypes.byref(options),
+                ctypes.byref(handle),
+            )
+        )
+        self._lib = lib
+        self._context = context
+        self._buffers: Tuple[Any, ...] = tuple(buffers)
+        self._pointers = pointers
+        self._dtypes = tuple(b.dtype for b in checked)
+        self._comm_hook = comm_hook
+        self._sync = True
+        self._handle = handle
+        context._adopt(self)
+
+    # -- lifetime ----------------------------------------------------------
+
+    def close(self) -> None:
+        """Destroys the reducer (``ddpspawn_reducer_destroy``) and lets go of
+        the buffers. Safe to repeat."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            self._lib.ddpspawn_reducer_destroy(handle)
+            self._pointers = []
+            self._buffers = ()
+            self._context._forget(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def __enter__(self) -> "Reducer":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: nothing useful to do
+            pass
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<ddpspawn.Reducer closed>"
+        dtypes = sorted({DTYPE_NAMES[d] for d in self._dtypes})
+        return (
+            f"<ddpspawn.Reducer buffers={len(self._buffers)} "
+            f"buckets={self.bucket_count} dtypes={','.join(dtypes)} "
+            f"comm_hook={self._comm_hook!r} sync={self._sync}>"
+        )
+
+    def _live(self) -> Any:
+        if self._handle is None:
+            raise ValueError("operation on a closed ddpspawn.Reducer")
+        return self._handle
+
+    # -- what it holds -----------------------------------------------------
+
+    @property
+    def buffers(self) -> Tuple[Any, ...]:
+        """The caller's buffer objects, in the order given."""
+        self._live()
+        return self._buffers
+
+    def __len__(self) -> int:
+        return len(self._buffers)
+
+    @property
+    def bucket_count(self) -> int:
+        """The number of buckets the buffers were grouped into."""
+        return int(self._lib.ddpspawn_reducer_bucket_count(self._live()))
+
+    @property
+    def sync(self) -> bool:
+        """False inside :meth:`no_sync` (or after ``set_sync(False)``)."""
+        return self._sync
+
+    # -- one iteration -----------------------------------------------------
+
+    def mark_ready(self, index: int) -> None:
+        """Buffer ``index`` holds its final gradient for this iteration.
+
+        Marking a buffer twice before :meth:`finalize` is a
+        :class:`FailedPreconditionError`.
+        """
+        handle = self._live()
+        if isinstance(index, bool):
+            raise InvalidArgumentError(f"buffer index must be an int, not {index!r}")
+        try:
+            position = operator.index(index)
+        except TypeError:
+            raise InvalidArgumentError(f"buffer index must be an int, not {index!r}") from None
+        if not 0 <= position < len(self._buffers):
+            raise InvalidArgumentError(
+                f"buffer index {position} is outside [0, {len(self._buffers)})"
+            )
+        _lib.check(self._lib.ddpspawn_reducer_mark_ready(handle, position))
+
+    def finalize(self) -> None:
+        """Starts the buckets still waiting (buffers never marked count as
+        zeros, or are left untouched with ``find_unused_parameters``), waits
+        for all of them, and writes the means into the buffers."""
+        _lib.check(self._lib.ddpspawn_reducer_finalize(self._live()))
+
+    def set_sync(self, enabled: bool) -> None:
+        """``False`` is no_sync: :meth:`mark_ready` and :meth:`finalize` do
+        nothing, so gradients accumulate locally; the first finalize after
+        ``set_sync(True)`` averages what accumulated."""
+        _lib.check(self._lib.ddpspawn_reducer_set_sync(self._live(), 1 if enabled else 0))
+        self._sync = bool(enabled)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator["Reducer"]:
+        """A ``with`` block of gradient accumulation without communication,
+        like ``DistributedDataParallel.no_sync()``; the previous setting comes
+        back on exit."""
+        previous = self._sync
+        self.set_sync(False)
+        try:
+            yield self
+        finally:
+            if not self.closed:
+                self.set_sync(previous)

@@ -1,0 +1,539 @@
+// DistributedDataParallel-style gradient averaging for any framework: the
+// `Reducer` owns its gradient buffers (Vecs whose heap blocks never move while
+// it lives), hands the C reducer pointers into them once, and lends the caller
+// slices between calls. It borrows the `Context` whose process group it uses.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+use std::os::raw::c_void;
+use std::ptr::{self, NonNull};
+
+use ddpspawn_sys as sys;
+
+use crate::context::Context;
+use crate::element::{DType, Element};
+use crate::error::{check, to_c_string, Error, Result};
+
+/// One gradient buffer of a [`Reducer`]: a vector of one of the element
+/// types the library knows.
+///
+/// Build one from any `Vec<f32>`, `Vec<f64>`, `Vec<i32>` or `Vec<i64>` with
+/// `.into()` (or [`GradBuffer::zeros`]); [`Reducer::into_buffers`] gives them
+/// back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GradBuffer {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+}
+
+impl GradBuffer {
+    /// `len` zeros of `T`.
+    pub fn zeros<T: Element>(len: usize) -> GradBuffer {
+        T::wrap(vec![T::default(); len])
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            GradBuffer::F32(_) => DType::Float32,
+            GradBuffer::F64(_) => DType::Float64,
+            GradBuffer::I32(_) => DType::Int32,
+            GradBuffer::I64(_) => DType::Int64,
+        }
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            GradBuffer::F32(v) => v.len(),
+            GradBuffer::F64(v) => v.len(),
+            GradBuffer::I32(v) => v.len(),
+            GradBuffer::I64(v) => v.len(),
+        }
+    }
+
+    /// Whether it has no elements (a reducer rejects such a buffer).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements, if they are `T`s.
+    pub fn as_slice<T: Element>(&self) -> Option<&[T]> {
+        T::view(self)
+    }
+
+    /// The elements, mutably, if they are `T`s.
+    pub fn as_mut_slice<T: Element>(&mut self) -> Option<&mut [T]> {
+        T::view_mut(self)
+    }
+
+    /// The vector, if it holds `T`s; else the buffer itself back.
+    pub fn into_vec<T: Element>(self) -> std::result::Result<Vec<T>, GradBuffer> {
+        T::unwrap(self)
+    }
+
+    fn as_mut_ptr(&mut self) -> *mut c_void {
+        match self {
+            GradBuffer::F32(v) => v.as_mut_ptr() as *mut c_void,
+            GradBuffer::F64(v) => v.as_mut_ptr() as *mut c_void,
+            GradBuffer::I32(v) => v.as_mut_ptr() as *mut c_void,
+            GradBuffer::I64(v) => v.as_mut_ptr() as *mut c_void,
+        }
+    }
+}
+
+impl<T: Element> From<Vec<T>> for GradBuffer {
+    fn from(values: Vec<T>) -> GradBuffer {
+        T::wrap(values)
+    }
+}
+
+/// Mutable access to the elements of one of a reducer's buffers (from
+/// [`Reducer::buffers_mut`]). It lends the elements only: the vector itself
+/// cannot be replaced or resized, so the reducer's pointer into it stays
+/// valid.
+pub struct GradBufferMut<'a> {
+    buffer: &'a mut GradBuffer,
+}
+
+impl<'a> GradBufferMut<'a> {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.buffer.dtype()
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// Always false: a reducer has no empty buffers.
+    pub fn is_empty(&self) -> bool {
+        self.buffer.is_empty()
+    }
+
+    /// The elements, if they are `T`s.
+    pub fn as_slice<T: Element>(&self) -> Option<&[T]> {
+        self.buffer.as_slice()
+    }
+
+    /// The elements, mutably, if they are `T`s.
+    pub fn as_mut_slice<T: Element>(&mut self) -> Option<&mut [T]> {
+        self.buffer.as_mut_slice()
+    }
+
+    /// The elements for the whole borrow of the reducer, if they are `T`s.
+    pub fn into_slice<T: Element>(self) -> Option<&'a mut [T]> {
+        T::view_mut(self.buffer)
+    }
+}
+
+impl fmt::Debug for GradBufferMut<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GradBufferMut")
+            .field("dtype", &self.dtype())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+/// Options of a [`Reducer`], a builder: set what you need, then
+/// [`build`](ReducerBuilder::build).
+///
+/// ```no_run
+/// use ddpspawn::{Context, ReducerBuilder};
+/// # fn main() -> ddpspawn::Result<()> {
+/// let ctx = Context::from_env()?;
+/// let mut reducer = ReducerBuilder::new()
+///     .bucket_cap_mb(25.0)
+///     .comm_hook("fp16")
+///     .find_unused_parameters(true)
+///     .build(&ctx, vec![vec![0.0f32; 1024], vec![0.0f32; 16]])?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ReducerBuilder {
+    bucket_cap_mb: f64,
+    first_bucket_cap_mb: f64,
+    comm_hook: String,
+    powersgd_rank: u32,
+    powersgd_start_iteration: u32,
+    find_unused_parameters: bool,
+}
+
+impl Default for ReducerBuilder {
+    fn default() -> Self {
+        ReducerBuilder::new()
+    }
+}
+
+impl ReducerBuilder {
+    /// The defaults: 25 MiB buckets, a 1 MiB first bucket, the `"allreduce"`
+    /// hook, PowerSGD rank 1 from iteration 10, no unused-buffer detection.
+    pub fn new() -> ReducerBuilder {
+        ReducerBuilder {
+            bucket_cap_mb: 25.0,
+            first_bucket_cap_mb: 1.0,
+            comm_hook: "allreduce".to_string(),
+            powersgd_rank: 1,
+            powersgd_start_iteration: 10,
+            find_unused_parameters: false,
+        }
+    }
+
+    /// Size cap of a bucket in MiB (positive).
+    pub fn bucket_cap_mb(mut self, mb: f64) -> Self {
+        self.bucket_cap_mb = mb;
+        self
+    }
+
+    /// Size cap of the first bucket in MiB (positive): the buffers at the end
+    /// of the list, whose gradients a backward pass finishes first, start
+    /// communicating early.
+    pub fn first_bucket_cap_mb(mut self, mb: f64) -> Self {
+        self.first_bucket_cap_mb = mb;
+        self
+    }
+
+    /// How a bucket is averaged: `"allreduce"`, `"fp16"` or `"bf16"`
+    /// (compressed, lossy), or `"powersgd"` (low rank with error feedback;
+    /// only matrices compress and buffers cross the C ABI flat, so here they
+    /// are sent as they are). Another name makes `build` fail with
+    /// [`Error::InvalidArgument`].
+    pub fn comm_hook(mut self, name: impl Into<String>) -> Self {
+        self.comm_hook = name.into();
+        self
+    }
+
+    /// PowerSGD's matrix approximation rank (>= 1).
+    pub fn powersgd_rank(mut self, rank: u32) -> Self {
+        self.powersgd_rank = rank;
+        self
+    }
+
+    /// PowerSGD runs plain all-reduce for this many iterations first.
+    pub fn powersgd_start_iteration(mut self, iteration: u32) -> Self {
+        self.powersgd_start_iteration = iteration;
+        self
+    }
+
+    /// `true`: a buffer that no rank marked ready in an iteration is left
+    /// untouched by `finalize` (one extra small all-reduce per iteration).
+    /// `false` (default): unmarked buffers count as zeros in the mean.
+    pub fn find_unused_parameters(mut self, enabled: bool) -> Self {
+        self.find_unused_parameters = enabled;
+        self
+    }
+
+    /// A reducer over `buffers` (anything that converts into
+    /// [`GradBuffer`]s: `Vec<f32>`, ..., or `GradBuffer`s of mixed types),
+    /// using `context`'s process group. Every rank passes the same lengths
+    /// and element types in the same order. Empty buffers, an empty list,
+    /// non-positive caps and unknown hook names are
+    /// [`Error::InvalidArgument`].
+    pub fn build<'ctx, I>(&self, context: &'ctx Context, buffers: I) -> Result<Reducer<'ctx>>
+    where
+        I: IntoIterator,
+        I::Item: Into<GradBuffer>,
+    {
+        let comm_hook = to_c_string("comm_hook", self.comm_hook.as_str())?;
+        let mut options = sys::DDPSPAWN_REDUCER_OPTIONS_INIT;
+        options.bucket_cap_mb = self.bucket_cap_mb;
+        options.first_bucket_cap_mb = self.first_bucket_cap_mb;
+        options.comm_hook = comm_hook.as_ptr();
+        options.powersgd_rank = to_i32("powersgd_rank", self.powersgd_rank)?;
+        options.powersgd_start_iteration =
+            to_i32("powersgd_start_iteration", self.powersgd_start_iteration)?;
+        options.find_unused_parameters = i32::from(self.find_unused_parameters);
+
+        let mut buffers: Vec<GradBuffer> = buffers.into_iter().map(Into::into).collect();
+        // Pointers to the vectors' heap blocks: moving `buffers` (the outer
+        // vector) into the Reducer below does not move them, and the Reducer
+        // never lets them be replaced or resized.
+        let pointers: Vec<*mut c_void> = buffers.iter_mut().map(GradBuffer::as_mut_ptr).collect();
+        let counts: Vec<usize> = buffers.iter().map(GradBuffer::len).collect();
+        let dtypes: Vec<i32> = buffers.iter().map(|b| b.dtype().to_raw()).collect();
+        let mut raw: *mut sys::ddpspawn_reducer = ptr::null_mut();
+        // SAFETY: a live context; the three arrays hold `buffers.len()`
+        // entries and each pointer is valid for its count of elements of its
+        // dtype for as long as the reducer lives (see above); `options` and
+        // the hook name outlive the call; `raw` is a local.
+        check(unsafe {
+            sys::ddpspawn_reducer_create(
+                context.as_mut_ptr(),
+                pointers.as_ptr(),
+                counts.as_ptr(),
+                dtypes.as_ptr(),
+                buffers.len(),
+                &options,
+                &mut raw,
+            )
+        })?;
+        let raw = NonNull::new(raw).ok_or_else(|| Error::Internal {
+            message: "ddpspawn_reducer_create returned OK and no reducer".to_string(),
+        })?;
+        Ok(Reducer {
+            raw,
+            buffers,
+            sync: true,
+            _context: PhantomData,
+        })
+    }
+}
+
+/// Averages a fixed set of gradient buffers across the ranks of a
+/// [`Context`], like PyTorch's `DistributedDataParallel`, for frameworks that
+/// are not LibTorch.
+///
+/// The reducer owns its buffers and lends them out between calls. Each
+/// iteration: write the gradients ([`buffer_mut`](Reducer::buffer_mut),
+/// [`buffers_mut`](Reducer::buffers_mut)), call
+/// [`mark_ready`](Reducer::mark_ready) for each buffer as it becomes final
+/// (any order; buckets of buffers, in reverse buffer order, start
+/// communicating in bucket order as they fill), then
+/// [`finalize`](Reducer::finalize): afterwards every buffer holds the mean
+/// over the ranks. [`no_sync`](Reducer::no_sync) accumulates gradients
+/// locally for a while; [`into_buffers`](Reducer::into_buffers) ends the
+/// reducer and gives the vectors back.
+///
+/// ```no_run
+/// use ddpspawn::{Context, Reducer};
+/// # fn main() -> ddpspawn::Result<()> {
+/// let ctx = Context::from_env()?;
+/// let mut reducer = Reducer::new(&ctx, vec![vec![0.0f32; 3], vec![0.0f32; 1]])?;
+/// for _step in 0..10 {
+///     for i in (0..reducer.len()).rev() {            // as backward finishes each one
+///         reducer.buffer_mut::<f32>(i)?.fill(ctx.rank() as f32);
+///         reducer.mark_ready(i)?;
+///     }
+///     reducer.finalize()?;                            // every buffer: the mean
+///     let mean = reducer.buffer::<f32>(0)?[0];
+///     # let _ = mean;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+///
+/// It borrows the context for its whole life, so the context outlives it.
+/// It is neither `Send` nor `Sync`: use it on the thread that uses the
+/// context.
+pub struct Reducer<'ctx> {
+    raw: NonNull<sys::ddpspawn_reducer>,
+    // Declared after `raw` and dropped after Drop::drop destroyed the C
+    // reducer, which points into them.
+    buffers: Vec<GradBuffer>,
+    sync: bool,
+    _context: PhantomData<&'ctx Context>,
+}
+
+impl<'ctx> Reducer<'ctx> {
+    /// A reducer with the default options (see [`ReducerBuilder::new`]).
+    pub fn new<I>(context: &'ctx Context, buffers: I) -> Result<Reducer<'ctx>>
+    where
+        I: IntoIterator,
+        I::Item: Into<GradBuffer>,
+    {
+        ReducerBuilder::new().build(context, buffers)
+    }
+
+    /// Buffer `index` holds its final gradient for this iteration. An index
+    /// out of range is [`Error::InvalidArgument`]; marking a buffer twice
+    /// before `finalize` is [`Error::FailedPrecondition`].
+    pub fn mark_ready(&self, index: usize) -> Result<()> {
+        // SAFETY: a live reducer; it reads buffer `index`, which no `&mut`
+        // borrow can alias while `self` is borrowed.
+        check(unsafe { sys::ddpspawn_reducer_mark_ready(self.raw.as_ptr(), index) })
+    }
+
+    /// Starts the buckets still waiting (buffers never marked count as
+    /// zeros, or stay untouched with `find_unused_parameters`), waits for
+    /// all of them, and writes the means into the buffers.
+    pub fn finalize(&mut self) -> Result<()> {
+        // SAFETY: a live reducer; it writes the buffers, which `&mut self`
+        // keeps unborrowed.
+        check(unsafe { sys::ddpspawn_reducer_finalize(self.raw.as_ptr()) })
+    }
+
+    /// `false` is no_sync: `mark_ready` and `finalize` do nothing, so
+    /// gradients accumulate locally; the first `finalize` after
+    /// `set_sync(true)` averages what accumulated. See also
+    /// [`no_sync`](Reducer::no_sync).
+    pub fn set_sync(&mut self, enabled: bool) -> Result<()> {
+        // SAFETY: a live reducer.
+        check(unsafe { sys::ddpspawn_reducer_set_sync(self.raw.as_ptr(), i32::from(enabled)) })?;
+        self.sync = enabled;
+        Ok(())
+    }
+
+    /// Whether iterations are synced (false inside [`no_sync`](Reducer::no_sync)).
+    pub fn sync_enabled(&self) -> bool {
+        self.sync
+    }
+
+    /// Turns syncing off until the returned guard drops, which restores the
+    /// previous setting (like `DistributedDataParallel.no_sync()`). Use the
+    /// reducer through the guard meanwhile:
+    ///
+    /// ```no_run
+    /// # fn main() -> ddpspawn::Result<()> {
+    /// # let ctx = ddpspawn::Context::from_env()?;
+    /// # let mut reducer = ddpspawn::Reducer::new(&ctx, vec![vec![0.0f64; 4]])?;
+    /// {
+    ///     let mut local = reducer.no_sync()?;
+    ///     local.buffer_mut::<f64>(0)?[0] += 1.0;   // accumulate, no communication
+    /// }
+    /// reducer.buffer_mut::<f64>(0)?[0] += 1.0;
+    /// reducer.mark_ready(0)?;
+    /// reducer.finalize()?;                         // the mean of the accumulated sums
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn no_sync(&mut self) -> Result<NoSync<'_, 'ctx>> {
+        let previous = self.sync;
+        self.set_sync(false)?;
+        Ok(NoSync {
+            reducer: self,
+            previous,
+        })
+    }
+
+    /// The number of buckets the buffers were grouped into.
+    pub fn bucket_count(&self) -> usize {
+        // SAFETY: a live reducer (-1 only for NULL).
+        usize::try_from(unsafe { sys::ddpspawn_reducer_bucket_count(self.raw.as_ptr()) })
+            .unwrap_or(0)
+    }
+
+    /// The number of buffers.
+    pub fn len(&self) -> usize {
+        self.buffers.len()
+    }
+
+    /// Always false: a reducer has at least one buffer.
+    pub fn is_empty(&self) -> bool {
+        self.buffers.is_empty()
+    }
+
+    /// The element type of buffer `index`, if there is one.
+    pub fn dtype(&self, index: usize) -> Option<DType> {
+        self.buffers.get(index).map(GradBuffer::dtype)
+    }
+
+    /// Buffer `index` as `T`s. An index out of range or another element
+    /// type is [`Error::InvalidArgument`].
+    pub fn buffer<T: Element>(&self, index: usize) -> Result<&[T]> {
+        let buffer = self.checked(index)?;
+        match buffer.as_slice() {
+            Some(slice) => Ok(slice),
+            None => Err(wrong_type::<T>(index, buffer.dtype())),
+        }
+    }
+
+    /// Buffer `index` as `T`s, to write a gradient into. An index out of
+    /// range or another element type is [`Error::InvalidArgument`].
+    pub fn buffer_mut<T: Element>(&mut self, index: usize) -> Result<&mut [T]> {
+        let dtype = self.checked(index)?.dtype();
+        self.buffers[index]
+            .as_mut_slice()
+            .ok_or_else(|| wrong_type::<T>(index, dtype))
+    }
+
+    /// Every buffer at once, for writing (e.g. one per layer):
+    /// `reducer.buffers_mut().into_iter().map(|b| b.into_slice::<f32>())`.
+    pub fn buffers_mut(&mut self) -> Vec<GradBufferMut<'_>> {
+        self.buffers
+            .iter_mut()
+            .map(|buffer| GradBufferMut { buffer })
+            .collect()
+    }
+
+    /// Ends the reducer and gives its buffers back, in order, with what the
+    /// last `finalize` left in them.
+    pub fn into_buffers(mut self) -> Vec<GradBuffer> {
+        // The vectors' heap blocks stay where they are; `self` (and with it
+        // the C reducer) is destroyed before they are handed out.
+        let buffers = std::mem::take(&mut self.buffers);
+        drop(self);
+        buffers
+    }
+
+    fn checked(&self, index: usize) -> Result<&GradBuffer> {
+        self.buffers.get(index).ok_or_else(|| {
+            Error::invalid(format!(
+                "buffer index {index} is outside [0, {})",
+                self.buffers.len()
+            ))
+        })
+    }
+}
+
+impl Drop for Reducer<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by ddpspawn_reducer_create, destroyed once, before
+        // the buffers it points into are dropped.
+        unsafe { sys::ddpspawn_reducer_destroy(self.raw.as_ptr()) }
+    }
+}
+
+impl fmt::Debug for Reducer<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dtypes: Vec<DType> = self.buffers.iter().map(GradBuffer::dtype).collect();
+        f.debug_struct("Reducer")
+            .field("buffers", &self.buffers.len())
+            .field("dtypes", &dtypes)
+            .field("bucket_count", &self.bucket_count())
+            .field("sync", &self.sync)
+            .finish()
+    }
+}
+
+/// The guard of [`Reducer::no_sync`]: the reducer, with syncing off until it
+/// drops. Dereferences to the [`Reducer`].
+pub struct NoSync<'r, 'ctx> {
+    reducer: &'r mut Reducer<'ctx>,
+    previous: bool,
+}
+
+impl<'ctx> Deref for NoSync<'_, 'ctx> {
+    type Target = Reducer<'ctx>;
+    fn deref(&self) -> &Reducer<'ctx> {
+        self.reducer
+    }
+}
+
+impl<'ctx> DerefMut for NoSync<'_, 'ctx> {
+    fn deref_mut(&mut self) -> &mut Reducer<'ctx> {
+        self.reducer
+    }
+}
+
+impl Drop for NoSync<'_, '_> {
+    fn drop(&mut self) {
+        // Fails only for a NULL handle, which a Reducer never holds.
+        let _ = self.reducer.set_sync(self.previous);
+    }
+}
+
+impl fmt::Debug for NoSync<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NoSync")
+            .field("reducer", &self.reducer)
+            .field("previous", &self.previous)
+            .finish()
+    }
+}
+
+fn wrong_type<T: Element>(index: usize, holds: DType) -> Error {
+    Error::invalid(format!(
+        "buffer {index} holds {holds:?} elements, not {:?}",
+        T::DTYPE
+    ))
+}
+
+fn to_i32(what: &str, value: u32) -> Result<i32> {
+    i32::try_from(value).map_err(|_| Error::invalid(format!("{what} {value} is out of range")))
+}

@@ -1,0 +1,311 @@
+//! Gradient reducer tests: the API in a group of one here, and averaging
+//! between real processes through `examples/worker.rs` (its `reducer CASE`
+//! modes check the values themselves; rank 0 returns a summary).
+
+use std::env;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ddpspawn::{Context, DType, ErrorKind, GradBuffer, Launcher, Reducer, ReducerBuilder};
+
+/// The example worker (`target/<profile>/examples/worker`), or
+/// `$DDPSPAWN_TEST_WORKER`.
+fn worker() -> PathBuf {
+    if let Some(path) = env::var_os("DDPSPAWN_TEST_WORKER") {
+        return PathBuf::from(path);
+    }
+    let exe = env::current_exe().expect("current_exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test binary in target/<profile>/deps");
+    let path = profile_dir.join("examples").join("worker");
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `cargo test` (which builds examples) \
+         or `cargo build --examples` first",
+        path.display()
+    );
+    path
+}
+
+/// Rank 0's summary of `reducer CASE` with `nprocs` ranks.
+fn reducer_case(nprocs: usize, case: &str) -> String {
+    let report = Launcher::new(nprocs)
+        .timeout(Duration::from_secs(240))
+        .grace_period(Duration::from_secs(2))
+        .spawn_command(worker(), ["reducer", case])
+        .unwrap_or_else(|e| panic!("reducer {case} with {nprocs} ranks: {e}"));
+    let bytes = report.into_result().expect("rank 0 returns a summary");
+    String::from_utf8(bytes).expect("utf-8 summary")
+}
+
+/// A group of one, or None (the test is skipped) when the environment
+/// describes a cluster.
+fn solo() -> Option<Context> {
+    for name in [
+        "RANK",
+        "WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "SLURM_PROCID",
+    ] {
+        if env::var_os(name).is_some() {
+            eprintln!("skipping: {name} is set in the test environment");
+            return None;
+        }
+    }
+    let ctx = Context::with_options("gloo", Duration::from_secs(60)).unwrap();
+    assert_eq!(ctx.world_size(), 1);
+    Some(ctx)
+}
+
+// -- a group of one -----------------------------------------------------------
+
+#[test]
+fn group_of_one_keeps_values_and_lends_buffers() {
+    let ctx = match solo() {
+        Some(ctx) => ctx,
+        None => return,
+    };
+    let buffers = vec![
+        GradBuffer::from(vec![1.0f32, 2.0, 3.0]),
+        GradBuffer::from(vec![-1.5f64; 2]),
+        GradBuffer::from(vec![7i64]),
+    ];
+    let mut reducer = Reducer::new(&ctx, buffers).unwrap();
+    assert_eq!(reducer.len(), 3);
+    assert!(!reducer.is_empty());
+    assert_eq!(reducer.bucket_count(), 3); // one per element type
+    assert_eq!(reducer.dtype(1), Some(DType::Float64));
+    assert_eq!(reducer.dtype(3), None);
+    assert!(reducer.sync_enabled());
+    for step in 0..3 {
+        reducer.buffer_mut::<f32>(0).unwrap()[0] = step as f32;
+        for k in (0..3).rev() {
+            reducer.mark_ready(k).unwrap();
+        }
+        reducer.finalize().unwrap();
+        assert_eq!(reducer.buffer::<f32>(0).unwrap(), &[step as f32, 2.0, 3.0]);
+        assert_eq!(reducer.buffer::<f64>(1).unwrap(), &[-1.5, -1.5]);
+        assert_eq!(reducer.buffer::<i64>(2).unwrap(), &[7]);
+    }
+    let debug = format!("{reducer:?}");
+    assert!(debug.contains("buffers: 3"), "{debug}");
+    let back = reducer.into_buffers();
+    assert_eq!(back[0], GradBuffer::F32(vec![2.0, 2.0, 3.0]));
+    assert_eq!(back[2].clone().into_vec::<i64>(), Ok(vec![7]));
+    assert_eq!(
+        back[2].clone().into_vec::<f32>(),
+        Err(GradBuffer::I64(vec![7]))
+    );
+}
+
+#[test]
+fn buffers_mut_lends_every_buffer_at_once() {
+    let ctx = match solo() {
+        Some(ctx) => ctx,
+        None => return,
+    };
+    let mut reducer = ctx.reducer(vec![vec![0.0f32; 2], vec![0.0f32; 3]]).unwrap();
+    let mut slices: Vec<&mut [f32]> = reducer
+        .buffers_mut()
+        .into_iter()
+        .map(|b| b.into_slice::<f32>().unwrap())
+        .collect();
+    slices[0].fill(1.0);
+    slices[1].fill(2.0);
+    let mut all = reducer.buffers_mut();
+    assert_eq!(all[1].dtype(), DType::Float32);
+    assert_eq!(all[1].len(), 3);
+    assert!(all[1].as_mut_slice::<f64>().is_none());
+    assert_eq!(all[0].as_slice::<f32>(), Some(&[1.0f32, 1.0][..]));
+    reducer.mark_ready(0).unwrap();
+    reducer.mark_ready(1).unwrap();
+    reducer.finalize().unwrap();
+    assert_eq!(reducer.buffer::<f32>(1).unwrap(), &[2.0, 2.0, 2.0]);
+}
+
+#[test]
+fn wrong_index_or_type_is_invalid_argument() {
+    let ctx = match solo() {
+        Some(ctx) => ctx,
+        None => return,
+    };
+    let mut reducer = ctx.reducer(vec![vec![0.0f64; 2]]).unwrap();
+    let err = reducer.buffer::<f32>(0).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("Float64"), "{err}");
+    let err = reducer.buffer_mut::<f64>(1).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("outside"), "{err}");
+    let err = reducer.mark_ready(1).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    reducer.mark_ready(0).unwrap();
+    let err = reducer.mark_ready(0).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::FailedPrecondition, "{err}");
+    reducer.finalize().unwrap();
+    reducer.mark_ready(0).unwrap(); // a new iteration
+    reducer.finalize().unwrap();
+}
+
+#[test]
+fn bad_options_and_buffers_are_invalid_argument() {
+    let ctx = match solo() {
+        Some(ctx) => ctx,
+        None => return,
+    };
+    let one = || vec![vec![1.0f32; 2]];
+    let cases: Vec<(&str, ddpspawn::Result<Reducer>)> = vec![
+        (
+            "unknown hook",
+            ReducerBuilder::new().comm_hook("bogus").build(&ctx, one()),
+        ),
+        (
+            "NUL in the hook",
+            ReducerBuilder::new().comm_hook("fp16\0").build(&ctx, one()),
+        ),
+        (
+            "PowerSGD rank 0",
+            ReducerBuilder::new()
+                .comm_hook("powersgd")
+                .powersgd_rank(0)
+                .build(&ctx, one()),
+        ),
+        (
+            "start iteration past i32",
+            ReducerBuilder::new()
+                .powersgd_start_iteration(u32::MAX)
+                .build(&ctx, one()),
+        ),
+        (
+            "zero cap",
+            ReducerBuilder::new().bucket_cap_mb(0.0).build(&ctx, one()),
+        ),
+        (
+            "NaN first cap",
+            ReducerBuilder::new()
+                .first_bucket_cap_mb(f64::NAN)
+                .build(&ctx, one()),
+        ),
+        ("no buffers", ctx.reducer(Vec::<Vec<f64>>::new())),
+        ("an empty buffer", ctx.reducer(vec![vec![1i32], vec![]])),
+    ];
+    for (what, result) in cases {
+        let err = result.expect_err(what);
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{what}: {err}");
+        assert!(!err.message().is_empty(), "{what}");
+    }
+    let err = ReducerBuilder::new()
+        .comm_hook("bogus")
+        .build(&ctx, one())
+        .unwrap_err();
+    assert!(err.message().contains("bogus"), "{err}");
+    for hook in ["allreduce", "fp16", "bf16", "powersgd"] {
+        let mut reducer = ReducerBuilder::new()
+            .comm_hook(hook)
+            .build(&ctx, one())
+            .unwrap_or_else(|e| panic!("{hook}: {e}"));
+        reducer.mark_ready(0).unwrap();
+        reducer.finalize().unwrap();
+    }
+}
+
+#[test]
+fn bucket_caps_decide_the_bucket_count() {
+    let ctx = match solo() {
+        Some(ctx) => ctx,
+        None => return,
+    };
+    let four = || vec![vec![0.0f32; 1000]; 4]; // 4000 bytes each
+    let count = |builder: ReducerBuilder| builder.build(&ctx, four()).unwrap().bucket_count();
+    assert_eq!(count(ReducerBuilder::new()), 1);
+    assert_eq!(
+        count(
+            ReducerBuilder::new()
+                .bucket_cap_mb(1e-6)
+                .first_bucket_cap_mb(1e-6)
+        ),
+        4
+    );
+    // The first bucket closes after 2 buffers; the other 2 share the next.
+    assert_eq!(
+        count(ReducerBuilder::new().first_bucket_cap_mb(7000.0 / (1 << 20) as f64)),
+        2
+    );
+}
+
+#[test]
+fn no_sync_guard_restores_the_previous_setting() {
+    let ctx = match solo() {
+        Some(ctx) => ctx,
+        None => return,
+    };
+    let mut reducer = ctx.reducer(vec![vec![0.0f64; 2]]).unwrap();
+    {
+        let mut outer = reducer.no_sync().unwrap();
+        assert!(!outer.sync_enabled());
+        {
+            let inner = outer.no_sync().unwrap();
+            assert!(!inner.sync_enabled());
+        }
+        assert!(!outer.sync_enabled()); // still accumulating
+        outer.buffer_mut::<f64>(0).unwrap()[0] += 1.0;
+        outer.mark_ready(0).unwrap();
+        outer.mark_ready(0).unwrap(); // nothing is tracked under no_sync
+        outer.finalize().unwrap();
+    }
+    assert!(reducer.sync_enabled());
+    reducer.set_sync(false).unwrap();
+    assert!(!reducer.sync_enabled());
+    reducer.set_sync(true).unwrap();
+    reducer.mark_ready(0).unwrap();
+    reducer.finalize().unwrap();
+    assert_eq!(reducer.buffer::<f64>(0).unwrap(), &[1.0, 0.0]);
+}
+
+// -- between processes ----------------------------------------------------------
+
+#[test]
+fn means_two_ranks() {
+    // Default caps: one bucket per element type (4); tiny caps: many.
+    assert_eq!(reducer_case(2, "means"), "means ok world=2 buckets=4/7");
+}
+
+#[test]
+fn means_four_ranks() {
+    assert_eq!(reducer_case(4, "means"), "means ok world=4 buckets=4/7");
+}
+
+#[test]
+fn find_unused_parameters_two_ranks() {
+    assert_eq!(reducer_case(2, "unused"), "unused ok world=2");
+}
+
+#[test]
+fn find_unused_parameters_four_ranks() {
+    assert_eq!(reducer_case(4, "unused"), "unused ok world=4");
+}
+
+#[test]
+fn no_sync_accumulation_two_ranks() {
+    assert_eq!(reducer_case(2, "no-sync"), "no-sync ok world=2");
+}
+
+#[test]
+fn no_sync_accumulation_four_ranks() {
+    assert_eq!(reducer_case(4, "no-sync"), "no-sync ok world=4");
+}
+
+#[test]
+fn comm_hooks_two_ranks() {
+    let summary = reducer_case(2, "hooks");
+    eprintln!("{summary}");
+    assert!(summary.starts_with("hooks ok "), "{summary}");
+}
+
+#[test]
+fn bad_options_in_workers_are_invalid_argument() {
+    let want = ["InvalidArgument"; 8].join(" ");
+    assert_eq!(reducer_case(2, "bad-options"), want);
+}
