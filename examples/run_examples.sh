@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds and runs the README's examples (C, Python, Rust) against the built library and checks
+# Builds and runs the README's examples (C, C++, Python, Rust) against the built library and checks
 # what each prints.
 set -euo pipefail
 work="${TEST_TMPDIR:-$(mktemp -d)}"
@@ -18,6 +18,8 @@ expect() {  # expect NAME EXPECTED OUTPUT
 gcc -std=c99 -Wall -Werror -o "$work/hello_c" examples/c/hello.c -I capi/dist/include \
   -L "$lib" -lddpspawn -Wl,-rpath,"$lib"
 expect C "sum over 2 ranks of rank + 1 = 3" "$("$work/hello_c")"
+
+expect C++ "rank 0 learned: weights 2.000 -1.000 0.500, bias 3.000" "$(examples/train_ddp)"
 
 out=$(DDPSPAWN_LIBRARY="$lib/libddpspawn.so.1" PYTHONPATH="$PWD/bindings/python" \
   PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 examples/python/hello.py)
