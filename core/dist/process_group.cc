@@ -134,6 +134,18 @@ c10::intrusive_ptr<c10d::Store> MakeStore(const ClusterInfo& cluster,
   return store;
 }
 
+// A rank whose side of Gloo's full mesh is connected may go on (and even exit)
+// while a peer is still connecting to it, which fails that peer with
+// "Connection closed by peer". Like torch.distributed's init_process_group,
+// wait on the store until every rank has its group.
+void WaitUntilEveryRankJoined(c10d::Store& store, const ClusterInfo& cluster) {
+  store.set(absl::StrCat("joined/", cluster.rank), std::vector<uint8_t>{1});
+  std::vector<std::string> keys;
+  for (int r = 0; r < cluster.world_size; ++r)
+    keys.push_back(absl::StrCat("joined/", r));
+  store.wait(keys);
+}
+
 }  // namespace
 
 struct ProcessGroup::Impl {
@@ -241,6 +253,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
       nccl_options->timeout = impl->timeout;
       impl->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(
           store, cluster.rank, cluster.world_size, nccl_options);
+      WaitUntilEveryRankJoined(*store, cluster);
       return;
     }
 #endif
@@ -248,6 +261,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
     gloo_options->devices.push_back(GlooDevice(cluster));
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
         store, cluster.rank, cluster.world_size, gloo_options);
+    WaitUntilEveryRankJoined(*store, cluster);
   });
   if (!created.ok()) return created;
   return std::unique_ptr<ProcessGroup>(
