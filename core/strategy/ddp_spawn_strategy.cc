@@ -2,10 +2,6 @@
 #include "core/strategy/ddp_spawn_strategy.h"
 
 #include <ATen/ATen.h>
-#include <torch/nn/module.h>
-#include <torch/serialize/archive.h>
-
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -35,18 +31,6 @@ absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
   return absl::InvalidArgumentError(
       absl::StrCat("unknown reduce_op '", name,
                    "'; expected 'mean', 'sum', 'min' or 'max'"));
-}
-
-template <typename Body>
-absl::Status Catching(absl::string_view what, Body&& body) {
-  try {
-    return body();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(
-        absl::StrCat(what, ": ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
-  }
 }
 
 }  // namespace
@@ -162,14 +146,10 @@ absl::Status DDPSpawnStrategy::RequireSetup(absl::string_view what) const {
 }
 
 absl::Status DDPSpawnStrategy::ModelToDevice() {
-  if (module_ == nullptr || module_->network() == nullptr) {
-    return absl::FailedPreconditionError(
-        "ModelToDevice needs a module with a network");
+  if (module_ == nullptr) {
+    return absl::FailedPreconditionError("ModelToDevice needs a module");
   }
-  return Catching("moving the model to its device", [&] {
-    module_->network()->to(root_device());
-    return absl::OkStatus();
-  });
+  return module_->To(root_device());
 }
 
 absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
@@ -177,9 +157,8 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
     return absl::FailedPreconditionError(
         "Setup(module) needs SetupDistributed() first");
   }
-  if (module == nullptr || module->network() == nullptr) {
-    return absl::InvalidArgumentError("Setup needs a module with a network");
-  }
+  if (module == nullptr)
+    return absl::InvalidArgumentError("Setup needs a module");
   module_ = std::move(module);
   if (absl::Status s = ModelToDevice(); !s.ok()) return s;
   DdpOptions ddp_options = options_.ddp;
@@ -207,8 +186,8 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
   }
   ddp_options.reducer.comm_hook = hook;
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
-      DistributedDataParallel::Wrap(module_->network(), group_.get(),
-                                    ddp_options);
+      DistributedDataParallel::Wrap(module_->parameters(), module_->buffers(),
+                                    group_.get(), ddp_options);
   if (!ddp.ok()) return ddp.status();
   ddp_ = *std::move(ddp);
   return absl::OkStatus();
@@ -293,18 +272,11 @@ absl::StatusOr<at::Tensor> DDPSpawnStrategy::PredictStep(const Batch& batch,
   return module_->PredictStep(batch, batch_index);
 }
 
-absl::Status DDPSpawnStrategy::SaveCheckpoint(const std::string& path) {
-  if (absl::Status s = RequireSetup("SaveCheckpoint"); !s.ok()) return s;
-  absl::Status saved = absl::OkStatus();
-  if (is_global_zero()) {
-    saved = Catching("serializing the checkpoint", [&] {
-      torch::serialize::OutputArchive archive;
-      module_->network()->save(archive);
-      std::ostringstream bytes;
-      archive.save_to(bytes);
-      return options_.checkpoint_io->Save(bytes.str(), path);
-    });
-  }
+absl::Status DDPSpawnStrategy::SaveCheckpoint(absl::string_view bytes,
+                                              const std::string& path) {
+  absl::Status saved = is_global_zero()
+                           ? options_.checkpoint_io->Save(bytes, path)
+                           : absl::OkStatus();
   if (group_ != nullptr &&
       world_size() > 1) {  // every rank learns whether rank 0 succeeded
     int64_t ok = saved.ok() ? 1 : 0;
@@ -318,17 +290,9 @@ absl::Status DDPSpawnStrategy::SaveCheckpoint(const std::string& path) {
   return saved;
 }
 
-absl::Status DDPSpawnStrategy::LoadCheckpoint(const std::string& path) {
-  if (absl::Status s = RequireSetup("LoadCheckpoint"); !s.ok()) return s;
-  absl::StatusOr<std::string> bytes = options_.checkpoint_io->Load(path);
-  if (!bytes.ok()) return bytes.status();
-  return Catching(absl::StrCat("loading the checkpoint ", path), [&] {
-    torch::serialize::InputArchive archive;
-    std::istringstream in(*bytes);
-    archive.load_from(in);
-    module_->network()->load(archive);
-    return absl::OkStatus();
-  });
+absl::StatusOr<std::string> DDPSpawnStrategy::LoadCheckpoint(
+    const std::string& path) {
+  return options_.checkpoint_io->Load(path);
 }
 
 }  // namespace ddpspawn

@@ -155,12 +155,12 @@ class DDPSpawnStrategy {
 
   // --- Checkpoints
   // ------------------------------------------------------------------------
-  // Rank 0 writes the network's parameters and buffers through the checkpoint
-  // IO; other ranks do nothing. Every rank then waits at a barrier, so the file
-  // exists when this returns.
-  absl::Status SaveCheckpoint(const std::string& path);
-  // Every rank loads the file into its network.
-  absl::Status LoadCheckpoint(const std::string& path);
+  // Rank 0 writes `bytes` (e.g. SerializeCheckpoint's) through the checkpoint
+  // IO; the other ranks write nothing. Every rank learns whether it worked, so
+  // all return the same status.
+  absl::Status SaveCheckpoint(absl::string_view bytes, const std::string& path);
+  // The checkpoint's bytes, on the calling rank.
+  absl::StatusOr<std::string> LoadCheckpoint(const std::string& path);
 
  private:
   absl::Status RequireSetup(absl::string_view what) const;

@@ -1,16 +1,21 @@
-// The module interface a strategy trains, in the spirit of LightningModule: the
-// network whose parameters DDP keeps in sync, and the steps. Errors are Status
-// values, not exceptions.
+// The module interface a strategy and a trainer train, in the spirit of
+// LightningModule: the tensors DDP keeps in sync, the steps, and the optimizer
+// to use. NnModule adapts a torch::nn::Module; TorchScriptModule
+// (torchscript_module.h) a scripted one. Errors are Status values, not
+// exceptions.
 #ifndef DDPSPAWN_CORE_TRAIN_MODULE_H_
 #define DDPSPAWN_CORE_TRAIN_MODULE_H_
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace torch::nn {
@@ -23,12 +28,29 @@ namespace ddpspawn {
 using Batch = std::vector<at::Tensor>;
 // Named values a step reports, e.g. {"val_loss", ...}.
 using StepMetrics = std::map<std::string, at::Tensor>;
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+// configure_optimizers: the optimizer and a step learning-rate schedule.
+struct OptimizerConfig {
+  std::string name = "sgd";  // "sgd", "adam" or "adamw"
+  double lr = 0.01;
+  double momentum = 0.0;  // sgd
+  double weight_decay = 0.0;
+  int64_t step_lr_every = 0;  // epochs between decays; 0: constant
+  double step_lr_gamma = 0.1;
+};
 
 class LightningModule {
  public:
   virtual ~LightningModule() = default;
-  // The parameters and buffers to train and keep in sync.
-  virtual std::shared_ptr<torch::nn::Module> network() = 0;
+  // Every parameter (DDP syncs those that require grad) and buffer, and both by
+  // name (the checkpoint's state dict).
+  virtual std::vector<at::Tensor> parameters() = 0;
+  virtual std::vector<at::Tensor> buffers() = 0;
+  virtual NamedTensors named_state() = 0;
+  virtual absl::Status To(const c10::Device& device) = 0;
+  virtual void SetTraining(bool training) = 0;
+
   // Returns the loss to minimize.
   virtual absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch,
                                                   int64_t batch_index) = 0;
@@ -40,6 +62,23 @@ class LightningModule {
   }
   virtual absl::StatusOr<at::Tensor> PredictStep(const Batch& batch,
                                                  int64_t batch_index) = 0;
+  virtual OptimizerConfig ConfigureOptimizers() { return {}; }
+};
+
+// A LightningModule whose tensors live in a torch::nn::Module.
+class NnModule : public LightningModule {
+ public:
+  explicit NnModule(std::shared_ptr<torch::nn::Module> network)
+      : network_(std::move(network)) {}
+  std::shared_ptr<torch::nn::Module> network() { return network_; }
+  std::vector<at::Tensor> parameters() override;
+  std::vector<at::Tensor> buffers() override;
+  NamedTensors named_state() override;
+  absl::Status To(const c10::Device& device) override;
+  void SetTraining(bool training) override;
+
+ private:
+  std::shared_ptr<torch::nn::Module> network_;
 };
 
 }  // namespace ddpspawn

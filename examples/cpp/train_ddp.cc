@@ -10,9 +10,9 @@
 
 using ddpspawn::Batch;
 
-class LinearRegression : public ddpspawn::LightningModule {
+class LinearRegression : public ddpspawn::NnModule {
  public:
-  std::shared_ptr<torch::nn::Module> network() override { return net_.ptr(); }
+  LinearRegression() : LinearRegression(torch::nn::Linear(3, 1)) {}
   absl::StatusOr<at::Tensor> TrainingStep(const Batch& b, int64_t) override {
     return torch::mse_loss(net_->forward(b[0]), b[1]);
   }
@@ -26,7 +26,9 @@ class LinearRegression : public ddpspawn::LightningModule {
   }
 
  private:
-  torch::nn::Linear net_{3, 1};
+  explicit LinearRegression(torch::nn::Linear net)
+      : NnModule(net.ptr()), net_(net) {}
+  torch::nn::Linear net_;
 };
 
 absl::StatusOr<std::string> Train(ddpspawn::DDPSpawnStrategy& strategy) {
@@ -36,7 +38,7 @@ absl::StatusOr<std::string> Train(ddpspawn::DDPSpawnStrategy& strategy) {
   torch::manual_seed(strategy.global_rank());  // each rank its own data
   at::Tensor x = torch::randn({256, 3});
   at::Tensor y = x.matmul(torch::tensor({{2.0f}, {-1.0f}, {0.5f}})) + 3.0f;
-  torch::optim::SGD optimizer(module->network()->parameters(), 0.1);
+  torch::optim::SGD optimizer(module->parameters(), 0.1);
   for (int step = 0; step < 200; ++step) {
     optimizer.zero_grad();
     absl::StatusOr<at::Tensor> loss = strategy.TrainingStep({x, y}, step);
@@ -44,7 +46,7 @@ absl::StatusOr<std::string> Train(ddpspawn::DDPSpawnStrategy& strategy) {
     loss->backward();  // gradients are averaged across the ranks here
     optimizer.step();
   }
-  auto params = module->network()->parameters();
+  auto params = module->parameters();
   return absl::StrFormat(
       "weights %.3f %.3f %.3f, bias %.3f", params[0][0][0].item<float>(),
       params[0][0][1].item<float>(), params[0][0][2].item<float>(),

@@ -10,17 +10,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/strategy/ddp_spawn_strategy.h"
+#include "core/train/checkpoint.h"
 
 namespace ddpspawn {
 namespace {
 
 // A regression MLP with every step of the module interface.
-class Regressor : public LightningModule {
+class Regressor : public NnModule {
  public:
-  Regressor()
-      : net_(torch::nn::Sequential(torch::nn::Linear(4, 16), torch::nn::ReLU(),
-                                   torch::nn::Linear(16, 1))) {}
-  std::shared_ptr<torch::nn::Module> network() override { return net_.ptr(); }
+  explicit Regressor(torch::nn::Sequential net = torch::nn::Sequential(
+                         torch::nn::Linear(4, 16), torch::nn::ReLU(),
+                         torch::nn::Linear(16, 1)))
+      : NnModule(net.ptr()), net_(net) {}
   absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch,
                                           int64_t) override {
     at::Tensor out = net_->forward(batch[0]);
@@ -95,7 +96,7 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
   auto module = std::make_shared<Regressor>();
   EXPECT_OK(s.Setup(module));
   EXPECT(s.model() != nullptr && s.lightning_module() == module.get());
-  torch::optim::SGD optimizer(module->network()->parameters(), 0.05);
+  torch::optim::SGD optimizer(module->parameters(), 0.05);
   torch::manual_seed(100 + rank);  // each rank its own shard
   at::Tensor x = torch::randn({16, 4});
   at::Tensor y = x.sum(1, true);
@@ -115,7 +116,7 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
   const bool bf16 = s.options().precision_plugin->name() == "bf16-mixed";
   EXPECT(module->last_output_dtype == (bf16 ? at::kBFloat16 : at::kFloat));
   std::vector<at::Tensor> flat;
-  for (const at::Tensor& p : module->network()->parameters())
+  for (const at::Tensor& p : module->parameters())
     flat.push_back(p.reshape({-1}));
   absl::StatusOr<at::Tensor> all_params =
       s.AllGather(torch::cat(flat).detach());
@@ -131,18 +132,24 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
   // Checkpoints: rank 0 writes, everyone can load.
   const std::string path = absl::StrCat(g_checkpoint_dir, "/model-",
                                         s.options().start_method, ".pt");
-  EXPECT_OK(s.SaveCheckpoint(path));
+  absl::StatusOr<std::string> bytes = SerializeCheckpoint(*module, nullptr, {});
+  EXPECT_OK(bytes.status());
+  EXPECT_OK(s.SaveCheckpoint(*bytes, path));
   at::Tensor saved = torch::cat(flat).detach().clone();
   {
     torch::NoGradGuard no_grad;
-    for (const at::Tensor& p : module->network()->parameters()) p.add_(1.0);
+    for (const at::Tensor& p : module->parameters()) p.add_(1.0);
   }
-  EXPECT_OK(s.LoadCheckpoint(path));
+  absl::StatusOr<std::string> loaded = s.LoadCheckpoint(path);
+  EXPECT_OK(loaded.status());
+  EXPECT_OK(RestoreCheckpoint(*loaded, *module, nullptr, nullptr));
   flat.clear();
-  for (const at::Tensor& p : module->network()->parameters())
+  for (const at::Tensor& p : module->parameters())
     flat.push_back(p.reshape({-1}));
   EXPECT(torch::cat(flat).equal(saved));
   EXPECT(!s.LoadCheckpoint(path + ".missing").ok());
+  EXPECT(
+      !RestoreCheckpoint("not a checkpoint", *module, nullptr, nullptr).ok());
   return absl::StrCat("ok: loss ", first_loss, " -> ", last_loss);
 }
 

@@ -61,8 +61,7 @@ TEST(StrategySingleProcessTest, ErrorsAreStatuses) {
   ASSERT_TRUE(strategy.SetupDistributed().ok());
   EXPECT_EQ(strategy.world_size(), 1);
   EXPECT_EQ(strategy.Setup(nullptr).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(strategy.SaveCheckpoint("/tmp/x").code(),
-            absl::StatusCode::kFailedPrecondition);
+
   EXPECT_TRUE(strategy.Teardown().ok());
 
   StrategyOptions nccl = options;

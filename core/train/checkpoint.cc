@@ -1,0 +1,129 @@
+// Checkpoint serialization (see checkpoint.h).
+#include "core/train/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
+
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace ddpspawn {
+namespace {
+
+constexpr char kFormat[] = "ddpspawn-checkpoint-1";
+
+template <typename Body>
+absl::Status Catching(const std::string& what, Body&& body) {
+  try {
+    return body();
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> SerializeCheckpoint(
+    LightningModule& module, torch::optim::Optimizer* optimizer,
+    const TrainingState& state) {
+  std::string bytes;
+  absl::Status status = Catching("serializing the checkpoint", [&] {
+    torch::serialize::OutputArchive archive;
+    archive.write("format", c10::IValue(std::string(kFormat)));
+    for (const auto& [name, tensor] : module.named_state()) {
+      archive.write("model." + name, tensor.detach().cpu());
+    }
+    if (optimizer != nullptr) {
+      torch::serialize::OutputArchive optimizer_archive;
+      optimizer->save(optimizer_archive);
+      archive.write("optimizer", optimizer_archive);
+    }
+    archive.write("epoch", c10::IValue(state.epoch));
+    archive.write("batch_in_epoch", c10::IValue(state.batch_in_epoch));
+    archive.write("global_step", c10::IValue(state.global_step));
+    for (size_t r = 0; r < state.cpu_rng_per_rank.size(); ++r) {
+      archive.write(absl::StrCat("rng.cpu.", r), state.cpu_rng_per_rank[r]);
+    }
+    std::ostringstream out;
+    archive.save_to(out);
+    bytes = out.str();
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return bytes;
+}
+
+absl::Status RestoreCheckpoint(const std::string& bytes,
+                               LightningModule& module,
+                               torch::optim::Optimizer* optimizer,
+                               TrainingState* state) {
+  torch::serialize::InputArchive archive;
+  absl::Status loaded =
+      Catching("the checkpoint is not a LibTorch archive", [&] {
+        std::istringstream in(bytes);
+        archive.load_from(in);
+        return absl::OkStatus();
+      });
+  if (!loaded.ok()) return loaded;
+  c10::IValue format;
+  if (!archive.try_read("format", format) || !format.isString() ||
+      format.toStringRef() != kFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "not a ddpspawn checkpoint (expected format ", kFormat, ")"));
+  }
+  at::NoGradGuard no_grad;
+  for (const auto& [name, tensor] : module.named_state()) {
+    at::Tensor saved;
+    if (!archive.try_read("model." + name, saved)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the checkpoint has no tensor '", name,
+                       "': was it saved from another model?"));
+    }
+    if (saved.sizes() != tensor.sizes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' has shape ",
+                       c10::str(saved.sizes()), " in the checkpoint but ",
+                       c10::str(tensor.sizes()), " in the model"));
+    }
+    tensor.copy_(saved);
+  }
+  if (optimizer != nullptr) {
+    absl::Status restored = Catching("restoring the optimizer state", [&] {
+      torch::serialize::InputArchive optimizer_archive;
+      if (!archive.try_read("optimizer", optimizer_archive)) {
+        return absl::InvalidArgumentError(
+            "the checkpoint has no optimizer state");
+      }
+      optimizer->load(optimizer_archive);
+      return absl::OkStatus();
+    });
+    if (!restored.ok()) return restored;
+  }
+  if (state != nullptr) {
+    c10::IValue value;
+    for (auto [key, field] :
+         {std::make_pair("epoch", &state->epoch),
+          std::make_pair("batch_in_epoch", &state->batch_in_epoch),
+          std::make_pair("global_step", &state->global_step)}) {
+      if (!archive.try_read(key, value) || !value.isInt()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the checkpoint has no '", key, "'"));
+      }
+      *field = value.toInt();
+    }
+    state->cpu_rng_per_rank.clear();
+    at::Tensor rng;
+    while (archive.try_read(
+        absl::StrCat("rng.cpu.", state->cpu_rng_per_rank.size()), rng)) {
+      state->cpu_rng_per_rank.push_back(rng);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ddpspawn

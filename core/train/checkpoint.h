@@ -1,0 +1,46 @@
+// Checkpoint contents: the module's state (parameters and buffers by name), the
+// optimizer's state, where training stands (epoch, step, position in the epoch)
+// and the CPU random generator, so that resuming continues exactly where
+// training stopped. Serialized with LibTorch's archives.
+#ifndef DDPSPAWN_CORE_TRAIN_CHECKPOINT_H_
+#define DDPSPAWN_CORE_TRAIN_CHECKPOINT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/train/module.h"
+
+namespace torch::optim {
+class Optimizer;
+}  // namespace torch::optim
+
+namespace ddpspawn {
+
+struct TrainingState {
+  int64_t epoch = 0;           // the epoch training is in (or starts next)
+  int64_t batch_in_epoch = 0;  // the next batch of that epoch
+  int64_t global_step = 0;     // optimizer steps so far
+  // Each rank's CPU generator state (at::Generator::get_state()), indexed by
+  // rank.
+  std::vector<at::Tensor> cpu_rng_per_rank;
+};
+
+// `optimizer` may be null (model only).
+absl::StatusOr<std::string> SerializeCheckpoint(
+    LightningModule& module, torch::optim::Optimizer* optimizer,
+    const TrainingState& state);
+
+// Restores what `bytes` holds into the module (and the optimizer and `state`,
+// when not null). A tensor the module has and the checkpoint lacks, or with
+// another shape, is an error that names it.
+absl::Status RestoreCheckpoint(const std::string& bytes,
+                               LightningModule& module,
+                               torch::optim::Optimizer* optimizer,
+                               TrainingState* state);
+
+}  // namespace ddpspawn
+
+#endif  // DDPSPAWN_CORE_TRAIN_CHECKPOINT_H_

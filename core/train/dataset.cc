@@ -1,0 +1,509 @@
+// Loading datasets from .npy and CSV files, and splitting them (see
+// dataset.h). The .npy reader follows NumPy's format description
+// (numpy/lib/format.py): magic, version, header length, a Python dict literal
+// with 'descr', 'fortran_order' and 'shape', then the raw data.
+#include "core/train/dataset.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "core/util/files.h"
+
+namespace ddpspawn {
+namespace {
+
+// .npy data is little-endian (we reject '>'), copied as is into tensors.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the .npy reader assumes a little-endian host");
+
+constexpr absl::string_view kNpyMagic("\x93NUMPY", 6);
+constexpr char kSupportedDtypes[] =
+    "'<f4', '<f8', '|i1', '<i2', '<i4', '<i8', '|u1', '|b1'";
+
+absl::Status Invalid(const std::string& path, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
+}
+
+// ---------------------------------------------------------------------------
+// .npy
+
+struct NpyHeader {
+  std::string descr;
+  bool fortran_order = false;
+  std::vector<int64_t> shape;
+};
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  // Python's tuple notation: (), (3,), (3, 4).
+  if (shape.size() == 1) return absl::StrCat("(", shape[0], ",)");
+  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
+}
+
+// A parser for the dict literal in a .npy header, e.g.
+// {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
+class NpyHeaderParser {
+ public:
+  explicit NpyHeaderParser(absl::string_view text) : text_(text) {}
+
+  // On failure, the returned message says what is wrong (without the path).
+  absl::StatusOr<NpyHeader> Parse() {
+    NpyHeader header;
+    bool has_descr = false, has_fortran_order = false, has_shape = false;
+    if (!Consume('{')) return Error("expected '{'");
+    while (!Consume('}')) {
+      absl::StatusOr<std::string> key = ParseString();
+      if (!key.ok()) return key.status();
+      if (!Consume(':')) return Error("expected ':'");
+      if (*key == "descr") {
+        SkipSpace();
+        if (pos_ < text_.size() && (text_[pos_] == '[' || text_[pos_] == '{'))
+          return absl::InvalidArgumentError(absl::StrCat(
+              "structured dtypes are not supported (supported: ",
+              kSupportedDtypes, ")"));
+        absl::StatusOr<std::string> descr = ParseString();
+        if (!descr.ok()) return descr.status();
+        header.descr = *descr;
+        has_descr = true;
+      } else if (*key == "fortran_order") {
+        if (ConsumeWord("True")) {
+          header.fortran_order = true;
+        } else if (ConsumeWord("False")) {
+          header.fortran_order = false;
+        } else {
+          return Error("expected True or False for 'fortran_order'");
+        }
+        has_fortran_order = true;
+      } else if (*key == "shape") {
+        absl::Status status = ParseShape(&header.shape);
+        if (!status.ok()) return status;
+        has_shape = true;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("unexpected key '", *key, "' in the header"));
+      }
+      if (!Consume(',')) {
+        if (!Consume('}')) return Error("expected ',' or '}'");
+        break;
+      }
+    }
+    if (!has_descr || !has_fortran_order || !has_shape)
+      return absl::InvalidArgumentError(
+          "the header lacks one of 'descr', 'fortran_order', 'shape'");
+    return header;
+  }
+
+ private:
+  absl::Status Error(absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "malformed header (", what, " at offset ", pos_, " of \"",
+        absl::StripAsciiWhitespace(text_), "\")"));
+  }
+
+  void SkipSpace() {
+    while (pos_ < text_.size() && absl::ascii_isspace(text_[pos_])) ++pos_;
+  }
+
+  bool Consume(char c) {
+    SkipSpace();
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+
+  bool ConsumeWord(absl::string_view word) {
+    SkipSpace();
+    if (!absl::StartsWith(text_.substr(pos_), word)) return false;
+    pos_ += word.size();
+    return true;
+  }
+
+  // A Python string literal in single or double quotes (no escapes needed).
+  absl::StatusOr<std::string> ParseString() {
+    SkipSpace();
+    if (pos_ >= text_.size() || (text_[pos_] != '\'' && text_[pos_] != '"'))
+      return Error("expected a quoted string");
+    char quote = text_[pos_++];
+    size_t end = text_.find(quote, pos_);
+    if (end == absl::string_view::npos) return Error("unterminated string");
+    std::string value(text_.substr(pos_, end - pos_));
+    pos_ = end + 1;
+    return value;
+  }
+
+  // A tuple of non-negative integers: (), (3,), (3, 4). Python 2 wrote 3L.
+  absl::Status ParseShape(std::vector<int64_t>* shape) {
+    if (!Consume('(')) return Error("expected '(' for 'shape'");
+    while (!Consume(')')) {
+      SkipSpace();
+      size_t start = pos_;
+      while (pos_ < text_.size() && absl::ascii_isdigit(text_[pos_])) ++pos_;
+      int64_t dim;
+      if (!absl::SimpleAtoi(text_.substr(start, pos_ - start), &dim))
+        return Error("expected a non-negative integer in 'shape'");
+      if (pos_ < text_.size() && text_[pos_] == 'L') ++pos_;
+      shape->push_back(dim);
+      if (!Consume(',')) {
+        if (!Consume(')')) return Error("expected ',' or ')' in 'shape'");
+        break;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::string_view text_;
+  size_t pos_ = 0;
+};
+
+struct NpyDtype {
+  at::ScalarType type;
+  int64_t item_size;
+};
+
+// Maps a 'descr' such as '<f4' to a tensor dtype; the message names the dtype
+// and, when it is not supported, the supported ones.
+absl::StatusOr<NpyDtype> ParseDescr(const std::string& descr) {
+  struct Known {
+    const char* kind_and_size;
+    at::ScalarType type;
+  };
+  static constexpr Known kKnown[] = {
+      {"f4", at::kFloat}, {"f8", at::kDouble}, {"i1", at::kChar},
+      {"i2", at::kShort}, {"i4", at::kInt},    {"i8", at::kLong},
+      {"u1", at::kByte},  {"b1", at::kBool},
+  };
+  if (descr.size() == 3 && absl::string_view("<>|=").find(descr[0]) !=
+                               absl::string_view::npos) {
+    absl::string_view kind_and_size = absl::string_view(descr).substr(1);
+    for (const Known& known : kKnown) {
+      if (kind_and_size != known.kind_and_size) continue;
+      int64_t item_size = descr[2] - '0';
+      if (descr[0] == '>' && item_size > 1)
+        return absl::InvalidArgumentError(absl::StrCat(
+            "big-endian data ('", descr,
+            "') is not supported; save it little-endian, e.g. "
+            "np.save(path, array.astype('<",
+            kind_and_size, "'))"));
+      return NpyDtype{known.type, item_size};
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unsupported dtype '", descr, "' (supported: ", kSupportedDtypes, ")"));
+}
+
+uint32_t ReadLittleEndian(absl::string_view bytes) {
+  uint32_t value = 0;
+  for (size_t i = bytes.size(); i-- > 0;)
+    value = (value << 8) | static_cast<unsigned char>(bytes[i]);
+  return value;
+}
+
+// Parses .npy bytes; errors are InvalidArgument naming `path`.
+absl::StatusOr<at::Tensor> ParseNpy(const std::string& path,
+                                    absl::string_view bytes) {
+  if (bytes.size() < kNpyMagic.size() ||
+      bytes.substr(0, kNpyMagic.size()) != kNpyMagic)
+    return Invalid(path,
+                   "not a .npy file (it does not start with \"\\x93NUMPY\")");
+  if (bytes.size() < 8) return Invalid(path, "truncated .npy preamble");
+  int major = static_cast<unsigned char>(bytes[6]);
+  int minor = static_cast<unsigned char>(bytes[7]);
+  if (major < 1 || major > 3 || minor != 0)
+    return Invalid(path,
+                   absl::StrCat("unsupported .npy format version ", major, ".",
+                                minor, " (supported: 1.0, 2.0, 3.0)"));
+  size_t length_size = major == 1 ? 2 : 4;
+  size_t header_start = 8 + length_size;
+  if (bytes.size() < header_start)
+    return Invalid(path, "truncated .npy preamble");
+  size_t header_length = ReadLittleEndian(bytes.substr(8, length_size));
+  if (bytes.size() - header_start < header_length)
+    return Invalid(path, absl::StrCat("truncated header (expects ",
+                                      header_length, " bytes, has ",
+                                      bytes.size() - header_start, ")"));
+  absl::StatusOr<NpyHeader> header =
+      NpyHeaderParser(bytes.substr(header_start, header_length)).Parse();
+  if (!header.ok()) return Invalid(path, header.status().message());
+  absl::StatusOr<NpyDtype> dtype = ParseDescr(header->descr);
+  if (!dtype.ok()) return Invalid(path, dtype.status().message());
+  if (header->fortran_order)
+    return Invalid(path,
+                   "fortran_order is True; only C order is supported (save "
+                   "np.ascontiguousarray(array))");
+
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  int64_t count = 1;
+  for (int64_t dim : header->shape) {
+    if (dim != 0 && count > kMax / dim)
+      return Invalid(path,
+                     absl::StrCat("shape ", ShapeText(header->shape),
+                                  " is too large"));
+    count *= dim;
+  }
+  if (count > kMax / dtype->item_size)
+    return Invalid(path, absl::StrCat("shape ", ShapeText(header->shape),
+                                      " is too large"));
+  int64_t expected = count * dtype->item_size;
+  absl::string_view data = bytes.substr(header_start + header_length);
+  if (static_cast<int64_t>(data.size()) != expected)
+    return Invalid(path, absl::StrCat("expects ", expected,
+                                      " bytes of data for shape ",
+                                      ShapeText(header->shape), " of ",
+                                      header->descr, ", has ", data.size()));
+
+  at::Tensor tensor =
+      at::empty(header->shape, at::TensorOptions().dtype(dtype->type));
+  if (expected > 0) std::memcpy(tensor.data_ptr(), data.data(), expected);
+  return tensor;
+}
+
+// ---------------------------------------------------------------------------
+// CSV
+
+// Splits one line at `delimiter` outside double quotes ("" inside quotes is a
+// quote), and strips spaces around each field. False on an unterminated quote.
+bool SplitCsvLine(absl::string_view line, char delimiter,
+                  std::vector<std::string>* fields) {
+  fields->clear();
+  std::string field;
+  bool in_quotes = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    char c = line[i];
+    if (in_quotes) {
+      if (c != '"') {
+        field += c;
+      } else if (i + 1 < line.size() && line[i + 1] == '"') {
+        field += '"';
+        ++i;
+      } else {
+        in_quotes = false;
+      }
+    } else if (c == '"') {
+      in_quotes = true;
+    } else if (c == delimiter) {
+      fields->emplace_back(absl::StripAsciiWhitespace(field));
+      field.clear();
+    } else {
+      field += c;
+    }
+  }
+  fields->emplace_back(absl::StripAsciiWhitespace(field));
+  return !in_quotes;
+}
+
+bool ParseNumber(absl::string_view text, double* value) {
+  return !text.empty() && absl::SimpleAtod(text, value);
+}
+
+// The label as an exact integer, if it is one: parsed as an integer, or a
+// number with an integral value in int64's range (np.savetxt writes 1.0e+00).
+bool IntegralLabel(absl::string_view text, double value, int64_t* integer) {
+  if (absl::SimpleAtoi(text, integer)) return true;
+  // 2^63 is exact in double; the range is [-2^63, 2^63).
+  constexpr double kLimit = 9223372036854775808.0;
+  if (!std::isfinite(value) || std::trunc(value) != value ||
+      value < -kLimit || value >= kLimit)
+    return false;
+  *integer = static_cast<int64_t>(value);
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<at::Tensor> LoadNpy(const std::string& path) {
+  absl::StatusOr<std::string> bytes = ReadWholeFile(path);
+  if (!bytes.ok()) return bytes.status();
+  return ParseNpy(path, *bytes);
+}
+
+absl::StatusOr<Dataset> LoadNpyDataset(const std::string& features_path,
+                                       const std::string& labels_path) {
+  absl::StatusOr<at::Tensor> features = LoadNpy(features_path);
+  if (!features.ok()) return features.status();
+  absl::StatusOr<at::Tensor> labels = LoadNpy(labels_path);
+  if (!labels.ok()) return labels.status();
+  if (features->dim() < 1)
+    return Invalid(features_path,
+                   "features must have at least one dimension (one row per "
+                   "sample), not shape ()");
+  if (labels->dim() < 1 || labels->dim() > 2)
+    return Invalid(labels_path,
+                   absl::StrCat("labels must have shape (n,) or (n, k), not ",
+                                ShapeText(labels->sizes().vec())));
+  if (features->size(0) != labels->size(0))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "features and labels differ in size: ", features_path, " has ",
+        features->size(0), " rows (shape ",
+        ShapeText(features->sizes().vec()), "), ", labels_path, " has ",
+        labels->size(0), " (shape ", ShapeText(labels->sizes().vec()), ")"));
+
+  Dataset dataset;
+  dataset.features = features->to(at::kFloat);
+  if (at::isFloatingType(labels->scalar_type())) {
+    dataset.labels = labels->to(at::kFloat);
+  } else {
+    if (labels->dim() == 2 && labels->size(1) != 1)
+      return Invalid(labels_path,
+                     absl::StrCat("integer labels must have shape (n,) or "
+                                  "(n, 1), not ",
+                                  ShapeText(labels->sizes().vec())));
+    dataset.labels = labels->reshape({labels->size(0)}).to(at::kLong);
+  }
+  dataset.source = absl::StrCat(features_path, " + ", labels_path);
+  return dataset;
+}
+
+absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path,
+                                       const CsvOptions& options) {
+  absl::StatusOr<std::string> contents = ReadWholeFile(path);
+  if (!contents.ok()) return contents.status();
+
+  std::vector<std::string> header_names;  // when the file has a header
+  size_t columns = 0;
+  size_t first_line = 0;  // the line that set `columns`
+  size_t label_index = 0;
+  std::vector<float> features;
+  std::vector<double> label_values;
+  std::vector<int64_t> label_integers;
+  bool labels_integral = true;
+
+  auto column_text = [&](size_t column) {
+    std::string text = absl::StrCat("column ", column + 1);
+    if (column < header_names.size() && !header_names[column].empty())
+      absl::StrAppend(&text, " (\"", header_names[column], "\")");
+    return text;
+  };
+
+  std::vector<std::string> fields;
+  size_t line_number = 0;
+  for (absl::string_view line : absl::StrSplit(*contents, '\n')) {
+    ++line_number;
+    absl::ConsumeSuffix(&line, "\r");
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    std::string where = absl::StrCat(path, ":", line_number);
+    if (!SplitCsvLine(line, options.delimiter, &fields))
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": unterminated double quote"));
+
+    if (columns == 0) {  // the first row: header or data
+      columns = fields.size();
+      first_line = line_number;
+      if (columns < 2)
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": has ", columns,
+            " field; a dataset needs at least 2 columns (features and a "
+            "label) - is the delimiter '",
+            std::string(1, options.delimiter), "' right?"));
+      int label_column = options.label_column < 0
+                             ? static_cast<int>(columns) + options.label_column
+                             : options.label_column;
+      if (label_column < 0 || label_column >= static_cast<int>(columns))
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": label_column ", options.label_column,
+                         " is out of range for ", columns, " columns"));
+      label_index = static_cast<size_t>(label_column);
+      bool header = options.header == CsvOptions::Header::kYes;
+      if (options.header == CsvOptions::Header::kAuto) {
+        double unused;
+        for (const std::string& field : fields)
+          if (!ParseNumber(field, &unused)) header = true;
+      }
+      if (header) {
+        header_names = fields;
+        continue;
+      }
+    } else if (fields.size() != columns) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": has ", fields.size(), " fields, expected ", columns,
+          " (as on line ", first_line, ")"));
+    }
+
+    for (size_t column = 0; column < columns; ++column) {
+      double value;
+      if (!ParseNumber(fields[column], &value))
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": ", column_text(column), ": \"",
+                         fields[column], "\" is not a number"));
+      if (column != label_index) {
+        features.push_back(static_cast<float>(value));
+        continue;
+      }
+      label_values.push_back(value);
+      int64_t integer = 0;
+      if (IntegralLabel(fields[column], value, &integer)) {
+        label_integers.push_back(integer);
+      } else if (options.label_type == CsvOptions::LabelType::kInt64) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": ", column_text(column), ": label \"", fields[column],
+            "\" is not an integer (label_type is kInt64)"));
+      } else {
+        labels_integral = false;
+      }
+    }
+  }
+
+  if (columns == 0)
+    return Invalid(path, "the file is empty (no rows)");
+  int64_t rows = static_cast<int64_t>(label_values.size());
+  if (rows == 0) return Invalid(path, "has a header row but no data rows");
+
+  Dataset dataset;
+  dataset.source = path;
+  dataset.features =
+      at::empty({rows, static_cast<int64_t>(columns) - 1}, at::kFloat);
+  std::memcpy(dataset.features.data_ptr<float>(), features.data(),
+              features.size() * sizeof(float));
+  bool integer_labels =
+      options.label_type == CsvOptions::LabelType::kInt64 ||
+      (options.label_type == CsvOptions::LabelType::kAuto && labels_integral);
+  if (integer_labels) {
+    dataset.labels = at::empty({rows}, at::kLong);
+    std::memcpy(dataset.labels.data_ptr<int64_t>(), label_integers.data(),
+                rows * sizeof(int64_t));
+  } else {
+    dataset.labels = at::empty({rows}, at::kFloat);
+    float* labels = dataset.labels.data_ptr<float>();
+    for (int64_t i = 0; i < rows; ++i)
+      labels[i] = static_cast<float>(label_values[i]);
+  }
+  return dataset;
+}
+
+absl::StatusOr<std::pair<Dataset, Dataset>> SplitDataset(const Dataset& dataset,
+                                                         int64_t count) {
+  if (!dataset.features.defined() || dataset.features.dim() < 1)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot split ", dataset.source, ": it has no features tensor"));
+  int64_t size = dataset.size();
+  if (count < 0 || count > size)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot split ", dataset.source, " after row ", count,
+                     ": it has ", size, " rows (the count must be in [0, ",
+                     size, "])"));
+  auto part = [&](int64_t start, int64_t length) {
+    Dataset result;
+    result.features = dataset.features.narrow(0, start, length);
+    if (dataset.labels.defined())
+      result.labels = dataset.labels.narrow(0, start, length);
+    result.source =
+        absl::StrCat(dataset.source, "[", start, ":", start + length, "]");
+    return result;
+  };
+  return std::make_pair(part(0, count), part(count, size - count));
+}
+
+}  // namespace ddpspawn

@@ -1,0 +1,75 @@
+// In-memory datasets for training: loading features and labels from NumPy .npy
+// files or from a numeric CSV file, and splitting a dataset in two.
+#ifndef DDPSPAWN_CORE_TRAIN_DATASET_H_
+#define DDPSPAWN_CORE_TRAIN_DATASET_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+
+namespace ddpspawn {
+
+struct Dataset {
+  // [n, ...] float32 (converted from whatever the file holds).
+  at::Tensor features;
+  // [n] int64 for classification, or [n] / [n, k] float32 for regression.
+  at::Tensor labels;
+  // File name(s), for messages.
+  std::string source;
+
+  int64_t size() const { return features.size(0); }
+};
+
+// Reads one array from a .npy file (NumPy format versions 1.0, 2.0 and 3.0),
+// C order and little-endian only. Supported dtypes: '<f4', '<f8', '|i1',
+// '<i2', '<i4', '<i8', '|u1' and '|b1'; the tensor keeps the file's dtype.
+// NotFound when the file cannot be opened; InvalidArgument, naming the file and
+// what is wrong, for anything else (bad magic, unsupported version or dtype,
+// fortran_order True, big-endian data, a malformed header, or a data size that
+// does not match the shape).
+absl::StatusOr<at::Tensor> LoadNpy(const std::string& path);
+
+// Features and labels from two .npy files with the same first dimension.
+// Features (at least 1-D) are converted to float32. Labels: integer and bool
+// dtypes become int64 and must be [n] (or [n, 1], which is flattened to [n]);
+// float dtypes become float32 and may be [n] or [n, k].
+absl::StatusOr<Dataset> LoadNpyDataset(const std::string& features_path,
+                                       const std::string& labels_path);
+
+struct CsvOptions {
+  // Which column holds the label, counted from 0; negative values count from
+  // the end (-1: the last column).
+  int label_column = -1;
+  // kAuto: the first row is a header when one of its fields is not a number.
+  enum class Header { kAuto, kYes, kNo } header = Header::kAuto;
+  char delimiter = ',';
+  // kAuto: int64 when every label is an integral value (so "1.0" counts, as
+  // np.savetxt writes it), float32 otherwise.
+  enum class LabelType {
+    kAuto,
+    kInt64,
+    kFloat32
+  } label_type = LabelType::kAuto;
+};
+
+// A numeric CSV file: one row per sample, one column the label, the others the
+// features ([n, columns - 1] float32). Fields are trimmed of spaces and may be
+// double-quoted; blank lines are skipped. Errors name the file and the line
+// (and column) of a field that is not a number or of a row with a different
+// number of fields; a file without data rows is an error.
+absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path,
+                                       const CsvOptions& options = {});
+
+// The first `count` rows and the rest, e.g. for a train/test split; `count`
+// must be in [0, size()]. The parts are views of the dataset's tensors (no
+// copy) and their sources say which rows they hold.
+absl::StatusOr<std::pair<Dataset, Dataset>> SplitDataset(const Dataset& dataset,
+                                                         int64_t count);
+
+}  // namespace ddpspawn
+
+#endif  // DDPSPAWN_CORE_TRAIN_DATASET_H_
