@@ -70,9 +70,9 @@ class NpyHeaderParser {
       if (*key == "descr") {
         SkipSpace();
         if (pos_ < text_.size() && (text_[pos_] == '[' || text_[pos_] == '{'))
-          return absl::InvalidArgumentError(absl::StrCat(
-              "structured dtypes are not supported (supported: ",
-              kSupportedDtypes, ")"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("structured dtypes are not supported (supported: ",
+                           kSupportedDtypes, ")"));
         absl::StatusOr<std::string> descr = ParseString();
         if (!descr.ok()) return descr.status();
         header.descr = *descr;
@@ -107,9 +107,9 @@ class NpyHeaderParser {
 
  private:
   absl::Status Error(absl::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "malformed header (", what, " at offset ", pos_, " of \"",
-        absl::StripAsciiWhitespace(text_), "\")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed header (", what, " at offset ", pos_, " of \"",
+                     absl::StripAsciiWhitespace(text_), "\")"));
   }
 
   void SkipSpace() {
@@ -186,18 +186,18 @@ absl::StatusOr<NpyDtype> ParseDescr(const std::string& descr) {
       {"i2", at::kShort}, {"i4", at::kInt},    {"i8", at::kLong},
       {"u1", at::kByte},  {"b1", at::kBool},
   };
-  if (descr.size() == 3 && absl::string_view("<>|=").find(descr[0]) !=
-                               absl::string_view::npos) {
+  if (descr.size() == 3 &&
+      absl::string_view("<>|=").find(descr[0]) != absl::string_view::npos) {
     absl::string_view kind_and_size = absl::string_view(descr).substr(1);
     for (const Known& known : kKnown) {
       if (kind_and_size != known.kind_and_size) continue;
       int64_t item_size = descr[2] - '0';
       if (descr[0] == '>' && item_size > 1)
-        return absl::InvalidArgumentError(absl::StrCat(
-            "big-endian data ('", descr,
-            "') is not supported; save it little-endian, e.g. "
-            "np.save(path, array.astype('<",
-            kind_and_size, "'))"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("big-endian data ('", descr,
+                         "') is not supported; save it little-endian, e.g. "
+                         "np.save(path, array.astype('<",
+                         kind_and_size, "'))"));
       return NpyDtype{known.type, item_size};
     }
   }
@@ -232,9 +232,9 @@ absl::StatusOr<at::Tensor> ParseNpy(const std::string& path,
     return Invalid(path, "truncated .npy preamble");
   size_t header_length = ReadLittleEndian(bytes.substr(8, length_size));
   if (bytes.size() - header_start < header_length)
-    return Invalid(path, absl::StrCat("truncated header (expects ",
-                                      header_length, " bytes, has ",
-                                      bytes.size() - header_start, ")"));
+    return Invalid(
+        path, absl::StrCat("truncated header (expects ", header_length,
+                           " bytes, has ", bytes.size() - header_start, ")"));
   absl::StatusOr<NpyHeader> header =
       NpyHeaderParser(bytes.substr(header_start, header_length)).Parse();
   if (!header.ok()) return Invalid(path, header.status().message());
@@ -249,9 +249,8 @@ absl::StatusOr<at::Tensor> ParseNpy(const std::string& path,
   int64_t count = 1;
   for (int64_t dim : header->shape) {
     if (dim != 0 && count > kMax / dim)
-      return Invalid(path,
-                     absl::StrCat("shape ", ShapeText(header->shape),
-                                  " is too large"));
+      return Invalid(path, absl::StrCat("shape ", ShapeText(header->shape),
+                                        " is too large"));
     count *= dim;
   }
   if (count > kMax / dtype->item_size)
@@ -260,10 +259,10 @@ absl::StatusOr<at::Tensor> ParseNpy(const std::string& path,
   int64_t expected = count * dtype->item_size;
   absl::string_view data = bytes.substr(header_start + header_length);
   if (static_cast<int64_t>(data.size()) != expected)
-    return Invalid(path, absl::StrCat("expects ", expected,
-                                      " bytes of data for shape ",
-                                      ShapeText(header->shape), " of ",
-                                      header->descr, ", has ", data.size()));
+    return Invalid(
+        path, absl::StrCat("expects ", expected, " bytes of data for shape ",
+                           ShapeText(header->shape), " of ", header->descr,
+                           ", has ", data.size()));
 
   at::Tensor tensor =
       at::empty(header->shape, at::TensorOptions().dtype(dtype->type));
@@ -315,8 +314,8 @@ bool IntegralLabel(absl::string_view text, double value, int64_t* integer) {
   if (absl::SimpleAtoi(text, integer)) return true;
   // 2^63 is exact in double; the range is [-2^63, 2^63).
   constexpr double kLimit = 9223372036854775808.0;
-  if (!std::isfinite(value) || std::trunc(value) != value ||
-      value < -kLimit || value >= kLimit)
+  if (!std::isfinite(value) || std::trunc(value) != value || value < -kLimit ||
+      value >= kLimit)
     return false;
   *integer = static_cast<int64_t>(value);
   return true;
@@ -347,9 +346,9 @@ absl::StatusOr<Dataset> LoadNpyDataset(const std::string& features_path,
   if (features->size(0) != labels->size(0))
     return absl::InvalidArgumentError(absl::StrCat(
         "features and labels differ in size: ", features_path, " has ",
-        features->size(0), " rows (shape ",
-        ShapeText(features->sizes().vec()), "), ", labels_path, " has ",
-        labels->size(0), " (shape ", ShapeText(labels->sizes().vec()), ")"));
+        features->size(0), " rows (shape ", ShapeText(features->sizes().vec()),
+        "), ", labels_path, " has ", labels->size(0), " (shape ",
+        ShapeText(labels->sizes().vec()), ")"));
 
   Dataset dataset;
   dataset.features = features->to(at::kFloat);
@@ -394,17 +393,18 @@ absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path,
     ++line_number;
     absl::ConsumeSuffix(&line, "\r");
     if (absl::StripAsciiWhitespace(line).empty()) continue;
-    std::string where = absl::StrCat(path, ":", line_number);
+    // "file:line", for errors.
+    auto where = [&] { return absl::StrCat(path, ":", line_number); };
     if (!SplitCsvLine(line, options.delimiter, &fields))
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": unterminated double quote"));
+          absl::StrCat(where(), ": unterminated double quote"));
 
     if (columns == 0) {  // the first row: header or data
       columns = fields.size();
       first_line = line_number;
       if (columns < 2)
         return absl::InvalidArgumentError(absl::StrCat(
-            where, ": has ", columns,
+            where(), ": has ", columns,
             " field; a dataset needs at least 2 columns (features and a "
             "label) - is the delimiter '",
             std::string(1, options.delimiter), "' right?"));
@@ -427,16 +427,16 @@ absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path,
         continue;
       }
     } else if (fields.size() != columns) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": has ", fields.size(), " fields, expected ", columns,
-          " (as on line ", first_line, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where(), ": has ", fields.size(), " fields, expected ",
+                       columns, " (as on line ", first_line, ")"));
     }
 
     for (size_t column = 0; column < columns; ++column) {
       double value;
       if (!ParseNumber(fields[column], &value))
         return absl::InvalidArgumentError(
-            absl::StrCat(where, ": ", column_text(column), ": \"",
+            absl::StrCat(where(), ": ", column_text(column), ": \"",
                          fields[column], "\" is not a number"));
       if (column != label_index) {
         features.push_back(static_cast<float>(value));
@@ -448,7 +448,7 @@ absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path,
         label_integers.push_back(integer);
       } else if (options.label_type == CsvOptions::LabelType::kInt64) {
         return absl::InvalidArgumentError(absl::StrCat(
-            where, ": ", column_text(column), ": label \"", fields[column],
+            where(), ": ", column_text(column), ": label \"", fields[column],
             "\" is not an integer (label_type is kInt64)"));
       } else {
         labels_integral = false;
@@ -456,8 +456,7 @@ absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path,
     }
   }
 
-  if (columns == 0)
-    return Invalid(path, "the file is empty (no rows)");
+  if (columns == 0) return Invalid(path, "the file is empty (no rows)");
   int64_t rows = static_cast<int64_t>(label_values.size());
   if (rows == 0) return Invalid(path, "has a header row but no data rows");
 
@@ -490,10 +489,9 @@ absl::StatusOr<std::pair<Dataset, Dataset>> SplitDataset(const Dataset& dataset,
         "cannot split ", dataset.source, ": it has no features tensor"));
   int64_t size = dataset.size();
   if (count < 0 || count > size)
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot split ", dataset.source, " after row ", count,
-                     ": it has ", size, " rows (the count must be in [0, ",
-                     size, "])"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot split ", dataset.source, " after row ", count, ": it has ",
+        size, " rows (the count must be in [0, ", size, "])"));
   auto part = [&](int64_t start, int64_t length) {
     Dataset result;
     result.features = dataset.features.narrow(0, start, length);

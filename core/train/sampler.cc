@@ -18,21 +18,21 @@ absl::StatusOr<DistributedSampler> DistributedSampler::Create(
         num_replicas));
   if (rank < 0 || rank >= num_replicas)
     return absl::InvalidArgumentError(
-        absl::StrCat("DistributedSampler: rank ", rank,
-                     " is out of range for ", num_replicas, " replicas"));
+        absl::StrCat("DistributedSampler: rank ", rank, " is out of range for ",
+                     num_replicas, " replicas"));
   if (dataset_size < 1)
     return absl::InvalidArgumentError(absl::StrCat(
         "DistributedSampler: the dataset is empty (size ", dataset_size, ")"));
   if (drop_last && dataset_size < num_replicas)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DistributedSampler: with drop_last, a dataset of ", dataset_size,
-        " samples leaves some of the ", num_replicas,
-        " replicas without a sample"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedSampler: with drop_last, a dataset of ",
+                     dataset_size, " samples leaves some of the ", num_replicas,
+                     " replicas without a sample"));
   // PyTorch: ceil((n - R) / R) with drop_last when R does not divide n, which
   // is floor(n / R); ceil(n / R) otherwise.
-  int64_t num_samples = drop_last ? dataset_size / num_replicas
-                                  : (dataset_size + num_replicas - 1) /
-                                        num_replicas;
+  int64_t num_samples = drop_last
+                            ? dataset_size / num_replicas
+                            : (dataset_size + num_replicas - 1) / num_replicas;
   return DistributedSampler(dataset_size, num_replicas, rank, shuffle, seed,
                             num_samples);
 }
@@ -41,8 +41,8 @@ std::vector<int64_t> DistributedSampler::Indices() const {
   std::vector<int64_t> order(dataset_size_);
   if (shuffle_) {
     // torch.Generator().manual_seed(seed + epoch); the sum wraps mod 2^64.
-    at::Generator generator = at::detail::createCPUGenerator(
-        seed_ + static_cast<uint64_t>(epoch_));
+    at::Generator generator =
+        at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(epoch_));
     at::Tensor permutation =
         at::randperm(dataset_size_, generator, at::TensorOptions(at::kLong));
     const int64_t* data = permutation.data_ptr<int64_t>();

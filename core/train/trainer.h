@@ -1,0 +1,93 @@
+// The training loops, run inside every rank on a DDPSpawnStrategy: fit (epochs
+// or steps, gradient accumulation with no_sync, gradient clipping, validation
+// every n epochs, a step LR schedule), validate, test and predict (predictions
+// gathered to rank 0 in dataset order). Data is sharded by a
+// DistributedSampler; metrics are averaged across ranks and written by rank 0
+// to <root>/metrics.csv; rank 0 checkpoints to <root>/checkpoints/last.ckpt
+// (atomically) after every epoch and when training stops, and resuming from it
+// continues exactly where it stopped.
+#ifndef DDPSPAWN_CORE_TRAIN_TRAINER_H_
+#define DDPSPAWN_CORE_TRAIN_TRAINER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/strategy/ddp_spawn_strategy.h"
+#include "core/train/checkpoint.h"
+#include "core/train/dataset.h"
+#include "core/train/module.h"
+
+namespace ddpspawn {
+
+struct TrainerOptions {
+  int64_t max_epochs = 10;
+  int64_t max_steps = -1;  // > 0: stop after this many optimizer steps
+  int accumulate_grad_batches = 1;
+  double gradient_clip_val =
+      0.0;  // max global L2 norm of the gradients; 0: off
+  int check_val_every_n_epoch = 1;
+  int64_t batch_size = 32;  // per rank
+  bool shuffle = true;
+  bool drop_last = false;
+  uint64_t seed = 0;
+  std::string default_root_dir = "ddpspawn_logs";
+  std::string resume_from;  // a checkpoint to continue from
+  int num_threads = 0;      // intra-op threads per rank; 0: cores / local ranks
+  int log_every_n_steps = 10;
+  bool enable_progress =
+      true;  // rank 0: a progress bar on a terminal, else a line per epoch
+};
+
+// What fit hands back to the launcher (through rank 0's result).
+struct FitResult {
+  std::string
+      checkpoint;  // the final checkpoint: weights, optimizer, position, RNG
+  std::string metrics_csv;
+  int64_t epoch = 0;
+  int64_t global_step = 0;
+  std::map<std::string, double>
+      metrics;  // the last value of every logged metric
+  std::string Encode() const;
+  static absl::StatusOr<FitResult> Decode(const std::string& text);
+};
+
+class Trainer {
+ public:
+  Trainer(DDPSpawnStrategy& strategy, TrainerOptions options);
+
+  absl::StatusOr<FitResult> Fit(std::shared_ptr<LightningModule> module,
+                                const Dataset& train,
+                                const Dataset* validation);
+  // Metrics averaged over the dataset and the ranks (e.g. val_loss,
+  // val_accuracy).
+  absl::StatusOr<std::map<std::string, double>> Validate(
+      std::shared_ptr<LightningModule> module, const Dataset& data);
+  absl::StatusOr<std::map<std::string, double>> Test(
+      std::shared_ptr<LightningModule> module, const Dataset& data);
+  // Rank 0: every sample's prediction, in dataset order; other ranks: an
+  // undefined tensor.
+  absl::StatusOr<at::Tensor> Predict(std::shared_ptr<LightningModule> module,
+                                     const Dataset& data);
+
+ private:
+  absl::Status Prepare(const std::shared_ptr<LightningModule>& module);
+  absl::StatusOr<std::map<std::string, double>> Evaluate(
+      const std::shared_ptr<LightningModule>& module, const Dataset& data,
+      bool test);
+  absl::Status Log(int64_t epoch, int64_t step, const std::string& name,
+                   double value);
+  absl::Status SaveCheckpoint(LightningModule& module,
+                              torch::optim::Optimizer* optimizer,
+                              TrainingState state, const std::string& path);
+
+  DDPSpawnStrategy& strategy_;
+  TrainerOptions options_;
+  std::map<std::string, double> last_metrics_;
+};
+
+}  // namespace ddpspawn
+
+#endif  // DDPSPAWN_CORE_TRAIN_TRAINER_H_
