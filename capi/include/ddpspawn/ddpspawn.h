@@ -358,6 +358,40 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_set_sync(
 DDPSPAWN_EXPORT int32_t
 ddpspawn_reducer_bucket_count(const ddpspawn_reducer* reducer);
 
+/* ------------------------------------------------------------------------ */
+/* Training runs: fit, validate, test, predict                              */
+/* ------------------------------------------------------------------------ */
+
+/* The result of a run: key=value pairs from rank 0. fit: "checkpoint" (the
+ * final checkpoint: weights, optimizer state, position, RNG; give it as
+ * "resume_from" to continue), "metrics_csv", "epoch", "global_step" and
+ * "metric.<name>" (e.g. metric.val_accuracy); validate/test: metric.<name>;
+ * predict: "predictions" (a CSV in dataset order) and "count". */
+typedef struct ddpspawn_run_result ddpspawn_run_result;
+
+/* Runs `command` ("fit", "validate", "test" or "predict") with `options`, a
+ * NULL-terminated list of "key=value" strings whose keys are the ddpspawn
+ * CLI's flags (e.g. "model=mlp:64,128,10" or "model=net.pt" for TorchScript,
+ * "train=train.csv", "val=val.csv", "nproc_per_node=2", "max_epochs=5",
+ * "lr=0.1"; `ddpspawn --help` lists them all). The ranks are forked from the
+ * calling process (start_method=fork; spawn is refused: it would re-run the
+ * caller's program). Data, model and options are checked before any process
+ * starts: a bad one is DDPSPAWN_ERR_INVALID_ARGUMENT naming it; a failing rank
+ * is DDPSPAWN_ERR_WORKER_FAILED. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command,
+                                             const char* const* options,
+                                             ddpspawn_run_result** out_result);
+DDPSPAWN_EXPORT void ddpspawn_run_result_destroy(ddpspawn_run_result* result);
+
+/* The value for `key`, or NULL when the result has none. Owned by the
+ * result. */
+DDPSPAWN_EXPORT const char* ddpspawn_run_result_get(
+    const ddpspawn_run_result* result, const char* key);
+
+/* Every pair as "key=value" lines. Owned by the result; "" for NULL. */
+DDPSPAWN_EXPORT const char* ddpspawn_run_result_text(
+    const ddpspawn_run_result* result);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

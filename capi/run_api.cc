@@ -1,0 +1,94 @@
+// The C ABI of training runs: the CLI's options as key=value strings, ranks
+// forked from the caller.
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_split.h"
+#include "capi/status.h"
+#include "core/strategy/ddp_spawn_strategy.h"
+#include "core/train/run.h"
+#include "ddpspawn/ddpspawn.h"
+
+using ddpspawn::capi::Guard;
+using ddpspawn::capi::NotNull;
+
+struct ddpspawn_run_result {
+  std::string text;
+  std::map<std::string, std::string> values;
+};
+
+extern "C" {
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command,
+                                             const char* const* options,
+                                             ddpspawn_run_result** out_result) {
+  return Guard([&]() -> absl::Status {
+    if (absl::Status s = NotNull(command, "command"); !s.ok()) return s;
+    if (absl::Status s = NotNull(out_result, "out_result"); !s.ok()) return s;
+    ddpspawn::RunOptions parsed;
+    bool has_start_method = false;
+    for (const char* const* option = options;
+         option != nullptr && *option != nullptr; ++option) {
+      std::string entry = *option;
+      size_t eq = entry.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("option '", entry, "' is not of the form key=value"));
+      }
+      std::string key = entry.substr(0, eq);
+      if (key == "start_method" || key == "start-method") {
+        has_start_method = true;
+        if (entry.substr(eq + 1) != "fork") {
+          return absl::InvalidArgumentError(
+              "ddpspawn_run forks its ranks (start_method=fork): spawn would "
+              "re-run the calling "
+              "program; use the ddpspawn CLI for spawned ranks");
+        }
+      }
+      parsed.emplace_back(key, entry.substr(eq + 1));
+    }
+    if (!has_start_method) parsed.emplace_back("start_method", "fork");
+    absl::StatusOr<ddpspawn::RunConfig> config =
+        ddpspawn::ParseRunConfig(command, parsed);
+    if (!config.ok()) return config.status();
+    if (absl::Status s = ddpspawn::CheckRun(*config); !s.ok()) {
+      return absl::InvalidArgumentError(s.message());
+    }
+    ddpspawn::DDPSpawnStrategy strategy(ddpspawn::StrategyOptionsFor(*config));
+    absl::StatusOr<std::string> text =
+        strategy.Launch([&config](ddpspawn::DDPSpawnStrategy& s) {
+          return ddpspawn::RunCommand(*config, s);
+        });
+    if (!text.ok()) return text.status();
+    auto result = std::make_unique<ddpspawn_run_result>();
+    result->text = *text;
+    for (absl::string_view line :
+         absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+      size_t eq = line.find('=');
+      if (eq == absl::string_view::npos) continue;
+      result->values[std::string(line.substr(0, eq))] =
+          std::string(line.substr(eq + 1));
+    }
+    *out_result = result.release();
+    return absl::OkStatus();
+  });
+}
+
+DDPSPAWN_EXPORT void ddpspawn_run_result_destroy(ddpspawn_run_result* result) {
+  delete result;
+}
+
+DDPSPAWN_EXPORT const char* ddpspawn_run_result_get(
+    const ddpspawn_run_result* result, const char* key) {
+  if (result == nullptr || key == nullptr) return nullptr;
+  auto it = result->values.find(key);
+  return it == result->values.end() ? nullptr : it->second.c_str();
+}
+
+DDPSPAWN_EXPORT const char* ddpspawn_run_result_text(
+    const ddpspawn_run_result* result) {
+  return result == nullptr ? "" : result->text.c_str();
+}
+
+}  // extern "C"

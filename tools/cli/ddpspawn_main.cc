@@ -1,0 +1,76 @@
+// The ddpspawn command line: fit, validate, test or predict a model on CSV/.npy
+// data across N spawned ranks, with torchrun-style flags. The launcher re-runs
+// this command line as each rank. It prints rank 0's result as key=value lines
+// (checkpoint=..., metric.val_loss=...).
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "core/strategy/ddp_spawn_strategy.h"
+#include "core/train/run.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: ddpspawn fit|validate|test|predict --model SPEC [options]\n"
+    "\n"
+    "Trains (fit) or evaluates a model with DistributedDataParallel across\n"
+    "--nproc-per-node spawned ranks. Options take --name VALUE or "
+    "--name=VALUE.\n"
+    "\n"
+    "example: ddpspawn fit --model mlp:64,128,10 --train train.csv --val "
+    "val.csv \\\n"
+    "           --nproc-per-node 2 --max-epochs 20 --lr 0.1 --momentum 0.9\n"
+    "\n";
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "ddpspawn: error: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "%s%s", kUsage, ddpspawn::RunOptionsHelp().c_str());
+    return 2;
+  }
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 ||
+        std::strcmp(argv[i], "-h") == 0) {
+      std::printf("%s%s", kUsage, ddpspawn::RunOptionsHelp().c_str());
+      return 0;
+    }
+  }
+  const std::string command = argv[1];
+  ddpspawn::RunOptions options;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (!absl::StartsWith(arg, "--"))
+      return Fail("unexpected argument '" + arg + "'");
+    arg = arg.substr(2);
+    size_t eq = arg.find('=');
+    if (eq != std::string::npos) {
+      options.emplace_back(arg.substr(0, eq), arg.substr(eq + 1));
+    } else if (i + 1 < argc && !absl::StartsWith(argv[i + 1], "--")) {
+      options.emplace_back(arg, argv[++i]);
+    } else {
+      options.emplace_back(arg, "");  // a bare flag: true
+    }
+  }
+  absl::StatusOr<ddpspawn::RunConfig> config =
+      ddpspawn::ParseRunConfig(command, options);
+  if (!config.ok()) return Fail(std::string(config.status().message()));
+  ddpspawn::DDPSpawnStrategy strategy(ddpspawn::StrategyOptionsFor(*config));
+  auto run = [&config](ddpspawn::DDPSpawnStrategy& s) {
+    return ddpspawn::RunCommand(*config, s);
+  };
+  if (ddpspawn::IsWorkerProcess()) return strategy.RunWorker(run);
+  if (absl::Status s = ddpspawn::CheckRun(*config); !s.ok())
+    return Fail(std::string(s.message()));
+  absl::StatusOr<std::string> result = strategy.Launch(run);
+  if (!result.ok()) return Fail(std::string(result.status().message()));
+  std::printf("%s", result->c_str());
+  return 0;
+}
