@@ -356,6 +356,9 @@ absl::StatusOr<std::string> RunCommand(const RunConfig& config,
                                        DDPSpawnStrategy& strategy) {
   absl::StatusOr<Dataset> data = PrimaryData(config);
   if (!data.ok()) return data.status();
+  // The model's initial weights come from the seed (DDP then gives every rank
+  // rank 0's).
+  at::manual_seed(config.trainer.seed);
   absl::StatusOr<std::shared_ptr<LightningModule>> module =
       LoadModel(config, *data);
   if (!module.ok()) return module.status();

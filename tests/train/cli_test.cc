@@ -1,0 +1,235 @@
+// The ddpspawn CLI end to end, with real ranks: fit makes the loss fall and its
+// checkpoint holds rank 0's final weights; resuming after k steps and training
+// m more is bit for bit the same as k+m steps at once; predict returns dataset
+// order; bad inputs are clear errors before anything runs.
+#include <ATen/ATen.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/train/checkpoint.h"
+#include "core/train/mlp_module.h"
+#include "core/util/files.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ddpspawn {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct CliRun {
+  int exit_code;
+  std::string output;
+  std::map<std::string, std::string> values;  // key=value lines
+  double Number(const std::string& key) const {
+    double v = -1;
+    auto it = values.find(key);
+    if (it == values.end() || !absl::SimpleAtod(it->second, &v)) return -1;
+    return v;
+  }
+};
+
+CliRun Cli(const std::string& args) {
+  static int counter = 0;
+  const std::string out =
+      absl::StrCat(testing::TempDir(), "/cli-", ++counter, ".txt");
+  const std::string command = absl::StrCat(
+      "tools/ddpspawn ", args, " --progress false > ", out, " 2>&1");
+  const int status = std::system(command.c_str());
+  CliRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+             ReadWholeFile(out).value_or(""),
+             {}};
+  for (absl::string_view line : absl::StrSplit(run.output, '\n')) {
+    size_t eq = line.find('=');
+    if (eq != absl::string_view::npos &&
+        line.find(' ') == absl::string_view::npos) {
+      run.values[std::string(line.substr(0, eq))] =
+          std::string(line.substr(eq + 1));
+    }
+  }
+  return run;
+}
+
+// A learnable 3-class problem: the class is which of three features is largest.
+std::string WriteClassification(const std::string& name, int rows) {
+  const std::string path = absl::StrCat(testing::TempDir(), "/", name);
+  std::ofstream out(path);
+  at::manual_seed(rows);
+  at::Tensor x = at::rand({rows, 4});
+  at::Tensor y = x.narrow(1, 0, 3).argmax(1);
+  for (int i = 0; i < rows; ++i) {
+    for (int j = 0; j < 4; ++j) out << x[i][j].item<float>() << ",";
+    out << y[i].item<int64_t>() << "\n";
+  }
+  return path;
+}
+
+const std::string kModel = "mlp:4,16,3";
+
+std::string Dir(const std::string& name) {
+  return absl::StrCat(testing::TempDir(), "/", name);
+}
+
+NamedTensors LoadWeights(const std::string& checkpoint) {
+  std::shared_ptr<LightningModule> module = *MakeMlpModule(kModel, true, {});
+  absl::StatusOr<std::string> bytes = ReadWholeFile(checkpoint);
+  EXPECT_TRUE(bytes.ok()) << checkpoint;
+  absl::Status restored =
+      RestoreCheckpoint(bytes.value_or(""), *module, nullptr, nullptr);
+  EXPECT_TRUE(restored.ok()) << restored;
+  return module->named_state();
+}
+
+TEST(CliTest, FitLearnsAndItsCheckpointHoldsTheFinalWeights) {
+  const std::string train = WriteClassification("train.csv", 240);
+  const std::string val = WriteClassification("val.csv", 60);
+  const std::string common =
+      absl::StrCat("--model ", kModel, " --nproc-per-node 2 --lr 0.5 ",
+                   "--momentum 0.9 --batch-size 16 --seed 3");
+  CliRun short_run =
+      Cli(absl::StrCat("fit ", common, " --train ", train, " --val ", val,
+                       " --max-epochs 1 --default-root-dir ", Dir("short")));
+  ASSERT_EQ(short_run.exit_code, 0) << short_run.output;
+  CliRun long_run =
+      Cli(absl::StrCat("fit ", common, " --train ", train, " --val ", val,
+                       " --max-epochs 15 --default-root-dir ", Dir("long")));
+  ASSERT_EQ(long_run.exit_code, 0) << long_run.output;
+  EXPECT_LT(long_run.Number("metric.val_loss"),
+            short_run.Number("metric.val_loss"));
+  EXPECT_GT(long_run.Number("metric.val_accuracy"), 0.8);
+  EXPECT_EQ(long_run.Number("epoch"), 15);
+  EXPECT_EQ(long_run.Number("global_step"),
+            15 * 8);  // 120 samples per rank / 16
+  // Validating the returned checkpoint gives the fit's final validation
+  // metrics: the checkpoint holds rank 0's final weights.
+  CliRun check = Cli(absl::StrCat("validate --model ", kModel, " --data ", val,
+                                  " --nproc-per-node 2 --checkpoint ",
+                                  long_run.values["checkpoint"]));
+  ASSERT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_NEAR(check.Number("metric.val_loss"),
+              long_run.Number("metric.val_loss"), 1e-6);
+  std::string csv = ReadWholeFile(long_run.values["metrics_csv"]).value_or("");
+  EXPECT_THAT(csv, HasSubstr("epoch,step,name,value\n"));
+  EXPECT_THAT(csv, HasSubstr(",val_accuracy,"));
+}
+
+TEST(CliTest, ResumingIsBitForBitTheSameAsNotStopping) {
+  const std::string train = WriteClassification("resume.csv", 100);
+  const std::string common =
+      absl::StrCat("fit --model ", kModel, " --train ", train,
+                   " --nproc-per-node 2 --num-threads 1 --lr 0.3 --momentum "
+                   "0.9 --batch-size 8",
+                   " --max-epochs 5 --seed 11 --optimizer sgd");
+  // 100 samples: 50 per rank, 7 batches per epoch; 10 steps stop in the middle
+  // of epoch 2.
+  CliRun first = Cli(
+      absl::StrCat(common, " --max-steps 10 --default-root-dir ", Dir("k")));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_EQ(first.Number("epoch"), 1);
+  CliRun resumed = Cli(absl::StrCat(common, " --max-steps 25 --resume-from ",
+                                    first.values["checkpoint"],
+                                    " --default-root-dir ", Dir("k_plus_m")));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  CliRun straight = Cli(absl::StrCat(
+      common, " --max-steps 25 --default-root-dir ", Dir("straight")));
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  EXPECT_EQ(resumed.Number("global_step"), 25);
+  NamedTensors a = LoadWeights(resumed.values["checkpoint"]);
+  NamedTensors b = LoadWeights(straight.values["checkpoint"]);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(a[i].second.equal(b[i].second)) << a[i].first << " differs";
+  }
+  NamedTensors early = LoadWeights(first.values["checkpoint"]);
+  EXPECT_FALSE(
+      early[0].second.equal(a[0].second));  // it did train on after resuming
+}
+
+TEST(CliTest, PredictKeepsDatasetOrder) {
+  const std::string data =
+      WriteClassification("predict.csv", 37);  // not a multiple of 2 ranks
+  CliRun fit = Cli(absl::StrCat(
+      "fit --model ", kModel, " --train ", data,
+      " --nproc-per-node 2 --max-epochs 40 --lr 0.5 --momentum 0.9",
+      " --batch-size 8 --default-root-dir ", Dir("p")));
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  CliRun two = Cli(absl::StrCat("predict --model ", kModel, " --data ", data,
+                                " --nproc-per-node 2 --checkpoint ",
+                                fit.values["checkpoint"],
+                                " --default-root-dir ", Dir("p2")));
+  CliRun one = Cli(absl::StrCat("predict --model ", kModel, " --data ", data,
+                                " --nproc-per-node 1 --checkpoint ",
+                                fit.values["checkpoint"],
+                                " --default-root-dir ", Dir("p1")));
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_EQ(two.Number("count"), 37);
+  // Sharded over 2 ranks and gathered, the rows are those of a single process,
+  // in order.
+  EXPECT_EQ(ReadWholeFile(two.values["predictions"]).value_or("a"),
+            ReadWholeFile(one.values["predictions"]).value_or("b"));
+}
+
+TEST(CliTest, BadInputsAreClearErrorsBeforeAnythingRuns) {
+  const std::string train = WriteClassification("bad.csv", 20);
+  const std::string garbage = Dir("garbage.pt");
+  std::ofstream(garbage) << "definitely not a zip archive";
+  const std::string truncated = Dir("truncated.npy");
+  {
+    std::ofstream out(truncated, std::ios::binary);
+    std::string header =
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (10, 4), }";
+    header.resize(118, ' ');
+    header += '\n';
+    out << "\x93NUMPY" << '\x01' << '\x00' << static_cast<char>(118 + 1)
+        << '\x00' << header << std::string(40, '\0');  // 160 bytes expected
+  }
+  const std::string labels = Dir("labels.npy");
+  const struct {
+    std::string args, expected;
+  } cases[] = {
+      {absl::StrCat("fit --model ", Dir("missing.pt"), " --train ", train),
+       "cannot open the model"},
+      {absl::StrCat("fit --model ", garbage, " --train ", train),
+       "is not a TorchScript module"},
+      {absl::StrCat("fit --model ", kModel, " --train ", truncated,
+                    " --train-labels ", labels),
+       "truncated.npy"},
+      {absl::StrCat("fit --model ", kModel, " --train ", train,
+                    " --nproc-per-node 30"),
+       "fewer than the 30 ranks"},
+      {absl::StrCat("fit --model mlp:4,16,2 --train ", train),
+       "class labels outside [0, 2)"},
+      {absl::StrCat("fit --model mlp:5,16,3 --train ", train), "takes 5"},
+      {absl::StrCat("fit --model ", kModel, " --train ", train,
+                    " --lernrate 3"),
+       "unknown option 'lernrate'"},
+      {absl::StrCat("fit --model ", kModel, " --train ", train,
+                    " --max-epochs x"),
+       "max-epochs"},
+      {absl::StrCat("fit --model ", kModel, " --train ", Dir("nope.csv")),
+       "nope.csv"},
+      {absl::StrCat("fit --model ", kModel, " --train ", train, " --nnodes 2"),
+       "nnodes"},
+      {absl::StrCat("train --model ", kModel), "unknown command 'train'"},
+  };
+  for (const auto& c : cases) {
+    CliRun run = Cli(c.args);
+    EXPECT_EQ(run.exit_code, 2) << c.args << "\n" << run.output;
+    EXPECT_THAT(run.output, HasSubstr("ddpspawn: error:")) << c.args;
+    EXPECT_THAT(run.output, HasSubstr(c.expected)) << c.args;
+  }
+  CliRun help = Cli("--help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.output, HasSubstr("--nproc-per-node"));
+}
+
+}  // namespace
+}  // namespace ddpspawn
