@@ -231,5 +231,65 @@ TEST(CliTest, BadInputsAreClearErrorsBeforeAnythingRuns) {
   EXPECT_THAT(help.output, HasSubstr("--nproc-per-node"));
 }
 
+// Scripts a module with /usr/bin/python3 (Debian's python3-torch); false when
+// it cannot.
+bool ScriptModule(const std::string& path, const std::string& body) {
+  const std::string script = Dir("make_module.py");
+  std::ofstream(script) << "import torch\nfrom typing import Dict, List\n"
+                        << "class M(torch.nn.Module):\n"
+                        << "    def __init__(self):\n"
+                        << "        super().__init__()\n"
+                        << "        self.net = torch.nn.Linear(4, 3)\n"
+                        << body << "torch.jit.script(M()).save('" << path
+                        << "')\n";
+  return std::system(absl::StrCat("/usr/bin/python3 ", script, " 2>/dev/null")
+                         .c_str()) == 0;
+}
+
+TEST(CliTest, TorchScriptModulesTrainAndAreChecked) {
+  const std::string train = WriteClassification("script.csv", 120);
+  const std::string good = Dir("good.pt");
+  if (!ScriptModule(good, R"(
+    @torch.jit.export
+    def training_step(self, batch: List[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1])
+    @torch.jit.export
+    def validation_step(self, batch: List[torch.Tensor], batch_idx: int) -> Dict[str, torch.Tensor]:
+        out = self.net(batch[0])
+        return {"val_loss": torch.nn.functional.cross_entropy(out, batch[1])}
+)")) {
+    GTEST_SKIP() << "/usr/bin/python3 cannot script a torch module here";
+  }
+  CliRun fit = Cli(absl::StrCat(
+      "fit --model ", good, " --train ", train, " --val ", train,
+      " --nproc-per-node 2 --max-epochs 20 --lr 0.5 --momentum 0.9",
+      " --default-root-dir ", Dir("script")));
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  EXPECT_LT(fit.Number("metric.val_loss"), 0.8);  // from about ln 3 = 1.1
+
+  const std::string missing = Dir("no_training_step.pt");
+  ASSERT_TRUE(ScriptModule(missing, R"(
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+)"));
+  CliRun no_step =
+      Cli(absl::StrCat("fit --model ", missing, " --train ", train));
+  EXPECT_EQ(no_step.exit_code, 2);
+  EXPECT_THAT(no_step.output, HasSubstr("has no method 'training_step'"));
+  EXPECT_THAT(no_step.output, HasSubstr("batch: List[Tensor], batch_idx: int"));
+
+  const std::string wrong = Dir("wrong_signature.pt");
+  ASSERT_TRUE(ScriptModule(wrong, R"(
+    @torch.jit.export
+    def training_step(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x).sum()
+)"));
+  CliRun bad_signature =
+      Cli(absl::StrCat("fit --model ", wrong, " --train ", train));
+  EXPECT_EQ(bad_signature.exit_code, 2);
+  EXPECT_THAT(bad_signature.output,
+              HasSubstr("'training_step' has the signature"));
+}
+
 }  // namespace
 }  // namespace ddpspawn
