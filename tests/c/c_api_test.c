@@ -2,6 +2,7 @@
  * job (this program re-executed as the workers), a 2-rank fork job, and the
  * argument errors. Exits 0 when every check passes; prints each failed check.
  */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <ddpspawn/ddpspawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +137,77 @@ static void check_result(ddpspawn_job* job, const char* expected) {
         memcmp(data, expected, size) == 0);
 }
 
+/* A training run through ddpspawn_run: 2 forked ranks fit the built-in MLP on a
+ * CSV this test writes, then validate its checkpoint; bad options are errors
+ * before anything runs. */
+static void check_training_run(void) {
+  char dir[] = "/tmp/ddpspawn-c-run-XXXXXX";
+  if (mkdtemp(dir) == NULL) {
+    failures++;
+    return;
+  }
+  char csv[512], train_opt[600], root_opt[600], data_opt[600], ckpt_opt[1200];
+  snprintf(csv, sizeof csv, "%s/train.csv", dir);
+  FILE* out = fopen(csv, "w");
+  srand(7);
+  for (int i = 0; i < 120; i++) {
+    double x[4];
+    int label = 0;
+    for (int j = 0; j < 4; j++) x[j] = rand() / (double)RAND_MAX;
+    for (int j = 1; j < 3; j++) label = x[j] > x[label] ? j : label;
+    fprintf(out, "%f,%f,%f,%f,%d\n", x[0], x[1], x[2], x[3], label);
+  }
+  fclose(out);
+  snprintf(train_opt, sizeof train_opt, "train=%s", csv);
+  snprintf(data_opt, sizeof data_opt, "data=%s", csv);
+  snprintf(root_opt, sizeof root_opt, "default_root_dir=%s/logs", dir);
+  const char* fit_options[] = {
+      "model=mlp:4,16,3", train_opt, root_opt,       "nproc_per_node=2",
+      "max_epochs=10",    "lr=0.5",  "momentum=0.9", "batch_size=16",
+      "progress=false",   NULL};
+  ddpspawn_run_result* result = NULL;
+  CHECK(ddpspawn_run("fit", fit_options, &result) == DDPSPAWN_OK);
+  const char* checkpoint = ddpspawn_run_result_get(result, "checkpoint");
+  CHECK(checkpoint != NULL && strstr(checkpoint, "last.ckpt") != NULL);
+  CHECK(ddpspawn_run_result_get(result, "global_step") != NULL &&
+        strcmp(ddpspawn_run_result_get(result, "global_step"), "40") == 0);
+  CHECK(ddpspawn_run_result_get(result, "no.such.key") == NULL);
+  CHECK(strstr(ddpspawn_run_result_text(result), "metric.train_loss_epoch=") !=
+        NULL);
+  snprintf(ckpt_opt, sizeof ckpt_opt, "checkpoint=%s",
+           checkpoint ? checkpoint : "");
+  ddpspawn_run_result_destroy(result);
+
+  const char* validate_options[] = {"model=mlp:4,16,3", data_opt,
+                                    ckpt_opt,           root_opt,
+                                    "nproc_per_node=2", NULL};
+  result = NULL;
+  CHECK(ddpspawn_run("validate", validate_options, &result) == DDPSPAWN_OK);
+  const char* accuracy = ddpspawn_run_result_get(result, "metric.val_accuracy");
+  CHECK(accuracy != NULL && atof(accuracy) > 0.7);
+  ddpspawn_run_result_destroy(result);
+
+  const char* missing_model[] = {"model=/nonexistent/model.pt", train_opt,
+                                 NULL};
+  ddpspawn_run_result* untouched = (ddpspawn_run_result*)dir;
+  CHECK(ddpspawn_run("fit", missing_model, &untouched) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(ddpspawn_last_error(), "/nonexistent/model.pt") != NULL);
+  CHECK(untouched == (ddpspawn_run_result*)dir);
+  const char* spawn[] = {"model=mlp:4,16,3", train_opt, "start_method=spawn",
+                         NULL};
+  CHECK(ddpspawn_run("fit", spawn, &result) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  const char* not_pairs[] = {"model", NULL};
+  CHECK(ddpspawn_run("fit", not_pairs, &result) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_run("dance", fit_options, &result) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_run(NULL, fit_options, &result) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  ddpspawn_run_result_destroy(NULL);
+  CHECK(strcmp(ddpspawn_run_result_text(NULL), "") == 0);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "worker") == 0) return run_collectives();
 
@@ -220,6 +292,8 @@ int main(int argc, char** argv) {
   CHECK(ddpspawn_broadcast(ctx, &one, 1, DDPSPAWN_FLOAT32, 5) ==
         DDPSPAWN_ERR_INVALID_ARGUMENT);
   ddpspawn_context_destroy(ctx);
+
+  check_training_run();
 
   if (failures == 0) printf("c_api_test: all checks passed\n");
   return failures == 0 ? 0 : 1;
