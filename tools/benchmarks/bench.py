@@ -1,0 +1,111 @@
+"""tools/bench: ddpspawn against the reference users have today (torch.multiprocessing.spawn +
+DistributedDataParallel on the same LibTorch, Gloo and BLAS), on the same workloads, runs
+interleaved, medians over the rounds. Also the no-sync ceiling (the same ranks training without
+gradient sync) and raw Gloo all-reduce bandwidth for the workload's gradient size.
+Launch to first batch runs from the launch call in an already started launcher (ddpspawn's Job,
+or mp.spawn with torch imported) to rank 0's first finished step; ddpspawn is measured with the
+spawn start method like the reference, and with fork.
+
+Usage: tools/bench [--json] [--rounds N] [--steps N] [--workloads mlp,conv]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DDPSPAWN = os.path.join(ROOT, "bazel-bin", "tools", "benchmarks", "ddpspawn_bench")
+REFERENCE = os.path.join(ROOT, "tools", "benchmarks", "reference_ddp.py")
+METRICS = ("launch_to_first_batch", "steps_per_s", "peak_rss_mb")
+
+
+def run(command):
+    """Runs one measurement (each program times its own launch call)."""
+    out = subprocess.run(command, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def blas_in_use():
+    try:
+        return os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+    except OSError:
+        return "unknown"
+
+
+def median_of(runs):
+    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--workloads", default="mlp,conv")
+    args = parser.parse_args()
+    common = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--nprocs", "2"]
+    report = {"blas": blas_in_use(), "ranks": 2, "threads_per_rank": 1, "rounds": args.rounds,
+              "workloads": []}
+    for workload in args.workloads.split(","):
+        w = ["--workload", workload]
+        results = {"ddpspawn": [], "reference": [], "no_sync": [], "ddpspawn_fork": [],
+                   "allreduce": []}
+        for _ in range(args.rounds):  # interleaved, so drift hits every variant alike
+            results["ddpspawn"].append(run([DDPSPAWN] + w + ["--mode", "ddp"] + common))
+            results["reference"].append(
+                run(["/usr/bin/python3", REFERENCE] + w + ["--mode", "ddp"] + common))
+            results["no_sync"].append(run([DDPSPAWN] + w + ["--mode", "nosync"] + common))
+            results["ddpspawn_fork"].append(
+                run([DDPSPAWN] + w + ["--mode", "ddp", "--start-method", "fork"] + common))
+        results["allreduce"].append(run([DDPSPAWN] + w + ["--mode", "allreduce"] + common))
+        ours, ref, ceiling, forked = (median_of(results[k]) for k in
+                                      ("ddpspawn", "reference", "no_sync", "ddpspawn_fork"))
+        report["workloads"].append({
+            "workload": workload,
+            "ddpspawn": ours,
+            "reference": ref,
+            "no_sync": ceiling,
+            "ddpspawn_fork": forked,
+            "allreduce": results["allreduce"][0],
+            "ratios": {
+                "launch_to_first_batch": ours["launch_to_first_batch"] / ref["launch_to_first_batch"],
+                "steps_per_s": ours["steps_per_s"] / ref["steps_per_s"],
+                "peak_rss": ours["peak_rss_mb"] / ref["peak_rss_mb"],
+                "vs_no_sync_ceiling": ours["steps_per_s"] / ceiling["steps_per_s"],
+                "fork_launch_to_first_batch":
+                    forked["launch_to_first_batch"] / ref["launch_to_first_batch"],
+            },
+        })
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print("BLAS: %s; 2 ranks, gloo, 1 intra-op thread per rank; medians of %d interleaved rounds"
+          % (report["blas"], args.rounds))
+    header = "%-6s %-24s %12s %12s %12s %10s"
+    print(header % ("", "", "ddpspawn", "reference", "no-sync", "ratio"))
+    for w in report["workloads"]:
+        o, r, c, q = w["ddpspawn"], w["reference"], w["no_sync"], w["ratios"]
+        print("%-6s %-24s %12.3f %12.3f %12.3f %9.2fx" % (w["workload"], "launch->1st batch (s)",
+              o["launch_to_first_batch"], r["launch_to_first_batch"], c["launch_to_first_batch"],
+              q["launch_to_first_batch"]))
+        print("%-6s %-24s %12.1f %12.1f %12.1f %9.2fx" % ("", "steps/s per rank",
+              o["steps_per_s"], r["steps_per_s"], c["steps_per_s"], q["steps_per_s"]))
+        print("%-6s %-24s %12.0f %12.0f %12.0f %9.2fx" % ("", "peak RSS per rank (MB)",
+              o["peak_rss_mb"], r["peak_rss_mb"], c["peak_rss_mb"], q["peak_rss"]))
+        print("%-6s %-24s %12.2f  (of the no-sync ceiling)" % ("", "ddpspawn steps/s",
+              q["vs_no_sync_ceiling"]))
+        print("%-6s %-24s %12.3f %24s %9.2fx" % ("", "fork: launch->1st (s)",
+              w["ddpspawn_fork"]["launch_to_first_batch"], "", q["fork_launch_to_first_batch"]))
+        a = w["allreduce"]
+        print("%-6s %-24s %12.2f ms for %.1f MB: %.2f GB/s algorithmic bandwidth" % (
+              "", "raw gloo all-reduce", a["allreduce_ms"], a["bytes"] / 1e6,
+              a["algbw_gb_per_s"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
