@@ -2,6 +2,7 @@
 #include "core/train/run.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <filesystem>
 #include <fstream>
@@ -14,8 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/train/checkpoint.h"
 #include "core/train/mlp_module.h"
 #include "core/train/torchscript_module.h"
+#include "core/util/files.h"
 
 namespace ddpspawn {
 namespace {
@@ -251,11 +254,46 @@ absl::Status WritePredictions(const at::Tensor& predictions,
   if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
   auto a = rows.accessor<double, 2>();
   for (int64_t i = 0; i < rows.size(0); ++i) {
-    for (int64_t j = 0; j < rows.size(1); ++j) out << (j ? "," : "") << a[i][j];
+    for (int64_t j = 0; j < rows.size(1); ++j) {
+      out << (j ? "," : "") << absl::StrFormat("%.17g", a[i][j]);
+    }
     out << "\n";
   }
   return out ? absl::OkStatus()
              : absl::InternalError(absl::StrCat("cannot write ", path));
+}
+
+// Runs the step the command needs on the first two samples, so that a model
+// that lacks it, or cannot digest this data (shapes, label dtype), fails here
+// with the file's name rather than in every rank. One intra-op thread, so no
+// OpenMP team exists when ranks are forked afterwards.
+absl::Status DryRun(const RunConfig& config, LightningModule& module,
+                    const Dataset& data) {
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  at::NoGradGuard no_grad;
+  const int64_t n = std::min<int64_t>(2, data.size());
+  Batch batch = {data.features.narrow(0, 0, n), data.labels.narrow(0, 0, n)};
+  absl::Status status;
+  try {
+    module.SetTraining(config.command == "fit");
+    if (config.command == "fit") {
+      status = module.TrainingStep(batch, 0).status();
+    } else if (config.command == "predict") {
+      status = module.PredictStep(batch, 0).status();
+    } else if (config.command == "test") {
+      status = module.TestStep(batch, 0).status();
+    } else {
+      status = module.ValidationStep(batch, 0).status();
+    }
+  } catch (const std::exception& e) {
+    status = absl::InvalidArgumentError(e.what());
+  }
+  at::set_num_threads(threads);
+  if (status.ok()) return status;
+  return absl::InvalidArgumentError(
+      absl::StrCat("the model ", config.model, " cannot run ", config.command,
+                   " on ", data.source, ": ", status.message()));
 }
 
 // The dataset a command works on.
@@ -333,7 +371,19 @@ absl::Status CheckRun(const RunConfig& config) {
           absl::StrCat("checkpoint ", *path, " does not exist"));
     }
   }
-  return LoadModel(config, *data).status();
+  absl::StatusOr<std::shared_ptr<LightningModule>> module =
+      LoadModel(config, *data);
+  if (!module.ok()) return module.status();
+  if (!config.checkpoint.empty()) {
+    absl::StatusOr<std::string> bytes = ReadWholeFile(config.checkpoint);
+    if (!bytes.ok()) return bytes.status();
+    if (absl::Status s = RestoreCheckpoint(*bytes, **module, nullptr, nullptr);
+        !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint ", config.checkpoint, ": ", s.message()));
+    }
+  }
+  return DryRun(config, **module, *data);
 }
 
 StrategyOptions StrategyOptionsFor(const RunConfig& config) {

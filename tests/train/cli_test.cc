@@ -226,6 +226,16 @@ TEST(CliTest, BadInputsAreClearErrorsBeforeAnythingRuns) {
     EXPECT_THAT(run.output, HasSubstr("ddpspawn: error:")) << c.args;
     EXPECT_THAT(run.output, HasSubstr(c.expected)) << c.args;
   }
+  CliRun fit =
+      Cli(absl::StrCat("fit --model ", kModel, " --train ", train,
+                       " --max-epochs 1 --default-root-dir ", Dir("bad_fit")));
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  CliRun other_shape =
+      Cli(absl::StrCat("validate --model mlp:4,8,3 --data ", train,
+                       " --checkpoint ", fit.values["checkpoint"]));
+  EXPECT_EQ(other_shape.exit_code, 2);
+  EXPECT_THAT(other_shape.output,
+              HasSubstr("has shape [16, 4] in the checkpoint"));
   CliRun help = Cli("--help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.output, HasSubstr("--nproc-per-node"));
@@ -277,6 +287,11 @@ TEST(CliTest, TorchScriptModulesTrainAndAreChecked) {
   EXPECT_EQ(no_step.exit_code, 2);
   EXPECT_THAT(no_step.output, HasSubstr("has no method 'training_step'"));
   EXPECT_THAT(no_step.output, HasSubstr("batch: List[Tensor], batch_idx: int"));
+
+  CliRun no_predict =
+      Cli(absl::StrCat("predict --model ", good, " --data ", train));
+  EXPECT_EQ(no_predict.exit_code, 2);
+  EXPECT_THAT(no_predict.output, HasSubstr("predicting needs predict_step"));
 
   const std::string wrong = Dir("wrong_signature.pt");
   ASSERT_TRUE(ScriptModule(wrong, R"(

@@ -1,8 +1,10 @@
 """ddpspawn: start data-parallel worker processes and run collectives.
 
 A pure-Python (ctypes) binding of libddpspawn's C ABI. See :func:`spawn` to
-launch workers, :class:`Context` for what a worker can do, and
-:class:`Reducer` (from :meth:`Context.reducer`) to average gradients DDP-style.
+launch workers, :class:`Context` for what a worker can do,
+:class:`Reducer` (from :meth:`Context.reducer`) to average gradients DDP-style,
+and :func:`fit`, :func:`validate`, :func:`test` and :func:`predict` for
+training runs that the library carries out in C++ (LibTorch).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ._errors import (
 )
 from ._launch import spawn
 from ._reducer import Reducer
+from ._train import FitResult, fit, predict, test, validate
 
 __version__ = "0.1.0"
 
@@ -29,6 +32,7 @@ __all__ = [
     "DdpspawnError",
     "DdpspawnTimeoutError",
     "FailedPreconditionError",
+    "FitResult",
     "InternalError",
     "InvalidArgumentError",
     "LibraryLoadError",
@@ -36,10 +40,14 @@ __all__ = [
     "UnavailableError",
     "WorkerFailedError",
     "abi_version",
+    "fit",
     "is_worker",
     "library_path",
     "library_version",
+    "predict",
     "spawn",
+    "test",
+    "validate",
 ]
 
 
@@ -69,6 +77,7 @@ for _public in (
     DdpspawnError,
     DdpspawnTimeoutError,
     FailedPreconditionError,
+    FitResult,
     InternalError,
     InvalidArgumentError,
     LibraryLoadError,

@@ -81,9 +81,14 @@ class ReducerHandle(Structure):
     """Opaque ``ddpspawn_reducer``."""
 
 
+class RunResultHandle(Structure):
+    """Opaque ``ddpspawn_run_result``."""
+
+
 JobPtr = POINTER(Job)
 ContextPtr = POINTER(ContextHandle)
 ReducerPtr = POINTER(ReducerHandle)
+RunResultPtr = POINTER(RunResultHandle)
 
 #: ``int (*ddpspawn_worker_fn)(int32_t rank, void* user_data)``
 WorkerFn = CFUNCTYPE(c_int, c_int32, c_void_p)
@@ -265,6 +270,14 @@ SIGNATURES = {
     "ddpspawn_reducer_finalize": (_Status, [ReducerPtr]),
     "ddpspawn_reducer_set_sync": (_Status, [ReducerPtr, c_int32]),
     "ddpspawn_reducer_bucket_count": (c_int32, [ReducerPtr]),
+    # Training runs.
+    "ddpspawn_run": (
+        _Status,
+        [c_char_p, POINTER(c_char_p), POINTER(RunResultPtr)],
+    ),
+    "ddpspawn_run_result_destroy": (None, [RunResultPtr]),
+    "ddpspawn_run_result_get": (c_char_p, [RunResultPtr, c_char_p]),
+    "ddpspawn_run_result_text": (c_char_p, [RunResultPtr]),
 }
 
 _lock = threading.RLock()

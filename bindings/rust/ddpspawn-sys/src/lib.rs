@@ -261,6 +261,17 @@ impl Default for ddpspawn_reducer_options {
 }
 
 // ---------------------------------------------------------------------------
+// Training run types
+// ---------------------------------------------------------------------------
+
+/// Opaque result of `ddpspawn_run`: rank 0's `key=value` pairs.
+#[repr(C)]
+pub struct ddpspawn_run_result {
+    _data: [u8; 0],
+    _marker: PhantomData<(*mut u8, PhantomPinned)>,
+}
+
+// ---------------------------------------------------------------------------
 // Functions
 // ---------------------------------------------------------------------------
 
@@ -392,6 +403,25 @@ extern "C" {
     ) -> ddpspawn_status;
     /// Number of buckets; -1 for NULL.
     pub fn ddpspawn_reducer_bucket_count(reducer: *const ddpspawn_reducer) -> i32;
+
+    // Training runs.
+    /// Runs `command` (`"fit"`, `"validate"`, `"test"` or `"predict"`) with
+    /// `options`, a NULL-terminated array of `"key=value"` strings (the CLI's
+    /// flags); the ranks are forked from the calling process. Free the
+    /// result with `ddpspawn_run_result_destroy`.
+    pub fn ddpspawn_run(
+        command: *const c_char,
+        options: *const *const c_char,
+        out_result: *mut *mut ddpspawn_run_result,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_run_result_destroy(result: *mut ddpspawn_run_result);
+    /// The value for `key`, or NULL; owned by the result.
+    pub fn ddpspawn_run_result_get(
+        result: *const ddpspawn_run_result,
+        key: *const c_char,
+    ) -> *const c_char;
+    /// Every pair as `"key=value"` lines; owned by the result; `""` for NULL.
+    pub fn ddpspawn_run_result_text(result: *const ddpspawn_run_result) -> *const c_char;
 }
 
 #[cfg(test)]
@@ -568,6 +598,7 @@ mod tests {
             ddpspawn_job_destroy(ptr::null_mut());
             ddpspawn_context_destroy(ptr::null_mut());
             ddpspawn_reducer_destroy(ptr::null_mut());
+            ddpspawn_run_result_destroy(ptr::null_mut());
         }
     }
 
@@ -620,6 +651,38 @@ mod tests {
                 DDPSPAWN_ERR_INVALID_ARGUMENT
             );
             assert_eq!(ddpspawn_reducer_bucket_count(ptr::null()), -1);
+        }
+    }
+
+    /// The training-run functions' NULL handling; nothing is started (a
+    /// run that got as far as forking would fork libtest's process).
+    #[test]
+    fn run_null_arguments() {
+        unsafe {
+            let mut result: *mut ddpspawn_run_result = ptr::null_mut();
+            let options: [*const c_char; 1] = [ptr::null()];
+            assert_eq!(
+                ddpspawn_run(ptr::null(), options.as_ptr(), &mut result),
+                DDPSPAWN_ERR_INVALID_ARGUMENT
+            );
+            assert!(result.is_null());
+            assert_eq!(
+                ddpspawn_run(b"fit\0".as_ptr().cast(), options.as_ptr(), ptr::null_mut()),
+                DDPSPAWN_ERR_INVALID_ARGUMENT
+            );
+            // An unknown command is refused before any option is looked at.
+            assert_eq!(
+                ddpspawn_run(b"train\0".as_ptr().cast(), options.as_ptr(), &mut result),
+                DDPSPAWN_ERR_INVALID_ARGUMENT
+            );
+            assert!(result.is_null());
+            let msg = CStr::from_ptr(ddpspawn_last_error()).to_string_lossy();
+            assert!(msg.contains("train"), "{msg}");
+            assert!(ddpspawn_run_result_get(ptr::null(), b"epoch\0".as_ptr().cast()).is_null());
+            assert_eq!(
+                CStr::from_ptr(ddpspawn_run_result_text(ptr::null())).to_bytes(),
+                b""
+            );
         }
     }
 }

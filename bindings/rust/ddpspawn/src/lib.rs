@@ -14,6 +14,10 @@
 //! * Gradient averaging for any framework: a [`Reducer`] (built with
 //!   [`ReducerBuilder`]) owns a set of gradient buffers, lends them out for
 //!   writing, and averages them across the ranks in buckets, DDP-style.
+//! * Training runs carried out by the library (LibTorch, no Python): a
+//!   [`Trainer`] fits, validates, tests or predicts with the built-in MLP or a
+//!   TorchScript model on [`Data`] in ranks forked from this process, and
+//!   returns rank 0's [`RunResult`] (checkpoint, metrics, predictions).
 //!
 //! ```no_run
 //! use ddpspawn::{Context, Launcher, ReduceOp};
@@ -47,6 +51,7 @@ mod element;
 mod error;
 mod launcher;
 mod reducer;
+mod trainer;
 mod worker;
 
 pub use context::Context;
@@ -54,6 +59,7 @@ pub use element::{DType, Element, ReduceOp};
 pub use error::{Error, ErrorKind, Result};
 pub use launcher::{Launcher, RankReport, RankState, Report};
 pub use reducer::{GradBuffer, GradBufferMut, NoSync, Reducer, ReducerBuilder};
+pub use trainer::{Data, RunResult, Trainer};
 pub use worker::{is_worker, set_error, set_result};
 
 /// Re-export of the raw declarations.
@@ -77,7 +83,7 @@ pub fn version() -> String {
 
 /// `Ok(())` when the loaded library speaks [`ABI_VERSION`], else
 /// [`Error::Unavailable`]. [`Launcher`] and [`Context`] check this before
-/// their first C call.
+/// their first C call, and so does [`Trainer`].
 pub fn check_abi_version() -> Result<()> {
     let loaded = abi_version();
     if loaded == ABI_VERSION {

@@ -1,0 +1,403 @@
+"""Training runs: ``fit``, ``validate``, ``test`` and ``predict`` through
+``ddpspawn_run``.
+
+The library forks the ranks from this process and runs the whole loop in C++
+(LibTorch): the built-in ``mlp:IN,HIDDEN...,OUT`` model or a TorchScript file
+whose exported methods are the steps. Options are the ddpspawn CLI's flags,
+passed as ``key=value`` strings; the library checks data, model and options
+before any process starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import numbers
+import os
+import re
+import shutil
+import signal as signal_module
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+from . import _lib
+from ._errors import DdpspawnError, InvalidArgumentError, WorkerFailedError
+
+PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+#: A CSV file (label in the last column), or ``(features.npy, labels.npy)``.
+Data = Union[PathLike, Tuple[PathLike, PathLike]]
+#: ``"mlp:IN,HIDDEN...,OUT"``, a TorchScript file, or a ``torch.jit.ScriptModule``.
+Model = Any
+
+# Keys the functions' own arguments set; in **options they are an error.
+_DATA_KEYS = ("train", "train_labels", "val", "val_labels", "data", "data_labels")
+_NPROCS_KEYS = ("nproc_per_node",)
+
+# Runs are serialized: each forks the whole process and installs signal
+# handlers while it waits, so two at once would get in each other's way.
+_run_lock = threading.Lock()
+
+# "rank 1 (pid 42) exited with code 1" / "... was killed by signal SIGSEGV (...)"
+_FAILURE = re.compile(
+    r"rank (\d+) \(pid -?\d+\) (?:exited with code (-?\d+)|"
+    r"was killed by signal (?:SIG([A-Z0-9+-]+)|signal (\d+))[^\n]*?)(?=:\n|$)",
+    re.MULTILINE,
+)
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What :func:`fit` hands back (rank 0's result).
+
+    Attributes:
+        checkpoint: the final checkpoint (weights, optimizer state, position,
+            RNG). Continue training with ``resume_from=result.checkpoint``
+            (see :meth:`resume_options`); start validate/test/predict from it
+            with ``checkpoint=result.checkpoint``.
+        metrics_csv: the metrics log (columns epoch, step, name, value).
+        epoch: epochs completed.
+        global_step: optimizer steps taken.
+        metrics: the last value of every logged metric, e.g. ``train_loss_epoch``,
+            ``val_loss``, ``val_accuracy``.
+        values: every key=value pair of the result, as text.
+    """
+
+    checkpoint: str
+    metrics_csv: str
+    epoch: int
+    global_step: int
+    metrics: Dict[str, float]
+    values: Dict[str, str] = field(default_factory=dict, repr=False)
+
+    def resume_options(self) -> Dict[str, str]:
+        """Options that make a :func:`fit` continue from this one.
+
+        ``ddpspawn.fit(model, train, **result.resume_options(), max_epochs=20)``
+        goes on until epoch 20 (``max_epochs`` counts from the start).
+        """
+        return {"resume_from": self.checkpoint}
+
+
+def _encode_path(what: str, value: Any) -> bytes:
+    if isinstance(value, (str, bytes, os.PathLike)):
+        encoded = os.fsencode(value)
+    else:
+        raise InvalidArgumentError(
+            f"{what} must be a path (str or os.PathLike), not {type(value).__name__}"
+        )
+    if not encoded:
+        raise InvalidArgumentError(f"{what} is empty")
+    return encoded
+
+
+def _encode_value(key: str, value: Any) -> bytes:
+    """An option's value as the library reads it."""
+    if isinstance(value, bool):
+        return b"true" if value else b"false"
+    if isinstance(value, numbers.Integral):
+        return str(int(value)).encode()
+    if isinstance(value, numbers.Real):
+        return repr(float(value)).encode()
+    if isinstance(value, (str, bytes, os.PathLike)):
+        return os.fsencode(value)
+    raise InvalidArgumentError(
+        f"option {key}: expected a str, path, number or bool, not {type(value).__name__}"
+    )
+
+
+def _model_entry(model: Model, stack: contextlib.ExitStack) -> bytes:
+    """The model option: a spec or path, or a ScriptModule saved to a file."""
+    if isinstance(model, (str, bytes, os.PathLike)):
+        return _encode_path("model", model)
+    # torch stays optional: an object can only be a ScriptModule if the
+    # caller imported torch already.
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if isinstance(model, torch.jit.ScriptModule):
+            directory = tempfile.mkdtemp(prefix="ddpspawn-model-")
+            stack.callback(shutil.rmtree, directory, ignore_errors=True)
+            path = os.path.join(directory, "model.pt")
+            torch.jit.save(model, path)
+            return os.fsencode(path)
+        if isinstance(model, torch.nn.Module):
+            raise InvalidArgumentError(
+                f"model is a {type(model).__name__} that is not scripted: pass "
+                "torch.jit.script(module), whose exported training_step(self, batch: "
+                "List[Tensor], batch_idx: int) -> Tensor the library runs"
+            )
+    raise InvalidArgumentError(
+        "model must be 'mlp:IN,HIDDEN...,OUT', a path to a TorchScript file or a "
+        f"torch.jit.ScriptModule, not {type(model).__name__}"
+    )
+
+
+def _data_entries(name: str, data: Data) -> List[Tuple[str, bytes]]:
+    """``name=path``, or ``name=features`` and ``name_labels=labels``."""
+    if isinstance(data, (tuple, list)):
+        if len(data) != 2:
+            raise InvalidArgumentError(
+                f"{name} must be a path or a (features, labels) pair of .npy files, "
+                f"not a sequence of {len(data)}"
+            )
+        return [
+            (name, _encode_path(f"{name} features", data[0])),
+            (f"{name}_labels", _encode_path(f"{name} labels", data[1])),
+        ]
+    return [(name, _encode_path(name, data))]
+
+
+def _option_entries(options: Mapping[str, Any]) -> List[Tuple[str, bytes]]:
+    entries = []
+    for key, value in options.items():
+        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+            raise InvalidArgumentError(f"bad option name {key!r}")
+        normalized = key.replace("-", "_")
+        if normalized in _NPROCS_KEYS:
+            raise InvalidArgumentError(
+                f"option {key}: give the number of ranks as nprocs=N"
+            )
+        if normalized in _DATA_KEYS:
+            raise InvalidArgumentError(
+                f"option {key}: give the data as the function's own argument "
+                "(a path, or a (features, labels) pair of .npy files)"
+            )
+        if value is None:
+            continue  # not given
+        entries.append((key, _encode_value(key, value)))
+    return entries
+
+
+def _check_nprocs(nprocs: Any) -> None:
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+        raise InvalidArgumentError(f"nprocs must be an int >= 1, not {nprocs!r}")
+
+
+def _parse_pairs(text: str) -> Dict[str, str]:
+    """``ddpspawn_run_result_text``'s ``key=value`` lines."""
+    pairs = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key:
+            pairs[key] = value
+    return pairs
+
+
+def _worker_failed(message: str) -> WorkerFailedError:
+    """A WorkerFailedError with what the launcher's message says about the rank."""
+    match = _FAILURE.search(message)
+    if match is None:
+        return WorkerFailedError(-1, message)
+    rank = int(match.group(1))
+    exit_code = int(match.group(2)) if match.group(2) is not None else None
+    signal = None
+    if match.group(3) is not None:
+        try:
+            signal = signal_module.Signals["SIG" + match.group(3)].value
+        except KeyError:
+            signal = None
+    elif match.group(4) is not None:
+        signal = int(match.group(4))
+    rest = message[match.end():]
+    text = rest[2:] if rest.startswith(":\n") else ""
+    return WorkerFailedError(rank, message, text, exit_code=exit_code, signal=signal)
+
+
+def _flush_std_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:
+            pass
+
+
+def run(command: str, entries: List[Tuple[str, bytes]]) -> Dict[str, str]:
+    """``ddpspawn_run(command, key=value...)``; returns rank 0's pairs."""
+    lib = _lib.lib()
+    raw = []
+    for key, value in entries:
+        entry = key.encode() + b"=" + value
+        if b"\0" in entry:
+            raise InvalidArgumentError(f"option {key} contains a NUL byte")
+        raw.append(entry)
+    options = (ctypes.c_char_p * (len(raw) + 1))(*raw, None)
+    result = _lib.RunResultPtr()
+    with _run_lock:
+        _flush_std_streams()  # output order: ours before the ranks'
+        launcher_pid = os.getpid()
+        status = lib.ddpspawn_run(command.encode(), options, ctypes.byref(result))
+        if os.getpid() != launcher_pid:  # a forked rank must never get here
+            os._exit(70)
+        if status == _lib.ERR_WORKER_FAILED:
+            raise _worker_failed(_lib.last_error())
+        _lib.check(status)
+    try:
+        text = lib.ddpspawn_run_result_text(result) or b""
+        return _parse_pairs(text.decode("utf-8", "replace"))
+    finally:
+        lib.ddpspawn_run_result_destroy(result)
+
+
+def _run_command(
+    command: str,
+    model: Model,
+    data: List[Tuple[str, bytes]],
+    nprocs: int,
+    options: Mapping[str, Any],
+) -> Dict[str, str]:
+    _check_nprocs(nprocs)
+    option_entries = _option_entries(options)
+    with contextlib.ExitStack() as stack:
+        entries = [("model", _model_entry(model, stack))] + data
+        entries.append(("nproc_per_node", str(nprocs).encode()))
+        return run(command, entries + option_entries)
+
+
+def _metrics(values: Mapping[str, str]) -> Dict[str, float]:
+    return {
+        key[len("metric."):]: float(value)
+        for key, value in values.items()
+        if key.startswith("metric.")
+    }
+
+
+def fit(
+    model: Model,
+    train: Data,
+    *,
+    val: Optional[Data] = None,
+    nprocs: int = 1,
+    **options: Any,
+) -> FitResult:
+    """Trains ``model`` on ``train`` in ``nprocs`` forked ranks (DDP on CPU).
+
+    Args:
+        model: ``"mlp:IN,HIDDEN...,OUT"`` (the built-in multilayer perceptron:
+            integer labels make it a classifier, float labels a regressor), a
+            path to a TorchScript file, or a ``torch.jit.ScriptModule`` (saved
+            to a temporary file first). A TorchScript module exports
+            ``training_step(self, batch: List[Tensor], batch_idx: int) -> Tensor``
+            and optionally ``validation_step`` / ``test_step`` (``-> Dict[str,
+            Tensor]``) and ``predict_step`` (``-> Tensor``); ``batch`` is
+            ``[features, labels]``.
+        train: a CSV file (label in the last column) or a ``(features.npy,
+            labels.npy)`` pair.
+        val: validation data, the same way; validated every
+            ``check_val_every_n_epoch`` epochs.
+        nprocs: number of ranks.
+        **options: the ddpspawn CLI's options as Python names, e.g.
+            ``max_epochs=5, lr=0.1, batch_size=32, optimizer="adam", seed=0,
+            default_root_dir="logs", resume_from=..., timeout=600``. Bools
+            become true/false; None means "not given".
+
+    Raises:
+        InvalidArgumentError: bad data, model or options, found before any
+            process starts (the message names what is wrong).
+        WorkerFailedError: a rank failed while running (``.rank``,
+            ``.traceback_text``).
+        DdpspawnTimeoutError: the run took longer than ``timeout`` seconds.
+    """
+    data = _data_entries("train", train)
+    if val is not None:
+        data += _data_entries("val", val)
+    values = _run_command("fit", model, data, nprocs, options)
+    return FitResult(
+        checkpoint=values.get("checkpoint", ""),
+        metrics_csv=values.get("metrics_csv", ""),
+        epoch=int(values.get("epoch", "0")),
+        global_step=int(values.get("global_step", "0")),
+        metrics=_metrics(values),
+        values=values,
+    )
+
+
+def _evaluate(
+    command: str,
+    model: Model,
+    data: Data,
+    checkpoint: Optional[PathLike],
+    nprocs: int,
+    options: Mapping[str, Any],
+) -> Dict[str, str]:
+    entries = _data_entries("data", data)
+    if checkpoint is not None:
+        entries.append(("checkpoint", _encode_path("checkpoint", checkpoint)))
+    return _run_command(command, model, entries, nprocs, options)
+
+
+def validate(
+    model: Model,
+    data: Data,
+    *,
+    checkpoint: Optional[PathLike] = None,
+    nprocs: int = 1,
+    **options: Any,
+) -> Dict[str, float]:
+    """Runs ``model``'s validation over ``data``; returns the metrics averaged
+    over the dataset and the ranks (e.g. ``{"val_loss": ..., "val_accuracy": ...}``).
+
+    ``checkpoint`` (e.g. ``FitResult.checkpoint``) gives the weights. The
+    other arguments are as for :func:`fit`.
+    """
+    return _metrics(_evaluate("validate", model, data, checkpoint, nprocs, options))
+
+
+def test(
+    model: Model,
+    data: Data,
+    *,
+    checkpoint: Optional[PathLike] = None,
+    nprocs: int = 1,
+    **options: Any,
+) -> Dict[str, float]:
+    """Like :func:`validate` with ``test_step`` (metrics such as ``test_loss``,
+    ``test_accuracy``); a TorchScript module without ``test_step`` uses its
+    ``validation_step``."""
+    return _metrics(_evaluate("test", model, data, checkpoint, nprocs, options))
+
+
+def _read_predictions(path: str) -> List[Any]:
+    rows: List[List[str]] = []
+    with open(path, encoding="utf-8") as file:
+        for line in file:
+            line = line.strip()
+            if line:
+                rows.append(line.split(","))
+    integral = all(
+        re.fullmatch(r"-?\d+", value) is not None for row in rows for value in row
+    )
+    convert = int if integral else float
+    if all(len(row) == 1 for row in rows):
+        return [convert(row[0]) for row in rows]
+    return [[convert(value) for value in row] for row in rows]
+
+
+def predict(
+    model: Model,
+    data: Data,
+    *,
+    checkpoint: Optional[PathLike] = None,
+    nprocs: int = 1,
+    **options: Any,
+) -> List[Any]:
+    """Every sample's prediction, in dataset order.
+
+    One entry per sample: a number when the model predicts one value per
+    sample (for the built-in classifier, the predicted class), else a list.
+    The values are ints when every prediction is integral (a classifier's
+    classes), else floats. The library writes them to
+    ``<default_root_dir>/predictions.csv`` (6 significant digits), which is
+    read back here. The other arguments are as for :func:`validate`.
+    """
+    values = _evaluate("predict", model, data, checkpoint, nprocs, options)
+    path = values.get("predictions")
+    if not path:
+        raise DdpspawnError(f"the predict run returned no predictions file: {values}")
+    predictions = _read_predictions(path)
+    count = values.get("count")
+    if count is not None and int(count) != len(predictions):
+        raise DdpspawnError(f"{path} has {len(predictions)} rows, the run reported {count}")
+    return predictions

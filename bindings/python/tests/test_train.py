@@ -1,0 +1,434 @@
+"""Tests of the training entry points (ddpspawn.fit / validate / test /
+predict over ddpspawn_run): real runs with 2 forked ranks on small data that
+the tests write themselves, and inputs rejected before any process starts."""
+
+import os
+import random
+import struct
+import tempfile
+
+import pytest
+
+import ddpspawn
+from ddpspawn import _train
+
+NPROCS = 2
+MLP = "mlp:4,16,3"
+
+
+def classes_of(x):
+    """A learnable 3-class rule of 4 features."""
+    s = x[0] + x[1] - 0.5 * x[2]
+    return 0 if s < -0.6 else (1 if s < 0.6 else 2)
+
+
+def write_classification_csv(path, n=200, seed=0):
+    rng = random.Random(seed)
+    rows = []
+    with open(path, "w") as f:
+        for _ in range(n):
+            x = [rng.gauss(0.0, 1.0) for _ in range(4)]
+            rows.append((x, classes_of(x)))
+            f.write(",".join(f"{v:.6f}" for v in x) + f",{classes_of(x)}\n")
+    return rows
+
+
+WEIGHTS = (1.0, -2.0, 0.5, 3.0)
+BIAS = 0.25
+
+
+def write_regression_csv(path, n=200, seed=1):
+    rng = random.Random(seed)
+    rows = []
+    with open(path, "w") as f:
+        for _ in range(n):
+            x = [round(rng.uniform(-1.0, 1.0), 6) for _ in range(4)]
+            y = sum(w * v for w, v in zip(WEIGHTS, x)) + BIAS
+            rows.append((x, y))
+            f.write(",".join(f"{v:.6f}" for v in x) + f",{y:.6f}\n")
+    return rows
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("train_data")
+    write_classification_csv(directory / "train.csv", seed=0)
+    write_classification_csv(directory / "val.csv", n=100, seed=1)
+    write_regression_csv(directory / "reg.csv")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def trained(data_dir, tmp_path_factory):
+    """One 10-epoch fit of the built-in classifier, shared by several tests."""
+    root = tmp_path_factory.mktemp("fit10")
+    return ddpspawn.fit(
+        MLP,
+        data_dir / "train.csv",
+        val=data_dir / "val.csv",
+        nprocs=NPROCS,
+        max_epochs=10,
+        lr=0.1,
+        momentum=0.9,
+        batch_size=16,
+        seed=0,
+        progress=False,
+        default_root_dir=root,
+    )
+
+
+def common(root, **extra):
+    options = dict(nprocs=NPROCS, lr=0.1, momentum=0.9, batch_size=16, seed=0, progress=False)
+    options.update(default_root_dir=str(root), **extra)
+    return options
+
+
+# --- The built-in MLP --------------------------------------------------------
+
+
+def test_fit_learns_and_writes_checkpoint_and_metrics(data_dir, trained, tmp_path):
+    one = ddpspawn.fit(
+        MLP, data_dir / "train.csv", val=data_dir / "val.csv", **common(tmp_path, max_epochs=1)
+    )
+    assert isinstance(trained, ddpspawn.FitResult)
+    assert (one.epoch, trained.epoch) == (1, 10)
+    # 200 samples, 2 ranks, 16 per rank: 7 steps an epoch.
+    assert (one.global_step, trained.global_step) == (7, 70)
+    assert trained.metrics["train_loss_epoch"] < 0.6 * one.metrics["train_loss_epoch"]
+    assert trained.metrics["val_loss"] < one.metrics["val_loss"]
+    assert trained.metrics["val_accuracy"] > 0.85
+    assert os.path.isfile(trained.checkpoint) and os.path.getsize(trained.checkpoint) > 0
+    assert trained.values["checkpoint"] == trained.checkpoint
+    # metrics.csv: one train_loss_epoch per epoch, falling overall.
+    with open(trained.metrics_csv) as f:
+        lines = f.read().splitlines()
+    assert lines[0] == "epoch,step,name,value"
+    losses = [float(l.split(",")[3]) for l in lines[1:] if l.split(",")[2] == "train_loss_epoch"]
+    assert len(losses) == 10
+    assert losses[-1] < losses[0]
+    assert losses[-1] == pytest.approx(trained.metrics["train_loss_epoch"], rel=1e-6)
+
+
+def test_resume_continues_where_fit_stopped(data_dir, tmp_path):
+    train, val = data_dir / "train.csv", data_dir / "val.csv"
+    first = ddpspawn.fit(MLP, train, val=val, **common(tmp_path / "a", max_epochs=2))
+    assert first.resume_options() == {"resume_from": first.checkpoint}
+    resumed = ddpspawn.fit(
+        MLP, train, val=val, **first.resume_options(), **common(tmp_path / "a", max_epochs=4)
+    )
+    assert (first.epoch, resumed.epoch) == (2, 4)
+    assert resumed.global_step == 2 * first.global_step
+    # Bit for bit the same as 4 epochs at once (same seed, same threads).
+    straight = ddpspawn.fit(MLP, train, val=val, **common(tmp_path / "b", max_epochs=4))
+    assert straight.global_step == resumed.global_step
+    for name in ("train_loss_epoch", "val_loss", "val_accuracy"):
+        assert resumed.metrics[name] == pytest.approx(straight.metrics[name], rel=1e-6, abs=1e-9)
+
+
+def test_validate_and_test_from_the_checkpoint_match_the_fit(data_dir, trained, tmp_path):
+    val = data_dir / "val.csv"
+    metrics = ddpspawn.validate(
+        MLP, val, checkpoint=trained.checkpoint, nprocs=NPROCS, default_root_dir=tmp_path
+    )
+    assert set(metrics) == {"val_loss", "val_accuracy"}
+    assert metrics["val_loss"] == pytest.approx(trained.metrics["val_loss"], rel=1e-6)
+    assert metrics["val_accuracy"] == pytest.approx(trained.metrics["val_accuracy"], rel=1e-6)
+    tested = ddpspawn.test(
+        MLP, val, checkpoint=trained.checkpoint, nprocs=NPROCS, default_root_dir=tmp_path
+    )
+    assert set(tested) == {"test_loss", "test_accuracy"}
+    assert tested["test_loss"] == pytest.approx(metrics["val_loss"], rel=1e-6)
+
+
+def test_predict_classes_in_dataset_order(data_dir, trained, tmp_path):
+    rows = write_classification_csv(tmp_path / "fresh.csv", n=101, seed=7)
+    predictions = ddpspawn.predict(
+        MLP, tmp_path / "fresh.csv", checkpoint=trained.checkpoint, nprocs=NPROCS,
+        default_root_dir=tmp_path / "logs",
+    )
+    assert len(predictions) == len(rows)  # 101: not a multiple of the ranks
+    assert all(type(p) is int and 0 <= p < 3 for p in predictions)
+    # Right most of the time only if the order is the dataset's.
+    correct = sum(p == label for p, (_, label) in zip(predictions, rows))
+    assert correct >= 0.8 * len(rows)
+    assert (tmp_path / "logs" / "predictions.csv").is_file()
+
+
+def test_npy_features_and_labels(tmp_path):
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 4)).astype(np.float32)
+    y = np.array([classes_of(row) for row in x], dtype=np.int64)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    result = ddpspawn.fit(
+        MLP, (tmp_path / "x.npy", str(tmp_path / "y.npy")),
+        val=(tmp_path / "x.npy", tmp_path / "y.npy"),
+        **common(tmp_path / "logs", max_epochs=2),
+    )
+    assert result.epoch == 2 and "val_accuracy" in result.metrics
+    predictions = ddpspawn.predict(
+        MLP, (tmp_path / "x.npy", tmp_path / "y.npy"), checkpoint=result.checkpoint,
+        nprocs=NPROCS, default_root_dir=tmp_path / "logs",
+    )
+    assert len(predictions) == 64
+
+
+def test_regression_mlp_predicts_floats(data_dir, tmp_path):
+    result = ddpspawn.fit("mlp:4,1", data_dir / "reg.csv", **common(tmp_path, max_epochs=15))
+    assert result.metrics["train_loss_epoch"] < 1e-3  # a linear model learns a linear map
+    predictions = ddpspawn.predict(
+        "mlp:4,1", data_dir / "reg.csv", checkpoint=result.checkpoint, nprocs=NPROCS,
+        default_root_dir=tmp_path,
+    )
+    rows = write_regression_csv(tmp_path / "same.csv")  # the same rows again
+    assert len(predictions) == len(rows)
+    assert all(isinstance(p, float) for p in predictions)
+    assert max(abs(p - y) for p, (_, y) in zip(predictions, rows)) < 0.1
+
+
+# --- TorchScript models --------------------------------------------------------
+
+
+def script_classes(torch):
+    """Tiny modules for the TorchScript tests (defined once torch is there)."""
+    from typing import Dict, List
+
+    class LinearRegression(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.linear(x).squeeze(-1)
+
+        @torch.jit.export
+        def training_step(self, batch: List[torch.Tensor], batch_idx: int) -> torch.Tensor:
+            return torch.nn.functional.mse_loss(self.forward(batch[0]), batch[1].reshape(-1))
+
+        @torch.jit.export
+        def validation_step(
+            self, batch: List[torch.Tensor], batch_idx: int
+        ) -> Dict[str, torch.Tensor]:
+            loss = torch.nn.functional.mse_loss(self.forward(batch[0]), batch[1].reshape(-1))
+            return {"val_loss": loss}
+
+        @torch.jit.export
+        def predict_step(self, batch: List[torch.Tensor], batch_idx: int) -> torch.Tensor:
+            return self.forward(batch[0])
+
+    class NoTrainingStep(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.linear(x)
+
+    class FailsAtStepOne(LinearRegression):
+        @torch.jit.export
+        def training_step(self, batch: List[torch.Tensor], batch_idx: int) -> torch.Tensor:
+            if batch_idx == 1:
+                raise RuntimeError("boom at step one")
+            return self.forward(batch[0]).sum()
+
+    return LinearRegression, NoTrainingStep, FailsAtStepOne
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return pytest.importorskip("torch")
+
+
+def scripted_regression(torch):
+    torch.manual_seed(0)
+    return torch.jit.script(script_classes(torch)[0]())
+
+
+def saved_models():
+    """The temporary model files' directories that exist now."""
+    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("ddpspawn-model-")}
+
+
+def test_script_module_trains_from_object_and_from_file(torch, data_dir, tmp_path):
+    module = scripted_regression(torch)
+    before = saved_models()
+    module.save(str(tmp_path / "net.pt"))
+    options = dict(nprocs=NPROCS, max_epochs=3, lr=0.05, seed=0, progress=False)
+    from_object = ddpspawn.fit(
+        module, data_dir / "reg.csv", val=data_dir / "reg.csv",
+        default_root_dir=tmp_path / "a", **options,
+    )
+    from_file = ddpspawn.fit(
+        tmp_path / "net.pt", data_dir / "reg.csv", val=data_dir / "reg.csv",
+        default_root_dir=tmp_path / "b", **options,
+    )
+    assert from_object.epoch == from_file.epoch == 3
+    # Same initial weights, same seed: the same run.
+    assert from_object.metrics == pytest.approx(from_file.metrics, rel=1e-6)
+    with open(from_object.metrics_csv) as f:
+        losses = [float(l.split(",")[3]) for l in f if ",train_loss_epoch," in l]
+    assert losses[-1] < losses[0]
+    # No temporary model file is left behind, and the module is unchanged.
+    assert saved_models() == before
+    reloaded = torch.jit.load(str(tmp_path / "net.pt"))
+    assert torch.equal(reloaded.linear.weight, module.linear.weight)
+
+
+def test_script_checkpoint_holds_rank_zero_final_weights(torch, data_dir, tmp_path):
+    module = scripted_regression(torch)
+    result = ddpspawn.fit(
+        module, data_dir / "reg.csv", val=data_dir / "reg.csv", nprocs=NPROCS,
+        max_epochs=2, lr=0.02, seed=0, progress=False, default_root_dir=tmp_path,
+    )
+    assert result.metrics["val_loss"] > 1e-3  # not trained to zero: a real comparison
+    metrics = ddpspawn.validate(
+        module, data_dir / "reg.csv", checkpoint=result.checkpoint, nprocs=NPROCS,
+        default_root_dir=tmp_path,
+    )
+    assert metrics["val_loss"] == pytest.approx(result.metrics["val_loss"], rel=1e-6)
+    # test without test_step falls back on validation_step.
+    assert ddpspawn.test(
+        module, data_dir / "reg.csv", checkpoint=result.checkpoint, nprocs=NPROCS,
+        default_root_dir=tmp_path,
+    )["val_loss"] == pytest.approx(metrics["val_loss"], rel=1e-6)
+
+
+def test_script_predict_matches_in_process_forward(torch, data_dir, tmp_path):
+    module = scripted_regression(torch)
+    rows = write_regression_csv(tmp_path / "reg.csv")
+    predictions = ddpspawn.predict(
+        module, tmp_path / "reg.csv", nprocs=NPROCS, default_root_dir=tmp_path
+    )
+    assert len(predictions) == len(rows)
+    with torch.no_grad():
+        expected = module(torch.tensor([x for x, _ in rows], dtype=torch.float32)).tolist()
+    for got, want in zip(predictions, expected):
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-5)  # the CSV holds 6 digits
+
+
+def test_script_step_failure_is_worker_failed(torch, data_dir, tmp_path):
+    failing = torch.jit.script(script_classes(torch)[2]())
+    with pytest.raises(ddpspawn.WorkerFailedError) as caught:
+        ddpspawn.fit(
+            failing, data_dir / "reg.csv", nprocs=NPROCS, max_epochs=1, progress=False,
+            default_root_dir=tmp_path,
+        )
+    error = caught.value
+    assert error.rank in (0, 1)
+    assert f"rank {error.rank}" in str(error)
+    assert error.exit_code == 1 and error.signal is None
+    assert "boom at step one" in error.traceback_text
+    assert "training_step" in error.traceback_text
+
+
+def test_plain_nn_module_is_rejected(torch, data_dir, tmp_path):
+    with pytest.raises(ddpspawn.InvalidArgumentError, match="torch.jit.script"):
+        ddpspawn.fit(script_classes(torch)[0](), data_dir / "reg.csv")
+
+
+# --- Bad inputs: clear errors before any rank starts ------------------------------
+
+
+def write_truncated_npy(path, rows=20, columns=4):
+    """A valid NumPy 1.0 header for float32 (rows, columns), then half the data."""
+    header = f"{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {columns}), }}"
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        f.write(b"\0" * (rows * columns * 4 // 2))
+
+
+def test_bad_inputs_fail_before_any_rank_starts(torch, data_dir, tmp_path):
+    csv = data_dir / "train.csv"
+    (tmp_path / "corrupt.pt").write_bytes(bytes(random.Random(3).getrandbits(8) for _ in range(2048)))
+    torch.jit.script(script_classes(torch)[1]()).save(str(tmp_path / "no_step.pt"))
+    write_truncated_npy(tmp_path / "short.npy")
+    labels = tmp_path / "labels.npy"
+    labels.write_bytes(b"")  # never reached: the features fail first
+    with open(tmp_path / "tiny.csv", "w") as f:
+        f.write("0,0,0,0,1\n1,1,1,1,0\n0,1,0,1,2\n")
+    cases = [
+        (dict(model=str(tmp_path / "missing.pt"), train=csv), "missing.pt"),
+        (dict(model=tmp_path / "corrupt.pt", train=csv), "corrupt.pt.*not a TorchScript"),
+        (dict(model=tmp_path / "no_step.pt", train=csv), "no method 'training_step'"),
+        (dict(model=MLP, train=(tmp_path / "short.npy", labels)), "short.npy"),
+        (dict(model=MLP, train=tmp_path / "tiny.csv", nprocs=4), "3 samples, fewer than the 4"),
+        (dict(model=MLP, train=csv, max_epohcs=3), "unknown option 'max_epohcs'"),
+        (dict(model="mlp:4,16,2", train=csv), "class labels outside \\[0, 2\\)"),
+        (dict(model="mlp:5,16,3", train=csv), "4 features"),
+        (dict(model=MLP, train=csv, max_epochs="many"), "max_epochs"),
+        (dict(model=MLP, train=csv, resume_from=tmp_path / "none.ckpt"), "none.ckpt"),
+        (dict(model=MLP, train=csv, start_method="spawn"), "fork"),
+    ]
+    for arguments, message in cases:
+        root = tmp_path / "never_created"
+        with pytest.raises(ddpspawn.InvalidArgumentError, match=message) as caught:
+            arguments = dict(arguments)
+            ddpspawn.fit(
+                arguments.pop("model"), arguments.pop("train"),
+                nprocs=arguments.pop("nprocs", NPROCS), default_root_dir=root, **arguments,
+            )
+        assert caught.value.status == 1, arguments
+        assert not root.exists(), arguments  # no rank ran
+
+
+def test_bad_inputs_of_evaluation_commands(data_dir, tmp_path):
+    with pytest.raises(ddpspawn.InvalidArgumentError, match="nowhere.ckpt"):
+        ddpspawn.validate(MLP, data_dir / "val.csv", checkpoint=tmp_path / "nowhere.ckpt")
+    with pytest.raises(ddpspawn.InvalidArgumentError, match="missing.csv"):
+        ddpspawn.predict(MLP, tmp_path / "missing.csv")
+    with pytest.raises(ddpspawn.InvalidArgumentError, match="labels"):
+        ddpspawn.test(MLP, tmp_path / "x.npy")  # .npy features without labels
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda csv: ddpspawn.fit(MLP, csv, nprocs=0), "nprocs"),
+        (lambda csv: ddpspawn.fit(MLP, csv, nproc_per_node=2), "nprocs"),
+        (lambda csv: ddpspawn.fit(MLP, csv, train_labels="y.npy"), "features, labels"),
+        (lambda csv: ddpspawn.fit(MLP, csv, data=csv), "own argument"),
+        (lambda csv: ddpspawn.fit(MLP, csv, default_root_dir="a\0b"), "NUL"),
+        (lambda csv: ddpspawn.fit(MLP, csv, lr=[0.1]), "option lr"),
+        (lambda csv: ddpspawn.fit(MLP, (csv, csv, csv)), "pair"),
+        (lambda csv: ddpspawn.fit(42, csv), "model must be"),
+        (lambda csv: ddpspawn.fit("", csv), "model is empty"),
+        (lambda csv: ddpspawn.validate(MLP, 3.5), "data must be a path"),
+    ],
+)
+def test_python_side_argument_checks(data_dir, call, message):
+    with pytest.raises(ddpspawn.InvalidArgumentError, match=message) as caught:
+        call(data_dir / "train.csv")
+    assert caught.value.status is None  # found before calling the library
+
+
+def test_option_values_are_encoded_for_the_library():
+    entries = dict(
+        _train._option_entries(
+            {"shuffle": False, "drop_last": True, "lr": 0.1, "max_epochs": 3,
+             "default_root_dir": os.path.join("a", "b"), "seed": None}
+        )
+    )
+    assert entries == {
+        "shuffle": b"false", "drop_last": b"true", "lr": b"0.1", "max_epochs": b"3",
+        "default_root_dir": os.fsencode(os.path.join("a", "b")),
+    }
+
+
+def test_worker_failure_message_is_parsed():
+    error = _train._worker_failed(
+        "rank 1 (pid 42) exited with code 3:\nINVALID_ARGUMENT: training_step failed: x"
+    )
+    assert (error.rank, error.exit_code, error.signal) == (1, 3, None)
+    assert error.traceback_text == "INVALID_ARGUMENT: training_step failed: x"
+    error = _train._worker_failed("rank 0 (pid 7) was killed by signal SIGSEGV (Segmentation fault)")
+    assert (error.rank, error.exit_code, error.signal, error.traceback_text) == (0, None, 11, "")
+    error = _train._worker_failed("something else")
+    assert error.rank == -1 and error.message == "something else"
+
+
+def test_fit_result_is_a_plain_dataclass():
+    result = ddpspawn.FitResult("c.ckpt", "m.csv", 2, 14, {"val_loss": 0.5})
+    assert result.resume_options() == {"resume_from": "c.ckpt"}
+    assert "val_loss" in repr(result) and type(result).__module__ == "ddpspawn"

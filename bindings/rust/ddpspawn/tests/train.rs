@@ -1,0 +1,462 @@
+//! Training runs through `Trainer` (ddpspawn_run): real fits, validations and
+//! predictions with 2 ranks on small data the tests write themselves, and
+//! bad inputs that fail before any rank starts. This binary has its own
+//! `main` (`harness = false` in Cargo.toml): the library forks the ranks from
+//! the calling process, which must not have libtest's test threads running
+//! beside it. Arguments that do not start with `-` filter tests by name.
+
+use std::fs;
+use std::panic;
+use std::path::{Path, PathBuf};
+use std::process::{self, Command};
+use std::time::Duration;
+
+use ddpspawn::{Data, Error, ErrorKind, RunResult, Trainer};
+
+const MLP: &str = "mlp:4,16,3";
+const NPROCS: usize = 2;
+
+/// A test: it gets a fresh directory of its own.
+type Test = fn(&Path);
+
+fn main() {
+    let tests: &[(&str, Test)] = &[
+        ("fit_learns_and_checkpoints", fit_learns_and_checkpoints),
+        ("resume_continues", resume_continues),
+        (
+            "validate_and_test_from_checkpoint",
+            validate_and_test_from_checkpoint,
+        ),
+        ("predict_in_dataset_order", predict_in_dataset_order),
+        ("npy_data", npy_data),
+        (
+            "bad_inputs_fail_before_any_rank",
+            bad_inputs_fail_before_any_rank,
+        ),
+        ("nul_and_reserved_keys", nul_and_reserved_keys),
+        (
+            "checkpoint_of_another_model_is_invalid_argument",
+            checkpoint_of_another_model_is_invalid_argument,
+        ),
+    ];
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let selected: Vec<_> = tests
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .collect();
+
+    let root = std::env::temp_dir().join(format!("ddpspawn-rs-train-{}", process::id()));
+    let _ = fs::remove_dir_all(&root);
+    fs::create_dir_all(&root).expect("create the test directory");
+    println!("\nrunning {} tests", selected.len());
+    let mut failed = Vec::new();
+    for (name, test) in &selected {
+        let dir = root.join(name);
+        fs::create_dir_all(&dir).expect("create a test directory");
+        let outcome = panic::catch_unwind(|| test(&dir));
+        println!(
+            "test {name} ... {}",
+            if outcome.is_ok() { "ok" } else { "FAILED" }
+        );
+        if outcome.is_err() {
+            failed.push(*name);
+        }
+    }
+    let passed = selected.len() - failed.len();
+    if failed.is_empty() {
+        let _ = fs::remove_dir_all(&root);
+        println!("\ntest result: ok. {passed} passed; 0 failed\n");
+    } else {
+        println!("\nfailures: {failed:?} (files kept in {})", root.display());
+        println!(
+            "\ntest result: FAILED. {passed} passed; {} failed\n",
+            failed.len()
+        );
+        process::exit(101);
+    }
+}
+
+// --- Data ---------------------------------------------------------------------
+
+/// A small deterministic generator (xorshift64*), uniform in [-1, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn uniform(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let bits = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
+        bits as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    }
+}
+
+/// A learnable 3-class rule of 4 features.
+fn class_of(x: &[f64]) -> i64 {
+    let s = x[0] + x[1] - 0.5 * x[2];
+    if s < -0.4 {
+        0
+    } else if s < 0.4 {
+        1
+    } else {
+        2
+    }
+}
+
+/// `n` samples of 4 features in [-1, 1) and their classes.
+fn samples(n: usize, seed: u64) -> Vec<([f64; 4], i64)> {
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    (0..n)
+        .map(|_| {
+            let x = [rng.uniform(), rng.uniform(), rng.uniform(), rng.uniform()];
+            // Features as the CSV holds them, so the label matches them.
+            let x = x.map(|v| (v * 1e6).round() / 1e6);
+            (x, class_of(&x))
+        })
+        .collect()
+}
+
+fn write_csv(path: &Path, rows: &[([f64; 4], i64)]) {
+    let mut text = String::new();
+    for (x, label) in rows {
+        text += &format!("{:.6},{:.6},{:.6},{:.6},{label}\n", x[0], x[1], x[2], x[3]);
+    }
+    fs::write(path, text).expect("write a CSV");
+}
+
+/// A NumPy 1.0 file: the header, padded to a multiple of 64 bytes, then `data`.
+fn write_npy(path: &Path, descr: &str, shape: &[usize], data: &[u8]) {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape = if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(data);
+    fs::write(path, bytes).expect("write a .npy");
+}
+
+/// train.csv (200 samples) and val.csv (100) in `dir`.
+fn data(dir: &Path) -> (PathBuf, PathBuf) {
+    let (train, val) = (dir.join("train.csv"), dir.join("val.csv"));
+    write_csv(&train, &samples(200, 1));
+    write_csv(&val, &samples(100, 2));
+    (train, val)
+}
+
+/// The settings every run of the built-in classifier here shares.
+fn trainer(dir: &Path, model: &str) -> Trainer {
+    Trainer::new(model)
+        .nprocs(NPROCS)
+        .option("lr", 0.1)
+        .option("momentum", 0.9)
+        .option("batch_size", 16)
+        .option("seed", 0)
+        .option("progress", false)
+        .timeout(Duration::from_secs(240))
+        .default_root_dir(dir)
+}
+
+fn ok(result: ddpspawn::Result<RunResult>) -> RunResult {
+    result.unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn close(a: f64, b: f64, rel: f64) -> bool {
+    (a - b).abs() <= rel * a.abs().max(b.abs()) + 1e-12
+}
+
+// --- Tests --------------------------------------------------------------------
+
+fn fit_learns_and_checkpoints(dir: &Path) {
+    let (train, val) = data(dir);
+    let one = ok(trainer(&dir.join("one"), MLP)
+        .val(&val)
+        .option("max_epochs", 1)
+        .fit(&train));
+    let ten = ok(trainer(&dir.join("ten"), MLP)
+        .val(&val)
+        .option("max_epochs", 10)
+        .fit(&train));
+    assert_eq!((one.epoch(), ten.epoch()), (Some(1), Some(10)));
+    // 200 samples, 2 ranks, 16 per rank: 7 steps an epoch.
+    assert_eq!((one.global_step(), ten.global_step()), (Some(7), Some(70)));
+    let first = one.metric("train_loss_epoch").unwrap();
+    let last = ten.metric("train_loss_epoch").unwrap();
+    assert!(last < 0.6 * first, "train_loss_epoch {first} -> {last}");
+    assert!(ten.metric("val_loss").unwrap() < one.metric("val_loss").unwrap());
+    assert!(ten.metric("val_accuracy").unwrap() > 0.85, "{}", ten.text());
+    let checkpoint = ten.checkpoint().unwrap();
+    assert!(checkpoint.is_file() && fs::metadata(checkpoint).unwrap().len() > 0);
+    assert!(checkpoint.starts_with(dir.join("ten")));
+    let log = fs::read_to_string(ten.metrics_csv().unwrap()).unwrap();
+    assert!(log.starts_with("epoch,step,name,value\n"));
+    let losses: Vec<f64> = log
+        .lines()
+        .filter(|l| l.contains(",train_loss_epoch,"))
+        .map(|l| l.rsplit(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(losses.len(), 10);
+    assert!(losses[9] < losses[0]);
+    assert!(ten.metrics().contains_key("val_accuracy"));
+}
+
+fn resume_continues(dir: &Path) {
+    let (train, val) = data(dir);
+    let first = ok(trainer(&dir.join("a"), MLP)
+        .val(&val)
+        .option("max_epochs", 2)
+        .fit(&train));
+    let resumed = ok(trainer(&dir.join("a"), MLP)
+        .val(&val)
+        .option("max_epochs", 4)
+        .resume_from(first.checkpoint().unwrap())
+        .fit(&train));
+    assert_eq!((first.epoch(), resumed.epoch()), (Some(2), Some(4)));
+    assert_eq!(resumed.global_step(), first.global_step().map(|s| 2 * s));
+    // Bit for bit the same as 4 epochs at once (same seed, same threads).
+    let straight = ok(trainer(&dir.join("b"), MLP)
+        .val(&val)
+        .option("max_epochs", 4)
+        .fit(&train));
+    for name in ["train_loss_epoch", "val_loss", "val_accuracy"] {
+        let (r, s) = (
+            resumed.metric(name).unwrap(),
+            straight.metric(name).unwrap(),
+        );
+        assert!(close(r, s, 1e-6), "{name}: resumed {r}, straight {s}");
+    }
+}
+
+fn validate_and_test_from_checkpoint(dir: &Path) {
+    let (train, val) = data(dir);
+    let fit = ok(trainer(dir, MLP)
+        .val(&val)
+        .option("max_epochs", 3)
+        .fit(&train));
+    let evaluator = Trainer::new(MLP)
+        .nprocs(NPROCS)
+        .default_root_dir(dir.join("eval"))
+        .checkpoint(fit.checkpoint().unwrap());
+    let validated = ok(evaluator.validate(&val));
+    assert_eq!(validated.metrics().len(), 2, "{}", validated.text());
+    for name in ["val_loss", "val_accuracy"] {
+        let (v, f) = (validated.metric(name).unwrap(), fit.metric(name).unwrap());
+        assert!(close(v, f, 1e-6), "{name}: validate {v}, fit {f}");
+    }
+    assert_eq!(validated.checkpoint(), None);
+    let tested = ok(evaluator.test(&val));
+    let test_loss = tested.metric("test_loss").unwrap();
+    assert!(close(
+        test_loss,
+        validated.metric("val_loss").unwrap(),
+        1e-6
+    ));
+    assert!(tested.metric("test_accuracy").is_some());
+}
+
+fn predict_in_dataset_order(dir: &Path) {
+    let (train, _) = data(dir);
+    let fit = ok(trainer(dir, MLP).option("max_epochs", 10).fit(&train));
+    // 101 rows: not a multiple of the ranks.
+    let rows = samples(101, 7);
+    let fresh = dir.join("fresh.csv");
+    write_csv(&fresh, &rows);
+    let result = ok(Trainer::new(MLP)
+        .nprocs(NPROCS)
+        .default_root_dir(dir.join("predict"))
+        .checkpoint(fit.checkpoint().unwrap())
+        .predict(&fresh));
+    assert_eq!(result.count(), Some(101));
+    assert!(result.predictions_path().unwrap().is_file());
+    let predictions = result.read_predictions().unwrap();
+    assert_eq!(predictions.len(), 101);
+    let mut correct = 0;
+    for (row, (_, label)) in predictions.iter().zip(&rows) {
+        assert_eq!(row.len(), 1);
+        let class = row[0];
+        assert!(
+            class == class.trunc() && (0.0..3.0).contains(&class),
+            "{row:?}"
+        );
+        correct += usize::from(class as i64 == *label);
+    }
+    // Right most of the time only if the order is the dataset's.
+    assert!(correct >= 80, "{correct} of 101 right");
+}
+
+fn npy_data(dir: &Path) {
+    let rows = samples(64, 3);
+    let features: Vec<u8> = rows
+        .iter()
+        .flat_map(|(x, _)| x.iter().flat_map(|v| (*v as f32).to_le_bytes()))
+        .collect();
+    let labels: Vec<u8> = rows.iter().flat_map(|(_, y)| y.to_le_bytes()).collect();
+    let (x, y) = (dir.join("x.npy"), dir.join("y.npy"));
+    write_npy(&x, "<f4", &[64, 4], &features);
+    write_npy(&y, "<i8", &[64], &labels);
+    let fit = ok(trainer(dir, MLP)
+        .val(Data::npy(&x, &y))
+        .option("max_epochs", 2)
+        .fit((&x, &y)));
+    assert_eq!(fit.epoch(), Some(2));
+    assert!(fit.metric("val_accuracy").is_some());
+    let predicted = ok(Trainer::new(MLP)
+        .nprocs(NPROCS)
+        .default_root_dir(dir)
+        .checkpoint(fit.checkpoint().unwrap())
+        .predict(Data::npy(&x, &y)));
+    assert_eq!(predicted.count(), Some(64));
+}
+
+/// A TorchScript module without training_step, written by Python's torch
+/// when there is one (torch.jit.script reads the class's source: a file).
+fn script_without_training_step(path: &Path) -> bool {
+    let script = path.with_extension("py");
+    let code = "import sys, torch\n\
+                class M(torch.nn.Module):\n\
+                \x20   def __init__(self):\n\
+                \x20       super().__init__()\n\
+                \x20       self.linear = torch.nn.Linear(4, 3)\n\
+                \x20   def forward(self, x):\n\
+                \x20       return self.linear(x)\n\
+                torch.jit.script(M()).save(sys.argv[1])\n";
+    fs::write(&script, code).expect("write a script");
+    ["/usr/bin/python3", "python3"].iter().any(|python| {
+        Command::new(python)
+            .arg(&script)
+            .arg(path)
+            .output()
+            .map(|out| out.status.success())
+            .unwrap_or(false)
+    })
+}
+
+fn expect_invalid(result: ddpspawn::Result<RunResult>, needle: &str) -> Error {
+    let err = match result {
+        Ok(result) => panic!("expected an error about {needle:?}, got {}", result.text()),
+        Err(err) => err,
+    };
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.message().contains(needle), "{needle:?} not in: {err}");
+    err
+}
+
+fn bad_inputs_fail_before_any_rank(dir: &Path) {
+    let (train, _) = data(dir);
+    let root = dir.join("never_created");
+    let t = |model: &str| trainer(&root, model);
+
+    let missing = dir.join("missing.pt");
+    expect_invalid(t(missing.to_str().unwrap()).fit(&train), "missing.pt");
+
+    let corrupt = dir.join("corrupt.pt");
+    let mut rng = Rng(99);
+    let noise: Vec<u8> = (0..2048)
+        .map(|_| (rng.uniform() * 127.0 + 128.0) as u8)
+        .collect();
+    fs::write(&corrupt, noise).unwrap();
+    expect_invalid(
+        t(corrupt.to_str().unwrap()).fit(&train),
+        "not a TorchScript module",
+    );
+
+    let no_step = dir.join("no_step.pt");
+    if script_without_training_step(&no_step) {
+        expect_invalid(
+            t(no_step.to_str().unwrap()).fit(&train),
+            "no method 'training_step'",
+        );
+    } else {
+        println!("(no python3 with torch: skipping the module without training_step)");
+    }
+
+    // A valid header for (20, 4) float32, then half the data.
+    let short = dir.join("short.npy");
+    write_npy(&short, "<f4", &[20, 4], &[0u8; 160]);
+    let labels = dir.join("labels.npy");
+    write_npy(&labels, "<i8", &[20], &[0u8; 160]);
+    expect_invalid(t(MLP).fit((&short, &labels)), "short.npy");
+
+    let tiny = dir.join("tiny.csv");
+    fs::write(&tiny, "0,0,0,0,1\n1,1,1,1,0\n0,1,0,1,2\n").unwrap();
+    expect_invalid(t(MLP).nprocs(4).fit(&tiny), "fewer than the 4 ranks");
+
+    expect_invalid(
+        t(MLP).option("max_epohcs", 3).fit(&train),
+        "unknown option 'max_epohcs'",
+    );
+    expect_invalid(
+        t(MLP).option("max_epochs", "many").fit(&train),
+        "max_epochs",
+    );
+    expect_invalid(t("mlp:4,16,2").fit(&train), "class labels outside [0, 2)");
+    expect_invalid(t("mlp:5,16,3").fit(&train), "4 features");
+    expect_invalid(t(MLP).option("start_method", "spawn").fit(&train), "fork");
+    expect_invalid(
+        t(MLP).checkpoint(dir.join("none.ckpt")).validate(&train),
+        "none.ckpt",
+    );
+    expect_invalid(t(MLP).predict(dir.join("nowhere.csv")), "nowhere.csv");
+    expect_invalid(t(MLP).test(&short), "labels");
+    assert!(!root.exists(), "a rank ran: {} exists", root.display());
+}
+
+fn nul_and_reserved_keys(dir: &Path) {
+    let (train, _) = data(dir);
+    for (trainer, what) in [
+        (Trainer::new("mlp:4,\u{0}16,3"), "model"),
+        (Trainer::new(MLP).option("lr", "0.\u{0}1"), "lr"),
+        (Trainer::new(MLP).option("bad\0key", 1), "bad"),
+        (
+            Trainer::new(MLP).default_root_dir("a\0b"),
+            "default_root_dir",
+        ),
+        (Trainer::new(MLP).nprocs(0), "nprocs"),
+        (
+            Trainer::new(MLP).option("nproc_per_node", 2),
+            "Trainer::nprocs",
+        ),
+        (Trainer::new(MLP).option("data", "x.csv"), "validate"),
+        (Trainer::new(MLP).option("x=y", 1), "'='"),
+    ] {
+        let err = trainer.fit(&train).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+        assert!(err.message().contains(what), "{what:?} not in: {err}");
+    }
+    let err = Trainer::new(MLP).fit("tr\0ain.csv").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.message().contains("NUL"), "{err}");
+}
+
+fn checkpoint_of_another_model_is_invalid_argument(dir: &Path) {
+    // The checkpoint's shapes do not fit the model: found before any rank
+    // starts, naming the tensor.
+    let (train, val) = data(dir);
+    let fit = ok(trainer(dir, MLP).option("max_epochs", 1).fit(&train));
+    let err = Trainer::new("mlp:4,8,3")
+        .nprocs(NPROCS)
+        .default_root_dir(dir.join("eval"))
+        .checkpoint(fit.checkpoint().unwrap())
+        .validate(&val)
+        .unwrap_err();
+    match &err {
+        Error::InvalidArgument { message } => {
+            assert!(
+                message.contains("has shape [16, 4] in the checkpoint"),
+                "{err}"
+            );
+        }
+        other => panic!("expected InvalidArgument, got {other}"),
+    }
+}
