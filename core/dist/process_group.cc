@@ -20,6 +20,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/dist/shm_allreduce.h"
 
 namespace ddpspawn {
 namespace {
@@ -134,6 +135,16 @@ c10::intrusive_ptr<c10d::Store> MakeStore(const ClusterInfo& cluster,
   return store;
 }
 
+// Per rank: the largest float buffer that goes through shared memory (bigger
+// ones use Gloo).
+constexpr size_t kShmCapacityBytes = 64 << 20;
+
+// DDPSPAWN_SHM_ALLREDUCE=0 sends everything through Gloo.
+bool ShmAllReduceEnabled() {
+  const char* value = std::getenv("DDPSPAWN_SHM_ALLREDUCE");
+  return value == nullptr || std::string(value) != "0";
+}
+
 // A rank whose side of Gloo's full mesh is connected may go on (and even exit)
 // while a peer is still connecting to it, which fails that peer with
 // "Connection closed by peer". Like torch.distributed's init_process_group,
@@ -150,6 +161,27 @@ void WaitUntilEveryRankJoined(c10d::Store& store, const ClusterInfo& cluster) {
 
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> group;
+  // Ranks of a ddpspawn launcher share a host: float sums go through shared
+  // memory.
+  std::unique_ptr<SharedMemoryAllReduce> shm;
+
+  // Sums (or averages) `tensor` through shared memory when it qualifies; false:
+  // use Gloo.
+  bool TryShm(at::Tensor& tensor, ReduceOp op, int world_size,
+              absl::Status* status) {
+    if (!shm || (op != ReduceOp::kSum && op != ReduceOp::kMean) ||
+        !tensor.device().is_cpu() || !tensor.is_contiguous() ||
+        (tensor.scalar_type() != at::kFloat &&
+         tensor.scalar_type() != at::kDouble) ||
+        tensor.nbytes() > shm->capacity()) {
+      return false;
+    }
+    *status = tensor.scalar_type() == at::kFloat
+                  ? shm->SumFloat(tensor.data_ptr<float>(), tensor.numel())
+                  : shm->SumDouble(tensor.data_ptr<double>(), tensor.numel());
+    if (status->ok() && op == ReduceOp::kMean) tensor.div_(world_size);
+    return true;
+  }
   std::chrono::milliseconds timeout;
   // Where tensors must live for this backend: CPU for gloo, this rank's GPU for
   // nccl.
@@ -173,6 +205,7 @@ struct PendingWork::Impl {
   c10::intrusive_ptr<c10d::Work> work;
   at::Tensor tensor;
   int divide_by = 1;  // mean: sum, then divide
+  bool done = false;  // completed at start (shared memory), not yet waited for
 };
 
 PendingWork::PendingWork(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -188,6 +221,10 @@ PendingWork::~PendingWork() {
 }
 
 absl::Status PendingWork::Wait() {
+  if (impl_->done) {  // finished when it started (shared memory)
+    impl_->done = false;
+    return absl::OkStatus();
+  }
   if (!impl_->work) return absl::FailedPreconditionError("already waited for");
   absl::Status status = Guarded("all_reduce", [&] {
     impl_->work->wait();
@@ -261,6 +298,18 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
     gloo_options->devices.push_back(GlooDevice(cluster));
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
         store, cluster.rank, cluster.world_size, gloo_options);
+    if (cluster.kind == ClusterKind::kDdpspawn && cluster.world_size > 1 &&
+        ShmAllReduceEnabled()) {
+      absl::StatusOr<std::unique_ptr<SharedMemoryAllReduce>> shm =
+          SharedMemoryAllReduce::Create(
+              absl::StrCat(SharedMemoryPrefix(cluster.run_dir),
+                           prefix.substr(14)),
+              cluster.rank, cluster.world_size, kShmCapacityBytes,
+              options.timeout);
+      if (!shm.ok())
+        throw std::runtime_error(std::string(shm.status().message()));
+      impl->shm = *std::move(shm);
+    }
     WaitUntilEveryRankJoined(*store, cluster);
   });
   if (!created.ok()) return created;
@@ -355,6 +404,8 @@ absl::Status ProcessGroup::Broadcast(at::Tensor& tensor, int src) {
 
 absl::Status ProcessGroup::AllReduce(at::Tensor& tensor, ReduceOp op) {
   if (absl::Status s = CheckAgreement("all_reduce", tensor); !s.ok()) return s;
+  absl::Status shm_status;
+  if (impl_->TryShm(tensor, op, world_size(), &shm_status)) return shm_status;
   return Guarded("all_reduce", [&] {
     impl_->OnDevice(tensor, [&](at::Tensor& t) {
       std::vector<at::Tensor> tensors{t};
@@ -418,6 +469,13 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(
   auto pending = std::make_unique<PendingWork::Impl>();
   pending->tensor = tensor;
   pending->divide_by = op == ReduceOp::kMean ? world_size() : 1;
+  absl::Status shm_status;
+  if (impl_->TryShm(tensor, op, world_size(), &shm_status)) {  // done already
+    if (!shm_status.ok()) return shm_status;
+    pending->divide_by = 1;
+    pending->done = true;
+    return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
+  }
   absl::Status started = Guarded("all_reduce", [&] {
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions opts;

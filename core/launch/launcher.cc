@@ -515,6 +515,15 @@ void Job::RemoveRunDir() {
   if (run_dir_.empty()) return;
   std::error_code ignored;
   std::filesystem::remove_all(run_dir_, ignored);
+  // The workers' shared-memory segments, should a rank have died before
+  // removing its own.
+  const std::string prefix = SharedMemoryPrefix(run_dir_);
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/dev/shm", ignored)) {
+    if (absl::StartsWith(entry.path().filename().string(), prefix)) {
+      std::filesystem::remove(entry.path(), ignored);
+    }
+  }
   run_dir_.clear();
 }
 

@@ -8,23 +8,29 @@
 namespace ddpspawn {
 namespace {
 
-class CollectivesTest : public testing::TestWithParam<int> {};
+// (world size, shared-memory all-reduce on): float sums take shared memory by
+// default between a launcher's ranks; DDPSPAWN_SHM_ALLREDUCE=0 sends them
+// through Gloo.
+class CollectivesTest : public testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(CollectivesTest, EveryOpAndDtype) {
+  const auto& [nprocs, shm] = GetParam();
   LaunchSpec spec;
-  spec.nprocs = GetParam();
+  spec.nprocs = nprocs;
   spec.argv = {"tests/core/test_worker", "collectives"};
+  if (!shm) spec.env = {"DDPSPAWN_SHM_ALLREDUCE=0"};
   spec.timeout = absl::Seconds(120);
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_TRUE((*job)->Start().ok());
   absl::Status status = (*job)->Wait();
   ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ((*job)->result().value_or(""),
-            absl::StrCat("checked ", GetParam()));
+  EXPECT_EQ((*job)->result().value_or(""), absl::StrCat("checked ", nprocs));
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest, testing::Values(2, 4));
+INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest,
+                         testing::Combine(testing::Values(2, 4),
+                                          testing::Bool()));
 
 // With debug checks, mismatched shapes are an error on every rank that names
 // each rank's shape (without them Gloo hangs or aborts a rank).

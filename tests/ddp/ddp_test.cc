@@ -16,6 +16,7 @@ namespace {
 struct Case {
   std::string name;
   std::vector<std::string> args;
+  std::vector<std::string> env = {};
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -30,6 +31,7 @@ TEST_P(DdpEquivalenceTest, MatchesSingleProcessTraining) {
   spec.argv = {"tests/ddp/ddp_worker"};
   spec.argv.insert(spec.argv.end(), test_case.args.begin(),
                    test_case.args.end());
+  spec.env = test_case.env;
   spec.timeout = absl::Seconds(240);
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
   ASSERT_TRUE(job.ok()) << job.status();
@@ -45,6 +47,8 @@ TEST_P(DdpEquivalenceTest, MatchesSingleProcessTraining) {
 const Case kCases[] = {
     {"mlp", {"mlp"}},
     {"mlp_bucket_view", {"mlp", "--view"}},
+    {"mlp_through_gloo", {"mlp"}, {"DDPSPAWN_SHM_ALLREDUCE=0"}},
+    {"cnn_batchnorm_through_gloo", {"cnn_bn"}, {"DDPSPAWN_SHM_ALLREDUCE=0"}},
     {"mlp_small_buckets", {"mlp", "--cap-mb=0.001", "--first-cap-mb=0.0005"}},
     {"mlp_small_buckets_view",
      {"mlp", "--cap-mb=0.001", "--first-cap-mb=0.0005", "--view"}},
