@@ -10,11 +10,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -258,6 +260,17 @@ std::vector<std::string> Job::RankEnvironment(int rank) const {
   set("NODE_RANK", 0);
   set("GROUP_RANK", 0);
   set(kRunDirEnv, run_dir_);
+  // As torchrun does: unless told otherwise, OpenMP and OpenBLAS use this
+  // rank's share of the cores, not all of them in every rank.
+  const int share = std::max(
+      1, static_cast<int>(std::thread::hardware_concurrency()) / spec_.nprocs);
+  for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
+    const std::string prefix = absl::StrCat(name, "=");
+    bool given = false;
+    for (const std::string& entry : env)
+      given = given || absl::StartsWith(entry, prefix);
+    if (!given) set(name, share);
+  }
   return env;
 }
 
