@@ -22,9 +22,10 @@ REFERENCE = os.path.join(ROOT, "tools", "benchmarks", "reference_ddp.py")
 METRICS = ("launch_to_first_batch", "steps_per_s", "peak_rss_mb")
 
 
-def run(command):
+def run(command, env=None):
     """Runs one measurement (each program times its own launch call)."""
-    out = subprocess.run(command, check=True, capture_output=True, text=True)
+    out = subprocess.run(command, check=True, capture_output=True, text=True,
+                         env=dict(os.environ, **(env or {})))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -53,7 +54,7 @@ def main():
     for workload in args.workloads.split(","):
         w = ["--workload", workload]
         results = {"ddpspawn": [], "reference": [], "no_sync": [], "ddpspawn_fork": [],
-                   "allreduce": []}
+                   "allreduce": [], "allreduce_gloo": []}
         for _ in range(args.rounds):  # interleaved, so drift hits every variant alike
             results["ddpspawn"].append(run([DDPSPAWN] + w + ["--mode", "ddp"] + common))
             results["reference"].append(
@@ -62,6 +63,8 @@ def main():
             results["ddpspawn_fork"].append(
                 run([DDPSPAWN] + w + ["--mode", "ddp", "--start-method", "fork"] + common))
         results["allreduce"].append(run([DDPSPAWN] + w + ["--mode", "allreduce"] + common))
+        results["allreduce_gloo"].append(run([DDPSPAWN] + w + ["--mode", "allreduce"] + common,
+                                             env={"DDPSPAWN_SHM_ALLREDUCE": "0"}))
         ours, ref, ceiling, forked = (median_of(results[k]) for k in
                                       ("ddpspawn", "reference", "no_sync", "ddpspawn_fork"))
         report["workloads"].append({
@@ -71,6 +74,7 @@ def main():
             "no_sync": ceiling,
             "ddpspawn_fork": forked,
             "allreduce": results["allreduce"][0],
+            "allreduce_gloo": results["allreduce_gloo"][0],
             "ratios": {
                 "launch_to_first_batch": ours["launch_to_first_batch"] / ref["launch_to_first_batch"],
                 "steps_per_s": ours["steps_per_s"] / ref["steps_per_s"],
@@ -78,6 +82,8 @@ def main():
                 "vs_no_sync_ceiling": ours["steps_per_s"] / ceiling["steps_per_s"],
                 "fork_launch_to_first_batch":
                     forked["launch_to_first_batch"] / ref["launch_to_first_batch"],
+                "fork_steps_per_s": forked["steps_per_s"] / ref["steps_per_s"],
+                "fork_peak_rss": forked["peak_rss_mb"] / ref["peak_rss_mb"],
             },
         })
     if args.json:
@@ -85,25 +91,27 @@ def main():
         return 0
     print("BLAS: %s; 2 ranks, gloo, 1 intra-op thread per rank; medians of %d interleaved rounds"
           % (report["blas"], args.rounds))
-    header = "%-6s %-24s %12s %12s %12s %10s"
-    print(header % ("", "", "ddpspawn", "reference", "no-sync", "ratio"))
+    header = "%-6s %-26s %10s %10s %10s %10s %8s %8s"
+    print(header % ("", "", "spawn", "fork", "reference", "no-sync", "spawn/ref", "fork/ref"))
     for w in report["workloads"]:
-        o, r, c, q = w["ddpspawn"], w["reference"], w["no_sync"], w["ratios"]
-        print("%-6s %-24s %12.3f %12.3f %12.3f %9.2fx" % (w["workload"], "launch->1st batch (s)",
-              o["launch_to_first_batch"], r["launch_to_first_batch"], c["launch_to_first_batch"],
-              q["launch_to_first_batch"]))
-        print("%-6s %-24s %12.1f %12.1f %12.1f %9.2fx" % ("", "steps/s per rank",
-              o["steps_per_s"], r["steps_per_s"], c["steps_per_s"], q["steps_per_s"]))
-        print("%-6s %-24s %12.0f %12.0f %12.0f %9.2fx" % ("", "peak RSS per rank (MB)",
-              o["peak_rss_mb"], r["peak_rss_mb"], c["peak_rss_mb"], q["peak_rss"]))
-        print("%-6s %-24s %12.2f  (of the no-sync ceiling)" % ("", "ddpspawn steps/s",
-              q["vs_no_sync_ceiling"]))
-        print("%-6s %-24s %12.3f %24s %9.2fx" % ("", "fork: launch->1st (s)",
-              w["ddpspawn_fork"]["launch_to_first_batch"], "", q["fork_launch_to_first_batch"]))
-        a = w["allreduce"]
-        print("%-6s %-24s %12.2f ms for %.1f MB: %.2f GB/s algorithmic bandwidth" % (
-              "", "raw gloo all-reduce", a["allreduce_ms"], a["bytes"] / 1e6,
-              a["algbw_gb_per_s"]))
+        o, f, r, c, q = (w["ddpspawn"], w["ddpspawn_fork"], w["reference"], w["no_sync"],
+                         w["ratios"])
+        rows = [("launch->1st batch (s)", "launch_to_first_batch", "%10.3f",
+                 q["launch_to_first_batch"], q["fork_launch_to_first_batch"]),
+                ("steps/s per rank", "steps_per_s", "%10.1f", q["steps_per_s"],
+                 q["fork_steps_per_s"]),
+                ("peak RSS per rank (MB)", "peak_rss_mb", "%10.0f", q["peak_rss"],
+                 q["fork_peak_rss"])]
+        for i, (label, key, fmt, ratio, fork_ratio) in enumerate(rows):
+            print(("%-6s %-26s " + " ".join([fmt] * 4) + " %7.2fx %7.2fx") % (
+                w["workload"] if i == 0 else "", label, o[key], f[key], r[key], c[key],
+                ratio, fork_ratio))
+        print("%-6s %-26s %10.2f" % ("", "spawn steps/s / no-sync", q["vs_no_sync_ceiling"]))
+        for name, key in (("shared-memory all-reduce", "allreduce"),
+                          ("Gloo all-reduce", "allreduce_gloo")):
+            a = w[key]
+            print("%-6s %-26s %10.2f ms for %.1f MB (%.2f GB/s algorithmic)" % (
+                "", name, a["allreduce_ms"], a["bytes"] / 1e6, a["algbw_gb_per_s"]))
     return 0
 
 
