@@ -146,12 +146,8 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(
           " does not require grad; pass only trainable parameters"));
     }
   }
-  if (!autograd_mode && options.gradient_as_bucket_view) {
-    return absl::InvalidArgumentError(
-        "gradient_as_bucket_view needs autograd mode: manual-mode gradients "
-        "are the caller's "
-        "own buffers");
-  }
+  if (!autograd_mode)
+    options.gradient_as_bucket_view = false;  // caller's buffers
   if (!options.comm_hook) options.comm_hook = MakeAllReduceHook();
   if (absl::Status same = CheckSameTensorsOnEveryRank(*group, tensors);
       !same.ok()) {

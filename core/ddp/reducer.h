@@ -38,8 +38,12 @@ struct ReducerOptions {
   // iteration. Without it, such a parameter still never hangs the ranks, but
   // gets a zero gradient.
   bool find_unused_parameters = false;
-  // Gradients are views into the bucket buffers: no copy in or out.
-  bool gradient_as_bucket_view = false;
+  // Gradients live in the bucket buffers: no copy in or out (on by default,
+  // unlike PyTorch: the copies cost ~12% of an MLP step here, docs/ddp.md).
+  // They alias the buffer without being autograd views, so Optimizer::zero_grad
+  // works; a .grad replaced by another tensor is copied in once and aliased
+  // again. Manual mode (caller buffers) needs it off.
+  bool gradient_as_bucket_view = true;
   std::shared_ptr<CommHook> comm_hook;  // null: MakeAllReduceHook()
 };
 

@@ -3,12 +3,14 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -16,18 +18,34 @@
 
 namespace ddpspawn {
 
-// At the start of the segment: how many ranks arrived at and departed from each
-// generation.
+// At the start of the segment, per rank: the last generation it arrived at and
+// departed from, and its pid (to notice a rank that died instead of waiting for
+// it until the timeout).
 struct SharedMemoryAllReduce::Header {
-  alignas(64) std::atomic<uint64_t> arrived;
-  alignas(64) std::atomic<uint64_t> departed;
+  std::atomic<uint64_t> arrived[kMaxRanks];
+  std::atomic<uint64_t> departed[kMaxRanks];
+  std::atomic<int64_t> pid[kMaxRanks];
 };
 
 namespace {
 
-constexpr size_t kHeaderBytes = 128;
+constexpr size_t kHeaderBytes = 4096;
+static_assert(sizeof(SharedMemoryAllReduce::Header) <= 4096,
+              "header too large");
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "needs lock-free atomics");
+
+// False once the process is gone (or a zombie waiting to be reaped).
+bool Alive(int64_t pid) {
+  if (pid <= 0) return true;  // not registered yet
+  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(stat, line);
+  size_t close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() ||
+         line[close + 2] != 'Z';
+}
 
 }  // namespace
 
@@ -53,6 +71,10 @@ SharedMemoryAllReduce::~SharedMemoryAllReduce() {
 absl::StatusOr<std::unique_ptr<SharedMemoryAllReduce>>
 SharedMemoryAllReduce::Create(const std::string& name, int rank, int world_size,
                               size_t capacity_bytes, absl::Duration timeout) {
+  if (world_size > kMaxRanks) {
+    return absl::UnavailableError(
+        absl::StrCat("more than ", kMaxRanks, " ranks"));
+  }
   const std::string shm_name = "/" + name;
   const size_t slot = (capacity_bytes + 63) / 64 * 64;
   const size_t bytes = kHeaderBytes + slot * static_cast<size_t>(world_size);
@@ -74,6 +96,8 @@ SharedMemoryAllReduce::Create(const std::string& name, int rank, int world_size,
     return absl::UnavailableError(
         absl::StrCat("mmap(", shm_name, "): ", std::strerror(errno)));
   }
+  static_cast<Header*>(base)->pid[rank].store(getpid(),
+                                              std::memory_order_release);
   return std::unique_ptr<SharedMemoryAllReduce>(new SharedMemoryAllReduce(
       shm_name, rank, world_size, slot, timeout, base, bytes));
 }
@@ -81,21 +105,33 @@ SharedMemoryAllReduce::Create(const std::string& name, int rank, int world_size,
 absl::Status SharedMemoryAllReduce::WaitUntil(const char* what, uint64_t target,
                                               bool arrived) {
   auto* header = static_cast<Header*>(base_);
-  std::atomic<uint64_t>& counter = arrived ? header->arrived : header->departed;
+  std::atomic<uint64_t>* counters =
+      arrived ? header->arrived : header->departed;
   const absl::Time deadline = absl::Now() + timeout_;
-  for (int spin = 0; counter.load(std::memory_order_acquire) < target; ++spin) {
-    if (spin < 200) continue;
-    if (spin < 2000) {
-      sched_yield();
-      continue;
+  for (int r = 0; r < world_size_; ++r) {
+    for (int spin = 0; counters[r].load(std::memory_order_acquire) < target;
+         ++spin) {
+      if (spin < 200) continue;
+      if (spin < 2000) {
+        sched_yield();
+        continue;
+      }
+      if ((spin & 1023) == 0) {
+        const int64_t pid = header->pid[r].load(std::memory_order_acquire);
+        if (!Alive(pid)) {
+          return absl::InternalError(absl::StrCat(
+              "shared-memory all_reduce: rank ", r, " (pid ", pid,
+              ") exited while the others waited for it to ", what));
+        }
+        if (absl::Now() > deadline) {
+          return absl::DeadlineExceededError(
+              absl::StrCat("shared-memory all_reduce: timed out after ",
+                           absl::FormatDuration(timeout_), " waiting for rank ",
+                           r, " to ", what));
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
-    if ((spin & 255) == 0 && absl::Now() > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("shared-memory all_reduce: timed out after ",
-                       absl::FormatDuration(timeout_),
-                       " waiting for the other ranks to ", what));
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
   return absl::OkStatus();
 }
@@ -109,19 +145,19 @@ absl::Status SharedMemoryAllReduce::Sum(T* data, size_t count) {
   }
   auto* header = static_cast<Header*>(base_);
   char* slots = static_cast<char*>(base_) + kHeaderBytes;
-  const uint64_t world = static_cast<uint64_t>(world_size_);
   // Our slot may still be read for the previous generation: wait until everyone
   // left it.
-  if (absl::Status s = WaitUntil("finish the previous all_reduce",
-                                 world * generation_, false);
+  if (absl::Status s =
+          WaitUntil("finish the previous all_reduce", generation_, false);
       !s.ok()) {
     return s;
   }
   ++generation_;
   std::memcpy(slots + rank_ * capacity_, data, bytes);
-  header->arrived.fetch_add(1, std::memory_order_acq_rel);
-  if (absl::Status s = WaitUntil("arrive", world * generation_, true); !s.ok())
+  header->arrived[rank_].store(generation_, std::memory_order_release);
+  if (absl::Status s = WaitUntil("arrive", generation_, true); !s.ok()) {
     return s;
+  }
   // Sum in rank order, so that every rank computes the same bits.
   const T* first = reinterpret_cast<const T*>(slots);
   std::memcpy(data, first, bytes);
@@ -129,7 +165,7 @@ absl::Status SharedMemoryAllReduce::Sum(T* data, size_t count) {
     const T* other = reinterpret_cast<const T*>(slots + r * capacity_);
     for (size_t i = 0; i < count; ++i) data[i] += other[i];
   }
-  header->departed.fetch_add(1, std::memory_order_acq_rel);
+  header->departed[rank_].store(generation_, std::memory_order_release);
   return absl::OkStatus();
 }
 

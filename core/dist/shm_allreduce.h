@@ -20,6 +20,7 @@ namespace ddpspawn {
 
 class SharedMemoryAllReduce {
  public:
+  static constexpr int kMaxRanks = 64;
   // Every rank calls this with the same name (e.g. the run directory's, plus
   // the group's generation), world size and capacity.
   static absl::StatusOr<std::unique_ptr<SharedMemoryAllReduce>> Create(
@@ -33,8 +34,10 @@ class SharedMemoryAllReduce {
   absl::Status SumFloat(float* data, size_t count);
   absl::Status SumDouble(double* data, size_t count);
 
- private:
+ public:
   struct Header;
+
+ private:
   SharedMemoryAllReduce(std::string name, int rank, int world_size,
                         size_t capacity, absl::Duration timeout, void* base,
                         size_t mapped);

@@ -48,7 +48,7 @@ struct RunConfig {
   std::string precision = "32-true";
   std::string ddp_comm_hook;
   bool find_unused_parameters = false;
-  bool gradient_as_bucket_view = false;
+  bool gradient_as_bucket_view = true;
 };
 
 // Unknown keys, bad values and missing required ones are errors that name the

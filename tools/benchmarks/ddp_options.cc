@@ -37,8 +37,8 @@ std::vector<Config> Configs() {
   return {
       {"no sync (ceiling)", [](DdpOptions&) {}, false},
       {"default (allreduce, 25 MB buckets)", [](DdpOptions&) {}},
-      {"gradient_as_bucket_view",
-       [](DdpOptions& o) { o.reducer.gradient_as_bucket_view = true; }},
+      {"gradient_as_bucket_view=false",
+       [](DdpOptions& o) { o.reducer.gradient_as_bucket_view = false; }},
       {"find_unused_parameters",
        [](DdpOptions& o) { o.reducer.find_unused_parameters = true; }},
       {"bucket_cap_mb=1", [](DdpOptions& o) { o.reducer.bucket_cap_mb = 1; }},
