@@ -370,35 +370,48 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
   return result;
 }
 
-absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(
-    const std::shared_ptr<LightningModule>& module, const Dataset& data,
-    bool test) {
+absl::StatusOr<std::vector<int64_t>> Trainer::ForEachShardBatch(
+    LightningModule& module, const Dataset& data,
+    const std::function<absl::Status(const Batch&, int64_t)>& step) {
   absl::StatusOr<DistributedSampler> sampler = DistributedSampler::Create(
       data.size(), strategy_.world_size(), strategy_.global_rank(),
-      /*shuffle=*/false, 0, false);
+      /*shuffle=*/false, 0, /*drop_last=*/false);
   if (!sampler.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("data ", data.source, ": ", sampler.status().message()));
   }
-  module->SetTraining(false);
+  module.SetTraining(false);
   const std::vector<int64_t> indices = sampler->Indices();
   const int64_t batches =
       BatchCount(sampler->num_samples(), options_.batch_size);
-  std::map<std::string, double> sums;
-  double samples = 0;
   for (int64_t b = 0; b < batches; ++b) {
     Batch batch = MakeBatch(
         data, indices, b * options_.batch_size,
         std::min((b + 1) * options_.batch_size, sampler->num_samples()));
-    absl::StatusOr<StepMetrics> metrics =
-        test ? strategy_.TestStep(batch, b)
-             : strategy_.ValidationStep(batch, b);
-    if (!metrics.ok()) return metrics.status();
-    const double size = static_cast<double>(batch[0].size(0));
-    for (const auto& [name, value] : *metrics)
-      sums[name] += value.item<double>() * size;
-    samples += size;
+    if (absl::Status s = step(batch, b); !s.ok()) return s;
   }
+  return indices;
+}
+
+absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(
+    const std::shared_ptr<LightningModule>& module, const Dataset& data,
+    bool test) {
+  std::map<std::string, double> sums;
+  double samples = 0;
+  absl::StatusOr<std::vector<int64_t>> done = ForEachShardBatch(
+      *module, data, [&](const Batch& batch, int64_t b) -> absl::Status {
+        absl::StatusOr<StepMetrics> metrics =
+            test ? strategy_.TestStep(batch, b)
+                 : strategy_.ValidationStep(batch, b);
+        if (!metrics.ok()) return metrics.status();
+        const double size = static_cast<double>(batch[0].size(0));
+        for (const auto& [name, value] : *metrics) {
+          sums[name] += value.item<double>() * size;
+        }
+        samples += size;
+        return absl::OkStatus();
+      });
+  if (!done.ok()) return done.status();
   // Weighted by samples, summed over the ranks (every rank reports the same
   // names).
   std::vector<double> flat;
@@ -430,30 +443,19 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Test(
 absl::StatusOr<at::Tensor> Trainer::Predict(
     std::shared_ptr<LightningModule> module, const Dataset& data) {
   if (absl::Status s = Prepare(module); !s.ok()) return s;
-  absl::StatusOr<DistributedSampler> sampler =
-      DistributedSampler::Create(data.size(), strategy_.world_size(),
-                                 strategy_.global_rank(), false, 0, false);
-  if (!sampler.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data ", data.source, ": ", sampler.status().message()));
-  }
-  module->SetTraining(false);
-  const std::vector<int64_t> indices = sampler->Indices();
-  const int64_t batches =
-      BatchCount(sampler->num_samples(), options_.batch_size);
   std::vector<at::Tensor> outputs;
-  for (int64_t b = 0; b < batches; ++b) {
-    Batch batch = MakeBatch(
-        data, indices, b * options_.batch_size,
-        std::min((b + 1) * options_.batch_size, sampler->num_samples()));
-    absl::StatusOr<at::Tensor> out = strategy_.PredictStep(batch, b);
-    if (!out.ok()) return out.status();
-    outputs.push_back(out->detach().cpu().contiguous());
-  }
+  absl::StatusOr<std::vector<int64_t>> indices = ForEachShardBatch(
+      *module, data, [&](const Batch& batch, int64_t b) -> absl::Status {
+        absl::StatusOr<at::Tensor> out = strategy_.PredictStep(batch, b);
+        if (!out.ok()) return out.status();
+        outputs.push_back(out->detach().cpu().contiguous());
+        return absl::OkStatus();
+      });
+  if (!indices.ok()) return indices.status();
   absl::StatusOr<at::Tensor> all = strategy_.AllGather(at::cat(outputs));
   if (!all.ok()) return all.status();
   absl::StatusOr<at::Tensor> all_indices =
-      strategy_.AllGather(at::tensor(indices, at::kLong));
+      strategy_.AllGather(at::tensor(*indices, at::kLong));
   if (!all_indices.ok()) return all_indices.status();
   if (!strategy_.is_global_zero()) return at::Tensor();
   // Scatter back into dataset order; padding repeats a sample with the same

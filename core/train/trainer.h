@@ -10,6 +10,7 @@
 #define DDPSPAWN_CORE_TRAIN_TRAINER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -77,6 +78,11 @@ class Trainer {
   absl::StatusOr<std::map<std::string, double>> Evaluate(
       const std::shared_ptr<LightningModule>& module, const Dataset& data,
       bool test);
+  // Runs `step` on each batch of this rank's shard of `data`, in order (no
+  // shuffle, padded), in eval mode; returns the shard's indices.
+  absl::StatusOr<std::vector<int64_t>> ForEachShardBatch(
+      LightningModule& module, const Dataset& data,
+      const std::function<absl::Status(const Batch&, int64_t)>& step);
   absl::Status Log(int64_t epoch, int64_t step, const std::string& name,
                    double value);
   absl::Status SaveCheckpoint(LightningModule& module,

@@ -316,8 +316,8 @@ typedef struct ddpspawn_reducer_options {
    * buffers that are matrices compress, so flat buffers are sent as they
    * are). */
   const char* comm_hook;
-  int32_t powersgd_rank;              /* default 1 */
-  int32_t powersgd_start_iteration;   /* plain all-reduce before it; default 10 */
+  int32_t powersgd_rank;            /* default 1 */
+  int32_t powersgd_start_iteration; /* plain all-reduce before it; default 10 */
   /* 1: a buffer that no rank marked ready in an iteration is left untouched
    * (costs one small all-reduce per iteration). 0 (default): unmarked
    * buffers count as zeros and get the mean like the others. */
@@ -341,18 +341,18 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create(
 DDPSPAWN_EXPORT void ddpspawn_reducer_destroy(ddpspawn_reducer* reducer);
 
 /* Buffer `index` is final for this iteration. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_mark_ready(
-    ddpspawn_reducer* reducer, size_t index);
+DDPSPAWN_EXPORT ddpspawn_status
+ddpspawn_reducer_mark_ready(ddpspawn_reducer* reducer, size_t index);
 
 /* Starts what is left, waits, and writes the means into the buffers. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_finalize(
-    ddpspawn_reducer* reducer);
+DDPSPAWN_EXPORT ddpspawn_status
+ddpspawn_reducer_finalize(ddpspawn_reducer* reducer);
 
 /* enabled = 0 is no_sync: mark_ready and finalize do nothing, so gradients
  * can accumulate locally; the first finalize after re-enabling averages the
  * accumulated buffers. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_set_sync(
-    ddpspawn_reducer* reducer, int32_t enabled);
+DDPSPAWN_EXPORT ddpspawn_status
+ddpspawn_reducer_set_sync(ddpspawn_reducer* reducer, int32_t enabled);
 
 /* Number of buckets; -1 for NULL. */
 DDPSPAWN_EXPORT int32_t
