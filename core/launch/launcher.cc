@@ -2,6 +2,7 @@
 #include "core/launch/launcher.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -143,6 +144,19 @@ void PrepareChild(pid_t parent, bool reset_signals) {
   if (reset_signals) {
     for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD, SIGHUP})
       signal(sig, SIG_DFL);
+  }
+}
+
+// A forked rank inherits the launcher's OpenBLAS, already sized for every core;
+// give it this rank's share, as the environment does for spawned ranks
+// (OPENBLAS_NUM_THREADS is read only when OpenBLAS starts). A no-op without
+// OpenBLAS.
+void LimitBlasThreads(int nprocs) {
+  using SetThreads = void (*)(int);
+  if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr && nprocs > 0) {
+    auto set = reinterpret_cast<SetThreads>(
+        dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    if (set != nullptr) set(std::atoi(std::getenv("OPENBLAS_NUM_THREADS")));
   }
 }
 
@@ -325,6 +339,7 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
       if (spec_.fork_hooks.after_fork_child)
         spec_.fork_hooks.after_fork_child();
       environ = envp.data();
+      LimitBlasThreads(spec_.nprocs);
       int code = 1;
       try {
         code = spec_.worker(rank);
