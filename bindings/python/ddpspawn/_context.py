@@ -8,6 +8,7 @@ import weakref
 from typing import Any, List, Optional, Sequence
 
 from . import _lib
+from ._closable import Closable
 from ._buffers import Buffer
 from ._errors import InvalidArgumentError
 from ._reducer import Reducer
@@ -46,7 +47,7 @@ def _take_bytes(pointer: ctypes.c_void_p, size: int) -> bytes:
         _lib.lib().ddpspawn_free(pointer)
 
 
-class Context:
+class Context(Closable):
     """This process's place in the process group, with collectives.
 
     A ``Context`` joins the group described by the environment: a ddpspawn
@@ -99,22 +100,6 @@ class Context:
 
     def _forget(self, reducer: Reducer) -> None:
         self._reducers.discard(reducer)
-
-    @property
-    def closed(self) -> bool:
-        return self._handle is None
-
-    def __enter__(self) -> "Context":
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: nothing useful to do
-            pass
 
     def __repr__(self) -> str:
         if self.closed:

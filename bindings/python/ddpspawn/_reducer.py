@@ -12,6 +12,7 @@ import operator
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Tuple
 
 from . import _lib
+from ._closable import Closable
 from ._buffers import DTYPE_NAMES, reducer_buffer
 from ._errors import InvalidArgumentError
 
@@ -43,7 +44,7 @@ def _comm_hook_name(value: Any) -> bytes:
     return value.encode()
 
 
-class Reducer:
+class Reducer(Closable):
     """Averages a fixed set of gradient buffers across the ranks, DDP-style.
 
     Create it with :meth:`Context.reducer`. Each iteration: write the
@@ -142,22 +143,6 @@ class Reducer:
             self._pointers = []
             self._buffers = ()
             self._context._forget(self)
-
-    @property
-    def closed(self) -> bool:
-        return self._handle is None
-
-    def __enter__(self) -> "Reducer":
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: nothing useful to do
-            pass
 
     def __repr__(self) -> str:
         if self.closed:
