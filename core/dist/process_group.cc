@@ -157,6 +157,32 @@ void WaitUntilEveryRankJoined(c10d::Store& store, const ClusterInfo& cluster) {
   store.wait(keys);
 }
 
+// The least of every rank's `value`, through Gloo.
+int64_t MinOverRanks(c10d::ProcessGroup& group, int64_t value) {
+  std::vector<at::Tensor> tensors{at::full({1}, value, at::kLong)};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = c10d::ReduceOp::MIN;
+  group.allreduce(tensors, opts)->wait();
+  return tensors[0].item<int64_t>();
+}
+
+// The shared-memory all-reduce, when every rank can set it up with the same
+// slot size (/dev/shm may be small or full); null: every rank uses Gloo.
+std::unique_ptr<SharedMemoryAllReduce> JoinSharedMemory(
+    c10d::ProcessGroup& group, const ClusterInfo& cluster,
+    const std::string& name, absl::Duration timeout) {
+  const int64_t capacity = MinOverRanks(
+      group, static_cast<int64_t>(SharedMemoryAllReduce::AffordableCapacity(
+                 cluster.world_size, kShmCapacityBytes)));
+  absl::StatusOr<std::unique_ptr<SharedMemoryAllReduce>> shm =
+      capacity <= 0 ? absl::UnavailableError("/dev/shm is full")
+                    : SharedMemoryAllReduce::Create(
+                          name, cluster.rank, cluster.world_size,
+                          static_cast<size_t>(capacity), timeout);
+  if (MinOverRanks(group, shm.ok() ? 1 : 0) == 0) return nullptr;
+  return *std::move(shm);
+}
+
 }  // namespace
 
 struct ProcessGroup::Impl {
@@ -173,13 +199,16 @@ struct ProcessGroup::Impl {
         !tensor.device().is_cpu() || !tensor.is_contiguous() ||
         (tensor.scalar_type() != at::kFloat &&
          tensor.scalar_type() != at::kDouble) ||
-        tensor.nbytes() > shm->capacity()) {
+        (tensor.nbytes() > shm->capacity() &&
+         !shm->IsShared(tensor.data_ptr(), tensor.nbytes()))) {
       return false;
     }
-    *status = tensor.scalar_type() == at::kFloat
-                  ? shm->SumFloat(tensor.data_ptr<float>(), tensor.numel())
-                  : shm->SumDouble(tensor.data_ptr<double>(), tensor.numel());
-    if (status->ok() && op == ReduceOp::kMean) tensor.div_(world_size);
+    const int divisor = op == ReduceOp::kMean ? world_size : 1;
+    *status =
+        tensor.scalar_type() == at::kFloat
+            ? shm->SumFloat(tensor.data_ptr<float>(), tensor.numel(), divisor)
+            : shm->SumDouble(tensor.data_ptr<double>(), tensor.numel(),
+                             divisor);
     return true;
   }
   std::chrono::milliseconds timeout;
@@ -300,15 +329,10 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
         store, cluster.rank, cluster.world_size, gloo_options);
     if (cluster.kind == ClusterKind::kDdpspawn && cluster.world_size > 1 &&
         ShmAllReduceEnabled()) {
-      absl::StatusOr<std::unique_ptr<SharedMemoryAllReduce>> shm =
-          SharedMemoryAllReduce::Create(
-              absl::StrCat(SharedMemoryPrefix(cluster.run_dir),
-                           prefix.substr(14)),
-              cluster.rank, cluster.world_size, kShmCapacityBytes,
-              options.timeout);
-      if (!shm.ok())
-        throw std::runtime_error(std::string(shm.status().message()));
-      impl->shm = *std::move(shm);
+      impl->shm = JoinSharedMemory(
+          *impl->group, cluster,
+          absl::StrCat(SharedMemoryPrefix(cluster.run_dir), prefix.substr(14)),
+          options.timeout);
     }
     WaitUntilEveryRankJoined(*store, cluster);
   });
@@ -485,6 +509,28 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(
   });
   if (!started.ok()) return started;
   return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
+}
+
+at::Tensor ProcessGroup::NewReductionBuffer(int64_t elements,
+                                            const at::Tensor& like) {
+  const at::TensorOptions options = like.options().requires_grad(false);
+  const bool eligible =
+      impl_->shm != nullptr && options.device().is_cpu() &&
+      (options.dtype() == at::kFloat || options.dtype() == at::kDouble);
+  if (eligible) {
+    absl::StatusOr<std::shared_ptr<void>> memory = impl_->shm->AllocateShared(
+        static_cast<size_t>(elements) * options.dtype().itemsize());
+    // Every rank must agree: a sum is in place on all ranks or staged on all.
+    const bool everywhere =
+        MinOverRanks(*impl_->group, memory.ok() ? 1 : 0) == 1;
+    if (everywhere) {
+      std::shared_ptr<void> keep = *std::move(memory);
+      void* data = keep.get();
+      return at::from_blob(
+          data, {elements}, [keep](void*) mutable { keep.reset(); }, options);
+    }
+  }
+  return at::zeros({elements}, options);
 }
 
 absl::Status ProcessGroup::Broadcast(void* data, size_t count, DType dtype,

@@ -5,8 +5,10 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -18,22 +20,81 @@
 
 namespace ddpspawn {
 
-// At the start of the segment, per rank: the last generation it arrived at and
-// departed from, and its pid (to notice a rank that died instead of waiting for
-// it until the timeout).
+// At the start of the staging segment, per rank: the last generation it
+// arrived at (its copy is complete) and reduced (its chunk is written back),
+// and its pid (to notice a rank that died instead of waiting until the
+// timeout).
 struct SharedMemoryAllReduce::Header {
   std::atomic<uint64_t> arrived[kMaxRanks];
-  std::atomic<uint64_t> departed[kMaxRanks];
+  std::atomic<uint64_t> reduced[kMaxRanks];
   std::atomic<int64_t> pid[kMaxRanks];
+};
+
+// One mapped /dev/shm segment: an optional header, then one slot per rank.
+// Unmapped (and unlinked: the first rank to let go removes the name) when the
+// last reference goes.
+struct SharedMemoryAllReduce::Segment {
+  std::string name;
+  char* base = nullptr;
+  size_t mapped = 0, header_bytes = 0, slot_bytes = 0;
+
+  char* slot(int rank) const { return base + header_bytes + rank * slot_bytes; }
+  ~Segment() {
+    munmap(base, mapped);
+    shm_unlink(name.c_str());  // ENOENT for all but the first
+  }
 };
 
 namespace {
 
 constexpr size_t kHeaderBytes = 4096;
-static_assert(sizeof(SharedMemoryAllReduce::Header) <= 4096,
+static_assert(sizeof(SharedMemoryAllReduce::Header) <= kHeaderBytes,
               "header too large");
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "needs lock-free atomics");
+
+size_t RoundUp(size_t value, size_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+// Opens (or creates) and maps `name`. With `reserve`, the pages are allocated
+// now, so that a full /dev/shm is an error here rather than a SIGBUS later.
+absl::StatusOr<std::shared_ptr<SharedMemoryAllReduce::Segment>> MapSegment(
+    const std::string& name, size_t header_bytes, size_t slot_bytes,
+    int world_size, bool reserve) {
+  auto segment = std::make_shared<SharedMemoryAllReduce::Segment>();
+  segment->header_bytes = header_bytes;
+  segment->slot_bytes = slot_bytes;
+  segment->mapped = header_bytes + slot_bytes * static_cast<size_t>(world_size);
+  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("shm_open(", name, "): ", std::strerror(errno)));
+  }
+  segment->name = name;  // from here on the destructor unlinks it
+  // Every rank sets the same size; new pages read as zeros.
+  int error =
+      ftruncate(fd, static_cast<off_t>(segment->mapped)) == 0 ? 0 : errno;
+  if (error == 0 && reserve)
+    error = posix_fallocate(fd, 0, static_cast<off_t>(segment->mapped));
+  if (error != 0) {
+    close(fd);
+    shm_unlink(name.c_str());
+    segment->name.clear();
+    return absl::UnavailableError(
+        absl::StrCat("sizing ", name, " to ", segment->mapped,
+                     " bytes in /dev/shm: ", std::strerror(error)));
+  }
+  void* base =
+      mmap(nullptr, segment->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    return absl::UnavailableError(
+        absl::StrCat("mmap(", name, "): ", std::strerror(errno)));
+  }
+  segment->base = static_cast<char*>(base);
+  return segment;
+}
 
 // False once the process is gone (or a zombie waiting to be reaped).
 bool Alive(int64_t pid) {
@@ -47,26 +108,52 @@ bool Alive(int64_t pid) {
          line[close + 2] != 'Z';
 }
 
+// Sums element i of every rank's copy in rank order, divides, and writes the
+// result into every copy, for i in [begin, end). Fixed-size blocks, so that
+// the compiler vectorizes the loops.
+template <typename T>
+void ReduceRange(T* const* copies, int world_size, size_t begin, size_t end,
+                 int divisor) {
+  constexpr size_t kBlock = 1024;
+  T sum[kBlock];
+  const T scale_divisor = static_cast<T>(divisor);
+  auto reduce = [&](size_t start, size_t n) {
+    std::memcpy(sum, copies[0] + start, n * sizeof(T));
+    for (int q = 1; q < world_size; ++q) {
+      const T* copy = copies[q] + start;
+      if (n == kBlock) {
+        for (size_t i = 0; i < kBlock; ++i) sum[i] += copy[i];
+      } else {
+        for (size_t i = 0; i < n; ++i) sum[i] += copy[i];
+      }
+    }
+    if (divisor != 1) {
+      if (n == kBlock) {
+        for (size_t i = 0; i < kBlock; ++i) sum[i] /= scale_divisor;
+      } else {
+        for (size_t i = 0; i < n; ++i) sum[i] /= scale_divisor;
+      }
+    }
+    for (int q = 0; q < world_size; ++q)
+      std::memcpy(copies[q] + start, sum, n * sizeof(T));
+  };
+  for (size_t start = begin; start < end; start += kBlock)
+    reduce(start, std::min(kBlock, end - start));
+}
+
 }  // namespace
 
-SharedMemoryAllReduce::SharedMemoryAllReduce(std::string name, int rank,
-                                             int world_size, size_t capacity,
-                                             absl::Duration timeout, void* base,
-                                             size_t mapped)
-    : name_(std::move(name)),
-      rank_(rank),
+SharedMemoryAllReduce::SharedMemoryAllReduce(int rank, int world_size,
+                                             size_t capacity,
+                                             absl::Duration timeout,
+                                             std::shared_ptr<Segment> staging)
+    : rank_(rank),
       world_size_(world_size),
       capacity_(capacity),
       timeout_(timeout),
-      base_(base),
-      mapped_(mapped) {}
+      staging_(std::move(staging)) {}
 
-SharedMemoryAllReduce::~SharedMemoryAllReduce() {
-  munmap(base_, mapped_);
-  shm_unlink(
-      name_
-          .c_str());  // the last one to leave removes it; ENOENT for the others
-}
+SharedMemoryAllReduce::~SharedMemoryAllReduce() = default;
 
 absl::StatusOr<std::unique_ptr<SharedMemoryAllReduce>>
 SharedMemoryAllReduce::Create(const std::string& name, int rank, int world_size,
@@ -75,42 +162,76 @@ SharedMemoryAllReduce::Create(const std::string& name, int rank, int world_size,
     return absl::UnavailableError(
         absl::StrCat("more than ", kMaxRanks, " ranks"));
   }
-  const std::string shm_name = "/" + name;
-  const size_t slot = (capacity_bytes + 63) / 64 * 64;
-  const size_t bytes = kHeaderBytes + slot * static_cast<size_t>(world_size);
-  int fd = shm_open(shm_name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("shm_open(", shm_name, "): ", std::strerror(errno)));
-  }
-  // Every rank sets the same size; the pages start zeroed (the counters at 0).
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    int saved = errno;
-    close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("ftruncate(", shm_name, "): ", std::strerror(saved)));
-  }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) {
-    return absl::UnavailableError(
-        absl::StrCat("mmap(", shm_name, "): ", std::strerror(errno)));
-  }
-  static_cast<Header*>(base)->pid[rank].store(getpid(),
-                                              std::memory_order_release);
+  capacity_bytes = capacity_bytes / 4096 * 4096;
+  if (capacity_bytes == 0) return absl::UnavailableError("/dev/shm is full");
+  absl::StatusOr<std::shared_ptr<Segment>> staging = MapSegment(
+      "/" + name, kHeaderBytes, capacity_bytes, world_size, /*reserve=*/false);
+  if (!staging.ok()) return staging.status();
+  reinterpret_cast<Header*>((*staging)->base)
+      ->pid[rank]
+      .store(getpid(), std::memory_order_release);
   return std::unique_ptr<SharedMemoryAllReduce>(new SharedMemoryAllReduce(
-      shm_name, rank, world_size, slot, timeout, base, bytes));
+      rank, world_size, capacity_bytes, timeout, *std::move(staging)));
 }
 
-absl::Status SharedMemoryAllReduce::WaitUntil(const char* what, uint64_t target,
-                                              bool arrived) {
-  auto* header = static_cast<Header*>(base_);
-  std::atomic<uint64_t>* counters =
-      arrived ? header->arrived : header->departed;
+size_t SharedMemoryAllReduce::AffordableCapacity(int world_size,
+                                                 size_t wanted_bytes) {
+  // The staging slots stay sparse (pages appear as buffers use them): keep
+  // them to half of what /dev/shm has free, so that a small one (a container's
+  // 64 MB) means smaller slots rather than a SIGBUS.
+  struct statvfs fs = {};
+  if (statvfs("/dev/shm", &fs) != 0) return 0;
+  const size_t free_bytes = static_cast<size_t>(fs.f_bavail) * fs.f_frsize;
+  return std::min(wanted_bytes, free_bytes / 2 / world_size) / 4096 * 4096;
+}
+
+absl::StatusOr<std::shared_ptr<void>> SharedMemoryAllReduce::AllocateShared(
+    size_t bytes) {
+  std::lock_guard<std::mutex> lock(shared_mutex_);
+  absl::StatusOr<std::shared_ptr<Segment>> segment =
+      MapSegment(absl::StrCat(staging_->name, ".", shared_allocated_++), 0,
+                 RoundUp(std::max<size_t>(bytes, 1), 4096), world_size_,
+                 /*reserve=*/true);
+  if (!segment.ok()) return segment.status();
+  shared_.push_back(*segment);
+  return std::shared_ptr<void>(*segment, (*segment)->slot(rank_));
+}
+
+std::shared_ptr<SharedMemoryAllReduce::Segment>
+SharedMemoryAllReduce::FindShared(const void* data, size_t bytes,
+                                  size_t* offset) {
+  const char* begin = static_cast<const char*>(data);
+  std::lock_guard<std::mutex> lock(shared_mutex_);
+  std::shared_ptr<Segment> found;
+  shared_.erase(
+      std::remove_if(shared_.begin(), shared_.end(),
+                     [&](const std::weak_ptr<Segment>& weak) {
+                       std::shared_ptr<Segment> segment = weak.lock();
+                       if (segment == nullptr) return true;
+                       const char* slot = segment->slot(rank_);
+                       if (begin >= slot &&
+                           begin + bytes <= slot + segment->slot_bytes) {
+                         *offset = static_cast<size_t>(begin - slot);
+                         found = segment;
+                       }
+                       return false;
+                     }),
+      shared_.end());
+  return found;
+}
+
+bool SharedMemoryAllReduce::IsShared(const void* data, size_t bytes) {
+  size_t offset = 0;
+  return FindShared(data, bytes, &offset) != nullptr;
+}
+
+absl::Status SharedMemoryAllReduce::WaitForAll(const char* what, bool arrived) {
+  auto* header = reinterpret_cast<Header*>(staging_->base);
+  std::atomic<uint64_t>* counters = arrived ? header->arrived : header->reduced;
   const absl::Time deadline = absl::Now() + timeout_;
   for (int r = 0; r < world_size_; ++r) {
-    for (int spin = 0; counters[r].load(std::memory_order_acquire) < target;
-         ++spin) {
+    for (int spin = 0;
+         counters[r].load(std::memory_order_acquire) < generation_; ++spin) {
       if (spin < 200) continue;
       if (spin < 2000) {
         sched_yield();
@@ -137,44 +258,54 @@ absl::Status SharedMemoryAllReduce::WaitUntil(const char* what, uint64_t target,
 }
 
 template <typename T>
-absl::Status SharedMemoryAllReduce::Sum(T* data, size_t count) {
+absl::Status SharedMemoryAllReduce::Sum(T* data, size_t count, int divisor) {
   const size_t bytes = count * sizeof(T);
-  if (bytes > capacity_) {
-    return absl::InvalidArgumentError(
-        "buffer larger than the shared-memory slots");
+  size_t offset = 0;
+  std::shared_ptr<Segment> segment = FindShared(data, bytes, &offset);
+  const bool staged = segment == nullptr;
+  if (staged) {
+    if (bytes > capacity_) {
+      return absl::InvalidArgumentError(
+          "buffer larger than the shared-memory slots");
+    }
+    // Nobody reads our slot any more: every rank left the previous generation's
+    // reduction before we could.
+    segment = staging_;
+    std::memcpy(segment->slot(rank_), data, bytes);
   }
-  auto* header = static_cast<Header*>(base_);
-  char* slots = static_cast<char*>(base_) + kHeaderBytes;
-  // Our slot may still be read for the previous generation: wait until everyone
-  // left it.
-  if (absl::Status s =
-          WaitUntil("finish the previous all_reduce", generation_, false);
+  T* copies[kMaxRanks];
+  for (int q = 0; q < world_size_; ++q)
+    copies[q] = reinterpret_cast<T*>(segment->slot(q) + offset);
+
+  auto* header = reinterpret_cast<Header*>(staging_->base);
+  ++generation_;
+  header->arrived[rank_].store(generation_, std::memory_order_release);
+  if (absl::Status s = WaitForAll("arrive", /*arrived=*/true); !s.ok())
+    return s;
+  // Our chunk, in cache-line multiples so that no two ranks write one line.
+  const size_t per_line = 64 / sizeof(T);
+  const size_t chunk =
+      RoundUp((count + world_size_ - 1) / world_size_, per_line);
+  const size_t begin = std::min(count, chunk * rank_);
+  ReduceRange(copies, world_size_, begin, std::min(count, begin + chunk),
+              divisor);
+  header->reduced[rank_].store(generation_, std::memory_order_release);
+  if (absl::Status s = WaitForAll("reduce its share", /*arrived=*/false);
       !s.ok()) {
     return s;
   }
-  ++generation_;
-  std::memcpy(slots + rank_ * capacity_, data, bytes);
-  header->arrived[rank_].store(generation_, std::memory_order_release);
-  if (absl::Status s = WaitUntil("arrive", generation_, true); !s.ok()) {
-    return s;
-  }
-  // Sum in rank order, so that every rank computes the same bits.
-  const T* first = reinterpret_cast<const T*>(slots);
-  std::memcpy(data, first, bytes);
-  for (int r = 1; r < world_size_; ++r) {
-    const T* other = reinterpret_cast<const T*>(slots + r * capacity_);
-    for (size_t i = 0; i < count; ++i) data[i] += other[i];
-  }
-  header->departed[rank_].store(generation_, std::memory_order_release);
+  if (staged) std::memcpy(data, segment->slot(rank_), bytes);
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryAllReduce::SumFloat(float* data, size_t count) {
-  return Sum(data, count);
+absl::Status SharedMemoryAllReduce::SumFloat(float* data, size_t count,
+                                             int divisor) {
+  return Sum(data, count, divisor);
 }
 
-absl::Status SharedMemoryAllReduce::SumDouble(double* data, size_t count) {
-  return Sum(data, count);
+absl::Status SharedMemoryAllReduce::SumDouble(double* data, size_t count,
+                                              int divisor) {
+  return Sum(data, count, divisor);
 }
 
 }  // namespace ddpspawn

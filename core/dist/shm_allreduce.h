@@ -1,16 +1,21 @@
 // An all-reduce through shared memory for ranks on one host (the ddpspawn
-// launcher's): each rank copies its buffer into its slot of a /dev/shm segment,
-// waits for the others, and sums every slot in rank order, so every rank gets
-// the same bits. Costs a few memory passes instead of Gloo's TCP loopback
-// (which spends the CPU the ranks need for backward). Float32 and float64 sums
-// of up to `capacity` bytes; anything else goes to Gloo.
+// launcher's). Every rank's copy of the buffer sits in a /dev/shm segment that
+// all ranks map; once all have arrived, rank r sums chunk r of every copy in
+// rank order (so every rank gets the same bits), divides it when averaging,
+// and writes the result back into every copy. A buffer allocated with
+// AllocateShared() is summed in place, with no copy at all (DDP's gradient
+// buckets); any other buffer is copied into a staging slot and back. Costs two
+// memory passes instead of Gloo's TCP loopback, which spends the CPU the ranks
+// need for backward. Float32 and float64 sums; anything else goes to Gloo.
 #ifndef DDPSPAWN_CORE_DIST_SHM_ALLREDUCE_H_
 #define DDPSPAWN_CORE_DIST_SHM_ALLREDUCE_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -21,37 +26,56 @@ namespace ddpspawn {
 class SharedMemoryAllReduce {
  public:
   static constexpr int kMaxRanks = 64;
+  // The staging capacity per rank, at most `wanted_bytes`, that /dev/shm can
+  // hold now (0: none). Ranks may see different figures: agree on the least.
+  static size_t AffordableCapacity(int world_size, size_t wanted_bytes);
   // Every rank calls this with the same name (e.g. the run directory's, plus
-  // the group's generation), world size and capacity.
+  // the group's generation), world size and staging capacity.
   static absl::StatusOr<std::unique_ptr<SharedMemoryAllReduce>> Create(
       const std::string& name, int rank, int world_size, size_t capacity_bytes,
       absl::Duration timeout);
   ~SharedMemoryAllReduce();
 
+  // The largest buffer that is not in shared memory yet and can be summed.
   size_t capacity() const { return capacity_; }
-  // In place: data becomes the sum over the ranks. Every rank must call with
-  // the same count.
-  absl::Status SumFloat(float* data, size_t count);
-  absl::Status SumDouble(double* data, size_t count);
+
+  // `bytes` of zeroed memory that the other ranks reach in place. Every rank
+  // must call this in the same order with the same size (it communicates
+  // through the segment's name only). The memory stays mapped while the
+  // returned pointer (or a copy) lives, also after this object is gone.
+  absl::StatusOr<std::shared_ptr<void>> AllocateShared(size_t bytes);
+  // True when `bytes` at `data` lie in memory from AllocateShared().
+  bool IsShared(const void* data, size_t bytes);
+
+  // In place: data becomes the sum over the ranks, divided by `divisor`. Every
+  // rank must call with the same count and divisor.
+  absl::Status SumFloat(float* data, size_t count, int divisor = 1);
+  absl::Status SumDouble(double* data, size_t count, int divisor = 1);
 
  public:
   struct Header;
+  struct Segment;
 
  private:
-  SharedMemoryAllReduce(std::string name, int rank, int world_size,
-                        size_t capacity, absl::Duration timeout, void* base,
-                        size_t mapped);
+  SharedMemoryAllReduce(int rank, int world_size, size_t capacity,
+                        absl::Duration timeout,
+                        std::shared_ptr<Segment> staging);
   template <typename T>
-  absl::Status Sum(T* data, size_t count);
-  absl::Status WaitUntil(const char* what, uint64_t target, bool arrived);
+  absl::Status Sum(T* data, size_t count, int divisor);
+  // The segment and offset of `bytes` at `data` within this rank's slot of an
+  // AllocateShared() segment, or null.
+  std::shared_ptr<Segment> FindShared(const void* data, size_t bytes,
+                                      size_t* offset);
+  absl::Status WaitForAll(const char* what, bool arrived);
 
-  std::string name_;
   int rank_, world_size_;
   size_t capacity_;
   absl::Duration timeout_;
-  void* base_;
-  size_t mapped_;
+  std::shared_ptr<Segment> staging_;  // the header, then one slot per rank
   uint64_t generation_ = 0;
+  std::mutex shared_mutex_;  // guards the two below
+  std::vector<std::weak_ptr<Segment>> shared_;
+  int shared_allocated_ = 0;
 };
 
 }  // namespace ddpspawn
