@@ -29,7 +29,7 @@ TEST_P(CollectivesTest, EveryOpAndDtype) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest,
-                         testing::Combine(testing::Values(2, 4),
+                         testing::Combine(testing::Values(2, 3, 4),
                                           testing::Bool()));
 
 // With debug checks, mismatched shapes are an error on every rank that names

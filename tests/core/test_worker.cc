@@ -136,6 +136,26 @@ void Collectives() {
           "tensor all_gather value");
   }
 
+  // Large float buffers, element by element (the shared-memory all-reduce
+  // splits them into one chunk per rank): a plain tensor (staged through
+  // shared memory) and a reduction buffer (summed in place), three times each.
+  const int64_t n = 100003;  // not a multiple of any chunk size
+  at::Tensor index = at::arange(n, at::kFloat);
+  at::Tensor expected_sum = index * world + 1000.0 * world * (world - 1) / 2;
+  at::Tensor in_place = group->NewReductionBuffer(n, index);
+  Check(in_place.numel() == n && in_place.eq(0).all().item<bool>(),
+        "reduction buffer starts zeroed");
+  for (int round = 0; round < 3; ++round) {
+    at::Tensor staged = index + 1000.0 * rank;
+    CheckOk(group->AllReduce(staged, ReduceOp::kSum), "large all_reduce");
+    Check(staged.equal(expected_sum), "large all_reduce value");
+    in_place.copy_(index + 1000.0 * rank);
+    CheckOk(group->AllReduce(in_place, ReduceOp::kMean),
+            "reduction buffer all_reduce");
+    Check(in_place.equal(expected_sum / world),
+          "reduction buffer all_reduce value");
+  }
+
   // Bytes of different sizes per rank.
   std::string mine(static_cast<size_t>(rank * 3),
                    static_cast<char>('a' + rank));
