@@ -1,7 +1,9 @@
 """tools/bench: ddpspawn against the reference users have today (torch.multiprocessing.spawn +
 DistributedDataParallel on the same LibTorch, Gloo and BLAS), on the same workloads, runs
 interleaved, medians over the rounds. Also the no-sync ceiling (the same ranks training without
-gradient sync) and raw Gloo all-reduce bandwidth for the workload's gradient size.
+gradient sync), raw all-reduce time for the workload's gradient size (shared memory, staged and
+in place, and Gloo), and what a bare process start that loads LibTorch costs (the floor under
+any spawned rank's launch).
 Launch to first batch runs from the launch call in an already started launcher (ddpspawn's Job,
 or mp.spawn with torch imported) to rank 0's first finished step; ddpspawn is measured with the
 spawn start method like the reference, and with fork.
@@ -29,6 +31,14 @@ def run(command, env=None):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def startup_seconds(command):
+    """Wall time to start a process that loads LibTorch and exits: what every spawned rank (or
+    mp.spawn interpreter) pays before it can do anything."""
+    start = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
 def blas_in_use():
     try:
         return os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
@@ -54,7 +64,7 @@ def main():
     for workload in args.workloads.split(","):
         w = ["--workload", workload]
         results = {"ddpspawn": [], "reference": [], "no_sync": [], "ddpspawn_fork": [],
-                   "allreduce": [], "allreduce_gloo": []}
+                   "allreduce": [], "allreduce_gloo": [], "startup": []}
         for _ in range(args.rounds):  # interleaved, so drift hits every variant alike
             results["ddpspawn"].append(run([DDPSPAWN] + w + ["--mode", "ddp"] + common))
             results["reference"].append(
@@ -62,11 +72,16 @@ def main():
             results["no_sync"].append(run([DDPSPAWN] + w + ["--mode", "nosync"] + common))
             results["ddpspawn_fork"].append(
                 run([DDPSPAWN] + w + ["--mode", "ddp", "--start-method", "fork"] + common))
+            results["startup"].append({
+                "ddpspawn_process_s": startup_seconds([DDPSPAWN, "--mode", "startup"]),
+                "python_import_torch_s": startup_seconds(["/usr/bin/python3", "-c",
+                                                          "import torch"])})
         results["allreduce"].append(run([DDPSPAWN] + w + ["--mode", "allreduce"] + common))
         results["allreduce_gloo"].append(run([DDPSPAWN] + w + ["--mode", "allreduce"] + common,
                                              env={"DDPSPAWN_SHM_ALLREDUCE": "0"}))
-        ours, ref, ceiling, forked = (median_of(results[k]) for k in
-                                      ("ddpspawn", "reference", "no_sync", "ddpspawn_fork"))
+        ours, ref, ceiling, forked, startup = (
+            median_of(results[k]) for k in
+            ("ddpspawn", "reference", "no_sync", "ddpspawn_fork", "startup"))
         report["workloads"].append({
             "workload": workload,
             "ddpspawn": ours,
@@ -75,6 +90,7 @@ def main():
             "ddpspawn_fork": forked,
             "allreduce": results["allreduce"][0],
             "allreduce_gloo": results["allreduce_gloo"][0],
+            "startup": startup,
             "ratios": {
                 "launch_to_first_batch": ours["launch_to_first_batch"] / ref["launch_to_first_batch"],
                 "steps_per_s": ours["steps_per_s"] / ref["steps_per_s"],
@@ -84,6 +100,9 @@ def main():
                     forked["launch_to_first_batch"] / ref["launch_to_first_batch"],
                 "fork_steps_per_s": forked["steps_per_s"] / ref["steps_per_s"],
                 "fork_peak_rss": forked["peak_rss_mb"] / ref["peak_rss_mb"],
+                # A spawned rank cannot reach its first batch before this: the floor of spawn.
+                "process_start_vs_reference_launch":
+                    startup["ddpspawn_process_s"] / ref["launch_to_first_batch"],
             },
         })
     if args.json:
@@ -107,11 +126,17 @@ def main():
                 w["workload"] if i == 0 else "", label, o[key], f[key], r[key], c[key],
                 ratio, fork_ratio))
         print("%-6s %-26s %10.2f" % ("", "spawn steps/s / no-sync", q["vs_no_sync_ceiling"]))
-        for name, key in (("shared-memory all-reduce", "allreduce"),
-                          ("Gloo all-reduce", "allreduce_gloo")):
-            a = w[key]
-            print("%-6s %-26s %10.2f ms for %.1f MB (%.2f GB/s algorithmic)" % (
-                "", name, a["allreduce_ms"], a["bytes"] / 1e6, a["algbw_gb_per_s"]))
+        a, g = w["allreduce"], w["allreduce_gloo"]
+        print("%-6s %-26s %10.2f ms staged, %.2f ms in place (DDP's buckets), for %.1f MB"
+              % ("", "shared-memory all-reduce", a["allreduce_ms"], a["allreduce_in_place_ms"],
+                 a["bytes"] / 1e6))
+        print("%-6s %-26s %10.2f ms for %.1f MB (%.2f GB/s algorithmic)" % (
+            "", "Gloo all-reduce", g["allreduce_ms"], g["bytes"] / 1e6, g["algbw_gb_per_s"]))
+        s = w["startup"]
+        print("%-6s %-26s %10.3f s ddpspawn process, %.3f s python3 -c 'import torch' "
+              "(%.2fx the reference's launch)" % (
+                  "", "bare start, LibTorch load", s["ddpspawn_process_s"],
+                  s["python_import_torch_s"], q["process_start_vs_reference_launch"]))
     return 0
 
 

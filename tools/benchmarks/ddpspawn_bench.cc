@@ -1,13 +1,14 @@
-// ddpspawn's side of tools/bench: launches 2 spawned ranks that train a
-// workload with DistributedDataParallel (or without gradient sync: the
-// ceiling), and prints one JSON object: launch to first batch (s, from before
-// the launch to rank 0's first finished step), steady steps/s per rank (after a
-// warm-up), peak RSS per rank (MB, the largest over the ranks). Mode
-// "allreduce" instead measures raw Gloo all-reduce bandwidth for the workload's
-// gradient size. Usage: ddpspawn_bench --workload mlp|conv --mode
-// ddp|nosync|allreduce
-//                             [--steps N] [--warmup N] [--nprocs N]
-//                             [--launch-time T]
+// ddpspawn's side of tools/bench: launches 2 ranks (spawned, or forked with
+// --start-method fork) that train a workload with DistributedDataParallel (or
+// without gradient sync: the ceiling), and prints one JSON object: launch to
+// first batch (s, from before the launch to rank 0's first finished step),
+// steady steps/s per rank (after a warm-up), peak RSS per rank (MB, the largest
+// over the ranks). Mode "allreduce" instead times one all-reduce of the
+// workload's gradient size (shared memory, or Gloo with
+// DDPSPAWN_SHM_ALLREDUCE=0; staged and in place); mode "startup" exits at once
+// (tools/bench times what starting a LibTorch process costs).
+// Usage: ddpspawn_bench --workload mlp|conv --mode ddp|nosync|allreduce|startup
+//            [--steps N] [--warmup N] [--nprocs N] [--start-method spawn|fork]
 #include <sys/resource.h>
 #include <torch/torch.h>
 
@@ -75,21 +76,34 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
   torch::nn::Sequential net = MakeModel(flags.workload);
   int64_t gradient_elements = 0;
   for (const auto& p : net->parameters()) gradient_elements += p.numel();
-  if (flags.mode ==
-      "allreduce") {  // raw bandwidth for one gradient-sized buffer
-    at::Tensor buffer = torch::ones({gradient_elements});
-    for (int i = 0; i < flags.warmup; ++i)
-      (void)(*group)->AllReduce(buffer, ReduceOp::kSum);
-    const double start = NowSeconds();
-    for (int i = 0; i < flags.steps; ++i) {
-      if (absl::Status s = (*group)->AllReduce(buffer, ReduceOp::kSum); !s.ok())
-        return s;
-    }
-    const double seconds = (NowSeconds() - start) / flags.steps;
+  if (flags.mode == "allreduce") {
+    // Raw bandwidth for one gradient-sized buffer: a plain tensor (staged
+    // through shared memory, or Gloo) and a reduction buffer like DDP's buckets
+    // (in place where shared memory is on).
+    auto milliseconds_per_sum =
+        [&](at::Tensor buffer) -> absl::StatusOr<double> {
+      buffer.fill_(1);
+      for (int i = 0; i < flags.warmup; ++i)
+        (void)(*group)->AllReduce(buffer, ReduceOp::kSum);
+      const double start = NowSeconds();
+      for (int i = 0; i < flags.steps; ++i) {
+        if (absl::Status s = (*group)->AllReduce(buffer, ReduceOp::kSum);
+            !s.ok())
+          return s;
+      }
+      return (NowSeconds() - start) / flags.steps * 1e3;
+    };
+    at::Tensor plain = torch::ones({gradient_elements});
+    absl::StatusOr<double> staged = milliseconds_per_sum(plain);
+    if (!staged.ok()) return staged.status();
+    absl::StatusOr<double> in_place = milliseconds_per_sum(
+        (*group)->NewReductionBuffer(gradient_elements, plain));
+    if (!in_place.ok()) return in_place.status();
     return absl::StrFormat(
-        "{\"allreduce_ms\": %.4f, \"bytes\": %d, \"algbw_gb_per_s\": %.4f}",
-        seconds * 1e3, gradient_elements * 4,
-        gradient_elements * 4 / seconds / 1e9);
+        "{\"allreduce_ms\": %.4f, \"allreduce_in_place_ms\": %.4f, "
+        "\"bytes\": %d, \"algbw_gb_per_s\": %.4f}",
+        *staged, *in_place, gradient_elements * 4,
+        gradient_elements * 4 / *staged / 1e6);
   }
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
       DistributedDataParallel::Wrap(net.ptr(), group->get(), {});
@@ -142,6 +156,7 @@ int main(int argc, char** argv) {
     if (key == "--launch-time")
       (void)absl::SimpleAtod(value, &flags.launch_time);
   }
+  if (flags.mode == "startup") return 0;  // tools/bench times a bare start
   if (std::getenv(ddpspawn::kRunDirEnv) != nullptr) {
     absl::StatusOr<std::string> report = ddpspawn::Worker(flags);
     if (!report.ok()) {
