@@ -21,12 +21,12 @@
 namespace ddpspawn {
 
 // At the start of the staging segment, per rank: the last generation it
-// arrived at (its copy is complete) and reduced (its chunk is written back),
+// arrived at (its slot is ready) and left (it is done with the others' slots),
 // and its pid (to notice a rank that died instead of waiting until the
 // timeout).
 struct SharedMemoryAllReduce::Header {
   std::atomic<uint64_t> arrived[kMaxRanks];
-  std::atomic<uint64_t> reduced[kMaxRanks];
+  std::atomic<uint64_t> left[kMaxRanks];
   std::atomic<int64_t> pid[kMaxRanks];
 };
 
@@ -143,10 +143,9 @@ void ReduceRange(T* const* copies, int world_size, size_t begin, size_t end,
 
 }  // namespace
 
-SharedMemoryAllReduce::SharedMemoryAllReduce(int rank, int world_size,
-                                             size_t capacity,
-                                             absl::Duration timeout,
-                                             std::shared_ptr<Segment> staging)
+SharedMemoryAllReduce::SharedMemoryAllReduce(
+    int rank, int world_size, size_t capacity, absl::Duration timeout,
+    std::shared_ptr<Segment> staging)
     : rank_(rank),
       world_size_(world_size),
       capacity_(capacity),
@@ -156,8 +155,9 @@ SharedMemoryAllReduce::SharedMemoryAllReduce(int rank, int world_size,
 SharedMemoryAllReduce::~SharedMemoryAllReduce() = default;
 
 absl::StatusOr<std::unique_ptr<SharedMemoryAllReduce>>
-SharedMemoryAllReduce::Create(const std::string& name, int rank, int world_size,
-                              size_t capacity_bytes, absl::Duration timeout) {
+SharedMemoryAllReduce::Create(const std::string& name, int rank,
+                                int world_size, size_t capacity_bytes,
+                                absl::Duration timeout) {
   if (world_size > kMaxRanks) {
     return absl::UnavailableError(
         absl::StrCat("more than ", kMaxRanks, " ranks"));
@@ -175,7 +175,7 @@ SharedMemoryAllReduce::Create(const std::string& name, int rank, int world_size,
 }
 
 size_t SharedMemoryAllReduce::AffordableCapacity(int world_size,
-                                                 size_t wanted_bytes) {
+                                                   size_t wanted_bytes) {
   // The staging slots stay sparse (pages appear as buffers use them): keep
   // them to half of what /dev/shm has free, so that a small one (a container's
   // 64 MB) means smaller slots rather than a SIGBUS.
@@ -199,7 +199,7 @@ absl::StatusOr<std::shared_ptr<void>> SharedMemoryAllReduce::AllocateShared(
 
 std::shared_ptr<SharedMemoryAllReduce::Segment>
 SharedMemoryAllReduce::FindShared(const void* data, size_t bytes,
-                                  size_t* offset) {
+                                    size_t* offset) {
   const char* begin = static_cast<const char*>(data);
   std::lock_guard<std::mutex> lock(shared_mutex_);
   std::shared_ptr<Segment> found;
@@ -225,9 +225,10 @@ bool SharedMemoryAllReduce::IsShared(const void* data, size_t bytes) {
   return FindShared(data, bytes, &offset) != nullptr;
 }
 
-absl::Status SharedMemoryAllReduce::WaitForAll(const char* what, bool arrived) {
+absl::Status SharedMemoryAllReduce::WaitForAll(const char* what,
+                                                 bool arrived) {
   auto* header = reinterpret_cast<Header*>(staging_->base);
-  std::atomic<uint64_t>* counters = arrived ? header->arrived : header->reduced;
+  std::atomic<uint64_t>* counters = arrived ? header->arrived : header->left;
   const absl::Time deadline = absl::Now() + timeout_;
   for (int r = 0; r < world_size_; ++r) {
     for (int spin = 0;
@@ -257,6 +258,19 @@ absl::Status SharedMemoryAllReduce::WaitForAll(const char* what, bool arrived) {
   return absl::OkStatus();
 }
 
+absl::Status SharedMemoryAllReduce::Arrive() {
+  auto* header = reinterpret_cast<Header*>(staging_->base);
+  ++generation_;
+  header->arrived[rank_].store(generation_, std::memory_order_release);
+  return WaitForAll("arrive", /*arrived=*/true);
+}
+
+absl::Status SharedMemoryAllReduce::Leave(const char* what) {
+  auto* header = reinterpret_cast<Header*>(staging_->base);
+  header->left[rank_].store(generation_, std::memory_order_release);
+  return WaitForAll(what, /*arrived=*/false);
+}
+
 template <typename T>
 absl::Status SharedMemoryAllReduce::Sum(T* data, size_t count, int divisor) {
   const size_t bytes = count * sizeof(T);
@@ -277,11 +291,7 @@ absl::Status SharedMemoryAllReduce::Sum(T* data, size_t count, int divisor) {
   for (int q = 0; q < world_size_; ++q)
     copies[q] = reinterpret_cast<T*>(segment->slot(q) + offset);
 
-  auto* header = reinterpret_cast<Header*>(staging_->base);
-  ++generation_;
-  header->arrived[rank_].store(generation_, std::memory_order_release);
-  if (absl::Status s = WaitForAll("arrive", /*arrived=*/true); !s.ok())
-    return s;
+  if (absl::Status s = Arrive(); !s.ok()) return s;
   // Our chunk, in cache-line multiples so that no two ranks write one line.
   const size_t per_line = 64 / sizeof(T);
   const size_t chunk =
@@ -289,22 +299,18 @@ absl::Status SharedMemoryAllReduce::Sum(T* data, size_t count, int divisor) {
   const size_t begin = std::min(count, chunk * rank_);
   ReduceRange(copies, world_size_, begin, std::min(count, begin + chunk),
               divisor);
-  header->reduced[rank_].store(generation_, std::memory_order_release);
-  if (absl::Status s = WaitForAll("reduce its share", /*arrived=*/false);
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = Leave("reduce its share"); !s.ok()) return s;
   if (staged) std::memcpy(data, segment->slot(rank_), bytes);
   return absl::OkStatus();
 }
 
 absl::Status SharedMemoryAllReduce::SumFloat(float* data, size_t count,
-                                             int divisor) {
+                                               int divisor) {
   return Sum(data, count, divisor);
 }
 
 absl::Status SharedMemoryAllReduce::SumDouble(double* data, size_t count,
-                                              int divisor) {
+                                                int divisor) {
   return Sum(data, count, divisor);
 }
 

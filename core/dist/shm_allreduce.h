@@ -1,12 +1,13 @@
-// An all-reduce through shared memory for ranks on one host (the ddpspawn
-// launcher's). Every rank's copy of the buffer sits in a /dev/shm segment that
-// all ranks map; once all have arrived, rank r sums chunk r of every copy in
-// rank order (so every rank gets the same bits), divides it when averaging,
-// and writes the result back into every copy. A buffer allocated with
-// AllocateShared() is summed in place, with no copy at all (DDP's gradient
-// buckets); any other buffer is copied into a staging slot and back. Costs two
-// memory passes instead of Gloo's TCP loopback, which spends the CPU the ranks
-// need for backward. Float32 and float64 sums; anything else goes to Gloo.
+// All-reduce through shared memory for ranks on one host (the ddpspawn
+// launcher's). Every rank's copy of the buffer sits in a
+// /dev/shm segment that all ranks map; once all have arrived, rank r sums chunk
+// r of every copy in rank order (so every rank gets the same bits), divides it
+// when averaging, and writes the result back into every copy. A buffer
+// allocated with AllocateShared() is summed in place, with no copy at all
+// (DDP's gradient buckets); any other buffer is copied into a staging slot and
+// back. Costs two memory passes instead of Gloo's TCP loopback, which spends
+// the CPU the ranks need for backward. Float32 and float64 sums; anything else
+// goes to Gloo.
 #ifndef DDPSPAWN_CORE_DIST_SHM_ALLREDUCE_H_
 #define DDPSPAWN_CORE_DIST_SHM_ALLREDUCE_H_
 
@@ -67,6 +68,12 @@ class SharedMemoryAllReduce {
   std::shared_ptr<Segment> FindShared(const void* data, size_t bytes,
                                       size_t* offset);
   absl::Status WaitForAll(const char* what, bool arrived);
+  // Starts the next generation: announces that this rank's slot is ready and
+  // waits for every rank's.
+  absl::Status Arrive();
+  // Announces that this rank is done with the others' slots and waits until
+  // every rank is.
+  absl::Status Leave(const char* what);
 
   int rank_, world_size_;
   size_t capacity_;
