@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -20,6 +19,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/dist/prompt_file_store.h"
 #include "core/dist/shm_allreduce.h"
 
 namespace ddpspawn {
@@ -118,7 +118,7 @@ c10::intrusive_ptr<c10d::Store> MakeStore(const ClusterInfo& cluster,
                                           std::chrono::milliseconds timeout) {
   c10::intrusive_ptr<c10d::Store> store;
   if (cluster.kind == ClusterKind::kDdpspawn) {
-    store = c10::make_intrusive<c10d::FileStore>(cluster.run_dir + "/store",
+    store = c10::make_intrusive<PromptFileStore>(cluster.run_dir + "/store",
                                                  cluster.world_size);
   } else if (cluster.world_size == 1) {
     store = c10::make_intrusive<c10d::HashStore>();

@@ -1,0 +1,69 @@
+// The FileStore with prompt waits (see prompt_file_store.h).
+#include "core/dist/prompt_file_store.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_join.h"
+
+namespace ddpspawn {
+
+PromptFileStore::PromptFileStore(const std::string& path, int world_size)
+    : file_(c10::make_intrusive<c10d::FileStore>(path, world_size)) {}
+
+void PromptFileStore::set(const std::string& key,
+                          const std::vector<uint8_t>& value) {
+  file_->set(key, value);
+}
+
+std::vector<uint8_t> PromptFileStore::compareSet(
+    const std::string& key, const std::vector<uint8_t>& expected,
+    const std::vector<uint8_t>& desired) {
+  return file_->compareSet(key, expected, desired);
+}
+
+std::vector<uint8_t> PromptFileStore::get(const std::string& key) {
+  wait({key});  // FileStore::get would poll at 10 ms
+  return file_->get(key);
+}
+
+int64_t PromptFileStore::add(const std::string& key, int64_t value) {
+  return file_->add(key, value);
+}
+
+bool PromptFileStore::deleteKey(const std::string& key) {
+  return file_->deleteKey(key);
+}
+
+bool PromptFileStore::check(const std::vector<std::string>& keys) {
+  return file_->check(keys);
+}
+
+int64_t PromptFileStore::getNumKeys() { return file_->getNumKeys(); }
+
+void PromptFileStore::wait(const std::vector<std::string>& keys) {
+  wait(keys, timeout_);
+}
+
+void PromptFileStore::wait(const std::vector<std::string>& keys,
+                           const std::chrono::milliseconds& timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  // Short pauses first (the peers are usually a moment behind), then up to
+  // 1 ms, so that a long wait does not take a core from the ranks that work.
+  std::chrono::microseconds pause(50);
+  while (!file_->check(keys)) {
+    TORCH_CHECK(timeout == kNoTimeout ||
+                    std::chrono::steady_clock::now() - start < timeout,
+                "Wait timeout after ", timeout.count(), " ms for keys ",
+                absl::StrJoin(keys, ", "));
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+void PromptFileStore::setTimeout(const std::chrono::milliseconds& timeout) {
+  c10d::Store::setTimeout(timeout);
+  file_->setTimeout(timeout);
+}
+
+}  // namespace ddpspawn
