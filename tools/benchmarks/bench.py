@@ -31,12 +31,23 @@ def run(command, env=None):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def startup_seconds(command):
-    """Wall time to start a process that loads LibTorch and exits: what every spawned rank (or
-    mp.spawn interpreter) pays before it can do anything."""
+def bare_start(command):
+    """Wall time and peak RSS of a process that loads LibTorch and exits: what every spawned rank
+    (or mp.spawn interpreter) pays before it can do anything."""
     start = time.perf_counter()
-    subprocess.run(command, check=True, capture_output=True)
-    return time.perf_counter() - start
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    if status != 0:
+        raise RuntimeError("%s failed with status %d" % (command, status))
+    return seconds, usage.ru_maxrss / 1024.0
+
+
+def startup_floor():
+    ours_s, ours_mb = bare_start([DDPSPAWN, "--mode", "startup"])
+    torch_s, torch_mb = bare_start(["/usr/bin/python3", "-c", "import torch"])
+    return {"ddpspawn_process_s": ours_s, "ddpspawn_process_rss_mb": ours_mb,
+            "python_import_torch_s": torch_s, "python_import_torch_rss_mb": torch_mb}
 
 
 def blas_in_use():
@@ -72,10 +83,7 @@ def main():
             results["no_sync"].append(run([DDPSPAWN] + w + ["--mode", "nosync"] + common))
             results["ddpspawn_fork"].append(
                 run([DDPSPAWN] + w + ["--mode", "ddp", "--start-method", "fork"] + common))
-            results["startup"].append({
-                "ddpspawn_process_s": startup_seconds([DDPSPAWN, "--mode", "startup"]),
-                "python_import_torch_s": startup_seconds(["/usr/bin/python3", "-c",
-                                                          "import torch"])})
+            results["startup"].append(startup_floor())
         results["allreduce"].append(run([DDPSPAWN] + w + ["--mode", "allreduce"] + common))
         results["allreduce_gloo"].append(run([DDPSPAWN] + w + ["--mode", "allreduce"] + common,
                                              env={"DDPSPAWN_SHM_ALLREDUCE": "0"}))
@@ -100,9 +108,11 @@ def main():
                     forked["launch_to_first_batch"] / ref["launch_to_first_batch"],
                 "fork_steps_per_s": forked["steps_per_s"] / ref["steps_per_s"],
                 "fork_peak_rss": forked["peak_rss_mb"] / ref["peak_rss_mb"],
-                # A spawned rank cannot reach its first batch before this: the floor of spawn.
+                # A spawned rank cannot start faster or smaller than this: the floor of spawn.
                 "process_start_vs_reference_launch":
                     startup["ddpspawn_process_s"] / ref["launch_to_first_batch"],
+                "process_rss_vs_reference_rss":
+                    startup["ddpspawn_process_rss_mb"] / ref["peak_rss_mb"],
             },
         })
     if args.json:
@@ -133,10 +143,12 @@ def main():
         print("%-6s %-26s %10.2f ms for %.1f MB (%.2f GB/s algorithmic)" % (
             "", "Gloo all-reduce", g["allreduce_ms"], g["bytes"] / 1e6, g["algbw_gb_per_s"]))
         s = w["startup"]
-        print("%-6s %-26s %10.3f s ddpspawn process, %.3f s python3 -c 'import torch' "
-              "(%.2fx the reference's launch)" % (
+        print("%-6s %-26s %10.3f s %4.0f MB ddpspawn process (%.2fx / %.2fx the reference's "
+              "launch / RSS); python3 -c 'import torch': %.3f s %.0f MB" % (
                   "", "bare start, LibTorch load", s["ddpspawn_process_s"],
-                  s["python_import_torch_s"], q["process_start_vs_reference_launch"]))
+                  s["ddpspawn_process_rss_mb"], q["process_start_vs_reference_launch"],
+                  q["process_rss_vs_reference_rss"], s["python_import_torch_s"],
+                  s["python_import_torch_rss_mb"]))
     return 0
 
 
