@@ -296,11 +296,14 @@ absl::Status Reducer::FinalizeLocked() {
   for (size_t i = 0; i < tensors_.size() && status.ok(); ++i) {
     if (!ready_[i]) status = MarkReadyLocked(i, used_[i]);
   }
-  std::vector<int32_t> globally_used;
+  // How many ranks used each parameter: a float sum (exact for these counts),
+  // because float sums take the shared-memory path where Gloo's small
+  // all-reduce would cost milliseconds of wake-ups on busy cores.
+  std::vector<float> globally_used;
   if (status.ok() && options_.find_unused_parameters) {
     globally_used.assign(used_.begin(), used_.end());
     status = group_->AllReduce(globally_used.data(), globally_used.size(),
-                               DType::kInt32, ReduceOp::kMax);
+                               DType::kFloat32, ReduceOp::kSum);
   }
   for (Bucket& bucket : buckets_) {
     if (bucket.reduction == nullptr) continue;
