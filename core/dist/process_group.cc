@@ -20,7 +20,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/dist/prompt_file_store.h"
-#include "core/dist/shm_allreduce.h"
+#include "core/dist/shm_collectives.h"
 
 namespace ddpspawn {
 namespace {
@@ -139,6 +139,13 @@ c10::intrusive_ptr<c10d::Store> MakeStore(const ClusterInfo& cluster,
 // ones use Gloo).
 constexpr size_t kShmCapacityBytes = 64 << 20;
 
+// Broadcasts up to this size go through shared memory: small ones (BatchNorm
+// buffers every step, objects) are latency-bound, and Gloo's wake-ups cost
+// milliseconds on busy cores. Larger ones (the initial parameters) cost about
+// the same either way, mostly in first touches of new pages, and through
+// shared memory they would add the slot's pages to every rank's memory.
+constexpr size_t kShmBroadcastMaxBytes = 1 << 20;
+
 // DDPSPAWN_SHM_ALLREDUCE=0 sends everything through Gloo.
 bool ShmAllReduceEnabled() {
   const char* value = std::getenv("DDPSPAWN_SHM_ALLREDUCE");
@@ -168,15 +175,15 @@ int64_t MinOverRanks(c10d::ProcessGroup& group, int64_t value) {
 
 // The shared-memory all-reduce, when every rank can set it up with the same
 // slot size (/dev/shm may be small or full); null: every rank uses Gloo.
-std::unique_ptr<SharedMemoryAllReduce> JoinSharedMemory(
+std::unique_ptr<SharedMemoryCollectives> JoinSharedMemory(
     c10d::ProcessGroup& group, const ClusterInfo& cluster,
     const std::string& name, absl::Duration timeout) {
   const int64_t capacity = MinOverRanks(
-      group, static_cast<int64_t>(SharedMemoryAllReduce::AffordableCapacity(
+      group, static_cast<int64_t>(SharedMemoryCollectives::AffordableCapacity(
                  cluster.world_size, kShmCapacityBytes)));
-  absl::StatusOr<std::unique_ptr<SharedMemoryAllReduce>> shm =
+  absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> shm =
       capacity <= 0 ? absl::UnavailableError("/dev/shm is full")
-                    : SharedMemoryAllReduce::Create(
+                    : SharedMemoryCollectives::Create(
                           name, cluster.rank, cluster.world_size,
                           static_cast<size_t>(capacity), timeout);
   if (MinOverRanks(group, shm.ok() ? 1 : 0) == 0) return nullptr;
@@ -187,9 +194,9 @@ std::unique_ptr<SharedMemoryAllReduce> JoinSharedMemory(
 
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> group;
-  // Ranks of a ddpspawn launcher share a host: float sums go through shared
-  // memory.
-  std::unique_ptr<SharedMemoryAllReduce> shm;
+  // Ranks of a ddpspawn launcher share a host: float sums and small
+  // broadcasts go through shared memory.
+  std::unique_ptr<SharedMemoryCollectives> shm;
 
   // Sums (or averages) `tensor` through shared memory when it qualifies; false:
   // use Gloo.
@@ -415,6 +422,10 @@ absl::Status ProcessGroup::Broadcast(at::Tensor& tensor, int src) {
   if (absl::Status valid = CheckRank(src, "broadcast source"); !valid.ok())
     return valid;
   if (absl::Status s = CheckAgreement("broadcast", tensor); !s.ok()) return s;
+  if (impl_->shm && tensor.device().is_cpu() && tensor.is_contiguous() &&
+      tensor.nbytes() <= kShmBroadcastMaxBytes) {
+    return impl_->shm->Broadcast(tensor.data_ptr(), tensor.nbytes(), src);
+  }
   return Guarded("broadcast", [&] {
     impl_->OnDevice(tensor, [&](at::Tensor& t) {
       std::vector<at::Tensor> tensors{t};

@@ -1,5 +1,5 @@
-// The shared-memory all-reduce (see shm_allreduce.h).
-#include "core/dist/shm_allreduce.h"
+// Collectives through shared memory (see shm_collectives.h).
+#include "core/dist/shm_collectives.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -24,7 +24,7 @@ namespace ddpspawn {
 // arrived at (its slot is ready) and left (it is done with the others' slots),
 // and its pid (to notice a rank that died instead of waiting until the
 // timeout).
-struct SharedMemoryAllReduce::Header {
+struct SharedMemoryCollectives::Header {
   std::atomic<uint64_t> arrived[kMaxRanks];
   std::atomic<uint64_t> left[kMaxRanks];
   std::atomic<int64_t> pid[kMaxRanks];
@@ -33,7 +33,7 @@ struct SharedMemoryAllReduce::Header {
 // One mapped /dev/shm segment: an optional header, then one slot per rank.
 // Unmapped (and unlinked: the first rank to let go removes the name) when the
 // last reference goes.
-struct SharedMemoryAllReduce::Segment {
+struct SharedMemoryCollectives::Segment {
   std::string name;
   char* base = nullptr;
   size_t mapped = 0, header_bytes = 0, slot_bytes = 0;
@@ -48,7 +48,7 @@ struct SharedMemoryAllReduce::Segment {
 namespace {
 
 constexpr size_t kHeaderBytes = 4096;
-static_assert(sizeof(SharedMemoryAllReduce::Header) <= kHeaderBytes,
+static_assert(sizeof(SharedMemoryCollectives::Header) <= kHeaderBytes,
               "header too large");
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "needs lock-free atomics");
@@ -59,10 +59,10 @@ size_t RoundUp(size_t value, size_t multiple) {
 
 // Opens (or creates) and maps `name`. With `reserve`, the pages are allocated
 // now, so that a full /dev/shm is an error here rather than a SIGBUS later.
-absl::StatusOr<std::shared_ptr<SharedMemoryAllReduce::Segment>> MapSegment(
+absl::StatusOr<std::shared_ptr<SharedMemoryCollectives::Segment>> MapSegment(
     const std::string& name, size_t header_bytes, size_t slot_bytes,
     int world_size, bool reserve) {
-  auto segment = std::make_shared<SharedMemoryAllReduce::Segment>();
+  auto segment = std::make_shared<SharedMemoryCollectives::Segment>();
   segment->header_bytes = header_bytes;
   segment->slot_bytes = slot_bytes;
   segment->mapped = header_bytes + slot_bytes * static_cast<size_t>(world_size);
@@ -143,7 +143,7 @@ void ReduceRange(T* const* copies, int world_size, size_t begin, size_t end,
 
 }  // namespace
 
-SharedMemoryAllReduce::SharedMemoryAllReduce(
+SharedMemoryCollectives::SharedMemoryCollectives(
     int rank, int world_size, size_t capacity, absl::Duration timeout,
     std::shared_ptr<Segment> staging)
     : rank_(rank),
@@ -152,10 +152,10 @@ SharedMemoryAllReduce::SharedMemoryAllReduce(
       timeout_(timeout),
       staging_(std::move(staging)) {}
 
-SharedMemoryAllReduce::~SharedMemoryAllReduce() = default;
+SharedMemoryCollectives::~SharedMemoryCollectives() = default;
 
-absl::StatusOr<std::unique_ptr<SharedMemoryAllReduce>>
-SharedMemoryAllReduce::Create(const std::string& name, int rank,
+absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>>
+SharedMemoryCollectives::Create(const std::string& name, int rank,
                                 int world_size, size_t capacity_bytes,
                                 absl::Duration timeout) {
   if (world_size > kMaxRanks) {
@@ -170,11 +170,11 @@ SharedMemoryAllReduce::Create(const std::string& name, int rank,
   reinterpret_cast<Header*>((*staging)->base)
       ->pid[rank]
       .store(getpid(), std::memory_order_release);
-  return std::unique_ptr<SharedMemoryAllReduce>(new SharedMemoryAllReduce(
+  return std::unique_ptr<SharedMemoryCollectives>(new SharedMemoryCollectives(
       rank, world_size, capacity_bytes, timeout, *std::move(staging)));
 }
 
-size_t SharedMemoryAllReduce::AffordableCapacity(int world_size,
+size_t SharedMemoryCollectives::AffordableCapacity(int world_size,
                                                    size_t wanted_bytes) {
   // The staging slots stay sparse (pages appear as buffers use them): keep
   // them to half of what /dev/shm has free, so that a small one (a container's
@@ -185,7 +185,7 @@ size_t SharedMemoryAllReduce::AffordableCapacity(int world_size,
   return std::min(wanted_bytes, free_bytes / 2 / world_size) / 4096 * 4096;
 }
 
-absl::StatusOr<std::shared_ptr<void>> SharedMemoryAllReduce::AllocateShared(
+absl::StatusOr<std::shared_ptr<void>> SharedMemoryCollectives::AllocateShared(
     size_t bytes) {
   std::lock_guard<std::mutex> lock(shared_mutex_);
   absl::StatusOr<std::shared_ptr<Segment>> segment =
@@ -197,8 +197,8 @@ absl::StatusOr<std::shared_ptr<void>> SharedMemoryAllReduce::AllocateShared(
   return std::shared_ptr<void>(*segment, (*segment)->slot(rank_));
 }
 
-std::shared_ptr<SharedMemoryAllReduce::Segment>
-SharedMemoryAllReduce::FindShared(const void* data, size_t bytes,
+std::shared_ptr<SharedMemoryCollectives::Segment>
+SharedMemoryCollectives::FindShared(const void* data, size_t bytes,
                                     size_t* offset) {
   const char* begin = static_cast<const char*>(data);
   std::lock_guard<std::mutex> lock(shared_mutex_);
@@ -220,12 +220,12 @@ SharedMemoryAllReduce::FindShared(const void* data, size_t bytes,
   return found;
 }
 
-bool SharedMemoryAllReduce::IsShared(const void* data, size_t bytes) {
+bool SharedMemoryCollectives::IsShared(const void* data, size_t bytes) {
   size_t offset = 0;
   return FindShared(data, bytes, &offset) != nullptr;
 }
 
-absl::Status SharedMemoryAllReduce::WaitForAll(const char* what,
+absl::Status SharedMemoryCollectives::WaitForAll(const char* what,
                                                  bool arrived) {
   auto* header = reinterpret_cast<Header*>(staging_->base);
   std::atomic<uint64_t>* counters = arrived ? header->arrived : header->left;
@@ -258,21 +258,21 @@ absl::Status SharedMemoryAllReduce::WaitForAll(const char* what,
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryAllReduce::Arrive() {
+absl::Status SharedMemoryCollectives::Arrive() {
   auto* header = reinterpret_cast<Header*>(staging_->base);
   ++generation_;
   header->arrived[rank_].store(generation_, std::memory_order_release);
   return WaitForAll("arrive", /*arrived=*/true);
 }
 
-absl::Status SharedMemoryAllReduce::Leave(const char* what) {
+absl::Status SharedMemoryCollectives::Leave(const char* what) {
   auto* header = reinterpret_cast<Header*>(staging_->base);
   header->left[rank_].store(generation_, std::memory_order_release);
   return WaitForAll(what, /*arrived=*/false);
 }
 
 template <typename T>
-absl::Status SharedMemoryAllReduce::Sum(T* data, size_t count, int divisor) {
+absl::Status SharedMemoryCollectives::Sum(T* data, size_t count, int divisor) {
   const size_t bytes = count * sizeof(T);
   size_t offset = 0;
   std::shared_ptr<Segment> segment = FindShared(data, bytes, &offset);
@@ -304,12 +304,25 @@ absl::Status SharedMemoryAllReduce::Sum(T* data, size_t count, int divisor) {
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryAllReduce::SumFloat(float* data, size_t count,
+absl::Status SharedMemoryCollectives::Broadcast(void* data, size_t bytes,
+                                                int src) {
+  if (bytes > capacity_) {
+    return absl::InvalidArgumentError(
+        "buffer larger than the shared-memory slots");
+  }
+  // As in Sum: nobody reads our slot between generations.
+  if (rank_ == src) std::memcpy(staging_->slot(src), data, bytes);
+  if (absl::Status s = Arrive(); !s.ok()) return s;
+  if (rank_ != src) std::memcpy(data, staging_->slot(src), bytes);
+  return Leave("copy the broadcast out");
+}
+
+absl::Status SharedMemoryCollectives::SumFloat(float* data, size_t count,
                                                int divisor) {
   return Sum(data, count, divisor);
 }
 
-absl::Status SharedMemoryAllReduce::SumDouble(double* data, size_t count,
+absl::Status SharedMemoryCollectives::SumDouble(double* data, size_t count,
                                                 int divisor) {
   return Sum(data, count, divisor);
 }

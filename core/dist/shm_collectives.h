@@ -1,15 +1,16 @@
-// All-reduce through shared memory for ranks on one host (the ddpspawn
-// launcher's). Every rank's copy of the buffer sits in a
-// /dev/shm segment that all ranks map; once all have arrived, rank r sums chunk
-// r of every copy in rank order (so every rank gets the same bits), divides it
-// when averaging, and writes the result back into every copy. A buffer
-// allocated with AllocateShared() is summed in place, with no copy at all
-// (DDP's gradient buckets); any other buffer is copied into a staging slot and
-// back. Costs two memory passes instead of Gloo's TCP loopback, which spends
-// the CPU the ranks need for backward. Float32 and float64 sums; anything else
-// goes to Gloo.
-#ifndef DDPSPAWN_CORE_DIST_SHM_ALLREDUCE_H_
-#define DDPSPAWN_CORE_DIST_SHM_ALLREDUCE_H_
+// Collectives through shared memory for ranks on one host (the ddpspawn
+// launcher's), where Gloo's TCP loopback would spend the CPU the ranks need
+// for backward, and milliseconds of thread wake-ups on busy cores.
+// All-reduce (float32 and float64 sums): every rank's copy of the buffer sits
+// in a /dev/shm segment that all ranks map; once all have arrived, rank r sums
+// chunk r of every copy in rank order (so every rank gets the same bits),
+// divides it when averaging, and writes the result back into every copy. A
+// buffer allocated with AllocateShared() is summed in place, with no copy at
+// all (DDP's gradient buckets); any other buffer is copied into a staging slot
+// and back. Broadcast: the source copies its bytes into its slot, the others
+// copy them out.
+#ifndef DDPSPAWN_CORE_DIST_SHM_COLLECTIVES_H_
+#define DDPSPAWN_CORE_DIST_SHM_COLLECTIVES_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -24,7 +25,7 @@
 
 namespace ddpspawn {
 
-class SharedMemoryAllReduce {
+class SharedMemoryCollectives {
  public:
   static constexpr int kMaxRanks = 64;
   // The staging capacity per rank, at most `wanted_bytes`, that /dev/shm can
@@ -32,10 +33,10 @@ class SharedMemoryAllReduce {
   static size_t AffordableCapacity(int world_size, size_t wanted_bytes);
   // Every rank calls this with the same name (e.g. the run directory's, plus
   // the group's generation), world size and staging capacity.
-  static absl::StatusOr<std::unique_ptr<SharedMemoryAllReduce>> Create(
+  static absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> Create(
       const std::string& name, int rank, int world_size, size_t capacity_bytes,
       absl::Duration timeout);
-  ~SharedMemoryAllReduce();
+  ~SharedMemoryCollectives();
 
   // The largest buffer that is not in shared memory yet and can be summed.
   size_t capacity() const { return capacity_; }
@@ -52,15 +53,17 @@ class SharedMemoryAllReduce {
   // rank must call with the same count and divisor.
   absl::Status SumFloat(float* data, size_t count, int divisor = 1);
   absl::Status SumDouble(double* data, size_t count, int divisor = 1);
+  // `bytes` at `data` become `src`'s (at most capacity() bytes).
+  absl::Status Broadcast(void* data, size_t bytes, int src);
 
  public:
   struct Header;
   struct Segment;
 
  private:
-  SharedMemoryAllReduce(int rank, int world_size, size_t capacity,
-                        absl::Duration timeout,
-                        std::shared_ptr<Segment> staging);
+  SharedMemoryCollectives(int rank, int world_size, size_t capacity,
+                          absl::Duration timeout,
+                          std::shared_ptr<Segment> staging);
   template <typename T>
   absl::Status Sum(T* data, size_t count, int divisor);
   // The segment and offset of `bytes` at `data` within this rank's slot of an
@@ -87,4 +90,4 @@ class SharedMemoryAllReduce {
 
 }  // namespace ddpspawn
 
-#endif  // DDPSPAWN_CORE_DIST_SHM_ALLREDUCE_H_
+#endif  // DDPSPAWN_CORE_DIST_SHM_COLLECTIVES_H_

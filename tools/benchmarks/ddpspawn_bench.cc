@@ -7,7 +7,8 @@
 // workload's gradient size (shared memory, or Gloo with
 // DDPSPAWN_SHM_ALLREDUCE=0; staged and in place); mode "startup" exits at once
 // (tools/bench times what starting a LibTorch process costs).
-// Usage: ddpspawn_bench --workload mlp|conv --mode ddp|nosync|allreduce|startup
+// Usage: ddpspawn_bench --workload mlp|conv|conv_bn --mode
+// ddp|nosync|allreduce|startup
 //            [--steps N] [--warmup N] [--nprocs N] [--start-method spawn|fork]
 #include <sys/resource.h>
 #include <torch/torch.h>
@@ -49,8 +50,17 @@ struct Flags {
 };
 
 // The workloads of issue 5: the MLP 784-1024-1024-10 and a small CNN, batch 64
-// per rank.
+// per rank; conv_bn is the CNN with BatchNorm (buffers broadcast every step).
 torch::nn::Sequential MakeModel(const std::string& workload) {
+  if (workload == "conv_bn") {  // with BatchNorm buffers to broadcast per step
+    return torch::nn::Sequential(
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)),
+        torch::nn::BatchNorm2d(32), torch::nn::ReLU(), torch::nn::MaxPool2d(2),
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)),
+        torch::nn::BatchNorm2d(64), torch::nn::ReLU(), torch::nn::MaxPool2d(2),
+        torch::nn::Flatten(), torch::nn::Linear(64 * 7 * 7, 128),
+        torch::nn::ReLU(), torch::nn::Linear(128, 10));
+  }
   if (workload == "conv") {
     return torch::nn::Sequential(
         torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)),
@@ -109,8 +119,8 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
       DistributedDataParallel::Wrap(net.ptr(), group->get(), {});
   if (!ddp.ok()) return ddp.status();
   torch::optim::SGD optimizer(net->parameters(), 0.01);
-  torch::Tensor x = flags.workload == "conv" ? torch::randn({64, 1, 28, 28})
-                                             : torch::randn({64, 784});
+  torch::Tensor x = flags.workload == "mlp" ? torch::randn({64, 784})
+                                            : torch::randn({64, 1, 28, 28});
   torch::Tensor y = torch::randint(0, 10, {64});
   double first_batch = 0, steady_start = 0;
   for (int step = 0; step < flags.warmup + flags.steps; ++step) {
