@@ -1,15 +1,30 @@
 // The FileStore with prompt waits (see prompt_file_store.h).
 #include "core/dist/prompt_file_store.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_join.h"
 
 namespace ddpspawn {
+namespace {
+
+// FileStore only creates its file on the first write, and a check before that
+// blocks (holding the store's lock) until the file appears: create it first.
+c10::intrusive_ptr<c10d::FileStore> OpenFileStore(const std::string& path,
+                                                  int world_size) {
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd >= 0) close(fd);
+  return c10::make_intrusive<c10d::FileStore>(path, world_size);
+}
+
+}  // namespace
 
 PromptFileStore::PromptFileStore(const std::string& path, int world_size)
-    : file_(c10::make_intrusive<c10d::FileStore>(path, world_size)) {}
+    : file_(OpenFileStore(path, world_size)) {}
 
 void PromptFileStore::set(const std::string& key,
                           const std::vector<uint8_t>& value) {
