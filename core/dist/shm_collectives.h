@@ -50,7 +50,9 @@ class SharedMemoryCollectives {
   bool IsShared(const void* data, size_t bytes);
 
   // In place: data becomes the sum over the ranks, divided by `divisor`. Every
-  // rank must call with the same count and divisor.
+  // rank must call with the same count and divisor, and with the same kind of
+  // memory: the same offset of an AllocateShared() buffer on every rank (as
+  // DDP's buckets are), or ordinary memory on every rank.
   absl::Status SumFloat(float* data, size_t count, int divisor = 1);
   absl::Status SumDouble(double* data, size_t count, int divisor = 1);
   // `bytes` at `data` become `src`'s (at most capacity() bytes).
