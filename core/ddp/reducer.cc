@@ -165,7 +165,10 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(
     int64_t elements = 0;
     for (size_t i : bucket.members) elements += reducer->tensors_[i].numel();
     const at::Tensor& first = reducer->tensors_[bucket.members.front()];
-    bucket.buffer = group->NewReductionBuffer(elements, first);
+    absl::StatusOr<at::Tensor> buffer =
+        group->NewReductionBuffer(elements, first);
+    if (!buffer.ok()) return buffer.status();
+    bucket.buffer = *std::move(buffer);
     int64_t offset = 0;
     for (size_t slot = 0; slot < bucket.members.size(); ++slot) {
       const size_t i = bucket.members[slot];

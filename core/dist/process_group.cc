@@ -522,26 +522,31 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(
   return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
 }
 
-at::Tensor ProcessGroup::NewReductionBuffer(int64_t elements,
-                                            const at::Tensor& like) {
+absl::StatusOr<at::Tensor> ProcessGroup::NewReductionBuffer(
+    int64_t elements, const at::Tensor& like) {
   const at::TensorOptions options = like.options().requires_grad(false);
-  const bool eligible =
-      impl_->shm != nullptr && options.device().is_cpu() &&
-      (options.dtype() == at::kFloat || options.dtype() == at::kDouble);
-  if (eligible) {
-    absl::StatusOr<std::shared_ptr<void>> memory = impl_->shm->AllocateShared(
-        static_cast<size_t>(elements) * options.dtype().itemsize());
-    // Every rank must agree: a sum is in place on all ranks or staged on all.
-    const bool everywhere =
-        MinOverRanks(*impl_->group, memory.ok() ? 1 : 0) == 1;
-    if (everywhere) {
-      std::shared_ptr<void> keep = *std::move(memory);
-      void* data = keep.get();
-      return at::from_blob(
-          data, {elements}, [keep](void*) mutable { keep.reset(); }, options);
+  at::Tensor buffer;
+  absl::Status status = Guarded("allocating a reduction buffer", [&] {
+    const bool eligible =
+        impl_->shm != nullptr && options.device().is_cpu() &&
+        (options.dtype() == at::kFloat || options.dtype() == at::kDouble);
+    if (eligible) {
+      absl::StatusOr<std::shared_ptr<void>> memory = impl_->shm->AllocateShared(
+          static_cast<size_t>(elements) * options.dtype().itemsize());
+      // Every rank must agree: a sum is in place on all ranks or staged on
+      // all.
+      if (MinOverRanks(*impl_->group, memory.ok() ? 1 : 0) == 1) {
+        std::shared_ptr<void> keep = *std::move(memory);
+        buffer = at::from_blob(
+            keep.get(), {elements}, [keep](void*) mutable { keep.reset(); },
+            options);
+        return;
+      }
     }
-  }
-  return at::zeros({elements}, options);
+    buffer = at::zeros({elements}, options);
+  });
+  if (!status.ok()) return status;
+  return buffer;
 }
 
 absl::Status ProcessGroup::Broadcast(void* data, size_t count, DType dtype,

@@ -89,7 +89,8 @@ class ProcessGroup {
   // Where float sums go through shared memory, it lives there and its sums
   // need no copy. Every rank must call this in the same order with the same
   // size; it outlives the group safely.
-  at::Tensor NewReductionBuffer(int64_t elements, const at::Tensor& like);
+  absl::StatusOr<at::Tensor> NewReductionBuffer(int64_t elements,
+                                                const at::Tensor& like);
 
   // The same on plain buffers of `count` elements (count 0 is a no-op).
   absl::Status Broadcast(void* data, size_t count, DType dtype, int src);

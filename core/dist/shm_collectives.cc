@@ -96,6 +96,13 @@ absl::StatusOr<std::shared_ptr<SharedMemoryCollectives::Segment>> MapSegment(
   return segment;
 }
 
+// Bytes /dev/shm can still take (0 when it cannot be read).
+size_t FreeShmBytes() {
+  struct statvfs fs = {};
+  if (statvfs("/dev/shm", &fs) != 0) return 0;
+  return static_cast<size_t>(fs.f_bavail) * fs.f_frsize;
+}
+
 // False once the process is gone (or a zombie waiting to be reaped).
 bool Alive(int64_t pid) {
   if (pid <= 0) return true;  // not registered yet
@@ -179,19 +186,23 @@ size_t SharedMemoryCollectives::AffordableCapacity(int world_size,
   // The staging slots stay sparse (pages appear as buffers use them): keep
   // them to half of what /dev/shm has free, so that a small one (a container's
   // 64 MB) means smaller slots rather than a SIGBUS.
-  struct statvfs fs = {};
-  if (statvfs("/dev/shm", &fs) != 0) return 0;
-  const size_t free_bytes = static_cast<size_t>(fs.f_bavail) * fs.f_frsize;
-  return std::min(wanted_bytes, free_bytes / 2 / world_size) / 4096 * 4096;
+  return std::min(wanted_bytes, FreeShmBytes() / 2 / world_size) / 4096 * 4096;
 }
 
 absl::StatusOr<std::shared_ptr<void>> SharedMemoryCollectives::AllocateShared(
     size_t bytes) {
   std::lock_guard<std::mutex> lock(shared_mutex_);
+  const std::string name =
+      absl::StrCat(staging_->name, ".", shared_allocated_++);
+  const size_t slot_bytes = RoundUp(std::max<size_t>(bytes, 1), 4096);
+  // Leave room for the staging slots, which are sparse and may fill up later.
+  const size_t staging_bytes = capacity_ * world_size_;
+  if (FreeShmBytes() < slot_bytes * world_size_ + staging_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "/dev/shm has no room for ", name, " next to the staging slots"));
+  }
   absl::StatusOr<std::shared_ptr<Segment>> segment =
-      MapSegment(absl::StrCat(staging_->name, ".", shared_allocated_++), 0,
-                 RoundUp(std::max<size_t>(bytes, 1), 4096), world_size_,
-                 /*reserve=*/true);
+      MapSegment(name, 0, slot_bytes, world_size_, /*reserve=*/true);
   if (!segment.ok()) return segment.status();
   shared_.push_back(*segment);
   return std::shared_ptr<void>(*segment, (*segment)->slot(rank_));

@@ -142,7 +142,9 @@ void Collectives() {
   const int64_t n = 100003;  // not a multiple of any chunk size
   at::Tensor index = at::arange(n, at::kFloat);
   at::Tensor expected_sum = index * world + 1000.0 * world * (world - 1) / 2;
-  at::Tensor in_place = group->NewReductionBuffer(n, index);
+  absl::StatusOr<at::Tensor> buffer = group->NewReductionBuffer(n, index);
+  CheckOk(buffer.status(), "reduction buffer");
+  at::Tensor in_place = *buffer;
   Check(in_place.numel() == n && in_place.eq(0).all().item<bool>(),
         "reduction buffer starts zeroed");
   for (int round = 0; round < 3; ++round) {

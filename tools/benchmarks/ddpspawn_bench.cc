@@ -106,8 +106,10 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     at::Tensor plain = torch::ones({gradient_elements});
     absl::StatusOr<double> staged = milliseconds_per_sum(plain);
     if (!staged.ok()) return staged.status();
-    absl::StatusOr<double> in_place = milliseconds_per_sum(
-        (*group)->NewReductionBuffer(gradient_elements, plain));
+    absl::StatusOr<at::Tensor> shared =
+        (*group)->NewReductionBuffer(gradient_elements, plain);
+    if (!shared.ok()) return shared.status();
+    absl::StatusOr<double> in_place = milliseconds_per_sum(*shared);
     if (!in_place.ok()) return in_place.status();
     return absl::StrFormat(
         "{\"allreduce_ms\": %.4f, \"allreduce_in_place_ms\": %.4f, "
