@@ -114,12 +114,17 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
+// The store for this process's `generation`-th group. A launcher's groups each
+// get their own file: FileStore removes its file when the last rank lets go
+// of it, which must not take the keys of a group created after it.
 c10::intrusive_ptr<c10d::Store> MakeStore(const ClusterInfo& cluster,
+                                          int generation,
                                           std::chrono::milliseconds timeout) {
   c10::intrusive_ptr<c10d::Store> store;
   if (cluster.kind == ClusterKind::kDdpspawn) {
-    store = c10::make_intrusive<PromptFileStore>(cluster.run_dir + "/store",
-                                                 cluster.world_size);
+    store = c10::make_intrusive<PromptFileStore>(
+        absl::StrCat(cluster.run_dir, "/store.", generation),
+        cluster.world_size);
   } else if (cluster.world_size == 1) {
     store = c10::make_intrusive<c10d::HashStore>();
   } else {
@@ -315,10 +320,11 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
       debug && std::string(debug) == "1") {
     effective.debug_checks = true;
   }
-  std::string prefix = absl::StrCat("ddpspawn/group", g_group_generation++);
+  const int generation = g_group_generation++;
+  std::string prefix = absl::StrCat("ddpspawn/group", generation);
   absl::Status created = Guarded("joining the process group", [&] {
     auto store = c10::make_intrusive<c10d::PrefixStore>(
-        prefix, MakeStore(cluster, impl->timeout));
+        prefix, MakeStore(cluster, generation, impl->timeout));
 #ifdef USE_C10D_NCCL
     if (options.backend == "nccl") {
       impl->device = at::Device(at::kCUDA, cluster.local_rank);
@@ -338,7 +344,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
         ShmAllReduceEnabled()) {
       impl->shm = JoinSharedMemory(
           *impl->group, cluster,
-          absl::StrCat(SharedMemoryPrefix(cluster.run_dir), prefix.substr(14)),
+          absl::StrCat(SharedMemoryPrefix(cluster.run_dir), generation),
           options.timeout);
     }
     WaitUntilEveryRankJoined(*store, cluster);

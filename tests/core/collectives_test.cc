@@ -32,6 +32,21 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest,
                          testing::Combine(testing::Values(2, 3, 4),
                                           testing::Bool()));
 
+// Groups created one after another in the same job each rendezvous on their
+// own: a rank that lets go of a group late must not wipe the next group's keys.
+TEST(GroupsInTurnTest, EachGroupJoinsAndReduces) {
+  LaunchSpec spec;
+  spec.nprocs = 2;
+  spec.argv = {"tests/core/test_worker", "groups_in_turn"};
+  spec.timeout = absl::Seconds(60);
+  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Start().ok());
+  absl::Status status = (*job)->Wait();
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ((*job)->result().value_or(""), "three groups");
+}
+
 // With debug checks, mismatched shapes are an error on every rank that names
 // each rank's shape (without them Gloo hangs or aborts a rank).
 TEST(DebugChecksTest, MismatchedShapesAreNamed) {

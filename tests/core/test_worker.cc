@@ -5,6 +5,7 @@
 //   group exit <rank> <code>     that rank exits with the code signal <rank>
 //   <sig>    that rank raises the signal (e.g. 11 for SIGSEGV, 9 for SIGKILL)
 //   hang [<rank>]          that rank (or every rank) sleeps forever
+//   groups_in_turn         joins three groups one after another
 //   collectives            checks every collective, op and dtype against
 //   expected values launch <method> <pid-file>  is itself a launcher: starts 2
 //   hanging ranks of this program
@@ -22,6 +23,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/dist/process_group.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/launcher.h"
@@ -252,6 +254,22 @@ int Main(int argc, char** argv) {
   }
   if (mode == "collectives") {
     Collectives();
+    return 0;
+  }
+  if (mode == "groups_in_turn") {
+    // Three groups one after another; the last rank lets go of each one late,
+    // while the others already join the next.
+    for (int round = 0; round < 3; ++round) {
+      std::unique_ptr<ProcessGroup> group = Join();
+      double value = group->rank() + 1.0;
+      CheckOk(group->AllReduce(&value, 1, DType::kFloat64, ReduceOp::kSum),
+              "all_reduce");
+      const int world = group->world_size();
+      Check(value == world * (world + 1) / 2.0, "all_reduce value");
+      if (group->rank() == world - 1) absl::SleepFor(absl::Milliseconds(300));
+    }
+    if (std::atoi(std::getenv("RANK")) == 0)
+      CheckOk(SetWorkerResult("three groups"), "result");
     return 0;
   }
   std::fprintf(stderr, "test_worker: unknown mode '%s'\n", mode.c_str());
