@@ -1,5 +1,5 @@
-// Every collective, op and dtype against expected values, in real 2- and 4-rank
-// jobs (the checks run inside tests/core/test_worker's "collectives" mode).
+// Every collective, op and dtype against expected values, in real 2-, 3- and
+// 4-rank jobs (the checks run inside tests/core/test_worker's modes).
 #include "absl/strings/str_cat.h"
 #include "core/launch/launcher.h"
 #include "gmock/gmock.h"
@@ -8,6 +8,21 @@
 namespace ddpspawn {
 namespace {
 
+// Runs test_worker `mode` on `nprocs` ranks and returns rank 0's result.
+absl::StatusOr<std::string> RunWorkers(int nprocs, const std::string& mode,
+                                       std::vector<std::string> env = {}) {
+  LaunchSpec spec;
+  spec.nprocs = nprocs;
+  spec.argv = {"tests/core/test_worker", mode};
+  spec.env = std::move(env);
+  spec.timeout = absl::Seconds(120);
+  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
+  if (!job.ok()) return job.status();
+  if (absl::Status s = (*job)->Start(); !s.ok()) return s;
+  if (absl::Status s = (*job)->Wait(); !s.ok()) return s;
+  return (*job)->result().value_or("");
+}
+
 // (world size, shared-memory all-reduce on): float sums take shared memory by
 // default between a launcher's ranks; DDPSPAWN_SHM_ALLREDUCE=0 sends them
 // through Gloo.
@@ -15,17 +30,12 @@ class CollectivesTest : public testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(CollectivesTest, EveryOpAndDtype) {
   const auto& [nprocs, shm] = GetParam();
-  LaunchSpec spec;
-  spec.nprocs = nprocs;
-  spec.argv = {"tests/core/test_worker", "collectives"};
-  if (!shm) spec.env = {"DDPSPAWN_SHM_ALLREDUCE=0"};
-  spec.timeout = absl::Seconds(120);
-  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
-  ASSERT_TRUE(job.ok()) << job.status();
-  ASSERT_TRUE((*job)->Start().ok());
-  absl::Status status = (*job)->Wait();
-  ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ((*job)->result().value_or(""), absl::StrCat("checked ", nprocs));
+  absl::StatusOr<std::string> result =
+      RunWorkers(nprocs, "collectives",
+                 shm ? std::vector<std::string>{}
+                     : std::vector<std::string>{"DDPSPAWN_SHM_ALLREDUCE=0"});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(*result, absl::StrCat("checked ", nprocs));
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest,
@@ -35,34 +45,19 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest,
 // Groups created one after another in the same job each rendezvous on their
 // own: a rank that lets go of a group late must not wipe the next group's keys.
 TEST(GroupsInTurnTest, EachGroupJoinsAndReduces) {
-  LaunchSpec spec;
-  spec.nprocs = 2;
-  spec.argv = {"tests/core/test_worker", "groups_in_turn"};
-  spec.timeout = absl::Seconds(60);
-  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
-  ASSERT_TRUE(job.ok()) << job.status();
-  ASSERT_TRUE((*job)->Start().ok());
-  absl::Status status = (*job)->Wait();
-  ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ((*job)->result().value_or(""), "three groups");
+  absl::StatusOr<std::string> result = RunWorkers(2, "groups_in_turn");
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(*result, "three groups");
 }
 
 // With debug checks, mismatched shapes are an error on every rank that names
 // each rank's shape (without them Gloo hangs or aborts a rank).
 TEST(DebugChecksTest, MismatchedShapesAreNamed) {
-  LaunchSpec spec;
-  spec.nprocs = 2;
-  spec.argv = {"tests/core/test_worker", "mismatch"};
-  spec.timeout = absl::Seconds(60);
-  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
-  ASSERT_TRUE(job.ok()) << job.status();
-  ASSERT_TRUE((*job)->Start().ok());
-  absl::Status status = (*job)->Wait();
-  ASSERT_TRUE(status.ok()) << status;
-  const std::string report = (*job)->result().value_or("");
-  EXPECT_THAT(report, testing::HasSubstr("INVALID_ARGUMENT"));
-  EXPECT_THAT(report, testing::HasSubstr("rank 0: all_reduce of Float[3]"));
-  EXPECT_THAT(report, testing::HasSubstr("rank 1: all_reduce of Float[4]"));
+  absl::StatusOr<std::string> report = RunWorkers(2, "mismatch");
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_THAT(*report, testing::HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(*report, testing::HasSubstr("rank 0: all_reduce of Float[3]"));
+  EXPECT_THAT(*report, testing::HasSubstr("rank 1: all_reduce of Float[4]"));
 }
 
 }  // namespace
