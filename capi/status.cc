@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/version/build_info.h"
+
 namespace ddpspawn::capi {
 namespace {
 
@@ -57,7 +59,13 @@ DDPSPAWN_EXPORT int32_t ddpspawn_abi_version(void) {
   return DDPSPAWN_ABI_VERSION;
 }
 
-DDPSPAWN_EXPORT const char* ddpspawn_version(void) { return "0.1.0"; }
+DDPSPAWN_EXPORT const char* ddpspawn_version(void) {
+  return ddpspawn::kVersion;
+}
+
+DDPSPAWN_EXPORT const char* ddpspawn_build_info(void) {
+  return ddpspawn::BuildInfoText().c_str();
+}
 
 DDPSPAWN_EXPORT void ddpspawn_free(void* ptr) { std::free(ptr); }
 

@@ -22,7 +22,7 @@ expect C "sum over 2 ranks of rank + 1 = 3" "$("$work/hello_c")"
 expect C++ "rank 0 learned: weights 2.000 -1.000 0.500, bias 3.000" "$(examples/train_ddp)"
 
 out=$(DDPSPAWN_LIBRARY="$lib/libddpspawn.so.1" PYTHONPATH="$PWD/bindings/python" \
-  PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 examples/python/hello.py)
+  PYTHONDONTWRITEBYTECODE=1 "${DDPSPAWN_PYTHON:-/opt/ddpspawn/venv/bin/python3}" examples/python/hello.py)
 expect Python "{'total': [30], 'names': ['rank 0 of 2', 'rank 1 of 2']}" "$out"
 
 cp -rL bindings/rust "$work/rust"

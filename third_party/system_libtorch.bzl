@@ -1,21 +1,79 @@
-"""LibTorch from a prefix: $DDPSPAWN_LIBTORCH if set (e.g. a CUDA build with NCCL), else /usr."""
+"""LibTorch from the torch wheel that tools/setup installs, or from $DDPSPAWN_LIBTORCH.
+
+DDPSPAWN_LIBTORCH may name an unpacked LibTorch (a folder with include/ and lib/) or the torch
+folder of a wheel (site-packages/torch). CUDA and NCCL headers come from the wheel's nvidia-*
+packages beside it, else from $CUDA_HOME (default /usr/local/cuda). NCCL is compiled in when
+LibTorch has libtorch_cuda and c10d's ProcessGroupNCCL and the CUDA and NCCL headers are found.
+"""
+
+# Where tools/setup installs torch==2.11.0 (a virtual environment outside any clone).
+DEFAULT_VENV = "/opt/ddpspawn/venv"
+
+def _find_default_prefix(ctx):
+    python = DEFAULT_VENV + "/bin/python3"
+    if not ctx.path(python).exists:
+        fail("no LibTorch: run tools/setup (it installs torch==2.11.0 into %s), " % DEFAULT_VENV +
+             "or set DDPSPAWN_LIBTORCH to a LibTorch 2.x folder")
+    found = ctx.execute([python, "-c", "import os, torch.utils; " +
+                                       "print(os.path.dirname(os.path.dirname(torch.utils.__file__)))"])
+    if found.return_code != 0:
+        fail("%s cannot import torch: %s" % (python, found.stderr))
+    return found.stdout.strip()
+
+def _cuda_include_dirs(ctx, prefix):
+    """Folders that hold cuda_runtime_api.h and nccl.h, for this LibTorch."""
+    dirs = []
+    nvidia = ctx.path(prefix + "/../nvidia")
+    if nvidia.exists:
+        for package in nvidia.readdir():
+            if package.get_child("include").exists:
+                dirs.append(str(package.get_child("include")))
+    cuda_home = ctx.os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    if ctx.path(cuda_home + "/include/cuda_runtime_api.h").exists:
+        dirs.append(cuda_home + "/include")
+    return sorted(dirs)
+
+def _has_header(ctx, dirs, name):
+    for d in dirs:
+        if ctx.path(d + "/" + name).exists:
+            return True
+    return False
 
 def _impl(ctx):
-    prefix = ctx.os.environ.get("DDPSPAWN_LIBTORCH", "/usr")
+    prefix = ctx.os.environ.get("DDPSPAWN_LIBTORCH", "")
+    if not prefix:
+        prefix = _find_default_prefix(ctx)
+    if not ctx.path(prefix + "/include/torch/csrc/distributed/c10d/ProcessGroupGloo.hpp").exists:
+        fail("%s is not a LibTorch 2.x with c10d (no include/torch/csrc/distributed/c10d)" % prefix)
     for name in ["include", "lib"]:
         ctx.symlink(prefix + "/" + name, name)
-    has_nccl = ctx.path(prefix + "/include/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp").exists and (
-        ctx.path(prefix + "/lib/libtorch_cuda.so").exists
+    version = ctx.read(prefix + "/include/torch/csrc/api/include/torch/version.h") if ctx.path(
+        prefix + "/include/torch/csrc/api/include/torch/version.h",
+    ).exists else ""
+
+    cuda_dirs = _cuda_include_dirs(ctx, prefix)
+    has_nccl = (
+        ctx.path(prefix + "/include/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp").exists and
+        ctx.path(prefix + "/lib/libtorch_cuda.so").exists and
+        _has_header(ctx, cuda_dirs, "cuda_runtime_api.h") and
+        _has_header(ctx, cuda_dirs, "nccl.h")
     )
+    cuda_includes = []
+    if has_nccl:
+        for i, d in enumerate(cuda_dirs):
+            ctx.symlink(d, "cuda_include/%d" % i)
+            cuda_includes.append("cuda_include/%d" % i)
     ctx.template("BUILD.bazel", ctx.attr.build_file, substitutions = {
         "%{lib_dir}": prefix + "/lib",
-        "%{cuda_defines}": '"USE_C10D_NCCL",' if has_nccl else "",
-        "%{cuda_libs}": '"-ltorch_cuda",' if has_nccl else "",
+        "%{cuda_defines}": '"USE_C10D_NCCL", "USE_CUDA",' if has_nccl else "",
+        "%{cuda_libs}": '"-Wl,--no-as-needed", "-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed",' if has_nccl else "",
+        "%{cuda_hdrs}": "".join(['"%s/**", ' % d for d in cuda_includes]),
+        "%{cuda_includes}": "".join(['"%s", ' % d for d in cuda_includes]),
     })
 
 system_libtorch = repository_rule(
     implementation = _impl,
     attrs = {"build_file": attr.label(default = "//third_party:libtorch.BUILD")},
-    environ = ["DDPSPAWN_LIBTORCH"],
+    environ = ["DDPSPAWN_LIBTORCH", "CUDA_HOME"],
     local = True,
 )

@@ -28,13 +28,14 @@ class DeferredReduction : public PendingReduction {
   std::function<absl::Status()> finish_;
 };
 
-// Averages `tensor` across ranks in place. fp16 is divided before the sum
-// (against overflow); bf16, which Gloo cannot reduce, is all-gathered as raw
-// bytes and summed in fp32 at Wait().
+// Averages `tensor` across ranks in place. fp16 and bf16 are divided before
+// the sum (against overflow); on Gloo, which cannot reduce bf16, bf16 is
+// all-gathered as raw bytes instead and summed in fp32 at Wait(). NCCL reduces
+// bf16 natively.
 absl::StatusOr<std::unique_ptr<PendingReduction>> StartMean(ProcessGroup& group,
                                                             at::Tensor tensor) {
   const int world = group.world_size();
-  if (tensor.scalar_type() == at::kBFloat16) {
+  if (tensor.scalar_type() == at::kBFloat16 && group.backend() != "nccl") {
     return std::make_unique<DeferredReduction>([&group, tensor,
                                                 world]() -> absl::Status {
       absl::StatusOr<std::vector<at::Tensor>> all =
@@ -49,7 +50,8 @@ absl::StatusOr<std::unique_ptr<PendingReduction>> StartMean(ProcessGroup& group,
     });
   }
   ReduceOp op = ReduceOp::kMean;
-  if (tensor.scalar_type() == at::kHalf) {
+  if (tensor.scalar_type() == at::kHalf ||
+      tensor.scalar_type() == at::kBFloat16) {
     tensor.div_(world);
     op = ReduceOp::kSum;
   }
@@ -204,7 +206,11 @@ class PowerSgdHook : public CommHook {
       for (const at::Tensor& m : matrices) {
         const int64_t rank = std::min<int64_t>(
             {o.matrix_approximation_rank, m.size(0), m.size(1)});
-        qs.push_back(at::randn({m.size(1), rank}, generator, input.options()));
+        // Drawn on the CPU (the generator's device), so that every rank gets
+        // the same Q whatever its device, then moved to the bucket's.
+        qs.push_back(at::randn({m.size(1), rank}, generator,
+                               input.options().device(at::kCPU))
+                         .to(input.device()));
       }
     }
     int64_t p_elements = 0, q_elements = 0;

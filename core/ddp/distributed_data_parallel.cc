@@ -1,6 +1,7 @@
 // DistributedDataParallel (see distributed_data_parallel.h).
 #include "core/ddp/distributed_data_parallel.h"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
@@ -61,7 +62,7 @@ absl::Status DistributedDataParallel::BroadcastCoalesced(
   for (const at::Tensor& t : tensors) {
     if (t.defined() && t.numel() > 0) by_dtype[t.scalar_type()].push_back(t);
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (auto& [dtype, group] : by_dtype) {
     std::vector<at::Tensor> flat_parts;
     for (const at::Tensor& t : group)

@@ -9,7 +9,10 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef USE_C10D_NCCL
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#include <unistd.h>
 #endif
 
 #include <atomic>
@@ -170,7 +173,7 @@ void WaitUntilEveryRankJoined(c10d::Store& store, const ClusterInfo& cluster) {
 }
 
 // The least of every rank's `value`, through Gloo.
-int64_t MinOverRanks(c10d::ProcessGroup& group, int64_t value) {
+int64_t MinOverRanks(c10d::Backend& group, int64_t value) {
   std::vector<at::Tensor> tensors{at::full({1}, value, at::kLong)};
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::MIN;
@@ -181,7 +184,7 @@ int64_t MinOverRanks(c10d::ProcessGroup& group, int64_t value) {
 // The shared-memory all-reduce, when every rank can set it up with the same
 // slot size (/dev/shm may be small or full); null: every rank uses Gloo.
 std::unique_ptr<SharedMemoryCollectives> JoinSharedMemory(
-    c10d::ProcessGroup& group, const ClusterInfo& cluster,
+    c10d::Backend& group, const ClusterInfo& cluster,
     const std::string& name, absl::Duration timeout) {
   const int64_t capacity = MinOverRanks(
       group, static_cast<int64_t>(SharedMemoryCollectives::AffordableCapacity(
@@ -195,10 +198,47 @@ std::unique_ptr<SharedMemoryCollectives> JoinSharedMemory(
   return *std::move(shm);
 }
 
+#ifdef USE_C10D_NCCL
+// This host's name and the GPU's UUID: two ranks with the same one would share
+// a GPU, which NCCL refuses (and may hang on rather than say so).
+std::string GpuIdentity(int device_index) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const cudaDeviceProp* props = at::cuda::getDeviceProperties(device_index);
+  std::string uuid;
+  for (unsigned char byte : props->uuid.bytes) {
+    absl::StrAppend(&uuid, absl::Hex(byte, absl::kZeroPad2));
+  }
+  return absl::StrCat(host, "/", uuid);
+}
+
+// OK when every rank of the group has a GPU of its own; else an error that
+// names the ranks that share one.
+absl::Status CheckOneGpuPerRank(c10d::Store& store, const ClusterInfo& cluster,
+                                int device_index) {
+  const std::string mine = GpuIdentity(device_index);
+  store.set(absl::StrCat("gpu/", cluster.rank),
+            std::vector<uint8_t>(mine.begin(), mine.end()));
+  for (int r = 0; r < cluster.world_size; ++r) {
+    if (r == cluster.rank) continue;
+    const std::vector<uint8_t> theirs = store.get(absl::StrCat("gpu/", r));
+    if (std::string(theirs.begin(), theirs.end()) == mine) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ranks ", std::min(r, cluster.rank), " and ",
+          std::max(r, cluster.rank), " would share one GPU (cuda:",
+          device_index, " on rank ", cluster.rank,
+          "), which NCCL does not allow; give each rank its own GPU, or use "
+          "the gloo backend"));
+    }
+  }
+  return absl::OkStatus();
+}
+#endif
+
 }  // namespace
 
 struct ProcessGroup::Impl {
-  c10::intrusive_ptr<c10d::ProcessGroup> group;
+  c10::intrusive_ptr<c10d::Backend> group;  // Gloo or NCCL
   // Ranks of a ddpspawn launcher share a host: float sums and small
   // broadcasts go through shared memory.
   std::unique_ptr<SharedMemoryCollectives> shm;
@@ -279,6 +319,14 @@ size_t DTypeSize(DType dtype) {
   return dtype == DType::kFloat32 || dtype == DType::kInt32 ? 4 : 8;
 }
 
+int CudaDeviceCount() {
+#ifdef USE_C10D_NCCL
+  return static_cast<int>(c10::cuda::device_count());
+#else
+  return 0;
+#endif
+}
+
 bool NcclAvailable() {
 #ifdef USE_C10D_NCCL
   return true;
@@ -304,10 +352,25 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
   if (options.backend == "nccl" && !NcclAvailable()) {
     return absl::UnavailableError(
         "backend 'nccl' needs a CUDA build of LibTorch with NCCL, and this "
-        "build has none "
-        "(Debian's LibTorch is CPU-only); use 'gloo', or rebuild with "
-        "DDPSPAWN_LIBTORCH set "
-        "to a CUDA LibTorch");
+        "build of ddpspawn has none; use 'gloo', or rebuild with "
+        "DDPSPAWN_LIBTORCH set to a CUDA LibTorch");
+  }
+  const int device_index =
+      options.device_index >= 0 ? options.device_index : cluster.local_rank;
+  if (options.backend == "nccl") {
+    const int present = CudaDeviceCount();
+    if (present == 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "backend 'nccl' needs a CUDA device, and no CUDA device is present "
+          "on this machine (rank ",
+          cluster.rank, "); use 'gloo'"));
+    }
+    if (device_index >= present) {
+      return absl::UnavailableError(absl::StrCat(
+          "rank ", cluster.rank, " needs cuda:", device_index,
+          " for nccl, and this machine has ", present, " CUDA device",
+          present == 1 ? "" : "s"));
+    }
   }
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -322,12 +385,17 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
   }
   const int generation = g_group_generation++;
   std::string prefix = absl::StrCat("ddpspawn/group", generation);
+  absl::Status refused = absl::OkStatus();
   absl::Status created = Guarded("joining the process group", [&] {
     auto store = c10::make_intrusive<c10d::PrefixStore>(
         prefix, MakeStore(cluster, generation, impl->timeout));
 #ifdef USE_C10D_NCCL
     if (options.backend == "nccl") {
-      impl->device = at::Device(at::kCUDA, cluster.local_rank);
+      impl->device =
+          at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index));
+      c10::cuda::set_device(static_cast<c10::DeviceIndex>(device_index));
+      refused = CheckOneGpuPerRank(*store, cluster, device_index);
+      if (!refused.ok()) return;
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
       nccl_options->timeout = impl->timeout;
       impl->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(
@@ -350,6 +418,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
     WaitUntilEveryRankJoined(*store, cluster);
   });
   if (!created.ok()) return created;
+  if (!refused.ok()) return refused;
   return std::unique_ptr<ProcessGroup>(
       new ProcessGroup(cluster, effective, std::move(impl)));
 }

@@ -36,6 +36,8 @@ struct GroupOptions {
   // or aborts a rank on a size mismatch). Costs one small all-gather per
   // collective. Also on when DDPSPAWN_DEBUG=1.
   bool debug_checks = false;
+  // nccl: this rank's CUDA device; -1: the local rank's index.
+  int device_index = -1;
 };
 
 // A collective in flight (see ProcessGroup::StartAllReduce).
@@ -54,6 +56,8 @@ class PendingWork {
 
 // True when this build of LibTorch has the NCCL backend.
 bool NcclAvailable();
+// CUDA devices visible to this process (0 without a CUDA build or a GPU).
+int CudaDeviceCount();
 
 class ProcessGroup {
  public:

@@ -26,6 +26,14 @@ c10::intrusive_ptr<c10d::FileStore> OpenFileStore(const std::string& path,
 PromptFileStore::PromptFileStore(const std::string& path, int world_size)
     : file_(OpenFileStore(path, world_size)) {}
 
+PromptFileStore::PromptFileStore(c10::intrusive_ptr<c10d::FileStore> file)
+    : file_(std::move(file)) {}
+
+c10::intrusive_ptr<c10d::Store> PromptFileStore::clone() {
+  auto file = c10::static_intrusive_pointer_cast<c10d::FileStore>(file_->clone());
+  return c10::make_intrusive<PromptFileStore>(std::move(file));
+}
+
 void PromptFileStore::set(const std::string& key,
                           const std::vector<uint8_t>& value) {
   file_->set(key, value);

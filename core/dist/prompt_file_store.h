@@ -18,6 +18,11 @@ namespace ddpspawn {
 class PromptFileStore : public c10d::Store {
  public:
   PromptFileStore(const std::string& path, int world_size);
+  // Wraps an open FileStore (what clone() hands out).
+  explicit PromptFileStore(c10::intrusive_ptr<c10d::FileStore> file);
+
+  // Another handle on the same file (c10d clones stores for its helper threads).
+  c10::intrusive_ptr<c10d::Store> clone() override;
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   std::vector<uint8_t> compareSet(const std::string& key,

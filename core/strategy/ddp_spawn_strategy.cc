@@ -2,6 +2,8 @@
 #include "core/strategy/ddp_spawn_strategy.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <c10/core/GradMode.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -33,6 +35,18 @@ absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
                    "'; expected 'mean', 'sum', 'min' or 'max'"));
 }
 
+// Lightning's batch_to_device: the batch's tensors on the rank's device.
+Batch ToDevice(const Batch& batch, c10::Device device) {
+  Batch moved;
+  moved.reserve(batch.size());
+  for (const at::Tensor& t : batch) {
+    moved.push_back(t.defined() && t.device() != device
+                        ? t.to(device, /*non_blocking=*/true)
+                        : t);
+  }
+  return moved;
+}
+
 }  // namespace
 
 bool IsWorkerProcess() { return std::getenv(kRunDirEnv) != nullptr; }
@@ -51,14 +65,62 @@ DDPSpawnStrategy::DDPSpawnStrategy(StrategyOptions options)
 DDPSpawnStrategy::~DDPSpawnStrategy() = default;
 
 c10::Device DDPSpawnStrategy::root_device() const {
-  if (options_.accelerator == "cuda") {
-    if (cluster_.local_rank < num_processes()) {
-      return options_.parallel_devices[cluster_.local_rank];
-    }
-    return c10::Device(c10::kCUDA,
-                       static_cast<c10::DeviceIndex>(cluster_.local_rank));
+  if (cluster_.local_rank >= 0 && cluster_.local_rank < num_processes()) {
+    return options_.parallel_devices[cluster_.local_rank];
   }
-  return c10::Device(c10::kCPU);
+  return c10::Device(options_.accelerator == "cuda" ? c10::kCUDA : c10::kCPU);
+}
+
+absl::Status DDPSpawnStrategy::CheckDevices() const {
+  if (options_.accelerator != "cpu" && options_.accelerator != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown accelerator '", options_.accelerator,
+                     "'; expected 'cpu' or 'cuda'"));
+  }
+  if (options_.parallel_devices.empty()) {
+    return absl::InvalidArgumentError("parallel_devices is empty");
+  }
+  const c10::DeviceType want =
+      options_.accelerator == "cuda" ? c10::kCUDA : c10::kCPU;
+  for (const c10::Device& device : options_.parallel_devices) {
+    if (device.type() != want || (device.is_cuda() && !device.has_index())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "accelerator '", options_.accelerator, "' needs parallel_devices of ",
+          want == c10::kCUDA ? "indexed CUDA devices (cuda:N)" : "the CPU",
+          "; got ", device.str()));
+    }
+  }
+  if (!options_.precision_plugin->SupportsDevice(want == c10::kCUDA)) {
+    return absl::UnavailableError(absl::StrCat(
+        "precision '", options_.precision_plugin->name(),
+        "' needs CUDA devices (float16 autocast with a loss scaler); on the "
+        "CPU use 'bf16-mixed'"));
+  }
+  return absl::OkStatus();
+}
+
+// In a rank, after the cluster environment is read: this rank's device exists.
+absl::Status DDPSpawnStrategy::CheckRankDevice() const {
+  if (cluster_.local_rank >= num_processes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "local rank ", cluster_.local_rank, " has no device in ",
+        "parallel_devices (", num_processes(), " devices)"));
+  }
+  const c10::Device device = root_device();
+  if (!device.is_cuda()) return absl::OkStatus();
+  const int present = at::hasCUDA() ? static_cast<int>(at::getNumGPUs()) : 0;
+  if (present == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "rank ", cluster_.rank, " needs ", device.str(),
+        ", and no CUDA device is present on this machine (CUDA reports 0 "
+        "devices); use accelerator 'cpu'"));
+  }
+  if (device.index() >= present) {
+    return absl::UnavailableError(absl::StrCat(
+        "rank ", cluster_.rank, " needs ", device.str(), ", and this machine ",
+        "has ", present, " CUDA device", present == 1 ? "" : "s"));
+  }
+  return absl::OkStatus();
 }
 
 std::string DDPSpawnStrategy::process_group_backend() const {
@@ -74,11 +136,7 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
         "node's ranks "
         "with SLURM or torchrun and call RunWorker() in each");
   }
-  if (options_.accelerator != "cpu" && options_.accelerator != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown accelerator '", options_.accelerator,
-                     "'; expected 'cpu' or 'cuda'"));
-  }
+  if (absl::Status s = CheckDevices(); !s.ok()) return s;
   absl::StatusOr<StartMethod> method = ParseStartMethod(options_.start_method);
   if (!method.ok()) return method.status();
   LaunchSpec spec;
@@ -124,14 +182,14 @@ absl::Status DDPSpawnStrategy::SetupDistributed() {
   absl::StatusOr<ClusterInfo> cluster = options_.cluster_environment();
   if (!cluster.ok()) return cluster.status();
   cluster_ = *cluster;
-  if (options_.accelerator == "cuda" &&
-      cluster_.local_rank >= num_processes()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("local rank ", cluster_.local_rank,
-                     " has no device in parallel_devices"));
-  }
-  absl::StatusOr<std::unique_ptr<ProcessGroup>> group = ProcessGroup::Create(
-      cluster_, {process_group_backend(), options_.timeout});
+  if (absl::Status s = CheckDevices(); !s.ok()) return s;
+  if (absl::Status s = CheckRankDevice(); !s.ok()) return s;
+  GroupOptions group_options;
+  group_options.backend = process_group_backend();
+  group_options.timeout = options_.timeout;
+  if (root_device().is_cuda()) group_options.device_index = root_device().index();
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::Create(cluster_, group_options);
   if (!group.ok()) return group.status();
   group_ = *std::move(group);
   return absl::OkStatus();
@@ -244,32 +302,32 @@ absl::StatusOr<at::Tensor> DDPSpawnStrategy::TrainingStep(const Batch& batch,
                                                           int64_t batch_index) {
   if (absl::Status s = RequireSetup("TrainingStep"); !s.ok()) return s;
   std::unique_ptr<PrecisionPlugin::StepContext> precision =
-      options_.precision_plugin->TrainStepContext();
+      options_.precision_plugin->TrainStepContext(root_device().is_cuda());
   if (absl::Status s = ddp_->PrepareForward(); !s.ok()) return s;
-  return module_->TrainingStep(batch, batch_index);
+  return module_->TrainingStep(ToDevice(batch, root_device()), batch_index);
 }
 
 absl::StatusOr<StepMetrics> DDPSpawnStrategy::ValidationStep(
     const Batch& batch, int64_t batch_index) {
   if (absl::Status s = RequireSetup("ValidationStep"); !s.ok()) return s;
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   if (absl::Status s = ddp_->PrepareForward(); !s.ok())
     return s;  // as DDP's forward would
-  return module_->ValidationStep(batch, batch_index);
+  return module_->ValidationStep(ToDevice(batch, root_device()), batch_index);
 }
 
 absl::StatusOr<StepMetrics> DDPSpawnStrategy::TestStep(const Batch& batch,
                                                        int64_t batch_index) {
   if (absl::Status s = RequireSetup("TestStep"); !s.ok()) return s;
-  at::NoGradGuard no_grad;
-  return module_->TestStep(batch, batch_index);
+  c10::NoGradGuard no_grad;
+  return module_->TestStep(ToDevice(batch, root_device()), batch_index);
 }
 
 absl::StatusOr<at::Tensor> DDPSpawnStrategy::PredictStep(const Batch& batch,
                                                          int64_t batch_index) {
   if (absl::Status s = RequireSetup("PredictStep"); !s.ok()) return s;
-  at::NoGradGuard no_grad;
-  return module_->PredictStep(batch, batch_index);
+  c10::NoGradGuard no_grad;
+  return module_->PredictStep(ToDevice(batch, root_device()), batch_index);
 }
 
 absl::Status DDPSpawnStrategy::SaveCheckpoint(absl::string_view bytes,

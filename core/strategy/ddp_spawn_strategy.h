@@ -45,8 +45,9 @@ bool IsWorkerProcess();
 
 struct StrategyOptions {
   std::string accelerator = "cpu";  // "cpu" or "cuda"
-  std::vector<c10::Device> parallel_devices = {
-      c10::Device(c10::kCPU)};  // one per local rank
+  // One per local rank: local rank i runs on parallel_devices[i] (its model,
+  // buckets and NCCL communicator); "cuda:N" devices for accelerator "cuda".
+  std::vector<c10::Device> parallel_devices = {c10::Device(c10::kCPU)};
   int num_nodes = 1;
   // Reads this rank's place in the world; default: DetectClusterEnvironment().
   std::function<absl::StatusOr<ClusterInfo>()> cluster_environment;
@@ -164,6 +165,9 @@ class DDPSpawnStrategy {
 
  private:
   absl::Status RequireSetup(absl::string_view what) const;
+  // The accelerator, parallel_devices and precision fit together.
+  absl::Status CheckDevices() const;
+  absl::Status CheckRankDevice() const;
 
   StrategyOptions options_;
   ClusterInfo cluster_;

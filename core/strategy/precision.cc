@@ -11,29 +11,31 @@ namespace {
 class FullPrecision : public PrecisionPlugin {
  public:
   std::string name() const override { return "32-true"; }
-  std::unique_ptr<StepContext> TrainStepContext() override {
+  std::unique_ptr<StepContext> TrainStepContext(bool) override {
     return std::make_unique<StepContext>();
   }
 };
 
-// CPU autocast to bfloat16 for the duration of a step; restores the previous
-// state after.
-class Bf16Autocast : public PrecisionPlugin::StepContext {
+// Autocast to `dtype` on one device type for the duration of a step; restores
+// the previous state after.
+class Autocast : public PrecisionPlugin::StepContext {
  public:
-  Bf16Autocast()
-      : was_enabled_(at::autocast::is_cpu_enabled()),
-        previous_dtype_(at::autocast::get_autocast_cpu_dtype()) {
-    at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  Autocast(c10::DeviceType device, at::ScalarType dtype)
+      : device_(device),
+        was_enabled_(at::autocast::is_autocast_enabled(device)),
+        previous_dtype_(at::autocast::get_autocast_dtype(device)) {
+    at::autocast::set_autocast_enabled(device_, true);
+    at::autocast::set_autocast_dtype(device_, dtype);
     at::autocast::increment_nesting();
   }
-  ~Bf16Autocast() override {
+  ~Autocast() override {
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_cpu_enabled(was_enabled_);
-    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
+    at::autocast::set_autocast_enabled(device_, was_enabled_);
+    at::autocast::set_autocast_dtype(device_, previous_dtype_);
   }
 
  private:
+  c10::DeviceType device_;
   bool was_enabled_;
   at::ScalarType previous_dtype_;
 };
@@ -41,9 +43,23 @@ class Bf16Autocast : public PrecisionPlugin::StepContext {
 class Bf16Mixed : public PrecisionPlugin {
  public:
   std::string name() const override { return "bf16-mixed"; }
-  std::unique_ptr<StepContext> TrainStepContext() override {
-    return std::make_unique<Bf16Autocast>();
+  std::unique_ptr<StepContext> TrainStepContext(bool cuda) override {
+    return std::make_unique<Autocast>(cuda ? c10::kCUDA : c10::kCPU,
+                                      at::kBFloat16);
   }
+};
+
+class Fp16Mixed : public PrecisionPlugin {
+ public:
+  std::string name() const override { return "16-mixed"; }
+  std::unique_ptr<StepContext> TrainStepContext(bool) override {
+    return std::make_unique<Autocast>(c10::kCUDA, at::kHalf);
+  }
+  bool SupportsDevice(bool cuda) const override { return cuda; }
+  GradScaler* grad_scaler() override { return &scaler_; }
+
+ private:
+  GradScaler scaler_;
 };
 
 }  // namespace
@@ -55,11 +71,8 @@ absl::StatusOr<std::shared_ptr<PrecisionPlugin>> MakePrecisionPlugin(
   }
   if (name == "bf16-mixed")
     return std::shared_ptr<PrecisionPlugin>(std::make_shared<Bf16Mixed>());
-  if (name == "16-mixed") {
-    return absl::UnavailableError(
-        "precision '16-mixed' needs CUDA (float16 autocast); on CPU use "
-        "'bf16-mixed'");
-  }
+  if (name == "16-mixed")
+    return std::shared_ptr<PrecisionPlugin>(std::make_shared<Fp16Mixed>());
   return absl::InvalidArgumentError(
       absl::StrCat("unknown precision '", name,
                    "'; expected '32-true', 'bf16-mixed' or '16-mixed'"));

@@ -1,6 +1,8 @@
-// Precision plugins: "32-true" (nothing to do) and "bf16-mixed" (CPU autocast
-// to bfloat16); "16-mixed" needs CUDA. A plugin gives the context a training
-// step runs in.
+// Precision plugins, Lightning's names: "32-true" (nothing to do),
+// "bf16-mixed" (autocast to bfloat16 on the model's device, CPU or CUDA) and
+// "16-mixed" (CUDA autocast to float16 with dynamic loss scaling; CUDA only).
+// A plugin gives the context a training step's forward runs in, and its loss
+// scaler if it has one. Not thread-safe: one plugin per training loop.
 #ifndef DDPSPAWN_CORE_STRATEGY_PRECISION_H_
 #define DDPSPAWN_CORE_STRATEGY_PRECISION_H_
 
@@ -8,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/strategy/grad_scaler.h"
 
 namespace ddpspawn {
 
@@ -20,11 +23,16 @@ class PrecisionPlugin {
   };
   virtual ~PrecisionPlugin() = default;
   virtual std::string name() const = 0;
-  virtual std::unique_ptr<StepContext> TrainStepContext() = 0;
+  // `cuda`: the model lives on a CUDA device (else on the CPU).
+  virtual std::unique_ptr<StepContext> TrainStepContext(bool cuda) = 0;
+  // Whether this precision can run on that device.
+  virtual bool SupportsDevice(bool cuda) const { return true; }
+  // The loss scaler ("16-mixed"), or null.
+  virtual GradScaler* grad_scaler() { return nullptr; }
 };
 
-// "32-true", "bf16-mixed"; "16-mixed" only with a CUDA build (else
-// Unavailable).
+// "32-true" (or "32"), "bf16-mixed", "16-mixed"; anything else is
+// InvalidArgument.
 absl::StatusOr<std::shared_ptr<PrecisionPlugin>> MakePrecisionPlugin(
     const std::string& name);
 

@@ -1,6 +1,7 @@
 // Checkpoint serialization (see checkpoint.h).
 #include "core/train/checkpoint.h"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
@@ -49,6 +50,11 @@ absl::StatusOr<std::string> SerializeCheckpoint(
     for (size_t r = 0; r < state.cpu_rng_per_rank.size(); ++r) {
       archive.write(absl::StrCat("rng.cpu.", r), state.cpu_rng_per_rank[r]);
     }
+    if (state.grad_scale > 0) {
+      archive.write("grad_scaler.scale", c10::IValue(state.grad_scale));
+      archive.write("grad_scaler.growth_tracker",
+                    c10::IValue(state.grad_scale_growth_tracker));
+    }
     std::ostringstream out;
     archive.save_to(out);
     bytes = out.str();
@@ -65,8 +71,14 @@ absl::Status RestoreCheckpoint(const std::string& bytes,
   torch::serialize::InputArchive archive;
   absl::Status loaded =
       Catching("the checkpoint is not a LibTorch archive", [&] {
+        // Tensors come back on the module's device (a checkpoint saved on
+        // one device loads on another); the RNG states go back to the CPU.
+        std::vector<at::Tensor> params = module.parameters();
         std::istringstream in(bytes);
-        archive.load_from(in);
+        archive.load_from(in, params.empty()
+                                  ? c10::optional<c10::Device>()
+                                  : c10::optional<c10::Device>(
+                                        params.front().device()));
         return absl::OkStatus();
       });
   if (!loaded.ok()) return loaded;
@@ -76,7 +88,7 @@ absl::Status RestoreCheckpoint(const std::string& bytes,
     return absl::InvalidArgumentError(absl::StrCat(
         "not a ddpspawn checkpoint (expected format ", kFormat, ")"));
   }
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (const auto& [name, tensor] : module.named_state()) {
     at::Tensor saved;
     if (!archive.try_read("model." + name, saved)) {
@@ -120,7 +132,16 @@ absl::Status RestoreCheckpoint(const std::string& bytes,
     at::Tensor rng;
     while (archive.try_read(
         absl::StrCat("rng.cpu.", state->cpu_rng_per_rank.size()), rng)) {
-      state->cpu_rng_per_rank.push_back(rng);
+      state->cpu_rng_per_rank.push_back(rng.cpu());
+    }
+    state->grad_scale = 0;
+    state->grad_scale_growth_tracker = 0;
+    if (archive.try_read("grad_scaler.scale", value) && value.isDouble()) {
+      state->grad_scale = value.toDouble();
+      if (archive.try_read("grad_scaler.growth_tracker", value) &&
+          value.isInt()) {
+        state->grad_scale_growth_tracker = value.toInt();
+      }
     }
   }
   return absl::OkStatus();

@@ -1,6 +1,7 @@
 // Run options: parsing, checking, and running a command in a rank (see run.h).
 #include "core/train/run.h"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <numeric>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -15,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/train/checkpoint.h"
 #include "core/train/mlp_module.h"
 #include "core/train/torchscript_module.h"
@@ -175,6 +178,21 @@ const std::map<std::string, Setter>& Setters() {
        Number([](RunConfig& c) -> double& { return c.optimizer.step_lr_gamma; },
               0)},
       {"nproc_per_node", Int(&RunConfig::nproc_per_node, 1)},
+      {"accelerator",
+       [](RunConfig& c, const std::string& v) -> absl::Status {
+         if (v != "cpu" && v != "cuda" && v != "gpu")
+           return Bad("accelerator", v, "cpu or cuda");
+         c.accelerator = v == "gpu" ? "cuda" : v;
+         return absl::OkStatus();
+       }},
+      {"devices", Text(&RunConfig::devices)},
+      {"process_group_backend",
+       [](RunConfig& c, const std::string& v) -> absl::Status {
+         if (v != "gloo" && v != "nccl")
+           return Bad("process_group_backend", v, "gloo or nccl");
+         c.process_group_backend = v;
+         return absl::OkStatus();
+       }},
       {"nnodes", Int(&RunConfig::nnodes, 1)},
       {"node_rank", Int(&RunConfig::node_rank, 0)},
       {"master_addr", Text(&RunConfig::master_addr)},
@@ -196,6 +214,46 @@ const std::map<std::string, Setter>& Setters() {
        Flag([](RunConfig& c) -> bool& { return c.gradient_as_bucket_view; })},
   };
   return *setters;
+}
+
+// Lightning's devices: "N" devices (cuda:0..N-1, or N CPU ranks) or a list of
+// CUDA indices ("0,2"). Sets nproc_per_node and device_indices.
+absl::Status ResolveDevices(RunConfig& config) {
+  if (config.devices.empty()) {
+    config.device_indices.resize(config.nproc_per_node);
+    std::iota(config.device_indices.begin(), config.device_indices.end(), 0);
+    return absl::OkStatus();
+  }
+  std::vector<int> indices;
+  const bool list = absl::StrContains(config.devices, ',');
+  for (absl::string_view part : absl::StrSplit(config.devices, ',')) {
+    int value = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &value) ||
+        value < 0 || (!list && value == 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "option devices: '", config.devices,
+          "' is neither a device count (2) nor a list of CUDA indices (0,2)"));
+    }
+    indices.push_back(value);
+  }
+  if (list && config.accelerator != "cuda") {
+    return absl::InvalidArgumentError(
+        "option devices: a list of device indices needs --accelerator cuda");
+  }
+  if (!list) {
+    const int count = indices[0];
+    indices.resize(count);
+    std::iota(indices.begin(), indices.end(), 0);
+  }
+  const int count = static_cast<int>(indices.size());
+  if (config.nproc_per_node != 1 && config.nproc_per_node != count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "option devices gives ", count, " devices but nproc_per_node is ",
+        config.nproc_per_node, "; give one of them"));
+  }
+  config.nproc_per_node = count;
+  config.device_indices = std::move(indices);
+  return absl::OkStatus();
 }
 
 bool IsNpy(const std::string& path) { return absl::EndsWith(path, ".npy"); }
@@ -271,7 +329,7 @@ absl::Status DryRun(const RunConfig& config, LightningModule& module,
                     const Dataset& data) {
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   const int64_t n = std::min<int64_t>(2, data.size());
   Batch batch = {data.features.narrow(0, 0, n), data.labels.narrow(0, 0, n)};
   absl::Status status;
@@ -328,6 +386,7 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command,
           absl::StrCat("option ", raw_key, ": ", s.message()));
     }
   }
+  if (absl::Status s = ResolveDevices(config); !s.ok()) return s;
   if (config.model.empty())
     return absl::InvalidArgumentError("option model is required");
   if (command == "fit" && config.train.empty()) {
@@ -388,8 +447,15 @@ absl::Status CheckRun(const RunConfig& config) {
 
 StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   StrategyOptions options;
-  options.parallel_devices.assign(config.nproc_per_node,
-                                  c10::Device(c10::kCPU));
+  options.accelerator = config.accelerator;
+  options.parallel_devices.clear();
+  for (int index : config.device_indices) {
+    options.parallel_devices.push_back(
+        config.accelerator == "cuda"
+            ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index))
+            : c10::Device(c10::kCPU));
+  }
+  options.process_group_backend = config.process_group_backend;
   options.start_method = config.start_method;
   if (config.timeout_s > 0)
     options.launch_timeout = absl::Seconds(config.timeout_s);
@@ -485,7 +551,9 @@ Optimizer:
 Distributed (torchrun-style):
   --nproc-per-node N (1)  --nnodes 1  --node-rank 0  --master-addr A  --master-port P
   --start-method spawn|fork (spawn)  --timeout SECONDS (0: none)
-  --precision 32-true|bf16-mixed  --ddp-comm-hook allreduce|fp16|bf16|powersgd
+  --accelerator cpu|cuda (cpu)  --devices N or CUDA indices 0,2 (sets nproc-per-node)
+  --process-group-backend gloo|nccl (by accelerator: nccl on cuda, gloo on cpu)
+  --precision 32-true|bf16-mixed|16-mixed (cuda)  --ddp-comm-hook allreduce|fp16|bf16|powersgd
   --find-unused-parameters BOOL  --gradient-as-bucket-view BOOL
 )";
 }

@@ -39,6 +39,12 @@ struct RunConfig {
   TrainerOptions trainer;
   OptimizerConfig optimizer;
   int nproc_per_node = 1;
+  std::string accelerator = "cpu";  // cpu or cuda
+  // Lightning's devices: a count ("2") or CUDA indices ("0,2"); sets
+  // nproc_per_node. Empty: nproc_per_node devices (cuda:0.. on cuda).
+  std::string devices;
+  std::string process_group_backend;  // gloo, nccl; empty: by accelerator
+  std::vector<int> device_indices;    // from devices: local rank i's CUDA index
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr;

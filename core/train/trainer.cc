@@ -1,6 +1,7 @@
 // The training loops (see trainer.h).
 #include "core/train/trainer.h"
 
+#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
@@ -56,7 +57,7 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
 // Scales the gradients so that their global L2 norm is at most `max_norm` (what
 // torch.nn.utils.clip_grad_norm_ does).
 void ClipGradNorm(const std::vector<at::Tensor>& parameters, double max_norm) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   double squares = 0;
   for (const at::Tensor& p : parameters) {
     if (p.grad().defined()) squares += p.grad().norm().pow(2).item<double>();
@@ -237,6 +238,10 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
   const int accumulate = options_.accumulate_grad_batches;
   const bool bar =
       options_.enable_progress && strategy_.is_global_zero() && isatty(1);
+  GradScaler* scaler = strategy_.options().precision_plugin->grad_scaler();
+  if (scaler != nullptr) {
+    scaler->Restore({state.grad_scale, state.grad_scale_growth_tracker});
+  }
   std::vector<at::Tensor> parameters;
   for (const at::Tensor& p : module->parameters()) {
     if (p.requires_grad()) parameters.push_back(p);
@@ -268,6 +273,7 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
       if (!loss.ok()) return loss.status();
       try {
         at::Tensor scaled = *loss / static_cast<double>(accumulate);
+        if (scaler != nullptr) scaled = scaler->Scale(scaled);
         if (step_now) {
           scaled.backward();
         } else {
@@ -284,10 +290,18 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
       ++epoch_batches;
       ++window_batches;
       if (!step_now) continue;
-      if (options_.gradient_clip_val > 0) {
+      // 16-mixed: a step whose (averaged, so equal on every rank) gradients
+      // hold an inf or a NaN is skipped on every rank, and the scale shrinks.
+      const bool finite = scaler == nullptr || scaler->Unscale(parameters);
+      if (scaler != nullptr) {
+        scaler->Update(!finite);
+        state.grad_scale = scaler->state().scale;
+        state.grad_scale_growth_tracker = scaler->state().growth_tracker;
+      }
+      if (finite && options_.gradient_clip_val > 0) {
         ClipGradNorm(parameters, options_.gradient_clip_val);
       }
-      (*optimizer)->step();
+      if (finite) (*optimizer)->step();
       (*optimizer)->zero_grad();
       ++state.global_step;
       state.batch_in_epoch = b + 1;

@@ -212,6 +212,10 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "worker") == 0) return run_collectives();
 
   CHECK(ddpspawn_abi_version() == DDPSPAWN_ABI_VERSION);
+  /* The build names its LibTorch 2.x and at least the gloo backend. */
+  CHECK(strstr(ddpspawn_build_info(), "\ntorch=2.") != NULL);
+  CHECK(strstr(ddpspawn_build_info(), "\nbackends=gloo") != NULL);
+  CHECK(strncmp(ddpspawn_build_info(), "version=", 8) == 0);
 
   /* spawn: this program, re-executed as 2 ranks. */
   const char* worker_argv[] = {"/proc/self/exe", "worker", NULL};

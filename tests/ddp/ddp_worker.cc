@@ -235,7 +235,11 @@ int Run(const Flags& flags) {
 
   std::vector<double> losses;
   for (int step = 0; step < steps; ++step) {
-    optimizer.zero_grad();
+    // Gradients are zeroed, not set to None (LibTorch 2.x's default): without
+    // find_unused_parameters a parameter that no rank used in a step gets a
+    // zero gradient from DDP, where the reference would have none, and SGD's
+    // momentum treats the two differently. (docs/ddp.md)
+    optimizer.zero_grad(/*set_to_none=*/false);
     double step_loss = 0;
     for (int micro = 0; micro < accum; ++micro) {
       CheckOk(ddp.PrepareForward(), "prepare forward");
@@ -281,7 +285,7 @@ int Run(const Flags& flags) {
 
     if (rank ==
         0) {  // the single-process reference over all N*b samples of the step
-      reference_optimizer.zero_grad();
+      reference_optimizer.zero_grad(/*set_to_none=*/false);
       std::vector<torch::Tensor> buffers_after_block0;
       for (int micro = 0; micro < accum; ++micro) {
         for (int r = 0; r < world; ++r) {

@@ -67,20 +67,40 @@ TEST(StrategySingleProcessTest, ErrorsAreStatuses) {
   StrategyOptions nccl = options;
   nccl.process_group_backend = "nccl";
   DDPSpawnStrategy gpu_strategy(nccl);
-  EXPECT_EQ(gpu_strategy.SetupDistributed().code(),
-            absl::StatusCode::kUnavailable);
+  absl::Status no_gpu = gpu_strategy.SetupDistributed();
+  EXPECT_EQ(no_gpu.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(no_gpu.message(), HasSubstr("no CUDA device is present"));
 
+  // Local rank i runs on parallel_devices[i], whatever its index.
   StrategyOptions cuda = options;
   cuda.accelerator = "cuda";
-  cuda.parallel_devices = {c10::Device(c10::kCUDA, 0)};
-  EXPECT_EQ(DDPSpawnStrategy(cuda).process_group_backend(), "nccl");
+  cuda.parallel_devices = {c10::Device(c10::kCUDA, 3)};
+  DDPSpawnStrategy cuda_strategy(cuda);
+  EXPECT_EQ(cuda_strategy.root_device(), c10::Device(c10::kCUDA, 3));
+  EXPECT_EQ(cuda_strategy.process_group_backend(), "nccl");
+  absl::Status no_cuda = cuda_strategy.SetupDistributed();
+  EXPECT_EQ(no_cuda.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(no_cuda.message(), HasSubstr("needs cuda:3"));
+  EXPECT_THAT(no_cuda.message(), HasSubstr("no CUDA device is present"));
+
+  StrategyOptions mixed_up = options;
+  mixed_up.accelerator = "cuda";  // with the default CPU parallel_devices
+  EXPECT_EQ(DDPSpawnStrategy(mixed_up).SetupDistributed().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  StrategyOptions fp16 = options;
+  fp16.precision_plugin = *MakePrecisionPlugin("16-mixed");
+  absl::Status fp16_on_cpu = DDPSpawnStrategy(fp16).SetupDistributed();
+  EXPECT_EQ(fp16_on_cpu.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(fp16_on_cpu.message(), HasSubstr("needs CUDA devices"));
 
   StrategyOptions bad_method = options;
   bad_method.start_method = "forkserver";
   EXPECT_EQ(DDPSpawnStrategy(bad_method).Launch(nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(MakePrecisionPlugin("16-mixed").status().code(),
-            absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(MakePrecisionPlugin("16-mixed").ok());
+  EXPECT_NE((*MakePrecisionPlugin("16-mixed"))->grad_scaler(), nullptr);
+  EXPECT_EQ((*MakePrecisionPlugin("bf16-mixed"))->grad_scaler(), nullptr);
   EXPECT_EQ(MakePrecisionPlugin("8-bit").status().code(),
             absl::StatusCode::kInvalidArgument);
 }

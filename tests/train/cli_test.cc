@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -241,7 +242,55 @@ TEST(CliTest, BadInputsAreClearErrorsBeforeAnythingRuns) {
   EXPECT_THAT(help.output, HasSubstr("--nproc-per-node"));
 }
 
-// Scripts a module with /usr/bin/python3 (Debian's python3-torch); false when
+// --version names what the build was compiled against; asking for a GPU where
+// there is none (CI's machines) is a clear UNAVAILABLE error from the rank,
+// and the devices flags are checked before anything starts.
+TEST(CliTest, VersionAndGpuRequestsWithoutAGpu) {
+  CliRun version = Cli("--version");
+  ASSERT_EQ(version.exit_code, 0) << version.output;
+  EXPECT_THAT(version.values["torch"], ::testing::StartsWith("2."));
+  EXPECT_THAT(version.values["backends"], ::testing::StartsWith("gloo"));
+  if (absl::StrContains(version.values["backends"], "nccl")) {
+    EXPECT_NE(version.values["cuda"], "none");
+    EXPECT_NE(version.values["nccl"], "none");
+  }
+  ASSERT_EQ(version.values["cuda_devices"], "0")
+      << "these checks are for a machine without a GPU; tools/gpu_check "
+         "covers GPUs";
+
+  const std::string train = WriteClassification("gpu.csv", 40);
+  const std::string fit =
+      absl::StrCat("fit --model ", kModel, " --train ", train,
+                   " --max-epochs 1 --default-root-dir ", Dir("gpu_fit"));
+  const struct {
+    std::string flags, expected;
+  } cases[] = {
+      {"--process-group-backend nccl --nproc-per-node 2",
+       "UNAVAILABLE: backend 'nccl' needs a CUDA device, and no CUDA device "
+       "is present"},
+      {"--accelerator cuda",
+       "UNAVAILABLE: rank 0 needs cuda:0, and no CUDA device is present"},
+      {"--accelerator cuda --devices 1,3",
+       "needs cuda:1, and no CUDA device is present"},
+      {"--precision 16-mixed", "precision '16-mixed' needs CUDA devices"},
+      {"--devices 0,2", "a list of device indices needs --accelerator cuda"},
+      {"--devices 3 --nproc-per-node 2", "give one of them"},
+      {"--devices two", "neither a device count"},
+      {"--accelerator tpu", "expected cpu or cuda"},
+      {"--process-group-backend mpi", "expected gloo or nccl"},
+  };
+  for (const auto& c : cases) {
+    CliRun run = Cli(absl::StrCat(fit, " ", c.flags));
+    EXPECT_EQ(run.exit_code, 2) << c.flags << "\n" << run.output;
+    EXPECT_THAT(run.output, HasSubstr(c.expected)) << c.flags;
+  }
+  // --devices N on the CPU: N ranks, each with half of the 40 samples.
+  CliRun two = Cli(absl::StrCat(fit, " --devices 2 --batch-size 5"));
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_EQ(two.Number("global_step"), 4) << two.output;
+}
+
+// Scripts a module with /opt/ddpspawn/venv/bin/python3 (the torch 2.11 that tools/setup installs); false when
 // it cannot.
 bool ScriptModule(const std::string& path, const std::string& body) {
   const std::string script = Dir("make_module.py");
@@ -252,7 +301,7 @@ bool ScriptModule(const std::string& path, const std::string& body) {
                         << "        self.net = torch.nn.Linear(4, 3)\n"
                         << body << "torch.jit.script(M()).save('" << path
                         << "')\n";
-  return std::system(absl::StrCat("/usr/bin/python3 ", script, " 2>/dev/null")
+  return std::system(absl::StrCat("/opt/ddpspawn/venv/bin/python3 ", script, " 2>/dev/null")
                          .c_str()) == 0;
 }
 
@@ -268,7 +317,7 @@ TEST(CliTest, TorchScriptModulesTrainAndAreChecked) {
         out = self.net(batch[0])
         return {"val_loss": torch.nn.functional.cross_entropy(out, batch[1])}
 )")) {
-    GTEST_SKIP() << "/usr/bin/python3 cannot script a torch module here";
+    GTEST_SKIP() << "/opt/ddpspawn/venv/bin/python3 cannot script a torch module here";
   }
   CliRun fit = Cli(absl::StrCat(
       "fit --model ", good, " --train ", train, " --val ", train,

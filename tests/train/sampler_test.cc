@@ -1,6 +1,6 @@
 // DistributedSampler: shards cover the dataset, padding and drop_last counts,
 // shuffling is per epoch, the same on every rank and seeded, and (when
-// /usr/bin/python3 has torch) index for index equal to PyTorch's sampler.
+// /opt/ddpspawn/venv/bin/python3 has torch) index for index equal to PyTorch's sampler.
 #include "core/train/sampler.h"
 
 #include <algorithm>
@@ -207,8 +207,8 @@ bool RunAndCapture(const std::string& command, std::string* output) {
 }
 
 TEST(DistributedSamplerTest, SameIndicesAsPyTorch) {
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "/usr/bin/python3 has no torch";
+  if (std::system("/opt/ddpspawn/venv/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "/opt/ddpspawn/venv/bin/python3 has no torch";
   struct Case {
     int64_t n;
     int replicas, rank;
@@ -249,7 +249,7 @@ TEST(DistributedSamplerTest, SameIndicesAsPyTorch) {
 
   std::string output;
   ASSERT_TRUE(RunAndCapture(
-      absl::StrCat("/usr/bin/python3 ", script_path, " < ", input_path),
+      absl::StrCat("/opt/ddpspawn/venv/bin/python3 ", script_path, " < ", input_path),
       &output))
       << output;
   std::vector<std::string> lines = absl::StrSplit(output, '\n');

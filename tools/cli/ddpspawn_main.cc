@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "core/train/run.h"
+#include "core/version/build_info.h"
 
 namespace {
 
@@ -22,6 +23,9 @@ constexpr char kUsage[] =
     "example: ddpspawn fit --model mlp:64,128,10 --train train.csv --val "
     "val.csv \\\n"
     "           --nproc-per-node 2 --max-epochs 20 --lr 0.1 --momentum 0.9\n"
+    "\n"
+    "ddpspawn --version prints the version, the LibTorch, CUDA and NCCL it was\n"
+    "built with, and the process-group backends compiled in.\n"
     "\n";
 
 int Fail(const std::string& message) {
@@ -37,6 +41,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--version") == 0) {
+      std::printf("%s", ddpspawn::BuildInfoText().c_str());
+      return 0;
+    }
     if (std::strcmp(argv[i], "--help") == 0 ||
         std::strcmp(argv[i], "-h") == 0) {
       std::printf("%s%s", kUsage, ddpspawn::RunOptionsHelp().c_str());

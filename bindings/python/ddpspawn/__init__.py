@@ -9,6 +9,8 @@ training runs that the library carries out in C++ (LibTorch).
 
 from __future__ import annotations
 
+from typing import Dict
+
 from . import _lib
 from ._context import Context
 from ._errors import (
@@ -40,6 +42,7 @@ __all__ = [
     "UnavailableError",
     "WorkerFailedError",
     "abi_version",
+    "build_info",
     "fit",
     "is_worker",
     "library_path",
@@ -59,6 +62,12 @@ def abi_version() -> int:
 def library_version() -> str:
     """``ddpspawn_version()`` of the loaded library, e.g. "0.1.0"."""
     return _lib.lib().ddpspawn_version().decode()
+
+
+def build_info() -> Dict[str, str]:
+    """``ddpspawn_build_info()`` as a dict: version, torch, cuda, nccl, backends, cuda_devices."""
+    text = _lib.lib().ddpspawn_build_info().decode()
+    return dict(line.split("=", 1) for line in text.splitlines() if line)
 
 
 def library_path() -> str:

@@ -193,6 +193,7 @@ SIGNATURES = {
     "ddpspawn_last_error": (c_char_p, []),
     "ddpspawn_abi_version": (c_int32, []),
     "ddpspawn_version": (c_char_p, []),
+    "ddpspawn_build_info": (c_char_p, []),
     "ddpspawn_free": (None, [c_void_p]),
     # Launcher.
     "ddpspawn_launch_options_init": (None, [POINTER(LaunchOptions)]),

@@ -40,6 +40,17 @@ def test_versions():
     assert ddpspawn.__version__ == "0.1.0"
 
 
+def test_build_info_names_libtorch_2_and_the_backends():
+    info = ddpspawn.build_info()
+    assert set(info) == {"version", "torch", "cuda", "nccl", "backends", "cuda_devices"}
+    assert info["version"] == ddpspawn.library_version()
+    assert info["torch"].split(".")[0] == "2"
+    assert info["backends"].split(",")[0] == "gloo"
+    import torch
+
+    assert info["torch"] == torch.__version__.split("+")[0]
+
+
 def test_library_path_is_the_one_asked_for():
     assert ddpspawn.library_path() == os.path.abspath(os.environ["DDPSPAWN_LIBRARY"])
 

@@ -280,6 +280,7 @@ extern "C" {
     pub fn ddpspawn_last_error() -> *const c_char;
     pub fn ddpspawn_abi_version() -> i32;
     pub fn ddpspawn_version() -> *const c_char;
+    pub fn ddpspawn_build_info() -> *const c_char;
     pub fn ddpspawn_free(ptr: *mut c_void);
 
     // Launcher.
@@ -593,6 +594,8 @@ mod tests {
             assert_eq!(ddpspawn_abi_version(), DDPSPAWN_ABI_VERSION);
             let v = CStr::from_ptr(ddpspawn_version());
             assert!(!v.to_bytes().is_empty());
+            let info = CStr::from_ptr(ddpspawn_build_info()).to_str().unwrap();
+            assert!(info.contains("\ntorch=2."), "{info}");
             assert!(!ddpspawn_last_error().is_null());
             ddpspawn_free(ptr::null_mut());
             ddpspawn_job_destroy(ptr::null_mut());

@@ -81,6 +81,17 @@ pub fn version() -> String {
     unsafe { error::c_str_to_string(ddpspawn_sys::ddpspawn_version()) }
 }
 
+/// What the loaded library was built with, as `(key, value)` pairs: `version`, `torch`, `cuda`,
+/// `nccl`, `backends` and `cuda_devices` (see `ddpspawn_build_info` in the C header).
+pub fn build_info() -> Vec<(String, String)> {
+    // SAFETY: static storage, never NULL; copied at once.
+    let text = unsafe { error::c_str_to_string(ddpspawn_sys::ddpspawn_build_info()) };
+    text.lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 /// `Ok(())` when the loaded library speaks [`ABI_VERSION`], else
 /// [`Error::Unavailable`]. [`Launcher`] and [`Context`] check this before
 /// their first C call, and so does [`Trainer`].

@@ -1,0 +1,47 @@
+// The build's versions (see build_info.h).
+#include "core/version/build_info.h"
+
+#include <torch/version.h>
+
+#include "absl/strings/str_cat.h"
+#include "core/dist/process_group.h"
+
+#ifdef USE_C10D_NCCL
+#include <cuda_runtime_api.h>
+#include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
+#endif
+
+namespace ddpspawn {
+
+const BuildInfo& GetBuildInfo() {
+  static const BuildInfo* info = [] {
+    auto* b = new BuildInfo;
+    b->version = kVersion;
+    b->torch_version = TORCH_VERSION;
+    b->cuda_version = "none";
+    b->nccl_version = "none";
+    b->backends = "gloo";
+#ifdef USE_C10D_NCCL
+    b->cuda_version =
+        absl::StrCat(CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10);
+    b->nccl_version = c10d::getNcclVersion();
+    b->backends = "gloo,nccl";
+#endif
+    b->cuda_devices = CudaDeviceCount();
+    return b;
+  }();
+  return *info;
+}
+
+const std::string& BuildInfoText() {
+  static const std::string* text = [] {
+    const BuildInfo& b = GetBuildInfo();
+    return new std::string(absl::StrCat(
+        "version=", b.version, "\ntorch=", b.torch_version,
+        "\ncuda=", b.cuda_version, "\nnccl=", b.nccl_version,
+        "\nbackends=", b.backends, "\ncuda_devices=", b.cuda_devices, "\n"));
+  }();
+  return *text;
+}
+
+}  // namespace ddpspawn
