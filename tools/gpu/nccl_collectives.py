@@ -1,0 +1,44 @@
+"""A world of 1 on the NCCL backend: every collective of the C ABI, through the Python binding.
+
+Run by gpu_check.py with PYTHONPATH and DDPSPAWN_LIBRARY set; prints one summary line.
+"""
+import sys
+
+import numpy as np
+
+import ddpspawn
+
+
+def work(ctx):
+    out = {}
+    ctx.barrier("start")
+    def listed(x):
+        return np.asarray(x).tolist()
+
+    out["all_reduce"] = listed(ctx.all_reduce(np.arange(5, dtype=np.float32), op="sum"))
+    out["all_reduce_max"] = listed(ctx.all_reduce(np.array([3, 7], dtype=np.int64), op="max"))
+    out["reduce"] = listed(ctx.reduce(np.ones(3, dtype=np.float64), op="sum", dst=0))
+    out["broadcast"] = listed(ctx.broadcast(np.full(4, 2.5, dtype=np.float32), src=0))
+    out["all_gather"] = [listed(a) for a in ctx.all_gather(np.array([1.0, 2.0]))]
+    out["broadcast_object"] = ctx.broadcast_object({"k": [1, 2]}, src=0)
+    out["all_gather_object"] = ctx.all_gather_object("rank0")
+    grads = [np.full(1000, 4.0, dtype=np.float32), np.full(10, 2.0, dtype=np.float32)]
+    with ctx.reducer(grads) as reducer:
+        for i in range(len(grads)):
+            reducer.mark_ready(i)
+        reducer.finalize()
+    out["reducer_mean"] = [float(g[0]) for g in grads]
+    return out
+
+
+if __name__ == "__main__":
+    backend = sys.argv[1] if len(sys.argv) > 1 else "nccl"  # gloo: try this script without a GPU
+    result = ddpspawn.spawn(work, nprocs=1, backend=backend)
+    expected = {
+        "all_reduce": [0.0, 1.0, 2.0, 3.0, 4.0], "all_reduce_max": [3, 7], "reduce": [1.0] * 3,
+        "broadcast": [2.5] * 4, "all_gather": [[1.0, 2.0]], "broadcast_object": {"k": [1, 2]},
+        "all_gather_object": ["rank0"], "reducer_mean": [4.0, 2.0],
+    }
+    assert result == expected, f"got {result}, expected {expected}"
+    print(f"{backend} world of 1: barrier, all_reduce (sum, max), reduce, broadcast, all_gather, "
+          "broadcast_object, all_gather_object, reducer: all as expected")
