@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "capi/rank_report.h"
 #include "capi/status.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/launcher.h"
@@ -128,23 +129,8 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_report(
     const ddpspawn_job* job, int32_t rank, ddpspawn_rank_report* out_report) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = CheckRank(job, rank); !s.ok()) return s;
-    if (absl::Status s = NotNull(out_report, "out_report"); !s.ok()) return s;
-    ddpspawn_rank_report report = DDPSPAWN_RANK_REPORT_INIT;
-    if (absl::Status s =
-            ReadOptions(out_report, "DDPSPAWN_RANK_REPORT", &report);
-        !s.ok()) {
-      return s;
-    }
-    const ddpspawn::RankOutcome& outcome = job->job->outcomes()[rank];
-    report.state = static_cast<int32_t>(outcome.state);
-    report.exit_code = outcome.exit_code;
-    report.signal = outcome.signal;
-    report.pid = outcome.pid;
-    report.stopped_by_launcher = outcome.stopped_by_launcher ? 1 : 0;
-    uint32_t caller_size = out_report->struct_size;
-    std::memcpy(static_cast<void*>(out_report), &report, caller_size);
-    out_report->struct_size = caller_size;
-    return absl::OkStatus();
+    return ddpspawn::capi::FillRankReport(job->job->outcomes()[rank],
+                                          out_report);
   });
 }
 

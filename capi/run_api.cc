@@ -4,7 +4,10 @@
 #include <memory>
 #include <string>
 
+#include <vector>
+
 #include "absl/strings/str_split.h"
+#include "capi/rank_report.h"
 #include "capi/status.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "core/train/run.h"
@@ -18,6 +21,28 @@ struct ddpspawn_run_result {
   std::map<std::string, std::string> values;
 };
 
+namespace {
+
+// How the ranks of this thread's last ddpspawn_run ended (per thread, like
+// ddpspawn_last_error()).
+struct LastRun {
+  int failed_rank = -1;
+  std::vector<ddpspawn::RankOutcome> outcomes;
+};
+thread_local LastRun t_last_run;
+
+absl::Status CheckLastRunRank(int32_t rank) {
+  const int n = static_cast<int>(t_last_run.outcomes.size());
+  if (rank < 0 || rank >= n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, " is outside [0, ", n,
+        ") of this thread's last ddpspawn_run"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 extern "C" {
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command,
@@ -26,6 +51,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command,
   return Guard([&]() -> absl::Status {
     if (absl::Status s = NotNull(command, "command"); !s.ok()) return s;
     if (absl::Status s = NotNull(out_result, "out_result"); !s.ok()) return s;
+    t_last_run = LastRun{};
     ddpspawn::RunOptions parsed;
     bool has_start_method = false;
     for (const char* const* option = options;
@@ -60,6 +86,8 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command,
         strategy.Launch([&config](ddpspawn::DDPSpawnStrategy& s) {
           return ddpspawn::RunCommand(*config, s);
         });
+    t_last_run.failed_rank = strategy.last_failed_rank();
+    t_last_run.outcomes = strategy.last_outcomes();
     if (!text.ok()) return text.status();
     auto result = std::make_unique<ddpspawn_run_result>();
     result->text = *text;
@@ -89,6 +117,33 @@ DDPSPAWN_EXPORT const char* ddpspawn_run_result_get(
 DDPSPAWN_EXPORT const char* ddpspawn_run_result_text(
     const ddpspawn_run_result* result) {
   return result == nullptr ? "" : result->text.c_str();
+}
+
+DDPSPAWN_EXPORT int32_t ddpspawn_run_failed_rank(void) {
+  return t_last_run.failed_rank;
+}
+
+DDPSPAWN_EXPORT int32_t ddpspawn_run_nprocs(void) {
+  return static_cast<int32_t>(t_last_run.outcomes.size());
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_report(
+    int32_t rank, ddpspawn_rank_report* out_report) {
+  return Guard([&]() -> absl::Status {
+    if (absl::Status s = CheckLastRunRank(rank); !s.ok()) return s;
+    return ddpspawn::capi::FillRankReport(t_last_run.outcomes[rank],
+                                          out_report);
+  });
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_error(int32_t rank,
+                                                        const char** out_text) {
+  return Guard([&]() -> absl::Status {
+    if (absl::Status s = CheckLastRunRank(rank); !s.ok()) return s;
+    if (absl::Status s = NotNull(out_text, "out_text"); !s.ok()) return s;
+    *out_text = t_last_run.outcomes[rank].error_text.c_str();
+    return absl::OkStatus();
+  });
 }
 
 }  // extern "C"

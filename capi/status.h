@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <exception>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -35,22 +36,35 @@ inline absl::Status NotNull(const void* pointer, const char* name) {
   return absl::InvalidArgumentError(absl::StrCat(name, " must not be NULL"));
 }
 
+// The struct_size of every released version of an option struct. A caller's
+// struct must end exactly where one of them ends; a size that ends mid-field
+// is refused. When a field is appended to a struct, add its previous size
+// (offsetof the new field) to its list here.
+template <typename Options>
+struct ReleasedSizes {
+  static constexpr size_t kSizes[] = {sizeof(Options)};
+};
+
 // Copies a caller's option struct over `defaults`, honouring struct_size: an
-// older caller's smaller struct keeps the newer fields' defaults; a struct
-// larger than this library knows is an error (the caller was built against a
-// newer header).
+// older caller's smaller struct keeps the newer fields' defaults; a size that
+// no released version has (larger: the caller was built against a newer
+// header; mid-field: garbage) is an error.
 template <typename Options>
 absl::Status ReadOptions(const Options* given, const char* name, Options* out) {
   if (given == nullptr) return absl::OkStatus();
-  if (given->struct_size < sizeof(uint32_t) ||
-      given->struct_size > sizeof(Options)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ".struct_size is ", given->struct_size, "; expected at most ",
-        sizeof(Options), " (start from ", name, "_INIT or ", name, "_init())"));
+  std::string released;
+  for (size_t size : ReleasedSizes<Options>::kSizes) {
+    if (given->struct_size == size) {
+      std::memcpy(static_cast<void*>(out), given, given->struct_size);
+      out->struct_size = sizeof(Options);
+      return absl::OkStatus();
+    }
+    absl::StrAppend(&released, released.empty() ? "" : ", ", size);
   }
-  std::memcpy(static_cast<void*>(out), given, given->struct_size);
-  out->struct_size = sizeof(Options);
-  return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      name, ".struct_size is ", given->struct_size,
+      ", which no released version of it has (", released, "); start from ",
+      name, "_INIT or ", name, "_init()"));
 }
 
 }  // namespace ddpspawn::capi

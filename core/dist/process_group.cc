@@ -285,6 +285,9 @@ struct ProcessGroup::Impl {
 struct PendingWork::Impl {
   c10::intrusive_ptr<c10d::Work> work;
   at::Tensor tensor;
+  // The copy on the backend's device when `tensor` lives elsewhere (a CPU
+  // buffer on NCCL, a CUDA tensor on Gloo); copied back at Wait().
+  at::Tensor staged;
   int divide_by = 1;  // mean: sum, then divide
   bool done = false;  // completed at start (shared memory), not yet waited for
 };
@@ -309,7 +312,10 @@ absl::Status PendingWork::Wait() {
   if (!impl_->work) return absl::FailedPreconditionError("already waited for");
   absl::Status status = Guarded("all_reduce", [&] {
     impl_->work->wait();
-    if (impl_->divide_by > 1) DivideForMean(impl_->tensor, impl_->divide_by);
+    at::Tensor& reduced =
+        impl_->staged.defined() ? impl_->staged : impl_->tensor;
+    if (impl_->divide_by > 1) DivideForMean(reduced, impl_->divide_by);
+    if (impl_->staged.defined()) impl_->tensor.copy_(impl_->staged);
   });
   impl_->work.reset();
   return status;
@@ -571,11 +577,6 @@ absl::StatusOr<std::vector<at::Tensor>> ProcessGroup::AllGather(
 absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(
     at::Tensor& tensor, ReduceOp op) {
   if (absl::Status s = CheckAgreement("all_reduce", tensor); !s.ok()) return s;
-  if (tensor.device() != impl_->device) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("StartAllReduce needs a tensor on ", impl_->device.str(),
-                     " for this backend"));
-  }
   auto pending = std::make_unique<PendingWork::Impl>();
   pending->tensor = tensor;
   pending->divide_by = op == ReduceOp::kMean ? world_size() : 1;
@@ -587,7 +588,11 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(
     return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
   }
   absl::Status started = Guarded("all_reduce", [&] {
-    std::vector<at::Tensor> tensors{tensor};
+    if (tensor.device() != impl_->device) {
+      pending->staged = tensor.to(impl_->device);
+    }
+    std::vector<at::Tensor> tensors{pending->staged.defined() ? pending->staged
+                                                              : tensor};
     c10d::AllreduceOptions opts;
     opts.reduceOp = ToC10dOp(op);
     opts.timeout = impl_->timeout;

@@ -84,7 +84,9 @@ class ProcessGroup {
   absl::StatusOr<std::vector<at::Tensor>> AllGather(const at::Tensor& tensor);
   // Starts an all-reduce and returns at once; `tensor` must stay alive and
   // untouched until Wait(). Collectives are matched across ranks by the order
-  // they start in.
+  // they start in. A tensor on another device than the backend's (a CPU
+  // buffer on NCCL, a CUDA tensor on Gloo) is copied there now and back at
+  // Wait().
   absl::StatusOr<std::unique_ptr<PendingWork>> StartAllReduce(
       at::Tensor& tensor, ReduceOp op);
 

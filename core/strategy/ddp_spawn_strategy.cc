@@ -152,8 +152,13 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   }
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(std::move(spec));
   if (!job.ok()) return job.status();
+  last_failed_rank_ = -1;
+  last_outcomes_.clear();
   if (absl::Status s = (*job)->Start(); !s.ok()) return s;
-  if (absl::Status s = (*job)->Wait(); !s.ok()) return s;
+  const absl::Status waited = (*job)->Wait();
+  last_failed_rank_ = (*job)->failed_rank();
+  last_outcomes_ = (*job)->outcomes();
+  if (!waited.ok()) return waited;
   return (*job)->result().value_or("");
 }
 

@@ -34,6 +34,7 @@
 #include "core/ddp/distributed_data_parallel.h"
 #include "core/dist/process_group.h"
 #include "core/env/cluster_environment.h"
+#include "core/launch/launcher.h"
 #include "core/strategy/checkpoint_io.h"
 #include "core/strategy/precision.h"
 #include "core/train/module.h"
@@ -88,6 +89,12 @@ class DDPSpawnStrategy {
   // In the launching process: starts the ranks and returns rank 0's result; a
   // failing rank's error names it and its cause.
   absl::StatusOr<std::string> Launch(const WorkerFn& fn);
+  // After Launch(): the rank whose failure ended the job (-1: none failed,
+  // e.g. success, a timeout or an interrupt) and how every rank ended.
+  int last_failed_rank() const { return last_failed_rank_; }
+  const std::vector<RankOutcome>& last_outcomes() const {
+    return last_outcomes_;
+  }
   // In a spawned rank: SetupDistributed(), fn, hand the result back,
   // Teardown(); returns the process exit code.
   int RunWorker(const WorkerFn& fn);
@@ -174,6 +181,8 @@ class DDPSpawnStrategy {
   std::unique_ptr<ProcessGroup> group_;
   std::shared_ptr<LightningModule> module_;
   std::unique_ptr<DistributedDataParallel> ddp_;
+  int last_failed_rank_ = -1;
+  std::vector<RankOutcome> last_outcomes_;
 };
 
 }  // namespace ddpspawn

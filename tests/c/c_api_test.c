@@ -186,6 +186,28 @@ static void check_training_run(void) {
   const char* accuracy = ddpspawn_run_result_get(result, "metric.val_accuracy");
   CHECK(accuracy != NULL && atof(accuracy) > 0.7);
   ddpspawn_run_result_destroy(result);
+  /* How each rank of the last run ended, without reading any message. */
+  CHECK(ddpspawn_run_failed_rank() == -1);
+  CHECK(ddpspawn_run_nprocs() == 2);
+  ddpspawn_rank_report run_report = DDPSPAWN_RANK_REPORT_INIT;
+  CHECK(ddpspawn_run_rank_report(1, &run_report) == DDPSPAWN_OK);
+  CHECK(run_report.state == DDPSPAWN_RANK_EXITED && run_report.exit_code == 0);
+  CHECK(ddpspawn_run_rank_report(2, &run_report) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+
+  /* A rank that fails: rank 0 cannot write its logs under a file. */
+  const char* unwritable[] = {"model=mlp:4,16,3", train_opt,
+                              "default_root_dir=/dev/null/logs",
+                              "nproc_per_node=2", "max_epochs=1", NULL};
+  result = NULL;
+  CHECK(ddpspawn_run("fit", unwritable, &result) ==
+        DDPSPAWN_ERR_WORKER_FAILED);
+  CHECK(ddpspawn_run_failed_rank() == 0);
+  CHECK(ddpspawn_run_rank_report(0, &run_report) == DDPSPAWN_OK);
+  CHECK(run_report.state == DDPSPAWN_RANK_EXITED && run_report.exit_code == 1);
+  const char* rank_text = NULL;
+  CHECK(ddpspawn_run_rank_error(0, &rank_text) == DDPSPAWN_OK);
+  CHECK(rank_text != NULL && strstr(rank_text, "/dev/null/logs") != NULL);
 
   const char* missing_model[] = {"model=/nonexistent/model.pt", train_opt,
                                  NULL};
@@ -193,6 +215,7 @@ static void check_training_run(void) {
   CHECK(ddpspawn_run("fit", missing_model, &untouched) ==
         DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(strstr(ddpspawn_last_error(), "/nonexistent/model.pt") != NULL);
+  CHECK(ddpspawn_run_failed_rank() == -1 && ddpspawn_run_nprocs() == 0);
   CHECK(untouched == (ddpspawn_run_result*)dir);
   const char* spawn[] = {"model=mlp:4,16,3", train_opt, "start_method=spawn",
                          NULL};
@@ -269,6 +292,13 @@ int main(int argc, char** argv) {
   CHECK(ddpspawn_job_create(&options, &untouched) ==
         DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(untouched == (ddpspawn_job*)&options);
+  /* A size ending mid-field is no released version's: refused, not copied. */
+  options.struct_size = (uint32_t)sizeof options - 4;
+  CHECK(ddpspawn_job_create(&options, &untouched) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(ddpspawn_last_error(), "no released version") != NULL);
+  CHECK(untouched == (ddpspawn_job*)&options);
+  options.struct_size = sizeof options;
   CHECK(ddpspawn_job_start(NULL) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   ddpspawn_job_destroy(NULL);
   ddpspawn_context_destroy(NULL);

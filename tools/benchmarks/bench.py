@@ -1,6 +1,7 @@
-"""tools/bench: ddpspawn against the reference users have today (torch.multiprocessing.spawn +
-DistributedDataParallel on the same LibTorch, Gloo and BLAS), on the same workloads, runs
-interleaved, medians over the rounds. Also the no-sync ceiling (the same ranks training without
+"""tools/bench: ddpspawn against the references users have today, on torch 2.11 (the same LibTorch,
+Gloo and BLAS): torch.multiprocessing.spawn + DistributedDataParallel, and PyTorch Lightning 2.6.6
+(Trainer with DDPStrategy(start_method="spawn")), on the same workloads, runs interleaved, medians
+over the rounds. Also the no-sync ceiling (the same ranks training without
 gradient sync), raw all-reduce time for the workload's gradient size (shared memory, staged and
 in place, and Gloo), and what a bare process start that loads LibTorch costs (the floor under
 any spawned rank's launch).
@@ -21,6 +22,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDPSPAWN = os.path.join(ROOT, "bazel-bin", "tools", "benchmarks", "ddpspawn_bench")
 REFERENCE = os.path.join(ROOT, "tools", "benchmarks", "reference_ddp.py")
+LIGHTNING = os.path.join(ROOT, "tools", "benchmarks", "reference_lightning.py")
 METRICS = ("launch_to_first_batch", "steps_per_s", "peak_rss_mb")
 
 
@@ -45,16 +47,19 @@ def bare_start(command):
 
 def startup_floor():
     ours_s, ours_mb = bare_start([DDPSPAWN, "--mode", "startup"])
-    torch_s, torch_mb = bare_start(["/usr/bin/python3", "-c", "import torch"])
+    torch_s, torch_mb = bare_start([sys.executable, "-c", "import torch"])
     return {"ddpspawn_process_s": ours_s, "ddpspawn_process_rss_mb": ours_mb,
             "python_import_torch_s": torch_s, "python_import_torch_rss_mb": torch_mb}
 
 
 def blas_in_use():
-    try:
-        return os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
-    except OSError:
-        return "unknown"
+    """The BLAS inside the torch that ddpspawn and the references share (BLAS_INFO)."""
+    import torch
+
+    for item in torch.__config__.show().replace(",", "\n").splitlines():
+        if item.strip().startswith("BLAS_INFO="):
+            return item.strip().split("=", 1)[1]
+    return "unknown"
 
 
 def median_of(runs):
@@ -74,28 +79,40 @@ def main():
               "workloads": []}
     for workload in args.workloads.split(","):
         w = ["--workload", workload]
-        results = {"ddpspawn": [], "reference": [], "no_sync": [], "ddpspawn_fork": [],
+        results = {"ddpspawn": [], "reference": [], "lightning": [], "no_sync": [],
+                   "ddpspawn_fork": [], "c10d_reducer": [], "ddpspawn_gloo": [],
                    "allreduce": [], "allreduce_gloo": [], "startup": []}
         for _ in range(args.rounds):  # interleaved, so drift hits every variant alike
             results["ddpspawn"].append(run([DDPSPAWN] + w + ["--mode", "ddp"] + common))
             results["reference"].append(
-                run(["/usr/bin/python3", REFERENCE] + w + ["--mode", "ddp"] + common))
+                run([sys.executable, REFERENCE] + w + ["--mode", "ddp"] + common))
+            results["lightning"].append(run([sys.executable, LIGHTNING] + w + common))
             results["no_sync"].append(run([DDPSPAWN] + w + ["--mode", "nosync"] + common))
+            # Reducer against reducer on the same transport: PyTorch's c10d::Reducer and ours,
+            # both over Gloo (ours without its shared-memory all-reduce).
+            results["c10d_reducer"].append(
+                run([DDPSPAWN] + w + ["--mode", "c10d_reducer"] + common))
+            results["ddpspawn_gloo"].append(run([DDPSPAWN] + w + ["--mode", "ddp"] + common,
+                                                env={"DDPSPAWN_SHM_ALLREDUCE": "0"}))
             results["ddpspawn_fork"].append(
                 run([DDPSPAWN] + w + ["--mode", "ddp", "--start-method", "fork"] + common))
             results["startup"].append(startup_floor())
         results["allreduce"].append(run([DDPSPAWN] + w + ["--mode", "allreduce"] + common))
         results["allreduce_gloo"].append(run([DDPSPAWN] + w + ["--mode", "allreduce"] + common,
                                              env={"DDPSPAWN_SHM_ALLREDUCE": "0"}))
-        ours, ref, ceiling, forked, startup = (
+        ours, ref, lightning, ceiling, forked, startup, c10d, ours_gloo = (
             median_of(results[k]) for k in
-            ("ddpspawn", "reference", "no_sync", "ddpspawn_fork", "startup"))
+            ("ddpspawn", "reference", "lightning", "no_sync", "ddpspawn_fork", "startup",
+             "c10d_reducer", "ddpspawn_gloo"))
         report["workloads"].append({
             "workload": workload,
             "ddpspawn": ours,
             "reference": ref,
+            "lightning": lightning,
             "no_sync": ceiling,
             "ddpspawn_fork": forked,
+            "c10d_reducer": c10d,
+            "ddpspawn_gloo": ours_gloo,
             "allreduce": results["allreduce"][0],
             "allreduce_gloo": results["allreduce_gloo"][0],
             "startup": startup,
@@ -103,7 +120,14 @@ def main():
                 "launch_to_first_batch": ours["launch_to_first_batch"] / ref["launch_to_first_batch"],
                 "steps_per_s": ours["steps_per_s"] / ref["steps_per_s"],
                 "peak_rss": ours["peak_rss_mb"] / ref["peak_rss_mb"],
+                "lightning_launch_to_first_batch":
+                    ours["launch_to_first_batch"] / lightning["launch_to_first_batch"],
+                "lightning_steps_per_s": ours["steps_per_s"] / lightning["steps_per_s"],
+                "lightning_peak_rss": ours["peak_rss_mb"] / lightning["peak_rss_mb"],
                 "vs_no_sync_ceiling": ours["steps_per_s"] / ceiling["steps_per_s"],
+                # ours over Gloo against c10d's Reducer over Gloo: the reducers alone.
+                "gloo_reducer_vs_c10d_reducer": ours_gloo["steps_per_s"] / c10d["steps_per_s"],
+                "c10d_reducer_vs_no_sync_ceiling": c10d["steps_per_s"] / ceiling["steps_per_s"],
                 "fork_launch_to_first_batch":
                     forked["launch_to_first_batch"] / ref["launch_to_first_batch"],
                 "fork_steps_per_s": forked["steps_per_s"] / ref["steps_per_s"],
@@ -118,24 +142,32 @@ def main():
     if args.json:
         print(json.dumps(report))
         return 0
-    print("BLAS: %s; 2 ranks, gloo, 1 intra-op thread per rank; medians of %d interleaved rounds"
+    print("BLAS: %s (torch's); 2 ranks, gloo, 1 intra-op thread per rank; medians of %d "
+          "interleaved rounds"
           % (report["blas"], args.rounds))
-    header = "%-6s %-26s %10s %10s %10s %10s %8s %8s"
-    print(header % ("", "", "spawn", "fork", "reference", "no-sync", "spawn/ref", "fork/ref"))
+    header = "%-6s %-26s %10s %10s %10s %10s %10s %8s %8s %8s"
+    print(header % ("", "", "spawn", "fork", "torch DDP", "Lightning", "no-sync", "spawn/ref",
+                    "fork/ref", "spawn/L"))
     for w in report["workloads"]:
-        o, f, r, c, q = (w["ddpspawn"], w["ddpspawn_fork"], w["reference"], w["no_sync"],
-                         w["ratios"])
+        o, f, r, lt, c, q = (w["ddpspawn"], w["ddpspawn_fork"], w["reference"], w["lightning"],
+                             w["no_sync"], w["ratios"])
         rows = [("launch->1st batch (s)", "launch_to_first_batch", "%10.3f",
-                 q["launch_to_first_batch"], q["fork_launch_to_first_batch"]),
+                 q["launch_to_first_batch"], q["fork_launch_to_first_batch"],
+                 q["lightning_launch_to_first_batch"]),
                 ("steps/s per rank", "steps_per_s", "%10.1f", q["steps_per_s"],
-                 q["fork_steps_per_s"]),
+                 q["fork_steps_per_s"], q["lightning_steps_per_s"]),
                 ("peak RSS per rank (MB)", "peak_rss_mb", "%10.0f", q["peak_rss"],
-                 q["fork_peak_rss"])]
-        for i, (label, key, fmt, ratio, fork_ratio) in enumerate(rows):
-            print(("%-6s %-26s " + " ".join([fmt] * 4) + " %7.2fx %7.2fx") % (
-                w["workload"] if i == 0 else "", label, o[key], f[key], r[key], c[key],
-                ratio, fork_ratio))
+                 q["fork_peak_rss"], q["lightning_peak_rss"])]
+        for i, (label, key, fmt, ratio, fork_ratio, lightning_ratio) in enumerate(rows):
+            print(("%-6s %-26s " + " ".join([fmt] * 5) + " %7.2fx %7.2fx %7.2fx") % (
+                w["workload"] if i == 0 else "", label, o[key], f[key], r[key], lt[key], c[key],
+                ratio, fork_ratio, lightning_ratio))
         print("%-6s %-26s %10.2f" % ("", "spawn steps/s / no-sync", q["vs_no_sync_ceiling"]))
+        print("%-6s %-26s %10.1f steps/s ddpspawn's, %.1f c10d::Reducer's (%.2fx; c10d's is "
+              "%.2fx the no-sync ceiling)" % (
+                  "", "reducers over Gloo", w["ddpspawn_gloo"]["steps_per_s"],
+                  w["c10d_reducer"]["steps_per_s"], q["gloo_reducer_vs_c10d_reducer"],
+                  q["c10d_reducer_vs_no_sync_ceiling"]))
         a, g = w["allreduce"], w["allreduce_gloo"]
         print("%-6s %-26s %10.2f ms staged, %.2f ms in place (DDP's buckets), for %.1f MB"
               % ("", "shared-memory all-reduce", a["allreduce_ms"], a["allreduce_in_place_ms"],

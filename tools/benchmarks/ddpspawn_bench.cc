@@ -6,10 +6,13 @@
 // over the ranks). Mode "allreduce" instead times one all-reduce of the
 // workload's gradient size (shared memory, or Gloo with
 // DDPSPAWN_SHM_ALLREDUCE=0; staged and in place); mode "startup" exits at once
-// (tools/bench times what starting a LibTorch process costs).
-// Usage: ddpspawn_bench --workload mlp|conv|conv_bn --mode
-// ddp|nosync|allreduce|startup
+// (tools/bench times what starting a LibTorch process costs); mode
+// "c10d_reducer" trains with PyTorch's own c10d::Reducer over Gloo instead of
+// ddpspawn's (steps/s only). --device cuda trains on cuda:local_rank over NCCL.
+// Usage: ddpspawn_bench --workload mlp|conv|conv_bn
+//            --mode ddp|nosync|allreduce|startup|c10d_reducer
 //            [--steps N] [--warmup N] [--nprocs N] [--start-method spawn|fork]
+//            [--device cpu|cuda]
 #include <sys/resource.h>
 #include <torch/torch.h>
 
@@ -27,6 +30,9 @@
 #include "core/env/cluster_environment.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
+#include "torch/csrc/distributed/c10d/FileStore.hpp"
+#include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
+#include "torch/csrc/distributed/c10d/reducer.hpp"
 
 namespace ddpspawn {
 namespace {
@@ -45,6 +51,7 @@ double PeakRssMb() {
 
 struct Flags {
   std::string workload = "mlp", mode = "ddp", start_method = "spawn";
+  std::string device = "cpu";  // cpu (gloo) or cuda (nccl, cuda:local_rank)
   int steps = 100, warmup = 10, nprocs = 2;
   double launch_time = 0;
 };
@@ -75,15 +82,75 @@ torch::nn::Sequential MakeModel(const std::string& workload) {
                                torch::nn::Linear(1024, 10));
 }
 
+// Steps/s of PyTorch's own gradient reducer (c10d::Reducer, what
+// torch.nn.parallel.DistributedDataParallel runs, with its default buckets:
+// 1 MB first, 25 MB after, rebuilt in gradient order after the first step)
+// over a Gloo group of this launcher's ranks, driven from C++ as DDP's forward
+// drives it. What ddpspawn's reducer would be replaced by.
+absl::StatusOr<double> C10dReducerStepsPerSecond(const ClusterInfo& cluster,
+                                                 torch::nn::Sequential net,
+                                                 const torch::Tensor& x,
+                                                 const torch::Tensor& y,
+                                                 const Flags& flags) {
+  try {
+    auto store = c10::make_intrusive<c10d::FileStore>(
+        cluster.run_dir + "/c10d_reducer.store", cluster.world_size);
+    auto gloo_options =
+        c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(120));
+    gloo_options->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        store, cluster.rank, cluster.world_size, gloo_options);
+    auto group = c10::make_intrusive<c10d::ProcessGroup>(
+        store, cluster.rank, cluster.world_size);
+    group->setBackend(c10::kCPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+    group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+    std::vector<at::Tensor> params = net->parameters();
+    constexpr int64_t kFirstBucket = 1 << 20, kBucket = 25 << 20;
+    auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
+        params, {kFirstBucket, kBucket}, std::vector<bool>(params.size()));
+    std::reverse(buckets.begin(), buckets.end());
+    std::reverse(limits.begin(), limits.end());
+    c10d::Reducer reducer(params, buckets, group,
+                          std::vector<bool>(params.size()), kBucket,
+                          /*find_unused_parameters=*/false,
+                          /*gradient_as_bucket_view=*/false, {}, kFirstBucket,
+                          /*skip_all_reduce_unused_params=*/false,
+                          /*use_python_reducer=*/false,
+                          std::vector<int64_t>(limits.begin(), limits.end()));
+    torch::optim::SGD optimizer(params, 0.01);
+    double steady_start = 0;
+    for (int step = 0; step < flags.warmup + flags.steps; ++step) {
+      if (step == flags.warmup) steady_start = NowSeconds();
+      optimizer.zero_grad();
+      reducer.rebuild_buckets();
+      reducer.prepare_for_forward();
+      torch::Tensor loss = torch::cross_entropy_loss(net->forward(x), y);
+      reducer.prepare_for_backward({});
+      loss.backward();
+      optimizer.step();
+    }
+    return flags.steps / (NowSeconds() - steady_start);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("c10d reducer: ", e.what()));
+  }
+}
+
 absl::StatusOr<std::string> Worker(const Flags& flags) {
   absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
   if (!cluster.ok()) return cluster.status();
+  const bool cuda = flags.device == "cuda";
+  GroupOptions group_options;
+  group_options.backend = cuda ? "nccl" : "gloo";
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      ProcessGroup::Create(*cluster);
+      ProcessGroup::Create(*cluster, group_options);
   if (!group.ok()) return group.status();
   torch::set_num_threads(1);
   torch::manual_seed(0);
+  const torch::Device device =
+      cuda ? torch::Device(torch::kCUDA, cluster->local_rank) : torch::kCPU;
   torch::nn::Sequential net = MakeModel(flags.workload);
+  net->to(device);
   int64_t gradient_elements = 0;
   for (const auto& p : net->parameters()) gradient_elements += p.numel();
   if (flags.mode == "allreduce") {
@@ -117,16 +184,29 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
         *staged, *in_place, gradient_elements * 4,
         gradient_elements * 4 / *staged / 1e6);
   }
+  if (flags.mode == "c10d_reducer") {
+    torch::Tensor x = flags.workload == "mlp" ? torch::randn({64, 784})
+                                              : torch::randn({64, 1, 28, 28});
+    torch::Tensor y = torch::randint(0, 10, {64});
+    absl::StatusOr<double> steps_per_s =
+        C10dReducerStepsPerSecond(*cluster, net, x, y, flags);
+    if (!steps_per_s.ok()) return steps_per_s.status();
+    return absl::StrFormat("{\"steps_per_s\": %.3f}", *steps_per_s);
+  }
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
       DistributedDataParallel::Wrap(net.ptr(), group->get(), {});
   if (!ddp.ok()) return ddp.status();
   torch::optim::SGD optimizer(net->parameters(), 0.01);
-  torch::Tensor x = flags.workload == "mlp" ? torch::randn({64, 784})
-                                            : torch::randn({64, 1, 28, 28});
-  torch::Tensor y = torch::randint(0, 10, {64});
+  torch::Tensor x = (flags.workload == "mlp" ? torch::randn({64, 784})
+                                             : torch::randn({64, 1, 28, 28}))
+                        .to(device);
+  torch::Tensor y = torch::randint(0, 10, {64}).to(device);
   double first_batch = 0, steady_start = 0;
   for (int step = 0; step < flags.warmup + flags.steps; ++step) {
-    if (step == flags.warmup) steady_start = NowSeconds();
+    if (step == flags.warmup) {
+      if (cuda) torch::cuda::synchronize();
+      steady_start = NowSeconds();
+    }
     optimizer.zero_grad();
     if (absl::Status s = (*ddp)->PrepareForward(); !s.ok()) return s;
     torch::Tensor loss = torch::cross_entropy_loss(net->forward(x), y);
@@ -139,6 +219,7 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     optimizer.step();
     if (step == 0) first_batch = NowSeconds();
   }
+  if (cuda) torch::cuda::synchronize();
   const double steps_per_s = flags.steps / (NowSeconds() - steady_start);
   double rss = PeakRssMb();
   if (absl::Status s =
@@ -165,6 +246,7 @@ int main(int argc, char** argv) {
     if (key == "--warmup") flags.warmup = std::atoi(value.c_str());
     if (key == "--nprocs") flags.nprocs = std::atoi(value.c_str());
     if (key == "--start-method") flags.start_method = value;
+    if (key == "--device") flags.device = value;
     if (key == "--launch-time")
       (void)absl::SimpleAtod(value, &flags.launch_time);
   }

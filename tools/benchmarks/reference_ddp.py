@@ -1,9 +1,9 @@
 """The reference of tools/bench: what users have today, torch.multiprocessing.spawn and
-torch.nn.parallel.DistributedDataParallel on Debian's python3-torch (the same LibTorch, Gloo and
-BLAS as ddpspawn). Trains the same workloads as ddpspawn_bench and prints the same JSON object.
+torch.nn.parallel.DistributedDataParallel on the torch 2.11 that tools/setup installs (the same
+LibTorch, Gloo and NCCL as ddpspawn). Trains the same workloads as ddpspawn_bench and prints the same JSON object.
 
-Usage: /usr/bin/python3 reference_ddp.py --workload mlp|conv --mode ddp|nosync [--steps N]
-       [--warmup N] [--nprocs N]
+Usage: python3 reference_ddp.py --workload mlp|conv --mode ddp|nosync [--steps N]
+       [--warmup N] [--nprocs N] [--device cpu|cuda]
 
 launch_to_first_batch runs from the mp.spawn call to rank 0's first finished step.
 """
@@ -35,16 +35,22 @@ def make_model(workload):
 def worker(rank, args, port, queue):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=args.nprocs)
+    cuda = args.device == "cuda"
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=args.nprocs)
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(make_model(args.workload))
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    model = torch.nn.parallel.DistributedDataParallel(
+        make_model(args.workload).to(device), device_ids=[rank] if cuda else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(64, 1, 28, 28) if args.workload == "conv" else torch.randn(64, 784)
     y = torch.randint(0, 10, (64,))
+    x, y = x.to(device), y.to(device)
     first_batch = steady_start = 0.0
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
+            if cuda:
+                torch.cuda.synchronize()
             steady_start = time.time()
         optimizer.zero_grad()
         sync = model.no_sync() if args.mode == "nosync" else contextlib.nullcontext()
@@ -54,8 +60,10 @@ def worker(rank, args, port, queue):
         optimizer.step()
         if step == 0:
             first_batch = time.time()
+    if cuda:
+        torch.cuda.synchronize()
     steps_per_s = args.steps / (time.time() - steady_start)
-    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0])
+    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0]).to(device)
     dist.all_reduce(rss, op=dist.ReduceOp.MAX)
     if rank == 0:
         queue.put({"launch_to_first_batch": first_batch - args.launch_time,
@@ -70,6 +78,7 @@ def main():
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--nprocs", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (nccl)")
     args = parser.parse_args()
     with socket.socket() as probe:  # the usual free-port probe
         probe.bind(("127.0.0.1", 0))

@@ -56,6 +56,14 @@ class Check:
         return float(match.group(1))
 
     @staticmethod
+    def loss_scale(checkpoint):
+        """16-mixed's loss scale saved in a checkpoint, or None."""
+        import torch
+
+        archive = torch.jit.load(checkpoint, map_location="cpu")._c
+        return archive.getattr("grad_scaler.scale") if archive.hasattr("grad_scaler.scale") else None
+
+    @staticmethod
     def weights(checkpoint):
         """The MLP's weights in a ddpspawn checkpoint (a LibTorch archive torch.jit reads)."""
         import torch
@@ -131,7 +139,11 @@ def check_precision(c):
                                                      "--precision", precision], epochs=10)
         accuracy = c.test_accuracy(values["checkpoint"], ["--accelerator", "cuda", "--devices", "1"])
         assert accuracy > 0.85, f"{precision}: test accuracy {accuracy}"
-        results.append(f"{precision} {accuracy:.3f}")
+        scale = c.loss_scale(values["checkpoint"])
+        # 16-mixed's loss scaler ran and its scale is in the checkpoint; bf16 needs none.
+        assert (scale is not None and scale > 0) == (precision == "16-mixed"), (precision, scale)
+        results.append(f"{precision} {accuracy:.3f}" +
+                       (f" (loss scale {scale:g} in the checkpoint)" if scale else ""))
     return "test accuracy after 10 epochs: " + ", ".join(results)
 
 

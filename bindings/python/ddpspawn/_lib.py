@@ -279,6 +279,10 @@ SIGNATURES = {
     "ddpspawn_run_result_destroy": (None, [RunResultPtr]),
     "ddpspawn_run_result_get": (c_char_p, [RunResultPtr, c_char_p]),
     "ddpspawn_run_result_text": (c_char_p, [RunResultPtr]),
+    "ddpspawn_run_failed_rank": (c_int32, []),
+    "ddpspawn_run_nprocs": (c_int32, []),
+    "ddpspawn_run_rank_report": (_Status, [c_int32, POINTER(RankReport)]),
+    "ddpspawn_run_rank_error": (_Status, [c_int32, POINTER(c_char_p)]),
 }
 
 _lock = threading.RLock()

@@ -16,7 +16,6 @@ import numbers
 import os
 import re
 import shutil
-import signal as signal_module
 import sys
 import tempfile
 import threading
@@ -39,14 +38,6 @@ _NPROCS_KEYS = ("nproc_per_node",)
 # Runs are serialized: each forks the whole process and installs signal
 # handlers while it waits, so two at once would get in each other's way.
 _run_lock = threading.Lock()
-
-# "rank 1 (pid 42) exited with code 1" / "... was killed by signal SIGSEGV (...)"
-_FAILURE = re.compile(
-    r"rank (\d+) \(pid -?\d+\) (?:exited with code (-?\d+)|"
-    r"was killed by signal (?:SIG([A-Z0-9+-]+)|signal (\d+))[^\n]*?)(?=:\n|$)",
-    re.MULTILINE,
-)
-
 
 @dataclass(frozen=True)
 class FitResult:
@@ -186,22 +177,22 @@ def _parse_pairs(text: str) -> Dict[str, str]:
 
 
 def _worker_failed(message: str) -> WorkerFailedError:
-    """A WorkerFailedError with what the launcher's message says about the rank."""
-    match = _FAILURE.search(message)
-    if match is None:
-        return WorkerFailedError(-1, message)
-    rank = int(match.group(1))
-    exit_code = int(match.group(2)) if match.group(2) is not None else None
-    signal = None
-    if match.group(3) is not None:
-        try:
-            signal = signal_module.Signals["SIG" + match.group(3)].value
-        except KeyError:
-            signal = None
-    elif match.group(4) is not None:
-        signal = int(match.group(4))
-    rest = message[match.end():]
-    text = rest[2:] if rest.startswith(":\n") else ""
+    """A WorkerFailedError from how this thread's last ddpspawn_run ended (the failed rank, its
+    exit code or signal and its text come from the library, not from the message)."""
+    lib = _lib.lib()
+    rank = lib.ddpspawn_run_failed_rank()
+    text = ""
+    exit_code = signal = None
+    if rank >= 0:
+        raw = ctypes.c_char_p()
+        if lib.ddpspawn_run_rank_error(rank, ctypes.byref(raw)) == _lib.OK:
+            text = (raw.value or b"").decode("utf-8", "replace")
+        report = _lib.rank_report()
+        if lib.ddpspawn_run_rank_report(rank, ctypes.byref(report)) == _lib.OK:
+            if report.state == _lib.RANK_EXITED:
+                exit_code = report.exit_code
+            elif report.state == _lib.RANK_SIGNALED:
+                signal = report.signal
     return WorkerFailedError(rank, message, text, exit_code=exit_code, signal=signal)
 
 

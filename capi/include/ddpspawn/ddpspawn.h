@@ -398,6 +398,20 @@ DDPSPAWN_EXPORT const char* ddpspawn_run_result_get(
 DDPSPAWN_EXPORT const char* ddpspawn_run_result_text(
     const ddpspawn_run_result* result);
 
+/* How the ranks of this thread's last ddpspawn_run ended, so that a caller
+ * never has to read the error message: the rank whose failure ended it (-1
+ * when none failed: success, a bad option, a timeout), the number of ranks
+ * started (0 when none was), each rank's report (as ddpspawn_job_rank_report)
+ * and the error text it reported ("" if none; valid until this thread's next
+ * ddpspawn_run). A rank outside [0, ddpspawn_run_nprocs()) is
+ * DDPSPAWN_ERR_INVALID_ARGUMENT. */
+DDPSPAWN_EXPORT int32_t ddpspawn_run_failed_rank(void);
+DDPSPAWN_EXPORT int32_t ddpspawn_run_nprocs(void);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_report(
+    int32_t rank, ddpspawn_rank_report* out_report);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_error(int32_t rank,
+                                                        const char** out_text);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

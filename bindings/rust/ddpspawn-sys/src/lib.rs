@@ -423,6 +423,15 @@ extern "C" {
     ) -> *const c_char;
     /// Every pair as `"key=value"` lines; owned by the result; `""` for NULL.
     pub fn ddpspawn_run_result_text(result: *const ddpspawn_run_result) -> *const c_char;
+    /// The rank whose failure ended this thread's last `ddpspawn_run`; -1 when none failed.
+    pub fn ddpspawn_run_failed_rank() -> i32;
+    /// Ranks started by this thread's last `ddpspawn_run` (0 when none was).
+    pub fn ddpspawn_run_nprocs() -> i32;
+    pub fn ddpspawn_run_rank_report(
+        rank: i32,
+        out_report: *mut ddpspawn_rank_report,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_run_rank_error(rank: i32, out_text: *mut *const c_char) -> ddpspawn_status;
 }
 
 #[cfg(test)]

@@ -339,8 +339,10 @@ impl Trainer {
         if status != sys::DDPSPAWN_OK {
             // Read the message before any other ddpspawn call replaces it.
             let mut error = Error::from_code(status, last_error());
-            if let Error::WorkerFailed { rank, message, .. } = &mut error {
-                *rank = failed_rank(message).unwrap_or(0);
+            if let Error::WorkerFailed { rank, .. } = &mut error {
+                // SAFETY: no arguments; reads this thread's last run.
+                let failed = unsafe { sys::ddpspawn_run_failed_rank() };
+                *rank = usize::try_from(failed).unwrap_or(0);
             }
             return Err(error);
         }
@@ -364,16 +366,6 @@ fn entry(key: &str, value: &[u8]) -> Result<CString> {
     to_c_string(&format!("option {key}"), bytes)
 }
 
-/// The rank a launcher message names: "rank 1 (pid 42) exited with code 1 ...".
-fn failed_rank(message: &str) -> Option<usize> {
-    message.match_indices("rank ").find_map(|(at, word)| {
-        let digits: String = message[at + word.len()..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        digits.parse().ok()
-    })
-}
 
 /// Owns a `ddpspawn_run_result`.
 struct ResultHandle(NonNull<sys::ddpspawn_run_result>);
@@ -530,18 +522,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn finds_the_failed_rank() {
-        assert_eq!(
-            failed_rank("rank 3 (pid 9) exited with code 1:\nboom"),
-            Some(3)
-        );
-        assert_eq!(
-            failed_rank("the ranks: rank 12 (pid 9) was killed"),
-            Some(12)
-        );
-        assert_eq!(failed_rank("no rank here"), None);
-    }
 
     #[test]
     fn entries_are_checked_before_any_call() {

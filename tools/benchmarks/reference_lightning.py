@@ -1,0 +1,106 @@
+"""The second reference of tools/bench: PyTorch Lightning 2.6.6 with
+Trainer(accelerator="cpu", devices=N, strategy=DDPStrategy(start_method="spawn")), on the same
+torch 2.11, the same models, batch and steps as ddpspawn_bench and reference_ddp.py; logger,
+checkpointing, progress bar and model summary off. Prints the same JSON object.
+
+Usage: python3 reference_lightning.py --workload mlp|conv [--steps N] [--warmup N] [--nprocs N]
+
+launch_to_first_batch runs from the trainer.fit call (Lightning and torch already imported) to
+rank 0's first finished step.
+"""
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+import warnings
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reference_ddp import make_model  # noqa: E402  the same models
+
+import pytorch_lightning as pl  # noqa: E402
+from pytorch_lightning.strategies import DDPStrategy  # noqa: E402
+
+
+class SameBatch(torch.utils.data.Dataset):
+    """Every item is one whole batch (as in the other programs: the same x, y every step)."""
+
+    def __init__(self, workload, length):
+        torch.manual_seed(0)
+        shape = (64, 1, 28, 28) if workload == "conv" else (64, 784)
+        self.x, self.y = torch.randn(*shape), torch.randint(0, 10, (64,))
+        self.length = length
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, index):
+        return self.x, self.y
+
+
+class Model(pl.LightningModule):
+    def __init__(self, workload, warmup, steps, launch_time, result_path):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = make_model(workload)
+        self.warmup, self.steps = warmup, steps
+        self.launch_time, self.result_path = launch_time, result_path
+        self.first_batch = self.steady_start = 0.0
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        if batch_idx == 0:
+            self.first_batch = time.time()
+        if batch_idx + 1 == self.warmup:
+            self.steady_start = time.time()
+
+    def on_train_end(self):
+        steps_per_s = self.steps / (time.time() - self.steady_start)
+        rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0])
+        rss = self.trainer.strategy.reduce(rss, reduce_op="max")
+        if self.global_rank == 0:
+            with open(self.result_path, "w") as f:
+                json.dump({"launch_to_first_batch": self.first_batch - self.launch_time,
+                           "steps_per_s": steps_per_s, "peak_rss_mb": float(rss.item())}, f)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workload", default="mlp")
+    parser.add_argument("--mode", default="ddp", choices=["ddp"])
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--nprocs", type=int, default=2)
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # one intra-op thread per rank, as the others
+    total = args.warmup + args.steps
+    with tempfile.TemporaryDirectory() as tmp:
+        result_path = os.path.join(tmp, "result.json")
+        data = torch.utils.data.DataLoader(SameBatch(args.workload, total * args.nprocs),
+                                           batch_size=None, shuffle=False)
+        trainer = pl.Trainer(
+            accelerator="cpu", devices=args.nprocs,
+            strategy=DDPStrategy(start_method="spawn", process_group_backend="gloo"),
+            max_steps=total, max_epochs=1, logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+            default_root_dir=tmp)
+        launch_time = time.time()  # the launch starts here (torch and Lightning imported)
+        trainer.fit(Model(args.workload, args.warmup, args.steps, launch_time, result_path), data)
+        with open(result_path) as f:
+            print(json.dumps(json.load(f)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
