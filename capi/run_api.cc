@@ -3,7 +3,6 @@
 #include <map>
 #include <memory>
 #include <string>
-
 #include <vector>
 
 #include "absl/strings/str_split.h"
@@ -34,9 +33,9 @@ thread_local LastRun t_last_run;
 absl::Status CheckLastRunRank(int32_t rank) {
   const int n = static_cast<int>(t_last_run.outcomes.size());
   if (rank < 0 || rank >= n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", rank, " is outside [0, ", n,
-        ") of this thread's last ddpspawn_run"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is outside [0, ", n,
+                     ") of this thread's last ddpspawn_run"));
   }
   return absl::OkStatus();
 }
@@ -127,8 +126,8 @@ DDPSPAWN_EXPORT int32_t ddpspawn_run_nprocs(void) {
   return static_cast<int32_t>(t_last_run.outcomes.size());
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_report(
-    int32_t rank, ddpspawn_rank_report* out_report) {
+DDPSPAWN_EXPORT ddpspawn_status
+ddpspawn_run_rank_report(int32_t rank, ddpspawn_rank_report* out_report) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = CheckLastRunRank(rank); !s.ok()) return s;
     return ddpspawn::capi::FillRankReport(t_last_run.outcomes[rank],

@@ -61,10 +61,10 @@ absl::Status ReadOptions(const Options* given, const char* name, Options* out) {
     }
     absl::StrAppend(&released, released.empty() ? "" : ", ", size);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      name, ".struct_size is ", given->struct_size,
-      ", which no released version of it has (", released, "); start from ",
-      name, "_INIT or ", name, "_init()"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, ".struct_size is ", given->struct_size,
+                   ", which no released version of it has (", released,
+                   "); start from ", name, "_INIT or ", name, "_init()"));
 }
 
 }  // namespace ddpspawn::capi

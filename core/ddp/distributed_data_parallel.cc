@@ -1,8 +1,8 @@
 // DistributedDataParallel (see distributed_data_parallel.h).
 #include "core/ddp/distributed_data_parallel.h"
 
-#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 
 #include <map>

@@ -11,8 +11,9 @@
 #ifdef USE_C10D_NCCL
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
 #include <atomic>
@@ -184,8 +185,8 @@ int64_t MinOverRanks(c10d::Backend& group, int64_t value) {
 // The shared-memory all-reduce, when every rank can set it up with the same
 // slot size (/dev/shm may be small or full); null: every rank uses Gloo.
 std::unique_ptr<SharedMemoryCollectives> JoinSharedMemory(
-    c10d::Backend& group, const ClusterInfo& cluster,
-    const std::string& name, absl::Duration timeout) {
+    c10d::Backend& group, const ClusterInfo& cluster, const std::string& name,
+    absl::Duration timeout) {
   const int64_t capacity = MinOverRanks(
       group, static_cast<int64_t>(SharedMemoryCollectives::AffordableCapacity(
                  cluster.world_size, kShmCapacityBytes)));
@@ -372,10 +373,10 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
           cluster.rank, "); use 'gloo'"));
     }
     if (device_index >= present) {
-      return absl::UnavailableError(absl::StrCat(
-          "rank ", cluster.rank, " needs cuda:", device_index,
-          " for nccl, and this machine has ", present, " CUDA device",
-          present == 1 ? "" : "s"));
+      return absl::UnavailableError(
+          absl::StrCat("rank ", cluster.rank, " needs cuda:", device_index,
+                       " for nccl, and this machine has ", present,
+                       " CUDA device", present == 1 ? "" : "s"));
     }
   }
   if (options.timeout <= absl::ZeroDuration()) {

@@ -30,7 +30,8 @@ PromptFileStore::PromptFileStore(c10::intrusive_ptr<c10d::FileStore> file)
     : file_(std::move(file)) {}
 
 c10::intrusive_ptr<c10d::Store> PromptFileStore::clone() {
-  auto file = c10::static_intrusive_pointer_cast<c10d::FileStore>(file_->clone());
+  auto file =
+      c10::static_intrusive_pointer_cast<c10d::FileStore>(file_->clone());
   return c10::make_intrusive<PromptFileStore>(std::move(file));
 }
 

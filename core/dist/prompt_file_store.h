@@ -21,7 +21,8 @@ class PromptFileStore : public c10d::Store {
   // Wraps an open FileStore (what clone() hands out).
   explicit PromptFileStore(c10::intrusive_ptr<c10d::FileStore> file);
 
-  // Another handle on the same file (c10d clones stores for its helper threads).
+  // Another handle on the same file (c10d clones stores for its helper
+  // threads).
   c10::intrusive_ptr<c10d::Store> clone() override;
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;

@@ -34,9 +34,8 @@ namespace {
 // Variables the launcher sets for each rank; the caller's `env` may not set
 // them.
 constexpr const char* kContractVariables[] = {
-    "MASTER_ADDR",      "MASTER_PORT",      "WORLD_SIZE", "RANK",
-    "LOCAL_RANK",       "LOCAL_WORLD_SIZE", "NODE_RANK",  "GROUP_RANK",
-    "GROUP_WORLD_SIZE", kRunDirEnv};
+    "MASTER_ADDR",      "MASTER_PORT", "WORLD_SIZE", "RANK",    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE", "NODE_RANK",   "GROUP_RANK", kRunDirEnv};
 
 constexpr absl::Duration kPollInterval = absl::Milliseconds(2);
 

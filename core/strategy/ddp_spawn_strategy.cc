@@ -102,9 +102,9 @@ absl::Status DDPSpawnStrategy::CheckDevices() const {
 // In a rank, after the cluster environment is read: this rank's device exists.
 absl::Status DDPSpawnStrategy::CheckRankDevice() const {
   if (cluster_.local_rank >= num_processes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "local rank ", cluster_.local_rank, " has no device in ",
-        "parallel_devices (", num_processes(), " devices)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("local rank ", cluster_.local_rank, " has no device in ",
+                     "parallel_devices (", num_processes(), " devices)"));
   }
   const c10::Device device = root_device();
   if (!device.is_cuda()) return absl::OkStatus();
@@ -192,7 +192,8 @@ absl::Status DDPSpawnStrategy::SetupDistributed() {
   GroupOptions group_options;
   group_options.backend = process_group_backend();
   group_options.timeout = options_.timeout;
-  if (root_device().is_cuda()) group_options.device_index = root_device().index();
+  if (root_device().is_cuda())
+    group_options.device_index = root_device().index();
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       ProcessGroup::Create(cluster_, group_options);
   if (!group.ok()) return group.status();

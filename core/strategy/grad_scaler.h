@@ -27,7 +27,7 @@ struct GradScalerOptions {
 };
 
 struct GradScalerState {
-  double scale = 0;  // 0: no scaler (checkpoints without one)
+  double scale = 0;            // 0: no scaler (checkpoints without one)
   int64_t growth_tracker = 0;  // good steps in a row since the last change
 };
 

@@ -1,8 +1,8 @@
 // Checkpoint serialization (see checkpoint.h).
 #include "core/train/checkpoint.h"
 
-#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
 
@@ -75,10 +75,9 @@ absl::Status RestoreCheckpoint(const std::string& bytes,
         // one device loads on another); the RNG states go back to the CPU.
         std::vector<at::Tensor> params = module.parameters();
         std::istringstream in(bytes);
-        archive.load_from(in, params.empty()
-                                  ? c10::optional<c10::Device>()
-                                  : c10::optional<c10::Device>(
-                                        params.front().device()));
+        archive.load_from(in, params.empty() ? c10::optional<c10::Device>()
+                                             : c10::optional<c10::Device>(
+                                                   params.front().device()));
         return absl::OkStatus();
       });
   if (!loaded.ok()) return loaded;

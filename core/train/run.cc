@@ -1,9 +1,9 @@
 // Run options: parsing, checking, and running a command in a rank (see run.h).
 #include "core/train/run.h"
 
-#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 
 #include <filesystem>
 #include <fstream>
@@ -198,12 +198,15 @@ const std::map<std::string, Setter>& Setters() {
       {"master_addr", Text(&RunConfig::master_addr)},
       {"master_port", Int(&RunConfig::master_port, 0)},
       {"start_method",
-       [](RunConfig& c, const std::string& v) -> absl::Status {
-         if (v != "spawn" && v != "fork")
-           return Bad("start_method", v, "spawn or fork");
-         c.start_method = v;
-         return absl::OkStatus();
-       }},
+       [](RunConfig& c,
+          const std::string& v) -> absl::
+                                    Status {
+                                      if (v != "spawn" && v != "fork")
+                                        return Bad("start_method", v,
+                                                   "spawn or fork");
+                                      c.start_method = v;
+                                      return absl::OkStatus();
+                                    }},
       {"timeout",
        Number([](RunConfig& c) -> double& { return c.timeout_s; }, 0)},
       {"precision", Text(&RunConfig::precision)},

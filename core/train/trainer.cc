@@ -1,10 +1,10 @@
 // The training loops (see trainer.h).
 #include "core/train/trainer.h"
 
-#include <c10/core/GradMode.h>
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
 #include <torch/optim.h>
 #include <unistd.h>
 

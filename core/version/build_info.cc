@@ -8,6 +8,7 @@
 
 #ifdef USE_C10D_NCCL
 #include <cuda_runtime_api.h>
+
 #include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
 #endif
 

@@ -196,12 +196,11 @@ static void check_training_run(void) {
         DDPSPAWN_ERR_INVALID_ARGUMENT);
 
   /* A rank that fails: rank 0 cannot write its logs under a file. */
-  const char* unwritable[] = {"model=mlp:4,16,3", train_opt,
-                              "default_root_dir=/dev/null/logs",
-                              "nproc_per_node=2", "max_epochs=1", NULL};
+  const char* unwritable[] = {
+      "model=mlp:4,16,3", train_opt,      "default_root_dir=/dev/null/logs",
+      "nproc_per_node=2", "max_epochs=1", NULL};
   result = NULL;
-  CHECK(ddpspawn_run("fit", unwritable, &result) ==
-        DDPSPAWN_ERR_WORKER_FAILED);
+  CHECK(ddpspawn_run("fit", unwritable, &result) == DDPSPAWN_ERR_WORKER_FAILED);
   CHECK(ddpspawn_run_failed_rank() == 0);
   CHECK(ddpspawn_run_rank_report(0, &run_report) == DDPSPAWN_OK);
   CHECK(run_report.state == DDPSPAWN_RANK_EXITED && run_report.exit_code == 1);

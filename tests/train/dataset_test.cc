@@ -135,12 +135,14 @@ TEST(LoadNpyTest, Version2Header) {
 }
 
 TEST(LoadNpyTest, WrittenByNumPy) {
-  if (std::system("/opt/ddpspawn/venv/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "/opt/ddpspawn/venv/bin/python3 has no numpy";
+  if (std::system(
+          "/opt/ddpspawn/venv/bin/python3 -c 'import numpy' >/dev/null 2>&1") !=
+      0)
+    FAIL() << "/opt/ddpspawn/venv/bin/python3 has no numpy (run tools/setup)";
   std::string path = TempPath("numpy.npy");
-  std::string command =
-      absl::StrCat("/opt/ddpspawn/venv/bin/python3 -c \"import numpy as np; np.save('", path,
-                   "', np.arange(12, dtype=np.float64).reshape(3, 4))\"");
+  std::string command = absl::StrCat(
+      "/opt/ddpspawn/venv/bin/python3 -c \"import numpy as np; np.save('", path,
+      "', np.arange(12, dtype=np.float64).reshape(3, 4))\"");
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   absl::StatusOr<at::Tensor> tensor = LoadNpy(path);
   ASSERT_TRUE(tensor.ok()) << tensor.status();

@@ -1,6 +1,7 @@
 // DistributedSampler: shards cover the dataset, padding and drop_last counts,
 // shuffling is per epoch, the same on every rank and seeded, and (when
-// /opt/ddpspawn/venv/bin/python3 has torch) index for index equal to PyTorch's sampler.
+// /opt/ddpspawn/venv/bin/python3 has torch) index for index equal to PyTorch's
+// sampler.
 #include "core/train/sampler.h"
 
 #include <algorithm>
@@ -207,8 +208,10 @@ bool RunAndCapture(const std::string& command, std::string* output) {
 }
 
 TEST(DistributedSamplerTest, SameIndicesAsPyTorch) {
-  if (std::system("/opt/ddpspawn/venv/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "/opt/ddpspawn/venv/bin/python3 has no torch";
+  if (std::system(
+          "/opt/ddpspawn/venv/bin/python3 -c 'import torch' >/dev/null 2>&1") !=
+      0)
+    FAIL() << "/opt/ddpspawn/venv/bin/python3 has no torch (run tools/setup)";
   struct Case {
     int64_t n;
     int replicas, rank;
@@ -248,9 +251,9 @@ TEST(DistributedSamplerTest, SameIndicesAsPyTorch) {
   fclose(file);
 
   std::string output;
-  ASSERT_TRUE(RunAndCapture(
-      absl::StrCat("/opt/ddpspawn/venv/bin/python3 ", script_path, " < ", input_path),
-      &output))
+  ASSERT_TRUE(RunAndCapture(absl::StrCat("/opt/ddpspawn/venv/bin/python3 ",
+                                         script_path, " < ", input_path),
+                            &output))
       << output;
   std::vector<std::string> lines = absl::StrSplit(output, '\n');
   ASSERT_GE(lines.size(), cases.size());

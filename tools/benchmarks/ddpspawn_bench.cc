@@ -101,8 +101,8 @@ absl::StatusOr<double> C10dReducerStepsPerSecond(const ClusterInfo& cluster,
         c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
         store, cluster.rank, cluster.world_size, gloo_options);
-    auto group = c10::make_intrusive<c10d::ProcessGroup>(
-        store, cluster.rank, cluster.world_size);
+    auto group = c10::make_intrusive<c10d::ProcessGroup>(store, cluster.rank,
+                                                         cluster.world_size);
     group->setBackend(c10::kCPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
     group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
     std::vector<at::Tensor> params = net->parameters();

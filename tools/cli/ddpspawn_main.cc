@@ -24,7 +24,8 @@ constexpr char kUsage[] =
     "val.csv \\\n"
     "           --nproc-per-node 2 --max-epochs 20 --lr 0.1 --momentum 0.9\n"
     "\n"
-    "ddpspawn --version prints the version, the LibTorch, CUDA and NCCL it was\n"
+    "ddpspawn --version prints the version, the LibTorch, CUDA and NCCL it "
+    "was\n"
     "built with, and the process-group backends compiled in.\n"
     "\n";
 

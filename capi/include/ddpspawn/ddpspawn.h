@@ -407,8 +407,8 @@ DDPSPAWN_EXPORT const char* ddpspawn_run_result_text(
  * DDPSPAWN_ERR_INVALID_ARGUMENT. */
 DDPSPAWN_EXPORT int32_t ddpspawn_run_failed_rank(void);
 DDPSPAWN_EXPORT int32_t ddpspawn_run_nprocs(void);
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_report(
-    int32_t rank, ddpspawn_rank_report* out_report);
+DDPSPAWN_EXPORT ddpspawn_status
+ddpspawn_run_rank_report(int32_t rank, ddpspawn_rank_report* out_report);
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_error(int32_t rank,
                                                         const char** out_text);
 

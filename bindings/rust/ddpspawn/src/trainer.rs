@@ -366,7 +366,6 @@ fn entry(key: &str, value: &[u8]) -> Result<CString> {
     to_c_string(&format!("option {key}"), bytes)
 }
 
-
 /// Owns a `ddpspawn_run_result`.
 struct ResultHandle(NonNull<sys::ddpspawn_run_result>);
 
@@ -521,7 +520,6 @@ mod tests {
             ErrorKind::FailedPrecondition
         );
     }
-
 
     #[test]
     fn entries_are_checked_before_any_call() {

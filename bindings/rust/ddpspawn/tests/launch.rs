@@ -50,6 +50,10 @@ fn abi_version_matches_header() {
     assert_eq!(ddpspawn::ABI_VERSION, 1);
     assert_eq!(ddpspawn::abi_version(), 1);
     ddpspawn::check_abi_version().unwrap();
+    let info: std::collections::HashMap<_, _> = ddpspawn::build_info().into_iter().collect();
+    assert_eq!(info["version"], ddpspawn::version());
+    assert!(info["torch"].starts_with("2."), "{info:?}");
+    assert!(info["backends"].starts_with("gloo"), "{info:?}");
     assert!(!ddpspawn::version().is_empty());
 }
 
