@@ -37,7 +37,7 @@
 #include "core/launch/launcher.h"
 #include "core/strategy/checkpoint_io.h"
 #include "core/strategy/precision.h"
-#include "core/train/module.h"
+#include "core/model/module.h"
 
 namespace ddpspawn {
 

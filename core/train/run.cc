@@ -18,7 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "core/train/checkpoint.h"
+#include "core/model/checkpoint.h"
 #include "core/train/mlp_module.h"
 #include "core/train/torchscript_module.h"
 #include "core/util/files.h"

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "core/train/module.h"
+#include "core/model/module.h"
 
 namespace ddpspawn {
 

@@ -17,9 +17,9 @@
 
 #include "absl/status/statusor.h"
 #include "core/strategy/ddp_spawn_strategy.h"
-#include "core/train/checkpoint.h"
+#include "core/model/checkpoint.h"
 #include "core/train/dataset.h"
-#include "core/train/module.h"
+#include "core/model/module.h"
 
 namespace ddpspawn {
 

@@ -7,7 +7,7 @@
 
 #include <limits>
 
-#include "core/train/checkpoint.h"
+#include "core/model/checkpoint.h"
 #include "core/train/mlp_module.h"
 #include "gtest/gtest.h"
 

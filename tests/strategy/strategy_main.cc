@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/strategy/ddp_spawn_strategy.h"
-#include "core/train/checkpoint.h"
+#include "core/model/checkpoint.h"
 
 namespace ddpspawn {
 namespace {

@@ -14,7 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/train/checkpoint.h"
+#include "core/model/checkpoint.h"
 #include "core/train/mlp_module.h"
 #include "core/util/files.h"
 #include "gmock/gmock.h"

@@ -1,5 +1,5 @@
 // NnModule: a LightningModule over a torch::nn::Module (see module.h).
-#include "core/train/module.h"
+#include "core/model/module.h"
 
 #include <torch/nn/module.h>
 

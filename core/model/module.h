@@ -1,10 +1,10 @@
 // The module interface a strategy and a trainer train, in the spirit of
 // LightningModule: the tensors DDP keeps in sync, the steps, and the optimizer
 // to use. NnModule adapts a torch::nn::Module; TorchScriptModule
-// (torchscript_module.h) a scripted one. Errors are Status values, not
+// (core/train/torchscript_module.h) a scripted one. Errors are Status values, not
 // exceptions.
-#ifndef DDPSPAWN_CORE_TRAIN_MODULE_H_
-#define DDPSPAWN_CORE_TRAIN_MODULE_H_
+#ifndef DDPSPAWN_CORE_MODEL_MODULE_H_
+#define DDPSPAWN_CORE_MODEL_MODULE_H_
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -83,4 +83,4 @@ class NnModule : public LightningModule {
 
 }  // namespace ddpspawn
 
-#endif  // DDPSPAWN_CORE_TRAIN_MODULE_H_
+#endif  // DDPSPAWN_CORE_MODEL_MODULE_H_

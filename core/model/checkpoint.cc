@@ -1,5 +1,5 @@
 // Checkpoint serialization (see checkpoint.h).
-#include "core/train/checkpoint.h"
+#include "core/model/checkpoint.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>

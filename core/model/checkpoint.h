@@ -2,8 +2,8 @@
 // optimizer's state, where training stands (epoch, step, position in the epoch)
 // and the CPU random generator, so that resuming continues exactly where
 // training stopped. Serialized with LibTorch's archives.
-#ifndef DDPSPAWN_CORE_TRAIN_CHECKPOINT_H_
-#define DDPSPAWN_CORE_TRAIN_CHECKPOINT_H_
+#ifndef DDPSPAWN_CORE_MODEL_CHECKPOINT_H_
+#define DDPSPAWN_CORE_MODEL_CHECKPOINT_H_
 
 #include <cstdint>
 #include <string>
@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/train/module.h"
+#include "core/model/module.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -46,4 +46,4 @@ absl::Status RestoreCheckpoint(const std::string& bytes,
 
 }  // namespace ddpspawn
 
-#endif  // DDPSPAWN_CORE_TRAIN_CHECKPOINT_H_
+#endif  // DDPSPAWN_CORE_MODEL_CHECKPOINT_H_

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The core's directories depend one way: each includes only directories of a lower layer (see
+# docs/ARCHITECTURE.md). A new directory needs a layer here.
+set -euo pipefail
+declare -A layer=([util]=0 [env]=0 [launch]=1 [dist]=1 [ddp]=2 [version]=2 [model]=3 [strategy]=4
+                  [train]=5)
+status=0
+while IFS=: read -r file line; do
+  from=$(cut -d/ -f2 <<<"$file")
+  to=$(sed -E 's|.*"core/([a-z_]+)/.*|\1|' <<<"$line")
+  [[ "$from" == "$to" ]] && continue
+  if [[ -z "${layer[$from]:-}" || -z "${layer[$to]:-}" ]]; then
+    echo "FAIL: $file: core/$from or core/$to has no layer in core/layers_test.sh" >&2
+    status=1
+  elif ((layer[$to] >= layer[$from])); then
+    echo "FAIL: $file includes core/$to, which is not below core/$from" >&2
+    status=1
+  fi
+done < <(grep -rH '^#include "core/' core --include=*.h --include=*.cc)
+((status == 0)) && echo "ok: core's directories depend one way"
+exit $status
