@@ -1,8 +1,8 @@
 // The module interface a strategy and a trainer train, in the spirit of
 // LightningModule: the tensors DDP keeps in sync, the steps, and the optimizer
 // to use. NnModule adapts a torch::nn::Module; TorchScriptModule
-// (core/train/torchscript_module.h) a scripted one. Errors are Status values, not
-// exceptions.
+// (core/train/torchscript_module.h) a scripted one. Errors are Status values,
+// not exceptions.
 #ifndef DDPSPAWN_CORE_MODEL_MODULE_H_
 #define DDPSPAWN_CORE_MODEL_MODULE_H_
 

@@ -35,9 +35,9 @@
 #include "core/dist/process_group.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/launcher.h"
+#include "core/model/module.h"
 #include "core/strategy/checkpoint_io.h"
 #include "core/strategy/precision.h"
-#include "core/model/module.h"
 
 namespace ddpspawn {
 

@@ -16,10 +16,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "core/strategy/ddp_spawn_strategy.h"
 #include "core/model/checkpoint.h"
-#include "core/train/dataset.h"
 #include "core/model/module.h"
+#include "core/strategy/ddp_spawn_strategy.h"
+#include "core/train/dataset.h"
 
 namespace ddpspawn {
 

@@ -9,8 +9,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "core/strategy/ddp_spawn_strategy.h"
 #include "core/model/checkpoint.h"
+#include "core/strategy/ddp_spawn_strategy.h"
 
 namespace ddpspawn {
 namespace {
