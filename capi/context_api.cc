@@ -88,6 +88,15 @@ DDPSPAWN_EXPORT void ddpspawn_context_options_init(
   if (options != nullptr) *options = DDPSPAWN_CONTEXT_OPTIONS_INIT;
 }
 
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_options_init_sized(
+    ddpspawn_context_options* options, uint32_t struct_size) {
+  return ddpspawn::capi::Guard([&]() -> absl::Status {
+    const ddpspawn_context_options defaults = DDPSPAWN_CONTEXT_OPTIONS_INIT;
+    return ddpspawn::capi::InitOptions(options, struct_size,
+                                       "ddpspawn_context_options", defaults);
+  });
+}
+
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_create(
     const ddpspawn_context_options* options, ddpspawn_context** out_context) {
   return Guard([&]() -> absl::Status {

@@ -80,6 +80,15 @@ DDPSPAWN_EXPORT void ddpspawn_launch_options_init(
   if (options != nullptr) *options = DDPSPAWN_LAUNCH_OPTIONS_INIT;
 }
 
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_launch_options_init_sized(
+    ddpspawn_launch_options* options, uint32_t struct_size) {
+  return ddpspawn::capi::Guard([&]() -> absl::Status {
+    const ddpspawn_launch_options defaults = DDPSPAWN_LAUNCH_OPTIONS_INIT;
+    return ddpspawn::capi::InitOptions(options, struct_size,
+                                       "ddpspawn_launch_options", defaults);
+  });
+}
+
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_create(
     const ddpspawn_launch_options* options, ddpspawn_job** out_job) {
   return Guard([&]() -> absl::Status {
@@ -123,6 +132,15 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_run(ddpspawn_job* job) {
 
 DDPSPAWN_EXPORT int32_t ddpspawn_job_nprocs(const ddpspawn_job* job) {
   return job == nullptr ? -1 : job->job->nprocs();
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_rank_report_init_sized(
+    ddpspawn_rank_report* report, uint32_t struct_size) {
+  return ddpspawn::capi::Guard([&]() -> absl::Status {
+    const ddpspawn_rank_report defaults = DDPSPAWN_RANK_REPORT_INIT;
+    return ddpspawn::capi::InitOptions(report, struct_size,
+                                       "ddpspawn_rank_report", defaults);
+  });
 }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_report(

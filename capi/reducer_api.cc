@@ -43,6 +43,15 @@ DDPSPAWN_EXPORT void ddpspawn_reducer_options_init(
   if (options != nullptr) *options = DDPSPAWN_REDUCER_OPTIONS_INIT;
 }
 
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_options_init_sized(
+    ddpspawn_reducer_options* options, uint32_t struct_size) {
+  return ddpspawn::capi::Guard([&]() -> absl::Status {
+    const ddpspawn_reducer_options defaults = DDPSPAWN_REDUCER_OPTIONS_INIT;
+    return ddpspawn::capi::InitOptions(options, struct_size,
+                                       "ddpspawn_reducer_options", defaults);
+  });
+}
+
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create(
     ddpspawn_context* context, void* const* buffers, const size_t* counts,
     const int32_t* dtypes, size_t num_buffers,

@@ -67,6 +67,26 @@ absl::Status ReadOptions(const Options* given, const char* name, Options* out) {
                    "); start from ", name, "_INIT or ", name, "_init()"));
 }
 
+// libgit2's *_init(opts, version): writes `defaults` (the current *_INIT)
+// into the caller's struct, only as many bytes as the caller's struct_size,
+// which must be a released size, so a newer library never writes past an
+// older caller's struct.
+template <typename Options>
+absl::Status InitOptions(Options* options, uint32_t struct_size,
+                         const char* name, const Options& defaults) {
+  if (absl::Status s = NotNull(options, "options"); !s.ok()) return s;
+  for (size_t size : ReleasedSizes<Options>::kSizes) {
+    if (struct_size == size) {
+      std::memcpy(static_cast<void*>(options), &defaults, struct_size);
+      options->struct_size = struct_size;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("struct_size ", struct_size, " is no released version of ",
+                   name, " (pass sizeof the struct you allocated)"));
+}
+
 }  // namespace ddpspawn::capi
 
 #endif  // DDPSPAWN_CAPI_STATUS_H_

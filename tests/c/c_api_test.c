@@ -234,6 +234,20 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "worker") == 0) return run_collectives();
 
   CHECK(ddpspawn_abi_version() == DDPSPAWN_ABI_VERSION);
+  /* *_init_sized: the library's defaults, only up to the caller's size. */
+  ddpspawn_reducer_options sized;
+  memset(&sized, 0xab, sizeof sized);
+  CHECK(ddpspawn_reducer_options_init_sized(&sized, sizeof sized) ==
+        DDPSPAWN_OK);
+  ddpspawn_reducer_options expected = DDPSPAWN_REDUCER_OPTIONS_INIT;
+  CHECK(sized.struct_size == sizeof sized &&
+        sized.bucket_cap_mb == expected.bucket_cap_mb &&
+        sized.powersgd_rank == expected.powersgd_rank);
+  CHECK(ddpspawn_reducer_options_init_sized(&sized, sizeof sized - 4) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(ddpspawn_last_error(), "no released version") != NULL);
+  CHECK(ddpspawn_launch_options_init_sized(NULL, 8) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
   /* The build names its LibTorch 2.x and at least the gloo backend. */
   CHECK(strstr(ddpspawn_build_info(), "\ntorch=2.") != NULL);
   CHECK(strstr(ddpspawn_build_info(), "\nbackends=gloo") != NULL);

@@ -154,35 +154,33 @@ class ReducerOptions(Structure):
     ]
 
 
-# The *_INIT macros, mirrored here rather than calling the *_init functions:
-# like a C caller compiled against this header, we announce the size of the
-# struct we allocated, so a newer library never writes past its end.
+# Defaults come from the library (ddpspawn_*_init_sized, libgit2's *_init(opts, version)), never
+# copied here: we pass the size of the struct we allocated, so a newer library writes only the
+# fields we know and never past the struct's end.
+def _initialized(struct_type: Any, init_name: str) -> Any:
+    value = struct_type()
+    check(getattr(lib(), init_name)(ctypes.byref(value), ctypes.sizeof(struct_type)))
+    return value
+
+
 def launch_options() -> LaunchOptions:
-    """A ``ddpspawn_launch_options`` equal to ``DDPSPAWN_LAUNCH_OPTIONS_INIT``."""
-    return LaunchOptions(
-        struct_size=ctypes.sizeof(LaunchOptions), nprocs=1, grace_period_s=5.0
-    )
+    """A ``ddpspawn_launch_options`` with the library's defaults."""
+    return _initialized(LaunchOptions, "ddpspawn_launch_options_init_sized")
 
 
 def rank_report() -> RankReport:
-    """A ``ddpspawn_rank_report`` equal to ``DDPSPAWN_RANK_REPORT_INIT``."""
-    return RankReport(struct_size=ctypes.sizeof(RankReport))
+    """A ``ddpspawn_rank_report`` with the library's defaults."""
+    return _initialized(RankReport, "ddpspawn_rank_report_init_sized")
 
 
 def context_options() -> ContextOptions:
-    """A ``ddpspawn_context_options`` equal to ``DDPSPAWN_CONTEXT_OPTIONS_INIT``."""
-    return ContextOptions(struct_size=ctypes.sizeof(ContextOptions))
+    """A ``ddpspawn_context_options`` with the library's defaults."""
+    return _initialized(ContextOptions, "ddpspawn_context_options_init_sized")
 
 
 def reducer_options() -> ReducerOptions:
-    """A ``ddpspawn_reducer_options`` equal to ``DDPSPAWN_REDUCER_OPTIONS_INIT``."""
-    return ReducerOptions(
-        struct_size=ctypes.sizeof(ReducerOptions),
-        bucket_cap_mb=25.0,
-        first_bucket_cap_mb=1.0,
-        powersgd_rank=1,
-        powersgd_start_iteration=10,
-    )
+    """A ``ddpspawn_reducer_options`` with the library's defaults."""
+    return _initialized(ReducerOptions, "ddpspawn_reducer_options_init_sized")
 
 
 _Status = c_int32
@@ -204,6 +202,10 @@ SIGNATURES = {
     "ddpspawn_job_run": (_Status, [JobPtr]),
     "ddpspawn_job_nprocs": (c_int32, [JobPtr]),
     "ddpspawn_job_rank_report": (_Status, [JobPtr, c_int32, POINTER(RankReport)]),
+    "ddpspawn_launch_options_init_sized": (_Status, [POINTER(LaunchOptions), c_uint32]),
+    "ddpspawn_rank_report_init_sized": (_Status, [POINTER(RankReport), c_uint32]),
+    "ddpspawn_context_options_init_sized": (_Status, [POINTER(ContextOptions), c_uint32]),
+    "ddpspawn_reducer_options_init_sized": (_Status, [POINTER(ReducerOptions), c_uint32]),
     "ddpspawn_job_failed_rank": (c_int32, [JobPtr]),
     "ddpspawn_job_rank_error": (_Status, [JobPtr, c_int32, POINTER(c_char_p)]),
     "ddpspawn_job_result": (

@@ -123,6 +123,12 @@ typedef struct ddpspawn_launch_options {
 
 DDPSPAWN_EXPORT void ddpspawn_launch_options_init(
     ddpspawn_launch_options* options);
+/* Like ddpspawn_launch_options_init, for callers that do not compile against
+ * this header (bindings): writes the defaults into the first struct_size bytes
+ * only (pass sizeof the struct allocated; it must be a released version's
+ * size). */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_launch_options_init_sized(
+    ddpspawn_launch_options* options, uint32_t struct_size);
 
 /* A job: N workers, launched once, with a report of how each ended. */
 typedef struct ddpspawn_job ddpspawn_job;
@@ -166,6 +172,11 @@ typedef struct ddpspawn_rank_report {
 
 #define DDPSPAWN_RANK_REPORT_INIT \
   { sizeof(ddpspawn_rank_report), 0, 0, 0, 0, 0 }
+
+/* DDPSPAWN_RANK_REPORT_INIT for callers that do not compile against this
+ * header, as ddpspawn_launch_options_init_sized. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_rank_report_init_sized(
+    ddpspawn_rank_report* report, uint32_t struct_size);
 
 DDPSPAWN_EXPORT int32_t ddpspawn_job_nprocs(const ddpspawn_job* job);
 
@@ -222,6 +233,12 @@ typedef struct ddpspawn_context_options {
 
 DDPSPAWN_EXPORT void ddpspawn_context_options_init(
     ddpspawn_context_options* options);
+/* Like ddpspawn_context_options_init, for callers that do not compile against
+ * this header (bindings): writes the defaults into the first struct_size bytes
+ * only (pass sizeof the struct allocated; it must be a released version's
+ * size). */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_options_init_sized(
+    ddpspawn_context_options* options, uint32_t struct_size);
 
 /* Joins the process group described by the environment: a ddpspawn launcher,
  * torchrun/TorchElastic, SLURM, or plain MASTER_ADDR/MASTER_PORT/RANK/
@@ -335,6 +352,12 @@ typedef struct ddpspawn_reducer_options {
 
 DDPSPAWN_EXPORT void ddpspawn_reducer_options_init(
     ddpspawn_reducer_options* options);
+/* Like ddpspawn_reducer_options_init, for callers that do not compile against
+ * this header (bindings): writes the defaults into the first struct_size bytes
+ * only (pass sizeof the struct allocated; it must be a released version's
+ * size). */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_options_init_sized(
+    ddpspawn_reducer_options* options, uint32_t struct_size);
 
 /* buffers[i] holds counts[i] elements of dtypes[i] (DDPSPAWN_FLOAT32 ...).
  * The buffers stay owned by the caller and must outlive the reducer; every
