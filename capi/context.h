@@ -9,8 +9,11 @@
 #include "core/dist/process_group.h"
 #include "ddpspawn/ddpspawn.h"
 
+// Ownership: the group is shared with every reducer made from the context, so
+// destroying the context before its reducers is safe (the group goes when the
+// last of them does).
 struct ddpspawn_context {
-  std::unique_ptr<ddpspawn::ProcessGroup> group;
+  std::shared_ptr<ddpspawn::ProcessGroup> group;
   std::string environment;
 };
 

@@ -14,7 +14,10 @@ using ddpspawn::capi::Guard;
 using ddpspawn::capi::NotNull;
 using ddpspawn::capi::ReadOptions;
 
+// Keeps its context's group alive (declared first, so it is released after
+// the reducer that uses it).
 struct ddpspawn_reducer {
+  std::shared_ptr<ddpspawn::ProcessGroup> group;
   std::unique_ptr<ddpspawn::Reducer> reducer;
 };
 
@@ -97,7 +100,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create(
         ddpspawn::Reducer::Create(context->group.get(), std::move(tensors),
                                   reducer_options, /*autograd_mode=*/false);
     if (!reducer.ok()) return reducer.status();
-    *out_reducer = new ddpspawn_reducer{*std::move(reducer)};
+    *out_reducer = new ddpspawn_reducer{context->group, *std::move(reducer)};
     return absl::OkStatus();
   });
 }

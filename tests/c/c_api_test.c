@@ -340,6 +340,22 @@ int main(int argc, char** argv) {
         DDPSPAWN_ERR_INVALID_ARGUMENT);
   ddpspawn_context_destroy(ctx);
 
+  /* A reducer may outlive its context: it keeps the process group. */
+  ddpspawn_context* solo = NULL;
+  CHECK(ddpspawn_context_create(NULL, &solo) == DDPSPAWN_OK);
+  float grad[3] = {1.0f, 2.0f, 3.0f};
+  void* grad_buffers[] = {grad};
+  size_t grad_counts[] = {3};
+  int32_t grad_dtypes[] = {DDPSPAWN_FLOAT32};
+  ddpspawn_reducer* orphan = NULL;
+  CHECK(ddpspawn_reducer_create(solo, grad_buffers, grad_counts, grad_dtypes, 1,
+                                NULL, &orphan) == DDPSPAWN_OK);
+  ddpspawn_context_destroy(solo);
+  CHECK(ddpspawn_reducer_mark_ready(orphan, 0) == DDPSPAWN_OK);
+  CHECK(ddpspawn_reducer_finalize(orphan) == DDPSPAWN_OK);
+  CHECK(grad[0] == 1.0f && grad[1] == 2.0f && grad[2] == 3.0f);
+  ddpspawn_reducer_destroy(orphan);
+
   check_training_run();
 
   if (failures == 0) printf("c_api_test: all checks passed\n");

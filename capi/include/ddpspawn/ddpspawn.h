@@ -362,7 +362,8 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_options_init_sized(
 /* buffers[i] holds counts[i] elements of dtypes[i] (DDPSPAWN_FLOAT32 ...).
  * The buffers stay owned by the caller and must outlive the reducer; every
  * rank passes the same counts and dtypes in the same order. options may be
- * NULL. */
+ * NULL. The reducer keeps the context's process group alive: the context may
+ * be destroyed before the reducer. */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create(
     ddpspawn_context* context, void* const* buffers, const size_t* counts,
     const int32_t* dtypes, size_t num_buffers,
