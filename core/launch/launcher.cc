@@ -305,6 +305,13 @@ absl::Status Job::Start() {
         "cannot create a run directory ", pattern, ": ", std::strerror(errno)));
   }
   run_dir_ = pattern;
+  absl::StatusOr<RunDirGuard> guard =
+      RunDirGuard::Start(run_dir_, SharedMemoryPrefix(run_dir_));
+  if (!guard.ok()) {
+    RemoveRunDir();
+    return guard.status();
+  }
+  run_dir_guard_ = *std::move(guard);
   std::fflush(
       nullptr);  // children must not flush the parent's buffered output again
   for (int rank = 0; rank < spec_.nprocs; ++rank) {
@@ -552,6 +559,7 @@ void Job::RemoveRunDir() {
     }
   }
   run_dir_.clear();
+  run_dir_guard_.Stop();
 }
 
 }  // namespace ddpspawn

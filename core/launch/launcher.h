@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/launch/run_dir_guard.h"
 
 namespace ddpspawn {
 
@@ -98,6 +99,9 @@ class Job {
   bool started_ = false;
   bool waited_ = false;
   std::optional<std::string> result_;
+  // Removes the run directory and shared memory should this process die
+  // without RemoveRunDir().
+  RunDirGuard run_dir_guard_;
 };
 
 // "SIGSEGV (Segmentation fault)".

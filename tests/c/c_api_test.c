@@ -2,8 +2,9 @@
  * job (this program re-executed as the workers), a 2-rank fork job, and the
  * argument errors. Exits 0 when every check passes; prints each failed check.
  */
-#define _POSIX_C_SOURCE 200809L /* mkdtemp */
+#define _XOPEN_SOURCE 700 /* mkdtemp, nftw */
 #include <ddpspawn/ddpspawn.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,14 @@ static void check_result(ddpspawn_job* job, const char* expected) {
         memcmp(data, expected, size) == 0);
 }
 
+static int remove_entry(const char* path, const struct stat* info, int type,
+                        struct FTW* where) {
+  (void)info;
+  (void)type;
+  (void)where;
+  return remove(path);
+}
+
 /* A training run through ddpspawn_run: 2 forked ranks fit the built-in MLP on a
  * CSV this test writes, then validate its checkpoint; bad options are errors
  * before anything runs. */
@@ -228,6 +237,7 @@ static void check_training_run(void) {
         DDPSPAWN_ERR_INVALID_ARGUMENT);
   ddpspawn_run_result_destroy(NULL);
   CHECK(strcmp(ddpspawn_run_result_text(NULL), "") == 0);
+  CHECK(nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0);
 }
 
 int main(int argc, char** argv) {

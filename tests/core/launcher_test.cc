@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <thread>
@@ -235,12 +236,15 @@ TEST(LauncherForkTest, ExitCodeSignalsAndTimeout) {
 }
 
 // A launcher that dies by SIGKILL takes its workers with it, in both start
-// methods.
+// methods, and its run directory goes too (its guardian removes it).
 TEST(LauncherOrphanTest, WorkersDieWithAKilledLauncher) {
   for (const char* method : {"spawn", "fork"}) {
     std::string pid_file = absl::StrCat(testing::TempDir(), "/pids-", method);
+    const std::string tmp = absl::StrCat(testing::TempDir(), "/tmp-", method);
+    ASSERT_TRUE(std::filesystem::create_directories(tmp));
     pid_t launcher = fork();
     if (launcher == 0) {
+      setenv("TMPDIR", tmp.c_str(), 1);  // where the run directory goes
       execl(kWorker, kWorker, "launch", method, pid_file.c_str(), nullptr);
       _exit(127);
     }
@@ -252,6 +256,8 @@ TEST(LauncherOrphanTest, WorkersDieWithAKilledLauncher) {
     }
     ASSERT_EQ(workers.size(), 2u) << method;
     for (pid_t pid : workers) EXPECT_EQ(kill(pid, 0), 0) << method;
+    ASSERT_FALSE(std::filesystem::is_empty(tmp))
+        << method << ": the job made no run directory in TMPDIR";
     kill(launcher, SIGKILL);
     waitpid(launcher, nullptr, 0);
     for (pid_t pid : workers) {
@@ -263,6 +269,14 @@ TEST(LauncherOrphanTest, WorkersDieWithAKilledLauncher) {
       EXPECT_TRUE(gone) << method << " worker " << pid
                         << " outlived its launcher";
     }
+    bool run_dir_gone = false;
+    for (int i = 0; i < 500 && !run_dir_gone; ++i) {
+      run_dir_gone = std::filesystem::is_empty(tmp);
+      if (!run_dir_gone) absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_TRUE(run_dir_gone)
+        << method << ": the killed launcher left "
+        << std::filesystem::directory_iterator(tmp)->path();
   }
 }
 
