@@ -2,7 +2,6 @@
 #include "core/strategy/ddp_spawn_strategy.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Context.h>
 #include <c10/core/GradMode.h>
 
 #include "absl/strings/str_cat.h"
@@ -108,7 +107,7 @@ absl::Status DDPSpawnStrategy::CheckRankDevice() const {
   }
   const c10::Device device = root_device();
   if (!device.is_cuda()) return absl::OkStatus();
-  const int present = at::hasCUDA() ? static_cast<int>(at::getNumGPUs()) : 0;
+  const int present = CudaDeviceCount();
   if (present == 0) {
     return absl::UnavailableError(absl::StrCat(
         "rank ", cluster_.rank, " needs ", device.str(),

@@ -4,7 +4,6 @@
 #include <torch/version.h>
 
 #include "absl/strings/str_cat.h"
-#include "core/dist/process_group.h"
 
 #ifdef USE_C10D_NCCL
 #include <cuda_runtime_api.h>
@@ -28,7 +27,6 @@ const BuildInfo& GetBuildInfo() {
     b->nccl_version = c10d::getNcclVersion();
     b->backends = "gloo,nccl";
 #endif
-    b->cuda_devices = CudaDeviceCount();
     return b;
   }();
   return *info;
@@ -37,10 +35,10 @@ const BuildInfo& GetBuildInfo() {
 const std::string& BuildInfoText() {
   static const std::string* text = [] {
     const BuildInfo& b = GetBuildInfo();
-    return new std::string(absl::StrCat(
-        "version=", b.version, "\ntorch=", b.torch_version,
-        "\ncuda=", b.cuda_version, "\nnccl=", b.nccl_version,
-        "\nbackends=", b.backends, "\ncuda_devices=", b.cuda_devices, "\n"));
+    return new std::string(
+        absl::StrCat("version=", b.version, "\ntorch=", b.torch_version,
+                     "\ncuda=", b.cuda_version, "\nnccl=", b.nccl_version,
+                     "\nbackends=", b.backends, "\n"));
   }();
   return *text;
 }

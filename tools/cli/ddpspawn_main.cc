@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "core/dist/process_group.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "core/train/run.h"
 #include "core/version/build_info.h"
@@ -24,9 +25,9 @@ constexpr char kUsage[] =
     "val.csv \\\n"
     "           --nproc-per-node 2 --max-epochs 20 --lr 0.1 --momentum 0.9\n"
     "\n"
-    "ddpspawn --version prints the version, the LibTorch, CUDA and NCCL it "
-    "was\n"
-    "built with, and the process-group backends compiled in.\n"
+    "ddpspawn --version prints the version, the LibTorch, CUDA and NCCL it\n"
+    "was built with, the process-group backends compiled in, and the CUDA\n"
+    "devices visible.\n"
     "\n";
 
 int Fail(const std::string& message) {
@@ -43,7 +44,10 @@ int main(int argc, char** argv) {
   }
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--version") == 0) {
-      std::printf("%s", ddpspawn::BuildInfoText().c_str());
+      // The CUDA devices too: this process exits next, so asking CUDA is
+      // harmless here (a launcher that forks CUDA ranks must not).
+      std::printf("%scuda_devices=%d\n", ddpspawn::BuildInfoText().c_str(),
+                  ddpspawn::CudaDeviceCount());
       return 0;
     }
     if (std::strcmp(argv[i], "--help") == 0 ||

@@ -65,7 +65,7 @@ def library_version() -> str:
 
 
 def build_info() -> Dict[str, str]:
-    """``ddpspawn_build_info()`` as a dict: version, torch, cuda, nccl, backends, cuda_devices."""
+    """``ddpspawn_build_info()`` as a dict: version, torch, cuda, nccl, backends."""
     text = _lib.lib().ddpspawn_build_info().decode()
     return dict(line.split("=", 1) for line in text.splitlines() if line)
 

@@ -82,7 +82,7 @@ pub fn version() -> String {
 }
 
 /// What the loaded library was built with, as `(key, value)` pairs: `version`, `torch`, `cuda`,
-/// `nccl`, `backends` and `cuda_devices` (see `ddpspawn_build_info` in the C header).
+/// `nccl` and `backends` (see `ddpspawn_build_info` in the C header).
 pub fn build_info() -> Vec<(String, String)> {
     // SAFETY: static storage, never NULL; copied at once.
     let text = unsafe { error::c_str_to_string(ddpspawn_sys::ddpspawn_build_info()) };
