@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/install to a temporary prefix, then the C hello example built by a pkg-config consumer and
-# by a CMake consumer against that prefix, each run with an empty environment (no
-# LD_LIBRARY_PATH, no DDPSPAWN_* variable) from another directory.
+# by a CMake consumer, and the Rust one by a cargo consumer, against that prefix; each runs with an
+# empty environment (no LD_LIBRARY_PATH, no DDPSPAWN_* variable) from another directory.
 set -euo pipefail
 work="${TEST_TMPDIR:-$(mktemp -d)}"
 prefix="$work/prefix"
@@ -36,3 +36,37 @@ CMAKE
 cmake -S "$work/cmake_project" -B "$work/cmake_build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$work/cmake_build" >/dev/null
 check CMake "$work/cmake_build/hello"
+
+# Cargo: a binary crate outside the workspace that depends on the ddpspawn crates, finds the
+# library through the installed pkg-config file, and puts it in its RUNPATH with the two-line
+# build.rs that bindings/rust/README.md documents (DEP_DDPSPAWN_LIB_DIR from ddpspawn-sys).
+cp -rL bindings/rust "$work/crates"
+rm -rf "$work/crates/target"
+mkdir -p "$work/cargo_project/src"
+cat > "$work/cargo_project/Cargo.toml" <<TOML
+[package]
+name = "hello-ddpspawn"
+version = "0.1.0"
+edition = "2021"
+publish = false
+
+[dependencies]
+ddpspawn = { path = "$work/crates/ddpspawn" }
+ddpspawn-sys = { path = "$work/crates/ddpspawn-sys" }
+
+[workspace]
+TOML
+cat > "$work/cargo_project/build.rs" <<'RUST'
+fn main() {
+    if let Some(dir) = std::env::var_os("DEP_DDPSPAWN_LIB_DIR") {
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.to_string_lossy());
+    }
+}
+RUST
+# The hello example with 2 ranks, printing what the C consumers print.
+sed -e 's/Launcher::new(4)/Launcher::new(2)/' -e 's/over 4 ranks/over 2 ranks/' \
+  bindings/rust/ddpspawn/examples/hello.rs > "$work/cargo_project/src/main.rs"
+(cd "$work/cargo_project" &&
+  env -u DDPSPAWN_LIB_DIR PKG_CONFIG_PATH="$prefix/lib/pkgconfig" CARGO_TARGET_DIR="$work/cargo_target" \
+    PATH="$PATH:$HOME/.cargo/bin" cargo build --offline --quiet)
+check cargo "$work/cargo_target/debug/hello-ddpspawn"
