@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "core/dist/process_group.h"
+#include "core/comm/process_group.h"
 #include "ddpspawn/ddpspawn.h"
 
 // Ownership: the group is shared with every reducer made from the context, so

@@ -6,7 +6,7 @@
 
 #include "capi/context.h"
 #include "capi/status.h"
-#include "core/dist/process_group.h"
+#include "core/comm/process_group.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/worker_channel.h"
 #include "ddpspawn/ddpspawn.h"
@@ -17,9 +17,7 @@ using ddpspawn::capi::ReadOptions;
 
 namespace {
 
-absl::Status CheckContext(const ddpspawn_context* context) {
-  return NotNull(context, "context");
-}
+absl::Status CheckContext(const ddpspawn_context* context) { return NotNull(context, "context"); }
 
 absl::StatusOr<ddpspawn::DType> ToDType(int32_t dtype) {
   switch (dtype) {
@@ -32,10 +30,9 @@ absl::StatusOr<ddpspawn::DType> ToDType(int32_t dtype) {
     case DDPSPAWN_INT64:
       return ddpspawn::DType::kInt64;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype ", dtype,
-                   "; expected DDPSPAWN_FLOAT32, DDPSPAWN_FLOAT64, "
-                   "DDPSPAWN_INT32 or DDPSPAWN_INT64"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown dtype ", dtype,
+      "; expected DDPSPAWN_FLOAT32, DDPSPAWN_FLOAT64, DDPSPAWN_INT32 or DDPSPAWN_INT64"));
 }
 
 absl::StatusOr<ddpspawn::ReduceOp> ToReduceOp(int32_t op) {
@@ -51,22 +48,19 @@ absl::StatusOr<ddpspawn::ReduceOp> ToReduceOp(int32_t op) {
     case DDPSPAWN_PRODUCT:
       return ddpspawn::ReduceOp::kProduct;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown reduce op ", op,
-                   "; expected DDPSPAWN_SUM, _MEAN, _MIN, _MAX or _PRODUCT"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown reduce op ", op, "; expected DDPSPAWN_SUM, _MEAN, _MIN, _MAX or _PRODUCT"));
 }
 
 // Validates a buffer collective's common arguments.
-absl::StatusOr<ddpspawn::DType> CheckBuffer(const ddpspawn_context* context,
-                                            const void* data, size_t count,
-                                            int32_t dtype) {
+absl::StatusOr<ddpspawn::DType> CheckBuffer(const ddpspawn_context* context, const void* data,
+                                            size_t count, int32_t dtype) {
   if (absl::Status s = CheckContext(context); !s.ok()) return s;
   if (count > 0) {
     if (absl::Status s = NotNull(data, "data"); !s.ok()) return s;
   }
   if (count > static_cast<size_t>(INT64_MAX) / 8) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("count ", count, " is too large"));
+    return absl::InvalidArgumentError(absl::StrCat("count ", count, " is too large"));
   }
   return ToDType(dtype);
 }
@@ -74,8 +68,7 @@ absl::StatusOr<ddpspawn::DType> CheckBuffer(const ddpspawn_context* context,
 // Copies `bytes` into memory the caller frees with ddpspawn_free.
 void* CopyOut(absl::string_view bytes) {
   void* out = std::malloc(bytes.empty() ? 1 : bytes.size());
-  if (out != nullptr && !bytes.empty())
-    std::memcpy(out, bytes.data(), bytes.size());
+  if (out != nullptr && !bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
   return out;
 }
 
@@ -83,105 +76,89 @@ void* CopyOut(absl::string_view bytes) {
 
 extern "C" {
 
-DDPSPAWN_EXPORT void ddpspawn_context_options_init(
-    ddpspawn_context_options* options) {
+DDPSPAWN_EXPORT void ddpspawn_context_options_init(ddpspawn_context_options* options) {
   if (options != nullptr) *options = DDPSPAWN_CONTEXT_OPTIONS_INIT;
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_options_init_sized(
-    ddpspawn_context_options* options, uint32_t struct_size) {
+DDPSPAWN_EXPORT ddpspawn_status
+ddpspawn_context_options_init_sized(ddpspawn_context_options* options, uint32_t struct_size) {
   return ddpspawn::capi::Guard([&]() -> absl::Status {
     const ddpspawn_context_options defaults = DDPSPAWN_CONTEXT_OPTIONS_INIT;
-    return ddpspawn::capi::InitOptions(options, struct_size,
-                                       "ddpspawn_context_options", defaults);
+    return ddpspawn::capi::InitOptions(options, struct_size, "ddpspawn_context_options", defaults);
   });
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_create(
-    const ddpspawn_context_options* options, ddpspawn_context** out_context) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_create(const ddpspawn_context_options* options,
+                                                        ddpspawn_context** out_context) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = NotNull(out_context, "out_context"); !s.ok()) return s;
     ddpspawn_context_options o = DDPSPAWN_CONTEXT_OPTIONS_INIT;
-    if (absl::Status s = ReadOptions(options, "DDPSPAWN_CONTEXT_OPTIONS", &o);
-        !s.ok()) {
+    if (absl::Status s = ReadOptions(options, "DDPSPAWN_CONTEXT_OPTIONS", &o); !s.ok()) {
       return s;
     }
     if (!(o.timeout_s >= 0.0)) {
-      return absl::InvalidArgumentError(
-          "timeout_s must be >= 0 (0: the default, 1800 s)");
+      return absl::InvalidArgumentError("timeout_s must be >= 0 (0: the default, 1800 s)");
     }
     ddpspawn::GroupOptions group_options;
     if (o.backend != nullptr) group_options.backend = o.backend;
     if (o.timeout_s > 0.0) group_options.timeout = absl::Seconds(o.timeout_s);
-    absl::StatusOr<ddpspawn::ClusterInfo> cluster =
-        ddpspawn::DetectClusterEnvironment();
+    absl::StatusOr<ddpspawn::ClusterInfo> cluster = ddpspawn::DetectClusterEnvironment();
     if (!cluster.ok()) return cluster.status();
     ddpspawn::InstallTerminateHandler();
     absl::StatusOr<std::unique_ptr<ddpspawn::ProcessGroup>> group =
         ddpspawn::ProcessGroup::Create(*cluster, group_options);
     if (!group.ok()) return group.status();
-    *out_context = new ddpspawn_context{
-        *std::move(group),
-        std::string(ddpspawn::ClusterKindName(cluster->kind))};
+    *out_context = new ddpspawn_context{*std::move(group),
+                                        std::string(ddpspawn::ClusterKindName(cluster->kind))};
     return absl::OkStatus();
   });
 }
 
-DDPSPAWN_EXPORT void ddpspawn_context_destroy(ddpspawn_context* context) {
-  delete context;
-}
+DDPSPAWN_EXPORT void ddpspawn_context_destroy(ddpspawn_context* context) { delete context; }
 
 DDPSPAWN_EXPORT int32_t ddpspawn_context_rank(const ddpspawn_context* context) {
   return context ? context->group->cluster().rank : -1;
 }
 
-DDPSPAWN_EXPORT int32_t
-ddpspawn_context_world_size(const ddpspawn_context* context) {
+DDPSPAWN_EXPORT int32_t ddpspawn_context_world_size(const ddpspawn_context* context) {
   return context ? context->group->cluster().world_size : -1;
 }
 
-DDPSPAWN_EXPORT int32_t
-ddpspawn_context_local_rank(const ddpspawn_context* context) {
+DDPSPAWN_EXPORT int32_t ddpspawn_context_local_rank(const ddpspawn_context* context) {
   return context ? context->group->cluster().local_rank : -1;
 }
 
-DDPSPAWN_EXPORT int32_t
-ddpspawn_context_local_world_size(const ddpspawn_context* context) {
+DDPSPAWN_EXPORT int32_t ddpspawn_context_local_world_size(const ddpspawn_context* context) {
   return context ? context->group->cluster().local_world_size : -1;
 }
 
-DDPSPAWN_EXPORT int32_t
-ddpspawn_context_node_rank(const ddpspawn_context* context) {
+DDPSPAWN_EXPORT int32_t ddpspawn_context_node_rank(const ddpspawn_context* context) {
   return context ? context->group->cluster().node_rank : -1;
 }
 
-DDPSPAWN_EXPORT const char* ddpspawn_context_environment(
-    const ddpspawn_context* context) {
+DDPSPAWN_EXPORT const char* ddpspawn_context_environment(const ddpspawn_context* context) {
   return context ? context->environment.c_str() : "";
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_barrier(ddpspawn_context* context,
-                                                 const char* name) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_barrier(ddpspawn_context* context, const char* name) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = CheckContext(context); !s.ok()) return s;
     return context->group->Barrier(name ? name : "");
   });
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast(ddpspawn_context* context,
-                                                   void* data, size_t count,
-                                                   int32_t dtype, int32_t src) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast(ddpspawn_context* context, void* data,
+                                                   size_t count, int32_t dtype, int32_t src) {
   return Guard([&]() -> absl::Status {
-    absl::StatusOr<ddpspawn::DType> type =
-        CheckBuffer(context, data, count, dtype);
+    absl::StatusOr<ddpspawn::DType> type = CheckBuffer(context, data, count, dtype);
     if (!type.ok()) return type.status();
     return context->group->Broadcast(data, count, *type, src);
   });
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_bytes(
-    ddpspawn_context* context, const void* data, size_t size, int32_t src,
-    void** out_data, size_t* out_size) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_bytes(ddpspawn_context* context,
+                                                         const void* data, size_t size, int32_t src,
+                                                         void** out_data, size_t* out_size) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = CheckContext(context); !s.ok()) return s;
     if (size > 0) {
@@ -190,8 +167,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_bytes(
     if (absl::Status s = NotNull(out_data, "out_data"); !s.ok()) return s;
     if (absl::Status s = NotNull(out_size, "out_size"); !s.ok()) return s;
     absl::StatusOr<std::string> bytes = context->group->BroadcastBytes(
-        absl::string_view(static_cast<const char*>(data), data ? size : 0),
-        src);
+        absl::string_view(static_cast<const char*>(data), data ? size : 0), src);
     if (!bytes.ok()) return bytes.status();
     void* copy = CopyOut(*bytes);
     if (copy == nullptr) return absl::ResourceExhaustedError("out of memory");
@@ -201,12 +177,10 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_bytes(
   });
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_reduce(ddpspawn_context* context,
-                                                    void* data, size_t count,
-                                                    int32_t dtype, int32_t op) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_reduce(ddpspawn_context* context, void* data,
+                                                    size_t count, int32_t dtype, int32_t op) {
   return Guard([&]() -> absl::Status {
-    absl::StatusOr<ddpspawn::DType> type =
-        CheckBuffer(context, data, count, dtype);
+    absl::StatusOr<ddpspawn::DType> type = CheckBuffer(context, data, count, dtype);
     if (!type.ok()) return type.status();
     absl::StatusOr<ddpspawn::ReduceOp> reduce_op = ToReduceOp(op);
     if (!reduce_op.ok()) return reduce_op.status();
@@ -214,13 +188,10 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_reduce(ddpspawn_context* context,
   });
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce(ddpspawn_context* context,
-                                                void* data, size_t count,
-                                                int32_t dtype, int32_t op,
-                                                int32_t dst) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce(ddpspawn_context* context, void* data, size_t count,
+                                                int32_t dtype, int32_t op, int32_t dst) {
   return Guard([&]() -> absl::Status {
-    absl::StatusOr<ddpspawn::DType> type =
-        CheckBuffer(context, data, count, dtype);
+    absl::StatusOr<ddpspawn::DType> type = CheckBuffer(context, data, count, dtype);
     if (!type.ok()) return type.status();
     absl::StatusOr<ddpspawn::ReduceOp> reduce_op = ToReduceOp(op);
     if (!reduce_op.ok()) return reduce_op.status();
@@ -228,13 +199,10 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce(ddpspawn_context* context,
   });
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather(ddpspawn_context* context,
-                                                    const void* data,
-                                                    size_t count, int32_t dtype,
-                                                    void* out) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather(ddpspawn_context* context, const void* data,
+                                                    size_t count, int32_t dtype, void* out) {
   return Guard([&]() -> absl::Status {
-    absl::StatusOr<ddpspawn::DType> type =
-        CheckBuffer(context, data, count, dtype);
+    absl::StatusOr<ddpspawn::DType> type = CheckBuffer(context, data, count, dtype);
     if (!type.ok()) return type.status();
     if (count > 0) {
       if (absl::Status s = NotNull(out, "out"); !s.ok()) return s;
@@ -243,9 +211,9 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather(ddpspawn_context* context,
   });
 }
 
-DDPSPAWN_EXPORT ddpspawn_status
-ddpspawn_all_gather_bytes(ddpspawn_context* context, const void* data,
-                          size_t size, void** out_data, size_t* out_sizes) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather_bytes(ddpspawn_context* context,
+                                                          const void* data, size_t size,
+                                                          void** out_data, size_t* out_sizes) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = CheckContext(context); !s.ok()) return s;
     if (size > 0) {
@@ -253,16 +221,14 @@ ddpspawn_all_gather_bytes(ddpspawn_context* context, const void* data,
     }
     if (absl::Status s = NotNull(out_data, "out_data"); !s.ok()) return s;
     if (absl::Status s = NotNull(out_sizes, "out_sizes"); !s.ok()) return s;
-    absl::StatusOr<std::vector<std::string>> gathered =
-        context->group->AllGatherBytes(
-            absl::string_view(static_cast<const char*>(data), data ? size : 0));
+    absl::StatusOr<std::vector<std::string>> gathered = context->group->AllGatherBytes(
+        absl::string_view(static_cast<const char*>(data), data ? size : 0));
     if (!gathered.ok()) return gathered.status();
     std::string joined;
     for (const std::string& part : *gathered) joined += part;
     void* copy = CopyOut(joined);
     if (copy == nullptr) return absl::ResourceExhaustedError("out of memory");
-    for (size_t r = 0; r < gathered->size(); ++r)
-      out_sizes[r] = (*gathered)[r].size();
+    for (size_t r = 0; r < gathered->size(); ++r) out_sizes[r] = (*gathered)[r].size();
     *out_data = copy;
     return absl::OkStatus();
   });

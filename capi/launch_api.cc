@@ -49,8 +49,7 @@ absl::StatusOr<ddpspawn::LaunchSpec> ToSpec(const ddpspawn_launch_options& o) {
     void* user_data = o.user_data;
     spec.worker = [fn, user_data](int rank) { return fn(rank, user_data); };
   }
-  spec.fork_hooks = {Hook(o.before_fork), Hook(o.after_fork_parent),
-                     Hook(o.after_fork_child)};
+  spec.fork_hooks = {Hook(o.before_fork), Hook(o.after_fork_parent), Hook(o.after_fork_child)};
   if (!(o.timeout_s >= 0.0) || !(o.grace_period_s >= 0.0)) {
     return absl::InvalidArgumentError(
         "timeout_s and grace_period_s must be >= 0 (0 timeout: none)");
@@ -65,8 +64,8 @@ absl::StatusOr<ddpspawn::LaunchSpec> ToSpec(const ddpspawn_launch_options& o) {
 absl::Status CheckRank(const ddpspawn_job* job, int32_t rank) {
   if (absl::Status s = NotNull(job, "job"); !s.ok()) return s;
   if (rank < 0 || rank >= job->job->nprocs()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", rank, " is outside [0, ", job->job->nprocs(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is outside [0, ", job->job->nprocs(), ")"));
   }
   return absl::OkStatus();
 }
@@ -75,34 +74,30 @@ absl::Status CheckRank(const ddpspawn_job* job, int32_t rank) {
 
 extern "C" {
 
-DDPSPAWN_EXPORT void ddpspawn_launch_options_init(
-    ddpspawn_launch_options* options) {
+DDPSPAWN_EXPORT void ddpspawn_launch_options_init(ddpspawn_launch_options* options) {
   if (options != nullptr) *options = DDPSPAWN_LAUNCH_OPTIONS_INIT;
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_launch_options_init_sized(
-    ddpspawn_launch_options* options, uint32_t struct_size) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_launch_options_init_sized(ddpspawn_launch_options* options,
+                                                                   uint32_t struct_size) {
   return ddpspawn::capi::Guard([&]() -> absl::Status {
     const ddpspawn_launch_options defaults = DDPSPAWN_LAUNCH_OPTIONS_INIT;
-    return ddpspawn::capi::InitOptions(options, struct_size,
-                                       "ddpspawn_launch_options", defaults);
+    return ddpspawn::capi::InitOptions(options, struct_size, "ddpspawn_launch_options", defaults);
   });
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_create(
-    const ddpspawn_launch_options* options, ddpspawn_job** out_job) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_create(const ddpspawn_launch_options* options,
+                                                    ddpspawn_job** out_job) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = NotNull(options, "options"); !s.ok()) return s;
     if (absl::Status s = NotNull(out_job, "out_job"); !s.ok()) return s;
     ddpspawn_launch_options o = DDPSPAWN_LAUNCH_OPTIONS_INIT;
-    if (absl::Status s = ReadOptions(options, "DDPSPAWN_LAUNCH_OPTIONS", &o);
-        !s.ok()) {
+    if (absl::Status s = ReadOptions(options, "DDPSPAWN_LAUNCH_OPTIONS", &o); !s.ok()) {
       return s;
     }
     absl::StatusOr<ddpspawn::LaunchSpec> spec = ToSpec(o);
     if (!spec.ok()) return spec.status();
-    absl::StatusOr<std::unique_ptr<ddpspawn::Job>> job =
-        ddpspawn::Job::Create(*std::move(spec));
+    absl::StatusOr<std::unique_ptr<ddpspawn::Job>> job = ddpspawn::Job::Create(*std::move(spec));
     if (!job.ok()) return job.status();
     *out_job = new ddpspawn_job{*std::move(job)};
     return absl::OkStatus();
@@ -134,21 +129,19 @@ DDPSPAWN_EXPORT int32_t ddpspawn_job_nprocs(const ddpspawn_job* job) {
   return job == nullptr ? -1 : job->job->nprocs();
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_rank_report_init_sized(
-    ddpspawn_rank_report* report, uint32_t struct_size) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_rank_report_init_sized(ddpspawn_rank_report* report,
+                                                                uint32_t struct_size) {
   return ddpspawn::capi::Guard([&]() -> absl::Status {
     const ddpspawn_rank_report defaults = DDPSPAWN_RANK_REPORT_INIT;
-    return ddpspawn::capi::InitOptions(report, struct_size,
-                                       "ddpspawn_rank_report", defaults);
+    return ddpspawn::capi::InitOptions(report, struct_size, "ddpspawn_rank_report", defaults);
   });
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_report(
-    const ddpspawn_job* job, int32_t rank, ddpspawn_rank_report* out_report) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_report(const ddpspawn_job* job, int32_t rank,
+                                                         ddpspawn_rank_report* out_report) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = CheckRank(job, rank); !s.ok()) return s;
-    return ddpspawn::capi::FillRankReport(job->job->outcomes()[rank],
-                                          out_report);
+    return ddpspawn::capi::FillRankReport(job->job->outcomes()[rank], out_report);
   });
 }
 
@@ -156,8 +149,7 @@ DDPSPAWN_EXPORT int32_t ddpspawn_job_failed_rank(const ddpspawn_job* job) {
   return job == nullptr ? -1 : job->job->failed_rank();
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(const ddpspawn_job* job,
-                                                        int32_t rank,
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(const ddpspawn_job* job, int32_t rank,
                                                         const char** out_text) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = CheckRank(job, rank); !s.ok()) return s;
@@ -167,16 +159,13 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(const ddpspawn_job* job,
   });
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_result(const ddpspawn_job* job,
-                                                    const void** out_data,
-                                                    size_t* out_size,
-                                                    int32_t* out_has_result) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_result(const ddpspawn_job* job, const void** out_data,
+                                                    size_t* out_size, int32_t* out_has_result) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = NotNull(job, "job"); !s.ok()) return s;
     if (absl::Status s = NotNull(out_data, "out_data"); !s.ok()) return s;
     if (absl::Status s = NotNull(out_size, "out_size"); !s.ok()) return s;
-    if (absl::Status s = NotNull(out_has_result, "out_has_result"); !s.ok())
-      return s;
+    if (absl::Status s = NotNull(out_has_result, "out_has_result"); !s.ok()) return s;
     const std::optional<std::string>& result = job->job->result();
     *out_data = result ? result->data() : nullptr;
     *out_size = result ? result->size() : 0;
@@ -189,8 +178,7 @@ DDPSPAWN_EXPORT int32_t ddpspawn_is_worker(void) {
   return std::getenv(ddpspawn::kRunDirEnv) != nullptr ? 1 : 0;
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_result(const void* data,
-                                                           size_t size) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_result(const void* data, size_t size) {
   return Guard([&]() -> absl::Status {
     if (size > 0) {
       if (absl::Status s = NotNull(data, "data"); !s.ok()) return s;

@@ -14,12 +14,10 @@ namespace ddpspawn::capi {
 
 // Writes `outcome` into the caller's report, as many bytes as its struct_size
 // says (a released size).
-inline absl::Status FillRankReport(const RankOutcome& outcome,
-                                   ddpspawn_rank_report* out_report) {
+inline absl::Status FillRankReport(const RankOutcome& outcome, ddpspawn_rank_report* out_report) {
   if (absl::Status s = NotNull(out_report, "out_report"); !s.ok()) return s;
   ddpspawn_rank_report report = DDPSPAWN_RANK_REPORT_INIT;
-  if (absl::Status s = ReadOptions(out_report, "DDPSPAWN_RANK_REPORT", &report);
-      !s.ok()) {
+  if (absl::Status s = ReadOptions(out_report, "DDPSPAWN_RANK_REPORT", &report); !s.ok()) {
     return s;
   }
   report.state = static_cast<int32_t>(outcome.state);

@@ -41,37 +41,33 @@ absl::StatusOr<at::ScalarType> ToScalarType(int32_t dtype) {
 
 extern "C" {
 
-DDPSPAWN_EXPORT void ddpspawn_reducer_options_init(
-    ddpspawn_reducer_options* options) {
+DDPSPAWN_EXPORT void ddpspawn_reducer_options_init(ddpspawn_reducer_options* options) {
   if (options != nullptr) *options = DDPSPAWN_REDUCER_OPTIONS_INIT;
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_options_init_sized(
-    ddpspawn_reducer_options* options, uint32_t struct_size) {
+DDPSPAWN_EXPORT ddpspawn_status
+ddpspawn_reducer_options_init_sized(ddpspawn_reducer_options* options, uint32_t struct_size) {
   return ddpspawn::capi::Guard([&]() -> absl::Status {
     const ddpspawn_reducer_options defaults = DDPSPAWN_REDUCER_OPTIONS_INIT;
-    return ddpspawn::capi::InitOptions(options, struct_size,
-                                       "ddpspawn_reducer_options", defaults);
+    return ddpspawn::capi::InitOptions(options, struct_size, "ddpspawn_reducer_options", defaults);
   });
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create(
-    ddpspawn_context* context, void* const* buffers, const size_t* counts,
-    const int32_t* dtypes, size_t num_buffers,
-    const ddpspawn_reducer_options* options, ddpspawn_reducer** out_reducer) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create(ddpspawn_context* context,
+                                                        void* const* buffers, const size_t* counts,
+                                                        const int32_t* dtypes, size_t num_buffers,
+                                                        const ddpspawn_reducer_options* options,
+                                                        ddpspawn_reducer** out_reducer) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = NotNull(context, "context"); !s.ok()) return s;
     if (absl::Status s = NotNull(out_reducer, "out_reducer"); !s.ok()) return s;
     if (num_buffers == 0)
-      return absl::InvalidArgumentError(
-          "the reducer needs at least one buffer");
+      return absl::InvalidArgumentError("the reducer needs at least one buffer");
     if (absl::Status s = NotNull(buffers, "buffers"); !s.ok()) return s;
     if (absl::Status s = NotNull(counts, "counts"); !s.ok()) return s;
     if (absl::Status s = NotNull(dtypes, "dtypes"); !s.ok()) return s;
     ddpspawn_reducer_options o = DDPSPAWN_REDUCER_OPTIONS_INIT;
-    if (absl::Status s = ReadOptions(options, "DDPSPAWN_REDUCER_OPTIONS", &o);
-        !s.ok())
-      return s;
+    if (absl::Status s = ReadOptions(options, "DDPSPAWN_REDUCER_OPTIONS", &o); !s.ok()) return s;
     std::vector<at::Tensor> tensors;
     for (size_t i = 0; i < num_buffers; ++i) {
       absl::StatusOr<at::ScalarType> type = ToScalarType(dtypes[i]);
@@ -79,54 +75,47 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create(
         return absl::InvalidArgumentError(
             absl::StrCat("buffer ", i, ": ", type.status().message()));
       if (buffers[i] == nullptr || counts[i] == 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "buffer ", i, " is NULL or empty; every buffer needs elements"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("buffer ", i, " is NULL or empty; every buffer needs elements"));
       }
-      tensors.push_back(at::from_blob(buffers[i],
-                                      {static_cast<int64_t>(counts[i])},
+      tensors.push_back(at::from_blob(buffers[i], {static_cast<int64_t>(counts[i])},
                                       at::TensorOptions().dtype(*type)));
     }
     ddpspawn::ReducerOptions reducer_options;
     reducer_options.bucket_cap_mb = o.bucket_cap_mb;
     reducer_options.first_bucket_cap_mb = o.first_bucket_cap_mb;
     reducer_options.find_unused_parameters = o.find_unused_parameters != 0;
-    absl::StatusOr<std::shared_ptr<ddpspawn::CommHook>> hook =
-        ddpspawn::MakeCommHookByName(o.comm_hook ? o.comm_hook : "",
-                                     o.powersgd_rank,
-                                     o.powersgd_start_iteration);
+    absl::StatusOr<std::shared_ptr<ddpspawn::CommHook>> hook = ddpspawn::MakeCommHookByName(
+        o.comm_hook ? o.comm_hook : "", o.powersgd_rank, o.powersgd_start_iteration);
     if (!hook.ok()) return hook.status();
     reducer_options.comm_hook = *hook;
-    absl::StatusOr<std::unique_ptr<ddpspawn::Reducer>> reducer =
-        ddpspawn::Reducer::Create(context->group.get(), std::move(tensors),
-                                  reducer_options, /*autograd_mode=*/false);
+    absl::StatusOr<std::unique_ptr<ddpspawn::Reducer>> reducer = ddpspawn::Reducer::Create(
+        context->group.get(), std::move(tensors), reducer_options, /*autograd_mode=*/false);
     if (!reducer.ok()) return reducer.status();
     *out_reducer = new ddpspawn_reducer{context->group, *std::move(reducer)};
     return absl::OkStatus();
   });
 }
 
-DDPSPAWN_EXPORT void ddpspawn_reducer_destroy(ddpspawn_reducer* reducer) {
-  delete reducer;
-}
+DDPSPAWN_EXPORT void ddpspawn_reducer_destroy(ddpspawn_reducer* reducer) { delete reducer; }
 
-DDPSPAWN_EXPORT ddpspawn_status
-ddpspawn_reducer_mark_ready(ddpspawn_reducer* reducer, size_t index) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_mark_ready(ddpspawn_reducer* reducer,
+                                                            size_t index) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = NotNull(reducer, "reducer"); !s.ok()) return s;
     return reducer->reducer->MarkReady(index);
   });
 }
 
-DDPSPAWN_EXPORT ddpspawn_status
-ddpspawn_reducer_finalize(ddpspawn_reducer* reducer) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_finalize(ddpspawn_reducer* reducer) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = NotNull(reducer, "reducer"); !s.ok()) return s;
     return reducer->reducer->Finalize();
   });
 }
 
-DDPSPAWN_EXPORT ddpspawn_status
-ddpspawn_reducer_set_sync(ddpspawn_reducer* reducer, int32_t enabled) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_set_sync(ddpspawn_reducer* reducer,
+                                                          int32_t enabled) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = NotNull(reducer, "reducer"); !s.ok()) return s;
     reducer->reducer->set_sync_enabled(enabled != 0);
@@ -134,11 +123,8 @@ ddpspawn_reducer_set_sync(ddpspawn_reducer* reducer, int32_t enabled) {
   });
 }
 
-DDPSPAWN_EXPORT int32_t
-ddpspawn_reducer_bucket_count(const ddpspawn_reducer* reducer) {
-  return reducer == nullptr
-             ? -1
-             : static_cast<int32_t>(reducer->reducer->bucket_count());
+DDPSPAWN_EXPORT int32_t ddpspawn_reducer_bucket_count(const ddpspawn_reducer* reducer) {
+  return reducer == nullptr ? -1 : static_cast<int32_t>(reducer->reducer->bucket_count());
 }
 
 }  // extern "C"

@@ -34,8 +34,7 @@ absl::Status CheckLastRunRank(int32_t rank) {
   const int n = static_cast<int>(t_last_run.outcomes.size());
   if (rank < 0 || rank >= n) {
     return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " is outside [0, ", n,
-                     ") of this thread's last ddpspawn_run"));
+        absl::StrCat("rank ", rank, " is outside [0, ", n, ") of this thread's last ddpspawn_run"));
   }
   return absl::OkStatus();
 }
@@ -44,8 +43,7 @@ absl::Status CheckLastRunRank(int32_t rank) {
 
 extern "C" {
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command,
-                                             const char* const* options,
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command, const char* const* options,
                                              ddpspawn_run_result** out_result) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = NotNull(command, "command"); !s.ok()) return s;
@@ -53,8 +51,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command,
     t_last_run = LastRun{};
     ddpspawn::RunOptions parsed;
     bool has_start_method = false;
-    for (const char* const* option = options;
-         option != nullptr && *option != nullptr; ++option) {
+    for (const char* const* option = options; option != nullptr && *option != nullptr; ++option) {
       std::string entry = *option;
       size_t eq = entry.find('=');
       if (eq == std::string::npos || eq == 0) {
@@ -66,77 +63,64 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command,
         has_start_method = true;
         if (entry.substr(eq + 1) != "fork") {
           return absl::InvalidArgumentError(
-              "ddpspawn_run forks its ranks (start_method=fork): spawn would "
-              "re-run the calling "
+              "ddpspawn_run forks its ranks (start_method=fork): spawn would re-run the calling "
               "program; use the ddpspawn CLI for spawned ranks");
         }
       }
       parsed.emplace_back(key, entry.substr(eq + 1));
     }
     if (!has_start_method) parsed.emplace_back("start_method", "fork");
-    absl::StatusOr<ddpspawn::RunConfig> config =
-        ddpspawn::ParseRunConfig(command, parsed);
+    absl::StatusOr<ddpspawn::RunConfig> config = ddpspawn::ParseRunConfig(command, parsed);
     if (!config.ok()) return config.status();
     if (absl::Status s = ddpspawn::CheckRun(*config); !s.ok()) {
       return absl::InvalidArgumentError(s.message());
     }
     ddpspawn::DDPSpawnStrategy strategy(ddpspawn::StrategyOptionsFor(*config));
-    absl::StatusOr<std::string> text =
-        strategy.Launch([&config](ddpspawn::DDPSpawnStrategy& s) {
-          return ddpspawn::RunCommand(*config, s);
-        });
+    absl::StatusOr<std::string> text = strategy.Launch(
+        [&config](ddpspawn::DDPSpawnStrategy& s) { return ddpspawn::RunCommand(*config, s); });
     t_last_run.failed_rank = strategy.last_failed_rank();
     t_last_run.outcomes = strategy.last_outcomes();
     if (!text.ok()) return text.status();
     auto result = std::make_unique<ddpspawn_run_result>();
     result->text = *text;
-    for (absl::string_view line :
-         absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
       size_t eq = line.find('=');
       if (eq == absl::string_view::npos) continue;
-      result->values[std::string(line.substr(0, eq))] =
-          std::string(line.substr(eq + 1));
+      result->values[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
     }
     *out_result = result.release();
     return absl::OkStatus();
   });
 }
 
-DDPSPAWN_EXPORT void ddpspawn_run_result_destroy(ddpspawn_run_result* result) {
-  delete result;
-}
+DDPSPAWN_EXPORT void ddpspawn_run_result_destroy(ddpspawn_run_result* result) { delete result; }
 
-DDPSPAWN_EXPORT const char* ddpspawn_run_result_get(
-    const ddpspawn_run_result* result, const char* key) {
+DDPSPAWN_EXPORT const char* ddpspawn_run_result_get(const ddpspawn_run_result* result,
+                                                    const char* key) {
   if (result == nullptr || key == nullptr) return nullptr;
   auto it = result->values.find(key);
   return it == result->values.end() ? nullptr : it->second.c_str();
 }
 
-DDPSPAWN_EXPORT const char* ddpspawn_run_result_text(
-    const ddpspawn_run_result* result) {
+DDPSPAWN_EXPORT const char* ddpspawn_run_result_text(const ddpspawn_run_result* result) {
   return result == nullptr ? "" : result->text.c_str();
 }
 
-DDPSPAWN_EXPORT int32_t ddpspawn_run_failed_rank(void) {
-  return t_last_run.failed_rank;
-}
+DDPSPAWN_EXPORT int32_t ddpspawn_run_failed_rank(void) { return t_last_run.failed_rank; }
 
 DDPSPAWN_EXPORT int32_t ddpspawn_run_nprocs(void) {
   return static_cast<int32_t>(t_last_run.outcomes.size());
 }
 
-DDPSPAWN_EXPORT ddpspawn_status
-ddpspawn_run_rank_report(int32_t rank, ddpspawn_rank_report* out_report) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_report(int32_t rank,
+                                                         ddpspawn_rank_report* out_report) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = CheckLastRunRank(rank); !s.ok()) return s;
-    return ddpspawn::capi::FillRankReport(t_last_run.outcomes[rank],
-                                          out_report);
+    return ddpspawn::capi::FillRankReport(t_last_run.outcomes[rank], out_report);
   });
 }
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_error(int32_t rank,
-                                                        const char** out_text) {
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_error(int32_t rank, const char** out_text) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = CheckLastRunRank(rank); !s.ok()) return s;
     if (absl::Status s = NotNull(out_text, "out_text"); !s.ok()) return s;

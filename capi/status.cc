@@ -55,17 +55,11 @@ DDPSPAWN_EXPORT const char* ddpspawn_last_error(void) {
   return ddpspawn::capi::t_last_error.c_str();
 }
 
-DDPSPAWN_EXPORT int32_t ddpspawn_abi_version(void) {
-  return DDPSPAWN_ABI_VERSION;
-}
+DDPSPAWN_EXPORT int32_t ddpspawn_abi_version(void) { return DDPSPAWN_ABI_VERSION; }
 
-DDPSPAWN_EXPORT const char* ddpspawn_version(void) {
-  return ddpspawn::kVersion;
-}
+DDPSPAWN_EXPORT const char* ddpspawn_version(void) { return ddpspawn::kVersion; }
 
-DDPSPAWN_EXPORT const char* ddpspawn_build_info(void) {
-  return ddpspawn::BuildInfoText().c_str();
-}
+DDPSPAWN_EXPORT const char* ddpspawn_build_info(void) { return ddpspawn::BuildInfoText().c_str(); }
 
 DDPSPAWN_EXPORT void ddpspawn_free(void* ptr) { std::free(ptr); }
 

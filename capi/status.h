@@ -24,8 +24,7 @@ ddpspawn_status Guard(Body&& body) {
   try {
     return Report(body());
   } catch (const std::exception& e) {
-    return Report(absl::InternalError(
-        absl::StrCat("unexpected C++ exception: ", e.what())));
+    return Report(absl::InternalError(absl::StrCat("unexpected C++ exception: ", e.what())));
   } catch (...) {
     return Report(absl::InternalError("unexpected C++ exception"));
   }
@@ -61,10 +60,9 @@ absl::Status ReadOptions(const Options* given, const char* name, Options* out) {
     }
     absl::StrAppend(&released, released.empty() ? "" : ", ", size);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(name, ".struct_size is ", given->struct_size,
-                   ", which no released version of it has (", released,
-                   "); start from ", name, "_INIT or ", name, "_init()"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      name, ".struct_size is ", given->struct_size, ", which no released version of it has (",
+      released, "); start from ", name, "_INIT or ", name, "_init()"));
 }
 
 // libgit2's *_init(opts, version): writes `defaults` (the current *_INIT)
@@ -72,8 +70,8 @@ absl::Status ReadOptions(const Options* given, const char* name, Options* out) {
 // which must be a released size, so a newer library never writes past an
 // older caller's struct.
 template <typename Options>
-absl::Status InitOptions(Options* options, uint32_t struct_size,
-                         const char* name, const Options& defaults) {
+absl::Status InitOptions(Options* options, uint32_t struct_size, const char* name,
+                         const Options& defaults) {
   if (absl::Status s = NotNull(options, "options"); !s.ok()) return s;
   for (size_t size : ReleasedSizes<Options>::kSizes) {
     if (struct_size == size) {
@@ -82,9 +80,9 @@ absl::Status InitOptions(Options* options, uint32_t struct_size,
       return absl::OkStatus();
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("struct_size ", struct_size, " is no released version of ",
-                   name, " (pass sizeof the struct you allocated)"));
+  return absl::InvalidArgumentError(absl::StrCat("struct_size ", struct_size,
+                                                 " is no released version of ", name,
+                                                 " (pass sizeof the struct you allocated)"));
 }
 
 }  // namespace ddpspawn::capi

@@ -2,7 +2,7 @@
 # The core's directories depend one way: each includes only directories of a lower layer (see
 # docs/ARCHITECTURE.md). A new directory needs a layer here.
 set -euo pipefail
-declare -A layer=([util]=0 [env]=0 [launch]=1 [dist]=1 [ddp]=2 [version]=2 [model]=3 [strategy]=4
+declare -A layer=([util]=0 [env]=0 [launch]=1 [comm]=1 [ddp]=2 [version]=2 [model]=3 [strategy]=4
                   [train]=5)
 status=0
 while IFS=: read -r file line; do

@@ -47,9 +47,6 @@ def _impl(ctx):
         fail("%s is not a LibTorch 2.x with c10d (no include/torch/csrc/distributed/c10d)" % prefix)
     for name in ["include", "lib"]:
         ctx.symlink(prefix + "/" + name, name)
-    version = ctx.read(prefix + "/include/torch/csrc/api/include/torch/version.h") if ctx.path(
-        prefix + "/include/torch/csrc/api/include/torch/version.h",
-    ).exists else ""
 
     cuda_dirs = _cuda_include_dirs(ctx, prefix)
     has_nccl = (

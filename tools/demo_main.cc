@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "core/dist/process_group.h"
+#include "core/comm/process_group.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
@@ -22,16 +22,14 @@ namespace {
 absl::Status Worker(bool fail) {
   absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
   if (!cluster.ok()) return cluster.status();
-  absl::StatusOr<std::unique_ptr<ProcessGroup>> joined =
-      ProcessGroup::Create(*cluster);
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> joined = ProcessGroup::Create(*cluster);
   if (!joined.ok()) return joined.status();
   ProcessGroup& group = **joined;
   const int rank = group.rank(), world = group.world_size();
 
   // Rank 0 decides the sample count and broadcasts it.
   int64_t samples = rank == 0 ? 4'000'000 : 0;
-  if (absl::Status s = group.Broadcast(&samples, 1, DType::kInt64, 0); !s.ok())
-    return s;
+  if (absl::Status s = group.Broadcast(&samples, 1, DType::kInt64, 0); !s.ok()) return s;
   if (fail && rank == 1) {
     return absl::InternalError("rank 1 fails on purpose (demo --fail)");
   }
@@ -41,38 +39,28 @@ absl::Status Worker(bool fail) {
   at::Tensor points = at::rand({samples, 2}, at::kDouble);
   int64_t hits = (points.pow(2).sum(1) <= 1.0).sum().item<int64_t>();
   double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  std::printf("[rank %d] %lld of %lld samples inside the circle (%.3f s)\n",
-              rank, static_cast<long long>(hits),
-              static_cast<long long>(samples), seconds);
+  std::printf("[rank %d] %lld of %lld samples inside the circle (%.3f s)\n", rank,
+              static_cast<long long>(hits), static_cast<long long>(samples), seconds);
 
   int64_t totals[2] = {hits, samples};
-  if (absl::Status s =
-          group.AllReduce(totals, 2, DType::kInt64, ReduceOp::kSum);
-      !s.ok()) {
+  if (absl::Status s = group.AllReduce(totals, 2, DType::kInt64, ReduceOp::kSum); !s.ok()) {
     return s;
   }
   double slowest = seconds;
-  if (absl::Status s =
-          group.AllReduce(&slowest, 1, DType::kFloat64, ReduceOp::kMax);
-      !s.ok()) {
+  if (absl::Status s = group.AllReduce(&slowest, 1, DType::kFloat64, ReduceOp::kMax); !s.ok()) {
     return s;
   }
   std::vector<double> per_rank(world);
-  if (absl::Status s =
-          group.AllGather(&seconds, 1, DType::kFloat64, per_rank.data());
-      !s.ok()) {
+  if (absl::Status s = group.AllGather(&seconds, 1, DType::kFloat64, per_rank.data()); !s.ok()) {
     return s;
   }
   if (absl::Status s = group.Barrier("done"); !s.ok()) return s;
   if (rank == 0) {
-    double pi =
-        4.0 * static_cast<double>(totals[0]) / static_cast<double>(totals[1]);
+    double pi = 4.0 * static_cast<double>(totals[0]) / static_cast<double>(totals[1]);
     std::string summary = absl::StrFormat(
-        "pi ~= %.5f from %d samples on %d ranks (error %.2e); slowest rank "
-        "%.3f s; per rank:",
-        pi, totals[1], world, std::abs(pi - M_PI), slowest);
-    for (int r = 0; r < world; ++r)
-      absl::StrAppendFormat(&summary, " %.3f", per_rank[r]);
+        "pi ~= %.5f from %d samples on %d ranks (error %.2e); slowest rank %.3f s; per rank:", pi,
+        totals[1], world, std::abs(pi - M_PI), slowest);
+    for (int r = 0; r < world; ++r) absl::StrAppendFormat(&summary, " %.3f", per_rank[r]);
     return SetWorkerResult(summary);
   }
   return absl::OkStatus();
@@ -88,8 +76,7 @@ int Launcher(const char* self, bool fail) {
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
   absl::Status status = job.ok() ? (*job)->Start() : job.status();
   if (status.ok()) status = (*job)->Wait();
-  std::printf("launcher: job took %.2f s\n",
-              absl::ToDoubleSeconds(absl::Now() - start));
+  std::printf("launcher: job took %.2f s\n", absl::ToDoubleSeconds(absl::Now() - start));
   if (job.ok()) {
     for (int r = 0; r < (*job)->nprocs(); ++r) {
       const RankOutcome& o = (*job)->outcomes()[r];
@@ -101,12 +88,10 @@ int Launcher(const char* self, bool fail) {
     }
   }
   if (!status.ok()) {
-    std::printf("launcher: the job failed: %s\n",
-                std::string(status.message()).c_str());
+    std::printf("launcher: the job failed: %s\n", std::string(status.message()).c_str());
     return 1;
   }
-  std::printf("launcher: rank 0 handed back: %s\n",
-              (*job)->result().value_or("").c_str());
+  std::printf("launcher: rank 0 handed back: %s\n", (*job)->result().value_or("").c_str());
   return 0;
 }
 

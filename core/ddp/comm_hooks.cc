@@ -15,8 +15,7 @@ namespace {
 // A reduction whose remaining work is a function run at Wait().
 class DeferredReduction : public PendingReduction {
  public:
-  explicit DeferredReduction(std::function<absl::Status()> finish)
-      : finish_(std::move(finish)) {}
+  explicit DeferredReduction(std::function<absl::Status()> finish) : finish_(std::move(finish)) {}
   absl::Status Wait() override {
     if (!finish_) return absl::FailedPreconditionError("already waited for");
     absl::Status status = finish_();
@@ -36,10 +35,8 @@ absl::StatusOr<std::unique_ptr<PendingReduction>> StartMean(ProcessGroup& group,
                                                             at::Tensor tensor) {
   const int world = group.world_size();
   if (tensor.scalar_type() == at::kBFloat16 && group.backend() != "nccl") {
-    return std::make_unique<DeferredReduction>([&group, tensor,
-                                                world]() -> absl::Status {
-      absl::StatusOr<std::vector<at::Tensor>> all =
-          group.AllGather(tensor.view(at::kByte));
+    return std::make_unique<DeferredReduction>([&group, tensor, world]() -> absl::Status {
+      absl::StatusOr<std::vector<at::Tensor>> all = group.AllGather(tensor.view(at::kByte));
       if (!all.ok()) return all.status();
       at::Tensor sum = at::zeros(tensor.sizes(), at::kFloat);
       for (const at::Tensor& bytes : *all) {
@@ -50,31 +47,27 @@ absl::StatusOr<std::unique_ptr<PendingReduction>> StartMean(ProcessGroup& group,
     });
   }
   ReduceOp op = ReduceOp::kMean;
-  if (tensor.scalar_type() == at::kHalf ||
-      tensor.scalar_type() == at::kBFloat16) {
+  if (tensor.scalar_type() == at::kHalf || tensor.scalar_type() == at::kBFloat16) {
     tensor.div_(world);
     op = ReduceOp::kSum;
   }
-  absl::StatusOr<std::unique_ptr<PendingWork>> work =
-      group.StartAllReduce(tensor, op);
+  absl::StatusOr<std::unique_ptr<PendingWork>> work = group.StartAllReduce(tensor, op);
   if (!work.ok()) return work.status();
   std::shared_ptr<PendingWork> shared = *std::move(work);
-  return std::make_unique<DeferredReduction>(
-      [shared] { return shared->Wait(); });
+  return std::make_unique<DeferredReduction>([shared] { return shared->Wait(); });
 }
 
 class AllReduceHook : public CommHook {
  public:
   std::string name() const override { return "allreduce"; }
-  absl::StatusOr<std::unique_ptr<PendingReduction>> Start(
-      ProcessGroup& group, GradBucket& bucket) override {
+  absl::StatusOr<std::unique_ptr<PendingReduction>> Start(ProcessGroup& group,
+                                                          GradBucket& bucket) override {
     return StartMean(group, bucket.buffer);
   }
 };
 
 // A bucket's gradients as views into a new flat buffer.
-std::vector<at::Tensor> ViewsLike(const std::vector<at::Tensor>& like,
-                                  const at::Tensor& flat) {
+std::vector<at::Tensor> ViewsLike(const std::vector<at::Tensor>& like, const at::Tensor& flat) {
   std::vector<at::Tensor> views;
   int64_t offset = 0;
   for (const at::Tensor& t : like) {
@@ -89,11 +82,10 @@ class CompressWrapper : public CommHook {
   CompressWrapper(at::ScalarType dtype, std::shared_ptr<CommHook> inner)
       : dtype_(dtype), inner_(std::move(inner)) {}
   std::string name() const override {
-    return absl::StrCat(dtype_ == at::kHalf ? "fp16" : "bf16", "_compress(",
-                        inner_->name(), ")");
+    return absl::StrCat(dtype_ == at::kHalf ? "fp16" : "bf16", "_compress(", inner_->name(), ")");
   }
-  absl::StatusOr<std::unique_ptr<PendingReduction>> Start(
-      ProcessGroup& group, GradBucket& bucket) override {
+  absl::StatusOr<std::unique_ptr<PendingReduction>> Start(ProcessGroup& group,
+                                                          GradBucket& bucket) override {
     // Integer buckets would not survive a float16 round trip: they go as they
     // are.
     if (!at::isFloatingType(bucket.buffer.scalar_type())) {
@@ -104,17 +96,15 @@ class CompressWrapper : public CommHook {
     compressed->count = bucket.count;
     compressed->buffer = bucket.buffer.to(dtype_);
     compressed->gradients = ViewsLike(bucket.gradients, compressed->buffer);
-    absl::StatusOr<std::unique_ptr<PendingReduction>> inner =
-        inner_->Start(group, *compressed);
+    absl::StatusOr<std::unique_ptr<PendingReduction>> inner = inner_->Start(group, *compressed);
     if (!inner.ok()) return inner.status();
     std::shared_ptr<PendingReduction> pending = *std::move(inner);
     at::Tensor original = bucket.buffer;
-    return std::make_unique<DeferredReduction>(
-        [pending, compressed, original]() {
-          absl::Status status = pending->Wait();
-          if (status.ok()) original.copy_(compressed->buffer);
-          return status;
-        });
+    return std::make_unique<DeferredReduction>([pending, compressed, original]() {
+      absl::Status status = pending->Wait();
+      if (status.ok()) original.copy_(compressed->buffer);
+      return status;
+    });
   }
 
  private:
@@ -137,23 +127,20 @@ void Orthogonalize(at::Tensor& matrix) {
 
 class PowerSgdHook : public CommHook {
  public:
-  explicit PowerSgdHook(std::shared_ptr<PowerSgdState> state)
-      : state_(std::move(state)) {}
+  explicit PowerSgdHook(std::shared_ptr<PowerSgdState> state) : state_(std::move(state)) {}
   std::string name() const override { return "powersgd"; }
 
-  absl::StatusOr<std::unique_ptr<PendingReduction>> Start(
-      ProcessGroup& group, GradBucket& bucket) override {
+  absl::StatusOr<std::unique_ptr<PendingReduction>> Start(ProcessGroup& group,
+                                                          GradBucket& bucket) override {
     PowerSgdState& s = *state_;
     const PowerSgdOptions& o = s.options;
     if (s.iteration < o.start_iteration) {
       if (bucket.is_last()) ++s.iteration;
       return StartMean(group, bucket.buffer);
     }
-    if (bucket.buffer.scalar_type() == at::kHalf &&
-        bucket.buffer.device().is_cpu()) {
+    if (bucket.buffer.scalar_type() == at::kHalf && bucket.buffer.device().is_cpu()) {
       return absl::UnimplementedError(
-          "PowerSGD cannot run in float16 on CPU (LibTorch has no CPU float16 "
-          "matmul): wrap it "
+          "PowerSGD cannot run in float16 on CPU (LibTorch has no CPU float16 matmul): wrap it "
           "with bf16 compression instead, or run it uncompressed");
     }
     if (bucket.index == 0) s.last_sent_elements = s.last_dense_elements = 0;
@@ -162,8 +149,7 @@ class PowerSgdHook : public CommHook {
     at::Tensor input_before;
     if (o.use_error_feedback) {
       at::Tensor& error = s.error[bucket.index];
-      if (!error.defined() || error.numel() != input.numel())
-        error = at::zeros_like(input);
+      if (!error.defined() || error.numel() != input.numel()) error = at::zeros_like(input);
       input.add_(error);
       input_before = input.clone();
     }
@@ -172,11 +158,10 @@ class PowerSgdHook : public CommHook {
     for (const at::Tensor& g : bucket.gradients) {
       const int64_t rows = g.dim() > 1 ? g.size(0) : 0;
       const int64_t cols = rows > 0 ? g.numel() / rows : 0;
-      const int64_t rank =
-          std::min<int64_t>({o.matrix_approximation_rank, rows, cols});
-      if (rank > 0 && static_cast<double>(rows * cols) /
-                              static_cast<double>((rows + cols) * rank) >=
-                          o.min_compression_rate) {
+      const int64_t rank = std::min<int64_t>({o.matrix_approximation_rank, rows, cols});
+      if (rank > 0 &&
+          static_cast<double>(rows * cols) / static_cast<double>((rows + cols) * rank) >=
+              o.min_compression_rate) {
         matrices.push_back(g.view({rows, cols}));
       } else {
         dense.push_back(g);
@@ -200,16 +185,14 @@ class PowerSgdHook : public CommHook {
     std::vector<at::Tensor>& qs = s.q[bucket.index];
     if (!o.warm_start || qs.size() != matrices.size()) {
       qs.clear();
-      at::Generator generator = at::detail::createCPUGenerator(
-          o.seed + 7919 * static_cast<uint64_t>(bucket.index) +
-          (o.warm_start ? 0 : static_cast<uint64_t>(s.iteration)));
+      at::Generator generator =
+          at::detail::createCPUGenerator(o.seed + 7919 * static_cast<uint64_t>(bucket.index) +
+                                         (o.warm_start ? 0 : static_cast<uint64_t>(s.iteration)));
       for (const at::Tensor& m : matrices) {
-        const int64_t rank = std::min<int64_t>(
-            {o.matrix_approximation_rank, m.size(0), m.size(1)});
+        const int64_t rank = std::min<int64_t>({o.matrix_approximation_rank, m.size(0), m.size(1)});
         // Drawn on the CPU (the generator's device), so that every rank gets
         // the same Q whatever its device, then moved to the bucket's.
-        qs.push_back(at::randn({m.size(1), rank}, generator,
-                               input.options().device(at::kCPU))
+        qs.push_back(at::randn({m.size(1), rank}, generator, input.options().device(at::kCPU))
                          .to(input.device()));
       }
     }
@@ -217,18 +200,14 @@ class PowerSgdHook : public CommHook {
     for (const at::Tensor& q : qs) {
       q_elements += q.numel();
     }
-    for (size_t i = 0; i < matrices.size(); ++i)
-      p_elements += matrices[i].size(0) * qs[i].size(1);
+    for (size_t i = 0; i < matrices.size(); ++i) p_elements += matrices[i].size(0) * qs[i].size(1);
     work->p_flat = at::empty({p_elements}, input.options());
     work->q_flat = at::empty({q_elements}, input.options());
     int64_t p_offset = 0, q_offset = 0;
     for (size_t i = 0; i < matrices.size(); ++i) {
-      const int64_t rows = matrices[i].size(0), cols = matrices[i].size(1),
-                    rank = qs[i].size(1);
-      work->ps.push_back(
-          work->p_flat.narrow(0, p_offset, rows * rank).view({rows, rank}));
-      work->qs.push_back(
-          work->q_flat.narrow(0, q_offset, cols * rank).view({cols, rank}));
+      const int64_t rows = matrices[i].size(0), cols = matrices[i].size(1), rank = qs[i].size(1);
+      work->ps.push_back(work->p_flat.narrow(0, p_offset, rows * rank).view({rows, rank}));
+      work->qs.push_back(work->q_flat.narrow(0, q_offset, cols * rank).view({cols, rank}));
       work->qs.back().copy_(qs[i]);
       at::mm_out(work->ps.back(), matrices[i], work->qs.back());
       p_offset += rows * rank;
@@ -236,23 +215,20 @@ class PowerSgdHook : public CommHook {
     }
     s.last_sent_elements += p_elements + q_elements;
     if (p_elements > 0) {
-      absl::StatusOr<std::unique_ptr<PendingReduction>> started =
-          StartMean(group, work->p_flat);
+      absl::StatusOr<std::unique_ptr<PendingReduction>> started = StartMean(group, work->p_flat);
       if (!started.ok()) return started.status();
       work->p_pending = *std::move(started);
     }
     const bool is_last = bucket.is_last();
     const int index = bucket.index;
     std::shared_ptr<PowerSgdState> state = state_;
-    return std::make_unique<DeferredReduction>([&group, work, state, input,
-                                                input_before, is_last,
+    return std::make_unique<DeferredReduction>([&group, work, state, input, input_before, is_last,
                                                 index]() -> absl::Status {
       if (work->dense_pending) {
         if (absl::Status s = work->dense_pending->Wait(); !s.ok()) return s;
         int64_t offset = 0;
         for (const at::Tensor& d : work->dense) {
-          d.copy_(
-              work->dense_flat.narrow(0, offset, d.numel()).view(d.sizes()));
+          d.copy_(work->dense_flat.narrow(0, offset, d.numel()).view(d.sizes()));
           offset += d.numel();
         }
       }
@@ -262,8 +238,7 @@ class PowerSgdHook : public CommHook {
           Orthogonalize(work->ps[i]);
           at::mm_out(work->qs[i], work->matrices[i].t(), work->ps[i]);
         }
-        absl::StatusOr<std::unique_ptr<PendingReduction>> q_mean =
-            StartMean(group, work->q_flat);
+        absl::StatusOr<std::unique_ptr<PendingReduction>> q_mean = StartMean(group, work->q_flat);
         if (!q_mean.ok()) return q_mean.status();
         if (absl::Status s = (*q_mean)->Wait(); !s.ok()) return s;
         for (size_t i = 0; i < work->matrices.size(); ++i) {
@@ -271,8 +246,7 @@ class PowerSgdHook : public CommHook {
           state->q[index][i] = work->qs[i].clone();
         }
       }
-      if (state->options.use_error_feedback)
-        state->error[index] = input_before - input;
+      if (state->options.use_error_feedback) state->error[index] = input_before - input;
       if (is_last) ++state->iteration;
       return absl::OkStatus();
     });
@@ -290,9 +264,7 @@ class PowerSgdHook : public CommHook {
 
 }  // namespace
 
-std::shared_ptr<CommHook> MakeAllReduceHook() {
-  return std::make_shared<AllReduceHook>();
-}
+std::shared_ptr<CommHook> MakeAllReduceHook() { return std::make_shared<AllReduceHook>(); }
 
 std::shared_ptr<CommHook> MakeFp16CompressHook() {
   return std::make_shared<CompressWrapper>(at::kHalf, MakeAllReduceHook());
@@ -302,42 +274,37 @@ std::shared_ptr<CommHook> MakeBf16CompressHook() {
   return std::make_shared<CompressWrapper>(at::kBFloat16, MakeAllReduceHook());
 }
 
-absl::StatusOr<std::shared_ptr<CommHook>> MakeCompressWrapper(
-    at::ScalarType dtype, std::shared_ptr<CommHook> inner) {
+absl::StatusOr<std::shared_ptr<CommHook>> MakeCompressWrapper(at::ScalarType dtype,
+                                                              std::shared_ptr<CommHook> inner) {
   if (dtype != at::kHalf && dtype != at::kBFloat16) {
-    return absl::InvalidArgumentError(
-        "a compression wrapper casts to float16 or bfloat16");
+    return absl::InvalidArgumentError("a compression wrapper casts to float16 or bfloat16");
   }
-  if (inner == nullptr)
-    return absl::InvalidArgumentError("the wrapped hook must not be null");
-  return std::shared_ptr<CommHook>(
-      std::make_shared<CompressWrapper>(dtype, std::move(inner)));
+  if (inner == nullptr) return absl::InvalidArgumentError("the wrapped hook must not be null");
+  return std::shared_ptr<CommHook>(std::make_shared<CompressWrapper>(dtype, std::move(inner)));
 }
 
-std::shared_ptr<CommHook> MakePowerSgdHook(
-    std::shared_ptr<PowerSgdState> state) {
+std::shared_ptr<CommHook> MakePowerSgdHook(std::shared_ptr<PowerSgdState> state) {
   return std::make_shared<PowerSgdHook>(std::move(state));
 }
 
-absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHookByName(
-    const std::string& name, int powersgd_rank, int64_t powersgd_start) {
+absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHookByName(const std::string& name,
+                                                             int powersgd_rank,
+                                                             int64_t powersgd_start) {
   if (name.empty() || name == "allreduce") return MakeAllReduceHook();
   if (name == "fp16") return MakeFp16CompressHook();
   if (name == "bf16") return MakeBf16CompressHook();
   if (name == "powersgd") {
     if (powersgd_rank < 1 || powersgd_start < 0) {
       return absl::InvalidArgumentError(
-          "PowerSGD needs a matrix approximation rank >= 1 and a start "
-          "iteration >= 0");
+          "PowerSGD needs a matrix approximation rank >= 1 and a start iteration >= 0");
     }
     auto state = std::make_shared<PowerSgdState>();
     state->options.matrix_approximation_rank = powersgd_rank;
     state->options.start_iteration = powersgd_start;
     return MakePowerSgdHook(std::move(state));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown communication hook '", name,
-                   "'; expected allreduce, fp16, bf16 or powersgd"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown communication hook '", name,
+                                                 "'; expected allreduce, fp16, bf16 or powersgd"));
 }
 
 }  // namespace ddpspawn

@@ -16,18 +16,16 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/dist/process_group.h"
+#include "core/comm/process_group.h"
 
 namespace ddpspawn {
 
 // One bucket of gradients, as a hook sees it.
 struct GradBucket {
-  int index = 0;  // buckets are started in index order on every rank
-  int count = 0;  // how many buckets the model has
-  at::Tensor
-      buffer;  // flat, contiguous: every gradient of the bucket back to back
-  std::vector<at::Tensor>
-      gradients;  // views into `buffer`, shaped like the parameters
+  int index = 0;                      // buckets are started in index order on every rank
+  int count = 0;                      // how many buckets the model has
+  at::Tensor buffer;                  // flat, contiguous: every gradient of the bucket back to back
+  std::vector<at::Tensor> gradients;  // views into `buffer`, shaped like the parameters
   bool is_last() const { return index == count - 1; }
 };
 
@@ -45,8 +43,8 @@ class CommHook {
   virtual std::string name() const = 0;
   // Starts averaging `bucket`. Every rank starts the same buckets in the same
   // order.
-  virtual absl::StatusOr<std::unique_ptr<PendingReduction>> Start(
-      ProcessGroup& group, GradBucket& bucket) = 0;
+  virtual absl::StatusOr<std::unique_ptr<PendingReduction>> Start(ProcessGroup& group,
+                                                                  GradBucket& bucket) = 0;
 };
 
 // Sum all-reduce, then divide by the world size (PyTorch's default).
@@ -60,8 +58,8 @@ std::shared_ptr<CommHook> MakeBf16CompressHook();
 // Runs `inner` on a copy of the bucket cast to `dtype` (at::kHalf or
 // at::kBFloat16) and casts the result back: Lightning's fp16_compress_wrapper /
 // bf16_compress_wrapper.
-absl::StatusOr<std::shared_ptr<CommHook>> MakeCompressWrapper(
-    at::ScalarType dtype, std::shared_ptr<CommHook> inner);
+absl::StatusOr<std::shared_ptr<CommHook>> MakeCompressWrapper(at::ScalarType dtype,
+                                                              std::shared_ptr<CommHook> inner);
 
 struct PowerSgdOptions {
   int matrix_approximation_rank = 1;
@@ -90,14 +88,13 @@ struct PowerSgdState {
 
 // Vogels et al., PowerSGD: one power iteration per step, with error feedback
 // and warm start.
-std::shared_ptr<CommHook> MakePowerSgdHook(
-    std::shared_ptr<PowerSgdState> state);
+std::shared_ptr<CommHook> MakePowerSgdHook(std::shared_ptr<PowerSgdState> state);
 
 // "allreduce", "fp16", "bf16", "powersgd" (with default options and the given
 // rank and start).
-absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHookByName(
-    const std::string& name, int powersgd_rank = 1,
-    int64_t powersgd_start = 10);
+absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHookByName(const std::string& name,
+                                                             int powersgd_rank = 1,
+                                                             int64_t powersgd_start = 10);
 
 }  // namespace ddpspawn
 

@@ -9,23 +9,19 @@
 
 namespace ddpspawn {
 
-absl::StatusOr<std::unique_ptr<DistributedDataParallel>>
-DistributedDataParallel::Wrap(std::shared_ptr<torch::nn::Module> module,
-                              ProcessGroup* group, DdpOptions options) {
-  if (module == nullptr)
-    return absl::InvalidArgumentError("the module must not be null");
+absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Wrap(
+    std::shared_ptr<torch::nn::Module> module, ProcessGroup* group, DdpOptions options) {
+  if (module == nullptr) return absl::InvalidArgumentError("the module must not be null");
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
       Wrap(module->parameters(), module->buffers(), group, std::move(options));
   if (ddp.ok()) (*ddp)->module_ = std::move(module);
   return ddp;
 }
 
-absl::StatusOr<std::unique_ptr<DistributedDataParallel>>
-DistributedDataParallel::Wrap(std::vector<at::Tensor> parameters,
-                              std::vector<at::Tensor> buffers,
-                              ProcessGroup* group, DdpOptions options) {
-  if (group == nullptr)
-    return absl::InvalidArgumentError("DDP needs a process group");
+absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Wrap(
+    std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers, ProcessGroup* group,
+    DdpOptions options) {
+  if (group == nullptr) return absl::InvalidArgumentError("DDP needs a process group");
   std::unique_ptr<DistributedDataParallel> ddp(new DistributedDataParallel());
   ddp->group_ = group;
   ddp->options_ = options;
@@ -36,12 +32,10 @@ DistributedDataParallel::Wrap(std::vector<at::Tensor> parameters,
   }
   ddp->parameters_ = std::move(parameters);
   // Every replica starts from rank 0's state.
-  if (absl::Status s = ddp->BroadcastCoalesced(ddp->parameters_); !s.ok())
-    return s;
-  if (absl::Status s = ddp->BroadcastCoalesced(ddp->buffers_); !s.ok())
-    return s;
-  absl::StatusOr<std::unique_ptr<Reducer>> reducer = Reducer::Create(
-      group, std::move(trainable), options.reducer, /*autograd_mode=*/true);
+  if (absl::Status s = ddp->BroadcastCoalesced(ddp->parameters_); !s.ok()) return s;
+  if (absl::Status s = ddp->BroadcastCoalesced(ddp->buffers_); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<Reducer>> reducer =
+      Reducer::Create(group, std::move(trainable), options.reducer, /*autograd_mode=*/true);
   if (!reducer.ok()) return reducer.status();
   ddp->reducer_ = *std::move(reducer);
   if (absl::Status s = ddp->reducer_->InstallAutogradHooks(); !s.ok()) return s;
@@ -55,8 +49,7 @@ absl::Status DistributedDataParallel::PrepareForward() {
 
 // One broadcast per dtype: the tensors are flattened into one buffer,
 // broadcast, and copied back.
-absl::Status DistributedDataParallel::BroadcastCoalesced(
-    const std::vector<at::Tensor>& tensors) {
+absl::Status DistributedDataParallel::BroadcastCoalesced(const std::vector<at::Tensor>& tensors) {
   if (group_->world_size() == 1) return absl::OkStatus();
   std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const at::Tensor& t : tensors) {
@@ -65,8 +58,7 @@ absl::Status DistributedDataParallel::BroadcastCoalesced(
   c10::NoGradGuard no_grad;
   for (auto& [dtype, group] : by_dtype) {
     std::vector<at::Tensor> flat_parts;
-    for (const at::Tensor& t : group)
-      flat_parts.push_back(t.detach().reshape({-1}));
+    for (const at::Tensor& t : group) flat_parts.push_back(t.detach().reshape({-1}));
     at::Tensor flat = at::cat(flat_parts);
     if (absl::Status s = group_->Broadcast(flat, 0); !s.ok()) return s;
     int64_t offset = 0;

@@ -14,8 +14,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/comm/process_group.h"
 #include "core/ddp/reducer.h"
-#include "core/dist/process_group.h"
 
 namespace torch::nn {
 class Module;
@@ -33,11 +33,10 @@ class DistributedDataParallel {
   // Broadcasts parameters and buffers from rank 0, then hooks the parameters
   // that require grad.
   static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Wrap(
-      std::shared_ptr<torch::nn::Module> module, ProcessGroup* group,
-      DdpOptions options = {});
+      std::shared_ptr<torch::nn::Module> module, ProcessGroup* group, DdpOptions options = {});
   static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Wrap(
-      std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers,
-      ProcessGroup* group, DdpOptions options = {});
+      std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers, ProcessGroup* group,
+      DdpOptions options = {});
 
   // Call before each forward: with broadcast_buffers, every rank takes rank 0's
   // buffers.
@@ -48,9 +47,7 @@ class DistributedDataParallel {
   // accumulated.
   class NoSync {
    public:
-    explicit NoSync(Reducer* reducer) : reducer_(reducer) {
-      reducer_->set_sync_enabled(false);
-    }
+    explicit NoSync(Reducer* reducer) : reducer_(reducer) { reducer_->set_sync_enabled(false); }
     ~NoSync() { reducer_->set_sync_enabled(true); }
     NoSync(const NoSync&) = delete;
     NoSync& operator=(const NoSync&) = delete;

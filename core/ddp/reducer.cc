@@ -27,8 +27,7 @@ namespace {
 // A tensor shaped like `like` over buffer[offset, offset + like.numel()). It
 // shares the buffer's storage but is not an autograd view, so LibTorch's
 // Optimizer::zero_grad (which detaches gradients in place) works on it.
-at::Tensor AliasInto(const at::Tensor& buffer, int64_t offset,
-                     const at::Tensor& like) {
+at::Tensor AliasInto(const at::Tensor& buffer, int64_t offset, const at::Tensor& like) {
   at::Tensor alias = at::empty({0}, buffer.options());
   alias.set_(buffer.storage(), buffer.storage_offset() + offset, like.sizes(),
              at::detail::defaultStrides(like.sizes()));
@@ -39,40 +38,34 @@ at::Tensor AliasInto(const at::Tensor& buffer, int64_t offset,
 // collectives would not match (Gloo aborts the process on a size mismatch). One
 // small all-gather of a fingerprint, as PyTorch's DDP verifies parameter shapes
 // at construction.
-absl::Status CheckSameTensorsOnEveryRank(
-    ProcessGroup& group, const std::vector<at::Tensor>& tensors) {
+absl::Status CheckSameTensorsOnEveryRank(ProcessGroup& group,
+                                         const std::vector<at::Tensor>& tensors) {
   if (group.world_size() == 1) return absl::OkStatus();
   int64_t mine[3] = {static_cast<int64_t>(tensors.size()), 0, 17};
   for (const at::Tensor& t : tensors) {
     mine[1] += t.numel();
-    mine[2] = mine[2] * 1000003 + t.numel() * 31 +
-              static_cast<int64_t>(t.scalar_type());
+    mine[2] = mine[2] * 1000003 + t.numel() * 31 + static_cast<int64_t>(t.scalar_type());
   }
   std::vector<int64_t> all(3 * static_cast<size_t>(group.world_size()));
-  if (absl::Status s = group.AllGather(mine, 3, DType::kInt64, all.data());
-      !s.ok())
-    return s;
+  if (absl::Status s = group.AllGather(mine, 3, DType::kInt64, all.data()); !s.ok()) return s;
   bool same = true;
   for (int r = 1; r < group.world_size(); ++r) {
-    same =
-        same && std::equal(all.begin(), all.begin() + 3, all.begin() + 3 * r);
+    same = same && std::equal(all.begin(), all.begin() + 3, all.begin() + 3 * r);
   }
   if (same) return absl::OkStatus();
   std::string message =
-      "the ranks do not reduce the same tensors (count, sizes and dtypes must "
-      "match):";
+      "the ranks do not reduce the same tensors (count, sizes and dtypes must match):";
   for (int r = 0; r < group.world_size(); ++r) {
-    absl::StrAppend(&message, "\n  rank ", r, ": ", all[3 * r], " tensors, ",
-                    all[3 * r + 1], " elements");
+    absl::StrAppend(&message, "\n  rank ", r, ": ", all[3 * r], " tensors, ", all[3 * r + 1],
+                    " elements");
   }
   return absl::InvalidArgumentError(message);
 }
 
 }  // namespace
 
-std::vector<std::vector<size_t>> AssignBuckets(
-    const std::vector<at::Tensor>& tensors, size_t first_cap_bytes,
-    size_t cap_bytes) {
+std::vector<std::vector<size_t>> AssignBuckets(const std::vector<at::Tensor>& tensors,
+                                               size_t first_cap_bytes, size_t cap_bytes) {
   struct Open {
     std::vector<size_t> members;
     size_t bytes = 0;
@@ -91,8 +84,7 @@ std::vector<std::vector<size_t>> AssignBuckets(
     Open& bucket = open[tensors[i].scalar_type()];
     const size_t limit = bucket.closed_one ? cap_bytes : first_cap_bytes;
     const size_t bytes = tensors[i].numel() * tensors[i].element_size();
-    if (bytes >= limit)
-      close(bucket);  // a tensor at or over the cap gets a bucket of its own
+    if (bytes >= limit) close(bucket);  // a tensor at or over the cap gets a bucket of its own
     bucket.members.push_back(i);
     bucket.bytes += bytes;
     if (bucket.bytes >= limit) close(bucket);
@@ -107,8 +99,8 @@ std::vector<std::vector<size_t>> AssignBuckets(
   return buckets;
 }
 
-Reducer::Reducer(ProcessGroup* group, std::vector<at::Tensor> tensors,
-                 ReducerOptions options, bool autograd_mode)
+Reducer::Reducer(ProcessGroup* group, std::vector<at::Tensor> tensors, ReducerOptions options,
+                 bool autograd_mode)
     : group_(group),
       tensors_(std::move(tensors)),
       options_(std::move(options)),
@@ -126,47 +118,43 @@ Reducer::~Reducer() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(
-    ProcessGroup* group, std::vector<at::Tensor> tensors,
-    ReducerOptions options, bool autograd_mode) {
-  if (group == nullptr)
-    return absl::InvalidArgumentError("the reducer needs a process group");
+absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(ProcessGroup* group,
+                                                         std::vector<at::Tensor> tensors,
+                                                         ReducerOptions options,
+                                                         bool autograd_mode) {
+  if (group == nullptr) return absl::InvalidArgumentError("the reducer needs a process group");
   if (!(options.bucket_cap_mb > 0) || !(options.first_bucket_cap_mb > 0)) {
     return absl::InvalidArgumentError("bucket caps must be positive");
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& t = tensors[i];
     if (!t.defined() || t.is_sparse() || !t.is_contiguous()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", i, " is not a defined, dense, contiguous tensor"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", i, " is not a defined, dense, contiguous tensor"));
     }
     if (autograd_mode && !t.requires_grad()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameter ", i,
-          " does not require grad; pass only trainable parameters"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter ", i, " does not require grad; pass only trainable parameters"));
     }
   }
-  if (!autograd_mode)
-    options.gradient_as_bucket_view = false;  // caller's buffers
+  if (!autograd_mode) options.gradient_as_bucket_view = false;  // caller's buffers
   if (!options.comm_hook) options.comm_hook = MakeAllReduceHook();
-  if (absl::Status same = CheckSameTensorsOnEveryRank(*group, tensors);
-      !same.ok()) {
+  if (absl::Status same = CheckSameTensorsOnEveryRank(*group, tensors); !same.ok()) {
     return same;
   }
-  std::unique_ptr<Reducer> reducer(new Reducer(
-      group, std::move(tensors), std::move(options), autograd_mode));
+  std::unique_ptr<Reducer> reducer(
+      new Reducer(group, std::move(tensors), std::move(options), autograd_mode));
   const auto mb = [](double v) { return static_cast<size_t>(v * 1024 * 1024); };
-  std::vector<std::vector<size_t>> groups = AssignBuckets(
-      reducer->tensors_, mb(reducer->options_.first_bucket_cap_mb),
-      mb(reducer->options_.bucket_cap_mb));
+  std::vector<std::vector<size_t>> groups =
+      AssignBuckets(reducer->tensors_, mb(reducer->options_.first_bucket_cap_mb),
+                    mb(reducer->options_.bucket_cap_mb));
   for (size_t b = 0; b < groups.size(); ++b) {
     Bucket bucket;
     bucket.members = groups[b];
     int64_t elements = 0;
     for (size_t i : bucket.members) elements += reducer->tensors_[i].numel();
     const at::Tensor& first = reducer->tensors_[bucket.members.front()];
-    absl::StatusOr<at::Tensor> buffer =
-        group->NewReductionBuffer(elements, first);
+    absl::StatusOr<at::Tensor> buffer = group->NewReductionBuffer(elements, first);
     if (!buffer.ok()) return buffer.status();
     bucket.buffer = *std::move(buffer);
     int64_t offset = 0;
@@ -177,8 +165,8 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(
       offset += t.numel();
       reducer->bucket_of_[i] = b;
       reducer->slot_of_[i] = slot;
-      if (reducer->autograd_mode_ &&
-          reducer->options_.gradient_as_bucket_view && t.grad().defined()) {
+      if (reducer->autograd_mode_ && reducer->options_.gradient_as_bucket_view &&
+          t.grad().defined()) {
         bucket.views.back().copy_(t.grad());
         reducer->tensors_[i].mutable_grad() = bucket.views.back();
       }
@@ -190,16 +178,14 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(
 }
 
 absl::Status Reducer::InstallAutogradHooks() {
-  if (!autograd_mode_)
-    return absl::FailedPreconditionError("not an autograd-mode reducer");
+  if (!autograd_mode_) return absl::FailedPreconditionError("not an autograd-mode reducer");
   if (hooks_) return absl::OkStatus();
   hooks_ = std::make_unique<Hooks>();
   for (size_t i = 0; i < tensors_.size(); ++i) {
     std::shared_ptr<torch::autograd::Node> accumulator =
         torch::autograd::impl::grad_accumulator(tensors_[i]);
     if (accumulator == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("parameter ", i, " is not a leaf tensor"));
+      return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " is not a leaf tensor"));
     }
     auto hook = std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [this, i](const torch::autograd::variable_list& outputs,
@@ -209,16 +195,13 @@ absl::Status Reducer::InstallAutogradHooks() {
           if (!sync_enabled_) return outputs;
           if (!finalize_queued_) {
             finalize_queued_ = true;
-            torch::autograd::Engine::get_default_engine().queue_callback(
-                [this] {
-                  absl::Status status = Finalize();
-                  if (!status.ok())
-                    throw std::runtime_error(std::string(status.message()));
-                });
+            torch::autograd::Engine::get_default_engine().queue_callback([this] {
+              absl::Status status = Finalize();
+              if (!status.ok()) throw std::runtime_error(std::string(status.message()));
+            });
           }
           absl::Status status = MarkReadyLocked(i, /*used=*/true);
-          if (!status.ok())
-            throw std::runtime_error(std::string(status.message()));
+          if (!status.ok()) throw std::runtime_error(std::string(status.message()));
           return outputs;
         });
     hooks_->handles.push_back(accumulator->add_post_hook(std::move(hook)));
@@ -234,8 +217,8 @@ at::Tensor& Reducer::GradientOf(size_t index) {
 absl::Status Reducer::MarkReady(size_t index) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (index >= tensors_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gradient index ", index, " is outside [0, ", tensors_.size(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient index ", index, " is outside [0, ", tensors_.size(), ")"));
   }
   used_[index] = true;
   if (!sync_enabled_) return absl::OkStatus();
@@ -245,8 +228,7 @@ absl::Status Reducer::MarkReady(size_t index) {
 absl::Status Reducer::MarkReadyLocked(size_t index, bool used) {
   if (ready_[index]) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "gradient ", index,
-        " was marked ready twice in one iteration (call Finalize between)"));
+        "gradient ", index, " was marked ready twice in one iteration (call Finalize between)"));
   }
   ready_[index] = true;
   Bucket& bucket = buckets_[bucket_of_[index]];
@@ -263,19 +245,17 @@ absl::Status Reducer::MarkReadyLocked(size_t index, bool used) {
 }
 
 absl::Status Reducer::StartReadyBuckets() {
-  while (next_bucket_ < buckets_.size() &&
-         buckets_[next_bucket_].pending == 0) {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& bucket = buckets_[next_bucket_];
-    GradBucket view{static_cast<int>(next_bucket_),
-                    static_cast<int>(buckets_.size()), bucket.buffer,
-                    bucket.views};
+    GradBucket view{static_cast<int>(next_bucket_), static_cast<int>(buckets_.size()),
+                    bucket.buffer, bucket.views};
     absl::StatusOr<std::unique_ptr<PendingReduction>> started =
         absl::InternalError("the communication hook threw");
     try {
       started = options_.comm_hook->Start(*group_, view);
     } catch (const std::exception& e) {
-      started = absl::InternalError(absl::StrCat(
-          "communication hook '", options_.comm_hook->name(), "': ", e.what()));
+      started = absl::InternalError(
+          absl::StrCat("communication hook '", options_.comm_hook->name(), "': ", e.what()));
     }
     if (!started.ok()) return started.status();
     bucket.reduction = *std::move(started);
@@ -305,8 +285,8 @@ absl::Status Reducer::FinalizeLocked() {
   std::vector<float> globally_used;
   if (status.ok() && options_.find_unused_parameters) {
     globally_used.assign(used_.begin(), used_.end());
-    status = group_->AllReduce(globally_used.data(), globally_used.size(),
-                               DType::kFloat32, ReduceOp::kSum);
+    status = group_->AllReduce(globally_used.data(), globally_used.size(), DType::kFloat32,
+                               ReduceOp::kSum);
   }
   for (Bucket& bucket : buckets_) {
     if (bucket.reduction == nullptr) continue;
@@ -314,16 +294,15 @@ absl::Status Reducer::FinalizeLocked() {
     try {
       waited = bucket.reduction->Wait();
     } catch (const std::exception& e) {
-      waited = absl::InternalError(absl::StrCat(
-          "communication hook '", options_.comm_hook->name(), "': ", e.what()));
+      waited = absl::InternalError(
+          absl::StrCat("communication hook '", options_.comm_hook->name(), "': ", e.what()));
     }
     bucket.reduction.reset();
     if (status.ok()) status = waited;
   }
   if (status.ok()) {
     for (size_t i = 0; i < tensors_.size(); ++i) {
-      if (!globally_used.empty() && globally_used[i] == 0)
-        continue;  // untouched, as in PyTorch
+      if (!globally_used.empty() && globally_used[i] == 0) continue;  // untouched, as in PyTorch
       at::Tensor& view = buckets_[bucket_of_[i]].views[slot_of_[i]];
       at::Tensor& grad = GradientOf(i);
       if (autograd_mode_ && options_.gradient_as_bucket_view) {

@@ -1,16 +1,12 @@
-// The gradient reducer behind DistributedDataParallel, written on the public
-// c10d ProcessGroup API: gradients are grouped into buckets (reverse
-// registration order, up to a size cap), a bucket is handed to the
-// communication hook as soon as all its gradients are ready, strictly in bucket
-// order on every rank, and Finalize() waits, averages and writes the gradients
-// back.
+// The gradient reducer behind DistributedDataParallel, written on the public c10d ProcessGroup
+// API: gradients are grouped into buckets (reverse registration order, up to a size cap), a bucket
+// is handed to the communication hook as soon as all its gradients are ready, strictly in bucket
+// order on every rank, and Finalize() waits, averages and writes the gradients back.
 //
 // Two ways to feed it:
-// - autograd: InstallAutogradHooks() hooks each parameter's gradient
-// accumulator, and the
+// - autograd: InstallAutogradHooks() hooks each parameter's gradient accumulator, and the
 //   finalize step runs as a callback at the end of backward();
-// - manual: the caller writes gradient buffers and calls MarkReady(i) and
-// Finalize() itself
+// - manual: the caller writes gradient buffers and calls MarkReady(i) and Finalize() itself
 //   (the C ABI's reducer, for frameworks that are not LibTorch).
 #ifndef DDPSPAWN_CORE_DDP_REDUCER_H_
 #define DDPSPAWN_CORE_DDP_REDUCER_H_
@@ -24,15 +20,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
-#include "core/dist/process_group.h"
 
 namespace ddpspawn {
 
 struct ReducerOptions {
   double bucket_cap_mb = 25.0;
-  double first_bucket_cap_mb =
-      1.0;  // a small first bucket starts communication early
+  double first_bucket_cap_mb = 1.0;  // a small first bucket starts communication early
   // Parameters that no rank used in an iteration keep their gradient untouched
   // (undefined stays undefined), as in PyTorch; costs one small all-reduce per
   // iteration. Without it, such a parameter still never hangs the ranks, but
@@ -51,18 +46,18 @@ struct ReducerOptions {
 // closed at `first_cap_bytes` and the rest at `cap_bytes`; a tensor larger than
 // the cap gets its own. Returns tensor indices per bucket, in the order the
 // buckets become ready in backward.
-std::vector<std::vector<size_t>> AssignBuckets(
-    const std::vector<at::Tensor>& tensors, size_t first_cap_bytes,
-    size_t cap_bytes);
+std::vector<std::vector<size_t>> AssignBuckets(const std::vector<at::Tensor>& tensors,
+                                               size_t first_cap_bytes, size_t cap_bytes);
 
 class Reducer {
  public:
   // `tensors`: in autograd mode the parameters (their .grad() is reduced); in
   // manual mode the gradient buffers themselves. All must be dense, contiguous,
   // and on the group's device.
-  static absl::StatusOr<std::unique_ptr<Reducer>> Create(
-      ProcessGroup* group, std::vector<at::Tensor> tensors,
-      ReducerOptions options, bool autograd_mode);
+  static absl::StatusOr<std::unique_ptr<Reducer>> Create(ProcessGroup* group,
+                                                         std::vector<at::Tensor> tensors,
+                                                         ReducerOptions options,
+                                                         bool autograd_mode);
   ~Reducer();
 
   // Hooks every parameter's gradient accumulator (autograd mode only).
@@ -96,8 +91,8 @@ class Reducer {
     size_t pending = 0;
     std::unique_ptr<PendingReduction> reduction;
   };
-  Reducer(ProcessGroup* group, std::vector<at::Tensor> tensors,
-          ReducerOptions options, bool autograd_mode);
+  Reducer(ProcessGroup* group, std::vector<at::Tensor> tensors, ReducerOptions options,
+          bool autograd_mode);
   absl::Status MarkReadyLocked(size_t index, bool used);
   absl::Status StartReadyBuckets();
   absl::Status FinalizeLocked();

@@ -12,24 +12,21 @@ namespace ddpspawn {
 namespace {
 
 // An integer variable, or `fallback` when unset; an error names the variable.
-absl::StatusOr<int> IntVar(const EnvLookup& env, const char* name,
-                           std::optional<int> fallback) {
+absl::StatusOr<int> IntVar(const EnvLookup& env, const char* name, std::optional<int> fallback) {
   std::optional<std::string> text = env(name);
   if (!text.has_value()) {
     if (fallback.has_value()) return *fallback;
-    return absl::InvalidArgumentError(
-        absl::StrCat("environment variable ", name, " is not set"));
+    return absl::InvalidArgumentError(absl::StrCat("environment variable ", name, " is not set"));
   }
   int value = 0;
   if (!absl::SimpleAtoi(*text, &value)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "environment variable ", name, "='", *text, "' is not an integer"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment variable ", name, "='", *text, "' is not an integer"));
   }
   return value;
 }
 
-std::string StrVar(const EnvLookup& env, const char* name,
-                   absl::string_view fallback) {
+std::string StrVar(const EnvLookup& env, const char* name, absl::string_view fallback) {
   std::optional<std::string> text = env(name);
   return text.has_value() && !text->empty() ? *text : std::string(fallback);
 }
@@ -40,18 +37,16 @@ absl::Status Validate(const ClusterInfo& info) {
         absl::StrCat("world size must be >= 1, got ", info.world_size));
   }
   if (info.rank < 0 || info.rank >= info.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", info.rank, " is outside [0, ", info.world_size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", info.rank, " is outside [0, ", info.world_size, ")"));
   }
   if (info.local_world_size < 1 || info.local_rank < 0 ||
       info.local_rank >= info.local_world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("local rank ", info.local_rank, " is outside [0, ",
-                     info.local_world_size, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("local rank ", info.local_rank,
+                                                   " is outside [0, ", info.local_world_size, ")"));
   }
   if (info.node_rank < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node rank must be >= 0, got ", info.node_rank));
+    return absl::InvalidArgumentError(absl::StrCat("node rank must be >= 0, got ", info.node_rank));
   }
   if (info.master_port < 0 || info.master_port > 65535) {
     return absl::InvalidArgumentError(
@@ -62,10 +57,8 @@ absl::Status Validate(const ClusterInfo& info) {
 
 // torchrun-style variables: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,
 // LOCAL_RANK, LOCAL_WORLD_SIZE and the node rank under `node_rank_var`.
-absl::StatusOr<ClusterInfo> FromTorchrunVariables(const EnvLookup& env,
-                                                  ClusterKind kind,
-                                                  const char* node_rank_var,
-                                                  bool all_required) {
+absl::StatusOr<ClusterInfo> FromTorchrunVariables(const EnvLookup& env, ClusterKind kind,
+                                                  const char* node_rank_var, bool all_required) {
   auto fallback = [&](int v) -> std::optional<int> {
     return all_required ? std::nullopt : std::optional<int>(v);
   };
@@ -77,13 +70,11 @@ absl::StatusOr<ClusterInfo> FromTorchrunVariables(const EnvLookup& env,
   if (!rank.ok()) return rank.status();
   absl::StatusOr<int> local_rank = IntVar(env, "LOCAL_RANK", fallback(0));
   if (!local_rank.ok()) return local_rank.status();
-  absl::StatusOr<int> local_world =
-      IntVar(env, "LOCAL_WORLD_SIZE", fallback(*world));
+  absl::StatusOr<int> local_world = IntVar(env, "LOCAL_WORLD_SIZE", fallback(*world));
   if (!local_world.ok()) return local_world.status();
   absl::StatusOr<int> node_rank = IntVar(env, node_rank_var, 0);
   if (!node_rank.ok()) return node_rank.status();
-  absl::StatusOr<int> port =
-      IntVar(env, "MASTER_PORT", fallback(info.master_port));
+  absl::StatusOr<int> port = IntVar(env, "MASTER_PORT", fallback(info.master_port));
   if (!port.ok()) return port.status();
   info.world_size = *world;
   info.rank = *rank;
@@ -124,8 +115,7 @@ absl::StatusOr<ClusterInfo> FromSlurm(const EnvLookup& env) {
   }
   std::string nodes = StrVar(env, "SLURM_NODELIST", "");
   if (nodes.empty()) nodes = StrVar(env, "SLURM_JOB_NODELIST", "");
-  if (std::optional<std::string> addr = env("MASTER_ADDR");
-      addr && !addr->empty()) {
+  if (std::optional<std::string> addr = env("MASTER_ADDR"); addr && !addr->empty()) {
     info.master_addr = *addr;
   } else if (!nodes.empty()) {
     absl::StatusOr<std::string> host = FirstHostInSlurmNodeList(nodes);
@@ -142,8 +132,7 @@ absl::StatusOr<ClusterInfo> FromSlurm(const EnvLookup& env) {
     std::string job_id = StrVar(env, "SLURM_JOB_ID", "");
     int last_four = 0;
     if (job_id.size() > 4) job_id = job_id.substr(job_id.size() - 4);
-    info.master_port =
-        absl::SimpleAtoi(job_id, &last_four) ? 15000 + last_four : 15000;
+    info.master_port = absl::SimpleAtoi(job_id, &last_four) ? 15000 + last_four : 15000;
   }
   return info;
 }
@@ -156,8 +145,7 @@ bool IsSlurmBatchJob(const EnvLookup& env) {
 }
 
 bool IsTorchElastic(const EnvLookup& env) {
-  for (const char* name :
-       {"RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) {
+  for (const char* name : {"RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) {
     if (!env(name).has_value()) return false;
   }
   return true;
@@ -202,24 +190,20 @@ absl::StatusOr<std::string> FirstHostInSlurmNodeList(absl::string_view list) {
   size_t open = first.find('[');
   if (open == absl::string_view::npos) {
     if (first.empty() || depth != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot parse SLURM node list '", list, "'"));
+      return absl::InvalidArgumentError(absl::StrCat("cannot parse SLURM node list '", list, "'"));
     }
     return std::string(first);
   }
   size_t close = first.find(']', open);
-  if (close == absl::string_view::npos || close != first.size() - 1 ||
-      close == open + 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot parse SLURM node list '", list, "'"));
+  if (close == absl::string_view::npos || close != first.size() - 1 || close == open + 1) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot parse SLURM node list '", list, "'"));
   }
   // "003-005,9" -> "003": the first number keeps its zero padding.
   absl::string_view range = first.substr(open + 1, close - open - 1);
   absl::string_view number = range.substr(0, range.find_first_of("-,"));
   for (char c : number) {
     if (c < '0' || c > '9') {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot parse SLURM node list '", list, "'"));
+      return absl::InvalidArgumentError(absl::StrCat("cannot parse SLURM node list '", list, "'"));
     }
   }
   return absl::StrCat(first.substr(0, open), number);
@@ -227,8 +211,7 @@ absl::StatusOr<std::string> FirstHostInSlurmNodeList(absl::string_view list) {
 
 absl::StatusOr<ClusterInfo> DetectClusterEnvironment(const EnvLookup& env) {
   absl::StatusOr<ClusterInfo> info;
-  if (std::optional<std::string> run_dir = env(kRunDirEnv);
-      run_dir.has_value()) {
+  if (std::optional<std::string> run_dir = env(kRunDirEnv); run_dir.has_value()) {
     info = FromTorchrunVariables(env, ClusterKind::kDdpspawn, "NODE_RANK",
                                  /*all_required=*/true);
     if (info.ok()) info->run_dir = *run_dir;
@@ -241,19 +224,17 @@ absl::StatusOr<ClusterInfo> DetectClusterEnvironment(const EnvLookup& env) {
   } else if (IsSlurmBatchJob(env)) {
     info = FromSlurm(env);
   } else {
-    info = FromTorchrunVariables(
-        env, ClusterKind::kEnv,
-        env("NODE_RANK").has_value() ? "NODE_RANK" : "GROUP_RANK",
-        /*all_required=*/false);
+    info = FromTorchrunVariables(env, ClusterKind::kEnv,
+                                 env("NODE_RANK").has_value() ? "NODE_RANK" : "GROUP_RANK",
+                                 /*all_required=*/false);
   }
   if (!info.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot read the cluster environment: ", info.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the cluster environment: ", info.status().message()));
   }
   if (absl::Status valid = Validate(*info); !valid.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("invalid ", ClusterKindName(info->kind),
-                     " cluster environment: ", valid.message()));
+    return absl::InvalidArgumentError(absl::StrCat("invalid ", ClusterKindName(info->kind),
+                                                   " cluster environment: ", valid.message()));
   }
   return info;
 }

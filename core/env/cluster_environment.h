@@ -47,8 +47,7 @@ std::optional<std::string> ProcessEnv(const char* name);
 
 // Detects the environment and validates it (integers parse, 0 <= rank < world
 // size, ...).
-absl::StatusOr<ClusterInfo> DetectClusterEnvironment(
-    const EnvLookup& env = ProcessEnv);
+absl::StatusOr<ClusterInfo> DetectClusterEnvironment(const EnvLookup& env = ProcessEnv);
 
 // Names of the /dev/shm segments that belong to a launcher's run directory (the
 // shared-memory all-reduce's); the launcher removes them when the job ends.

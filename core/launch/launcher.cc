@@ -33,9 +33,9 @@ namespace {
 
 // Variables the launcher sets for each rank; the caller's `env` may not set
 // them.
-constexpr const char* kContractVariables[] = {
-    "MASTER_ADDR",      "MASTER_PORT", "WORLD_SIZE", "RANK",    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE", "NODE_RANK",   "GROUP_RANK", kRunDirEnv};
+constexpr const char* kContractVariables[] = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
+                                              "RANK",        "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
+                                              "NODE_RANK",   "GROUP_RANK",  kRunDirEnv};
 
 constexpr absl::Duration kPollInterval = absl::Milliseconds(2);
 
@@ -81,13 +81,12 @@ bool IsContractVariable(absl::string_view name) {
 
 absl::StatusOr<std::string> ResolveProgram(const std::string& program) {
   auto executable = [](const std::string& path) {
-    return access(path.c_str(), X_OK) == 0 &&
-           !std::filesystem::is_directory(path);
+    return access(path.c_str(), X_OK) == 0 && !std::filesystem::is_directory(path);
   };
   if (absl::StrContains(program, '/')) {
     if (executable(program)) return program;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "program '", program, "' does not exist or is not executable"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("program '", program, "' does not exist or is not executable"));
   }
   const char* path = std::getenv("PATH");
   for (absl::string_view dir :
@@ -95,15 +94,13 @@ absl::StatusOr<std::string> ResolveProgram(const std::string& program) {
     std::string candidate = absl::StrCat(dir, "/", program);
     if (executable(candidate)) return candidate;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("program '", program, "' was not found on PATH"));
+  return absl::InvalidArgumentError(absl::StrCat("program '", program, "' was not found on PATH"));
 }
 
 absl::StatusOr<int> FreeLoopbackPort() {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    return absl::InternalError(
-        absl::StrCat("socket() failed: ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat("socket() failed: ", std::strerror(errno)));
   }
   sockaddr_in addr = {};
   addr.sin_family = AF_INET;
@@ -113,8 +110,8 @@ absl::StatusOr<int> FreeLoopbackPort() {
       getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     int saved = errno;
     close(fd);
-    return absl::InternalError(absl::StrCat(
-        "cannot find a free port on 127.0.0.1: ", std::strerror(saved)));
+    return absl::InternalError(
+        absl::StrCat("cannot find a free port on 127.0.0.1: ", std::strerror(saved)));
   }
   close(fd);
   return ntohs(addr.sin_port);
@@ -124,8 +121,7 @@ absl::StatusOr<int> FreeLoopbackPort() {
 std::vector<char*> CStringArray(const std::vector<std::string>& strings) {
   std::vector<char*> out;
   out.reserve(strings.size() + 1);
-  for (const std::string& s : strings)
-    out.push_back(const_cast<char*>(s.c_str()));
+  for (const std::string& s : strings) out.push_back(const_cast<char*>(s.c_str()));
   out.push_back(nullptr);
   return out;
 }
@@ -141,8 +137,7 @@ void PrepareChild(pid_t parent, bool reset_signals) {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   if (reset_signals) {
-    for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD, SIGHUP})
-      signal(sig, SIG_DFL);
+    for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD, SIGHUP}) signal(sig, SIG_DFL);
   }
 }
 
@@ -153,8 +148,7 @@ void PrepareChild(pid_t parent, bool reset_signals) {
 void LimitBlasThreads(int nprocs) {
   using SetThreads = void (*)(int);
   if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr && nprocs > 0) {
-    auto set = reinterpret_cast<SetThreads>(
-        dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
     if (set != nullptr) set(std::atoi(std::getenv("OPENBLAS_NUM_THREADS")));
   }
 }
@@ -183,19 +177,17 @@ std::string SignalName(int signal) {
   const char* abbrev = sigabbrev_np(signal);
   const char* description = sigdescr_np(signal);
   if (abbrev == nullptr) return absl::StrCat("signal ", signal);
-  return absl::StrCat("SIG", abbrev, " (",
-                      description ? description : "unknown", ")");
+  return absl::StrCat("SIG", abbrev, " (", description ? description : "unknown", ")");
 }
 
 absl::StatusOr<StartMethod> ParseStartMethod(absl::string_view name) {
   if (name == "spawn") return StartMethod::kSpawn;
   if (name == "fork") return StartMethod::kFork;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown start method '", name, "'; expected 'spawn' or 'fork'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown start method '", name, "'; expected 'spawn' or 'fork'"));
 }
 
-Job::Job(LaunchSpec spec)
-    : spec_(std::move(spec)), outcomes_(static_cast<size_t>(spec_.nprocs)) {}
+Job::Job(LaunchSpec spec) : spec_(std::move(spec)), outcomes_(static_cast<size_t>(spec_.nprocs)) {}
 
 Job::~Job() {
   for (RankOutcome& outcome : outcomes_) {
@@ -222,19 +214,17 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(LaunchSpec spec) {
     if (!resolved.ok()) return resolved.status();
     program_path = *resolved;
   } else if (!spec.worker) {
-    return absl::InvalidArgumentError(
-        "the fork start method needs a worker function");
+    return absl::InvalidArgumentError("the fork start method needs a worker function");
   }
   for (const std::string& entry : spec.env) {
     size_t eq = entry.find('=');
     if (eq == std::string::npos || eq == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "environment entry '", entry, "' is not of the form NAME=value"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment entry '", entry, "' is not of the form NAME=value"));
     }
     if (IsContractVariable(absl::string_view(entry).substr(0, eq))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("environment entry '", entry,
-                       "' sets a variable the launcher sets for each rank"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "environment entry '", entry, "' sets a variable the launcher sets for each rank"));
     }
   }
   if (spec.timeout <= absl::ZeroDuration()) {
@@ -257,8 +247,7 @@ std::vector<std::string> Job::RankEnvironment(int rank) const {
   std::vector<std::string> env;
   for (char** entry = environ; entry && *entry; ++entry) {
     absl::string_view text(*entry);
-    if (!IsContractVariable(text.substr(0, text.find('='))))
-      env.emplace_back(text);
+    if (!IsContractVariable(text.substr(0, text.find('=')))) env.emplace_back(text);
   }
   env.insert(env.end(), spec_.env.begin(), spec_.env.end());
   auto set = [&env](absl::string_view name, auto value) {
@@ -275,21 +264,19 @@ std::vector<std::string> Job::RankEnvironment(int rank) const {
   set(kRunDirEnv, run_dir_);
   // As torchrun does: unless told otherwise, OpenMP and OpenBLAS use this
   // rank's share of the cores, not all of them in every rank.
-  const int share = std::max(
-      1, static_cast<int>(std::thread::hardware_concurrency()) / spec_.nprocs);
+  const int share =
+      std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / spec_.nprocs);
   for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
     const std::string prefix = absl::StrCat(name, "=");
     bool given = false;
-    for (const std::string& entry : env)
-      given = given || absl::StartsWith(entry, prefix);
+    for (const std::string& entry : env) given = given || absl::StartsWith(entry, prefix);
     if (!given) set(name, share);
   }
   return env;
 }
 
 absl::Status Job::Start() {
-  if (started_)
-    return absl::FailedPreconditionError("the job was already started");
+  if (started_) return absl::FailedPreconditionError("the job was already started");
   started_ = true;
   if (spec_.master_port == 0) {
     absl::StatusOr<int> port = FreeLoopbackPort();
@@ -298,22 +285,19 @@ absl::Status Job::Start() {
   }
   // A private rendezvous: a 0700 directory only this user can enter.
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern =
-      absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/ddpspawn-XXXXXX");
+  std::string pattern = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/ddpspawn-XXXXXX");
   if (mkdtemp(pattern.data()) == nullptr) {
-    return absl::InternalError(absl::StrCat(
-        "cannot create a run directory ", pattern, ": ", std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("cannot create a run directory ", pattern, ": ", std::strerror(errno)));
   }
   run_dir_ = pattern;
-  absl::StatusOr<RunDirGuard> guard =
-      RunDirGuard::Start(run_dir_, SharedMemoryPrefix(run_dir_));
+  absl::StatusOr<RunDirGuard> guard = RunDirGuard::Start(run_dir_, SharedMemoryPrefix(run_dir_));
   if (!guard.ok()) {
     RemoveRunDir();
     return guard.status();
   }
   run_dir_guard_ = *std::move(guard);
-  std::fflush(
-      nullptr);  // children must not flush the parent's buffered output again
+  std::fflush(nullptr);  // children must not flush the parent's buffered output again
   for (int rank = 0; rank < spec_.nprocs; ++rank) {
     absl::Status started = StartRank(rank, RankEnvironment(rank));
     if (!started.ok()) {
@@ -342,16 +326,14 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
     pid_t pid = fork();
     if (pid == 0) {
       PrepareChild(parent, /*reset_signals=*/false);
-      if (spec_.fork_hooks.after_fork_child)
-        spec_.fork_hooks.after_fork_child();
+      if (spec_.fork_hooks.after_fork_child) spec_.fork_hooks.after_fork_child();
       environ = envp.data();
       LimitBlasThreads(spec_.nprocs);
       int code = 1;
       try {
         code = spec_.worker(rank);
       } catch (const std::exception& e) {
-        (void)SetWorkerError(
-            absl::StrCat("uncaught C++ exception: ", e.what()));
+        (void)SetWorkerError(absl::StrCat("uncaught C++ exception: ", e.what()));
       } catch (...) {
         (void)SetWorkerError("uncaught C++ exception of a non-std type");
       }
@@ -359,11 +341,10 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
       _exit(code);
     }
     int fork_errno = errno;
-    if (spec_.fork_hooks.after_fork_parent)
-      spec_.fork_hooks.after_fork_parent();
+    if (spec_.fork_hooks.after_fork_parent) spec_.fork_hooks.after_fork_parent();
     if (pid < 0) {
-      return absl::InternalError(absl::StrCat(
-          "fork() for rank ", rank, " failed: ", std::strerror(fork_errno)));
+      return absl::InternalError(
+          absl::StrCat("fork() for rank ", rank, " failed: ", std::strerror(fork_errno)));
     }
     setpgid(pid, pid);
     outcome.pid = pid;
@@ -374,8 +355,7 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
   std::vector<char*> argv = CStringArray(spec_.argv);
   int exec_error[2];
   if (pipe2(exec_error, O_CLOEXEC) != 0) {
-    return absl::InternalError(
-        absl::StrCat("pipe2() failed: ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat("pipe2() failed: ", std::strerror(errno)));
   }
   pid_t pid = fork();
   if (pid == 0) {
@@ -391,8 +371,8 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
   close(exec_error[1]);
   if (pid < 0) {
     close(exec_error[0]);
-    return absl::InternalError(absl::StrCat(
-        "fork() for rank ", rank, " failed: ", std::strerror(fork_errno)));
+    return absl::InternalError(
+        absl::StrCat("fork() for rank ", rank, " failed: ", std::strerror(fork_errno)));
   }
   setpgid(pid, pid);
   outcome.pid = pid;
@@ -410,17 +390,14 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
     outcome.state = RankState::kExited;
     outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 127;
     return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " could not exec '", program_path_,
-                     "': ", std::strerror(err)));
+        absl::StrCat("rank ", rank, " could not exec '", program_path_, "': ", std::strerror(err)));
   }
   return absl::OkStatus();
 }
 
 absl::Status Job::Wait() {
-  if (!started_)
-    return absl::FailedPreconditionError("the job was not started");
-  if (waited_)
-    return absl::FailedPreconditionError("the job was already waited for");
+  if (!started_) return absl::FailedPreconditionError("the job was not started");
+  if (waited_) return absl::FailedPreconditionError("the job was already waited for");
   waited_ = true;
   ForwardedSignals forwarded;
   const absl::Time deadline = absl::Now() + spec_.timeout;
@@ -490,32 +467,29 @@ absl::Status Job::Wait() {
           break;
         }
       }
-      status = absl::AbortedError(
-          "");  // message filled in below, with the error text
+      status = absl::AbortedError("");  // message filled in below, with the error text
       begin_stopping(SIGTERM);
     }
     if (!any_running) break;
     if (!stopping && g_received_signal != 0) {
       int sig = g_received_signal;
-      status = absl::CancelledError(absl::StrCat(
-          "the launcher received ", SignalName(sig),
-          " and forwarded it to the workers; ranks still running then: ",
-          absl::StrJoin(running_ranks(), ", ")));
+      status = absl::CancelledError(
+          absl::StrCat("the launcher received ", SignalName(sig),
+                       " and forwarded it to the workers; ranks still running then: ",
+                       absl::StrJoin(running_ranks(), ", ")));
       begin_stopping(sig);
     }
     if (!stopping && absl::Now() >= deadline) {
-      status = absl::DeadlineExceededError(absl::StrCat(
-          "the job ran past its timeout of ",
-          absl::FormatDuration(spec_.timeout),
-          "; ranks still running then: ", absl::StrJoin(running_ranks(), ", "),
-          " (stopped with SIGTERM, then SIGKILL after ",
-          absl::FormatDuration(spec_.grace_period), ")"));
+      status = absl::DeadlineExceededError(
+          absl::StrCat("the job ran past its timeout of ", absl::FormatDuration(spec_.timeout),
+                       "; ranks still running then: ", absl::StrJoin(running_ranks(), ", "),
+                       " (stopped with SIGTERM, then SIGKILL after ",
+                       absl::FormatDuration(spec_.grace_period), ")"));
       begin_stopping(SIGTERM);
     }
     // A second SIGINT/SIGTERM while stopping, or the grace period's end:
     // SIGKILL.
-    if (stopping && !killed &&
-        (absl::Now() >= kill_at || g_received_count > escalations_seen)) {
+    if (stopping && !killed && (absl::Now() >= kill_at || g_received_count > escalations_seen)) {
       signal_running(SIGKILL, /*mark_stopped=*/true);
       killed = true;
     }
@@ -527,10 +501,8 @@ absl::Status Job::Wait() {
   if (failed_rank_ >= 0) {
     const RankOutcome& failed = outcomes_[failed_rank_];
     std::string message =
-        absl::StrCat("rank ", failed_rank_, " (pid ", failed.pid, ") ",
-                     DescribeOutcome(failed));
-    if (!failed.error_text.empty())
-      absl::StrAppend(&message, ":\n", failed.error_text);
+        absl::StrCat("rank ", failed_rank_, " (pid ", failed.pid, ") ", DescribeOutcome(failed));
+    if (!failed.error_text.empty()) absl::StrAppend(&message, ":\n", failed.error_text);
     status = absl::AbortedError(message);
   }
   return status;
@@ -552,8 +524,7 @@ void Job::RemoveRunDir() {
   // The workers' shared-memory segments, should a rank have died before
   // removing its own.
   const std::string prefix = SharedMemoryPrefix(run_dir_);
-  for (const auto& entry :
-       std::filesystem::directory_iterator("/dev/shm", ignored)) {
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ignored)) {
     if (absl::StartsWith(entry.path().filename().string(), prefix)) {
       std::filesystem::remove(entry.path(), ignored);
     }

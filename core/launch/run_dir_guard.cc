@@ -37,8 +37,7 @@ void UnlinkEntries(const char* directory, const char* prefix) {
     const int fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return;
     alignas(LinuxDirent64) char buffer[4096];
-    for (long n;
-         (n = syscall(SYS_getdents64, fd, buffer, sizeof buffer)) > 0;) {
+    for (long n; (n = syscall(SYS_getdents64, fd, buffer, sizeof buffer)) > 0;) {
       for (long offset = 0; offset < n;) {
         const auto* entry = reinterpret_cast<LinuxDirent64*>(buffer + offset);
         offset += entry->d_reclen;
@@ -54,8 +53,7 @@ void UnlinkEntries(const char* directory, const char* prefix) {
   }
 }
 
-[[noreturn]] void GuardianMain(pid_t launcher, const char* run_dir,
-                               const char* shm_prefix) {
+[[noreturn]] void GuardianMain(pid_t launcher, const char* run_dir, const char* shm_prefix) {
   sigset_t all;
   sigfillset(&all);
   sigprocmask(SIG_BLOCK, &all, nullptr);
@@ -80,9 +78,7 @@ void UnlinkEntries(const char* directory, const char* prefix) {
 
 }  // namespace
 
-RunDirGuard::RunDirGuard(RunDirGuard&& other) noexcept : pid_(other.pid_) {
-  other.pid_ = -1;
-}
+RunDirGuard::RunDirGuard(RunDirGuard&& other) noexcept : pid_(other.pid_) { other.pid_ = -1; }
 
 RunDirGuard& RunDirGuard::operator=(RunDirGuard&& other) noexcept {
   if (this != &other) {
@@ -98,8 +94,8 @@ absl::StatusOr<RunDirGuard> RunDirGuard::Start(const std::string& run_dir,
   const pid_t launcher = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
-    return absl::InternalError(absl::StrCat(
-        "cannot start the run directory's guardian: ", std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("cannot start the run directory's guardian: ", std::strerror(errno)));
   }
   if (pid == 0) GuardianMain(launcher, run_dir.c_str(), shm_prefix.c_str());
   RunDirGuard guard;

@@ -27,12 +27,10 @@ absl::StatusOr<WorkerIdentity> CurrentWorker() {
   const char* run_dir = std::getenv(kRunDirEnv);
   const char* rank_text = std::getenv("RANK");
   int rank = 0;
-  if (run_dir == nullptr || rank_text == nullptr ||
-      !absl::SimpleAtoi(rank_text, &rank)) {
+  if (run_dir == nullptr || rank_text == nullptr || !absl::SimpleAtoi(rank_text, &rank)) {
     return absl::UnavailableError(
-        "this process was not started by a ddpspawn launcher (DDPSPAWN_RUN_DIR "
-        "and RANK are "
-        "not set), so there is no launcher to hand a result or an error to");
+        "this process was not started by a ddpspawn launcher (DDPSPAWN_RUN_DIR and RANK are not "
+        "set), so there is no launcher to hand a result or an error to");
   }
   return WorkerIdentity{run_dir, rank};
 }
@@ -63,33 +61,28 @@ absl::Status SetWorkerResult(absl::string_view bytes) {
   if (!worker.ok()) return worker.status();
   if (worker->rank != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "only rank 0 hands a result back to the launcher; this is rank ",
-        worker->rank));
+        "only rank 0 hands a result back to the launcher; this is rank ", worker->rank));
   }
-  return WriteFileAtomically(absl::StrCat(worker->run_dir, "/", kResultFile),
-                             bytes,
+  return WriteFileAtomically(absl::StrCat(worker->run_dir, "/", kResultFile), bytes,
                              /*durable=*/false);
 }
 
 absl::Status SetWorkerError(absl::string_view text) {
   absl::StatusOr<WorkerIdentity> worker = CurrentWorker();
   if (!worker.ok()) return worker.status();
-  return WriteFileAtomically(
-      absl::StrCat(worker->run_dir, "/", ErrorFile(worker->rank)), text,
-      /*durable=*/false);
+  return WriteFileAtomically(absl::StrCat(worker->run_dir, "/", ErrorFile(worker->rank)), text,
+                             /*durable=*/false);
 }
 
 void InstallTerminateHandler() {
-  if (std::getenv(kRunDirEnv) != nullptr)
-    std::set_terminate(RecordUncaughtException);
+  if (std::getenv(kRunDirEnv) != nullptr) std::set_terminate(RecordUncaughtException);
 }
 
 std::optional<std::string> ReadWorkerResult(const std::string& run_dir) {
   return ReadFile(absl::StrCat(run_dir, "/", kResultFile));
 }
 
-std::optional<std::string> ReadWorkerError(const std::string& run_dir,
-                                           int rank) {
+std::optional<std::string> ReadWorkerError(const std::string& run_dir, int rank) {
   return ReadFile(absl::StrCat(run_dir, "/", ErrorFile(rank)));
 }
 

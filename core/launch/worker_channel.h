@@ -26,8 +26,7 @@ void InstallTerminateHandler();
 
 // In the launcher: what the workers left in `run_dir`.
 std::optional<std::string> ReadWorkerResult(const std::string& run_dir);
-std::optional<std::string> ReadWorkerError(const std::string& run_dir,
-                                           int rank);
+std::optional<std::string> ReadWorkerError(const std::string& run_dir, int rank);
 
 }  // namespace ddpspawn
 

@@ -20,8 +20,7 @@ absl::Status Catching(const std::string& what, Body&& body) {
   try {
     return body();
   } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", e.what_without_backtrace()));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", e.what()));
   }
@@ -29,9 +28,9 @@ absl::Status Catching(const std::string& what, Body&& body) {
 
 }  // namespace
 
-absl::StatusOr<std::string> SerializeCheckpoint(
-    LightningModule& module, torch::optim::Optimizer* optimizer,
-    const TrainingState& state) {
+absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
+                                                torch::optim::Optimizer* optimizer,
+                                                const TrainingState& state) {
   std::string bytes;
   absl::Status status = Catching("serializing the checkpoint", [&] {
     torch::serialize::OutputArchive archive;
@@ -52,8 +51,7 @@ absl::StatusOr<std::string> SerializeCheckpoint(
     }
     if (state.grad_scale > 0) {
       archive.write("grad_scaler.scale", c10::IValue(state.grad_scale));
-      archive.write("grad_scaler.growth_tracker",
-                    c10::IValue(state.grad_scale_growth_tracker));
+      archive.write("grad_scaler.growth_tracker", c10::IValue(state.grad_scale_growth_tracker));
     }
     std::ostringstream out;
     archive.save_to(out);
@@ -64,42 +62,36 @@ absl::StatusOr<std::string> SerializeCheckpoint(
   return bytes;
 }
 
-absl::Status RestoreCheckpoint(const std::string& bytes,
-                               LightningModule& module,
-                               torch::optim::Optimizer* optimizer,
-                               TrainingState* state) {
+absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module,
+                               torch::optim::Optimizer* optimizer, TrainingState* state) {
   torch::serialize::InputArchive archive;
-  absl::Status loaded =
-      Catching("the checkpoint is not a LibTorch archive", [&] {
-        // Tensors come back on the module's device (a checkpoint saved on
-        // one device loads on another); the RNG states go back to the CPU.
-        std::vector<at::Tensor> params = module.parameters();
-        std::istringstream in(bytes);
-        archive.load_from(in, params.empty() ? c10::optional<c10::Device>()
-                                             : c10::optional<c10::Device>(
-                                                   params.front().device()));
-        return absl::OkStatus();
-      });
+  absl::Status loaded = Catching("the checkpoint is not a LibTorch archive", [&] {
+    // Tensors come back on the module's device (a checkpoint saved on
+    // one device loads on another); the RNG states go back to the CPU.
+    std::vector<at::Tensor> params = module.parameters();
+    std::istringstream in(bytes);
+    archive.load_from(in, params.empty() ? c10::optional<c10::Device>()
+                                         : c10::optional<c10::Device>(params.front().device()));
+    return absl::OkStatus();
+  });
   if (!loaded.ok()) return loaded;
   c10::IValue format;
   if (!archive.try_read("format", format) || !format.isString() ||
       format.toStringRef() != kFormat) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "not a ddpspawn checkpoint (expected format ", kFormat, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a ddpspawn checkpoint (expected format ", kFormat, ")"));
   }
   c10::NoGradGuard no_grad;
   for (const auto& [name, tensor] : module.named_state()) {
     at::Tensor saved;
     if (!archive.try_read("model." + name, saved)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the checkpoint has no tensor '", name,
-                       "': was it saved from another model?"));
+      return absl::InvalidArgumentError(absl::StrCat("the checkpoint has no tensor '", name,
+                                                     "': was it saved from another model?"));
     }
     if (saved.sizes() != tensor.sizes()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", name, "' has shape ",
-                       c10::str(saved.sizes()), " in the checkpoint but ",
-                       c10::str(tensor.sizes()), " in the model"));
+          absl::StrCat("tensor '", name, "' has shape ", c10::str(saved.sizes()),
+                       " in the checkpoint but ", c10::str(tensor.sizes()), " in the model"));
     }
     tensor.copy_(saved);
   }
@@ -107,8 +99,7 @@ absl::Status RestoreCheckpoint(const std::string& bytes,
     absl::Status restored = Catching("restoring the optimizer state", [&] {
       torch::serialize::InputArchive optimizer_archive;
       if (!archive.try_read("optimizer", optimizer_archive)) {
-        return absl::InvalidArgumentError(
-            "the checkpoint has no optimizer state");
+        return absl::InvalidArgumentError("the checkpoint has no optimizer state");
       }
       optimizer->load(optimizer_archive);
       return absl::OkStatus();
@@ -117,28 +108,24 @@ absl::Status RestoreCheckpoint(const std::string& bytes,
   }
   if (state != nullptr) {
     c10::IValue value;
-    for (auto [key, field] :
-         {std::make_pair("epoch", &state->epoch),
-          std::make_pair("batch_in_epoch", &state->batch_in_epoch),
-          std::make_pair("global_step", &state->global_step)}) {
+    for (auto [key, field] : {std::make_pair("epoch", &state->epoch),
+                              std::make_pair("batch_in_epoch", &state->batch_in_epoch),
+                              std::make_pair("global_step", &state->global_step)}) {
       if (!archive.try_read(key, value) || !value.isInt()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the checkpoint has no '", key, "'"));
+        return absl::InvalidArgumentError(absl::StrCat("the checkpoint has no '", key, "'"));
       }
       *field = value.toInt();
     }
     state->cpu_rng_per_rank.clear();
     at::Tensor rng;
-    while (archive.try_read(
-        absl::StrCat("rng.cpu.", state->cpu_rng_per_rank.size()), rng)) {
+    while (archive.try_read(absl::StrCat("rng.cpu.", state->cpu_rng_per_rank.size()), rng)) {
       state->cpu_rng_per_rank.push_back(rng.cpu());
     }
     state->grad_scale = 0;
     state->grad_scale_growth_tracker = 0;
     if (archive.try_read("grad_scaler.scale", value) && value.isDouble()) {
       state->grad_scale = value.toDouble();
-      if (archive.try_read("grad_scaler.growth_tracker", value) &&
-          value.isInt()) {
+      if (archive.try_read("grad_scaler.growth_tracker", value) && value.isInt()) {
         state->grad_scale_growth_tracker = value.toInt();
       }
     }

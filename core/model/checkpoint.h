@@ -32,17 +32,15 @@ struct TrainingState {
 };
 
 // `optimizer` may be null (model only).
-absl::StatusOr<std::string> SerializeCheckpoint(
-    LightningModule& module, torch::optim::Optimizer* optimizer,
-    const TrainingState& state);
+absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
+                                                torch::optim::Optimizer* optimizer,
+                                                const TrainingState& state);
 
 // Restores what `bytes` holds into the module (and the optimizer and `state`,
 // when not null). A tensor the module has and the checkpoint lacks, or with
 // another shape, is an error that names it.
-absl::Status RestoreCheckpoint(const std::string& bytes,
-                               LightningModule& module,
-                               torch::optim::Optimizer* optimizer,
-                               TrainingState* state);
+absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module,
+                               torch::optim::Optimizer* optimizer, TrainingState* state);
 
 }  // namespace ddpspawn
 

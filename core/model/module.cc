@@ -7,9 +7,7 @@
 
 namespace ddpspawn {
 
-std::vector<at::Tensor> NnModule::parameters() {
-  return network_->parameters();
-}
+std::vector<at::Tensor> NnModule::parameters() { return network_->parameters(); }
 
 std::vector<at::Tensor> NnModule::buffers() { return network_->buffers(); }
 
@@ -17,8 +15,7 @@ NamedTensors NnModule::named_state() {
   NamedTensors state;
   for (const auto& item : network_->named_parameters())
     state.emplace_back(item.key(), item.value());
-  for (const auto& item : network_->named_buffers())
-    state.emplace_back(item.key(), item.value());
+  for (const auto& item : network_->named_buffers()) state.emplace_back(item.key(), item.value());
   return state;
 }
 
@@ -26,8 +23,7 @@ absl::Status NnModule::To(const c10::Device& device) {
   try {
     network_->to(device);
   } catch (const std::exception& e) {
-    return absl::InternalError(
-        absl::StrCat("moving the model to ", device.str(), ": ", e.what()));
+    return absl::InternalError(absl::StrCat("moving the model to ", device.str(), ": ", e.what()));
   }
   return absl::OkStatus();
 }

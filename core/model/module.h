@@ -52,24 +52,19 @@ class LightningModule {
   virtual void SetTraining(bool training) = 0;
 
   // Returns the loss to minimize.
-  virtual absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch,
-                                                  int64_t batch_index) = 0;
-  virtual absl::StatusOr<StepMetrics> ValidationStep(const Batch& batch,
-                                                     int64_t batch_index) = 0;
-  virtual absl::StatusOr<StepMetrics> TestStep(const Batch& batch,
-                                               int64_t batch_index) {
+  virtual absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch, int64_t batch_index) = 0;
+  virtual absl::StatusOr<StepMetrics> ValidationStep(const Batch& batch, int64_t batch_index) = 0;
+  virtual absl::StatusOr<StepMetrics> TestStep(const Batch& batch, int64_t batch_index) {
     return ValidationStep(batch, batch_index);
   }
-  virtual absl::StatusOr<at::Tensor> PredictStep(const Batch& batch,
-                                                 int64_t batch_index) = 0;
+  virtual absl::StatusOr<at::Tensor> PredictStep(const Batch& batch, int64_t batch_index) = 0;
   virtual OptimizerConfig ConfigureOptimizers() { return {}; }
 };
 
 // A LightningModule whose tensors live in a torch::nn::Module.
 class NnModule : public LightningModule {
  public:
-  explicit NnModule(std::shared_ptr<torch::nn::Module> network)
-      : network_(std::move(network)) {}
+  explicit NnModule(std::shared_ptr<torch::nn::Module> network) : network_(std::move(network)) {}
   std::shared_ptr<torch::nn::Module> network() { return network_; }
   std::vector<at::Tensor> parameters() override;
   std::vector<at::Tensor> buffers() override;

@@ -16,13 +16,10 @@ class AtomicFileCheckpointIO : public CheckpointIO {
   absl::Status Save(absl::string_view bytes, const std::string& path) override {
     return WriteFileAtomically(path, bytes, /*durable=*/true);
   }
-  absl::StatusOr<std::string> Load(const std::string& path) override {
-    return ReadWholeFile(path);
-  }
+  absl::StatusOr<std::string> Load(const std::string& path) override { return ReadWholeFile(path); }
   absl::Status Remove(const std::string& path) override {
     if (std::remove(path.c_str()) != 0 && errno != ENOENT) {
-      return absl::InternalError(
-          absl::StrCat("cannot remove ", path, ": ", std::strerror(errno)));
+      return absl::InternalError(absl::StrCat("cannot remove ", path, ": ", std::strerror(errno)));
     }
     return absl::OkStatus();
   }

@@ -16,8 +16,7 @@ namespace ddpspawn {
 class CheckpointIO {
  public:
   virtual ~CheckpointIO() = default;
-  virtual absl::Status Save(absl::string_view bytes,
-                            const std::string& path) = 0;
+  virtual absl::Status Save(absl::string_view bytes, const std::string& path) = 0;
   virtual absl::StatusOr<std::string> Load(const std::string& path) = 0;
   virtual absl::Status Remove(const std::string& path) = 0;
 };

@@ -30,8 +30,7 @@ absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
   if (name == "min") return ReduceOp::kMin;
   if (name == "max") return ReduceOp::kMax;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown reduce_op '", name,
-                   "'; expected 'mean', 'sum', 'min' or 'max'"));
+      absl::StrCat("unknown reduce_op '", name, "'; expected 'mean', 'sum', 'min' or 'max'"));
 }
 
 // Lightning's batch_to_device: the batch's tensors on the rank's device.
@@ -39,9 +38,7 @@ Batch ToDevice(const Batch& batch, c10::Device device) {
   Batch moved;
   moved.reserve(batch.size());
   for (const at::Tensor& t : batch) {
-    moved.push_back(t.defined() && t.device() != device
-                        ? t.to(device, /*non_blocking=*/true)
-                        : t);
+    moved.push_back(t.defined() && t.device() != device ? t.to(device, /*non_blocking=*/true) : t);
   }
   return moved;
 }
@@ -50,12 +47,9 @@ Batch ToDevice(const Batch& batch, c10::Device device) {
 
 bool IsWorkerProcess() { return std::getenv(kRunDirEnv) != nullptr; }
 
-DDPSpawnStrategy::DDPSpawnStrategy(StrategyOptions options)
-    : options_(std::move(options)) {
-  if (!options_.checkpoint_io)
-    options_.checkpoint_io = MakeAtomicFileCheckpointIO();
-  if (!options_.precision_plugin)
-    options_.precision_plugin = *MakePrecisionPlugin("32-true");
+DDPSpawnStrategy::DDPSpawnStrategy(StrategyOptions options) : options_(std::move(options)) {
+  if (!options_.checkpoint_io) options_.checkpoint_io = MakeAtomicFileCheckpointIO();
+  if (!options_.precision_plugin) options_.precision_plugin = *MakePrecisionPlugin("32-true");
   if (!options_.cluster_environment) {
     options_.cluster_environment = [] { return DetectClusterEnvironment(); };
   }
@@ -73,27 +67,24 @@ c10::Device DDPSpawnStrategy::root_device() const {
 absl::Status DDPSpawnStrategy::CheckDevices() const {
   if (options_.accelerator != "cpu" && options_.accelerator != "cuda") {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown accelerator '", options_.accelerator,
-                     "'; expected 'cpu' or 'cuda'"));
+        absl::StrCat("unknown accelerator '", options_.accelerator, "'; expected 'cpu' or 'cuda'"));
   }
   if (options_.parallel_devices.empty()) {
     return absl::InvalidArgumentError("parallel_devices is empty");
   }
-  const c10::DeviceType want =
-      options_.accelerator == "cuda" ? c10::kCUDA : c10::kCPU;
+  const c10::DeviceType want = options_.accelerator == "cuda" ? c10::kCUDA : c10::kCPU;
   for (const c10::Device& device : options_.parallel_devices) {
     if (device.type() != want || (device.is_cuda() && !device.has_index())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "accelerator '", options_.accelerator, "' needs parallel_devices of ",
-          want == c10::kCUDA ? "indexed CUDA devices (cuda:N)" : "the CPU",
-          "; got ", device.str()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("accelerator '", options_.accelerator, "' needs parallel_devices of ",
+                       want == c10::kCUDA ? "indexed CUDA devices (cuda:N)" : "the CPU", "; got ",
+                       device.str()));
     }
   }
   if (!options_.precision_plugin->SupportsDevice(want == c10::kCUDA)) {
     return absl::UnavailableError(absl::StrCat(
         "precision '", options_.precision_plugin->name(),
-        "' needs CUDA devices (float16 autocast with a loss scaler); on the "
-        "CPU use 'bf16-mixed'"));
+        "' needs CUDA devices (float16 autocast with a loss scaler); on the CPU use 'bf16-mixed'"));
   }
   return absl::OkStatus();
 }
@@ -101,39 +92,36 @@ absl::Status DDPSpawnStrategy::CheckDevices() const {
 // In a rank, after the cluster environment is read: this rank's device exists.
 absl::Status DDPSpawnStrategy::CheckRankDevice() const {
   if (cluster_.local_rank >= num_processes()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("local rank ", cluster_.local_rank, " has no device in ",
-                     "parallel_devices (", num_processes(), " devices)"));
+    return absl::InvalidArgumentError(absl::StrCat("local rank ", cluster_.local_rank,
+                                                   " has no device in ", "parallel_devices (",
+                                                   num_processes(), " devices)"));
   }
   const c10::Device device = root_device();
   if (!device.is_cuda()) return absl::OkStatus();
   const int present = CudaDeviceCount();
   if (present == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "rank ", cluster_.rank, " needs ", device.str(),
-        ", and no CUDA device is present on this machine (CUDA reports 0 "
-        "devices); use accelerator 'cpu'"));
+    return absl::UnavailableError(absl::StrCat("rank ", cluster_.rank, " needs ", device.str(),
+                                               ", and no CUDA device is present on this machine "
+                                               "(CUDA reports 0 devices); use accelerator 'cpu'"));
   }
   if (device.index() >= present) {
-    return absl::UnavailableError(absl::StrCat(
-        "rank ", cluster_.rank, " needs ", device.str(), ", and this machine ",
-        "has ", present, " CUDA device", present == 1 ? "" : "s"));
+    return absl::UnavailableError(absl::StrCat("rank ", cluster_.rank, " needs ", device.str(),
+                                               ", and this machine ", "has ", present,
+                                               " CUDA device", present == 1 ? "" : "s"));
   }
   return absl::OkStatus();
 }
 
 std::string DDPSpawnStrategy::process_group_backend() const {
-  if (!options_.process_group_backend.empty())
-    return options_.process_group_backend;
+  if (!options_.process_group_backend.empty()) return options_.process_group_backend;
   return root_device().is_cuda() ? "nccl" : "gloo";
 }
 
 absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   if (options_.num_nodes != 1) {
     return absl::InvalidArgumentError(
-        "Launch() starts the ranks of one node; for several nodes, start each "
-        "node's ranks "
-        "with SLURM or torchrun and call RunWorker() in each");
+        "Launch() starts the ranks of one node; for several nodes, start each node's ranks with "
+        "SLURM or torchrun and call RunWorker() in each");
   }
   if (absl::Status s = CheckDevices(); !s.ok()) return s;
   absl::StatusOr<StartMethod> method = ParseStartMethod(options_.start_method);
@@ -169,8 +157,7 @@ int DDPSpawnStrategy::RunWorker(const WorkerFn& fn) {
     try {
       result = fn(*this);
     } catch (const std::exception& e) {
-      result =
-          absl::InternalError(absl::StrCat("uncaught exception: ", e.what()));
+      result = absl::InternalError(absl::StrCat("uncaught exception: ", e.what()));
     }
     status = result.status();
   }
@@ -191,8 +178,7 @@ absl::Status DDPSpawnStrategy::SetupDistributed() {
   GroupOptions group_options;
   group_options.backend = process_group_backend();
   group_options.timeout = options_.timeout;
-  if (root_device().is_cuda())
-    group_options.device_index = root_device().index();
+  if (root_device().is_cuda()) group_options.device_index = root_device().index();
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       ProcessGroup::Create(cluster_, group_options);
   if (!group.ok()) return group.status();
@@ -202,8 +188,7 @@ absl::Status DDPSpawnStrategy::SetupDistributed() {
 
 absl::Status DDPSpawnStrategy::RequireSetup(absl::string_view what) const {
   if (ddp_ == nullptr || module_ == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(what, " needs Setup(module) first"));
+    return absl::FailedPreconditionError(absl::StrCat(what, " needs Setup(module) first"));
   }
   return absl::OkStatus();
 }
@@ -217,40 +202,33 @@ absl::Status DDPSpawnStrategy::ModelToDevice() {
 
 absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
   if (group_ == nullptr) {
-    return absl::FailedPreconditionError(
-        "Setup(module) needs SetupDistributed() first");
+    return absl::FailedPreconditionError("Setup(module) needs SetupDistributed() first");
   }
-  if (module == nullptr)
-    return absl::InvalidArgumentError("Setup needs a module");
+  if (module == nullptr) return absl::InvalidArgumentError("Setup needs a module");
   module_ = std::move(module);
   if (absl::Status s = ModelToDevice(); !s.ok()) return s;
   DdpOptions ddp_options = options_.ddp;
   std::shared_ptr<CommHook> hook = options_.ddp_comm_hook_object;
-  if (hook == nullptr && options_.ddp_comm_hook == "powersgd" &&
-      options_.ddp_comm_state) {
+  if (hook == nullptr && options_.ddp_comm_hook == "powersgd" && options_.ddp_comm_state) {
     hook = MakePowerSgdHook(options_.ddp_comm_state);
   } else if (hook == nullptr) {
-    absl::StatusOr<std::shared_ptr<CommHook>> named =
-        MakeCommHookByName(options_.ddp_comm_hook);
+    absl::StatusOr<std::shared_ptr<CommHook>> named = MakeCommHookByName(options_.ddp_comm_hook);
     if (!named.ok()) return named.status();
     hook = *named;
   }
   if (!options_.ddp_comm_wrapper.empty()) {
-    if (options_.ddp_comm_wrapper != "fp16" &&
-        options_.ddp_comm_wrapper != "bf16") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown ddp_comm_wrapper '", options_.ddp_comm_wrapper,
-                       "'; expected fp16 or bf16"));
+    if (options_.ddp_comm_wrapper != "fp16" && options_.ddp_comm_wrapper != "bf16") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown ddp_comm_wrapper '", options_.ddp_comm_wrapper, "'; expected fp16 or bf16"));
     }
-    absl::StatusOr<std::shared_ptr<CommHook>> wrapped = MakeCompressWrapper(
-        options_.ddp_comm_wrapper == "fp16" ? at::kHalf : at::kBFloat16, hook);
+    absl::StatusOr<std::shared_ptr<CommHook>> wrapped =
+        MakeCompressWrapper(options_.ddp_comm_wrapper == "fp16" ? at::kHalf : at::kBFloat16, hook);
     if (!wrapped.ok()) return wrapped.status();
     hook = *wrapped;
   }
   ddp_options.reducer.comm_hook = hook;
-  absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
-      DistributedDataParallel::Wrap(module_->parameters(), module_->buffers(),
-                                    group_.get(), ddp_options);
+  absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp = DistributedDataParallel::Wrap(
+      module_->parameters(), module_->buffers(), group_.get(), ddp_options);
   if (!ddp.ok()) return ddp.status();
   ddp_ = *std::move(ddp);
   return absl::OkStatus();
@@ -263,48 +241,40 @@ absl::Status DDPSpawnStrategy::Teardown() {
 }
 
 absl::Status DDPSpawnStrategy::Barrier(absl::string_view name) {
-  if (group_ == nullptr)
-    return absl::OkStatus();  // not distributed: nothing to wait for
+  if (group_ == nullptr) return absl::OkStatus();  // not distributed: nothing to wait for
   return group_->Barrier(name);
 }
 
-absl::StatusOr<std::string> DDPSpawnStrategy::Broadcast(absl::string_view bytes,
-                                                        int src) {
+absl::StatusOr<std::string> DDPSpawnStrategy::Broadcast(absl::string_view bytes, int src) {
   if (group_ == nullptr) return std::string(bytes);
   return group_->BroadcastBytes(bytes, src);
 }
 
-absl::StatusOr<at::Tensor> DDPSpawnStrategy::Reduce(
-    const at::Tensor& tensor, absl::string_view reduce_op) {
+absl::StatusOr<at::Tensor> DDPSpawnStrategy::Reduce(const at::Tensor& tensor,
+                                                    absl::string_view reduce_op) {
   absl::StatusOr<ReduceOp> op = ParseReduceOp(reduce_op);
   if (!op.ok()) return op.status();
-  if (!tensor.defined())
-    return absl::InvalidArgumentError("Reduce got an undefined tensor");
+  if (!tensor.defined()) return absl::InvalidArgumentError("Reduce got an undefined tensor");
   at::Tensor reduced = tensor.detach().clone().contiguous();
   if (group_ == nullptr) return reduced;
   if (absl::Status s = group_->AllReduce(reduced, *op); !s.ok()) return s;
   return reduced;
 }
 
-absl::StatusOr<at::Tensor> DDPSpawnStrategy::AllGather(
-    const at::Tensor& tensor) {
-  if (!tensor.defined())
-    return absl::InvalidArgumentError("AllGather got an undefined tensor");
+absl::StatusOr<at::Tensor> DDPSpawnStrategy::AllGather(const at::Tensor& tensor) {
+  if (!tensor.defined()) return absl::InvalidArgumentError("AllGather got an undefined tensor");
   if (group_ == nullptr) return tensor.detach().unsqueeze(0);
-  absl::StatusOr<std::vector<at::Tensor>> gathered =
-      group_->AllGather(tensor.detach());
+  absl::StatusOr<std::vector<at::Tensor>> gathered = group_->AllGather(tensor.detach());
   if (!gathered.ok()) return gathered.status();
   return at::stack(*gathered);
 }
 
 absl::Status DDPSpawnStrategy::PreBackward(const at::Tensor& loss) {
-  if (!loss.defined())
-    return absl::InvalidArgumentError("PreBackward got an undefined loss");
+  if (!loss.defined()) return absl::InvalidArgumentError("PreBackward got an undefined loss");
   return RequireSetup("PreBackward");
 }
 
-absl::StatusOr<at::Tensor> DDPSpawnStrategy::TrainingStep(const Batch& batch,
-                                                          int64_t batch_index) {
+absl::StatusOr<at::Tensor> DDPSpawnStrategy::TrainingStep(const Batch& batch, int64_t batch_index) {
   if (absl::Status s = RequireSetup("TrainingStep"); !s.ok()) return s;
   std::unique_ptr<PrecisionPlugin::StepContext> precision =
       options_.precision_plugin->TrainStepContext(root_device().is_cuda());
@@ -312,49 +282,40 @@ absl::StatusOr<at::Tensor> DDPSpawnStrategy::TrainingStep(const Batch& batch,
   return module_->TrainingStep(ToDevice(batch, root_device()), batch_index);
 }
 
-absl::StatusOr<StepMetrics> DDPSpawnStrategy::ValidationStep(
-    const Batch& batch, int64_t batch_index) {
+absl::StatusOr<StepMetrics> DDPSpawnStrategy::ValidationStep(const Batch& batch,
+                                                             int64_t batch_index) {
   if (absl::Status s = RequireSetup("ValidationStep"); !s.ok()) return s;
   c10::NoGradGuard no_grad;
-  if (absl::Status s = ddp_->PrepareForward(); !s.ok())
-    return s;  // as DDP's forward would
+  if (absl::Status s = ddp_->PrepareForward(); !s.ok()) return s;  // as DDP's forward would
   return module_->ValidationStep(ToDevice(batch, root_device()), batch_index);
 }
 
-absl::StatusOr<StepMetrics> DDPSpawnStrategy::TestStep(const Batch& batch,
-                                                       int64_t batch_index) {
+absl::StatusOr<StepMetrics> DDPSpawnStrategy::TestStep(const Batch& batch, int64_t batch_index) {
   if (absl::Status s = RequireSetup("TestStep"); !s.ok()) return s;
   c10::NoGradGuard no_grad;
   return module_->TestStep(ToDevice(batch, root_device()), batch_index);
 }
 
-absl::StatusOr<at::Tensor> DDPSpawnStrategy::PredictStep(const Batch& batch,
-                                                         int64_t batch_index) {
+absl::StatusOr<at::Tensor> DDPSpawnStrategy::PredictStep(const Batch& batch, int64_t batch_index) {
   if (absl::Status s = RequireSetup("PredictStep"); !s.ok()) return s;
   c10::NoGradGuard no_grad;
   return module_->PredictStep(ToDevice(batch, root_device()), batch_index);
 }
 
-absl::Status DDPSpawnStrategy::SaveCheckpoint(absl::string_view bytes,
-                                              const std::string& path) {
-  absl::Status saved = is_global_zero()
-                           ? options_.checkpoint_io->Save(bytes, path)
-                           : absl::OkStatus();
-  if (group_ != nullptr &&
-      world_size() > 1) {  // every rank learns whether rank 0 succeeded
+absl::Status DDPSpawnStrategy::SaveCheckpoint(absl::string_view bytes, const std::string& path) {
+  absl::Status saved =
+      is_global_zero() ? options_.checkpoint_io->Save(bytes, path) : absl::OkStatus();
+  if (group_ != nullptr && world_size() > 1) {  // every rank learns whether rank 0 succeeded
     int64_t ok = saved.ok() ? 1 : 0;
-    if (absl::Status s = group_->Broadcast(&ok, 1, DType::kInt64, 0); !s.ok())
-      return s;
+    if (absl::Status s = group_->Broadcast(&ok, 1, DType::kInt64, 0); !s.ok()) return s;
     if (ok == 0 && saved.ok()) {
-      return absl::InternalError(
-          absl::StrCat("rank 0 could not save the checkpoint ", path));
+      return absl::InternalError(absl::StrCat("rank 0 could not save the checkpoint ", path));
     }
   }
   return saved;
 }
 
-absl::StatusOr<std::string> DDPSpawnStrategy::LoadCheckpoint(
-    const std::string& path) {
+absl::StatusOr<std::string> DDPSpawnStrategy::LoadCheckpoint(const std::string& path) {
   return options_.checkpoint_io->Load(path);
 }
 

@@ -30,9 +30,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/distributed_data_parallel.h"
-#include "core/dist/process_group.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/launcher.h"
 #include "core/model/module.h"
@@ -58,15 +58,13 @@ struct StrategyOptions {
   // object.
   std::string ddp_comm_hook;
   std::shared_ptr<CommHook> ddp_comm_hook_object;
-  std::shared_ptr<PowerSgdState>
-      ddp_comm_state;            // PowerSGD's state, when ddp_comm_hook is it
-  std::string ddp_comm_wrapper;  // "", "fp16" or "bf16"
-  std::string process_group_backend;  // "": nccl on CUDA devices, gloo on CPU
+  std::shared_ptr<PowerSgdState> ddp_comm_state;  // PowerSGD's state, when ddp_comm_hook is it
+  std::string ddp_comm_wrapper;                   // "", "fp16" or "bf16"
+  std::string process_group_backend;              // "": nccl on CUDA devices, gloo on CPU
   absl::Duration timeout = absl::Minutes(30);
   std::string start_method = "spawn";  // "spawn" or "fork"
-  DdpOptions ddp;  // find_unused_parameters, broadcast_buffers, ...
-  absl::Duration launch_timeout =
-      absl::InfiniteDuration();  // whole job, for Launch()
+  DdpOptions ddp;                      // find_unused_parameters, broadcast_buffers, ...
+  absl::Duration launch_timeout = absl::InfiniteDuration();  // whole job, for Launch()
 };
 
 // Lightning's distributed_sampler_kwargs.
@@ -78,8 +76,7 @@ struct DistributedSamplerArgs {
 class DDPSpawnStrategy {
  public:
   // A rank's work; its result (rank 0's) goes back to the launching process.
-  using WorkerFn =
-      std::function<absl::StatusOr<std::string>(DDPSpawnStrategy& strategy)>;
+  using WorkerFn = std::function<absl::StatusOr<std::string>(DDPSpawnStrategy& strategy)>;
 
   explicit DDPSpawnStrategy(StrategyOptions options = {});
   ~DDPSpawnStrategy();
@@ -92,9 +89,7 @@ class DDPSpawnStrategy {
   // After Launch(): the rank whose failure ended the job (-1: none failed,
   // e.g. success, a timeout or an interrupt) and how every rank ended.
   int last_failed_rank() const { return last_failed_rank_; }
-  const std::vector<RankOutcome>& last_outcomes() const {
-    return last_outcomes_;
-  }
+  const std::vector<RankOutcome>& last_outcomes() const { return last_outcomes_; }
   // In a spawned rank: SetupDistributed(), fn, hand the result back,
   // Teardown(); returns the process exit code.
   int RunWorker(const WorkerFn& fn);
@@ -117,9 +112,7 @@ class DDPSpawnStrategy {
   int node_rank() const { return cluster_.node_rank; }
   int world_size() const { return cluster_.world_size; }
   int num_nodes() const { return options_.num_nodes; }
-  int num_processes() const {
-    return static_cast<int>(options_.parallel_devices.size());
-  }
+  int num_processes() const { return static_cast<int>(options_.parallel_devices.size()); }
   bool is_global_zero() const { return global_rank() == 0; }
   c10::Device root_device() const;
   std::string process_group_backend() const;
@@ -137,8 +130,7 @@ class DDPSpawnStrategy {
   // Rank `src`'s bytes on every rank (objects: serialize them first).
   absl::StatusOr<std::string> Broadcast(absl::string_view bytes, int src = 0);
   // A reduced copy of `tensor`: "mean" (default), "sum", "min", "max".
-  absl::StatusOr<at::Tensor> Reduce(const at::Tensor& tensor,
-                                    absl::string_view reduce_op = "mean");
+  absl::StatusOr<at::Tensor> Reduce(const at::Tensor& tensor, absl::string_view reduce_op = "mean");
   // As in Lightning, anything that is not a tensor passes through unchanged.
   template <typename T>
   T Reduce(T value, absl::string_view /*reduce_op*/ = "mean") {
@@ -153,13 +145,10 @@ class DDPSpawnStrategy {
   absl::Status PreBackward(const at::Tensor& loss);
   // Through the DDP wrapper (buffers from rank 0, precision context); returns
   // the loss.
-  absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch,
-                                          int64_t batch_index);
-  absl::StatusOr<StepMetrics> ValidationStep(const Batch& batch,
-                                             int64_t batch_index);
+  absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch, int64_t batch_index);
+  absl::StatusOr<StepMetrics> ValidationStep(const Batch& batch, int64_t batch_index);
   absl::StatusOr<StepMetrics> TestStep(const Batch& batch, int64_t batch_index);
-  absl::StatusOr<at::Tensor> PredictStep(const Batch& batch,
-                                         int64_t batch_index);
+  absl::StatusOr<at::Tensor> PredictStep(const Batch& batch, int64_t batch_index);
 
   // --- Checkpoints
   // ------------------------------------------------------------------------

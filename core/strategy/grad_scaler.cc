@@ -12,9 +12,7 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
   state_.scale = options_.init_scale;
 }
 
-at::Tensor GradScaler::Scale(const at::Tensor& loss) const {
-  return loss * state_.scale;
-}
+at::Tensor GradScaler::Scale(const at::Tensor& loss) const { return loss * state_.scale; }
 
 bool GradScaler::Unscale(const std::vector<at::Tensor>& parameters) const {
   // ATen's fused kernel (what torch.amp.GradScaler uses): one launch per
@@ -25,8 +23,7 @@ bool GradScaler::Unscale(const std::vector<at::Tensor>& parameters) const {
     const at::Tensor& grad = p.grad();
     if (!grad.defined()) continue;
     auto group = std::find_if(groups.begin(), groups.end(), [&](auto& g) {
-      return g[0].device() == grad.device() &&
-             g[0].scalar_type() == grad.scalar_type();
+      return g[0].device() == grad.device() && g[0].scalar_type() == grad.scalar_type();
     });
     if (group == groups.end()) {
       groups.push_back({grad});

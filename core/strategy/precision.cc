@@ -44,8 +44,7 @@ class Bf16Mixed : public PrecisionPlugin {
  public:
   std::string name() const override { return "bf16-mixed"; }
   std::unique_ptr<StepContext> TrainStepContext(bool cuda) override {
-    return std::make_unique<Autocast>(cuda ? c10::kCUDA : c10::kCPU,
-                                      at::kBFloat16);
+    return std::make_unique<Autocast>(cuda ? c10::kCUDA : c10::kCPU, at::kBFloat16);
   }
 };
 
@@ -64,18 +63,14 @@ class Fp16Mixed : public PrecisionPlugin {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<PrecisionPlugin>> MakePrecisionPlugin(
-    const std::string& name) {
+absl::StatusOr<std::shared_ptr<PrecisionPlugin>> MakePrecisionPlugin(const std::string& name) {
   if (name.empty() || name == "32-true" || name == "32") {
     return std::shared_ptr<PrecisionPlugin>(std::make_shared<FullPrecision>());
   }
-  if (name == "bf16-mixed")
-    return std::shared_ptr<PrecisionPlugin>(std::make_shared<Bf16Mixed>());
-  if (name == "16-mixed")
-    return std::shared_ptr<PrecisionPlugin>(std::make_shared<Fp16Mixed>());
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown precision '", name,
-                   "'; expected '32-true', 'bf16-mixed' or '16-mixed'"));
+  if (name == "bf16-mixed") return std::shared_ptr<PrecisionPlugin>(std::make_shared<Bf16Mixed>());
+  if (name == "16-mixed") return std::shared_ptr<PrecisionPlugin>(std::make_shared<Fp16Mixed>());
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown precision '", name, "'; expected '32-true', 'bf16-mixed' or '16-mixed'"));
 }
 
 }  // namespace ddpspawn

@@ -26,15 +26,14 @@ class PrecisionPlugin {
   // `cuda`: the model lives on a CUDA device (else on the CPU).
   virtual std::unique_ptr<StepContext> TrainStepContext(bool cuda) = 0;
   // Whether this precision can run on that device.
-  virtual bool SupportsDevice(bool cuda) const { return true; }
+  virtual bool SupportsDevice(bool /*cuda*/) const { return true; }
   // The loss scaler ("16-mixed"), or null.
   virtual GradScaler* grad_scaler() { return nullptr; }
 };
 
 // "32-true" (or "32"), "bf16-mixed", "16-mixed"; anything else is
 // InvalidArgument.
-absl::StatusOr<std::shared_ptr<PrecisionPlugin>> MakePrecisionPlugin(
-    const std::string& name);
+absl::StatusOr<std::shared_ptr<PrecisionPlugin>> MakePrecisionPlugin(const std::string& name);
 
 }  // namespace ddpspawn
 

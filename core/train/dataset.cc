@@ -30,8 +30,7 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "the .npy reader assumes a little-endian host");
 
 constexpr absl::string_view kNpyMagic("\x93NUMPY", 6);
-constexpr char kSupportedDtypes[] =
-    "'<f4', '<f8', '|i1', '<i2', '<i4', '<i8', '|u1', '|b1'";
+constexpr char kSupportedDtypes[] = "'<f4', '<f8', '|i1', '<i2', '<i4', '<i8', '|u1', '|b1'";
 
 absl::Status Invalid(const std::string& path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
@@ -70,9 +69,8 @@ class NpyHeaderParser {
       if (*key == "descr") {
         SkipSpace();
         if (pos_ < text_.size() && (text_[pos_] == '[' || text_[pos_] == '{'))
-          return absl::InvalidArgumentError(
-              absl::StrCat("structured dtypes are not supported (supported: ",
-                           kSupportedDtypes, ")"));
+          return absl::InvalidArgumentError(absl::StrCat(
+              "structured dtypes are not supported (supported: ", kSupportedDtypes, ")"));
         absl::StatusOr<std::string> descr = ParseString();
         if (!descr.ok()) return descr.status();
         header.descr = *descr;
@@ -107,9 +105,9 @@ class NpyHeaderParser {
 
  private:
   absl::Status Error(absl::string_view what) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat("malformed header (", what, " at offset ", pos_, " of \"",
-                     absl::StripAsciiWhitespace(text_), "\")"));
+    return absl::InvalidArgumentError(absl::StrCat("malformed header (", what, " at offset ", pos_,
+                                                   " of \"", absl::StripAsciiWhitespace(text_),
+                                                   "\")"));
   }
 
   void SkipSpace() {
@@ -182,27 +180,24 @@ absl::StatusOr<NpyDtype> ParseDescr(const std::string& descr) {
     at::ScalarType type;
   };
   static constexpr Known kKnown[] = {
-      {"f4", at::kFloat}, {"f8", at::kDouble}, {"i1", at::kChar},
-      {"i2", at::kShort}, {"i4", at::kInt},    {"i8", at::kLong},
-      {"u1", at::kByte},  {"b1", at::kBool},
+      {"f4", at::kFloat}, {"f8", at::kDouble}, {"i1", at::kChar}, {"i2", at::kShort},
+      {"i4", at::kInt},   {"i8", at::kLong},   {"u1", at::kByte}, {"b1", at::kBool},
   };
-  if (descr.size() == 3 &&
-      absl::string_view("<>|=").find(descr[0]) != absl::string_view::npos) {
+  if (descr.size() == 3 && absl::string_view("<>|=").find(descr[0]) != absl::string_view::npos) {
     absl::string_view kind_and_size = absl::string_view(descr).substr(1);
     for (const Known& known : kKnown) {
       if (kind_and_size != known.kind_and_size) continue;
       int64_t item_size = descr[2] - '0';
       if (descr[0] == '>' && item_size > 1)
-        return absl::InvalidArgumentError(
-            absl::StrCat("big-endian data ('", descr,
-                         "') is not supported; save it little-endian, e.g. "
-                         "np.save(path, array.astype('<",
-                         kind_and_size, "'))"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "big-endian data ('", descr,
+            "') is not supported; save it little-endian, e.g. np.save(path, array.astype('<",
+            kind_and_size, "'))"));
       return NpyDtype{known.type, item_size};
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unsupported dtype '", descr, "' (supported: ", kSupportedDtypes, ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported dtype '", descr, "' (supported: ", kSupportedDtypes, ")"));
 }
 
 uint32_t ReadLittleEndian(absl::string_view bytes) {
@@ -213,59 +208,49 @@ uint32_t ReadLittleEndian(absl::string_view bytes) {
 }
 
 // Parses .npy bytes; errors are InvalidArgument naming `path`.
-absl::StatusOr<at::Tensor> ParseNpy(const std::string& path,
-                                    absl::string_view bytes) {
-  if (bytes.size() < kNpyMagic.size() ||
-      bytes.substr(0, kNpyMagic.size()) != kNpyMagic)
-    return Invalid(path,
-                   "not a .npy file (it does not start with \"\\x93NUMPY\")");
+absl::StatusOr<at::Tensor> ParseNpy(const std::string& path, absl::string_view bytes) {
+  if (bytes.size() < kNpyMagic.size() || bytes.substr(0, kNpyMagic.size()) != kNpyMagic)
+    return Invalid(path, "not a .npy file (it does not start with \"\\x93NUMPY\")");
   if (bytes.size() < 8) return Invalid(path, "truncated .npy preamble");
   int major = static_cast<unsigned char>(bytes[6]);
   int minor = static_cast<unsigned char>(bytes[7]);
   if (major < 1 || major > 3 || minor != 0)
-    return Invalid(path,
-                   absl::StrCat("unsupported .npy format version ", major, ".",
-                                minor, " (supported: 1.0, 2.0, 3.0)"));
+    return Invalid(path, absl::StrCat("unsupported .npy format version ", major, ".", minor,
+                                      " (supported: 1.0, 2.0, 3.0)"));
   size_t length_size = major == 1 ? 2 : 4;
   size_t header_start = 8 + length_size;
-  if (bytes.size() < header_start)
-    return Invalid(path, "truncated .npy preamble");
+  if (bytes.size() < header_start) return Invalid(path, "truncated .npy preamble");
   size_t header_length = ReadLittleEndian(bytes.substr(8, length_size));
   if (bytes.size() - header_start < header_length)
-    return Invalid(
-        path, absl::StrCat("truncated header (expects ", header_length,
-                           " bytes, has ", bytes.size() - header_start, ")"));
+    return Invalid(path, absl::StrCat("truncated header (expects ", header_length, " bytes, has ",
+                                      bytes.size() - header_start, ")"));
   absl::StatusOr<NpyHeader> header =
       NpyHeaderParser(bytes.substr(header_start, header_length)).Parse();
   if (!header.ok()) return Invalid(path, header.status().message());
   absl::StatusOr<NpyDtype> dtype = ParseDescr(header->descr);
   if (!dtype.ok()) return Invalid(path, dtype.status().message());
   if (header->fortran_order)
-    return Invalid(path,
-                   "fortran_order is True; only C order is supported (save "
-                   "np.ascontiguousarray(array))");
+    return Invalid(
+        path,
+        "fortran_order is True; only C order is supported (save np.ascontiguousarray(array))");
 
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   int64_t count = 1;
   for (int64_t dim : header->shape) {
     if (dim != 0 && count > kMax / dim)
-      return Invalid(path, absl::StrCat("shape ", ShapeText(header->shape),
-                                        " is too large"));
+      return Invalid(path, absl::StrCat("shape ", ShapeText(header->shape), " is too large"));
     count *= dim;
   }
   if (count > kMax / dtype->item_size)
-    return Invalid(path, absl::StrCat("shape ", ShapeText(header->shape),
-                                      " is too large"));
+    return Invalid(path, absl::StrCat("shape ", ShapeText(header->shape), " is too large"));
   int64_t expected = count * dtype->item_size;
   absl::string_view data = bytes.substr(header_start + header_length);
   if (static_cast<int64_t>(data.size()) != expected)
     return Invalid(
         path, absl::StrCat("expects ", expected, " bytes of data for shape ",
-                           ShapeText(header->shape), " of ", header->descr,
-                           ", has ", data.size()));
+                           ShapeText(header->shape), " of ", header->descr, ", has ", data.size()));
 
-  at::Tensor tensor =
-      at::empty(header->shape, at::TensorOptions().dtype(dtype->type));
+  at::Tensor tensor = at::empty(header->shape, at::TensorOptions().dtype(dtype->type));
   if (expected > 0) std::memcpy(tensor.data_ptr(), data.data(), expected);
   return tensor;
 }
@@ -275,8 +260,7 @@ absl::StatusOr<at::Tensor> ParseNpy(const std::string& path,
 
 // Splits one line at `delimiter` outside double quotes ("" inside quotes is a
 // quote), and strips spaces around each field. False on an unterminated quote.
-bool SplitCsvLine(absl::string_view line, char delimiter,
-                  std::vector<std::string>* fields) {
+bool SplitCsvLine(absl::string_view line, char delimiter, std::vector<std::string>* fields) {
   fields->clear();
   std::string field;
   bool in_quotes = false;
@@ -314,8 +298,7 @@ bool IntegralLabel(absl::string_view text, double value, int64_t* integer) {
   if (absl::SimpleAtoi(text, integer)) return true;
   // 2^63 is exact in double; the range is [-2^63, 2^63).
   constexpr double kLimit = 9223372036854775808.0;
-  if (!std::isfinite(value) || std::trunc(value) != value || value < -kLimit ||
-      value >= kLimit)
+  if (!std::isfinite(value) || std::trunc(value) != value || value < -kLimit || value >= kLimit)
     return false;
   *integer = static_cast<int64_t>(value);
   return true;
@@ -337,18 +320,15 @@ absl::StatusOr<Dataset> LoadNpyDataset(const std::string& features_path,
   if (!labels.ok()) return labels.status();
   if (features->dim() < 1)
     return Invalid(features_path,
-                   "features must have at least one dimension (one row per "
-                   "sample), not shape ()");
+                   "features must have at least one dimension (one row per sample), not shape ()");
   if (labels->dim() < 1 || labels->dim() > 2)
-    return Invalid(labels_path,
-                   absl::StrCat("labels must have shape (n,) or (n, k), not ",
-                                ShapeText(labels->sizes().vec())));
+    return Invalid(labels_path, absl::StrCat("labels must have shape (n,) or (n, k), not ",
+                                             ShapeText(labels->sizes().vec())));
   if (features->size(0) != labels->size(0))
     return absl::InvalidArgumentError(absl::StrCat(
-        "features and labels differ in size: ", features_path, " has ",
-        features->size(0), " rows (shape ", ShapeText(features->sizes().vec()),
-        "), ", labels_path, " has ", labels->size(0), " (shape ",
-        ShapeText(labels->sizes().vec()), ")"));
+        "features and labels differ in size: ", features_path, " has ", features->size(0),
+        " rows (shape ", ShapeText(features->sizes().vec()), "), ", labels_path, " has ",
+        labels->size(0), " (shape ", ShapeText(labels->sizes().vec()), ")"));
 
   Dataset dataset;
   dataset.features = features->to(at::kFloat);
@@ -357,8 +337,7 @@ absl::StatusOr<Dataset> LoadNpyDataset(const std::string& features_path,
   } else {
     if (labels->dim() == 2 && labels->size(1) != 1)
       return Invalid(labels_path,
-                     absl::StrCat("integer labels must have shape (n,) or "
-                                  "(n, 1), not ",
+                     absl::StrCat("integer labels must have shape (n,) or (n, 1), not ",
                                   ShapeText(labels->sizes().vec())));
     dataset.labels = labels->reshape({labels->size(0)}).to(at::kLong);
   }
@@ -366,8 +345,7 @@ absl::StatusOr<Dataset> LoadNpyDataset(const std::string& features_path,
   return dataset;
 }
 
-absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path,
-                                       const CsvOptions& options) {
+absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path, const CsvOptions& options) {
   absl::StatusOr<std::string> contents = ReadWholeFile(path);
   if (!contents.ok()) return contents.status();
 
@@ -396,25 +374,23 @@ absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path,
     // "file:line", for errors.
     auto where = [&] { return absl::StrCat(path, ":", line_number); };
     if (!SplitCsvLine(line, options.delimiter, &fields))
-      return absl::InvalidArgumentError(
-          absl::StrCat(where(), ": unterminated double quote"));
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": unterminated double quote"));
 
     if (columns == 0) {  // the first row: header or data
       columns = fields.size();
       first_line = line_number;
       if (columns < 2)
-        return absl::InvalidArgumentError(absl::StrCat(
-            where(), ": has ", columns,
-            " field; a dataset needs at least 2 columns (features and a "
-            "label) - is the delimiter '",
-            std::string(1, options.delimiter), "' right?"));
-      int label_column = options.label_column < 0
-                             ? static_cast<int>(columns) + options.label_column
-                             : options.label_column;
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), ": has ", columns,
+                         " field; a dataset needs at least 2 columns (features and a label) - is "
+                         "the delimiter '",
+                         std::string(1, options.delimiter), "' right?"));
+      int label_column = options.label_column < 0 ? static_cast<int>(columns) + options.label_column
+                                                  : options.label_column;
       if (label_column < 0 || label_column >= static_cast<int>(columns))
         return absl::InvalidArgumentError(
-            absl::StrCat(path, ": label_column ", options.label_column,
-                         " is out of range for ", columns, " columns"));
+            absl::StrCat(path, ": label_column ", options.label_column, " is out of range for ",
+                         columns, " columns"));
       label_index = static_cast<size_t>(label_column);
       bool header = options.header == CsvOptions::Header::kYes;
       if (options.header == CsvOptions::Header::kAuto) {
@@ -427,17 +403,16 @@ absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path,
         continue;
       }
     } else if (fields.size() != columns) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where(), ": has ", fields.size(), " fields, expected ",
-                       columns, " (as on line ", first_line, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": has ", fields.size(),
+                                                     " fields, expected ", columns, " (as on line ",
+                                                     first_line, ")"));
     }
 
     for (size_t column = 0; column < columns; ++column) {
       double value;
       if (!ParseNumber(fields[column], &value))
-        return absl::InvalidArgumentError(
-            absl::StrCat(where(), ": ", column_text(column), ": \"",
-                         fields[column], "\" is not a number"));
+        return absl::InvalidArgumentError(absl::StrCat(where(), ": ", column_text(column), ": \"",
+                                                       fields[column], "\" is not a number"));
       if (column != label_index) {
         features.push_back(static_cast<float>(value));
         continue;
@@ -447,9 +422,9 @@ absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path,
       if (IntegralLabel(fields[column], value, &integer)) {
         label_integers.push_back(integer);
       } else if (options.label_type == CsvOptions::LabelType::kInt64) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where(), ": ", column_text(column), ": label \"", fields[column],
-            "\" is not an integer (label_type is kInt64)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), ": ", column_text(column), ": label \"", fields[column],
+                         "\" is not an integer (label_type is kInt64)"));
       } else {
         labels_integral = false;
       }
@@ -462,43 +437,35 @@ absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path,
 
   Dataset dataset;
   dataset.source = path;
-  dataset.features =
-      at::empty({rows, static_cast<int64_t>(columns) - 1}, at::kFloat);
-  std::memcpy(dataset.features.data_ptr<float>(), features.data(),
-              features.size() * sizeof(float));
-  bool integer_labels =
-      options.label_type == CsvOptions::LabelType::kInt64 ||
-      (options.label_type == CsvOptions::LabelType::kAuto && labels_integral);
+  dataset.features = at::empty({rows, static_cast<int64_t>(columns) - 1}, at::kFloat);
+  std::memcpy(dataset.features.data_ptr<float>(), features.data(), features.size() * sizeof(float));
+  bool integer_labels = options.label_type == CsvOptions::LabelType::kInt64 ||
+                        (options.label_type == CsvOptions::LabelType::kAuto && labels_integral);
   if (integer_labels) {
     dataset.labels = at::empty({rows}, at::kLong);
-    std::memcpy(dataset.labels.data_ptr<int64_t>(), label_integers.data(),
-                rows * sizeof(int64_t));
+    std::memcpy(dataset.labels.data_ptr<int64_t>(), label_integers.data(), rows * sizeof(int64_t));
   } else {
     dataset.labels = at::empty({rows}, at::kFloat);
     float* labels = dataset.labels.data_ptr<float>();
-    for (int64_t i = 0; i < rows; ++i)
-      labels[i] = static_cast<float>(label_values[i]);
+    for (int64_t i = 0; i < rows; ++i) labels[i] = static_cast<float>(label_values[i]);
   }
   return dataset;
 }
 
-absl::StatusOr<std::pair<Dataset, Dataset>> SplitDataset(const Dataset& dataset,
-                                                         int64_t count) {
+absl::StatusOr<std::pair<Dataset, Dataset>> SplitDataset(const Dataset& dataset, int64_t count) {
   if (!dataset.features.defined() || dataset.features.dim() < 1)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot split ", dataset.source, ": it has no features tensor"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot split ", dataset.source, ": it has no features tensor"));
   int64_t size = dataset.size();
   if (count < 0 || count > size)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot split ", dataset.source, " after row ", count, ": it has ",
-        size, " rows (the count must be in [0, ", size, "])"));
+    return absl::InvalidArgumentError(absl::StrCat("cannot split ", dataset.source, " after row ",
+                                                   count, ": it has ", size,
+                                                   " rows (the count must be in [0, ", size, "])"));
   auto part = [&](int64_t start, int64_t length) {
     Dataset result;
     result.features = dataset.features.narrow(0, start, length);
-    if (dataset.labels.defined())
-      result.labels = dataset.labels.narrow(0, start, length);
-    result.source =
-        absl::StrCat(dataset.source, "[", start, ":", start + length, "]");
+    if (dataset.labels.defined()) result.labels = dataset.labels.narrow(0, start, length);
+    result.source = absl::StrCat(dataset.source, "[", start, ":", start + length, "]");
     return result;
   };
   return std::make_pair(part(0, count), part(count, size - count));

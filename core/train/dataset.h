@@ -49,11 +49,7 @@ struct CsvOptions {
   char delimiter = ',';
   // kAuto: int64 when every label is an integral value (so "1.0" counts, as
   // np.savetxt writes it), float32 otherwise.
-  enum class LabelType {
-    kAuto,
-    kInt64,
-    kFloat32
-  } label_type = LabelType::kAuto;
+  enum class LabelType { kAuto, kInt64, kFloat32 } label_type = LabelType::kAuto;
 };
 
 // A numeric CSV file: one row per sample, one column the label, the others the
@@ -61,14 +57,12 @@ struct CsvOptions {
 // double-quoted; blank lines are skipped. Errors name the file and the line
 // (and column) of a field that is not a number or of a row with a different
 // number of fields; a file without data rows is an error.
-absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path,
-                                       const CsvOptions& options = {});
+absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path, const CsvOptions& options = {});
 
 // The first `count` rows and the rest, e.g. for a train/test split; `count`
 // must be in [0, size()]. The parts are views of the dataset's tensors (no
 // copy) and their sources say which rows they hold.
-absl::StatusOr<std::pair<Dataset, Dataset>> SplitDataset(const Dataset& dataset,
-                                                         int64_t count);
+absl::StatusOr<std::pair<Dataset, Dataset>> SplitDataset(const Dataset& dataset, int64_t count);
 
 }  // namespace ddpspawn
 

@@ -14,8 +14,9 @@
 namespace ddpspawn {
 
 // `spec` is "mlp:IN,HIDDEN...,OUT"; `classifier` picks the loss.
-absl::StatusOr<std::shared_ptr<LightningModule>> MakeMlpModule(
-    const std::string& spec, bool classifier, const OptimizerConfig& optimizer);
+absl::StatusOr<std::shared_ptr<LightningModule>> MakeMlpModule(const std::string& spec,
+                                                               bool classifier,
+                                                               const OptimizerConfig& optimizer);
 
 }  // namespace ddpspawn
 

@@ -28,8 +28,7 @@ namespace {
 
 using Setter = std::function<absl::Status(RunConfig&, const std::string&)>;
 
-absl::Status Bad(const std::string& key, const std::string& value,
-                 const std::string& expected) {
+absl::Status Bad(const std::string& key, const std::string& value, const std::string& expected) {
   return absl::InvalidArgumentError(
       absl::StrCat("option ", key, "='", value, "': expected ", expected));
 }
@@ -56,11 +55,9 @@ Setter Text(std::string RunConfig::*field) {
 
 absl::StatusOr<bool> ParseBool(const std::string& v) {
   std::string lower = absl::AsciiStrToLower(v);
-  if (lower == "1" || lower == "true" || lower == "yes" || lower.empty())
-    return true;
+  if (lower == "1" || lower == "true" || lower == "yes" || lower.empty()) return true;
   if (lower == "0" || lower == "false" || lower == "no") return false;
-  return absl::InvalidArgumentError(
-      absl::StrCat("expected true or false, got '", v, "'"));
+  return absl::InvalidArgumentError(absl::StrCat("expected true or false, got '", v, "'"));
 }
 
 // A setter on a nested field, for the trainer's and the optimizer's options.
@@ -109,36 +106,20 @@ const std::map<std::string, Setter>& Setters() {
       {"val_labels", Text(&RunConfig::val_labels)},
       {"data", Text(&RunConfig::data)},
       {"data_labels", Text(&RunConfig::data_labels)},
-      {"label_column",
-       Integer([](RunConfig& c) -> int& { return c.label_column; }, INT32_MIN)},
+      {"label_column", Integer([](RunConfig& c) -> int& { return c.label_column; }, INT32_MIN)},
       {"checkpoint", Text(&RunConfig::checkpoint)},
-      {"max_epochs",
-       Integer([](RunConfig& c) -> int64_t& { return c.trainer.max_epochs; },
-               0)},
-      {"max_steps",
-       Integer([](RunConfig& c) -> int64_t& { return c.trainer.max_steps; },
-               -1)},
-      {"batch_size",
-       Integer([](RunConfig& c) -> int64_t& { return c.trainer.batch_size; },
-               1)},
+      {"max_epochs", Integer([](RunConfig& c) -> int64_t& { return c.trainer.max_epochs; }, 0)},
+      {"max_steps", Integer([](RunConfig& c) -> int64_t& { return c.trainer.max_steps; }, -1)},
+      {"batch_size", Integer([](RunConfig& c) -> int64_t& { return c.trainer.batch_size; }, 1)},
       {"accumulate_grad_batches",
-       Integer([](RunConfig& c)
-                   -> int& { return c.trainer.accumulate_grad_batches; },
-               1)},
+       Integer([](RunConfig& c) -> int& { return c.trainer.accumulate_grad_batches; }, 1)},
       {"gradient_clip_val",
-       Number(
-           [](RunConfig& c) -> double& { return c.trainer.gradient_clip_val; },
-           0)},
+       Number([](RunConfig& c) -> double& { return c.trainer.gradient_clip_val; }, 0)},
       {"check_val_every_n_epoch",
-       Integer([](RunConfig& c)
-                   -> int& { return c.trainer.check_val_every_n_epoch; },
-               0)},
-      {"seed",
-       Integer([](RunConfig& c) -> uint64_t& { return c.trainer.seed; }, 0)},
-      {"shuffle",
-       Flag([](RunConfig& c) -> bool& { return c.trainer.shuffle; })},
-      {"drop_last",
-       Flag([](RunConfig& c) -> bool& { return c.trainer.drop_last; })},
+       Integer([](RunConfig& c) -> int& { return c.trainer.check_val_every_n_epoch; }, 0)},
+      {"seed", Integer([](RunConfig& c) -> uint64_t& { return c.trainer.seed; }, 0)},
+      {"shuffle", Flag([](RunConfig& c) -> bool& { return c.trainer.shuffle; })},
+      {"drop_last", Flag([](RunConfig& c) -> bool& { return c.trainer.drop_last; })},
       {"default_root_dir",
        [](RunConfig& c, const std::string& v) {
          c.trainer.default_root_dir = v;
@@ -149,13 +130,10 @@ const std::map<std::string, Setter>& Setters() {
          c.trainer.resume_from = v;
          return absl::OkStatus();
        }},
-      {"num_threads",
-       Integer([](RunConfig& c) -> int& { return c.trainer.num_threads; }, 0)},
+      {"num_threads", Integer([](RunConfig& c) -> int& { return c.trainer.num_threads; }, 0)},
       {"log_every_n_steps",
-       Integer([](RunConfig& c) -> int& { return c.trainer.log_every_n_steps; },
-               0)},
-      {"progress",
-       Flag([](RunConfig& c) -> bool& { return c.trainer.enable_progress; })},
+       Integer([](RunConfig& c) -> int& { return c.trainer.log_every_n_steps; }, 0)},
+      {"progress", Flag([](RunConfig& c) -> bool& { return c.trainer.enable_progress; })},
       {"optimizer",
        [](RunConfig& c, const std::string& v) -> absl::Status {
          if (v != "sgd" && v != "adam" && v != "adamw")
@@ -163,52 +141,46 @@ const std::map<std::string, Setter>& Setters() {
          c.optimizer.name = v;
          return absl::OkStatus();
        }},
-      {"lr",
-       Number([](RunConfig& c) -> double& { return c.optimizer.lr; }, 1e-12)},
-      {"momentum",
-       Number([](RunConfig& c) -> double& { return c.optimizer.momentum; }, 0)},
-      {"weight_decay",
-       Number([](RunConfig& c) -> double& { return c.optimizer.weight_decay; },
-              0)},
+      {"lr", Number([](RunConfig& c) -> double& { return c.optimizer.lr; }, 1e-12)},
+      {"momentum", Number([](RunConfig& c) -> double& { return c.optimizer.momentum; }, 0)},
+      {"weight_decay", Number([](RunConfig& c) -> double& { return c.optimizer.weight_decay; }, 0)},
       {"step_lr_every",
-       Integer(
-           [](RunConfig& c) -> int64_t& { return c.optimizer.step_lr_every; },
-           0)},
+       Integer([](RunConfig& c) -> int64_t& { return c.optimizer.step_lr_every; }, 0)},
       {"step_lr_gamma",
-       Number([](RunConfig& c) -> double& { return c.optimizer.step_lr_gamma; },
-              0)},
+       Number([](RunConfig& c) -> double& { return c.optimizer.step_lr_gamma; }, 0)},
       {"nproc_per_node", Int(&RunConfig::nproc_per_node, 1)},
       {"accelerator",
-       [](RunConfig& c, const std::string& v) -> absl::Status {
-         if (v != "cpu" && v != "cuda" && v != "gpu")
-           return Bad("accelerator", v, "cpu or cuda");
-         c.accelerator = v == "gpu" ? "cuda" : v;
-         return absl::OkStatus();
-       }},
+       [](RunConfig& c, const std::string& v) -> absl::
+                                                  Status {
+                                                    if (v != "cpu" && v != "cuda" && v != "gpu")
+                                                      return Bad("accelerator", v, "cpu or cuda");
+                                                    c.accelerator = v == "gpu" ? "cuda" : v;
+                                                    return absl::OkStatus();
+                                                  }},
       {"devices", Text(&RunConfig::devices)},
       {"process_group_backend",
-       [](RunConfig& c, const std::string& v) -> absl::Status {
-         if (v != "gloo" && v != "nccl")
-           return Bad("process_group_backend", v, "gloo or nccl");
-         c.process_group_backend = v;
-         return absl::OkStatus();
-       }},
+       [](RunConfig& c, const std::string& v) -> absl::
+                                                  Status {
+                                                    if (v != "gloo" && v != "nccl")
+                                                      return Bad("process_group_backend", v,
+                                                                 "gloo or nccl");
+                                                    c.process_group_backend = v;
+                                                    return absl::OkStatus();
+                                                  }},
       {"nnodes", Int(&RunConfig::nnodes, 1)},
       {"node_rank", Int(&RunConfig::node_rank, 0)},
       {"master_addr", Text(&RunConfig::master_addr)},
       {"master_port", Int(&RunConfig::master_port, 0)},
       {"start_method",
-       [](RunConfig& c,
-          const std::string& v) -> absl::
-                                    Status {
-                                      if (v != "spawn" && v != "fork")
-                                        return Bad("start_method", v,
-                                                   "spawn or fork");
-                                      c.start_method = v;
-                                      return absl::OkStatus();
-                                    }},
-      {"timeout",
-       Number([](RunConfig& c) -> double& { return c.timeout_s; }, 0)},
+       [](RunConfig& c, const std::string& v) -> absl::
+                                                  Status {
+                                                    if (v != "spawn" && v != "fork")
+                                                      return Bad("start_method", v,
+                                                                 "spawn or fork");
+                                                    c.start_method = v;
+                                                    return absl::OkStatus();
+                                                  }},
+      {"timeout", Number([](RunConfig& c) -> double& { return c.timeout_s; }, 0)},
       {"precision", Text(&RunConfig::precision)},
       {"ddp_comm_hook", Text(&RunConfig::ddp_comm_hook)},
       {"find_unused_parameters",
@@ -231,11 +203,11 @@ absl::Status ResolveDevices(RunConfig& config) {
   const bool list = absl::StrContains(config.devices, ',');
   for (absl::string_view part : absl::StrSplit(config.devices, ',')) {
     int value = 0;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &value) ||
-        value < 0 || (!list && value == 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "option devices: '", config.devices,
-          "' is neither a device count (2) nor a list of CUDA indices (0,2)"));
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &value) || value < 0 ||
+        (!list && value == 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("option devices: '", config.devices,
+                       "' is neither a device count (2) nor a list of CUDA indices (0,2)"));
     }
     indices.push_back(value);
   }
@@ -250,9 +222,9 @@ absl::Status ResolveDevices(RunConfig& config) {
   }
   const int count = static_cast<int>(indices.size());
   if (config.nproc_per_node != 1 && config.nproc_per_node != count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "option devices gives ", count, " devices but nproc_per_node is ",
-        config.nproc_per_node, "; give one of them"));
+    return absl::InvalidArgumentError(absl::StrCat("option devices gives ", count,
+                                                   " devices but nproc_per_node is ",
+                                                   config.nproc_per_node, "; give one of them"));
   }
   config.nproc_per_node = count;
   config.device_indices = std::move(indices);
@@ -261,13 +233,12 @@ absl::Status ResolveDevices(RunConfig& config) {
 
 bool IsNpy(const std::string& path) { return absl::EndsWith(path, ".npy"); }
 
-absl::StatusOr<Dataset> LoadData(const std::string& what,
-                                 const std::string& path,
+absl::StatusOr<Dataset> LoadData(const std::string& what, const std::string& path,
                                  const std::string& labels, int label_column) {
   if (IsNpy(path)) {
     if (labels.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " ", path, " is a .npy file: also give ", what, "_labels"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " ", path, " is a .npy file: also give ", what, "_labels"));
     }
     return LoadNpyDataset(path, labels);
   }
@@ -276,8 +247,8 @@ absl::StatusOr<Dataset> LoadData(const std::string& what,
   return LoadCsvDataset(path, options);
 }
 
-absl::StatusOr<std::shared_ptr<LightningModule>> LoadModel(
-    const RunConfig& config, const Dataset& sample) {
+absl::StatusOr<std::shared_ptr<LightningModule>> LoadModel(const RunConfig& config,
+                                                           const Dataset& sample) {
   if (absl::StartsWith(config.model, "mlp:")) {
     const bool classifier = sample.labels.scalar_type() == at::kLong;
     absl::StatusOr<std::shared_ptr<LightningModule>> mlp =
@@ -286,18 +257,17 @@ absl::StatusOr<std::shared_ptr<LightningModule>> LoadModel(
     // The data must fit the model: inputs, and class labels within the outputs.
     const int64_t features = sample.features[0].numel();
     std::vector<at::Tensor> params = (*mlp)->parameters();
-    const int64_t inputs = params.front().size(1),
-                  outputs = params[params.size() - 2].size(0);
+    const int64_t inputs = params.front().size(1), outputs = params[params.size() - 2].size(0);
     if (features != inputs) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          sample.source, " has ", features, " features per sample; the model '",
-          config.model, "' takes ", inputs));
+      return absl::InvalidArgumentError(absl::StrCat(sample.source, " has ", features,
+                                                     " features per sample; the model '",
+                                                     config.model, "' takes ", inputs));
     }
     if (classifier && (sample.labels.min().item<int64_t>() < 0 ||
                        sample.labels.max().item<int64_t>() >= outputs)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(sample.source, " has class labels outside [0, ", outputs,
-                       ") for the model '", config.model, "'"));
+      return absl::InvalidArgumentError(absl::StrCat(sample.source,
+                                                     " has class labels outside [0, ", outputs,
+                                                     ") for the model '", config.model, "'"));
     }
     return mlp;
   }
@@ -307,10 +277,8 @@ absl::StatusOr<std::shared_ptr<LightningModule>> LoadModel(
   return std::shared_ptr<LightningModule>(*std::move(script));
 }
 
-absl::Status WritePredictions(const at::Tensor& predictions,
-                              const std::string& path) {
-  at::Tensor rows =
-      predictions.reshape({predictions.size(0), -1}).to(at::kDouble);
+absl::Status WritePredictions(const at::Tensor& predictions, const std::string& path) {
+  at::Tensor rows = predictions.reshape({predictions.size(0), -1}).to(at::kDouble);
   std::ofstream out(path);
   if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
   auto a = rows.accessor<double, 2>();
@@ -320,16 +288,14 @@ absl::Status WritePredictions(const at::Tensor& predictions,
     }
     out << "\n";
   }
-  return out ? absl::OkStatus()
-             : absl::InternalError(absl::StrCat("cannot write ", path));
+  return out ? absl::OkStatus() : absl::InternalError(absl::StrCat("cannot write ", path));
 }
 
 // Runs the step the command needs on the first two samples, so that a model
 // that lacks it, or cannot digest this data (shapes, label dtype), fails here
 // with the file's name rather than in every rank. One intra-op thread, so no
 // OpenMP team exists when ranks are forked afterwards.
-absl::Status DryRun(const RunConfig& config, LightningModule& module,
-                    const Dataset& data) {
+absl::Status DryRun(const RunConfig& config, LightningModule& module, const Dataset& data) {
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
   c10::NoGradGuard no_grad;
@@ -352,28 +318,24 @@ absl::Status DryRun(const RunConfig& config, LightningModule& module,
   }
   at::set_num_threads(threads);
   if (status.ok()) return status;
-  return absl::InvalidArgumentError(
-      absl::StrCat("the model ", config.model, " cannot run ", config.command,
-                   " on ", data.source, ": ", status.message()));
+  return absl::InvalidArgumentError(absl::StrCat("the model ", config.model, " cannot run ",
+                                                 config.command, " on ", data.source, ": ",
+                                                 status.message()));
 }
 
 // The dataset a command works on.
 absl::StatusOr<Dataset> PrimaryData(const RunConfig& c) {
-  if (c.command == "fit")
-    return LoadData("train", c.train, c.train_labels, c.label_column);
+  if (c.command == "fit") return LoadData("train", c.train, c.train_labels, c.label_column);
   return LoadData("data", c.data, c.data_labels, c.label_column);
 }
 
 }  // namespace
 
-absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command,
-                                         const RunOptions& options) {
+absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOptions& options) {
   RunConfig config;
-  if (command != "fit" && command != "validate" && command != "test" &&
-      command != "predict") {
+  if (command != "fit" && command != "validate" && command != "test" && command != "predict") {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown command '", command,
-                     "'; expected fit, validate, test or predict"));
+        absl::StrCat("unknown command '", command, "'; expected fit, validate, test or predict"));
   }
   config.command = command;
   for (const auto& [raw_key, value] : options) {
@@ -381,29 +343,24 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command,
     std::replace(key.begin(), key.end(), '-', '_');
     auto setter = Setters().find(key);
     if (setter == Setters().end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown option '", raw_key, "' (see --help for the options)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown option '", raw_key, "' (see --help for the options)"));
     }
     if (absl::Status s = setter->second(config, value); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("option ", raw_key, ": ", s.message()));
+      return absl::InvalidArgumentError(absl::StrCat("option ", raw_key, ": ", s.message()));
     }
   }
   if (absl::Status s = ResolveDevices(config); !s.ok()) return s;
-  if (config.model.empty())
-    return absl::InvalidArgumentError("option model is required");
+  if (config.model.empty()) return absl::InvalidArgumentError("option model is required");
   if (command == "fit" && config.train.empty()) {
-    return absl::InvalidArgumentError(
-        "fit needs option train (a CSV or .npy file)");
+    return absl::InvalidArgumentError("fit needs option train (a CSV or .npy file)");
   }
   if (command != "fit" && config.data.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(command, " needs option data"));
+    return absl::InvalidArgumentError(absl::StrCat(command, " needs option data"));
   }
   if (config.nnodes != 1) {
     return absl::UnimplementedError(
-        "nnodes > 1 is not supported yet: start each node's ranks with "
-        "torchrun or SLURM");
+        "nnodes > 1 is not supported yet: start each node's ranks with torchrun or SLURM");
   }
   return config;
 }
@@ -412,35 +369,28 @@ absl::Status CheckRun(const RunConfig& config) {
   absl::StatusOr<Dataset> data = PrimaryData(config);
   if (!data.ok()) return data.status();
   if (data->size() < config.nproc_per_node) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        data->source, " has ", data->size(), " samples, fewer than the ",
-        config.nproc_per_node, " ranks (nproc_per_node)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(data->source, " has ", data->size(), " samples, fewer than the ",
+                     config.nproc_per_node, " ranks (nproc_per_node)"));
   }
   if (!config.val.empty()) {
     absl::StatusOr<Dataset> val =
         LoadData("val", config.val, config.val_labels, config.label_column);
     if (!val.ok()) return val.status();
   }
-  if (absl::Status s = MakePrecisionPlugin(config.precision).status(); !s.ok())
-    return s;
-  if (absl::Status s = MakeCommHookByName(config.ddp_comm_hook).status();
-      !s.ok())
-    return s;
-  for (const std::string* path :
-       {&config.checkpoint, &config.trainer.resume_from}) {
+  if (absl::Status s = MakePrecisionPlugin(config.precision).status(); !s.ok()) return s;
+  if (absl::Status s = MakeCommHookByName(config.ddp_comm_hook).status(); !s.ok()) return s;
+  for (const std::string* path : {&config.checkpoint, &config.trainer.resume_from}) {
     if (!path->empty() && !std::filesystem::exists(*path)) {
-      return absl::NotFoundError(
-          absl::StrCat("checkpoint ", *path, " does not exist"));
+      return absl::NotFoundError(absl::StrCat("checkpoint ", *path, " does not exist"));
     }
   }
-  absl::StatusOr<std::shared_ptr<LightningModule>> module =
-      LoadModel(config, *data);
+  absl::StatusOr<std::shared_ptr<LightningModule>> module = LoadModel(config, *data);
   if (!module.ok()) return module.status();
   if (!config.checkpoint.empty()) {
     absl::StatusOr<std::string> bytes = ReadWholeFile(config.checkpoint);
     if (!bytes.ok()) return bytes.status();
-    if (absl::Status s = RestoreCheckpoint(*bytes, **module, nullptr, nullptr);
-        !s.ok()) {
+    if (absl::Status s = RestoreCheckpoint(*bytes, **module, nullptr, nullptr); !s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint ", config.checkpoint, ": ", s.message()));
     }
@@ -454,14 +404,12 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   options.parallel_devices.clear();
   for (int index : config.device_indices) {
     options.parallel_devices.push_back(
-        config.accelerator == "cuda"
-            ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index))
-            : c10::Device(c10::kCPU));
+        config.accelerator == "cuda" ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index))
+                                     : c10::Device(c10::kCPU));
   }
   options.process_group_backend = config.process_group_backend;
   options.start_method = config.start_method;
-  if (config.timeout_s > 0)
-    options.launch_timeout = absl::Seconds(config.timeout_s);
+  if (config.timeout_s > 0) options.launch_timeout = absl::Seconds(config.timeout_s);
   options.ddp_comm_hook = config.ddp_comm_hook;
   options.ddp.reducer.find_unused_parameters = config.find_unused_parameters;
   options.ddp.reducer.gradient_as_bucket_view = config.gradient_as_bucket_view;
@@ -471,22 +419,18 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   return options;
 }
 
-absl::StatusOr<std::string> RunCommand(const RunConfig& config,
-                                       DDPSpawnStrategy& strategy) {
+absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy& strategy) {
   absl::StatusOr<Dataset> data = PrimaryData(config);
   if (!data.ok()) return data.status();
   // The model's initial weights come from the seed (DDP then gives every rank
   // rank 0's).
   at::manual_seed(config.trainer.seed);
-  absl::StatusOr<std::shared_ptr<LightningModule>> module =
-      LoadModel(config, *data);
+  absl::StatusOr<std::shared_ptr<LightningModule>> module = LoadModel(config, *data);
   if (!module.ok()) return module.status();
   if (!config.checkpoint.empty()) {
-    absl::StatusOr<std::string> bytes =
-        strategy.LoadCheckpoint(config.checkpoint);
+    absl::StatusOr<std::string> bytes = strategy.LoadCheckpoint(config.checkpoint);
     if (!bytes.ok()) return bytes.status();
-    if (absl::Status s = RestoreCheckpoint(*bytes, **module, nullptr, nullptr);
-        !s.ok()) {
+    if (absl::Status s = RestoreCheckpoint(*bytes, **module, nullptr, nullptr); !s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint ", config.checkpoint, ": ", s.message()));
     }
@@ -502,8 +446,7 @@ absl::StatusOr<std::string> RunCommand(const RunConfig& config,
       if (!loaded.ok()) return loaded.status();
       val = *std::move(loaded);
     }
-    absl::StatusOr<FitResult> result =
-        trainer.Fit(*module, *data, val ? &*val : nullptr);
+    absl::StatusOr<FitResult> result = trainer.Fit(*module, *data, val ? &*val : nullptr);
     if (!result.ok()) return result.status();
     return result->Encode();
   }
@@ -511,17 +454,13 @@ absl::StatusOr<std::string> RunCommand(const RunConfig& config,
     absl::StatusOr<at::Tensor> predictions = trainer.Predict(*module, *data);
     if (!predictions.ok()) return predictions.status();
     if (!strategy.is_global_zero()) return std::string();
-    const std::string path =
-        config.trainer.default_root_dir + "/predictions.csv";
-    if (absl::Status s = WritePredictions(*predictions, path); !s.ok())
-      return s;
-    return absl::StrCat(
-        "predictions=", std::filesystem::absolute(path).string(),
-        "\ncount=", predictions->size(0), "\n");
+    const std::string path = config.trainer.default_root_dir + "/predictions.csv";
+    if (absl::Status s = WritePredictions(*predictions, path); !s.ok()) return s;
+    return absl::StrCat("predictions=", std::filesystem::absolute(path).string(),
+                        "\ncount=", predictions->size(0), "\n");
   }
   absl::StatusOr<std::map<std::string, double>> metrics =
-      config.command == "test" ? trainer.Test(*module, *data)
-                               : trainer.Validate(*module, *data);
+      config.command == "test" ? trainer.Test(*module, *data) : trainer.Validate(*module, *data);
   if (!metrics.ok()) return metrics.status();
   std::string text;
   for (const auto& [name, value] : *metrics) {

@@ -1,20 +1,7 @@
-// One training run described by options (what the CLI's flags, the C ABI's
-// key=value options and the bindings all pass): parsing and checking them,
-// running the command inside a rank, and launching the ranks. Keys, each also a
-// CLI flag (--max-epochs or --max_epochs):
-//
-//   model            mlp:IN,HIDDEN...,OUT (built in) or a TorchScript file
-//   train, val, data CSV files, or .npy features with train_labels / val_labels
-//   / data_labels label_column     CSV column holding the label (default: the
-//   last) checkpoint       weights to start from (validate, test, predict; fit:
-//   see resume_from) max_epochs, max_steps, batch_size,
-//   accumulate_grad_batches, gradient_clip_val, check_val_every_n_epoch, seed,
-//   shuffle, drop_last, default_root_dir, resume_from, num_threads,
-//   log_every_n_steps, progress optimizer (sgd|adam|adamw), lr, momentum,
-//   weight_decay, step_lr_every, step_lr_gamma nproc_per_node, nnodes,
-//   node_rank, master_addr, master_port, start_method (spawn|fork), timeout
-//   (seconds, whole job), precision (32-true|bf16-mixed), ddp_comm_hook,
-//   find_unused_parameters, gradient_as_bucket_view
+// One training run described by options (what the CLI's flags, the C ABI's key=value options and
+// the bindings all pass): parsing and checking them, running the command inside a rank, and
+// launching the ranks. Every key is also a CLI flag (--max-epochs or --max_epochs); the keys, their
+// values and defaults are listed by RunOptionsHelp() (`ddpspawn --help`).
 #ifndef DDPSPAWN_CORE_TRAIN_RUN_H_
 #define DDPSPAWN_CORE_TRAIN_RUN_H_
 
@@ -59,8 +46,7 @@ struct RunConfig {
 
 // Unknown keys, bad values and missing required ones are errors that name the
 // key.
-absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command,
-                                         const RunOptions& options);
+absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOptions& options);
 
 // In the launcher, before any process starts: loads the data and the model
 // once, so that a missing or corrupt file, a model without training_step,
@@ -71,8 +57,7 @@ absl::Status CheckRun(const RunConfig& config);
 // In a rank whose strategy has joined the group: runs the command; rank 0's
 // return value is the result text (FitResult::Encode() lines; predict adds
 // predictions=<csv>).
-absl::StatusOr<std::string> RunCommand(const RunConfig& config,
-                                       DDPSpawnStrategy& strategy);
+absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy& strategy);
 
 StrategyOptions StrategyOptionsFor(const RunConfig& config);
 

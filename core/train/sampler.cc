@@ -9,42 +9,36 @@
 
 namespace ddpspawn {
 
-absl::StatusOr<DistributedSampler> DistributedSampler::Create(
-    int64_t dataset_size, int num_replicas, int rank, bool shuffle,
-    uint64_t seed, bool drop_last) {
+absl::StatusOr<DistributedSampler> DistributedSampler::Create(int64_t dataset_size,
+                                                              int num_replicas, int rank,
+                                                              bool shuffle, uint64_t seed,
+                                                              bool drop_last) {
   if (num_replicas < 1)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DistributedSampler: num_replicas must be at least 1, not ",
-        num_replicas));
-  if (rank < 0 || rank >= num_replicas)
     return absl::InvalidArgumentError(
-        absl::StrCat("DistributedSampler: rank ", rank, " is out of range for ",
-                     num_replicas, " replicas"));
-  if (dataset_size < 1)
+        absl::StrCat("DistributedSampler: num_replicas must be at least 1, not ", num_replicas));
+  if (rank < 0 || rank >= num_replicas)
     return absl::InvalidArgumentError(absl::StrCat(
-        "DistributedSampler: the dataset is empty (size ", dataset_size, ")"));
+        "DistributedSampler: rank ", rank, " is out of range for ", num_replicas, " replicas"));
+  if (dataset_size < 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("DistributedSampler: the dataset is empty (size ", dataset_size, ")"));
   if (drop_last && dataset_size < num_replicas)
     return absl::InvalidArgumentError(
-        absl::StrCat("DistributedSampler: with drop_last, a dataset of ",
-                     dataset_size, " samples leaves some of the ", num_replicas,
-                     " replicas without a sample"));
+        absl::StrCat("DistributedSampler: with drop_last, a dataset of ", dataset_size,
+                     " samples leaves some of the ", num_replicas, " replicas without a sample"));
   // PyTorch: ceil((n - R) / R) with drop_last when R does not divide n, which
   // is floor(n / R); ceil(n / R) otherwise.
-  int64_t num_samples = drop_last
-                            ? dataset_size / num_replicas
-                            : (dataset_size + num_replicas - 1) / num_replicas;
-  return DistributedSampler(dataset_size, num_replicas, rank, shuffle, seed,
-                            num_samples);
+  int64_t num_samples =
+      drop_last ? dataset_size / num_replicas : (dataset_size + num_replicas - 1) / num_replicas;
+  return DistributedSampler(dataset_size, num_replicas, rank, shuffle, seed, num_samples);
 }
 
 std::vector<int64_t> DistributedSampler::Indices() const {
   std::vector<int64_t> order(dataset_size_);
   if (shuffle_) {
     // torch.Generator().manual_seed(seed + epoch); the sum wraps mod 2^64.
-    at::Generator generator =
-        at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(epoch_));
-    at::Tensor permutation =
-        at::randperm(dataset_size_, generator, at::TensorOptions(at::kLong));
+    at::Generator generator = at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(epoch_));
+    at::Tensor permutation = at::randperm(dataset_size_, generator, at::TensorOptions(at::kLong));
     const int64_t* data = permutation.data_ptr<int64_t>();
     order.assign(data, data + dataset_size_);
   } else {
@@ -54,14 +48,12 @@ std::vector<int64_t> DistributedSampler::Indices() const {
   // the order, as PyTorch does), or truncate for drop_last.
   const int64_t total = total_size();
   order.reserve(total);
-  for (int64_t i = dataset_size_; i < total; ++i)
-    order.push_back(order[i % dataset_size_]);
+  for (int64_t i = dataset_size_; i < total; ++i) order.push_back(order[i % dataset_size_]);
   order.resize(total);
 
   std::vector<int64_t> indices;
   indices.reserve(num_samples_);
-  for (int64_t i = rank_; i < total; i += num_replicas_)
-    indices.push_back(order[i]);
+  for (int64_t i = rank_; i < total; i += num_replicas_) indices.push_back(order[i]);
   return indices;
 }
 

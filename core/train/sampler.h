@@ -17,10 +17,8 @@ class DistributedSampler {
   // InvalidArgument if dataset_size < 1, num_replicas < 1, rank is not in
   // [0, num_replicas), or drop_last and dataset_size < num_replicas (some rank
   // would get no sample).
-  static absl::StatusOr<DistributedSampler> Create(int64_t dataset_size,
-                                                   int num_replicas, int rank,
-                                                   bool shuffle = true,
-                                                   uint64_t seed = 0,
+  static absl::StatusOr<DistributedSampler> Create(int64_t dataset_size, int num_replicas, int rank,
+                                                   bool shuffle = true, uint64_t seed = 0,
                                                    bool drop_last = false);
 
   // Call at the start of every epoch so that shuffling differs between epochs.
@@ -39,8 +37,8 @@ class DistributedSampler {
   int64_t total_size() const { return num_samples_ * num_replicas_; }
 
  private:
-  DistributedSampler(int64_t dataset_size, int num_replicas, int rank,
-                     bool shuffle, uint64_t seed, int64_t num_samples)
+  DistributedSampler(int64_t dataset_size, int num_replicas, int rank, bool shuffle, uint64_t seed,
+                     int64_t num_samples)
       : dataset_size_(dataset_size),
         num_replicas_(num_replicas),
         rank_(rank),

@@ -13,22 +13,19 @@ namespace {
 enum class Returns { kTensor, kMetrics };
 
 std::string Signature(const std::string& name, Returns returns) {
-  return absl::StrCat(
-      name, "(self, batch: List[Tensor], batch_idx: int) -> ",
-      returns == Returns::kTensor ? "Tensor" : "Dict[str, Tensor]");
+  return absl::StrCat(name, "(self, batch: List[Tensor], batch_idx: int) -> ",
+                      returns == Returns::kTensor ? "Tensor" : "Dict[str, Tensor]");
 }
 
 // Checks an exported step's schema; NotFound when the module has no such
 // method.
-absl::Status CheckStep(const torch::jit::Module& module,
-                       const std::string& path, const std::string& name,
-                       Returns returns) {
+absl::Status CheckStep(const torch::jit::Module& module, const std::string& path,
+                       const std::string& name, Returns returns) {
   c10::optional<torch::jit::Method> method = module.find_method(name);
   if (!method) {
-    return absl::NotFoundError(absl::StrCat(
-        path, ": the TorchScript module has no method '", name,
-        "'; export one with ", "@torch.jit.export and the signature ",
-        Signature(name, returns)));
+    return absl::NotFoundError(
+        absl::StrCat(path, ": the TorchScript module has no method '", name, "'; export one with ",
+                     "@torch.jit.export and the signature ", Signature(name, returns)));
   }
   const c10::FunctionSchema& schema = method->function().getSchema();
   const auto& args = schema.arguments();
@@ -46,9 +43,9 @@ absl::Status CheckStep(const torch::jit::Module& module,
     }
   }
   if (!ok) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": '", name, "' has the signature ", c10::toString(schema),
-        "; expected ", Signature(name, returns)));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": '", name, "' has the signature ",
+                                                   c10::toString(schema), "; expected ",
+                                                   Signature(name, returns)));
   }
   return absl::OkStatus();
 }
@@ -58,11 +55,9 @@ auto Calling(const std::string& name, Body&& body) -> decltype(body()) {
   try {
     return body();
   } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " failed: ", e.what_without_backtrace()));
+    return absl::InvalidArgumentError(absl::StrCat(name, " failed: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " failed: ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat(name, " failed: ", e.what()));
   }
 }
 
@@ -74,11 +69,9 @@ struct TorchScriptModule::Impl {
   bool has_validation = false, has_test = false, has_predict = false;
 
   std::vector<c10::IValue> Arguments(const Batch& batch, int64_t batch_index) {
-    return {c10::IValue(c10::List<at::Tensor>(batch)),
-            c10::IValue(batch_index)};
+    return {c10::IValue(c10::List<at::Tensor>(batch)), c10::IValue(batch_index)};
   }
-  absl::StatusOr<StepMetrics> Metrics(const std::string& name,
-                                      const Batch& batch, int64_t index) {
+  absl::StatusOr<StepMetrics> Metrics(const std::string& name, const Batch& batch, int64_t index) {
     return Calling(name, [&]() -> absl::StatusOr<StepMetrics> {
       c10::IValue out = module.get_method(name)(Arguments(batch, index));
       StepMetrics metrics;
@@ -90,8 +83,7 @@ struct TorchScriptModule::Impl {
   }
 };
 
-TorchScriptModule::TorchScriptModule(std::unique_ptr<Impl> impl,
-                                     OptimizerConfig optimizer)
+TorchScriptModule::TorchScriptModule(std::unique_ptr<Impl> impl, OptimizerConfig optimizer)
     : impl_(std::move(impl)), optimizer_(std::move(optimizer)) {}
 
 TorchScriptModule::~TorchScriptModule() = default;
@@ -99,48 +91,39 @@ TorchScriptModule::~TorchScriptModule() = default;
 absl::StatusOr<std::shared_ptr<TorchScriptModule>> TorchScriptModule::Load(
     const std::string& path, const OptimizerConfig& optimizer) {
   if (!std::ifstream(path).good()) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot open the model file ", path));
+    return absl::NotFoundError(absl::StrCat("cannot open the model file ", path));
   }
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   try {
     impl->module = torch::jit::load(path);
   } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " is not a TorchScript module: ", e.what_without_backtrace()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a TorchScript module: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is not a TorchScript module: ", e.what()));
   }
-  if (absl::Status s =
-          CheckStep(impl->module, path, "training_step", Returns::kTensor);
-      !s.ok()) {
+  if (absl::Status s = CheckStep(impl->module, path, "training_step", Returns::kTensor); !s.ok()) {
     return s;
   }
-  auto optional_step = [&](const std::string& name, Returns returns,
-                           bool* present) {
+  auto optional_step = [&](const std::string& name, Returns returns, bool* present) {
     absl::Status s = CheckStep(impl->module, path, name, returns);
     *present = s.ok();
     return absl::IsNotFound(s) ? absl::OkStatus() : s;
   };
-  if (absl::Status s = optional_step("validation_step", Returns::kMetrics,
-                                     &impl->has_validation);
+  if (absl::Status s = optional_step("validation_step", Returns::kMetrics, &impl->has_validation);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s =
-          optional_step("test_step", Returns::kMetrics, &impl->has_test);
+  if (absl::Status s = optional_step("test_step", Returns::kMetrics, &impl->has_test); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = optional_step("predict_step", Returns::kTensor, &impl->has_predict);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s =
-          optional_step("predict_step", Returns::kTensor, &impl->has_predict);
-      !s.ok()) {
-    return s;
-  }
-  return std::shared_ptr<TorchScriptModule>(
-      new TorchScriptModule(std::move(impl), optimizer));
+  return std::shared_ptr<TorchScriptModule>(new TorchScriptModule(std::move(impl), optimizer));
 }
 
 std::vector<at::Tensor> TorchScriptModule::parameters() {
@@ -159,8 +142,7 @@ NamedTensors TorchScriptModule::named_state() {
   NamedTensors state;
   for (const auto& item : impl_->module.named_parameters())
     state.emplace_back(item.name, item.value);
-  for (const auto& item : impl_->module.named_buffers())
-    state.emplace_back(item.name, item.value);
+  for (const auto& item : impl_->module.named_buffers()) state.emplace_back(item.name, item.value);
   return state;
 }
 
@@ -171,45 +153,37 @@ absl::Status TorchScriptModule::To(const c10::Device& device) {
   });
 }
 
-void TorchScriptModule::SetTraining(bool training) {
-  impl_->module.train(training);
-}
+void TorchScriptModule::SetTraining(bool training) { impl_->module.train(training); }
 
-absl::StatusOr<at::Tensor> TorchScriptModule::TrainingStep(
-    const Batch& batch, int64_t batch_index) {
+absl::StatusOr<at::Tensor> TorchScriptModule::TrainingStep(const Batch& batch,
+                                                           int64_t batch_index) {
   return Calling("training_step", [&]() -> absl::StatusOr<at::Tensor> {
-    return impl_->module
-        .get_method("training_step")(impl_->Arguments(batch, batch_index))
+    return impl_->module.get_method("training_step")(impl_->Arguments(batch, batch_index))
         .toTensor();
   });
 }
 
-absl::StatusOr<StepMetrics> TorchScriptModule::ValidationStep(
-    const Batch& batch, int64_t batch_index) {
+absl::StatusOr<StepMetrics> TorchScriptModule::ValidationStep(const Batch& batch,
+                                                              int64_t batch_index) {
   if (!impl_->has_validation) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(impl_->path, ": validating needs ",
-                     Signature("validation_step", Returns::kMetrics)));
+    return absl::FailedPreconditionError(absl::StrCat(
+        impl_->path, ": validating needs ", Signature("validation_step", Returns::kMetrics)));
   }
   return impl_->Metrics("validation_step", batch, batch_index);
 }
 
-absl::StatusOr<StepMetrics> TorchScriptModule::TestStep(const Batch& batch,
-                                                        int64_t batch_index) {
+absl::StatusOr<StepMetrics> TorchScriptModule::TestStep(const Batch& batch, int64_t batch_index) {
   if (!impl_->has_test) return ValidationStep(batch, batch_index);
   return impl_->Metrics("test_step", batch, batch_index);
 }
 
-absl::StatusOr<at::Tensor> TorchScriptModule::PredictStep(const Batch& batch,
-                                                          int64_t batch_index) {
+absl::StatusOr<at::Tensor> TorchScriptModule::PredictStep(const Batch& batch, int64_t batch_index) {
   if (!impl_->has_predict) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(impl_->path, ": predicting needs ",
-                     Signature("predict_step", Returns::kTensor)));
+    return absl::FailedPreconditionError(absl::StrCat(impl_->path, ": predicting needs ",
+                                                      Signature("predict_step", Returns::kTensor)));
   }
   return Calling("predict_step", [&]() -> absl::StatusOr<at::Tensor> {
-    return impl_->module
-        .get_method("predict_step")(impl_->Arguments(batch, batch_index))
+    return impl_->module.get_method("predict_step")(impl_->Arguments(batch, batch_index))
         .toTensor();
   });
 }

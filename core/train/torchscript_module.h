@@ -35,14 +35,10 @@ class TorchScriptModule : public LightningModule {
   NamedTensors named_state() override;
   absl::Status To(const c10::Device& device) override;
   void SetTraining(bool training) override;
-  absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch,
-                                          int64_t batch_index) override;
-  absl::StatusOr<StepMetrics> ValidationStep(const Batch& batch,
-                                             int64_t batch_index) override;
-  absl::StatusOr<StepMetrics> TestStep(const Batch& batch,
-                                       int64_t batch_index) override;
-  absl::StatusOr<at::Tensor> PredictStep(const Batch& batch,
-                                         int64_t batch_index) override;
+  absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch, int64_t batch_index) override;
+  absl::StatusOr<StepMetrics> ValidationStep(const Batch& batch, int64_t batch_index) override;
+  absl::StatusOr<StepMetrics> TestStep(const Batch& batch, int64_t batch_index) override;
+  absl::StatusOr<at::Tensor> PredictStep(const Batch& batch, int64_t batch_index) override;
   OptimizerConfig ConfigureOptimizers() override { return optimizer_; }
 
   // Writes the module (with its current weights) back as TorchScript.
@@ -50,8 +46,7 @@ class TorchScriptModule : public LightningModule {
 
  private:
   struct Impl;
-  explicit TorchScriptModule(std::unique_ptr<Impl> impl,
-                             OptimizerConfig optimizer);
+  explicit TorchScriptModule(std::unique_ptr<Impl> impl, OptimizerConfig optimizer);
   std::unique_ptr<Impl> impl_;
   OptimizerConfig optimizer_;
 };

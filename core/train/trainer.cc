@@ -30,28 +30,24 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
   for (const at::Tensor& p : parameters) {
     if (p.requires_grad()) trainable.push_back(p);
   }
-  if (trainable.empty())
-    return absl::InvalidArgumentError("the model has no trainable parameter");
-  if (!(config.lr > 0))
-    return absl::InvalidArgumentError("the learning rate must be positive");
+  if (trainable.empty()) return absl::InvalidArgumentError("the model has no trainable parameter");
+  if (!(config.lr > 0)) return absl::InvalidArgumentError("the learning rate must be positive");
   if (config.name == "sgd") {
-    return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::SGD(
-        trainable, torch::optim::SGDOptions(config.lr)
-                       .momentum(config.momentum)
-                       .weight_decay(config.weight_decay)));
+    return std::unique_ptr<torch::optim::Optimizer>(
+        new torch::optim::SGD(trainable, torch::optim::SGDOptions(config.lr)
+                                             .momentum(config.momentum)
+                                             .weight_decay(config.weight_decay)));
   }
   if (config.name == "adam") {
     return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::Adam(
-        trainable, torch::optim::AdamOptions(config.lr).weight_decay(
-                       config.weight_decay)));
+        trainable, torch::optim::AdamOptions(config.lr).weight_decay(config.weight_decay)));
   }
   if (config.name == "adamw") {
     return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::AdamW(
-        trainable, torch::optim::AdamWOptions(config.lr).weight_decay(
-                       config.weight_decay)));
+        trainable, torch::optim::AdamWOptions(config.lr).weight_decay(config.weight_decay)));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown optimizer '", config.name, "'; expected sgd, adam or adamw"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown optimizer '", config.name, "'; expected sgd, adam or adamw"));
 }
 
 // Scales the gradients so that their global L2 norm is at most `max_norm` (what
@@ -69,13 +65,11 @@ void ClipGradNorm(const std::vector<at::Tensor>& parameters, double max_norm) {
   }
 }
 
-Batch MakeBatch(const Dataset& data, const std::vector<int64_t>& indices,
-                int64_t begin, int64_t end) {
-  at::Tensor index = at::tensor(
-      std::vector<int64_t>(indices.begin() + begin, indices.begin() + end),
-      at::kLong);
-  return {data.features.index_select(0, index),
-          data.labels.index_select(0, index)};
+Batch MakeBatch(const Dataset& data, const std::vector<int64_t>& indices, int64_t begin,
+                int64_t end) {
+  at::Tensor index =
+      at::tensor(std::vector<int64_t>(indices.begin() + begin, indices.begin() + end), at::kLong);
+  return {data.features.index_select(0, index), data.labels.index_select(0, index)};
 }
 
 int64_t BatchCount(int64_t samples, int64_t batch_size) {
@@ -83,23 +77,20 @@ int64_t BatchCount(int64_t samples, int64_t batch_size) {
 }
 
 // Every rank's CPU generator state, on every rank (for the checkpoint).
-absl::StatusOr<std::vector<at::Tensor>> GatherRngStates(
-    DDPSpawnStrategy& strategy) {
+absl::StatusOr<std::vector<at::Tensor>> GatherRngStates(DDPSpawnStrategy& strategy) {
   at::Tensor mine = at::detail::getDefaultCPUGenerator().get_state();
   absl::StatusOr<at::Tensor> all = strategy.AllGather(mine);
   if (!all.ok()) return all.status();
   std::vector<at::Tensor> states;
-  for (int64_t r = 0; r < all->size(0); ++r)
-    states.push_back((*all)[r].clone());
+  for (int64_t r = 0; r < all->size(0); ++r) states.push_back((*all)[r].clone());
   return states;
 }
 
 }  // namespace
 
 std::string FitResult::Encode() const {
-  std::string text =
-      absl::StrCat("checkpoint=", checkpoint, "\nmetrics_csv=", metrics_csv,
-                   "\nepoch=", epoch, "\nglobal_step=", global_step, "\n");
+  std::string text = absl::StrCat("checkpoint=", checkpoint, "\nmetrics_csv=", metrics_csv,
+                                  "\nepoch=", epoch, "\nglobal_step=", global_step, "\n");
   for (const auto& [name, value] : metrics) {
     absl::StrAppendFormat(&text, "metric.%s=%.17g\n", name, value);
   }
@@ -111,8 +102,7 @@ absl::StatusOr<FitResult> FitResult::Decode(const std::string& text) {
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     size_t eq = line.find('=');
     if (eq == absl::string_view::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bad fit result line '", line, "'"));
+      return absl::InvalidArgumentError(absl::StrCat("bad fit result line '", line, "'"));
     }
     absl::string_view key = line.substr(0, eq), value = line.substr(eq + 1);
     bool ok = true;
@@ -127,9 +117,7 @@ absl::StatusOr<FitResult> FitResult::Decode(const std::string& text) {
     } else if (absl::StartsWith(key, "metric.")) {
       ok = absl::SimpleAtod(value, &result.metrics[std::string(key.substr(7))]);
     }
-    if (!ok)
-      return absl::InvalidArgumentError(
-          absl::StrCat("bad fit result line '", line, "'"));
+    if (!ok) return absl::InvalidArgumentError(absl::StrCat("bad fit result line '", line, "'"));
   }
   return result;
 }
@@ -138,26 +126,20 @@ Trainer::Trainer(DDPSpawnStrategy& strategy, TrainerOptions options)
     : strategy_(strategy), options_(std::move(options)) {}
 
 absl::Status Trainer::Prepare(const std::shared_ptr<LightningModule>& module) {
-  if (module == nullptr)
-    return absl::InvalidArgumentError("the trainer needs a module");
-  if (options_.batch_size < 1)
-    return absl::InvalidArgumentError("batch_size must be >= 1");
+  if (module == nullptr) return absl::InvalidArgumentError("the trainer needs a module");
+  if (options_.batch_size < 1) return absl::InvalidArgumentError("batch_size must be >= 1");
   int threads = options_.num_threads;
   if (threads <= 0) {
-    const int local = std::max(
-        1,
-        strategy_.group() ? strategy_.group()->cluster().local_world_size : 1);
-    threads = std::max(
-        1, static_cast<int>(std::thread::hardware_concurrency()) / local);
+    const int local =
+        std::max(1, strategy_.group() ? strategy_.group()->cluster().local_world_size : 1);
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local);
   }
   at::set_num_threads(threads);
-  if (strategy_.lightning_module() != module.get())
-    return strategy_.Setup(module);
+  if (strategy_.lightning_module() != module.get()) return strategy_.Setup(module);
   return absl::OkStatus();
 }
 
-absl::Status Trainer::Log(int64_t epoch, int64_t step, const std::string& name,
-                          double value) {
+absl::Status Trainer::Log(int64_t epoch, int64_t step, const std::string& name, double value) {
   last_metrics_[name] = value;
   if (!strategy_.is_global_zero()) return absl::OkStatus();
   const std::string path = options_.default_root_dir + "/metrics.csv";
@@ -169,17 +151,14 @@ absl::Status Trainer::Log(int64_t epoch, int64_t step, const std::string& name,
   return absl::OkStatus();
 }
 
-absl::Status Trainer::SaveCheckpoint(LightningModule& module,
-                                     torch::optim::Optimizer* optimizer,
-                                     TrainingState state,
-                                     const std::string& path) {
+absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
+                                     TrainingState state, const std::string& path) {
   absl::StatusOr<std::vector<at::Tensor>> rng = GatherRngStates(strategy_);
   if (!rng.ok()) return rng.status();
   state.cpu_rng_per_rank = *std::move(rng);
   std::string bytes;
   if (strategy_.is_global_zero()) {
-    absl::StatusOr<std::string> serialized =
-        SerializeCheckpoint(module, optimizer, state);
+    absl::StatusOr<std::string> serialized = SerializeCheckpoint(module, optimizer, state);
     if (!serialized.ok()) return serialized.status();
     bytes = *std::move(serialized);
   }
@@ -187,8 +166,7 @@ absl::Status Trainer::SaveCheckpoint(LightningModule& module,
 }
 
 absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
-                                       const Dataset& train,
-                                       const Dataset* validation) {
+                                       const Dataset& train, const Dataset* validation) {
   if (absl::Status s = Prepare(module); !s.ok()) return s;
   const int rank = strategy_.global_rank(), world = strategy_.world_size();
   if (options_.accumulate_grad_batches < 1) {
@@ -198,10 +176,8 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
     return absl::InvalidArgumentError("set max_epochs >= 1 or max_steps >= 1");
   }
   std::error_code ignored;
-  std::filesystem::create_directories(
-      options_.default_root_dir + "/checkpoints", ignored);
-  const std::string checkpoint =
-      options_.default_root_dir + "/checkpoints/last.ckpt";
+  std::filesystem::create_directories(options_.default_root_dir + "/checkpoints", ignored);
+  const std::string checkpoint = options_.default_root_dir + "/checkpoints/last.ckpt";
 
   at::manual_seed(options_.seed + static_cast<uint64_t>(rank));
   OptimizerConfig config = module->ConfigureOptimizers();
@@ -210,34 +186,27 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
   if (!optimizer.ok()) return optimizer.status();
   TrainingState state;
   if (!options_.resume_from.empty()) {
-    absl::StatusOr<std::string> bytes =
-        strategy_.LoadCheckpoint(options_.resume_from);
+    absl::StatusOr<std::string> bytes = strategy_.LoadCheckpoint(options_.resume_from);
     if (!bytes.ok()) return bytes.status();
-    if (absl::Status s =
-            RestoreCheckpoint(*bytes, *module, optimizer->get(), &state);
-        !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot resume from ", options_.resume_from, ": ", s.message()));
+    if (absl::Status s = RestoreCheckpoint(*bytes, *module, optimizer->get(), &state); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot resume from ", options_.resume_from, ": ", s.message()));
     }
     if (rank < static_cast<int>(state.cpu_rng_per_rank.size())) {
       at::Generator generator = at::detail::getDefaultCPUGenerator();
       generator.set_state(state.cpu_rng_per_rank[rank]);
     }
   }
-  absl::StatusOr<DistributedSampler> sampler =
-      DistributedSampler::Create(train.size(), world, rank, options_.shuffle,
-                                 options_.seed, options_.drop_last);
+  absl::StatusOr<DistributedSampler> sampler = DistributedSampler::Create(
+      train.size(), world, rank, options_.shuffle, options_.seed, options_.drop_last);
   if (!sampler.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "training data ", train.source, ": ", sampler.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("training data ", train.source, ": ", sampler.status().message()));
   }
-  const int64_t batches =
-      BatchCount(sampler->num_samples(), options_.batch_size);
-  const int64_t max_epochs =
-      options_.max_epochs >= 1 ? options_.max_epochs : INT64_MAX;
+  const int64_t batches = BatchCount(sampler->num_samples(), options_.batch_size);
+  const int64_t max_epochs = options_.max_epochs >= 1 ? options_.max_epochs : INT64_MAX;
   const int accumulate = options_.accumulate_grad_batches;
-  const bool bar =
-      options_.enable_progress && strategy_.is_global_zero() && isatty(1);
+  const bool bar = options_.enable_progress && strategy_.is_global_zero() && isatty(1);
   GradScaler* scaler = strategy_.options().precision_plugin->grad_scaler();
   if (scaler != nullptr) {
     scaler->Restore({state.grad_scale, state.grad_scale_growth_tracker});
@@ -252,12 +221,9 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
     const int64_t epoch = state.epoch;
     const absl::Time epoch_start = absl::Now();
     if (config.step_lr_every > 0) {
-      const double lr =
-          config.lr *
-          std::pow(config.step_lr_gamma,
-                   static_cast<double>(epoch / config.step_lr_every));
-      for (auto& group : (*optimizer)->param_groups())
-        group.options().set_lr(lr);
+      const double lr = config.lr * std::pow(config.step_lr_gamma,
+                                             static_cast<double>(epoch / config.step_lr_every));
+      for (auto& group : (*optimizer)->param_groups()) group.options().set_lr(lr);
     }
     sampler->set_epoch(epoch);
     const std::vector<int64_t> indices = sampler->Indices();
@@ -265,9 +231,8 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
     double epoch_loss = 0, window_loss = 0;
     int64_t epoch_batches = 0, window_batches = 0;
     for (int64_t b = state.batch_in_epoch; b < batches; ++b) {
-      Batch batch = MakeBatch(
-          train, indices, b * options_.batch_size,
-          std::min((b + 1) * options_.batch_size, sampler->num_samples()));
+      Batch batch = MakeBatch(train, indices, b * options_.batch_size,
+                              std::min((b + 1) * options_.batch_size, sampler->num_samples()));
       const bool step_now = (b + 1) % accumulate == 0 || b + 1 == batches;
       absl::StatusOr<at::Tensor> loss = strategy_.TrainingStep(batch, b);
       if (!loss.ok()) return loss.status();
@@ -277,8 +242,7 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
         if (step_now) {
           scaled.backward();
         } else {
-          DistributedDataParallel::NoSync no_sync =
-              strategy_.model()->no_sync();
+          DistributedDataParallel::NoSync no_sync = strategy_.model()->no_sync();
           scaled.backward();
         }
       } catch (const std::exception& e) {
@@ -305,13 +269,11 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
       (*optimizer)->zero_grad();
       ++state.global_step;
       state.batch_in_epoch = b + 1;
-      if (options_.log_every_n_steps > 0 &&
-          state.global_step % options_.log_every_n_steps == 0) {
-        absl::StatusOr<at::Tensor> mean = strategy_.Reduce(
-            at::tensor(window_loss / window_batches, at::kDouble), "mean");
+      if (options_.log_every_n_steps > 0 && state.global_step % options_.log_every_n_steps == 0) {
+        absl::StatusOr<at::Tensor> mean =
+            strategy_.Reduce(at::tensor(window_loss / window_batches, at::kDouble), "mean");
         if (!mean.ok()) return mean.status();
-        if (absl::Status s = Log(epoch, state.global_step, "train_loss",
-                                 mean->item<double>());
+        if (absl::Status s = Log(epoch, state.global_step, "train_loss", mean->item<double>());
             !s.ok()) {
           return s;
         }
@@ -319,10 +281,8 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
         window_batches = 0;
       }
       if (bar) {
-        std::printf("\repoch %lld [%lld/%lld] loss %.4f",
-                    static_cast<long long>(epoch + 1),
-                    static_cast<long long>(b + 1),
-                    static_cast<long long>(batches), value);
+        std::printf("\repoch %lld [%lld/%lld] loss %.4f", static_cast<long long>(epoch + 1),
+                    static_cast<long long>(b + 1), static_cast<long long>(batches), value);
         std::fflush(stdout);
       }
       if (options_.max_steps > 0 && state.global_step >= options_.max_steps) {
@@ -335,36 +295,29 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
       state.epoch = epoch + 1;
       state.batch_in_epoch = 0;
     }
-    std::string line = absl::StrFormat("epoch %d/%d step %d", epoch + 1,
-                                       options_.max_epochs, state.global_step);
+    std::string line =
+        absl::StrFormat("epoch %d/%d step %d", epoch + 1, options_.max_epochs, state.global_step);
     if (epoch_batches > 0) {
-      absl::StatusOr<at::Tensor> mean = strategy_.Reduce(
-          at::tensor(epoch_loss / epoch_batches, at::kDouble), "mean");
+      absl::StatusOr<at::Tensor> mean =
+          strategy_.Reduce(at::tensor(epoch_loss / epoch_batches, at::kDouble), "mean");
       if (!mean.ok()) return mean.status();
-      if (absl::Status s = Log(epoch, state.global_step, "train_loss_epoch",
-                               mean->item<double>());
+      if (absl::Status s = Log(epoch, state.global_step, "train_loss_epoch", mean->item<double>());
           !s.ok()) {
         return s;
       }
       absl::StrAppendFormat(&line, " train_loss %.4f", mean->item<double>());
     }
-    if (epoch_done && validation != nullptr &&
-        options_.check_val_every_n_epoch > 0 &&
+    if (epoch_done && validation != nullptr && options_.check_val_every_n_epoch > 0 &&
         (epoch + 1) % options_.check_val_every_n_epoch == 0) {
-      absl::StatusOr<std::map<std::string, double>> metrics =
-          Evaluate(module, *validation, false);
+      absl::StatusOr<std::map<std::string, double>> metrics = Evaluate(module, *validation, false);
       if (!metrics.ok()) return metrics.status();
       for (const auto& [name, value] : *metrics) {
-        if (absl::Status s = Log(epoch, state.global_step, name, value);
-            !s.ok())
-          return s;
+        if (absl::Status s = Log(epoch, state.global_step, name, value); !s.ok()) return s;
         absl::StrAppendFormat(&line, " %s %.4f", name, value);
       }
       module->SetTraining(true);
     }
-    if (absl::Status s =
-            SaveCheckpoint(*module, optimizer->get(), state, checkpoint);
-        !s.ok()) {
+    if (absl::Status s = SaveCheckpoint(*module, optimizer->get(), state, checkpoint); !s.ok()) {
       return s;
     }
     if (options_.enable_progress && strategy_.is_global_zero()) {
@@ -376,8 +329,7 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
   FitResult result;
   result.checkpoint = std::filesystem::absolute(checkpoint).string();
   result.metrics_csv =
-      std::filesystem::absolute(options_.default_root_dir + "/metrics.csv")
-          .string();
+      std::filesystem::absolute(options_.default_root_dir + "/metrics.csv").string();
   result.epoch = state.epoch;
   result.global_step = state.global_step;
   result.metrics = last_metrics_;
@@ -387,36 +339,32 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
 absl::StatusOr<std::vector<int64_t>> Trainer::ForEachShardBatch(
     LightningModule& module, const Dataset& data,
     const std::function<absl::Status(const Batch&, int64_t)>& step) {
-  absl::StatusOr<DistributedSampler> sampler = DistributedSampler::Create(
-      data.size(), strategy_.world_size(), strategy_.global_rank(),
-      /*shuffle=*/false, 0, /*drop_last=*/false);
+  absl::StatusOr<DistributedSampler> sampler =
+      DistributedSampler::Create(data.size(), strategy_.world_size(), strategy_.global_rank(),
+                                 /*shuffle=*/false, 0, /*drop_last=*/false);
   if (!sampler.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("data ", data.source, ": ", sampler.status().message()));
   }
   module.SetTraining(false);
   const std::vector<int64_t> indices = sampler->Indices();
-  const int64_t batches =
-      BatchCount(sampler->num_samples(), options_.batch_size);
+  const int64_t batches = BatchCount(sampler->num_samples(), options_.batch_size);
   for (int64_t b = 0; b < batches; ++b) {
-    Batch batch = MakeBatch(
-        data, indices, b * options_.batch_size,
-        std::min((b + 1) * options_.batch_size, sampler->num_samples()));
+    Batch batch = MakeBatch(data, indices, b * options_.batch_size,
+                            std::min((b + 1) * options_.batch_size, sampler->num_samples()));
     if (absl::Status s = step(batch, b); !s.ok()) return s;
   }
   return indices;
 }
 
 absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(
-    const std::shared_ptr<LightningModule>& module, const Dataset& data,
-    bool test) {
+    const std::shared_ptr<LightningModule>& module, const Dataset& data, bool test) {
   std::map<std::string, double> sums;
   double samples = 0;
-  absl::StatusOr<std::vector<int64_t>> done = ForEachShardBatch(
-      *module, data, [&](const Batch& batch, int64_t b) -> absl::Status {
+  absl::StatusOr<std::vector<int64_t>> done =
+      ForEachShardBatch(*module, data, [&](const Batch& batch, int64_t b) -> absl::Status {
         absl::StatusOr<StepMetrics> metrics =
-            test ? strategy_.TestStep(batch, b)
-                 : strategy_.ValidationStep(batch, b);
+            test ? strategy_.TestStep(batch, b) : strategy_.ValidationStep(batch, b);
         if (!metrics.ok()) return metrics.status();
         const double size = static_cast<double>(batch[0].size(0));
         for (const auto& [name, value] : *metrics) {
@@ -431,14 +379,12 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(
   std::vector<double> flat;
   for (const auto& [name, sum] : sums) flat.push_back(sum);
   flat.push_back(samples);
-  absl::StatusOr<at::Tensor> total =
-      strategy_.Reduce(at::tensor(flat, at::kDouble), "sum");
+  absl::StatusOr<at::Tensor> total = strategy_.Reduce(at::tensor(flat, at::kDouble), "sum");
   if (!total.ok()) return total.status();
   std::map<std::string, double> means;
   size_t i = 0;
   const double count = (*total)[total->size(0) - 1].item<double>();
-  for (const auto& [name, sum] : sums)
-    means[name] = (*total)[i++].item<double>() / count;
+  for (const auto& [name, sum] : sums) means[name] = (*total)[i++].item<double>() / count;
   return means;
 }
 
@@ -448,18 +394,18 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Validate(
   return Evaluate(module, data, false);
 }
 
-absl::StatusOr<std::map<std::string, double>> Trainer::Test(
-    std::shared_ptr<LightningModule> module, const Dataset& data) {
+absl::StatusOr<std::map<std::string, double>> Trainer::Test(std::shared_ptr<LightningModule> module,
+                                                            const Dataset& data) {
   if (absl::Status s = Prepare(module); !s.ok()) return s;
   return Evaluate(module, data, true);
 }
 
-absl::StatusOr<at::Tensor> Trainer::Predict(
-    std::shared_ptr<LightningModule> module, const Dataset& data) {
+absl::StatusOr<at::Tensor> Trainer::Predict(std::shared_ptr<LightningModule> module,
+                                            const Dataset& data) {
   if (absl::Status s = Prepare(module); !s.ok()) return s;
   std::vector<at::Tensor> outputs;
-  absl::StatusOr<std::vector<int64_t>> indices = ForEachShardBatch(
-      *module, data, [&](const Batch& batch, int64_t b) -> absl::Status {
+  absl::StatusOr<std::vector<int64_t>> indices =
+      ForEachShardBatch(*module, data, [&](const Batch& batch, int64_t b) -> absl::Status {
         absl::StatusOr<at::Tensor> out = strategy_.PredictStep(batch, b);
         if (!out.ok()) return out.status();
         outputs.push_back(out->detach().cpu().contiguous());
@@ -468,8 +414,7 @@ absl::StatusOr<at::Tensor> Trainer::Predict(
   if (!indices.ok()) return indices.status();
   absl::StatusOr<at::Tensor> all = strategy_.AllGather(at::cat(outputs));
   if (!all.ok()) return all.status();
-  absl::StatusOr<at::Tensor> all_indices =
-      strategy_.AllGather(at::tensor(*indices, at::kLong));
+  absl::StatusOr<at::Tensor> all_indices = strategy_.AllGather(at::tensor(*indices, at::kLong));
   if (!all_indices.ok()) return all_indices.status();
   if (!strategy_.is_global_zero()) return at::Tensor();
   // Scatter back into dataset order; padding repeats a sample with the same

@@ -27,8 +27,7 @@ struct TrainerOptions {
   int64_t max_epochs = 10;
   int64_t max_steps = -1;  // > 0: stop after this many optimizer steps
   int accumulate_grad_batches = 1;
-  double gradient_clip_val =
-      0.0;  // max global L2 norm of the gradients; 0: off
+  double gradient_clip_val = 0.0;  // max global L2 norm of the gradients; 0: off
   int check_val_every_n_epoch = 1;
   int64_t batch_size = 32;  // per rank
   bool shuffle = true;
@@ -38,19 +37,16 @@ struct TrainerOptions {
   std::string resume_from;  // a checkpoint to continue from
   int num_threads = 0;      // intra-op threads per rank; 0: cores / local ranks
   int log_every_n_steps = 10;
-  bool enable_progress =
-      true;  // rank 0: a progress bar on a terminal, else a line per epoch
+  bool enable_progress = true;  // rank 0: a progress bar on a terminal, else a line per epoch
 };
 
 // What fit hands back to the launcher (through rank 0's result).
 struct FitResult {
-  std::string
-      checkpoint;  // the final checkpoint: weights, optimizer, position, RNG
+  std::string checkpoint;  // the final checkpoint: weights, optimizer, position, RNG
   std::string metrics_csv;
   int64_t epoch = 0;
   int64_t global_step = 0;
-  std::map<std::string, double>
-      metrics;  // the last value of every logged metric
+  std::map<std::string, double> metrics;  // the last value of every logged metric
   std::string Encode() const;
   static absl::StatusOr<FitResult> Decode(const std::string& text);
 };
@@ -59,34 +55,29 @@ class Trainer {
  public:
   Trainer(DDPSpawnStrategy& strategy, TrainerOptions options);
 
-  absl::StatusOr<FitResult> Fit(std::shared_ptr<LightningModule> module,
-                                const Dataset& train,
+  absl::StatusOr<FitResult> Fit(std::shared_ptr<LightningModule> module, const Dataset& train,
                                 const Dataset* validation);
   // Metrics averaged over the dataset and the ranks (e.g. val_loss,
   // val_accuracy).
-  absl::StatusOr<std::map<std::string, double>> Validate(
-      std::shared_ptr<LightningModule> module, const Dataset& data);
-  absl::StatusOr<std::map<std::string, double>> Test(
-      std::shared_ptr<LightningModule> module, const Dataset& data);
+  absl::StatusOr<std::map<std::string, double>> Validate(std::shared_ptr<LightningModule> module,
+                                                         const Dataset& data);
+  absl::StatusOr<std::map<std::string, double>> Test(std::shared_ptr<LightningModule> module,
+                                                     const Dataset& data);
   // Rank 0: every sample's prediction, in dataset order; other ranks: an
   // undefined tensor.
-  absl::StatusOr<at::Tensor> Predict(std::shared_ptr<LightningModule> module,
-                                     const Dataset& data);
+  absl::StatusOr<at::Tensor> Predict(std::shared_ptr<LightningModule> module, const Dataset& data);
 
  private:
   absl::Status Prepare(const std::shared_ptr<LightningModule>& module);
   absl::StatusOr<std::map<std::string, double>> Evaluate(
-      const std::shared_ptr<LightningModule>& module, const Dataset& data,
-      bool test);
+      const std::shared_ptr<LightningModule>& module, const Dataset& data, bool test);
   // Runs `step` on each batch of this rank's shard of `data`, in order (no
   // shuffle, padded), in eval mode; returns the shard's indices.
   absl::StatusOr<std::vector<int64_t>> ForEachShardBatch(
       LightningModule& module, const Dataset& data,
       const std::function<absl::Status(const Batch&, int64_t)>& step);
-  absl::Status Log(int64_t epoch, int64_t step, const std::string& name,
-                   double value);
-  absl::Status SaveCheckpoint(LightningModule& module,
-                              torch::optim::Optimizer* optimizer,
+  absl::Status Log(int64_t epoch, int64_t step, const std::string& name, double value);
+  absl::Status SaveCheckpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
                               TrainingState state, const std::string& path);
 
   DDPSpawnStrategy& strategy_;

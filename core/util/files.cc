@@ -15,8 +15,7 @@ namespace ddpspawn {
 namespace {
 
 absl::Status Errno(absl::string_view what, const std::string& path) {
-  return absl::InternalError(
-      absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
+  return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
 std::string DirectoryOf(const std::string& path) {
@@ -27,8 +26,7 @@ std::string DirectoryOf(const std::string& path) {
 
 }  // namespace
 
-absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view bytes, bool durable) {
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes, bool durable) {
   std::string temp = absl::StrCat(path, ".tmp.", getpid());
   int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("cannot create", temp);

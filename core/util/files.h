@@ -13,8 +13,7 @@ namespace ddpspawn {
 
 // With `durable`, the file and its directory are fsynced before and after the
 // rename.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view bytes, bool durable);
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes, bool durable);
 
 // NotFound when the file does not exist.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);

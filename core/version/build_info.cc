@@ -22,8 +22,7 @@ const BuildInfo& GetBuildInfo() {
     b->nccl_version = "none";
     b->backends = "gloo";
 #ifdef USE_C10D_NCCL
-    b->cuda_version =
-        absl::StrCat(CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10);
+    b->cuda_version = absl::StrCat(CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10);
     b->nccl_version = c10d::getNcclVersion();
     b->backends = "gloo,nccl";
 #endif
@@ -35,10 +34,9 @@ const BuildInfo& GetBuildInfo() {
 const std::string& BuildInfoText() {
   static const std::string* text = [] {
     const BuildInfo& b = GetBuildInfo();
-    return new std::string(
-        absl::StrCat("version=", b.version, "\ntorch=", b.torch_version,
-                     "\ncuda=", b.cuda_version, "\nnccl=", b.nccl_version,
-                     "\nbackends=", b.backends, "\n"));
+    return new std::string(absl::StrCat("version=", b.version, "\ntorch=", b.torch_version,
+                                        "\ncuda=", b.cuda_version, "\nnccl=", b.nccl_version,
+                                        "\nbackends=", b.backends, "\n"));
   }();
   return *text;
 }

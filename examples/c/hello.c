@@ -28,8 +28,7 @@ int main(int argc, char** argv) {
   options.nprocs = 2;
   options.argv = worker_argv;
   ddpspawn_job* job = NULL;
-  if (ddpspawn_job_create(&options, &job) != DDPSPAWN_OK ||
-      ddpspawn_job_run(job) != DDPSPAWN_OK) {
+  if (ddpspawn_job_create(&options, &job) != DDPSPAWN_OK || ddpspawn_job_run(job) != DDPSPAWN_OK) {
     fprintf(stderr, "job failed: %s\n", ddpspawn_last_error());
     ddpspawn_job_destroy(job);
     return 1;

@@ -16,26 +16,22 @@ class LinearRegression : public ddpspawn::NnModule {
   absl::StatusOr<at::Tensor> TrainingStep(const Batch& b, int64_t) override {
     return torch::mse_loss(net_->forward(b[0]), b[1]);
   }
-  absl::StatusOr<ddpspawn::StepMetrics> ValidationStep(const Batch& b,
-                                                       int64_t) override {
-    return ddpspawn::StepMetrics{
-        {"val_loss", torch::mse_loss(net_->forward(b[0]), b[1])}};
+  absl::StatusOr<ddpspawn::StepMetrics> ValidationStep(const Batch& b, int64_t) override {
+    return ddpspawn::StepMetrics{{"val_loss", torch::mse_loss(net_->forward(b[0]), b[1])}};
   }
   absl::StatusOr<at::Tensor> PredictStep(const Batch& b, int64_t) override {
     return net_->forward(b[0]);
   }
 
  private:
-  explicit LinearRegression(torch::nn::Linear net)
-      : NnModule(net.ptr()), net_(net) {}
+  explicit LinearRegression(torch::nn::Linear net) : NnModule(net.ptr()), net_(net) {}
   torch::nn::Linear net_;
 };
 
 absl::StatusOr<std::string> Train(ddpspawn::DDPSpawnStrategy& strategy) {
   auto module = std::make_shared<LinearRegression>();
-  if (absl::Status s = strategy.Setup(module); !s.ok())
-    return s;                                  // wraps it in DDP
-  torch::manual_seed(strategy.global_rank());  // each rank its own data
+  if (absl::Status s = strategy.Setup(module); !s.ok()) return s;  // wraps it in DDP
+  torch::manual_seed(strategy.global_rank());                      // each rank its own data
   at::Tensor x = torch::randn({256, 3});
   at::Tensor y = x.matmul(torch::tensor({{2.0f}, {-1.0f}, {0.5f}})) + 3.0f;
   torch::optim::SGD optimizer(module->parameters(), 0.1);
@@ -47,10 +43,9 @@ absl::StatusOr<std::string> Train(ddpspawn::DDPSpawnStrategy& strategy) {
     optimizer.step();
   }
   auto params = module->parameters();
-  return absl::StrFormat(
-      "weights %.3f %.3f %.3f, bias %.3f", params[0][0][0].item<float>(),
-      params[0][0][1].item<float>(), params[0][0][2].item<float>(),
-      params[1][0].item<float>());
+  return absl::StrFormat("weights %.3f %.3f %.3f, bias %.3f", params[0][0][0].item<float>(),
+                         params[0][0][1].item<float>(), params[0][0][2].item<float>(),
+                         params[1][0].item<float>());
 }
 
 int main() {
@@ -60,8 +55,7 @@ int main() {
   if (ddpspawn::IsWorkerProcess()) return strategy.RunWorker(Train);
   absl::StatusOr<std::string> result = strategy.Launch(Train);
   if (!result.ok()) {
-    std::fprintf(stderr, "training failed: %s\n",
-                 result.status().ToString().c_str());
+    std::fprintf(stderr, "training failed: %s\n", result.status().ToString().c_str());
     return 1;
   }
   std::printf("rank 0 learned: %s\n", result->c_str());

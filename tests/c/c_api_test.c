@@ -11,13 +11,13 @@
 
 static int failures = 0;
 
-#define CHECK(cond)                                                           \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, \
-              __LINE__, #cond, ddpspawn_last_error());                        \
-      failures++;                                                             \
-    }                                                                         \
+#define CHECK(cond)                                                                            \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+              ddpspawn_last_error());                                                          \
+      failures++;                                                                              \
+    }                                                                                          \
   } while (0)
 
 /* The gradient reducer: two iterations over three buffers, one of them never
@@ -34,8 +34,7 @@ static int check_reducer(ddpspawn_context* ctx, int rank, int world) {
   options.find_unused_parameters = 1;
   options.bucket_cap_mb = 0.00001; /* one buffer per bucket */
   ddpspawn_reducer* reducer = NULL;
-  if (ddpspawn_reducer_create(ctx, buffers, counts, dtypes, 3, &options,
-                              &reducer) != DDPSPAWN_OK) {
+  if (ddpspawn_reducer_create(ctx, buffers, counts, dtypes, 3, &options, &reducer) != DDPSPAWN_OK) {
     return 0;
   }
   int ok = ddpspawn_reducer_bucket_count(reducer) == 3;
@@ -45,12 +44,10 @@ static int check_reducer(ddpspawn_context* ctx, int rank, int world) {
     ok = ok && ddpspawn_reducer_mark_ready(reducer, 1) == DDPSPAWN_OK;
     ok = ok && ddpspawn_reducer_mark_ready(reducer, 0) == DDPSPAWN_OK;
     ok = ok && ddpspawn_reducer_finalize(reducer) == DDPSPAWN_OK;
-    ok = ok && a[4] == iteration * (world + 1) / 2.0f &&
-         b[0] == 10.0 * (world + 1) / 2.0;
+    ok = ok && a[4] == iteration * (world + 1) / 2.0f && b[0] == 10.0 * (world + 1) / 2.0;
     ok = ok && never[0] == 7 && never[1] == 7;
   }
-  ok = ok &&
-       ddpspawn_reducer_mark_ready(reducer, 3) == DDPSPAWN_ERR_INVALID_ARGUMENT;
+  ok = ok && ddpspawn_reducer_mark_ready(reducer, 3) == DDPSPAWN_ERR_INVALID_ARGUMENT;
   ddpspawn_reducer_destroy(reducer);
   /* Integer buffers go uncompressed under a compressing hook. */
   int64_t big[2] = {1234567 * (int64_t)(rank + 1), 3};
@@ -58,8 +55,8 @@ static int check_reducer(ddpspawn_context* ctx, int rank, int world) {
   size_t big_count[1] = {2};
   int32_t big_dtype[1] = {DDPSPAWN_INT64};
   options.comm_hook = "fp16";
-  ok = ok && ddpspawn_reducer_create(ctx, big_buffers, big_count, big_dtype, 1,
-                                     &options, &reducer) == DDPSPAWN_OK;
+  ok = ok && ddpspawn_reducer_create(ctx, big_buffers, big_count, big_dtype, 1, &options,
+                                     &reducer) == DDPSPAWN_OK;
   ok = ok && ddpspawn_reducer_mark_ready(reducer, 0) == DDPSPAWN_OK &&
        ddpspawn_reducer_finalize(reducer) == DDPSPAWN_OK;
   ok = ok && big[0] == 1234567 * (int64_t)(world + 1) / 2 && big[1] == 3;
@@ -68,15 +65,14 @@ static int check_reducer(ddpspawn_context* ctx, int rank, int world) {
    */
   size_t uneven[3] = {5 + (size_t)rank, 3, 2};
   options.comm_hook = NULL;
-  ok = ok && ddpspawn_reducer_create(ctx, buffers, uneven, dtypes, 3, &options,
-                                     &reducer) == DDPSPAWN_ERR_INVALID_ARGUMENT;
-  ok = ok &&
-       strstr(ddpspawn_last_error(), "do not reduce the same tensors") != NULL;
+  ok = ok && ddpspawn_reducer_create(ctx, buffers, uneven, dtypes, 3, &options, &reducer) ==
+                 DDPSPAWN_ERR_INVALID_ARGUMENT;
+  ok = ok && strstr(ddpspawn_last_error(), "do not reduce the same tensors") != NULL;
   options.comm_hook = "morse";
-  ok = ok && ddpspawn_reducer_create(ctx, buffers, counts, dtypes, 3, &options,
-                                     &reducer) == DDPSPAWN_ERR_INVALID_ARGUMENT;
-  ok = ok && ddpspawn_reducer_create(ctx, NULL, counts, dtypes, 3, NULL,
-                                     &reducer) == DDPSPAWN_ERR_INVALID_ARGUMENT;
+  ok = ok && ddpspawn_reducer_create(ctx, buffers, counts, dtypes, 3, &options, &reducer) ==
+                 DDPSPAWN_ERR_INVALID_ARGUMENT;
+  ok = ok && ddpspawn_reducer_create(ctx, NULL, counts, dtypes, 3, NULL, &reducer) ==
+                 DDPSPAWN_ERR_INVALID_ARGUMENT;
   return ok;
 }
 
@@ -90,23 +86,20 @@ static int run_collectives(void) {
   int rank = ddpspawn_context_rank(ctx);
   int world = ddpspawn_context_world_size(ctx);
   double values[3] = {rank + 1.0, 10.0 * rank, -1.0};
-  int ok = ddpspawn_all_reduce(ctx, values, 3, DDPSPAWN_FLOAT64,
-                               DDPSPAWN_SUM) == DDPSPAWN_OK;
+  int ok = ddpspawn_all_reduce(ctx, values, 3, DDPSPAWN_FLOAT64, DDPSPAWN_SUM) == DDPSPAWN_OK;
   ok = ok && values[0] == world * (world + 1) / 2.0 && values[2] == -world;
   int64_t longest = rank;
-  ok = ok && ddpspawn_all_reduce(ctx, &longest, 1, DDPSPAWN_INT64,
-                                 DDPSPAWN_MAX) == DDPSPAWN_OK;
+  ok = ok && ddpspawn_all_reduce(ctx, &longest, 1, DDPSPAWN_INT64, DDPSPAWN_MAX) == DDPSPAWN_OK;
   ok = ok && longest == world - 1;
   int32_t mine = 100 + rank;
   int32_t gathered[16] = {0};
-  ok = ok && ddpspawn_all_gather(ctx, &mine, 1, DDPSPAWN_INT32, gathered) ==
-                 DDPSPAWN_OK;
+  ok = ok && ddpspawn_all_gather(ctx, &mine, 1, DDPSPAWN_INT32, gathered) == DDPSPAWN_OK;
   for (int r = 0; r < world; r++) ok = ok && gathered[r] == 100 + r;
   const char* greeting = rank == 1 ? "hello from rank 1" : "";
   void* received = NULL;
   size_t received_size = 0;
-  ok = ok && ddpspawn_broadcast_bytes(ctx, greeting, strlen(greeting), 1,
-                                      &received, &received_size) == DDPSPAWN_OK;
+  ok = ok && ddpspawn_broadcast_bytes(ctx, greeting, strlen(greeting), 1, &received,
+                                      &received_size) == DDPSPAWN_OK;
   ok = ok && received_size == strlen("hello from rank 1") &&
        memcmp(received, "hello from rank 1", received_size) == 0;
   ddpspawn_free(received);
@@ -117,8 +110,7 @@ static int run_collectives(void) {
     snprintf(result, sizeof result, "sum=%g world=%d", values[0], world);
     ok = ddpspawn_worker_set_result(result, strlen(result)) == DDPSPAWN_OK;
   }
-  if (!ok)
-    ddpspawn_worker_set_error("a collective returned an unexpected value");
+  if (!ok) ddpspawn_worker_set_error("a collective returned an unexpected value");
   ddpspawn_context_destroy(ctx);
   return ok ? 0 : 1;
 }
@@ -134,12 +126,10 @@ static void check_result(ddpspawn_job* job, const char* expected) {
   size_t size = 0;
   int32_t has = 0;
   CHECK(ddpspawn_job_result(job, &data, &size, &has) == DDPSPAWN_OK);
-  CHECK(has == 1 && size == strlen(expected) &&
-        memcmp(data, expected, size) == 0);
+  CHECK(has == 1 && size == strlen(expected) && memcmp(data, expected, size) == 0);
 }
 
-static int remove_entry(const char* path, const struct stat* info, int type,
-                        struct FTW* where) {
+static int remove_entry(const char* path, const struct stat* info, int type, struct FTW* where) {
   (void)info;
   (void)type;
   (void)where;
@@ -170,10 +160,9 @@ static void check_training_run(void) {
   snprintf(train_opt, sizeof train_opt, "train=%s", csv);
   snprintf(data_opt, sizeof data_opt, "data=%s", csv);
   snprintf(root_opt, sizeof root_opt, "default_root_dir=%s/logs", dir);
-  const char* fit_options[] = {
-      "model=mlp:4,16,3", train_opt, root_opt,       "nproc_per_node=2",
-      "max_epochs=10",    "lr=0.5",  "momentum=0.9", "batch_size=16",
-      "progress=false",   NULL};
+  const char* fit_options[] = {"model=mlp:4,16,3", train_opt, root_opt,       "nproc_per_node=2",
+                               "max_epochs=10",    "lr=0.5",  "momentum=0.9", "batch_size=16",
+                               "progress=false",   NULL};
   ddpspawn_run_result* result = NULL;
   CHECK(ddpspawn_run("fit", fit_options, &result) == DDPSPAWN_OK);
   const char* checkpoint = ddpspawn_run_result_get(result, "checkpoint");
@@ -181,15 +170,12 @@ static void check_training_run(void) {
   CHECK(ddpspawn_run_result_get(result, "global_step") != NULL &&
         strcmp(ddpspawn_run_result_get(result, "global_step"), "40") == 0);
   CHECK(ddpspawn_run_result_get(result, "no.such.key") == NULL);
-  CHECK(strstr(ddpspawn_run_result_text(result), "metric.train_loss_epoch=") !=
-        NULL);
-  snprintf(ckpt_opt, sizeof ckpt_opt, "checkpoint=%s",
-           checkpoint ? checkpoint : "");
+  CHECK(strstr(ddpspawn_run_result_text(result), "metric.train_loss_epoch=") != NULL);
+  snprintf(ckpt_opt, sizeof ckpt_opt, "checkpoint=%s", checkpoint ? checkpoint : "");
   ddpspawn_run_result_destroy(result);
 
-  const char* validate_options[] = {"model=mlp:4,16,3", data_opt,
-                                    ckpt_opt,           root_opt,
-                                    "nproc_per_node=2", NULL};
+  const char* validate_options[] = {"model=mlp:4,16,3", data_opt,           ckpt_opt,
+                                    root_opt,           "nproc_per_node=2", NULL};
   result = NULL;
   CHECK(ddpspawn_run("validate", validate_options, &result) == DDPSPAWN_OK);
   const char* accuracy = ddpspawn_run_result_get(result, "metric.val_accuracy");
@@ -201,13 +187,11 @@ static void check_training_run(void) {
   ddpspawn_rank_report run_report = DDPSPAWN_RANK_REPORT_INIT;
   CHECK(ddpspawn_run_rank_report(1, &run_report) == DDPSPAWN_OK);
   CHECK(run_report.state == DDPSPAWN_RANK_EXITED && run_report.exit_code == 0);
-  CHECK(ddpspawn_run_rank_report(2, &run_report) ==
-        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_run_rank_report(2, &run_report) == DDPSPAWN_ERR_INVALID_ARGUMENT);
 
   /* A rank that fails: rank 0 cannot write its logs under a file. */
-  const char* unwritable[] = {
-      "model=mlp:4,16,3", train_opt,      "default_root_dir=/dev/null/logs",
-      "nproc_per_node=2", "max_epochs=1", NULL};
+  const char* unwritable[] = {"model=mlp:4,16,3", train_opt,      "default_root_dir=/dev/null/logs",
+                              "nproc_per_node=2", "max_epochs=1", NULL};
   result = NULL;
   CHECK(ddpspawn_run("fit", unwritable, &result) == DDPSPAWN_ERR_WORKER_FAILED);
   CHECK(ddpspawn_run_failed_rank() == 0);
@@ -217,24 +201,18 @@ static void check_training_run(void) {
   CHECK(ddpspawn_run_rank_error(0, &rank_text) == DDPSPAWN_OK);
   CHECK(rank_text != NULL && strstr(rank_text, "/dev/null/logs") != NULL);
 
-  const char* missing_model[] = {"model=/nonexistent/model.pt", train_opt,
-                                 NULL};
+  const char* missing_model[] = {"model=/nonexistent/model.pt", train_opt, NULL};
   ddpspawn_run_result* untouched = (ddpspawn_run_result*)dir;
-  CHECK(ddpspawn_run("fit", missing_model, &untouched) ==
-        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_run("fit", missing_model, &untouched) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(strstr(ddpspawn_last_error(), "/nonexistent/model.pt") != NULL);
   CHECK(ddpspawn_run_failed_rank() == -1 && ddpspawn_run_nprocs() == 0);
   CHECK(untouched == (ddpspawn_run_result*)dir);
-  const char* spawn[] = {"model=mlp:4,16,3", train_opt, "start_method=spawn",
-                         NULL};
+  const char* spawn[] = {"model=mlp:4,16,3", train_opt, "start_method=spawn", NULL};
   CHECK(ddpspawn_run("fit", spawn, &result) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   const char* not_pairs[] = {"model", NULL};
-  CHECK(ddpspawn_run("fit", not_pairs, &result) ==
-        DDPSPAWN_ERR_INVALID_ARGUMENT);
-  CHECK(ddpspawn_run("dance", fit_options, &result) ==
-        DDPSPAWN_ERR_INVALID_ARGUMENT);
-  CHECK(ddpspawn_run(NULL, fit_options, &result) ==
-        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_run("fit", not_pairs, &result) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_run("dance", fit_options, &result) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_run(NULL, fit_options, &result) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   ddpspawn_run_result_destroy(NULL);
   CHECK(strcmp(ddpspawn_run_result_text(NULL), "") == 0);
   CHECK(nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0);
@@ -247,17 +225,14 @@ int main(int argc, char** argv) {
   /* *_init_sized: the library's defaults, only up to the caller's size. */
   ddpspawn_reducer_options sized;
   memset(&sized, 0xab, sizeof sized);
-  CHECK(ddpspawn_reducer_options_init_sized(&sized, sizeof sized) ==
-        DDPSPAWN_OK);
+  CHECK(ddpspawn_reducer_options_init_sized(&sized, sizeof sized) == DDPSPAWN_OK);
   ddpspawn_reducer_options expected = DDPSPAWN_REDUCER_OPTIONS_INIT;
-  CHECK(sized.struct_size == sizeof sized &&
-        sized.bucket_cap_mb == expected.bucket_cap_mb &&
+  CHECK(sized.struct_size == sizeof sized && sized.bucket_cap_mb == expected.bucket_cap_mb &&
         sized.powersgd_rank == expected.powersgd_rank);
   CHECK(ddpspawn_reducer_options_init_sized(&sized, sizeof sized - 4) ==
         DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(strstr(ddpspawn_last_error(), "no released version") != NULL);
-  CHECK(ddpspawn_launch_options_init_sized(NULL, 8) ==
-        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_launch_options_init_sized(NULL, 8) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   /* The build names its LibTorch 2.x and at least the gloo backend. */
   CHECK(strstr(ddpspawn_build_info(), "\ntorch=2.") != NULL);
   CHECK(strstr(ddpspawn_build_info(), "\nbackends=gloo") != NULL);
@@ -278,8 +253,7 @@ int main(int argc, char** argv) {
   check_result(job, "sum=3 world=2");
   ddpspawn_rank_report report = DDPSPAWN_RANK_REPORT_INIT;
   CHECK(ddpspawn_job_rank_report(job, 1, &report) == DDPSPAWN_OK);
-  CHECK(report.state == DDPSPAWN_RANK_EXITED && report.exit_code == 0 &&
-        report.pid > 0);
+  CHECK(report.state == DDPSPAWN_RANK_EXITED && report.exit_code == 0 && report.pid > 0);
   CHECK(ddpspawn_job_failed_rank(job) == -1);
   ddpspawn_job_destroy(job);
 
@@ -302,23 +276,19 @@ int main(int argc, char** argv) {
   CHECK(untouched == (ddpspawn_job*)&options);
   CHECK(strstr(ddpspawn_last_error(), "options") != NULL);
   options.nprocs = 0;
-  CHECK(ddpspawn_job_create(&options, &untouched) ==
-        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_job_create(&options, &untouched) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(strstr(ddpspawn_last_error(), "nprocs") != NULL);
   options.nprocs = 2;
   options.start_method = "thread";
-  CHECK(ddpspawn_job_create(&options, &untouched) ==
-        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_job_create(&options, &untouched) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(strstr(ddpspawn_last_error(), "start method") != NULL);
   options.start_method = NULL;
   options.struct_size = 3;
-  CHECK(ddpspawn_job_create(&options, &untouched) ==
-        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_job_create(&options, &untouched) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(untouched == (ddpspawn_job*)&options);
   /* A size ending mid-field is no released version's: refused, not copied. */
   options.struct_size = (uint32_t)sizeof options - 4;
-  CHECK(ddpspawn_job_create(&options, &untouched) ==
-        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_job_create(&options, &untouched) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(strstr(ddpspawn_last_error(), "no released version") != NULL);
   CHECK(untouched == (ddpspawn_job*)&options);
   options.struct_size = sizeof options;
@@ -331,23 +301,18 @@ int main(int argc, char** argv) {
   ddpspawn_context_options context_options = DDPSPAWN_CONTEXT_OPTIONS_INIT;
   ddpspawn_context* ctx = NULL;
   context_options.backend = "mpi";
-  CHECK(ddpspawn_context_create(&context_options, &ctx) ==
-        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_context_create(&context_options, &ctx) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(strstr(ddpspawn_last_error(), "backend") != NULL);
   context_options.backend = "nccl";
-  CHECK(ddpspawn_context_create(&context_options, &ctx) ==
-        DDPSPAWN_ERR_UNAVAILABLE);
+  CHECK(ddpspawn_context_create(&context_options, &ctx) == DDPSPAWN_ERR_UNAVAILABLE);
   CHECK(ctx == NULL);
   context_options.backend = NULL;
   CHECK(ddpspawn_context_create(&context_options, &ctx) == DDPSPAWN_OK);
   CHECK(ddpspawn_context_world_size(ctx) == 1);
   float one = 1.0f;
-  CHECK(ddpspawn_all_reduce(ctx, &one, 1, 99, DDPSPAWN_SUM) ==
-        DDPSPAWN_ERR_INVALID_ARGUMENT);
-  CHECK(ddpspawn_all_reduce(ctx, &one, 1, DDPSPAWN_FLOAT32, 42) ==
-        DDPSPAWN_ERR_INVALID_ARGUMENT);
-  CHECK(ddpspawn_broadcast(ctx, &one, 1, DDPSPAWN_FLOAT32, 5) ==
-        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_all_reduce(ctx, &one, 1, 99, DDPSPAWN_SUM) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_all_reduce(ctx, &one, 1, DDPSPAWN_FLOAT32, 42) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_broadcast(ctx, &one, 1, DDPSPAWN_FLOAT32, 5) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   ddpspawn_context_destroy(ctx);
 
   /* A reducer may outlive its context: it keeps the process group. */
@@ -358,8 +323,8 @@ int main(int argc, char** argv) {
   size_t grad_counts[] = {3};
   int32_t grad_dtypes[] = {DDPSPAWN_FLOAT32};
   ddpspawn_reducer* orphan = NULL;
-  CHECK(ddpspawn_reducer_create(solo, grad_buffers, grad_counts, grad_dtypes, 1,
-                                NULL, &orphan) == DDPSPAWN_OK);
+  CHECK(ddpspawn_reducer_create(solo, grad_buffers, grad_counts, grad_dtypes, 1, NULL, &orphan) ==
+        DDPSPAWN_OK);
   ddpspawn_context_destroy(solo);
   CHECK(ddpspawn_reducer_mark_ready(orphan, 0) == DDPSPAWN_OK);
   CHECK(ddpspawn_reducer_finalize(orphan) == DDPSPAWN_OK);

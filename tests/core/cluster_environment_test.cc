@@ -13,12 +13,11 @@ namespace {
 using ::testing::HasSubstr;
 
 EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
-  return
-      [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
-        auto it = vars.find(name);
-        if (it == vars.end()) return std::nullopt;
-        return it->second;
-      };
+  return [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
 }
 
 TEST(ClusterEnvironmentTest, NothingSetIsASingleProcess) {
@@ -31,14 +30,13 @@ TEST(ClusterEnvironmentTest, NothingSetIsASingleProcess) {
 }
 
 TEST(ClusterEnvironmentTest, PlainVariables) {
-  absl::StatusOr<ClusterInfo> info =
-      DetectClusterEnvironment(FakeEnv({{"MASTER_ADDR", "10.0.0.1"},
-                                        {"MASTER_PORT", "1234"},
-                                        {"WORLD_SIZE", "8"},
-                                        {"RANK", "5"},
-                                        {"LOCAL_RANK", "1"},
-                                        {"LOCAL_WORLD_SIZE", "4"},
-                                        {"NODE_RANK", "1"}}));
+  absl::StatusOr<ClusterInfo> info = DetectClusterEnvironment(FakeEnv({{"MASTER_ADDR", "10.0.0.1"},
+                                                                       {"MASTER_PORT", "1234"},
+                                                                       {"WORLD_SIZE", "8"},
+                                                                       {"RANK", "5"},
+                                                                       {"LOCAL_RANK", "1"},
+                                                                       {"LOCAL_WORLD_SIZE", "4"},
+                                                                       {"NODE_RANK", "1"}}));
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->kind, ClusterKind::kEnv);
   EXPECT_EQ(info->rank, 5);
@@ -68,16 +66,16 @@ TEST(ClusterEnvironmentTest, DdpspawnLauncherWins) {
 }
 
 TEST(ClusterEnvironmentTest, TorchElastic) {
-  absl::StatusOr<ClusterInfo> info = DetectClusterEnvironment(
-      FakeEnv({{"TORCHELASTIC_RUN_ID", "abc"},
-               {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-               {"MASTER_ADDR", "host0"},
-               {"MASTER_PORT", "29400"},
-               {"WORLD_SIZE", "4"},
-               {"RANK", "3"},
-               {"GROUP_RANK", "1"},
-               {"LOCAL_RANK", "1"},
-               {"LOCAL_WORLD_SIZE", "2"}}));
+  absl::StatusOr<ClusterInfo> info =
+      DetectClusterEnvironment(FakeEnv({{"TORCHELASTIC_RUN_ID", "abc"},
+                                        {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                        {"MASTER_ADDR", "host0"},
+                                        {"MASTER_PORT", "29400"},
+                                        {"WORLD_SIZE", "4"},
+                                        {"RANK", "3"},
+                                        {"GROUP_RANK", "1"},
+                                        {"LOCAL_RANK", "1"},
+                                        {"LOCAL_WORLD_SIZE", "2"}}));
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->kind, ClusterKind::kTorchElastic);
   EXPECT_EQ(info->node_rank, 1);
@@ -108,27 +106,20 @@ TEST(ClusterEnvironmentTest, Slurm) {
 }
 
 TEST(ClusterEnvironmentTest, InteractiveSlurmIsIgnored) {
-  absl::StatusOr<ClusterInfo> info =
-      DetectClusterEnvironment(FakeEnv({{"SLURM_NTASKS", "8"},
-                                        {"SLURM_PROCID", "6"},
-                                        {"SLURM_JOB_NAME", "bash"}}));
+  absl::StatusOr<ClusterInfo> info = DetectClusterEnvironment(
+      FakeEnv({{"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "6"}, {"SLURM_JOB_NAME", "bash"}}));
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->kind, ClusterKind::kEnv);
   EXPECT_EQ(info->world_size, 1);
 }
 
 TEST(ClusterEnvironmentTest, BadValuesAreNamed) {
+  EXPECT_THAT(DetectClusterEnvironment(FakeEnv({{"RANK", "one"}})).status().message(),
+              HasSubstr("RANK='one' is not an integer"));
   EXPECT_THAT(
-      DetectClusterEnvironment(FakeEnv({{"RANK", "one"}})).status().message(),
-      HasSubstr("RANK='one' is not an integer"));
-  EXPECT_THAT(
-      DetectClusterEnvironment(FakeEnv({{"RANK", "2"}, {"WORLD_SIZE", "2"}}))
-          .status()
-          .message(),
+      DetectClusterEnvironment(FakeEnv({{"RANK", "2"}, {"WORLD_SIZE", "2"}})).status().message(),
       HasSubstr("rank 2 is outside [0, 2)"));
-  EXPECT_THAT(DetectClusterEnvironment(FakeEnv({{"DDPSPAWN_RUN_DIR", "/x"}}))
-                  .status()
-                  .message(),
+  EXPECT_THAT(DetectClusterEnvironment(FakeEnv({{"DDPSPAWN_RUN_DIR", "/x"}})).status().message(),
               HasSubstr("is not set"));
 }
 

@@ -30,17 +30,15 @@ class CollectivesTest : public testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(CollectivesTest, EveryOpAndDtype) {
   const auto& [nprocs, shm] = GetParam();
-  absl::StatusOr<std::string> result =
-      RunWorkers(nprocs, "collectives",
-                 shm ? std::vector<std::string>{}
-                     : std::vector<std::string>{"DDPSPAWN_SHM_ALLREDUCE=0"});
+  absl::StatusOr<std::string> result = RunWorkers(
+      nprocs, "collectives",
+      shm ? std::vector<std::string>{} : std::vector<std::string>{"DDPSPAWN_SHM_ALLREDUCE=0"});
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(*result, absl::StrCat("checked ", nprocs));
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest,
-                         testing::Combine(testing::Values(2, 3, 4),
-                                          testing::Bool()));
+                         testing::Combine(testing::Values(2, 3, 4), testing::Bool()));
 
 // Groups created one after another in the same job each rendezvous on their
 // own: a rank that lets go of a group late must not wipe the next group's keys.

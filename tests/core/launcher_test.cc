@@ -28,15 +28,13 @@ using ::testing::HasSubstr;
 constexpr char kWorker[] = "tests/core/test_worker";
 
 bool ProcessGone(pid_t pid) {
-  return kill(pid, 0) == -1 && errno == ESRCH && kill(-pid, 0) == -1 &&
-         errno == ESRCH;
+  return kill(pid, 0) == -1 && errno == ESRCH && kill(-pid, 0) == -1 && errno == ESRCH;
 }
 
 void ExpectNoWorkerLeft(const Job& job) {
   for (const RankOutcome& outcome : job.outcomes()) {
     EXPECT_NE(outcome.state, RankState::kRunning);
-    EXPECT_TRUE(ProcessGone(outcome.pid))
-        << "pid " << outcome.pid << " is still there";
+    EXPECT_TRUE(ProcessGone(outcome.pid)) << "pid " << outcome.pid << " is still there";
   }
 }
 
@@ -93,8 +91,7 @@ TEST(LauncherSpawnTest, ExceptionNamesRankAndMessage) {
   EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
   EXPECT_EQ(job->failed_rank(), 1);
   EXPECT_THAT(status.message(), HasSubstr("rank 1"));
-  EXPECT_THAT(status.message(),
-              HasSubstr("deliberate failure in the test worker"));
+  EXPECT_THAT(status.message(), HasSubstr("deliberate failure in the test worker"));
   ExpectNoWorkerLeft(*job);
 }
 
@@ -111,8 +108,7 @@ TEST(LauncherSpawnTest, ExitCodeIsReported) {
 
 TEST(LauncherSpawnTest, SegfaultIsReportedBySignalName) {
   absl::Status status;
-  std::unique_ptr<Job> job =
-      RunJob(SpawnSpec(2, {"signal", "0", "11"}), &status);
+  std::unique_ptr<Job> job = RunJob(SpawnSpec(2, {"signal", "0", "11"}), &status);
   EXPECT_EQ(job->failed_rank(), 0);
   EXPECT_THAT(status.message(), HasSubstr("rank 0"));
   EXPECT_THAT(status.message(), HasSubstr("SIGSEGV"));
@@ -121,8 +117,7 @@ TEST(LauncherSpawnTest, SegfaultIsReportedBySignalName) {
 
 TEST(LauncherSpawnTest, SigkillIsReported) {
   absl::Status status;
-  std::unique_ptr<Job> job =
-      RunJob(SpawnSpec(2, {"signal", "1", "9"}), &status);
+  std::unique_ptr<Job> job = RunJob(SpawnSpec(2, {"signal", "1", "9"}), &status);
   EXPECT_EQ(job->failed_rank(), 1);
   EXPECT_THAT(status.message(), HasSubstr("SIGKILL"));
   ExpectNoWorkerLeft(*job);
@@ -143,35 +138,28 @@ TEST(LauncherSpawnTest, HangingRankHitsTheTimeout) {
 }
 
 TEST(LauncherSpawnTest, BadSpecsAreRejectedBeforeAnythingStarts) {
-  EXPECT_EQ(Job::Create(SpawnSpec(0, {"ok"})).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Job::Create(SpawnSpec(0, {"ok"})).status().code(), absl::StatusCode::kInvalidArgument);
   LaunchSpec missing = SpawnSpec(2, {});
   missing.argv = {"no-such-program-ddpspawn"};
-  EXPECT_THAT(Job::Create(missing).status().message(),
-              HasSubstr("not found on PATH"));
+  EXPECT_THAT(Job::Create(missing).status().message(), HasSubstr("not found on PATH"));
   LaunchSpec reserved = SpawnSpec(2, {"ok"});
   reserved.env = {"RANK=3"};
   EXPECT_THAT(Job::Create(reserved).status().message(), HasSubstr("RANK=3"));
   LaunchSpec no_worker;
   no_worker.start_method = StartMethod::kFork;
-  EXPECT_EQ(Job::Create(no_worker).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseStartMethod("forkserver").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Job::Create(no_worker).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseStartMethod("forkserver").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(LauncherSpawnTest, EnvironmentFollowsTheTorchrunContract) {
   LaunchSpec spec = SpawnSpec(2, {});
   spec.argv = {
       "/bin/sh", "-c",
-      "test \"$WORLD_SIZE\" = 2 && test \"$LOCAL_WORLD_SIZE\" = 2 && "
-      "test \"$RANK\" = \"$LOCAL_RANK\" && test \"$NODE_RANK\" = 0 && "
-      "test \"$MASTER_ADDR\" = 127.0.0.1 && test \"$MASTER_PORT\" -gt 0 && "
-      "test \"$EXTRA\" = yes && test -d \"$DDPSPAWN_RUN_DIR\" && "
-      "test \"$OPENBLAS_NUM_THREADS\" -ge 1 && test \"$OMP_NUM_THREADS\" = 3 "
-      "&& "
-      "test \"$(stat -c %a \"$DDPSPAWN_RUN_DIR\")\" = 700 && "
-      "test \"$(ls /proc/self/fd | wc -l)\" -le 5"};
+      "test \"$WORLD_SIZE\" = 2 && test \"$LOCAL_WORLD_SIZE\" = 2 && test \"$RANK\" = "
+      "\"$LOCAL_RANK\" && test \"$NODE_RANK\" = 0 && test \"$MASTER_ADDR\" = 127.0.0.1 && test "
+      "\"$MASTER_PORT\" -gt 0 && test \"$EXTRA\" = yes && test -d \"$DDPSPAWN_RUN_DIR\" && test "
+      "\"$OPENBLAS_NUM_THREADS\" -ge 1 && test \"$OMP_NUM_THREADS\" = 3 && test \"$(stat -c %a "
+      "\"$DDPSPAWN_RUN_DIR\")\" = 700 && test \"$(ls /proc/self/fd | wc -l)\" -le 5"};
   spec.env = {"EXTRA=yes", "OMP_NUM_THREADS=3"};
   absl::Status status;
   std::unique_ptr<Job> job = RunJob(std::move(spec), &status);
@@ -180,20 +168,18 @@ TEST(LauncherSpawnTest, EnvironmentFollowsTheTorchrunContract) {
 
 TEST(LauncherForkTest, ResultAndExceptionInForkedChildren) {
   absl::Status status;
-  std::unique_ptr<Job> job =
-      RunJob(ForkSpec(2,
-                      [](int rank) {
-                        if (rank == 0) (void)SetWorkerResult("forked");
-                        return 0;
-                      }),
-             &status);
+  std::unique_ptr<Job> job = RunJob(ForkSpec(2,
+                                             [](int rank) {
+                                               if (rank == 0) (void)SetWorkerResult("forked");
+                                               return 0;
+                                             }),
+                                    &status);
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_EQ(job->result().value_or(""), "forked");
 
   job = RunJob(ForkSpec(2,
                         [](int rank) -> int {
-                          if (rank == 1)
-                            throw std::runtime_error("thrown in a forked rank");
+                          if (rank == 1) throw std::runtime_error("thrown in a forked rank");
                           SleepForever();
                         }),
                &status);
@@ -223,8 +209,7 @@ TEST(LauncherForkTest, ExitCodeSignalsAndTimeout) {
                           }),
                  &status);
     EXPECT_EQ(job->failed_rank(), 2);
-    EXPECT_THAT(status.message(),
-                HasSubstr(sig == SIGSEGV ? "SIGSEGV" : "SIGKILL"));
+    EXPECT_THAT(status.message(), HasSubstr(sig == SIGSEGV ? "SIGSEGV" : "SIGKILL"));
     ExpectNoWorkerLeft(*job);
   }
 
@@ -266,25 +251,22 @@ TEST(LauncherOrphanTest, WorkersDieWithAKilledLauncher) {
         gone = kill(pid, 0) == -1 && errno == ESRCH;
         if (!gone) absl::SleepFor(absl::Milliseconds(10));
       }
-      EXPECT_TRUE(gone) << method << " worker " << pid
-                        << " outlived its launcher";
+      EXPECT_TRUE(gone) << method << " worker " << pid << " outlived its launcher";
     }
     bool run_dir_gone = false;
     for (int i = 0; i < 500 && !run_dir_gone; ++i) {
       run_dir_gone = std::filesystem::is_empty(tmp);
       if (!run_dir_gone) absl::SleepFor(absl::Milliseconds(10));
     }
-    EXPECT_TRUE(run_dir_gone)
-        << method << ": the killed launcher left "
-        << std::filesystem::directory_iterator(tmp)->path();
+    EXPECT_TRUE(run_dir_gone) << method << ": the killed launcher left "
+                              << std::filesystem::directory_iterator(tmp)->path();
   }
 }
 
 // SIGINT to the launcher reaches the workers, and the job reports the
 // interrupt.
 TEST(LauncherSignalTest, SigintIsForwarded) {
-  absl::StatusOr<std::unique_ptr<Job>> job =
-      Job::Create(SpawnSpec(2, {"hang"}));
+  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(SpawnSpec(2, {"hang"}));
   ASSERT_TRUE(job.ok());
   ASSERT_TRUE((*job)->Start().ok());
   std::thread interrupter([] {

@@ -1,6 +1,6 @@
 // The launcher's rendezvous store: values set by another thread reach a
 // waiting get, and a wait for a key nobody sets ends in a timeout error.
-#include "core/dist/prompt_file_store.h"
+#include "core/comm/prompt_file_store.h"
 
 #include <stdlib.h>
 
@@ -41,8 +41,7 @@ TEST(PromptFileStoreTest, WaitForAMissingKeyTimesOut) {
     ADD_FAILURE() << "wait returned for a key nobody set";
   } catch (const c10::Error& e) {
     EXPECT_THAT(e.what_without_backtrace(),
-                testing::HasSubstr("Wait timeout after 100 ms for keys "
-                                   "never-set"));
+                testing::HasSubstr("Wait timeout after 100 ms for keys never-set"));
   }
   EXPECT_THROW(store.get("never-set"), c10::Error);
 }

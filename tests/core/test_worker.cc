@@ -24,7 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "core/dist/process_group.h"
+#include "core/comm/process_group.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
@@ -71,9 +71,8 @@ T Expected(ReduceOp op, int world) {
     case ReduceOp::kSum:
       return sum;
     case ReduceOp::kMean:
-      return std::is_integral<T>::value
-                 ? static_cast<T>(static_cast<int64_t>(sum) / world)
-                 : sum / world;
+      return std::is_integral<T>::value ? static_cast<T>(static_cast<int64_t>(sum) / world)
+                                        : sum / world;
     case ReduceOp::kMin:
       return 1;
     case ReduceOp::kMax:
@@ -87,14 +86,13 @@ T Expected(ReduceOp op, int world) {
 template <typename T>
 void CheckReductions(ProcessGroup& group, DType dtype, const char* name) {
   const int rank = group.rank(), world = group.world_size();
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin,
-                      ReduceOp::kMax, ReduceOp::kProduct}) {
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
     std::string what = absl::StrCat(name, " op ", static_cast<int>(op));
     T values[5];
     for (T& v : values) v = static_cast<T>(rank + 1);
     CheckOk(group.AllReduce(values, 5, dtype, op), "all_reduce " + what);
-    for (T v : values)
-      Check(v == Expected<T>(op, world), "all_reduce value " + what);
+    for (T v : values) Check(v == Expected<T>(op, world), "all_reduce value " + what);
     const int dst = world - 1;
     for (T& v : values) v = static_cast<T>(rank + 1);
     CheckOk(group.Reduce(values, 5, dtype, op, dst), "reduce " + what);
@@ -103,16 +101,13 @@ void CheckReductions(ProcessGroup& group, DType dtype, const char* name) {
   }
   T mine[2] = {static_cast<T>(rank), static_cast<T>(-rank)};
   std::vector<T> all(2 * world);
-  CheckOk(group.AllGather(mine, 2, dtype, all.data()),
-          absl::StrCat("all_gather ", name));
+  CheckOk(group.AllGather(mine, 2, dtype, all.data()), absl::StrCat("all_gather ", name));
   for (int r = 0; r < world; ++r) {
-    Check(
-        all[2 * r] == static_cast<T>(r) && all[2 * r + 1] == static_cast<T>(-r),
-        absl::StrCat("all_gather value ", name));
+    Check(all[2 * r] == static_cast<T>(r) && all[2 * r + 1] == static_cast<T>(-r),
+          absl::StrCat("all_gather value ", name));
   }
   T shared[3] = {static_cast<T>(rank * 7), 0, 0};
-  CheckOk(group.Broadcast(shared, 3, dtype, 1),
-          absl::StrCat("broadcast ", name));
+  CheckOk(group.Broadcast(shared, 3, dtype, 1), absl::StrCat("broadcast ", name));
   Check(shared[0] == static_cast<T>(7), absl::StrCat("broadcast value ", name));
 }
 
@@ -128,14 +123,12 @@ void Collectives() {
   // Tensors: a 2-D all-reduce mean, and an all-gather of tensors.
   at::Tensor t = at::full({2, 3}, static_cast<double>(rank), at::kDouble);
   CheckOk(group->AllReduce(t, ReduceOp::kMean), "tensor all_reduce");
-  Check(at::allclose(t, at::full({2, 3}, (world - 1) / 2.0, at::kDouble)),
-        "tensor mean");
+  Check(at::allclose(t, at::full({2, 3}, (world - 1) / 2.0, at::kDouble)), "tensor mean");
   absl::StatusOr<std::vector<at::Tensor>> gathered =
       group->AllGather(at::arange(3, at::kLong) + 10 * rank);
   CheckOk(gathered.status(), "tensor all_gather");
   for (int r = 0; r < world; ++r) {
-    Check((*gathered)[r].equal(at::arange(3, at::kLong) + 10 * r),
-          "tensor all_gather value");
+    Check((*gathered)[r].equal(at::arange(3, at::kLong) + 10 * r), "tensor all_gather value");
   }
 
   // Large float buffers, element by element (the shared-memory all-reduce
@@ -154,43 +147,32 @@ void Collectives() {
     CheckOk(group->AllReduce(staged, ReduceOp::kSum), "large all_reduce");
     Check(staged.equal(expected_sum), "large all_reduce value");
     in_place.copy_(index + 1000.0 * rank);
-    CheckOk(group->AllReduce(in_place, ReduceOp::kMean),
-            "reduction buffer all_reduce");
-    Check(in_place.equal(expected_sum / world),
-          "reduction buffer all_reduce value");
+    CheckOk(group->AllReduce(in_place, ReduceOp::kMean), "reduction buffer all_reduce");
+    Check(in_place.equal(expected_sum / world), "reduction buffer all_reduce value");
   }
 
   // Bytes of different sizes per rank.
-  std::string mine(static_cast<size_t>(rank * 3),
-                   static_cast<char>('a' + rank));
-  absl::StatusOr<std::vector<std::string>> strings =
-      group->AllGatherBytes(mine);
+  std::string mine(static_cast<size_t>(rank * 3), static_cast<char>('a' + rank));
+  absl::StatusOr<std::vector<std::string>> strings = group->AllGatherBytes(mine);
   CheckOk(strings.status(), "all_gather_bytes");
   for (int r = 0; r < world; ++r) {
-    Check((*strings)[r] == std::string(r * 3, static_cast<char>('a' + r)),
-          "bytes value");
+    Check((*strings)[r] == std::string(r * 3, static_cast<char>('a' + r)), "bytes value");
   }
-  absl::StatusOr<std::string> message = group->BroadcastBytes(
-      rank == world - 1 ? "from the last rank" : "ignored", world - 1);
+  absl::StatusOr<std::string> message =
+      group->BroadcastBytes(rank == world - 1 ? "from the last rank" : "ignored", world - 1);
   CheckOk(message.status(), "broadcast_bytes");
   Check(*message == "from the last rank", "broadcast_bytes value");
-  Check(!group->Broadcast(mine.data(), 0, DType::kFloat32, world).ok(),
-        "bad src rejected");
+  Check(!group->Broadcast(mine.data(), 0, DType::kFloat32, world).ok(), "bad src rejected");
   CheckOk(group->Barrier("end"), "barrier");
-  if (rank == 0)
-    CheckOk(SetWorkerResult(absl::StrCat("checked ", world)), "result");
+  if (rank == 0) CheckOk(SetWorkerResult(absl::StrCat("checked ", world)), "result");
 }
 
-bool ThisRank(const char* arg) {
-  return std::atoi(arg) == std::atoi(std::getenv("RANK"));
-}
+bool ThisRank(const char* arg) { return std::atoi(arg) == std::atoi(std::getenv("RANK")); }
 
-int Launch(const std::string& method, const std::string& pid_file,
-           const char* self) {
+int Launch(const std::string& method, const std::string& pid_file, const char* self) {
   LaunchSpec spec;
   spec.nprocs = 2;
-  spec.start_method =
-      method == "fork" ? StartMethod::kFork : StartMethod::kSpawn;
+  spec.start_method = method == "fork" ? StartMethod::kFork : StartMethod::kSpawn;
   spec.argv = {self, "hang"};
   spec.worker = [](int) -> int { SleepForever(); };
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
@@ -208,8 +190,7 @@ int Main(int argc, char** argv) {
   if (mode == "launch" && argc == 4) return Launch(argv[2], argv[3], argv[0]);
   if (mode == "ok") {
     if (std::atoi(std::getenv("RANK")) == 0) {
-      CheckOk(SetWorkerResult(absl::StrCat("result from rank 0 of ",
-                                           std::getenv("WORLD_SIZE"))),
+      CheckOk(SetWorkerResult(absl::StrCat("result from rank 0 of ", std::getenv("WORLD_SIZE"))),
               "result");
     }
     return 0;
@@ -217,8 +198,7 @@ int Main(int argc, char** argv) {
   if (mode == "throw" && argc == 3) {
     InstallTerminateHandler();
     std::unique_ptr<ProcessGroup> group = Join();
-    if (ThisRank(argv[2]))
-      throw std::runtime_error("deliberate failure in the test worker");
+    if (ThisRank(argv[2])) throw std::runtime_error("deliberate failure in the test worker");
     CheckOk(group->Barrier("after throw"),
             "barrier");  // fails once the thrower is gone
     return 0;
@@ -241,15 +221,13 @@ int Main(int argc, char** argv) {
     GroupOptions options;
     options.timeout = absl::Seconds(30);
     options.debug_checks = true;
-    absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-        ProcessGroup::Create(*cluster, options);
+    absl::StatusOr<std::unique_ptr<ProcessGroup>> group = ProcessGroup::Create(*cluster, options);
     CheckOk(group.status(), "join");
     std::vector<float> values(3 + (*group)->rank(), 1.0f);
-    absl::Status status = (*group)->AllReduce(values.data(), values.size(),
-                                              DType::kFloat32, ReduceOp::kSum);
+    absl::Status status =
+        (*group)->AllReduce(values.data(), values.size(), DType::kFloat32, ReduceOp::kSum);
     if (status.ok()) Fail("a mismatched all_reduce went through");
-    if ((*group)->rank() == 0)
-      CheckOk(SetWorkerResult(status.ToString()), "result");
+    if ((*group)->rank() == 0) CheckOk(SetWorkerResult(status.ToString()), "result");
     return 0;
   }
   if (mode == "collectives") {
@@ -262,14 +240,12 @@ int Main(int argc, char** argv) {
     for (int round = 0; round < 3; ++round) {
       std::unique_ptr<ProcessGroup> group = Join();
       double value = group->rank() + 1.0;
-      CheckOk(group->AllReduce(&value, 1, DType::kFloat64, ReduceOp::kSum),
-              "all_reduce");
+      CheckOk(group->AllReduce(&value, 1, DType::kFloat64, ReduceOp::kSum), "all_reduce");
       const int world = group->world_size();
       Check(value == world * (world + 1) / 2.0, "all_reduce value");
       if (group->rank() == world - 1) absl::SleepFor(absl::Milliseconds(300));
     }
-    if (std::atoi(std::getenv("RANK")) == 0)
-      CheckOk(SetWorkerResult("three groups"), "result");
+    if (std::atoi(std::getenv("RANK")) == 0) CheckOk(SetWorkerResult("three groups"), "result");
     return 0;
   }
   std::fprintf(stderr, "test_worker: unknown mode '%s'\n", mode.c_str());

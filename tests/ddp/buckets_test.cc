@@ -6,8 +6,8 @@
 #include <random>
 #include <set>
 
+#include "core/comm/process_group.h"
 #include "core/ddp/reducer.h"
-#include "core/dist/process_group.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -18,13 +18,10 @@ constexpr size_t kKiB = 1024;
 
 TEST(AssignBucketsTest, ManySmallAndOneLargerThanTheCap) {
   std::vector<at::Tensor> tensors;
-  for (int i = 0; i < 50; ++i)
-    tensors.push_back(at::zeros({64}));  // 256 B each
-  tensors.insert(tensors.begin() + 20,
-                 at::zeros({4096}));  // 16 KiB, over the cap
+  for (int i = 0; i < 50; ++i) tensors.push_back(at::zeros({64}));  // 256 B each
+  tensors.insert(tensors.begin() + 20, at::zeros({4096}));          // 16 KiB, over the cap
   const size_t first_cap = 1 * kKiB, cap = 4 * kKiB;
-  std::vector<std::vector<size_t>> buckets =
-      AssignBuckets(tensors, first_cap, cap);
+  std::vector<std::vector<size_t>> buckets = AssignBuckets(tensors, first_cap, cap);
 
   std::multiset<size_t> seen;
   for (size_t b = 0; b < buckets.size(); ++b) {
@@ -41,39 +38,33 @@ TEST(AssignBucketsTest, ManySmallAndOneLargerThanTheCap) {
   for (size_t i = 0; i < tensors.size(); ++i) EXPECT_EQ(seen.count(i), 1u) << i;
   // The large tensor is alone; the first bucket holds the last-registered
   // tensors.
-  auto large = std::find_if(
-      buckets.begin(), buckets.end(), [](const std::vector<size_t>& b) {
-        return std::find(b.begin(), b.end(), 20) != b.end();
-      });
+  auto large = std::find_if(buckets.begin(), buckets.end(), [](const std::vector<size_t>& b) {
+    return std::find(b.begin(), b.end(), 20) != b.end();
+  });
   ASSERT_NE(large, buckets.end());
   EXPECT_THAT(*large, testing::ElementsAre(20));
   EXPECT_EQ(buckets.front().front(), tensors.size() - 1);
   EXPECT_EQ(buckets.front().size(), 4u);  // 4 x 256 B reach the 1 KiB first cap
   for (size_t b = 1; b < buckets.size(); ++b) {
-    EXPECT_GT(buckets[b - 1].front(), buckets[b].front())
-        << "buckets in reverse order";
+    EXPECT_GT(buckets[b - 1].front(), buckets[b].front()) << "buckets in reverse order";
   }
 }
 
 TEST(AssignBucketsTest, OneDtypePerBucket) {
-  std::vector<at::Tensor> tensors = {
-      at::zeros({4}), at::zeros({4}, at::kDouble), at::zeros({4}),
-      at::zeros({4}, at::kDouble)};
+  std::vector<at::Tensor> tensors = {at::zeros({4}), at::zeros({4}, at::kDouble), at::zeros({4}),
+                                     at::zeros({4}, at::kDouble)};
   for (const std::vector<size_t>& bucket : AssignBuckets(tensors, kKiB, kKiB)) {
     for (size_t i : bucket) {
-      EXPECT_EQ(tensors[i].scalar_type(),
-                tensors[bucket.front()].scalar_type());
+      EXPECT_EQ(tensors[i].scalar_type(), tensors[bucket.front()].scalar_type());
     }
   }
 }
 
 TEST(ReducerTest, BucketsStartInOrderWhateverTheReadyOrder) {
-  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      ProcessGroup::Create(ClusterInfo{});
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group = ProcessGroup::Create(ClusterInfo{});
   ASSERT_TRUE(group.ok()) << group.status();
   std::vector<at::Tensor> buffers;
-  for (int i = 0; i < 12; ++i)
-    buffers.push_back(at::full({256}, static_cast<float>(i)));
+  for (int i = 0; i < 12; ++i) buffers.push_back(at::full({256}, static_cast<float>(i)));
   ReducerOptions options;
   options.bucket_cap_mb = 2.0 / 1024;  // 2 KiB: two buffers per bucket
   options.first_bucket_cap_mb = 1.0 / 1024;
@@ -90,16 +81,12 @@ TEST(ReducerTest, BucketsStartInOrderWhateverTheReadyOrder) {
     ASSERT_TRUE((*reducer)->Finalize().ok());
     std::vector<int> log = (*reducer)->TakeLaunchLog();
     ASSERT_EQ(log.size(), (*reducer)->bucket_count());
-    for (size_t b = 0; b < log.size(); ++b)
-      EXPECT_EQ(log[b], static_cast<int>(b));
+    for (size_t b = 0; b < log.size(); ++b) EXPECT_EQ(log[b], static_cast<int>(b));
   }
-  for (int i = 0; i < 12; ++i)
-    EXPECT_EQ(buffers[i][0].item<float>(), i);  // mean over 1 rank
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(buffers[i][0].item<float>(), i);  // mean over 1 rank
   EXPECT_EQ((*reducer)->MarkReady(0).code(), absl::StatusCode::kOk);
-  EXPECT_EQ((*reducer)->MarkReady(0).code(),
-            absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ((*reducer)->MarkReady(99).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*reducer)->MarkReady(0).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*reducer)->MarkReady(99).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -21,27 +21,24 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-class DdpEquivalenceTest
-    : public testing::TestWithParam<std::tuple<Case, int>> {};
+class DdpEquivalenceTest : public testing::TestWithParam<std::tuple<Case, int>> {};
 
 TEST_P(DdpEquivalenceTest, MatchesSingleProcessTraining) {
   const auto& [test_case, nprocs] = GetParam();
   LaunchSpec spec;
   spec.nprocs = nprocs;
   spec.argv = {"tests/ddp/ddp_worker"};
-  spec.argv.insert(spec.argv.end(), test_case.args.begin(),
-                   test_case.args.end());
+  spec.argv.insert(spec.argv.end(), test_case.args.begin(), test_case.args.end());
   spec.env = test_case.env;
   spec.timeout = absl::Seconds(240);
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_TRUE((*job)->Start().ok());
   absl::Status status = (*job)->Wait();
-  ASSERT_TRUE(status.ok()) << absl::StrJoin(test_case.args, " ") << " at "
-                           << nprocs << " ranks: " << status;
+  ASSERT_TRUE(status.ok()) << absl::StrJoin(test_case.args, " ") << " at " << nprocs
+                           << " ranks: " << status;
   EXPECT_THAT((*job)->result().value_or(""), testing::StartsWith("max_diff="));
-  std::printf("%s x%d: %s\n", test_case.name.c_str(), nprocs,
-              (*job)->result()->c_str());
+  std::printf("%s x%d: %s\n", test_case.name.c_str(), nprocs, (*job)->result()->c_str());
 }
 
 const Case kCases[] = {
@@ -50,45 +47,39 @@ const Case kCases[] = {
     {"mlp_through_gloo", {"mlp"}, {"DDPSPAWN_SHM_ALLREDUCE=0"}},
     {"cnn_batchnorm_through_gloo", {"cnn_bn"}, {"DDPSPAWN_SHM_ALLREDUCE=0"}},
     {"mlp_small_buckets", {"mlp", "--cap-mb=0.001", "--first-cap-mb=0.0005"}},
-    {"mlp_small_buckets_view",
-     {"mlp", "--cap-mb=0.001", "--first-cap-mb=0.0005", "--view"}},
+    {"mlp_small_buckets_view", {"mlp", "--cap-mb=0.001", "--first-cap-mb=0.0005", "--view"}},
     {"cnn_batchnorm_broadcast_buffers", {"cnn_bn"}},
     {"unused_find_unused", {"unused", "--find-unused", "--steps=6"}},
-    {"unused_find_unused_view",
-     {"unused", "--find-unused", "--steps=6", "--view"}},
+    {"unused_find_unused_view", {"unused", "--find-unused", "--steps=6", "--view"}},
     {"unused_without_find_unused", {"unused", "--steps=6"}},
     {"no_sync_accumulation", {"mlp", "--accum=3"}},
     {"no_sync_accumulation_view", {"mlp", "--accum=3", "--view"}},
-    {"many_buckets_one_large",
-     {"buckets", "--cap-mb=0.01", "--first-cap-mb=0.005"}},
+    {"many_buckets_one_large", {"buckets", "--cap-mb=0.01", "--first-cap-mb=0.005"}},
     {"hook_fp16", {"mlp", "--hook=fp16", "--tol=2e-3"}},
     {"hook_bf16", {"mlp", "--hook=bf16", "--tol=2e-2"}},
     // Full-rank PowerSGD reproduces the mean exactly (up to rounding) after the
     // warm-up. (with batches large enough that the summed gradients have full
     // rank).
     {"hook_powersgd_full_rank",
-     {"mlp", "--hook=powersgd", "--powersgd-rank=32", "--powersgd-start=2",
-      "--min-compression=0", "--tol=1e-3", "--steps=6", "--batch=32"}},
+     {"mlp", "--hook=powersgd", "--powersgd-rank=32", "--powersgd-start=2", "--min-compression=0",
+      "--tol=1e-3", "--steps=6", "--batch=32"}},
     // Rank-1 PowerSGD is lossy: it must still train, and keep every rank
     // identical.
     {"hook_powersgd_rank1",
-     {"mlp", "--hook=powersgd", "--powersgd-rank=1", "--powersgd-start=1",
-      "--min-compression=0", "--steps=40", "--batch=16", "--expect-diverge"}},
+     {"mlp", "--hook=powersgd", "--powersgd-rank=1", "--powersgd-start=1", "--min-compression=0",
+      "--steps=40", "--batch=16", "--expect-diverge"}},
     {"hook_bf16_wrapping_powersgd",
-     {"mlp", "--hook=powersgd", "--wrap=bf16", "--powersgd-rank=32",
-      "--powersgd-start=1", "--min-compression=0", "--tol=5e-2", "--steps=4",
-      "--batch=32"}},
-    {"hook_fp16_wrapping_allreduce",
-     {"mlp", "--hook=allreduce", "--wrap=fp16", "--tol=2e-3"}},
+     {"mlp", "--hook=powersgd", "--wrap=bf16", "--powersgd-rank=32", "--powersgd-start=1",
+      "--min-compression=0", "--tol=5e-2", "--steps=4", "--batch=32"}},
+    {"hook_fp16_wrapping_allreduce", {"mlp", "--hook=allreduce", "--wrap=fp16", "--tol=2e-3"}},
 };
 
-INSTANTIATE_TEST_SUITE_P(
-    All, DdpEquivalenceTest,
-    testing::Combine(testing::ValuesIn(kCases), testing::Values(2, 4)),
-    [](const testing::TestParamInfo<std::tuple<Case, int>>& info) {
-      return absl::StrCat(std::get<0>(info.param).name, "_x",
-                          std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(All, DdpEquivalenceTest,
+                         testing::Combine(testing::ValuesIn(kCases), testing::Values(2, 4)),
+                         [](const testing::TestParamInfo<std::tuple<Case, int>>& info) {
+                           return absl::StrCat(std::get<0>(info.param).name, "_x",
+                                               std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace ddpspawn

@@ -21,9 +21,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/distributed_data_parallel.h"
-#include "core/dist/process_group.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/worker_channel.h"
 
@@ -77,8 +77,7 @@ TORCH_MODULE(TwoHead);
 struct ManyParamsImpl : torch::nn::Module {
   ManyParamsImpl() {
     for (int i = 0; i < 40; ++i) {
-      small.push_back(register_parameter(absl::StrCat("small", i),
-                                         torch::randn({8}) * 0.1));
+      small.push_back(register_parameter(absl::StrCat("small", i), torch::randn({8}) * 0.1));
     }
     large = register_parameter("large", torch::randn({8, 8192}) * 0.01);
   }
@@ -86,8 +85,7 @@ struct ManyParamsImpl : torch::nn::Module {
     // Each small parameter gets a gradient tensor of its own (a stacked or
     // summed use would make LibTorch alias their gradients).
     torch::Tensor h = x;
-    for (size_t i = 0; i < small.size(); ++i)
-      h = h + small[i] * static_cast<double>(i + 1);
+    for (size_t i = 0; i < small.size(); ++i) h = h + small[i] * static_cast<double>(i + 1);
     return h.mm(large).narrow(1, 0, 4) * 0.1;
   }
   std::vector<torch::Tensor> small;
@@ -99,31 +97,25 @@ struct Model {
   std::shared_ptr<torch::nn::Module> module;
   // Forward for the sample block of `rank` at `step` (the reference passes each
   // block's rank).
-  std::function<torch::Tensor(const torch::Tensor&, int step, int rank)>
-      forward;
+  std::function<torch::Tensor(const torch::Tensor&, int step, int rank)> forward;
   std::vector<int64_t> input_shape;
 };
 
 Model MakeModel(const std::string& name) {
   if (name == "mlp") {
-    auto net = torch::nn::Sequential(
-        torch::nn::Linear(8, 32), torch::nn::ReLU(), torch::nn::Linear(32, 32),
-        torch::nn::Tanh(), torch::nn::Linear(32, 4));
+    auto net = torch::nn::Sequential(torch::nn::Linear(8, 32), torch::nn::ReLU(),
+                                     torch::nn::Linear(32, 32), torch::nn::Tanh(),
+                                     torch::nn::Linear(32, 4));
     return {net.ptr(),
-            [net](const torch::Tensor& x, int, int) mutable {
-              return net->forward(x);
-            },
+            [net](const torch::Tensor& x, int, int) mutable { return net->forward(x); },
             {8}};
   }
   if (name == "cnn_bn") {
-    auto net = torch::nn::Sequential(
-        torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)),
-        torch::nn::BatchNorm2d(4), torch::nn::ReLU(), torch::nn::Flatten(),
-        torch::nn::Linear(4 * 4 * 4, 4));
+    auto net = torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)),
+                                     torch::nn::BatchNorm2d(4), torch::nn::ReLU(),
+                                     torch::nn::Flatten(), torch::nn::Linear(4 * 4 * 4, 4));
     return {net.ptr(),
-            [net](const torch::Tensor& x, int, int) mutable {
-              return net->forward(x);
-            },
+            [net](const torch::Tensor& x, int, int) mutable { return net->forward(x); },
             {1, 6, 6}};
   }
   if (name == "unused") {
@@ -138,9 +130,7 @@ Model MakeModel(const std::string& name) {
   if (name == "buckets") {
     ManyParams net;
     return {net.ptr(),
-            [net](const torch::Tensor& x, int, int) mutable {
-              return net->forward(x);
-            },
+            [net](const torch::Tensor& x, int, int) mutable { return net->forward(x); },
             {8}};
   }
   Fail("unknown model " + name);
@@ -158,10 +148,8 @@ absl::StatusOr<std::shared_ptr<CommHook>> MakeHook(const Flags& flags) {
   std::shared_ptr<CommHook> hook;
   if (name == "powersgd") {
     auto state = std::make_shared<PowerSgdState>();
-    state->options.matrix_approximation_rank =
-        static_cast<int>(flags.Number("powersgd-rank", 1));
-    state->options.start_iteration =
-        static_cast<int64_t>(flags.Number("powersgd-start", 2));
+    state->options.matrix_approximation_rank = static_cast<int>(flags.Number("powersgd-rank", 1));
+    state->options.start_iteration = static_cast<int64_t>(flags.Number("powersgd-start", 2));
     state->options.min_compression_rate = flags.Number("min-compression", 2.0);
     hook = MakePowerSgdHook(state);
   } else {
@@ -170,9 +158,7 @@ absl::StatusOr<std::shared_ptr<CommHook>> MakeHook(const Flags& flags) {
     hook = *named;
   }
   std::string wrap = flags.Text("wrap");
-  if (!wrap.empty())
-    return MakeCompressWrapper(wrap == "fp16" ? at::kHalf : at::kBFloat16,
-                               hook);
+  if (!wrap.empty()) return MakeCompressWrapper(wrap == "fp16" ? at::kHalf : at::kBFloat16, hook);
   return hook;
 }
 
@@ -213,9 +199,8 @@ int Run(const Flags& flags) {
 
   torch::optim::SGD optimizer(model.module->parameters(),
                               torch::optim::SGDOptions(0.05).momentum(0.9));
-  torch::optim::SGD reference_optimizer(
-      reference.module->parameters(),
-      torch::optim::SGDOptions(0.05).momentum(0.9));
+  torch::optim::SGD reference_optimizer(reference.module->parameters(),
+                                        torch::optim::SGDOptions(0.05).momentum(0.9));
 
   // The same data on every rank: step s, micro-batch m, rank r owns block [r*b,
   // (r+1)*b).
@@ -225,10 +210,9 @@ int Run(const Flags& flags) {
   torch::Tensor inputs = torch::randn(shape);
   // Targets from a fixed random teacher, so there is something to learn.
   const int64_t features = inputs[0][0][0].numel();
-  torch::Tensor teacher =
-      torch::randn({features, 4}) / std::sqrt(static_cast<double>(features));
-  torch::Tensor targets = torch::tanh(
-      inputs.reshape({steps, accum, world * batch, features}).matmul(teacher));
+  torch::Tensor teacher = torch::randn({features, 4}) / std::sqrt(static_cast<double>(features));
+  torch::Tensor targets =
+      torch::tanh(inputs.reshape({steps, accum, world * batch, features}).matmul(teacher));
   auto block = [&](const torch::Tensor& all, int step, int micro, int r) {
     return all[step][micro].narrow(0, r * batch, batch);
   };
@@ -243,10 +227,8 @@ int Run(const Flags& flags) {
     double step_loss = 0;
     for (int micro = 0; micro < accum; ++micro) {
       CheckOk(ddp.PrepareForward(), "prepare forward");
-      torch::Tensor out =
-          model.forward(block(inputs, step, micro, rank), step, rank);
-      torch::Tensor loss =
-          torch::mse_loss(out, block(targets, step, micro, rank)) / accum;
+      torch::Tensor out = model.forward(block(inputs, step, micro, rank), step, rank);
+      torch::Tensor loss = torch::mse_loss(out, block(targets, step, micro, rank)) / accum;
       step_loss += loss.item<double>();
       if (micro + 1 < accum) {
         DistributedDataParallel::NoSync no_sync = ddp.no_sync();
@@ -259,11 +241,9 @@ int Run(const Flags& flags) {
     optimizer.step();
     std::vector<int> log = ddp.reducer().TakeLaunchLog();
     for (size_t i = 0; i < log.size(); ++i) {
-      if (log[i] != static_cast<int>(i))
-        Fail("buckets did not start in bucket order");
+      if (log[i] != static_cast<int>(i)) Fail("buckets did not start in bucket order");
     }
-    if (log.size() != ddp.reducer().bucket_count())
-      Fail("not every bucket was started");
+    if (log.size() != ddp.reducer().bucket_count()) Fail("not every bucket was started");
     if (options.reducer.gradient_as_bucket_view) {  // no copy: a bucket's
                                                     // gradients share storage
       std::vector<torch::Tensor> trainable = model.module->parameters();
@@ -275,27 +255,20 @@ int Run(const Flags& flags) {
           if (!grad.defined()) continue;  // a parameter no rank has used yet
           if (!first.defined()) first = grad;
           if (!grad.storage().is_alias_of(first.storage())) {
-            Fail(
-                "with gradient_as_bucket_view, a gradient is not a view into "
-                "its bucket");
+            Fail("with gradient_as_bucket_view, a gradient is not a view into its bucket");
           }
         }
       }
     }
 
-    if (rank ==
-        0) {  // the single-process reference over all N*b samples of the step
+    if (rank == 0) {  // the single-process reference over all N*b samples of the step
       reference_optimizer.zero_grad(/*set_to_none=*/false);
       std::vector<torch::Tensor> buffers_after_block0;
       for (int micro = 0; micro < accum; ++micro) {
         for (int r = 0; r < world; ++r) {
-          torch::Tensor out =
-              reference.forward(block(inputs, step, micro, r), step, r);
-          (torch::mse_loss(out, block(targets, step, micro, r)) /
-           (accum * world))
-              .backward();
-          if (micro == accum - 1 &&
-              r == 0) {  // DDP keeps rank 0's buffers after each forward
+          torch::Tensor out = reference.forward(block(inputs, step, micro, r), step, r);
+          (torch::mse_loss(out, block(targets, step, micro, r)) / (accum * world)).backward();
+          if (micro == accum - 1 && r == 0) {  // DDP keeps rank 0's buffers after each forward
             for (const torch::Tensor& b : reference.module->buffers()) {
               buffers_after_block0.push_back(b.clone());
             }
@@ -305,8 +278,7 @@ int Run(const Flags& flags) {
       if (options.broadcast_buffers) {
         torch::NoGradGuard no_grad;
         std::vector<torch::Tensor> buffers = reference.module->buffers();
-        for (size_t i = 0; i < buffers.size(); ++i)
-          buffers[i].copy_(buffers_after_block0[i]);
+        for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(buffers_after_block0[i]);
       }
       reference_optimizer.step();
     }
@@ -317,9 +289,8 @@ int Run(const Flags& flags) {
   CheckOk(ddp.PrepareForward(), "prepare forward");
   for (const auto& [what, tensors] :
        {std::make_pair("parameters", model.module->parameters()),
-        std::make_pair("buffers", options.broadcast_buffers
-                                      ? model.module->buffers()
-                                      : std::vector<torch::Tensor>{})}) {
+        std::make_pair("buffers", options.broadcast_buffers ? model.module->buffers()
+                                                            : std::vector<torch::Tensor>{})}) {
     torch::Tensor mine = Flatten(tensors);
     torch::Tensor rank0 = mine.clone();
     CheckOk(group.Broadcast(rank0, 0), "broadcast");
@@ -330,12 +301,10 @@ int Run(const Flags& flags) {
   }
   if (options.reducer.find_unused_parameters && flags.model == "unused") {
     auto& never = model.module->named_parameters()["never.weight"];
-    if (never.grad().defined())
-      Fail("the parameter no rank used got a gradient");
+    if (never.grad().defined()) Fail("the parameter no rank used got a gradient");
   }
   if (rank == 0) {
-    double diff = (Flatten(model.module->parameters()) -
-                   Flatten(reference.module->parameters()))
+    double diff = (Flatten(model.module->parameters()) - Flatten(reference.module->parameters()))
                       .abs()
                       .max()
                       .item<double>();
@@ -351,16 +320,14 @@ int Run(const Flags& flags) {
         last += losses[losses.size() - 1 - i];
       }
       if (!(last < 0.8 * first)) {
-        Fail(absl::StrCat("the loss did not fall: ",
-                          absl::StrJoin(losses, " ")));
+        Fail(absl::StrCat("the loss did not fall: ", absl::StrJoin(losses, " ")));
       }
     } else if (!(diff <= tol)) {
-      Fail(absl::StrCat("DDP and the single-process reference differ by ", diff,
-                        " > ", tol));
+      Fail(absl::StrCat("DDP and the single-process reference differ by ", diff, " > ", tol));
     }
-    CheckOk(SetWorkerResult(absl::StrCat(
-                "max_diff=", diff, " buckets=", ddp.reducer().bucket_count())),
-            "result");
+    CheckOk(
+        SetWorkerResult(absl::StrCat("max_diff=", diff, " buckets=", ddp.reducer().bucket_count())),
+        "result");
   }
   return 0;
 }
@@ -375,8 +342,7 @@ int main(int argc, char** argv) {
     std::string arg = argv[i];
     if (!absl::StartsWith(arg, "--")) continue;
     size_t eq = arg.find('=');
-    flags.values[arg.substr(
-        2, eq == std::string::npos ? std::string::npos : eq - 2)] =
+    flags.values[arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)] =
         eq == std::string::npos ? "" : arg.substr(eq + 1);
   }
   return ddpspawn::Run(flags);

@@ -31,8 +31,8 @@ TEST(GradScalerTest, ScalesTheLossAndUnscalesFiniteGradients) {
 
 TEST(GradScalerTest, NonFiniteGradientsSkipTheStepAndShrinkTheScale) {
   GradScaler scaler({/*init_scale=*/1024.0});
-  for (float bad : {std::numeric_limits<float>::infinity(),
-                    std::numeric_limits<float>::quiet_NaN()}) {
+  for (float bad :
+       {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     at::Tensor good = ParameterWithGrad({1.0f});
     at::Tensor poisoned = ParameterWithGrad({1.0f, bad});
     EXPECT_FALSE(scaler.Unscale({good, poisoned}));
@@ -62,8 +62,7 @@ TEST(GradScalerTest, StateSurvivesACheckpoint) {
   TrainingState saved;
   saved.grad_scale = 2048.0;
   saved.grad_scale_growth_tracker = 17;
-  absl::StatusOr<std::string> bytes =
-      SerializeCheckpoint(**module, nullptr, saved);
+  absl::StatusOr<std::string> bytes = SerializeCheckpoint(**module, nullptr, saved);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   TrainingState restored;
   ASSERT_TRUE(RestoreCheckpoint(*bytes, **module, nullptr, &restored).ok());

@@ -18,20 +18,17 @@ namespace {
 // A regression MLP with every step of the module interface.
 class Regressor : public NnModule {
  public:
-  explicit Regressor(torch::nn::Sequential net = torch::nn::Sequential(
-                         torch::nn::Linear(4, 16), torch::nn::ReLU(),
-                         torch::nn::Linear(16, 1)))
+  explicit Regressor(torch::nn::Sequential net = torch::nn::Sequential(torch::nn::Linear(4, 16),
+                                                                       torch::nn::ReLU(),
+                                                                       torch::nn::Linear(16, 1)))
       : NnModule(net.ptr()), net_(net) {}
-  absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch,
-                                          int64_t) override {
+  absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch, int64_t) override {
     at::Tensor out = net_->forward(batch[0]);
     last_output_dtype = out.scalar_type();
     return torch::mse_loss(out.to(at::kFloat), batch[1]);
   }
-  absl::StatusOr<StepMetrics> ValidationStep(const Batch& batch,
-                                             int64_t) override {
-    return StepMetrics{
-        {"val_loss", torch::mse_loss(net_->forward(batch[0]), batch[1])}};
+  absl::StatusOr<StepMetrics> ValidationStep(const Batch& batch, int64_t) override {
+    return StepMetrics{{"val_loss", torch::mse_loss(net_->forward(batch[0]), batch[1])}};
   }
   absl::StatusOr<at::Tensor> PredictStep(const Batch& batch, int64_t) override {
     return net_->forward(batch[0]);
@@ -42,16 +39,14 @@ class Regressor : public NnModule {
   torch::nn::Sequential net_;
 };
 
-#define EXPECT(cond)                                                     \
-  do {                                                                   \
-    if (!(cond))                                                         \
-      return absl::InternalError(absl::StrCat("check failed: ", #cond)); \
+#define EXPECT(cond)                                                                \
+  do {                                                                              \
+    if (!(cond)) return absl::InternalError(absl::StrCat("check failed: ", #cond)); \
   } while (0)
-#define EXPECT_OK(expr)                                                     \
-  do {                                                                      \
-    absl::Status _s = (expr);                                               \
-    if (!_s.ok())                                                           \
-      return absl::InternalError(absl::StrCat(#expr, ": ", _s.ToString())); \
+#define EXPECT_OK(expr)                                                                 \
+  do {                                                                                  \
+    absl::Status _s = (expr);                                                           \
+    if (!_s.ok()) return absl::InternalError(absl::StrCat(#expr, ": ", _s.ToString())); \
   } while (0)
 
 std::string g_checkpoint_dir;
@@ -67,8 +62,7 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
   EXPECT(s.distributed_sampler_kwargs().rank == rank);
   // Collectives.
   EXPECT_OK(s.Barrier("start"));
-  absl::StatusOr<std::string> message =
-      s.Broadcast(rank == 1 ? "from rank 1" : "", 1);
+  absl::StatusOr<std::string> message = s.Broadcast(rank == 1 ? "from rank 1" : "", 1);
   EXPECT(message.ok() && *message == "from rank 1");
   at::Tensor value = torch::full({3}, static_cast<float>(rank + 1));
   for (const auto& [op, want] : std::vector<std::pair<std::string, float>>{
@@ -76,23 +70,17 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
     absl::StatusOr<at::Tensor> reduced = s.Reduce(value, op);
     EXPECT(reduced.ok() && reduced->eq(want).all().item<bool>());
   }
-  EXPECT(value.eq(static_cast<float>(rank + 1))
-             .all()
-             .item<bool>());          // a copy was reduced
-  EXPECT(s.Reduce(42, "sum") == 42);  // non-tensors pass through
+  EXPECT(value.eq(static_cast<float>(rank + 1)).all().item<bool>());  // a copy was reduced
+  EXPECT(s.Reduce(42, "sum") == 42);                                  // non-tensors pass through
   EXPECT(s.Reduce(std::string("text")) == "text");
-  EXPECT(s.Reduce(value, "median").status().code() ==
-         absl::StatusCode::kInvalidArgument);
-  absl::StatusOr<at::Tensor> gathered =
-      s.AllGather(torch::full({2}, rank, at::kLong));
+  EXPECT(s.Reduce(value, "median").status().code() == absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<at::Tensor> gathered = s.AllGather(torch::full({2}, rank, at::kLong));
   EXPECT(gathered.ok() && gathered->sizes() == at::IntArrayRef({2, 2}));
   EXPECT(gathered->select(0, 1).eq(1).all().item<bool>());
 
   // Steps through the DDP wrapper.
-  EXPECT(s.TrainingStep({}, 0).status().code() ==
-         absl::StatusCode::kFailedPrecondition);
-  torch::manual_seed(
-      rank);  // different initial weights: Setup must make them identical
+  EXPECT(s.TrainingStep({}, 0).status().code() == absl::StatusCode::kFailedPrecondition);
+  torch::manual_seed(rank);  // different initial weights: Setup must make them identical
   auto module = std::make_shared<Regressor>();
   EXPECT_OK(s.Setup(module));
   EXPECT(s.model() != nullptr && s.lightning_module() == module.get());
@@ -116,12 +104,9 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
   const bool bf16 = s.options().precision_plugin->name() == "bf16-mixed";
   EXPECT(module->last_output_dtype == (bf16 ? at::kBFloat16 : at::kFloat));
   std::vector<at::Tensor> flat;
-  for (const at::Tensor& p : module->parameters())
-    flat.push_back(p.reshape({-1}));
-  absl::StatusOr<at::Tensor> all_params =
-      s.AllGather(torch::cat(flat).detach());
-  EXPECT(all_params.ok() &&
-         all_params->select(0, 0).equal(all_params->select(0, 1)));
+  for (const at::Tensor& p : module->parameters()) flat.push_back(p.reshape({-1}));
+  absl::StatusOr<at::Tensor> all_params = s.AllGather(torch::cat(flat).detach());
+  EXPECT(all_params.ok() && all_params->select(0, 0).equal(all_params->select(0, 1)));
   absl::StatusOr<StepMetrics> metrics = s.ValidationStep({x, y}, 0);
   EXPECT(metrics.ok() && metrics->count("val_loss") == 1);
   absl::StatusOr<StepMetrics> test_metrics = s.TestStep({x, y}, 0);
@@ -130,8 +115,8 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
   EXPECT(prediction.ok() && prediction->sizes() == at::IntArrayRef({16, 1}));
 
   // Checkpoints: rank 0 writes, everyone can load.
-  const std::string path = absl::StrCat(g_checkpoint_dir, "/model-",
-                                        s.options().start_method, ".pt");
+  const std::string path =
+      absl::StrCat(g_checkpoint_dir, "/model-", s.options().start_method, ".pt");
   absl::StatusOr<std::string> bytes = SerializeCheckpoint(*module, nullptr, {});
   EXPECT_OK(bytes.status());
   EXPECT_OK(s.SaveCheckpoint(*bytes, path));
@@ -144,12 +129,10 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
   EXPECT_OK(loaded.status());
   EXPECT_OK(RestoreCheckpoint(*loaded, *module, nullptr, nullptr));
   flat.clear();
-  for (const at::Tensor& p : module->parameters())
-    flat.push_back(p.reshape({-1}));
+  for (const at::Tensor& p : module->parameters()) flat.push_back(p.reshape({-1}));
   EXPECT(torch::cat(flat).equal(saved));
   EXPECT(!s.LoadCheckpoint(path + ".missing").ok());
-  EXPECT(
-      !RestoreCheckpoint("not a checkpoint", *module, nullptr, nullptr).ok());
+  EXPECT(!RestoreCheckpoint("not a checkpoint", *module, nullptr, nullptr).ok());
   return absl::StrCat("ok: loss ", first_loss, " -> ", last_loss);
 }
 
@@ -158,9 +141,7 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr,
-                 "usage: %s spawn|fork 32-true|bf16-mixed CHECKPOINT_DIR\n",
-                 argv[0]);
+    std::fprintf(stderr, "usage: %s spawn|fork 32-true|bf16-mixed CHECKPOINT_DIR\n", argv[0]);
     return 64;
   }
   ddpspawn::g_checkpoint_dir = argv[3];

@@ -21,8 +21,7 @@ using ::testing::HasSubstr;
 // Runs the program with its output in a file; returns the exit code and the
 // output.
 std::pair<int, std::string> RunProgram(const std::vector<std::string>& args) {
-  std::string out_path =
-      absl::StrCat(testing::TempDir(), "/out-", getpid(), "-", args[1]);
+  std::string out_path = absl::StrCat(testing::TempDir(), "/out-", getpid(), "-", args[1]);
   std::string command = "tests/strategy/strategy_main";
   for (const std::string& a : args) absl::StrAppend(&command, " '", a, "'");
   absl::StrAppend(&command, " > '", out_path, "' 2>&1");
@@ -33,8 +32,7 @@ std::pair<int, std::string> RunProgram(const std::vector<std::string>& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text.str()};
 }
 
-class StrategyApiTest
-    : public testing::TestWithParam<std::tuple<std::string, std::string>> {};
+class StrategyApiTest : public testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(StrategyApiTest, EveryMethodInTwoRanks) {
   const auto& [method, precision] = GetParam();
@@ -45,17 +43,13 @@ TEST_P(StrategyApiTest, EveryMethodInTwoRanks) {
 
 INSTANTIATE_TEST_SUITE_P(Methods, StrategyApiTest,
                          testing::Combine(testing::Values("spawn", "fork"),
-                                          testing::Values("32-true",
-                                                          "bf16-mixed")));
+                                          testing::Values("32-true", "bf16-mixed")));
 
 TEST(StrategySingleProcessTest, ErrorsAreStatuses) {
   StrategyOptions options;
-  options.cluster_environment = []() -> absl::StatusOr<ClusterInfo> {
-    return ClusterInfo{};
-  };
+  options.cluster_environment = []() -> absl::StatusOr<ClusterInfo> { return ClusterInfo{}; };
   DDPSpawnStrategy strategy(options);
-  EXPECT_EQ(strategy.Setup(nullptr).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(strategy.Setup(nullptr).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(strategy.Barrier("not distributed yet").ok());
   EXPECT_EQ(*strategy.Broadcast("alone"), "alone");
   ASSERT_TRUE(strategy.SetupDistributed().ok());
@@ -101,8 +95,7 @@ TEST(StrategySingleProcessTest, ErrorsAreStatuses) {
   ASSERT_TRUE(MakePrecisionPlugin("16-mixed").ok());
   EXPECT_NE((*MakePrecisionPlugin("16-mixed"))->grad_scaler(), nullptr);
   EXPECT_EQ((*MakePrecisionPlugin("bf16-mixed"))->grad_scaler(), nullptr);
-  EXPECT_EQ(MakePrecisionPlugin("8-bit").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakePrecisionPlugin("8-bit").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(StrategyFailureTest, AFailingRankIsReported) {
@@ -113,8 +106,7 @@ TEST(StrategyFailureTest, AFailingRankIsReported) {
   DDPSpawnStrategy strategy(options);
   absl::StatusOr<std::string> result =
       strategy.Launch([](DDPSpawnStrategy& s) -> absl::StatusOr<std::string> {
-        if (s.global_rank() == 1)
-          return absl::InvalidArgumentError("rank 1 has a bad batch");
+        if (s.global_rank() == 1) return absl::InvalidArgumentError("rank 1 has a bad batch");
         return std::string("unreachable");
       });
   EXPECT_EQ(result.status().code(), absl::StatusCode::kAborted);

@@ -39,20 +39,15 @@ struct CliRun {
 
 CliRun Cli(const std::string& args) {
   static int counter = 0;
-  const std::string out =
-      absl::StrCat(testing::TempDir(), "/cli-", ++counter, ".txt");
-  const std::string command = absl::StrCat(
-      "tools/ddpspawn ", args, " --progress false > ", out, " 2>&1");
+  const std::string out = absl::StrCat(testing::TempDir(), "/cli-", ++counter, ".txt");
+  const std::string command =
+      absl::StrCat("tools/ddpspawn ", args, " --progress false > ", out, " 2>&1");
   const int status = std::system(command.c_str());
-  CliRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1,
-             ReadWholeFile(out).value_or(""),
-             {}};
+  CliRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadWholeFile(out).value_or(""), {}};
   for (absl::string_view line : absl::StrSplit(run.output, '\n')) {
     size_t eq = line.find('=');
-    if (eq != absl::string_view::npos &&
-        line.find(' ') == absl::string_view::npos) {
-      run.values[std::string(line.substr(0, eq))] =
-          std::string(line.substr(eq + 1));
+    if (eq != absl::string_view::npos && line.find(' ') == absl::string_view::npos) {
+      run.values[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
     }
   }
   return run;
@@ -74,16 +69,13 @@ std::string WriteClassification(const std::string& name, int rows) {
 
 const std::string kModel = "mlp:4,16,3";
 
-std::string Dir(const std::string& name) {
-  return absl::StrCat(testing::TempDir(), "/", name);
-}
+std::string Dir(const std::string& name) { return absl::StrCat(testing::TempDir(), "/", name); }
 
 NamedTensors LoadWeights(const std::string& checkpoint) {
   std::shared_ptr<LightningModule> module = *MakeMlpModule(kModel, true, {});
   absl::StatusOr<std::string> bytes = ReadWholeFile(checkpoint);
   EXPECT_TRUE(bytes.ok()) << checkpoint;
-  absl::Status restored =
-      RestoreCheckpoint(bytes.value_or(""), *module, nullptr, nullptr);
+  absl::Status restored = RestoreCheckpoint(bytes.value_or(""), *module, nullptr, nullptr);
   EXPECT_TRUE(restored.ok()) << restored;
   return module->named_state();
 }
@@ -91,31 +83,26 @@ NamedTensors LoadWeights(const std::string& checkpoint) {
 TEST(CliTest, FitLearnsAndItsCheckpointHoldsTheFinalWeights) {
   const std::string train = WriteClassification("train.csv", 240);
   const std::string val = WriteClassification("val.csv", 60);
-  const std::string common =
-      absl::StrCat("--model ", kModel, " --nproc-per-node 2 --lr 0.5 ",
-                   "--momentum 0.9 --batch-size 16 --seed 3");
-  CliRun short_run =
-      Cli(absl::StrCat("fit ", common, " --train ", train, " --val ", val,
-                       " --max-epochs 1 --default-root-dir ", Dir("short")));
+  const std::string common = absl::StrCat("--model ", kModel, " --nproc-per-node 2 --lr 0.5 ",
+                                          "--momentum 0.9 --batch-size 16 --seed 3");
+  CliRun short_run = Cli(absl::StrCat("fit ", common, " --train ", train, " --val ", val,
+                                      " --max-epochs 1 --default-root-dir ", Dir("short")));
   ASSERT_EQ(short_run.exit_code, 0) << short_run.output;
-  CliRun long_run =
-      Cli(absl::StrCat("fit ", common, " --train ", train, " --val ", val,
-                       " --max-epochs 15 --default-root-dir ", Dir("long")));
+  CliRun long_run = Cli(absl::StrCat("fit ", common, " --train ", train, " --val ", val,
+                                     " --max-epochs 15 --default-root-dir ", Dir("long")));
   ASSERT_EQ(long_run.exit_code, 0) << long_run.output;
-  EXPECT_LT(long_run.Number("metric.val_loss"),
-            short_run.Number("metric.val_loss"));
+  EXPECT_LT(long_run.Number("metric.val_loss"), short_run.Number("metric.val_loss"));
   EXPECT_GT(long_run.Number("metric.val_accuracy"), 0.8);
   EXPECT_EQ(long_run.Number("epoch"), 15);
   EXPECT_EQ(long_run.Number("global_step"),
             15 * 8);  // 120 samples per rank / 16
   // Validating the returned checkpoint gives the fit's final validation
   // metrics: the checkpoint holds rank 0's final weights.
-  CliRun check = Cli(absl::StrCat("validate --model ", kModel, " --data ", val,
-                                  " --nproc-per-node 2 --checkpoint ",
-                                  long_run.values["checkpoint"]));
+  CliRun check =
+      Cli(absl::StrCat("validate --model ", kModel, " --data ", val,
+                       " --nproc-per-node 2 --checkpoint ", long_run.values["checkpoint"]));
   ASSERT_EQ(check.exit_code, 0) << check.output;
-  EXPECT_NEAR(check.Number("metric.val_loss"),
-              long_run.Number("metric.val_loss"), 1e-6);
+  EXPECT_NEAR(check.Number("metric.val_loss"), long_run.Number("metric.val_loss"), 1e-6);
   std::string csv = ReadWholeFile(long_run.values["metrics_csv"]).value_or("");
   EXPECT_THAT(csv, HasSubstr("epoch,step,name,value\n"));
   EXPECT_THAT(csv, HasSubstr(",val_accuracy,"));
@@ -125,21 +112,19 @@ TEST(CliTest, ResumingIsBitForBitTheSameAsNotStopping) {
   const std::string train = WriteClassification("resume.csv", 100);
   const std::string common =
       absl::StrCat("fit --model ", kModel, " --train ", train,
-                   " --nproc-per-node 2 --num-threads 1 --lr 0.3 --momentum "
-                   "0.9 --batch-size 8",
+                   " --nproc-per-node 2 --num-threads 1 --lr 0.3 --momentum 0.9 --batch-size 8",
                    " --max-epochs 5 --seed 11 --optimizer sgd");
   // 100 samples: 50 per rank, 7 batches per epoch; 10 steps stop in the middle
   // of epoch 2.
-  CliRun first = Cli(
-      absl::StrCat(common, " --max-steps 10 --default-root-dir ", Dir("k")));
+  CliRun first = Cli(absl::StrCat(common, " --max-steps 10 --default-root-dir ", Dir("k")));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_EQ(first.Number("epoch"), 1);
-  CliRun resumed = Cli(absl::StrCat(common, " --max-steps 25 --resume-from ",
-                                    first.values["checkpoint"],
-                                    " --default-root-dir ", Dir("k_plus_m")));
+  CliRun resumed =
+      Cli(absl::StrCat(common, " --max-steps 25 --resume-from ", first.values["checkpoint"],
+                       " --default-root-dir ", Dir("k_plus_m")));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  CliRun straight = Cli(absl::StrCat(
-      common, " --max-steps 25 --default-root-dir ", Dir("straight")));
+  CliRun straight =
+      Cli(absl::StrCat(common, " --max-steps 25 --default-root-dir ", Dir("straight")));
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
   EXPECT_EQ(resumed.Number("global_step"), 25);
   NamedTensors a = LoadWeights(resumed.values["checkpoint"]);
@@ -149,25 +134,20 @@ TEST(CliTest, ResumingIsBitForBitTheSameAsNotStopping) {
     EXPECT_TRUE(a[i].second.equal(b[i].second)) << a[i].first << " differs";
   }
   NamedTensors early = LoadWeights(first.values["checkpoint"]);
-  EXPECT_FALSE(
-      early[0].second.equal(a[0].second));  // it did train on after resuming
+  EXPECT_FALSE(early[0].second.equal(a[0].second));  // it did train on after resuming
 }
 
 TEST(CliTest, PredictKeepsDatasetOrder) {
-  const std::string data =
-      WriteClassification("predict.csv", 37);  // not a multiple of 2 ranks
-  CliRun fit = Cli(absl::StrCat(
-      "fit --model ", kModel, " --train ", data,
-      " --nproc-per-node 2 --max-epochs 40 --lr 0.5 --momentum 0.9",
-      " --batch-size 8 --default-root-dir ", Dir("p")));
+  const std::string data = WriteClassification("predict.csv", 37);  // not a multiple of 2 ranks
+  CliRun fit = Cli(absl::StrCat("fit --model ", kModel, " --train ", data,
+                                " --nproc-per-node 2 --max-epochs 40 --lr 0.5 --momentum 0.9",
+                                " --batch-size 8 --default-root-dir ", Dir("p")));
   ASSERT_EQ(fit.exit_code, 0) << fit.output;
   CliRun two = Cli(absl::StrCat("predict --model ", kModel, " --data ", data,
-                                " --nproc-per-node 2 --checkpoint ",
-                                fit.values["checkpoint"],
+                                " --nproc-per-node 2 --checkpoint ", fit.values["checkpoint"],
                                 " --default-root-dir ", Dir("p2")));
   CliRun one = Cli(absl::StrCat("predict --model ", kModel, " --data ", data,
-                                " --nproc-per-node 1 --checkpoint ",
-                                fit.values["checkpoint"],
+                                " --nproc-per-node 1 --checkpoint ", fit.values["checkpoint"],
                                 " --default-root-dir ", Dir("p1")));
   ASSERT_EQ(two.exit_code, 0) << two.output;
   ASSERT_EQ(one.exit_code, 0) << one.output;
@@ -185,12 +165,11 @@ TEST(CliTest, BadInputsAreClearErrorsBeforeAnythingRuns) {
   const std::string truncated = Dir("truncated.npy");
   {
     std::ofstream out(truncated, std::ios::binary);
-    std::string header =
-        "{'descr': '<f4', 'fortran_order': False, 'shape': (10, 4), }";
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (10, 4), }";
     header.resize(118, ' ');
     header += '\n';
-    out << "\x93NUMPY" << '\x01' << '\x00' << static_cast<char>(118 + 1)
-        << '\x00' << header << std::string(40, '\0');  // 160 bytes expected
+    out << "\x93NUMPY" << '\x01' << '\x00' << static_cast<char>(118 + 1) << '\x00' << header
+        << std::string(40, '\0');  // 160 bytes expected
   }
   const std::string labels = Dir("labels.npy");
   const struct {
@@ -198,27 +177,18 @@ TEST(CliTest, BadInputsAreClearErrorsBeforeAnythingRuns) {
   } cases[] = {
       {absl::StrCat("fit --model ", Dir("missing.pt"), " --train ", train),
        "cannot open the model"},
-      {absl::StrCat("fit --model ", garbage, " --train ", train),
-       "is not a TorchScript module"},
-      {absl::StrCat("fit --model ", kModel, " --train ", truncated,
-                    " --train-labels ", labels),
+      {absl::StrCat("fit --model ", garbage, " --train ", train), "is not a TorchScript module"},
+      {absl::StrCat("fit --model ", kModel, " --train ", truncated, " --train-labels ", labels),
        "truncated.npy"},
-      {absl::StrCat("fit --model ", kModel, " --train ", train,
-                    " --nproc-per-node 30"),
+      {absl::StrCat("fit --model ", kModel, " --train ", train, " --nproc-per-node 30"),
        "fewer than the 30 ranks"},
-      {absl::StrCat("fit --model mlp:4,16,2 --train ", train),
-       "class labels outside [0, 2)"},
+      {absl::StrCat("fit --model mlp:4,16,2 --train ", train), "class labels outside [0, 2)"},
       {absl::StrCat("fit --model mlp:5,16,3 --train ", train), "takes 5"},
-      {absl::StrCat("fit --model ", kModel, " --train ", train,
-                    " --lernrate 3"),
+      {absl::StrCat("fit --model ", kModel, " --train ", train, " --lernrate 3"),
        "unknown option 'lernrate'"},
-      {absl::StrCat("fit --model ", kModel, " --train ", train,
-                    " --max-epochs x"),
-       "max-epochs"},
-      {absl::StrCat("fit --model ", kModel, " --train ", Dir("nope.csv")),
-       "nope.csv"},
-      {absl::StrCat("fit --model ", kModel, " --train ", train, " --nnodes 2"),
-       "nnodes"},
+      {absl::StrCat("fit --model ", kModel, " --train ", train, " --max-epochs x"), "max-epochs"},
+      {absl::StrCat("fit --model ", kModel, " --train ", Dir("nope.csv")), "nope.csv"},
+      {absl::StrCat("fit --model ", kModel, " --train ", train, " --nnodes 2"), "nnodes"},
       {absl::StrCat("train --model ", kModel), "unknown command 'train'"},
   };
   for (const auto& c : cases) {
@@ -227,16 +197,13 @@ TEST(CliTest, BadInputsAreClearErrorsBeforeAnythingRuns) {
     EXPECT_THAT(run.output, HasSubstr("ddpspawn: error:")) << c.args;
     EXPECT_THAT(run.output, HasSubstr(c.expected)) << c.args;
   }
-  CliRun fit =
-      Cli(absl::StrCat("fit --model ", kModel, " --train ", train,
-                       " --max-epochs 1 --default-root-dir ", Dir("bad_fit")));
+  CliRun fit = Cli(absl::StrCat("fit --model ", kModel, " --train ", train,
+                                " --max-epochs 1 --default-root-dir ", Dir("bad_fit")));
   ASSERT_EQ(fit.exit_code, 0) << fit.output;
-  CliRun other_shape =
-      Cli(absl::StrCat("validate --model mlp:4,8,3 --data ", train,
-                       " --checkpoint ", fit.values["checkpoint"]));
+  CliRun other_shape = Cli(absl::StrCat("validate --model mlp:4,8,3 --data ", train,
+                                        " --checkpoint ", fit.values["checkpoint"]));
   EXPECT_EQ(other_shape.exit_code, 2);
-  EXPECT_THAT(other_shape.output,
-              HasSubstr("has shape [16, 4] in the checkpoint"));
+  EXPECT_THAT(other_shape.output, HasSubstr("has shape [16, 4] in the checkpoint"));
   CliRun help = Cli("--help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.output, HasSubstr("--nproc-per-node"));
@@ -255,21 +222,17 @@ TEST(CliTest, VersionAndGpuRequestsWithoutAGpu) {
     EXPECT_NE(version.values["nccl"], "none");
   }
   ASSERT_EQ(version.values["cuda_devices"], "0")
-      << "these checks are for a machine without a GPU; tools/gpu_check "
-         "covers GPUs";
+      << "these checks are for a machine without a GPU; tools/gpu_check covers GPUs";
 
   const std::string train = WriteClassification("gpu.csv", 40);
-  const std::string fit =
-      absl::StrCat("fit --model ", kModel, " --train ", train,
-                   " --max-epochs 1 --default-root-dir ", Dir("gpu_fit"));
+  const std::string fit = absl::StrCat("fit --model ", kModel, " --train ", train,
+                                       " --max-epochs 1 --default-root-dir ", Dir("gpu_fit"));
   const struct {
     std::string flags, expected;
   } cases[] = {
       {"--process-group-backend nccl --nproc-per-node 2",
-       "UNAVAILABLE: backend 'nccl' needs a CUDA device, and no CUDA device "
-       "is present"},
-      {"--accelerator cuda",
-       "UNAVAILABLE: rank 0 needs cuda:0, and no CUDA device is present"},
+       "UNAVAILABLE: backend 'nccl' needs a CUDA device, and no CUDA device is present"},
+      {"--accelerator cuda", "UNAVAILABLE: rank 0 needs cuda:0, and no CUDA device is present"},
       {"--accelerator cuda --devices 1,3",  // whichever rank fails first
        ", and no CUDA device is present"},
       {"--precision 16-mixed", "precision '16-mixed' needs CUDA devices"},
@@ -299,11 +262,9 @@ bool ScriptModule(const std::string& path, const std::string& body) {
                         << "    def __init__(self):\n"
                         << "        super().__init__()\n"
                         << "        self.net = torch.nn.Linear(4, 3)\n"
-                        << body << "torch.jit.script(M()).save('" << path
-                        << "')\n";
-  return std::system(absl::StrCat("/opt/ddpspawn/venv/bin/python3 ", script,
-                                  " 2>/dev/null")
-                         .c_str()) == 0;
+                        << body << "torch.jit.script(M()).save('" << path << "')\n";
+  return std::system(
+             absl::StrCat("/opt/ddpspawn/venv/bin/python3 ", script, " 2>/dev/null").c_str()) == 0;
 }
 
 TEST(CliTest, TorchScriptModulesTrainAndAreChecked) {
@@ -318,13 +279,11 @@ TEST(CliTest, TorchScriptModulesTrainAndAreChecked) {
         out = self.net(batch[0])
         return {"val_loss": torch.nn.functional.cross_entropy(out, batch[1])}
 )")) {
-    FAIL()
-        << "/opt/ddpspawn/venv/bin/python3 cannot script a torch module here";
+    FAIL() << "/opt/ddpspawn/venv/bin/python3 cannot script a torch module here";
   }
-  CliRun fit = Cli(absl::StrCat(
-      "fit --model ", good, " --train ", train, " --val ", train,
-      " --nproc-per-node 2 --max-epochs 20 --lr 0.5 --momentum 0.9",
-      " --default-root-dir ", Dir("script")));
+  CliRun fit = Cli(absl::StrCat("fit --model ", good, " --train ", train, " --val ", train,
+                                " --nproc-per-node 2 --max-epochs 20 --lr 0.5 --momentum 0.9",
+                                " --default-root-dir ", Dir("script")));
   ASSERT_EQ(fit.exit_code, 0) << fit.output;
   EXPECT_LT(fit.Number("metric.val_loss"), 0.8);  // from about ln 3 = 1.1
 
@@ -333,14 +292,12 @@ TEST(CliTest, TorchScriptModulesTrainAndAreChecked) {
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 )"));
-  CliRun no_step =
-      Cli(absl::StrCat("fit --model ", missing, " --train ", train));
+  CliRun no_step = Cli(absl::StrCat("fit --model ", missing, " --train ", train));
   EXPECT_EQ(no_step.exit_code, 2);
   EXPECT_THAT(no_step.output, HasSubstr("has no method 'training_step'"));
   EXPECT_THAT(no_step.output, HasSubstr("batch: List[Tensor], batch_idx: int"));
 
-  CliRun no_predict =
-      Cli(absl::StrCat("predict --model ", good, " --data ", train));
+  CliRun no_predict = Cli(absl::StrCat("predict --model ", good, " --data ", train));
   EXPECT_EQ(no_predict.exit_code, 2);
   EXPECT_THAT(no_predict.output, HasSubstr("predicting needs predict_step"));
 
@@ -350,11 +307,9 @@ TEST(CliTest, TorchScriptModulesTrainAndAreChecked) {
     def training_step(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x).sum()
 )"));
-  CliRun bad_signature =
-      Cli(absl::StrCat("fit --model ", wrong, " --train ", train));
+  CliRun bad_signature = Cli(absl::StrCat("fit --model ", wrong, " --train ", train));
   EXPECT_EQ(bad_signature.exit_code, 2);
-  EXPECT_THAT(bad_signature.output,
-              HasSubstr("'training_step' has the signature"));
+  EXPECT_THAT(bad_signature.output, HasSubstr("'training_step' has the signature"));
 }
 
 }  // namespace

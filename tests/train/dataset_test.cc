@@ -43,12 +43,10 @@ std::string RawBytes(const std::vector<T>& values) {
 // A .npy file as NumPy writes it: magic, version, little-endian header length
 // (2 bytes for version 1, 4 for 2 and 3), the dict padded with spaces and a
 // newline to a multiple of 64 bytes, then the data.
-std::string NpyBytes(const std::string& descr, const std::string& shape,
-                     const std::string& data, bool fortran_order = false,
-                     int major = 1) {
+std::string NpyBytes(const std::string& descr, const std::string& shape, const std::string& data,
+                     bool fortran_order = false, int major = 1) {
   std::string dict =
-      absl::StrCat("{'descr': '", descr,
-                   "', 'fortran_order': ", fortran_order ? "True" : "False",
+      absl::StrCat("{'descr': '", descr, "', 'fortran_order': ", fortran_order ? "True" : "False",
                    ", 'shape': ", shape, ", }");
   size_t preamble = major == 1 ? 10 : 12;
   size_t total = preamble + dict.size() + 1;
@@ -65,8 +63,7 @@ std::string NpyBytes(const std::string& descr, const std::string& shape,
 
 TEST(LoadNpyTest, Float32Matrix) {
   std::vector<float> values = {1.5f, -2.f, 3.25f, 0.f, 1e6f, -0.125f};
-  std::string path =
-      WriteFile("f4.npy", NpyBytes("<f4", "(2, 3)", RawBytes(values)));
+  std::string path = WriteFile("f4.npy", NpyBytes("<f4", "(2, 3)", RawBytes(values)));
   absl::StatusOr<at::Tensor> tensor = LoadNpy(path);
   ASSERT_TRUE(tensor.ok()) << tensor.status();
   EXPECT_EQ(tensor->scalar_type(), at::kFloat);
@@ -77,21 +74,18 @@ TEST(LoadNpyTest, Float32Matrix) {
 
 TEST(LoadNpyTest, Float64Vector) {
   std::vector<double> values = {0.1, 0.2, -1e300, 42.0};
-  std::string path =
-      WriteFile("f8.npy", NpyBytes("<f8", "(4,)", RawBytes(values)));
+  std::string path = WriteFile("f8.npy", NpyBytes("<f8", "(4,)", RawBytes(values)));
   absl::StatusOr<at::Tensor> tensor = LoadNpy(path);
   ASSERT_TRUE(tensor.ok()) << tensor.status();
   EXPECT_EQ(tensor->scalar_type(), at::kDouble);
   EXPECT_EQ(tensor->sizes().vec(), (std::vector<int64_t>{4}));
-  for (int i = 0; i < 4; ++i)
-    EXPECT_EQ(tensor->index({i}).item<double>(), values[i]);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(tensor->index({i}).item<double>(), values[i]);
 }
 
 TEST(LoadNpyTest, Int64ThreeDimensions) {
   std::vector<int64_t> values;
   for (int64_t i = 0; i < 12; ++i) values.push_back(i * (int64_t{1} << 40));
-  std::string path =
-      WriteFile("i8.npy", NpyBytes("<i8", "(2, 3, 2)", RawBytes(values)));
+  std::string path = WriteFile("i8.npy", NpyBytes("<i8", "(2, 3, 2)", RawBytes(values)));
   absl::StatusOr<at::Tensor> tensor = LoadNpy(path);
   ASSERT_TRUE(tensor.ok()) << tensor.status();
   EXPECT_EQ(tensor->scalar_type(), at::kLong);
@@ -109,8 +103,8 @@ TEST(LoadNpyTest, SmallerIntegerTypesAndScalar) {
       LoadNpy(WriteFile("i2.npy", NpyBytes("<i2", "(2,)", RawBytes(i2))));
   absl::StatusOr<at::Tensor> c =
       LoadNpy(WriteFile("u1.npy", NpyBytes("|u1", "(3,)", RawBytes(u1))));
-  absl::StatusOr<at::Tensor> scalar = LoadNpy(WriteFile(
-      "scalar.npy", NpyBytes("<f8", "()", RawBytes(std::vector<double>{2.5}))));
+  absl::StatusOr<at::Tensor> scalar =
+      LoadNpy(WriteFile("scalar.npy", NpyBytes("<f8", "()", RawBytes(std::vector<double>{2.5}))));
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
   ASSERT_TRUE(c.ok()) << c.status();
@@ -127,22 +121,20 @@ TEST(LoadNpyTest, SmallerIntegerTypesAndScalar) {
 
 TEST(LoadNpyTest, Version2Header) {
   std::vector<float> values = {1, 2, 3};
-  std::string path = WriteFile(
-      "v2.npy", NpyBytes("<f4", "(3,)", RawBytes(values), false, /*major=*/2));
+  std::string path =
+      WriteFile("v2.npy", NpyBytes("<f4", "(3,)", RawBytes(values), false, /*major=*/2));
   absl::StatusOr<at::Tensor> tensor = LoadNpy(path);
   ASSERT_TRUE(tensor.ok()) << tensor.status();
   EXPECT_EQ(tensor->index({2}).item<float>(), 3.f);
 }
 
 TEST(LoadNpyTest, WrittenByNumPy) {
-  if (std::system(
-          "/opt/ddpspawn/venv/bin/python3 -c 'import numpy' >/dev/null 2>&1") !=
-      0)
+  if (std::system("/opt/ddpspawn/venv/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0)
     FAIL() << "/opt/ddpspawn/venv/bin/python3 has no numpy (run tools/setup)";
   std::string path = TempPath("numpy.npy");
-  std::string command = absl::StrCat(
-      "/opt/ddpspawn/venv/bin/python3 -c \"import numpy as np; np.save('", path,
-      "', np.arange(12, dtype=np.float64).reshape(3, 4))\"");
+  std::string command =
+      absl::StrCat("/opt/ddpspawn/venv/bin/python3 -c \"import numpy as np; np.save('", path,
+                   "', np.arange(12, dtype=np.float64).reshape(3, 4))\"");
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   absl::StatusOr<at::Tensor> tensor = LoadNpy(path);
   ASSERT_TRUE(tensor.ok()) << tensor.status();
@@ -153,22 +145,19 @@ TEST(LoadNpyTest, WrittenByNumPy) {
 
 TEST(LoadNpyTest, TruncatedData) {
   std::vector<float> values = {1, 2, 3, 4, 5};  // 20 bytes, 24 expected
-  std::string path =
-      WriteFile("truncated.npy", NpyBytes("<f4", "(2, 3)", RawBytes(values)));
+  std::string path = WriteFile("truncated.npy", NpyBytes("<f4", "(2, 3)", RawBytes(values)));
   absl::StatusOr<at::Tensor> tensor = LoadNpy(path);
   ASSERT_FALSE(tensor.ok());
   EXPECT_EQ(tensor.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(tensor.status().message(), HasSubstr(path));
   EXPECT_THAT(tensor.status().message(),
-              HasSubstr("expects 24 bytes of data for shape (2, 3) of <f4, "
-                        "has 20"));
+              HasSubstr("expects 24 bytes of data for shape (2, 3) of <f4, has 20"));
 }
 
 TEST(LoadNpyTest, FortranOrderIsAnError) {
-  std::string path = WriteFile(
-      "fortran.npy",
-      NpyBytes("<f4", "(2, 2)", RawBytes(std::vector<float>{1, 2, 3, 4}),
-               /*fortran_order=*/true));
+  std::string path =
+      WriteFile("fortran.npy", NpyBytes("<f4", "(2, 2)", RawBytes(std::vector<float>{1, 2, 3, 4}),
+                                        /*fortran_order=*/true));
   absl::StatusOr<at::Tensor> tensor = LoadNpy(path);
   ASSERT_FALSE(tensor.ok());
   EXPECT_EQ(tensor.status().code(), absl::StatusCode::kInvalidArgument);
@@ -179,8 +168,7 @@ TEST(LoadNpyTest, FortranOrderIsAnError) {
 TEST(LoadNpyTest, BigEndianIsAnError) {
   std::string path =
       WriteFile("big_endian.npy",
-                NpyBytes(">f4", "(2,)",
-                         std::string("\x3f\x80\x00\x00\x40\x00\x00\x00", 8)));
+                NpyBytes(">f4", "(2,)", std::string("\x3f\x80\x00\x00\x40\x00\x00\x00", 8)));
   absl::StatusOr<at::Tensor> tensor = LoadNpy(path);
   ASSERT_FALSE(tensor.ok());
   EXPECT_EQ(tensor.status().code(), absl::StatusCode::kInvalidArgument);
@@ -200,8 +188,7 @@ TEST(LoadNpyTest, BadMagicIsAnError) {
 
 TEST(LoadNpyTest, UnsupportedDtypeNamesTheSupportedOnes) {
   std::string path =
-      WriteFile("complex.npy",
-                NpyBytes("<c8", "(1,)", RawBytes(std::vector<float>{1, 0})));
+      WriteFile("complex.npy", NpyBytes("<c8", "(1,)", RawBytes(std::vector<float>{1, 0})));
   absl::StatusOr<at::Tensor> tensor = LoadNpy(path);
   ASSERT_FALSE(tensor.ok());
   EXPECT_THAT(tensor.status().message(), HasSubstr(path));
@@ -233,11 +220,9 @@ TEST(LoadNpyTest, MissingFileIsNotFound) {
 
 TEST(LoadNpyDatasetTest, ConvertsFeaturesAndIntegerLabels) {
   std::string features = WriteFile(
-      "ds_x.npy", NpyBytes("<f8", "(3, 2)",
-                           RawBytes(std::vector<double>{1, 2, 3, 4, 5, 6})));
-  std::string labels = WriteFile(
-      "ds_y.npy",
-      NpyBytes("<i4", "(3,)", RawBytes(std::vector<int32_t>{2, 0, 1})));
+      "ds_x.npy", NpyBytes("<f8", "(3, 2)", RawBytes(std::vector<double>{1, 2, 3, 4, 5, 6})));
+  std::string labels =
+      WriteFile("ds_y.npy", NpyBytes("<i4", "(3,)", RawBytes(std::vector<int32_t>{2, 0, 1})));
   absl::StatusOr<Dataset> dataset = LoadNpyDataset(features, labels);
   ASSERT_TRUE(dataset.ok()) << dataset.status();
   EXPECT_EQ(dataset->size(), 3);
@@ -252,11 +237,9 @@ TEST(LoadNpyDatasetTest, ConvertsFeaturesAndIntegerLabels) {
 
 TEST(LoadNpyDatasetTest, FloatLabelsStayTwoDimensional) {
   std::string features =
-      WriteFile("reg_x.npy",
-                NpyBytes("<i8", "(2,)", RawBytes(std::vector<int64_t>{7, 8})));
+      WriteFile("reg_x.npy", NpyBytes("<i8", "(2,)", RawBytes(std::vector<int64_t>{7, 8})));
   std::string labels = WriteFile(
-      "reg_y.npy",
-      NpyBytes("<f8", "(2, 2)", RawBytes(std::vector<double>{0.5, 1, 1.5, 2})));
+      "reg_y.npy", NpyBytes("<f8", "(2, 2)", RawBytes(std::vector<double>{0.5, 1, 1.5, 2})));
   absl::StatusOr<Dataset> dataset = LoadNpyDataset(features, labels);
   ASSERT_TRUE(dataset.ok()) << dataset.status();
   EXPECT_EQ(dataset->features.scalar_type(), at::kFloat);
@@ -266,12 +249,10 @@ TEST(LoadNpyDatasetTest, FloatLabelsStayTwoDimensional) {
 }
 
 TEST(LoadNpyDatasetTest, DifferentSizesNameBothFiles) {
-  std::string features = WriteFile(
-      "mismatch_x.npy",
-      NpyBytes("<f4", "(3, 1)", RawBytes(std::vector<float>{1, 2, 3})));
+  std::string features =
+      WriteFile("mismatch_x.npy", NpyBytes("<f4", "(3, 1)", RawBytes(std::vector<float>{1, 2, 3})));
   std::string labels =
-      WriteFile("mismatch_y.npy",
-                NpyBytes("<i8", "(2,)", RawBytes(std::vector<int64_t>{0, 1})));
+      WriteFile("mismatch_y.npy", NpyBytes("<i8", "(2,)", RawBytes(std::vector<int64_t>{0, 1})));
   absl::StatusOr<Dataset> dataset = LoadNpyDataset(features, labels);
   ASSERT_FALSE(dataset.ok());
   EXPECT_EQ(dataset.status().code(), absl::StatusCode::kInvalidArgument);
@@ -280,14 +261,13 @@ TEST(LoadNpyDatasetTest, DifferentSizesNameBothFiles) {
 }
 
 TEST(LoadCsvDatasetTest, DetectsHeaderAndIntegralLabels) {
-  std::string path =
-      WriteFile("header.csv", "x1,x2,label\n1.5,2,0\n-3,4e1,1\n\n5,6,2\n");
+  std::string path = WriteFile("header.csv", "x1,x2,label\n1.5,2,0\n-3,4e1,1\n\n5,6,2\n");
   absl::StatusOr<Dataset> dataset = LoadCsvDataset(path);
   ASSERT_TRUE(dataset.ok()) << dataset.status();
   EXPECT_EQ(dataset->size(), 3);
   EXPECT_EQ(dataset->source, path);
-  EXPECT_TRUE(dataset->features.equal(
-      at::tensor({1.5f, 2.f, -3.f, 40.f, 5.f, 6.f}).reshape({3, 2})));
+  EXPECT_TRUE(
+      dataset->features.equal(at::tensor({1.5f, 2.f, -3.f, 40.f, 5.f, 6.f}).reshape({3, 2})));
   EXPECT_EQ(dataset->labels.scalar_type(), at::kLong);
   EXPECT_TRUE(dataset->labels.equal(at::tensor({0, 1, 2}, at::kLong)));
 }
@@ -299,8 +279,7 @@ TEST(LoadCsvDatasetTest, NoHeaderAndLabelColumn) {
   absl::StatusOr<Dataset> dataset = LoadCsvDataset(path, options);
   ASSERT_TRUE(dataset.ok()) << dataset.status();
   EXPECT_EQ(dataset->size(), 2);
-  EXPECT_TRUE(dataset->features.equal(
-      at::tensor({0.5f, 2.f, 1.5f, 3.f}).reshape({2, 2})));
+  EXPECT_TRUE(dataset->features.equal(at::tensor({0.5f, 2.f, 1.5f, 3.f}).reshape({2, 2})));
   EXPECT_TRUE(dataset->labels.equal(at::tensor({1, 0}, at::kLong)));
 }
 
@@ -315,10 +294,9 @@ TEST(LoadCsvDatasetTest, FloatLabels) {
 
 TEST(LoadCsvDatasetTest, LabelTypeOptions) {
   // As np.savetxt writes integers: integral values are int64 labels.
-  std::string path =
-      WriteFile("savetxt.csv",
-                "1.000000000000000000e+00,3.000000000000000000e+00\n"
-                "2.000000000000000000e+00,0.000000000000000000e+00\n");
+  std::string path = WriteFile("savetxt.csv",
+                               "1.000000000000000000e+00,3.000000000000000000e+00\n"
+                               "2.000000000000000000e+00,0.000000000000000000e+00\n");
   absl::StatusOr<Dataset> dataset = LoadCsvDataset(path);
   ASSERT_TRUE(dataset.ok()) << dataset.status();
   EXPECT_TRUE(dataset->labels.equal(at::tensor({3, 0}, at::kLong)));
@@ -334,20 +312,17 @@ TEST(LoadCsvDatasetTest, LabelTypeOptions) {
   std::string fractional = WriteFile("fractional.csv", "1,2\n3,4.5\n");
   dataset = LoadCsvDataset(fractional, as_int);
   ASSERT_FALSE(dataset.ok());
-  EXPECT_THAT(dataset.status().message(),
-              HasSubstr(fractional + ":2: column 2"));
+  EXPECT_THAT(dataset.status().message(), HasSubstr(fractional + ":2: column 2"));
   EXPECT_THAT(dataset.status().message(), HasSubstr("not an integer"));
 }
 
 TEST(LoadCsvDatasetTest, DelimiterQuotesAndCrlf) {
-  std::string path =
-      WriteFile("semicolon.csv", "\"a;b\"; \"c\" ;y\r\n1;2;7\r\n3; 4 ;8\r\n");
+  std::string path = WriteFile("semicolon.csv", "\"a;b\"; \"c\" ;y\r\n1;2;7\r\n3; 4 ;8\r\n");
   CsvOptions options;
   options.delimiter = ';';
   absl::StatusOr<Dataset> dataset = LoadCsvDataset(path, options);
   ASSERT_TRUE(dataset.ok()) << dataset.status();
-  EXPECT_TRUE(dataset->features.equal(
-      at::tensor({1.f, 2.f, 3.f, 4.f}).reshape({2, 2})));
+  EXPECT_TRUE(dataset->features.equal(at::tensor({1.f, 2.f, 3.f, 4.f}).reshape({2, 2})));
   EXPECT_TRUE(dataset->labels.equal(at::tensor({7, 8}, at::kLong)));
 }
 
@@ -380,8 +355,7 @@ TEST(LoadCsvDatasetTest, RaggedRowIsAnError) {
   absl::StatusOr<Dataset> dataset = LoadCsvDataset(path);
   ASSERT_FALSE(dataset.ok());
   EXPECT_EQ(dataset.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(dataset.status().message(),
-              HasSubstr(path + ":3: has 2 fields, expected 3"));
+  EXPECT_THAT(dataset.status().message(), HasSubstr(path + ":3: has 2 fields, expected 3"));
 }
 
 TEST(LoadCsvDatasetTest, EmptyOrHeaderOnlyIsAnError) {
@@ -424,8 +398,7 @@ TEST(SplitDatasetTest, FirstRowsAndTheRest) {
   EXPECT_EQ(split->first.size(), 3);
   EXPECT_EQ(split->second.size(), 2);
   EXPECT_TRUE(split->second.labels.equal(at::tensor({3, 4}, at::kLong)));
-  EXPECT_TRUE(split->second.features.equal(
-      at::tensor({6.f, 7.f, 8.f, 9.f}).reshape({2, 2})));
+  EXPECT_TRUE(split->second.features.equal(at::tensor({6.f, 7.f, 8.f, 9.f}).reshape({2, 2})));
   EXPECT_EQ(split->first.source, "data.csv[0:3]");
   EXPECT_EQ(split->second.source, "data.csv[3:5]");
 
@@ -434,8 +407,7 @@ TEST(SplitDatasetTest, FirstRowsAndTheRest) {
   EXPECT_EQ(split->second.size(), 0);
   EXPECT_FALSE(SplitDataset(dataset, 6).ok());
   EXPECT_FALSE(SplitDataset(dataset, -1).ok());
-  EXPECT_THAT(SplitDataset(dataset, 6).status().message(),
-              HasSubstr("data.csv"));
+  EXPECT_THAT(SplitDataset(dataset, 6).status().message(), HasSubstr("data.csv"));
 }
 
 }  // namespace

@@ -39,13 +39,12 @@ std::string Name(const Config& config) {
 }
 
 // Every rank's indices for one epoch.
-std::vector<std::vector<int64_t>> Shards(const Config& config, bool shuffle,
-                                         uint64_t seed, bool drop_last,
-                                         int64_t epoch = 0) {
+std::vector<std::vector<int64_t>> Shards(const Config& config, bool shuffle, uint64_t seed,
+                                         bool drop_last, int64_t epoch = 0) {
   std::vector<std::vector<int64_t>> shards;
   for (int rank = 0; rank < config.replicas; ++rank) {
-    absl::StatusOr<DistributedSampler> sampler = DistributedSampler::Create(
-        config.n, config.replicas, rank, shuffle, seed, drop_last);
+    absl::StatusOr<DistributedSampler> sampler =
+        DistributedSampler::Create(config.n, config.replicas, rank, shuffle, seed, drop_last);
     EXPECT_TRUE(sampler.ok()) << sampler.status();
     if (!sampler.ok()) return {};
     sampler->set_epoch(epoch);
@@ -56,8 +55,7 @@ std::vector<std::vector<int64_t>> Shards(const Config& config, bool shuffle,
 
 // The global order the shards were cut from: rank r holds positions
 // r, r + R, r + 2R, ...
-std::vector<int64_t> Interleave(
-    const std::vector<std::vector<int64_t>>& shards) {
+std::vector<int64_t> Interleave(const std::vector<std::vector<int64_t>>& shards) {
   std::vector<int64_t> order;
   if (shards.empty()) return order;
   for (size_t i = 0; i < shards[0].size(); ++i)
@@ -78,11 +76,10 @@ TEST(DistributedSamplerTest, PaddedShardsCoverTheDataset) {
   for (bool shuffle : {false, true}) {
     for (const Config& config : AllConfigs()) {
       SCOPED_TRACE(absl::StrCat(Name(config), " shuffle=", shuffle));
-      absl::StatusOr<DistributedSampler> sampler = DistributedSampler::Create(
-          config.n, config.replicas, 0, shuffle, /*seed=*/3);
+      absl::StatusOr<DistributedSampler> sampler =
+          DistributedSampler::Create(config.n, config.replicas, 0, shuffle, /*seed=*/3);
       ASSERT_TRUE(sampler.ok()) << sampler.status();
-      const int64_t per_rank =
-          (config.n + config.replicas - 1) / config.replicas;
+      const int64_t per_rank = (config.n + config.replicas - 1) / config.replicas;
       EXPECT_EQ(sampler->num_samples(), per_rank);
       EXPECT_EQ(sampler->total_size(), per_rank * config.replicas);
 
@@ -101,8 +98,9 @@ TEST(DistributedSamplerTest, PaddedShardsCoverTheDataset) {
       int64_t duplicates = 0;
       for (const auto& [index, count] : counts) duplicates += count - 1;
       EXPECT_EQ(duplicates, sampler->total_size() - config.n);
-      if (config.n % config.replicas == 0)
+      if (config.n % config.replicas == 0) {
         EXPECT_EQ(duplicates, 0);  // disjoint
+      }
 
       // The padding repeats the global order from its start.
       std::vector<int64_t> order = Interleave(shards);
@@ -120,16 +118,15 @@ TEST(DistributedSamplerTest, DropLastShardsAreDisjointAndEqual) {
   for (bool shuffle : {false, true}) {
     for (const Config& config : AllConfigs()) {
       SCOPED_TRACE(absl::StrCat(Name(config), " shuffle=", shuffle));
-      absl::StatusOr<DistributedSampler> sampler = DistributedSampler::Create(
-          config.n, config.replicas, config.replicas - 1, shuffle, 0,
-          /*drop_last=*/true);
+      absl::StatusOr<DistributedSampler> sampler =
+          DistributedSampler::Create(config.n, config.replicas, config.replicas - 1, shuffle, 0,
+                                     /*drop_last=*/true);
       ASSERT_TRUE(sampler.ok()) << sampler.status();
       const int64_t per_rank = config.n / config.replicas;
       EXPECT_EQ(sampler->num_samples(), per_rank);
       EXPECT_EQ(sampler->total_size(), per_rank * config.replicas);
 
-      std::vector<std::vector<int64_t>> shards =
-          Shards(config, shuffle, 0, /*drop_last=*/true);
+      std::vector<std::vector<int64_t>> shards = Shards(config, shuffle, 0, /*drop_last=*/true);
       std::set<int64_t> seen;
       for (const std::vector<int64_t>& shard : shards) {
         EXPECT_EQ(static_cast<int64_t>(shard.size()), per_rank);
@@ -152,10 +149,8 @@ TEST(DistributedSamplerTest, ShuffleIsOnePermutationPerEpochForAllRanks) {
     SCOPED_TRACE(Name(config));
     const uint64_t seed = 17;
     // One replica sees the global order itself.
-    std::vector<int64_t> epoch0 =
-        Shards({config.n, 1}, true, seed, false, 0).at(0);
-    std::vector<int64_t> epoch1 =
-        Shards({config.n, 1}, true, seed, false, 1).at(0);
+    std::vector<int64_t> epoch0 = Shards({config.n, 1}, true, seed, false, 0).at(0);
+    std::vector<int64_t> epoch1 = Shards({config.n, 1}, true, seed, false, 1).at(0);
     std::vector<int64_t> sorted = epoch0;
     std::sort(sorted.begin(), sorted.end());
     EXPECT_EQ(sorted, Iota(config.n));
@@ -163,11 +158,9 @@ TEST(DistributedSamplerTest, ShuffleIsOnePermutationPerEpochForAllRanks) {
 
     for (int64_t epoch : {0, 1}) {
       std::vector<int64_t> global = epoch == 0 ? epoch0 : epoch1;
-      std::vector<int64_t> order =
-          Interleave(Shards(config, true, seed, false, epoch));
+      std::vector<int64_t> order = Interleave(Shards(config, true, seed, false, epoch));
       ASSERT_GE(order.size(), global.size());
-      EXPECT_EQ(std::vector<int64_t>(order.begin(), order.begin() + config.n),
-                global)
+      EXPECT_EQ(std::vector<int64_t>(order.begin(), order.begin() + config.n), global)
           << "epoch " << epoch;
       // And the same again (deterministic for the seed and epoch).
       EXPECT_EQ(Interleave(Shards(config, true, seed, false, epoch)), order);
@@ -187,8 +180,7 @@ TEST(DistributedSamplerTest, BadArgumentsAreErrors) {
   EXPECT_THAT(DistributedSampler::Create(10, 2, 5).status().message(),
               testing::HasSubstr("rank 5"));
   // Fewer samples than replicas is fine with padding: ranks repeat samples.
-  absl::StatusOr<DistributedSampler> padded =
-      DistributedSampler::Create(3, 4, 3, false);
+  absl::StatusOr<DistributedSampler> padded = DistributedSampler::Create(3, 4, 3, false);
   ASSERT_TRUE(padded.ok()) << padded.status();
   EXPECT_EQ(padded->Indices(), (std::vector<int64_t>{0}));
   absl::StatusOr<DistributedSampler> tiny = DistributedSampler::Create(1, 4, 2);
@@ -202,15 +194,12 @@ bool RunAndCapture(const std::string& command, std::string* output) {
   if (pipe == nullptr) return false;
   char buffer[4096];
   size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
-    output->append(buffer, n);
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output->append(buffer, n);
   return pclose(pipe) == 0;
 }
 
 TEST(DistributedSamplerTest, SameIndicesAsPyTorch) {
-  if (std::system(
-          "/opt/ddpspawn/venv/bin/python3 -c 'import torch' >/dev/null 2>&1") !=
-      0)
+  if (std::system("/opt/ddpspawn/venv/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
     FAIL() << "/opt/ddpspawn/venv/bin/python3 has no torch (run tools/setup)";
   struct Case {
     int64_t n;
@@ -230,15 +219,14 @@ TEST(DistributedSamplerTest, SameIndicesAsPyTorch) {
       "import sys, torch.utils.data as d\n"
       "for line in sys.stdin:\n"
       "  n, r, k, sh, seed, dl, ep = map(int, line.split())\n"
-      "  s = d.DistributedSampler(range(n), num_replicas=r, rank=k, "
-      "shuffle=bool(sh), seed=seed, drop_last=bool(dl))\n"
+      "  s = d.DistributedSampler(range(n), num_replicas=r, rank=k, shuffle=bool(sh), seed=seed, "
+      "drop_last=bool(dl))\n"
       "  s.set_epoch(ep)\n"
       "  print(' '.join(map(str, s)))\n";
   std::string input;
   for (const Case& c : cases)
-    absl::StrAppend(&input, c.n, " ", c.replicas, " ", c.rank, " ",
-                    c.shuffle ? 1 : 0, " ", c.seed, " ", c.drop_last ? 1 : 0,
-                    " ", c.epoch, "\n");
+    absl::StrAppend(&input, c.n, " ", c.replicas, " ", c.rank, " ", c.shuffle ? 1 : 0, " ", c.seed,
+                    " ", c.drop_last ? 1 : 0, " ", c.epoch, "\n");
   std::string script_path = absl::StrCat(testing::TempDir(), "/sampler.py");
   std::string input_path = absl::StrCat(testing::TempDir(), "/sampler.in");
   FILE* file = fopen(script_path.c_str(), "w");
@@ -251,9 +239,8 @@ TEST(DistributedSamplerTest, SameIndicesAsPyTorch) {
   fclose(file);
 
   std::string output;
-  ASSERT_TRUE(RunAndCapture(absl::StrCat("/opt/ddpspawn/venv/bin/python3 ",
-                                         script_path, " < ", input_path),
-                            &output))
+  ASSERT_TRUE(RunAndCapture(
+      absl::StrCat("/opt/ddpspawn/venv/bin/python3 ", script_path, " < ", input_path), &output))
       << output;
   std::vector<std::string> lines = absl::StrSplit(output, '\n');
   ASSERT_GE(lines.size(), cases.size());
@@ -261,14 +248,13 @@ TEST(DistributedSamplerTest, SameIndicesAsPyTorch) {
     const Case& c = cases[i];
     SCOPED_TRACE(absl::StrCat("case ", i));
     std::vector<int64_t> expected;
-    for (absl::string_view field :
-         absl::StrSplit(lines[i], ' ', absl::SkipEmpty())) {
+    for (absl::string_view field : absl::StrSplit(lines[i], ' ', absl::SkipEmpty())) {
       int64_t value;
       ASSERT_TRUE(absl::SimpleAtoi(field, &value)) << lines[i];
       expected.push_back(value);
     }
-    absl::StatusOr<DistributedSampler> sampler = DistributedSampler::Create(
-        c.n, c.replicas, c.rank, c.shuffle, c.seed, c.drop_last);
+    absl::StatusOr<DistributedSampler> sampler =
+        DistributedSampler::Create(c.n, c.replicas, c.rank, c.shuffle, c.seed, c.drop_last);
     ASSERT_TRUE(sampler.ok()) << sampler.status();
     sampler->set_epoch(c.epoch);
     EXPECT_EQ(sampler->Indices(), expected);

@@ -14,7 +14,7 @@
 #include "absl/time/clock.h"
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/distributed_data_parallel.h"
-#include "core/dist/process_group.h"
+#include "core/comm/process_group.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
@@ -30,22 +30,17 @@ struct Config {
 
 std::vector<Config> Configs() {
   auto hook = [](const std::string& name) {
-    return [name](DdpOptions& o) {
-      o.reducer.comm_hook = *MakeCommHookByName(name, 4, 0);
-    };
+    return [name](DdpOptions& o) { o.reducer.comm_hook = *MakeCommHookByName(name, 4, 0); };
   };
   return {
       {"no sync (ceiling)", [](DdpOptions&) {}, false},
       {"default (allreduce, 25 MB buckets)", [](DdpOptions&) {}},
       {"gradient_as_bucket_view=false",
        [](DdpOptions& o) { o.reducer.gradient_as_bucket_view = false; }},
-      {"find_unused_parameters",
-       [](DdpOptions& o) { o.reducer.find_unused_parameters = true; }},
+      {"find_unused_parameters", [](DdpOptions& o) { o.reducer.find_unused_parameters = true; }},
       {"bucket_cap_mb=1", [](DdpOptions& o) { o.reducer.bucket_cap_mb = 1; }},
       {"one bucket (cap 100 MB)",
-       [](DdpOptions& o) {
-         o.reducer.bucket_cap_mb = o.reducer.first_bucket_cap_mb = 100;
-       }},
+       [](DdpOptions& o) { o.reducer.bucket_cap_mb = o.reducer.first_bucket_cap_mb = 100; }},
       {"fp16 compression", hook("fp16")},
       {"bf16 compression", hook("bf16")},
       {"PowerSGD rank 4", hook("powersgd")},
@@ -55,21 +50,19 @@ std::vector<Config> Configs() {
 absl::StatusOr<std::string> Worker(int steps) {
   absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
   if (!cluster.ok()) return cluster.status();
-  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      ProcessGroup::Create(*cluster);
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group = ProcessGroup::Create(*cluster);
   if (!group.ok()) return group.status();
   torch::set_num_threads(1);
   torch::manual_seed(0);
   torch::Tensor x = torch::randn({64, 784});
   torch::Tensor y = torch::randint(0, 10, {64});
-  std::string report = absl::StrFormat("%-36s %12s %10s %10s\n", "option",
-                                       "ms/step", "vs default", "vs ceiling");
+  std::string report =
+      absl::StrFormat("%-36s %12s %10s %10s\n", "option", "ms/step", "vs default", "vs ceiling");
   double ceiling = 0, baseline = 0;
   for (const Config& config : Configs()) {
-    auto net =
-        torch::nn::Sequential(torch::nn::Linear(784, 1024), torch::nn::ReLU(),
-                              torch::nn::Linear(1024, 1024), torch::nn::ReLU(),
-                              torch::nn::Linear(1024, 10));
+    auto net = torch::nn::Sequential(torch::nn::Linear(784, 1024), torch::nn::ReLU(),
+                                     torch::nn::Linear(1024, 1024), torch::nn::ReLU(),
+                                     torch::nn::Linear(1024, 10));
     DdpOptions options;
     config.apply(options);
     absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
@@ -89,16 +82,14 @@ absl::StatusOr<std::string> Worker(int steps) {
         loss.backward();
       }
       optimizer.step();
-      if (step >= 5)
-        times.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+      if (step >= 5) times.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
     }
     std::sort(times.begin(), times.end());
     double median = times[times.size() / 2];
     if (!config.sync) ceiling = median;
     if (config.name.rfind("default", 0) == 0) baseline = median;
-    absl::StrAppendFormat(&report, "%-36s %12.2f %10.2f %10.2f\n", config.name,
-                          median, baseline > 0 ? baseline / median : 0.0,
-                          ceiling / median);
+    absl::StrAppendFormat(&report, "%-36s %12.2f %10.2f %10.2f\n", config.name, median,
+                          baseline > 0 ? baseline / median : 0.0, ceiling / median);
   }
   return report;
 }
@@ -109,8 +100,7 @@ absl::StatusOr<std::string> Worker(int steps) {
 int main(int argc, char** argv) {
   int steps = 30;
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--steps=", 8) == 0)
-      steps = std::atoi(argv[i] + 8);
+    if (std::strncmp(argv[i], "--steps=", 8) == 0) steps = std::atoi(argv[i] + 8);
   }
   if (std::getenv(ddpspawn::kRunDirEnv) != nullptr) {
     absl::StatusOr<std::string> report = ddpspawn::Worker(steps);
@@ -118,15 +108,13 @@ int main(int argc, char** argv) {
       (void)ddpspawn::SetWorkerError(report.status().ToString());
       return 1;
     }
-    if (std::atoi(std::getenv("RANK")) == 0)
-      (void)ddpspawn::SetWorkerResult(*report);
+    if (std::atoi(std::getenv("RANK")) == 0) (void)ddpspawn::SetWorkerResult(*report);
     return 0;
   }
   ddpspawn::LaunchSpec spec;
   spec.nprocs = 2;
   spec.argv = {argv[0], absl::StrCat("--steps=", steps)};
-  absl::StatusOr<std::unique_ptr<ddpspawn::Job>> job =
-      ddpspawn::Job::Create(spec);
+  absl::StatusOr<std::unique_ptr<ddpspawn::Job>> job = ddpspawn::Job::Create(spec);
   absl::Status status = job.ok() ? (*job)->Start() : job.status();
   if (status.ok()) status = (*job)->Wait();
   if (!status.ok()) {
@@ -134,8 +122,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf(
-      "2 ranks, MLP 784-1024-1024-10, batch 64/rank, 1 thread/rank, median of "
-      "%d steps\n"
+      "2 ranks, MLP 784-1024-1024-10, batch 64/rank, 1 thread/rank, median of %d steps\n"
       "(\"vs\" columns: that time over this one; > 1 is faster)\n%s",
       steps, (*job)->result()->c_str());
   return 0;

@@ -25,8 +25,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/comm/process_group.h"
 #include "core/ddp/distributed_data_parallel.h"
-#include "core/dist/process_group.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
@@ -38,9 +38,7 @@ namespace ddpspawn {
 namespace {
 
 double NowSeconds() {
-  return std::chrono::duration<double>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 double PeakRssMb() {
@@ -65,17 +63,15 @@ torch::nn::Sequential MakeModel(const std::string& workload) {
         torch::nn::BatchNorm2d(32), torch::nn::ReLU(), torch::nn::MaxPool2d(2),
         torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)),
         torch::nn::BatchNorm2d(64), torch::nn::ReLU(), torch::nn::MaxPool2d(2),
-        torch::nn::Flatten(), torch::nn::Linear(64 * 7 * 7, 128),
-        torch::nn::ReLU(), torch::nn::Linear(128, 10));
+        torch::nn::Flatten(), torch::nn::Linear(64 * 7 * 7, 128), torch::nn::ReLU(),
+        torch::nn::Linear(128, 10));
   }
   if (workload == "conv") {
     return torch::nn::Sequential(
-        torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)),
-        torch::nn::ReLU(), torch::nn::MaxPool2d(2),
-        torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)),
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)), torch::nn::ReLU(),
+        torch::nn::MaxPool2d(2), torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)),
         torch::nn::ReLU(), torch::nn::MaxPool2d(2), torch::nn::Flatten(),
-        torch::nn::Linear(64 * 7 * 7, 128), torch::nn::ReLU(),
-        torch::nn::Linear(128, 10));
+        torch::nn::Linear(64 * 7 * 7, 128), torch::nn::ReLU(), torch::nn::Linear(128, 10));
   }
   return torch::nn::Sequential(torch::nn::Linear(784, 1024), torch::nn::ReLU(),
                                torch::nn::Linear(1024, 1024), torch::nn::ReLU(),
@@ -88,21 +84,16 @@ torch::nn::Sequential MakeModel(const std::string& workload) {
 // over a Gloo group of this launcher's ranks, driven from C++ as DDP's forward
 // drives it. What ddpspawn's reducer would be replaced by.
 absl::StatusOr<double> C10dReducerStepsPerSecond(const ClusterInfo& cluster,
-                                                 torch::nn::Sequential net,
-                                                 const torch::Tensor& x,
-                                                 const torch::Tensor& y,
-                                                 const Flags& flags) {
+                                                 torch::nn::Sequential net, const torch::Tensor& x,
+                                                 const torch::Tensor& y, const Flags& flags) {
   try {
-    auto store = c10::make_intrusive<c10d::FileStore>(
-        cluster.run_dir + "/c10d_reducer.store", cluster.world_size);
-    auto gloo_options =
-        c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(120));
-    gloo_options->devices.push_back(
-        c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        store, cluster.rank, cluster.world_size, gloo_options);
-    auto group = c10::make_intrusive<c10d::ProcessGroup>(store, cluster.rank,
-                                                         cluster.world_size);
+    auto store = c10::make_intrusive<c10d::FileStore>(cluster.run_dir + "/c10d_reducer.store",
+                                                      cluster.world_size);
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(120));
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cluster.rank, cluster.world_size,
+                                                            gloo_options);
+    auto group = c10::make_intrusive<c10d::ProcessGroup>(store, cluster.rank, cluster.world_size);
     group->setBackend(c10::kCPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
     group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
     std::vector<at::Tensor> params = net->parameters();
@@ -111,8 +102,7 @@ absl::StatusOr<double> C10dReducerStepsPerSecond(const ClusterInfo& cluster,
         params, {kFirstBucket, kBucket}, std::vector<bool>(params.size()));
     std::reverse(buckets.begin(), buckets.end());
     std::reverse(limits.begin(), limits.end());
-    c10d::Reducer reducer(params, buckets, group,
-                          std::vector<bool>(params.size()), kBucket,
+    c10d::Reducer reducer(params, buckets, group, std::vector<bool>(params.size()), kBucket,
                           /*find_unused_parameters=*/false,
                           /*gradient_as_bucket_view=*/false, {}, kFirstBucket,
                           /*skip_all_reduce_unused_params=*/false,
@@ -157,39 +147,32 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     // Raw bandwidth for one gradient-sized buffer: a plain tensor (staged
     // through shared memory, or Gloo) and a reduction buffer like DDP's buckets
     // (in place where shared memory is on).
-    auto milliseconds_per_sum =
-        [&](at::Tensor buffer) -> absl::StatusOr<double> {
+    auto milliseconds_per_sum = [&](at::Tensor buffer) -> absl::StatusOr<double> {
       buffer.fill_(1);
-      for (int i = 0; i < flags.warmup; ++i)
-        (void)(*group)->AllReduce(buffer, ReduceOp::kSum);
+      for (int i = 0; i < flags.warmup; ++i) (void)(*group)->AllReduce(buffer, ReduceOp::kSum);
       const double start = NowSeconds();
       for (int i = 0; i < flags.steps; ++i) {
-        if (absl::Status s = (*group)->AllReduce(buffer, ReduceOp::kSum);
-            !s.ok())
-          return s;
+        if (absl::Status s = (*group)->AllReduce(buffer, ReduceOp::kSum); !s.ok()) return s;
       }
       return (NowSeconds() - start) / flags.steps * 1e3;
     };
     at::Tensor plain = torch::ones({gradient_elements});
     absl::StatusOr<double> staged = milliseconds_per_sum(plain);
     if (!staged.ok()) return staged.status();
-    absl::StatusOr<at::Tensor> shared =
-        (*group)->NewReductionBuffer(gradient_elements, plain);
+    absl::StatusOr<at::Tensor> shared = (*group)->NewReductionBuffer(gradient_elements, plain);
     if (!shared.ok()) return shared.status();
     absl::StatusOr<double> in_place = milliseconds_per_sum(*shared);
     if (!in_place.ok()) return in_place.status();
     return absl::StrFormat(
-        "{\"allreduce_ms\": %.4f, \"allreduce_in_place_ms\": %.4f, "
-        "\"bytes\": %d, \"algbw_gb_per_s\": %.4f}",
-        *staged, *in_place, gradient_elements * 4,
-        gradient_elements * 4 / *staged / 1e6);
+        "{\"allreduce_ms\": %.4f, \"allreduce_in_place_ms\": %.4f, \"bytes\": %d, "
+        "\"algbw_gb_per_s\": %.4f}",
+        *staged, *in_place, gradient_elements * 4, gradient_elements * 4 / *staged / 1e6);
   }
   if (flags.mode == "c10d_reducer") {
-    torch::Tensor x = flags.workload == "mlp" ? torch::randn({64, 784})
-                                              : torch::randn({64, 1, 28, 28});
+    torch::Tensor x =
+        flags.workload == "mlp" ? torch::randn({64, 784}) : torch::randn({64, 1, 28, 28});
     torch::Tensor y = torch::randint(0, 10, {64});
-    absl::StatusOr<double> steps_per_s =
-        C10dReducerStepsPerSecond(*cluster, net, x, y, flags);
+    absl::StatusOr<double> steps_per_s = C10dReducerStepsPerSecond(*cluster, net, x, y, flags);
     if (!steps_per_s.ok()) return steps_per_s.status();
     return absl::StrFormat("{\"steps_per_s\": %.3f}", *steps_per_s);
   }
@@ -197,9 +180,9 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
       DistributedDataParallel::Wrap(net.ptr(), group->get(), {});
   if (!ddp.ok()) return ddp.status();
   torch::optim::SGD optimizer(net->parameters(), 0.01);
-  torch::Tensor x = (flags.workload == "mlp" ? torch::randn({64, 784})
-                                             : torch::randn({64, 1, 28, 28}))
-                        .to(device);
+  torch::Tensor x =
+      (flags.workload == "mlp" ? torch::randn({64, 784}) : torch::randn({64, 1, 28, 28}))
+          .to(device);
   torch::Tensor y = torch::randint(0, 10, {64}).to(device);
   double first_batch = 0, steady_start = 0;
   for (int step = 0; step < flags.warmup + flags.steps; ++step) {
@@ -222,14 +205,11 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
   if (cuda) torch::cuda::synchronize();
   const double steps_per_s = flags.steps / (NowSeconds() - steady_start);
   double rss = PeakRssMb();
-  if (absl::Status s =
-          (*group)->AllReduce(&rss, 1, DType::kFloat64, ReduceOp::kMax);
-      !s.ok()) {
+  if (absl::Status s = (*group)->AllReduce(&rss, 1, DType::kFloat64, ReduceOp::kMax); !s.ok()) {
     return s;
   }
   return absl::StrFormat(
-      "{\"launch_to_first_batch\": %.4f, \"steps_per_s\": %.3f, "
-      "\"peak_rss_mb\": %.1f}",
+      "{\"launch_to_first_batch\": %.4f, \"steps_per_s\": %.3f, \"peak_rss_mb\": %.1f}",
       first_batch - flags.launch_time, steps_per_s, rss);
 }
 
@@ -247,8 +227,7 @@ int main(int argc, char** argv) {
     if (key == "--nprocs") flags.nprocs = std::atoi(value.c_str());
     if (key == "--start-method") flags.start_method = value;
     if (key == "--device") flags.device = value;
-    if (key == "--launch-time")
-      (void)absl::SimpleAtod(value, &flags.launch_time);
+    if (key == "--launch-time") (void)absl::SimpleAtod(value, &flags.launch_time);
   }
   if (flags.mode == "startup") return 0;  // tools/bench times a bare start
   if (std::getenv(ddpspawn::kRunDirEnv) != nullptr) {
@@ -257,8 +236,7 @@ int main(int argc, char** argv) {
       (void)ddpspawn::SetWorkerError(report.status().ToString());
       return 1;
     }
-    if (std::atoi(std::getenv("RANK")) == 0)
-      (void)ddpspawn::SetWorkerResult(*report);
+    if (std::atoi(std::getenv("RANK")) == 0) (void)ddpspawn::SetWorkerResult(*report);
     return 0;
   }
   ddpspawn::LaunchSpec spec;
@@ -279,8 +257,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) spec.argv.push_back(argv[i]);
   spec.argv.push_back("--launch-time");
   spec.argv.push_back(absl::StrFormat("%.6f", flags.launch_time));
-  absl::StatusOr<std::unique_ptr<ddpspawn::Job>> job =
-      ddpspawn::Job::Create(spec);
+  absl::StatusOr<std::unique_ptr<ddpspawn::Job>> job = ddpspawn::Job::Create(spec);
   absl::Status status = job.ok() ? (*job)->Start() : job.status();
   if (status.ok()) status = (*job)->Wait();
   if (!status.ok()) {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
-#include "core/dist/process_group.h"
+#include "core/comm/process_group.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "core/train/run.h"
 #include "core/version/build_info.h"
@@ -18,11 +18,9 @@ constexpr char kUsage[] =
     "usage: ddpspawn fit|validate|test|predict --model SPEC [options]\n"
     "\n"
     "Trains (fit) or evaluates a model with DistributedDataParallel across\n"
-    "--nproc-per-node spawned ranks. Options take --name VALUE or "
-    "--name=VALUE.\n"
+    "--nproc-per-node spawned ranks. Options take --name VALUE or --name=VALUE.\n"
     "\n"
-    "example: ddpspawn fit --model mlp:64,128,10 --train train.csv --val "
-    "val.csv \\\n"
+    "example: ddpspawn fit --model mlp:64,128,10 --train train.csv --val val.csv \\\n"
     "           --nproc-per-node 2 --max-epochs 20 --lr 0.1 --momentum 0.9\n"
     "\n"
     "ddpspawn --version prints the version, the LibTorch, CUDA and NCCL it\n"
@@ -50,8 +48,7 @@ int main(int argc, char** argv) {
                   ddpspawn::CudaDeviceCount());
       return 0;
     }
-    if (std::strcmp(argv[i], "--help") == 0 ||
-        std::strcmp(argv[i], "-h") == 0) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       std::printf("%s%s", kUsage, ddpspawn::RunOptionsHelp().c_str());
       return 0;
     }
@@ -60,8 +57,7 @@ int main(int argc, char** argv) {
   ddpspawn::RunOptions options;
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
-    if (!absl::StartsWith(arg, "--"))
-      return Fail("unexpected argument '" + arg + "'");
+    if (!absl::StartsWith(arg, "--")) return Fail("unexpected argument '" + arg + "'");
     arg = arg.substr(2);
     size_t eq = arg.find('=');
     if (eq != std::string::npos) {
@@ -72,16 +68,12 @@ int main(int argc, char** argv) {
       options.emplace_back(arg, "");  // a bare flag: true
     }
   }
-  absl::StatusOr<ddpspawn::RunConfig> config =
-      ddpspawn::ParseRunConfig(command, options);
+  absl::StatusOr<ddpspawn::RunConfig> config = ddpspawn::ParseRunConfig(command, options);
   if (!config.ok()) return Fail(std::string(config.status().message()));
   ddpspawn::DDPSpawnStrategy strategy(ddpspawn::StrategyOptionsFor(*config));
-  auto run = [&config](ddpspawn::DDPSpawnStrategy& s) {
-    return ddpspawn::RunCommand(*config, s);
-  };
+  auto run = [&config](ddpspawn::DDPSpawnStrategy& s) { return ddpspawn::RunCommand(*config, s); };
   if (ddpspawn::IsWorkerProcess()) return strategy.RunWorker(run);
-  if (absl::Status s = ddpspawn::CheckRun(*config); !s.ok())
-    return Fail(std::string(s.message()));
+  if (absl::Status s = ddpspawn::CheckRun(*config); !s.ok()) return Fail(std::string(s.message()));
   absl::StatusOr<std::string> result = strategy.Launch(run);
   if (!result.ok()) return Fail(std::string(result.status().message()));
   std::printf("%s", result->c_str());

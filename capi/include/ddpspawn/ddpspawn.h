@@ -115,27 +115,26 @@ typedef struct ddpspawn_launch_options {
   int32_t master_port;
 } ddpspawn_launch_options;
 
-#define DDPSPAWN_LAUNCH_OPTIONS_INIT                                        \
-  {                                                                         \
-    sizeof(ddpspawn_launch_options), 1, NULL, NULL, NULL, NULL, NULL, NULL, \
-        NULL, NULL, 0.0, 5.0, NULL, 0                                       \
+#define DDPSPAWN_LAUNCH_OPTIONS_INIT                                                              \
+  {                                                                                               \
+    sizeof(ddpspawn_launch_options), 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0.0, 5.0, \
+        NULL, 0                                                                                   \
   }
 
-DDPSPAWN_EXPORT void ddpspawn_launch_options_init(
-    ddpspawn_launch_options* options);
+DDPSPAWN_EXPORT void ddpspawn_launch_options_init(ddpspawn_launch_options* options);
 /* Like ddpspawn_launch_options_init, for callers that do not compile against
  * this header (bindings): writes the defaults into the first struct_size bytes
  * only (pass sizeof the struct allocated; it must be a released version's
  * size). */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_launch_options_init_sized(
-    ddpspawn_launch_options* options, uint32_t struct_size);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_launch_options_init_sized(ddpspawn_launch_options* options,
+                                                                   uint32_t struct_size);
 
 /* A job: N workers, launched once, with a report of how each ended. */
 typedef struct ddpspawn_job ddpspawn_job;
 
 /* Validates and copies the options (strings and arrays included). */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_create(
-    const ddpspawn_launch_options* options, ddpspawn_job** out_job);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_create(const ddpspawn_launch_options* options,
+                                                    ddpspawn_job** out_job);
 DDPSPAWN_EXPORT void ddpspawn_job_destroy(ddpspawn_job* job);
 
 /* Starts every rank and returns at once. In fork mode the children run
@@ -175,30 +174,27 @@ typedef struct ddpspawn_rank_report {
 
 /* DDPSPAWN_RANK_REPORT_INIT for callers that do not compile against this
  * header, as ddpspawn_launch_options_init_sized. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_rank_report_init_sized(
-    ddpspawn_rank_report* report, uint32_t struct_size);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_rank_report_init_sized(ddpspawn_rank_report* report,
+                                                                uint32_t struct_size);
 
 DDPSPAWN_EXPORT int32_t ddpspawn_job_nprocs(const ddpspawn_job* job);
 
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_report(
-    const ddpspawn_job* job, int32_t rank, ddpspawn_rank_report* out_report);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_report(const ddpspawn_job* job, int32_t rank,
+                                                         ddpspawn_rank_report* out_report);
 
 /* The rank whose failure ended the job, or -1 (success, timeout, interrupt). */
 DDPSPAWN_EXPORT int32_t ddpspawn_job_failed_rank(const ddpspawn_job* job);
 
 /* The error text a rank reported (ddpspawn_worker_set_error, an uncaught C++
  * exception, ...); "" if none. Owned by the job. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(const ddpspawn_job* job,
-                                                        int32_t rank,
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(const ddpspawn_job* job, int32_t rank,
                                                         const char** out_text);
 
 /* The bytes rank 0 handed back (ddpspawn_worker_set_result). *out_data is
  * owned by the job; *out_size is 0 and *out_has_result 0 when rank 0 set
  * none. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_result(const ddpspawn_job* job,
-                                                    const void** out_data,
-                                                    size_t* out_size,
-                                                    int32_t* out_has_result);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_result(const ddpspawn_job* job, const void** out_data,
+                                                    size_t* out_size, int32_t* out_has_result);
 
 /* ------------------------------------------------------------------------ */
 /* Inside a worker                                                          */
@@ -210,8 +206,7 @@ DDPSPAWN_EXPORT int32_t ddpspawn_is_worker(void);
 /* Rank 0 hands bytes back to the launcher (replacing any earlier result).
  * Fails with DDPSPAWN_ERR_UNAVAILABLE outside a ddpspawn worker and with
  * DDPSPAWN_ERR_FAILED_PRECONDITION on a rank other than 0. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_result(const void* data,
-                                                           size_t size);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_result(const void* data, size_t size);
 
 /* Records why this rank is failing (e.g. a traceback); the launcher puts it
  * in its error message. Call before exiting non-zero. */
@@ -231,38 +226,32 @@ typedef struct ddpspawn_context_options {
 #define DDPSPAWN_CONTEXT_OPTIONS_INIT \
   { sizeof(ddpspawn_context_options), NULL, 0.0 }
 
-DDPSPAWN_EXPORT void ddpspawn_context_options_init(
-    ddpspawn_context_options* options);
+DDPSPAWN_EXPORT void ddpspawn_context_options_init(ddpspawn_context_options* options);
 /* Like ddpspawn_context_options_init, for callers that do not compile against
  * this header (bindings): writes the defaults into the first struct_size bytes
  * only (pass sizeof the struct allocated; it must be a released version's
  * size). */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_options_init_sized(
-    ddpspawn_context_options* options, uint32_t struct_size);
+DDPSPAWN_EXPORT ddpspawn_status
+ddpspawn_context_options_init_sized(ddpspawn_context_options* options, uint32_t struct_size);
 
 /* Joins the process group described by the environment: a ddpspawn launcher,
  * torchrun/TorchElastic, SLURM, or plain MASTER_ADDR/MASTER_PORT/RANK/
  * WORLD_SIZE variables (a single process when none is set). options may be
  * NULL. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_create(
-    const ddpspawn_context_options* options, ddpspawn_context** out_context);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_create(const ddpspawn_context_options* options,
+                                                        ddpspawn_context** out_context);
 DDPSPAWN_EXPORT void ddpspawn_context_destroy(ddpspawn_context* context);
 
 /* Getters; each returns -1 for a NULL context. */
 DDPSPAWN_EXPORT int32_t ddpspawn_context_rank(const ddpspawn_context* context);
-DDPSPAWN_EXPORT int32_t
-ddpspawn_context_world_size(const ddpspawn_context* context);
-DDPSPAWN_EXPORT int32_t
-ddpspawn_context_local_rank(const ddpspawn_context* context);
-DDPSPAWN_EXPORT int32_t
-ddpspawn_context_local_world_size(const ddpspawn_context* context);
-DDPSPAWN_EXPORT int32_t
-ddpspawn_context_node_rank(const ddpspawn_context* context);
+DDPSPAWN_EXPORT int32_t ddpspawn_context_world_size(const ddpspawn_context* context);
+DDPSPAWN_EXPORT int32_t ddpspawn_context_local_rank(const ddpspawn_context* context);
+DDPSPAWN_EXPORT int32_t ddpspawn_context_local_world_size(const ddpspawn_context* context);
+DDPSPAWN_EXPORT int32_t ddpspawn_context_node_rank(const ddpspawn_context* context);
 
 /* The cluster environment that was detected: "ddpspawn", "torchelastic",
  * "slurm" or "env". Never NULL (for a NULL context, ""). */
-DDPSPAWN_EXPORT const char* ddpspawn_context_environment(
-    const ddpspawn_context* context);
+DDPSPAWN_EXPORT const char* ddpspawn_context_environment(const ddpspawn_context* context);
 
 /* Element types and reduce operations for buffers. */
 #define DDPSPAWN_FLOAT32 0
@@ -277,45 +266,38 @@ DDPSPAWN_EXPORT const char* ddpspawn_context_environment(
 #define DDPSPAWN_PRODUCT 4
 
 /* Waits until every rank reached the barrier of this name (NULL ok). */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_barrier(ddpspawn_context* context,
-                                                 const char* name);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_barrier(ddpspawn_context* context, const char* name);
 
 /* Overwrites count elements of data on every rank with src's. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast(ddpspawn_context* context,
-                                                   void* data, size_t count,
-                                                   int32_t dtype, int32_t src);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast(ddpspawn_context* context, void* data,
+                                                   size_t count, int32_t dtype, int32_t src);
 
 /* Broadcasts src's bytes (size may differ per rank; only src's matter).
  * Every rank gets a copy in *out_data (free with ddpspawn_free) of
  * *out_size bytes. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_bytes(
-    ddpspawn_context* context, const void* data, size_t size, int32_t src,
-    void** out_data, size_t* out_size);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_bytes(ddpspawn_context* context,
+                                                         const void* data, size_t size, int32_t src,
+                                                         void** out_data, size_t* out_size);
 
 /* In place: every rank ends with op over all ranks' data. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_reduce(ddpspawn_context* context,
-                                                    void* data, size_t count,
-                                                    int32_t dtype, int32_t op);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_reduce(ddpspawn_context* context, void* data,
+                                                    size_t count, int32_t dtype, int32_t op);
 
 /* In place on dst only; the other ranks' data is left as it was. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce(ddpspawn_context* context,
-                                                void* data, size_t count,
-                                                int32_t dtype, int32_t op,
-                                                int32_t dst);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce(ddpspawn_context* context, void* data, size_t count,
+                                                int32_t dtype, int32_t op, int32_t dst);
 
 /* out (world_size * count elements) gets every rank's data in rank order.
  * count must be the same on every rank. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather(ddpspawn_context* context,
-                                                    const void* data,
-                                                    size_t count, int32_t dtype,
-                                                    void* out);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather(ddpspawn_context* context, const void* data,
+                                                    size_t count, int32_t dtype, void* out);
 
 /* Gathers a byte string of any size from every rank. *out_data (free with
  * ddpspawn_free) holds them back to back in rank order; out_sizes (an array
  * of world_size entries supplied by the caller) gets each one's size. */
-DDPSPAWN_EXPORT ddpspawn_status
-ddpspawn_all_gather_bytes(ddpspawn_context* context, const void* data,
-                          size_t size, void** out_data, size_t* out_sizes);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather_bytes(ddpspawn_context* context,
+                                                          const void* data, size_t size,
+                                                          void** out_data, size_t* out_sizes);
 
 /* ------------------------------------------------------------------------ */
 /* Gradient reducer (DistributedDataParallel for any framework)             */
@@ -350,43 +332,41 @@ typedef struct ddpspawn_reducer_options {
 #define DDPSPAWN_REDUCER_OPTIONS_INIT \
   { sizeof(ddpspawn_reducer_options), 25.0, 1.0, NULL, 1, 10, 0 }
 
-DDPSPAWN_EXPORT void ddpspawn_reducer_options_init(
-    ddpspawn_reducer_options* options);
+DDPSPAWN_EXPORT void ddpspawn_reducer_options_init(ddpspawn_reducer_options* options);
 /* Like ddpspawn_reducer_options_init, for callers that do not compile against
  * this header (bindings): writes the defaults into the first struct_size bytes
  * only (pass sizeof the struct allocated; it must be a released version's
  * size). */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_options_init_sized(
-    ddpspawn_reducer_options* options, uint32_t struct_size);
+DDPSPAWN_EXPORT ddpspawn_status
+ddpspawn_reducer_options_init_sized(ddpspawn_reducer_options* options, uint32_t struct_size);
 
 /* buffers[i] holds counts[i] elements of dtypes[i] (DDPSPAWN_FLOAT32 ...).
  * The buffers stay owned by the caller and must outlive the reducer; every
  * rank passes the same counts and dtypes in the same order. options may be
  * NULL. The reducer keeps the context's process group alive: the context may
  * be destroyed before the reducer. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create(
-    ddpspawn_context* context, void* const* buffers, const size_t* counts,
-    const int32_t* dtypes, size_t num_buffers,
-    const ddpspawn_reducer_options* options, ddpspawn_reducer** out_reducer);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create(ddpspawn_context* context,
+                                                        void* const* buffers, const size_t* counts,
+                                                        const int32_t* dtypes, size_t num_buffers,
+                                                        const ddpspawn_reducer_options* options,
+                                                        ddpspawn_reducer** out_reducer);
 DDPSPAWN_EXPORT void ddpspawn_reducer_destroy(ddpspawn_reducer* reducer);
 
 /* Buffer `index` is final for this iteration. */
-DDPSPAWN_EXPORT ddpspawn_status
-ddpspawn_reducer_mark_ready(ddpspawn_reducer* reducer, size_t index);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_mark_ready(ddpspawn_reducer* reducer,
+                                                            size_t index);
 
 /* Starts what is left, waits, and writes the means into the buffers. */
-DDPSPAWN_EXPORT ddpspawn_status
-ddpspawn_reducer_finalize(ddpspawn_reducer* reducer);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_finalize(ddpspawn_reducer* reducer);
 
 /* enabled = 0 is no_sync: mark_ready and finalize do nothing, so gradients
  * can accumulate locally; the first finalize after re-enabling averages the
  * accumulated buffers. */
-DDPSPAWN_EXPORT ddpspawn_status
-ddpspawn_reducer_set_sync(ddpspawn_reducer* reducer, int32_t enabled);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_set_sync(ddpspawn_reducer* reducer,
+                                                          int32_t enabled);
 
 /* Number of buckets; -1 for NULL. */
-DDPSPAWN_EXPORT int32_t
-ddpspawn_reducer_bucket_count(const ddpspawn_reducer* reducer);
+DDPSPAWN_EXPORT int32_t ddpspawn_reducer_bucket_count(const ddpspawn_reducer* reducer);
 
 /* ------------------------------------------------------------------------ */
 /* Training runs: fit, validate, test, predict                              */
@@ -408,19 +388,17 @@ typedef struct ddpspawn_run_result ddpspawn_run_result;
  * caller's program). Data, model and options are checked before any process
  * starts: a bad one is DDPSPAWN_ERR_INVALID_ARGUMENT naming it; a failing rank
  * is DDPSPAWN_ERR_WORKER_FAILED. */
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command,
-                                             const char* const* options,
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command, const char* const* options,
                                              ddpspawn_run_result** out_result);
 DDPSPAWN_EXPORT void ddpspawn_run_result_destroy(ddpspawn_run_result* result);
 
 /* The value for `key`, or NULL when the result has none. Owned by the
  * result. */
-DDPSPAWN_EXPORT const char* ddpspawn_run_result_get(
-    const ddpspawn_run_result* result, const char* key);
+DDPSPAWN_EXPORT const char* ddpspawn_run_result_get(const ddpspawn_run_result* result,
+                                                    const char* key);
 
 /* Every pair as "key=value" lines. Owned by the result; "" for NULL. */
-DDPSPAWN_EXPORT const char* ddpspawn_run_result_text(
-    const ddpspawn_run_result* result);
+DDPSPAWN_EXPORT const char* ddpspawn_run_result_text(const ddpspawn_run_result* result);
 
 /* How the ranks of this thread's last ddpspawn_run ended, so that a caller
  * never has to read the error message: the rank whose failure ended it (-1
@@ -431,10 +409,9 @@ DDPSPAWN_EXPORT const char* ddpspawn_run_result_text(
  * DDPSPAWN_ERR_INVALID_ARGUMENT. */
 DDPSPAWN_EXPORT int32_t ddpspawn_run_failed_rank(void);
 DDPSPAWN_EXPORT int32_t ddpspawn_run_nprocs(void);
-DDPSPAWN_EXPORT ddpspawn_status
-ddpspawn_run_rank_report(int32_t rank, ddpspawn_rank_report* out_report);
-DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_error(int32_t rank,
-                                                        const char** out_text);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_report(int32_t rank,
+                                                         ddpspawn_rank_report* out_report);
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_error(int32_t rank, const char** out_text);
 
 #ifdef __cplusplus
 } /* extern "C" */

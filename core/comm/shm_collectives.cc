@@ -1,5 +1,5 @@
 // Collectives through shared memory (see shm_collectives.h).
-#include "core/dist/shm_collectives.h"
+#include "core/comm/shm_collectives.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -48,10 +48,8 @@ struct SharedMemoryCollectives::Segment {
 namespace {
 
 constexpr size_t kHeaderBytes = 4096;
-static_assert(sizeof(SharedMemoryCollectives::Header) <= kHeaderBytes,
-              "header too large");
-static_assert(std::atomic<uint64_t>::is_always_lock_free,
-              "needs lock-free atomics");
+static_assert(sizeof(SharedMemoryCollectives::Header) <= kHeaderBytes, "header too large");
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "needs lock-free atomics");
 
 size_t RoundUp(size_t value, size_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -60,37 +58,30 @@ size_t RoundUp(size_t value, size_t multiple) {
 // Opens (or creates) and maps `name`. With `reserve`, the pages are allocated
 // now, so that a full /dev/shm is an error here rather than a SIGBUS later.
 absl::StatusOr<std::shared_ptr<SharedMemoryCollectives::Segment>> MapSegment(
-    const std::string& name, size_t header_bytes, size_t slot_bytes,
-    int world_size, bool reserve) {
+    const std::string& name, size_t header_bytes, size_t slot_bytes, int world_size, bool reserve) {
   auto segment = std::make_shared<SharedMemoryCollectives::Segment>();
   segment->header_bytes = header_bytes;
   segment->slot_bytes = slot_bytes;
   segment->mapped = header_bytes + slot_bytes * static_cast<size_t>(world_size);
   int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("shm_open(", name, "): ", std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat("shm_open(", name, "): ", std::strerror(errno)));
   }
   segment->name = name;  // from here on the destructor unlinks it
   // Every rank sets the same size; new pages read as zeros.
-  int error =
-      ftruncate(fd, static_cast<off_t>(segment->mapped)) == 0 ? 0 : errno;
-  if (error == 0 && reserve)
-    error = posix_fallocate(fd, 0, static_cast<off_t>(segment->mapped));
+  int error = ftruncate(fd, static_cast<off_t>(segment->mapped)) == 0 ? 0 : errno;
+  if (error == 0 && reserve) error = posix_fallocate(fd, 0, static_cast<off_t>(segment->mapped));
   if (error != 0) {
     close(fd);
     shm_unlink(name.c_str());
     segment->name.clear();
-    return absl::UnavailableError(
-        absl::StrCat("sizing ", name, " to ", segment->mapped,
-                     " bytes in /dev/shm: ", std::strerror(error)));
+    return absl::UnavailableError(absl::StrCat("sizing ", name, " to ", segment->mapped,
+                                               " bytes in /dev/shm: ", std::strerror(error)));
   }
-  void* base =
-      mmap(nullptr, segment->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* base = mmap(nullptr, segment->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (base == MAP_FAILED) {
-    return absl::UnavailableError(
-        absl::StrCat("mmap(", name, "): ", std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat("mmap(", name, "): ", std::strerror(errno)));
   }
   segment->base = static_cast<char*>(base);
   return segment;
@@ -111,16 +102,14 @@ bool Alive(int64_t pid) {
   std::string line;
   std::getline(stat, line);
   size_t close = line.rfind(')');
-  return close == std::string::npos || close + 2 >= line.size() ||
-         line[close + 2] != 'Z';
+  return close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z';
 }
 
 // Sums element i of every rank's copy in rank order, divides, and writes the
 // result into every copy, for i in [begin, end). Fixed-size blocks, so that
 // the compiler vectorizes the loops.
 template <typename T>
-void ReduceRange(T* const* copies, int world_size, size_t begin, size_t end,
-                 int divisor) {
+void ReduceRange(T* const* copies, int world_size, size_t begin, size_t end, int divisor) {
   constexpr size_t kBlock = 1024;
   T sum[kBlock];
   const T scale_divisor = static_cast<T>(divisor);
@@ -141,8 +130,7 @@ void ReduceRange(T* const* copies, int world_size, size_t begin, size_t end,
         for (size_t i = 0; i < n; ++i) sum[i] /= scale_divisor;
       }
     }
-    for (int q = 0; q < world_size; ++q)
-      std::memcpy(copies[q] + start, sum, n * sizeof(T));
+    for (int q = 0; q < world_size; ++q) std::memcpy(copies[q] + start, sum, n * sizeof(T));
   };
   for (size_t start = begin; start < end; start += kBlock)
     reduce(start, std::min(kBlock, end - start));
@@ -150,9 +138,9 @@ void ReduceRange(T* const* copies, int world_size, size_t begin, size_t end,
 
 }  // namespace
 
-SharedMemoryCollectives::SharedMemoryCollectives(
-    int rank, int world_size, size_t capacity, absl::Duration timeout,
-    std::shared_ptr<Segment> staging)
+SharedMemoryCollectives::SharedMemoryCollectives(int rank, int world_size, size_t capacity,
+                                                 absl::Duration timeout,
+                                                 std::shared_ptr<Segment> staging)
     : rank_(rank),
       world_size_(world_size),
       capacity_(capacity),
@@ -161,45 +149,38 @@ SharedMemoryCollectives::SharedMemoryCollectives(
 
 SharedMemoryCollectives::~SharedMemoryCollectives() = default;
 
-absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>>
-SharedMemoryCollectives::Create(const std::string& name, int rank,
-                                int world_size, size_t capacity_bytes,
-                                absl::Duration timeout) {
+absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> SharedMemoryCollectives::Create(
+    const std::string& name, int rank, int world_size, size_t capacity_bytes,
+    absl::Duration timeout) {
   if (world_size > kMaxRanks) {
-    return absl::UnavailableError(
-        absl::StrCat("more than ", kMaxRanks, " ranks"));
+    return absl::UnavailableError(absl::StrCat("more than ", kMaxRanks, " ranks"));
   }
   capacity_bytes = capacity_bytes / 4096 * 4096;
   if (capacity_bytes == 0) return absl::UnavailableError("/dev/shm is full");
-  absl::StatusOr<std::shared_ptr<Segment>> staging = MapSegment(
-      "/" + name, kHeaderBytes, capacity_bytes, world_size, /*reserve=*/false);
+  absl::StatusOr<std::shared_ptr<Segment>> staging =
+      MapSegment("/" + name, kHeaderBytes, capacity_bytes, world_size, /*reserve=*/false);
   if (!staging.ok()) return staging.status();
-  reinterpret_cast<Header*>((*staging)->base)
-      ->pid[rank]
-      .store(getpid(), std::memory_order_release);
-  return std::unique_ptr<SharedMemoryCollectives>(new SharedMemoryCollectives(
-      rank, world_size, capacity_bytes, timeout, *std::move(staging)));
+  reinterpret_cast<Header*>((*staging)->base)->pid[rank].store(getpid(), std::memory_order_release);
+  return std::unique_ptr<SharedMemoryCollectives>(
+      new SharedMemoryCollectives(rank, world_size, capacity_bytes, timeout, *std::move(staging)));
 }
 
-size_t SharedMemoryCollectives::AffordableCapacity(int world_size,
-                                                   size_t wanted_bytes) {
+size_t SharedMemoryCollectives::AffordableCapacity(int world_size, size_t wanted_bytes) {
   // The staging slots stay sparse (pages appear as buffers use them): keep
   // them to half of what /dev/shm has free, so that a small one (a container's
   // 64 MB) means smaller slots rather than a SIGBUS.
   return std::min(wanted_bytes, FreeShmBytes() / 2 / world_size) / 4096 * 4096;
 }
 
-absl::StatusOr<std::shared_ptr<void>> SharedMemoryCollectives::AllocateShared(
-    size_t bytes) {
+absl::StatusOr<std::shared_ptr<void>> SharedMemoryCollectives::AllocateShared(size_t bytes) {
   std::lock_guard<std::mutex> lock(shared_mutex_);
-  const std::string name =
-      absl::StrCat(staging_->name, ".", shared_allocated_++);
+  const std::string name = absl::StrCat(staging_->name, ".", shared_allocated_++);
   const size_t slot_bytes = RoundUp(std::max<size_t>(bytes, 1), 4096);
   // Leave room for the staging slots, which are sparse and may fill up later.
   const size_t staging_bytes = capacity_ * world_size_;
   if (FreeShmBytes() < slot_bytes * world_size_ + staging_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "/dev/shm has no room for ", name, " next to the staging slots"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("/dev/shm has no room for ", name, " next to the staging slots"));
   }
   absl::StatusOr<std::shared_ptr<Segment>> segment =
       MapSegment(name, 0, slot_bytes, world_size_, /*reserve=*/true);
@@ -208,26 +189,23 @@ absl::StatusOr<std::shared_ptr<void>> SharedMemoryCollectives::AllocateShared(
   return std::shared_ptr<void>(*segment, (*segment)->slot(rank_));
 }
 
-std::shared_ptr<SharedMemoryCollectives::Segment>
-SharedMemoryCollectives::FindShared(const void* data, size_t bytes,
-                                    size_t* offset) {
+std::shared_ptr<SharedMemoryCollectives::Segment> SharedMemoryCollectives::FindShared(
+    const void* data, size_t bytes, size_t* offset) {
   const char* begin = static_cast<const char*>(data);
   std::lock_guard<std::mutex> lock(shared_mutex_);
   std::shared_ptr<Segment> found;
-  shared_.erase(
-      std::remove_if(shared_.begin(), shared_.end(),
-                     [&](const std::weak_ptr<Segment>& weak) {
-                       std::shared_ptr<Segment> segment = weak.lock();
-                       if (segment == nullptr) return true;
-                       const char* slot = segment->slot(rank_);
-                       if (begin >= slot &&
-                           begin + bytes <= slot + segment->slot_bytes) {
-                         *offset = static_cast<size_t>(begin - slot);
-                         found = segment;
-                       }
-                       return false;
-                     }),
-      shared_.end());
+  shared_.erase(std::remove_if(shared_.begin(), shared_.end(),
+                               [&](const std::weak_ptr<Segment>& weak) {
+                                 std::shared_ptr<Segment> segment = weak.lock();
+                                 if (segment == nullptr) return true;
+                                 const char* slot = segment->slot(rank_);
+                                 if (begin >= slot && begin + bytes <= slot + segment->slot_bytes) {
+                                   *offset = static_cast<size_t>(begin - slot);
+                                   found = segment;
+                                 }
+                                 return false;
+                               }),
+                shared_.end());
   return found;
 }
 
@@ -236,14 +214,12 @@ bool SharedMemoryCollectives::IsShared(const void* data, size_t bytes) {
   return FindShared(data, bytes, &offset) != nullptr;
 }
 
-absl::Status SharedMemoryCollectives::WaitForAll(const char* what,
-                                                 bool arrived) {
+absl::Status SharedMemoryCollectives::WaitForAll(const char* what, bool arrived) {
   auto* header = reinterpret_cast<Header*>(staging_->base);
   std::atomic<uint64_t>* counters = arrived ? header->arrived : header->left;
   const absl::Time deadline = absl::Now() + timeout_;
   for (int r = 0; r < world_size_; ++r) {
-    for (int spin = 0;
-         counters[r].load(std::memory_order_acquire) < generation_; ++spin) {
+    for (int spin = 0; counters[r].load(std::memory_order_acquire) < generation_; ++spin) {
       if (spin < 200) continue;
       if (spin < 2000) {
         sched_yield();
@@ -252,15 +228,14 @@ absl::Status SharedMemoryCollectives::WaitForAll(const char* what,
       if ((spin & 1023) == 0) {
         const int64_t pid = header->pid[r].load(std::memory_order_acquire);
         if (!Alive(pid)) {
-          return absl::InternalError(absl::StrCat(
-              "shared-memory all_reduce: rank ", r, " (pid ", pid,
-              ") exited while the others waited for it to ", what));
+          return absl::InternalError(
+              absl::StrCat("shared-memory all_reduce: rank ", r, " (pid ", pid,
+                           ") exited while the others waited for it to ", what));
         }
         if (absl::Now() > deadline) {
           return absl::DeadlineExceededError(
               absl::StrCat("shared-memory all_reduce: timed out after ",
-                           absl::FormatDuration(timeout_), " waiting for rank ",
-                           r, " to ", what));
+                           absl::FormatDuration(timeout_), " waiting for rank ", r, " to ", what));
         }
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -290,8 +265,7 @@ absl::Status SharedMemoryCollectives::Sum(T* data, size_t count, int divisor) {
   const bool staged = segment == nullptr;
   if (staged) {
     if (bytes > capacity_) {
-      return absl::InvalidArgumentError(
-          "buffer larger than the shared-memory slots");
+      return absl::InvalidArgumentError("buffer larger than the shared-memory slots");
     }
     // Nobody reads our slot any more: every rank left the previous generation's
     // reduction before we could.
@@ -299,27 +273,22 @@ absl::Status SharedMemoryCollectives::Sum(T* data, size_t count, int divisor) {
     std::memcpy(segment->slot(rank_), data, bytes);
   }
   T* copies[kMaxRanks];
-  for (int q = 0; q < world_size_; ++q)
-    copies[q] = reinterpret_cast<T*>(segment->slot(q) + offset);
+  for (int q = 0; q < world_size_; ++q) copies[q] = reinterpret_cast<T*>(segment->slot(q) + offset);
 
   if (absl::Status s = Arrive(); !s.ok()) return s;
   // Our chunk, in cache-line multiples so that no two ranks write one line.
   const size_t per_line = 64 / sizeof(T);
-  const size_t chunk =
-      RoundUp((count + world_size_ - 1) / world_size_, per_line);
+  const size_t chunk = RoundUp((count + world_size_ - 1) / world_size_, per_line);
   const size_t begin = std::min(count, chunk * rank_);
-  ReduceRange(copies, world_size_, begin, std::min(count, begin + chunk),
-              divisor);
+  ReduceRange(copies, world_size_, begin, std::min(count, begin + chunk), divisor);
   if (absl::Status s = Leave("reduce its share"); !s.ok()) return s;
   if (staged) std::memcpy(data, segment->slot(rank_), bytes);
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryCollectives::Broadcast(void* data, size_t bytes,
-                                                int src) {
+absl::Status SharedMemoryCollectives::Broadcast(void* data, size_t bytes, int src) {
   if (bytes > capacity_) {
-    return absl::InvalidArgumentError(
-        "buffer larger than the shared-memory slots");
+    return absl::InvalidArgumentError("buffer larger than the shared-memory slots");
   }
   // As in Sum: nobody reads our slot between generations.
   if (rank_ == src) std::memcpy(staging_->slot(src), data, bytes);
@@ -328,13 +297,11 @@ absl::Status SharedMemoryCollectives::Broadcast(void* data, size_t bytes,
   return Leave("copy the broadcast out");
 }
 
-absl::Status SharedMemoryCollectives::SumFloat(float* data, size_t count,
-                                               int divisor) {
+absl::Status SharedMemoryCollectives::SumFloat(float* data, size_t count, int divisor) {
   return Sum(data, count, divisor);
 }
 
-absl::Status SharedMemoryCollectives::SumDouble(double* data, size_t count,
-                                                int divisor) {
+absl::Status SharedMemoryCollectives::SumDouble(double* data, size_t count, int divisor) {
   return Sum(data, count, divisor);
 }
 

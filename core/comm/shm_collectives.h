@@ -9,8 +9,8 @@
 // all (DDP's gradient buckets); any other buffer is copied into a staging slot
 // and back. Broadcast: the source copies its bytes into its slot, the others
 // copy them out.
-#ifndef DDPSPAWN_CORE_DIST_SHM_COLLECTIVES_H_
-#define DDPSPAWN_CORE_DIST_SHM_COLLECTIVES_H_
+#ifndef DDPSPAWN_CORE_COMM_SHM_COLLECTIVES_H_
+#define DDPSPAWN_CORE_COMM_SHM_COLLECTIVES_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -33,9 +33,10 @@ class SharedMemoryCollectives {
   static size_t AffordableCapacity(int world_size, size_t wanted_bytes);
   // Every rank calls this with the same name (e.g. the run directory's, plus
   // the group's generation), world size and staging capacity.
-  static absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> Create(
-      const std::string& name, int rank, int world_size, size_t capacity_bytes,
-      absl::Duration timeout);
+  static absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> Create(const std::string& name,
+                                                                         int rank, int world_size,
+                                                                         size_t capacity_bytes,
+                                                                         absl::Duration timeout);
   ~SharedMemoryCollectives();
 
   // The largest buffer that is not in shared memory yet and can be summed.
@@ -63,15 +64,13 @@ class SharedMemoryCollectives {
   struct Segment;
 
  private:
-  SharedMemoryCollectives(int rank, int world_size, size_t capacity,
-                          absl::Duration timeout,
+  SharedMemoryCollectives(int rank, int world_size, size_t capacity, absl::Duration timeout,
                           std::shared_ptr<Segment> staging);
   template <typename T>
   absl::Status Sum(T* data, size_t count, int divisor);
   // The segment and offset of `bytes` at `data` within this rank's slot of an
   // AllocateShared() segment, or null.
-  std::shared_ptr<Segment> FindShared(const void* data, size_t bytes,
-                                      size_t* offset);
+  std::shared_ptr<Segment> FindShared(const void* data, size_t bytes, size_t* offset);
   absl::Status WaitForAll(const char* what, bool arrived);
   // Starts the next generation: announces that this rank's slot is ready and
   // waits for every rank's.
@@ -92,4 +91,4 @@ class SharedMemoryCollectives {
 
 }  // namespace ddpspawn
 
-#endif  // DDPSPAWN_CORE_DIST_SHM_COLLECTIVES_H_
+#endif  // DDPSPAWN_CORE_COMM_SHM_COLLECTIVES_H_

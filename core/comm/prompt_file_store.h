@@ -3,8 +3,8 @@
 // instead of FileStore's fixed 10 ms. Gloo's rendezvous and the join barrier
 // wait on the store several times, so this takes tens of milliseconds off
 // every launch.
-#ifndef DDPSPAWN_CORE_DIST_PROMPT_FILE_STORE_H_
-#define DDPSPAWN_CORE_DIST_PROMPT_FILE_STORE_H_
+#ifndef DDPSPAWN_CORE_COMM_PROMPT_FILE_STORE_H_
+#define DDPSPAWN_CORE_COMM_PROMPT_FILE_STORE_H_
 
 #include <chrono>
 #include <cstdint>
@@ -26,8 +26,7 @@ class PromptFileStore : public c10d::Store {
   c10::intrusive_ptr<c10d::Store> clone() override;
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
-  std::vector<uint8_t> compareSet(const std::string& key,
-                                  const std::vector<uint8_t>& expected,
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                   const std::vector<uint8_t>& desired) override;
   std::vector<uint8_t> get(const std::string& key) override;
   int64_t add(const std::string& key, int64_t value) override;
@@ -45,4 +44,4 @@ class PromptFileStore : public c10d::Store {
 
 }  // namespace ddpspawn
 
-#endif  // DDPSPAWN_CORE_DIST_PROMPT_FILE_STORE_H_
+#endif  // DDPSPAWN_CORE_COMM_PROMPT_FILE_STORE_H_

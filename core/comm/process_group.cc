@@ -1,5 +1,5 @@
 // c10d process groups and collectives with Status errors (see process_group.h).
-#include "core/dist/process_group.h"
+#include "core/comm/process_group.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -23,8 +23,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/dist/prompt_file_store.h"
-#include "core/dist/shm_collectives.h"
+#include "core/comm/prompt_file_store.h"
+#include "core/comm/shm_collectives.h"
 
 namespace ddpspawn {
 namespace {
@@ -37,8 +37,7 @@ std::atomic<int> g_group_generation{0};
 absl::Status FromException(absl::string_view what, absl::string_view message) {
   std::string lower = absl::AsciiStrToLower(message);
   std::string text = absl::StrCat(what, " failed: ", message);
-  if (absl::StrContains(lower, "timed out") ||
-      absl::StrContains(lower, "timeout")) {
+  if (absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout")) {
     return absl::DeadlineExceededError(text);
   }
   return absl::InternalError(text);
@@ -103,16 +102,13 @@ bool IsLoopback(const std::string& addr) {
   return addr == "localhost" || absl::StartsWith(addr, "127.") || addr == "::1";
 }
 
-std::shared_ptr<::gloo::transport::Device> GlooDevice(
-    const ClusterInfo& cluster) {
-  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-      ifname && *ifname) {
+std::shared_ptr<::gloo::transport::Device> GlooDevice(const ClusterInfo& cluster) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   }
   // A launcher-started or single-node group stays on loopback: nothing off this
   // host can reach it.
-  if (cluster.kind == ClusterKind::kDdpspawn ||
-      IsLoopback(cluster.master_addr)) {
+  if (cluster.kind == ClusterKind::kDdpspawn || IsLoopback(cluster.master_addr)) {
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   }
   return c10d::ProcessGroupGloo::createDefaultDevice();
@@ -121,14 +117,12 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(
 // The store for this process's `generation`-th group. A launcher's groups each
 // get their own file: FileStore removes its file when the last rank lets go
 // of it, which must not take the keys of a group created after it.
-c10::intrusive_ptr<c10d::Store> MakeStore(const ClusterInfo& cluster,
-                                          int generation,
+c10::intrusive_ptr<c10d::Store> MakeStore(const ClusterInfo& cluster, int generation,
                                           std::chrono::milliseconds timeout) {
   c10::intrusive_ptr<c10d::Store> store;
   if (cluster.kind == ClusterKind::kDdpspawn) {
     store = c10::make_intrusive<PromptFileStore>(
-        absl::StrCat(cluster.run_dir, "/store.", generation),
-        cluster.world_size);
+        absl::StrCat(cluster.run_dir, "/store.", generation), cluster.world_size);
   } else if (cluster.world_size == 1) {
     store = c10::make_intrusive<c10d::HashStore>();
   } else {
@@ -168,8 +162,7 @@ bool ShmAllReduceEnabled() {
 void WaitUntilEveryRankJoined(c10d::Store& store, const ClusterInfo& cluster) {
   store.set(absl::StrCat("joined/", cluster.rank), std::vector<uint8_t>{1});
   std::vector<std::string> keys;
-  for (int r = 0; r < cluster.world_size; ++r)
-    keys.push_back(absl::StrCat("joined/", r));
+  for (int r = 0; r < cluster.world_size; ++r) keys.push_back(absl::StrCat("joined/", r));
   store.wait(keys);
 }
 
@@ -184,17 +177,17 @@ int64_t MinOverRanks(c10d::Backend& group, int64_t value) {
 
 // The shared-memory all-reduce, when every rank can set it up with the same
 // slot size (/dev/shm may be small or full); null: every rank uses Gloo.
-std::unique_ptr<SharedMemoryCollectives> JoinSharedMemory(
-    c10d::Backend& group, const ClusterInfo& cluster, const std::string& name,
-    absl::Duration timeout) {
-  const int64_t capacity = MinOverRanks(
-      group, static_cast<int64_t>(SharedMemoryCollectives::AffordableCapacity(
-                 cluster.world_size, kShmCapacityBytes)));
+std::unique_ptr<SharedMemoryCollectives> JoinSharedMemory(c10d::Backend& group,
+                                                          const ClusterInfo& cluster,
+                                                          const std::string& name,
+                                                          absl::Duration timeout) {
+  const int64_t capacity =
+      MinOverRanks(group, static_cast<int64_t>(SharedMemoryCollectives::AffordableCapacity(
+                              cluster.world_size, kShmCapacityBytes)));
   absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> shm =
       capacity <= 0 ? absl::UnavailableError("/dev/shm is full")
-                    : SharedMemoryCollectives::Create(
-                          name, cluster.rank, cluster.world_size,
-                          static_cast<size_t>(capacity), timeout);
+                    : SharedMemoryCollectives::Create(name, cluster.rank, cluster.world_size,
+                                                      static_cast<size_t>(capacity), timeout);
   if (MinOverRanks(group, shm.ok() ? 1 : 0) == 0) return nullptr;
   return *std::move(shm);
 }
@@ -215,21 +208,17 @@ std::string GpuIdentity(int device_index) {
 
 // OK when every rank of the group has a GPU of its own; else an error that
 // names the ranks that share one.
-absl::Status CheckOneGpuPerRank(c10d::Store& store, const ClusterInfo& cluster,
-                                int device_index) {
+absl::Status CheckOneGpuPerRank(c10d::Store& store, const ClusterInfo& cluster, int device_index) {
   const std::string mine = GpuIdentity(device_index);
-  store.set(absl::StrCat("gpu/", cluster.rank),
-            std::vector<uint8_t>(mine.begin(), mine.end()));
+  store.set(absl::StrCat("gpu/", cluster.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
   for (int r = 0; r < cluster.world_size; ++r) {
     if (r == cluster.rank) continue;
     const std::vector<uint8_t> theirs = store.get(absl::StrCat("gpu/", r));
     if (std::string(theirs.begin(), theirs.end()) == mine) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "ranks ", std::min(r, cluster.rank), " and ",
-          std::max(r, cluster.rank), " would share one GPU (cuda:",
-          device_index, " on rank ", cluster.rank,
-          "), which NCCL does not allow; give each rank its own GPU, or use "
-          "the gloo backend"));
+          "ranks ", std::min(r, cluster.rank), " and ", std::max(r, cluster.rank),
+          " would share one GPU (cuda:", device_index, " on rank ", cluster.rank,
+          "), which NCCL does not allow; give each rank its own GPU, or use the gloo backend"));
     }
   }
   return absl::OkStatus();
@@ -246,22 +235,17 @@ struct ProcessGroup::Impl {
 
   // Sums (or averages) `tensor` through shared memory when it qualifies; false:
   // use Gloo.
-  bool TryShm(at::Tensor& tensor, ReduceOp op, int world_size,
-              absl::Status* status) {
-    if (!shm || (op != ReduceOp::kSum && op != ReduceOp::kMean) ||
-        !tensor.device().is_cpu() || !tensor.is_contiguous() ||
-        (tensor.scalar_type() != at::kFloat &&
-         tensor.scalar_type() != at::kDouble) ||
-        (tensor.nbytes() > shm->capacity() &&
-         !shm->IsShared(tensor.data_ptr(), tensor.nbytes()))) {
+  bool TryShm(at::Tensor& tensor, ReduceOp op, int world_size, absl::Status* status) {
+    if (!shm || (op != ReduceOp::kSum && op != ReduceOp::kMean) || !tensor.device().is_cpu() ||
+        !tensor.is_contiguous() ||
+        (tensor.scalar_type() != at::kFloat && tensor.scalar_type() != at::kDouble) ||
+        (tensor.nbytes() > shm->capacity() && !shm->IsShared(tensor.data_ptr(), tensor.nbytes()))) {
       return false;
     }
     const int divisor = op == ReduceOp::kMean ? world_size : 1;
-    *status =
-        tensor.scalar_type() == at::kFloat
-            ? shm->SumFloat(tensor.data_ptr<float>(), tensor.numel(), divisor)
-            : shm->SumDouble(tensor.data_ptr<double>(), tensor.numel(),
-                             divisor);
+    *status = tensor.scalar_type() == at::kFloat
+                  ? shm->SumFloat(tensor.data_ptr<float>(), tensor.numel(), divisor)
+                  : shm->SumDouble(tensor.data_ptr<double>(), tensor.numel(), divisor);
     return true;
   }
   std::chrono::milliseconds timeout;
@@ -313,8 +297,7 @@ absl::Status PendingWork::Wait() {
   if (!impl_->work) return absl::FailedPreconditionError("already waited for");
   absl::Status status = Guarded("all_reduce", [&] {
     impl_->work->wait();
-    at::Tensor& reduced =
-        impl_->staged.defined() ? impl_->staged : impl_->tensor;
+    at::Tensor& reduced = impl_->staged.defined() ? impl_->staged : impl_->tensor;
     if (impl_->divide_by > 1) DivideForMean(reduced, impl_->divide_by);
     if (impl_->staged.defined()) impl_->tensor.copy_(impl_->staged);
   });
@@ -322,9 +305,7 @@ absl::Status PendingWork::Wait() {
   return status;
 }
 
-size_t DTypeSize(DType dtype) {
-  return dtype == DType::kFloat32 || dtype == DType::kInt32 ? 4 : 8;
-}
+size_t DTypeSize(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kInt32 ? 4 : 8; }
 
 int CudaDeviceCount() {
 #ifdef USE_C10D_NCCL
@@ -342,52 +323,44 @@ bool NcclAvailable() {
 #endif
 }
 
-ProcessGroup::ProcessGroup(ClusterInfo cluster, GroupOptions options,
-                           std::unique_ptr<Impl> impl)
-    : cluster_(std::move(cluster)),
-      options_(std::move(options)),
-      impl_(std::move(impl)) {}
+ProcessGroup::ProcessGroup(ClusterInfo cluster, GroupOptions options, std::unique_ptr<Impl> impl)
+    : cluster_(std::move(cluster)), options_(std::move(options)), impl_(std::move(impl)) {}
 
 ProcessGroup::~ProcessGroup() = default;
 
-absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
-    const ClusterInfo& cluster, const GroupOptions& options) {
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const ClusterInfo& cluster,
+                                                                   const GroupOptions& options) {
   if (options.backend != "gloo" && options.backend != "nccl") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown backend '", options.backend, "'; expected 'gloo' or 'nccl'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown backend '", options.backend, "'; expected 'gloo' or 'nccl'"));
   }
   if (options.backend == "nccl" && !NcclAvailable()) {
     return absl::UnavailableError(
-        "backend 'nccl' needs a CUDA build of LibTorch with NCCL, and this "
-        "build of ddpspawn has none; use 'gloo', or rebuild with "
-        "DDPSPAWN_LIBTORCH set to a CUDA LibTorch");
+        "backend 'nccl' needs a CUDA build of LibTorch with NCCL, and this build of ddpspawn has "
+        "none; use 'gloo', or rebuild with DDPSPAWN_LIBTORCH set to a CUDA LibTorch");
   }
-  const int device_index =
-      options.device_index >= 0 ? options.device_index : cluster.local_rank;
+  const int device_index = options.device_index >= 0 ? options.device_index : cluster.local_rank;
   if (options.backend == "nccl") {
     const int present = CudaDeviceCount();
     if (present == 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "backend 'nccl' needs a CUDA device, and no CUDA device is present "
-          "on this machine (rank ",
-          cluster.rank, "); use 'gloo'"));
+      return absl::UnavailableError(
+          absl::StrCat("backend 'nccl' needs a CUDA device, and no CUDA device is present on this "
+                       "machine (rank ",
+                       cluster.rank, "); use 'gloo'"));
     }
     if (device_index >= present) {
-      return absl::UnavailableError(
-          absl::StrCat("rank ", cluster.rank, " needs cuda:", device_index,
-                       " for nccl, and this machine has ", present,
-                       " CUDA device", present == 1 ? "" : "s"));
+      return absl::UnavailableError(absl::StrCat(
+          "rank ", cluster.rank, " needs cuda:", device_index, " for nccl, and this machine has ",
+          present, " CUDA device", present == 1 ? "" : "s"));
     }
   }
   if (options.timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        "the process group timeout must be positive");
+    return absl::InvalidArgumentError("the process group timeout must be positive");
   }
   auto impl = std::make_unique<Impl>();
   impl->timeout = absl::ToChronoMilliseconds(options.timeout);
   GroupOptions effective = options;
-  if (const char* debug = std::getenv("DDPSPAWN_DEBUG");
-      debug && std::string(debug) == "1") {
+  if (const char* debug = std::getenv("DDPSPAWN_DEBUG"); debug && std::string(debug) == "1") {
     effective.debug_checks = true;
   }
   const int generation = g_group_generation++;
@@ -398,53 +371,48 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(
         prefix, MakeStore(cluster, generation, impl->timeout));
 #ifdef USE_C10D_NCCL
     if (options.backend == "nccl") {
-      impl->device =
-          at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index));
+      impl->device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index));
       c10::cuda::set_device(static_cast<c10::DeviceIndex>(device_index));
       refused = CheckOneGpuPerRank(*store, cluster, device_index);
       if (!refused.ok()) return;
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
       nccl_options->timeout = impl->timeout;
-      impl->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(
-          store, cluster.rank, cluster.world_size, nccl_options);
+      impl->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, cluster.rank,
+                                                                cluster.world_size, nccl_options);
       WaitUntilEveryRankJoined(*store, cluster);
       return;
     }
 #endif
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(impl->timeout);
     gloo_options->devices.push_back(GlooDevice(cluster));
-    impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        store, cluster.rank, cluster.world_size, gloo_options);
-    if (cluster.kind == ClusterKind::kDdpspawn && cluster.world_size > 1 &&
-        ShmAllReduceEnabled()) {
-      impl->shm = JoinSharedMemory(
-          *impl->group, cluster,
-          absl::StrCat(SharedMemoryPrefix(cluster.run_dir), generation),
-          options.timeout);
+    impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cluster.rank,
+                                                              cluster.world_size, gloo_options);
+    if (cluster.kind == ClusterKind::kDdpspawn && cluster.world_size > 1 && ShmAllReduceEnabled()) {
+      impl->shm = JoinSharedMemory(*impl->group, cluster,
+                                   absl::StrCat(SharedMemoryPrefix(cluster.run_dir), generation),
+                                   options.timeout);
     }
     WaitUntilEveryRankJoined(*store, cluster);
   });
   if (!created.ok()) return created;
   if (!refused.ok()) return refused;
-  return std::unique_ptr<ProcessGroup>(
-      new ProcessGroup(cluster, effective, std::move(impl)));
+  return std::unique_ptr<ProcessGroup>(new ProcessGroup(cluster, effective, std::move(impl)));
 }
 
 absl::Status ProcessGroup::CheckRank(int rank, absl::string_view what) const {
   if (rank < 0 || rank >= world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " rank ", rank, " is outside [0, ", world_size(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " rank ", rank, " is outside [0, ", world_size(), ")"));
   }
   return absl::OkStatus();
 }
 
-absl::Status ProcessGroup::CheckAgreement(absl::string_view collective,
-                                          const at::Tensor& tensor) {
+absl::Status ProcessGroup::CheckAgreement(absl::string_view collective, const at::Tensor& tensor) {
   if (!options_.debug_checks) return absl::OkStatus();
   // [collective, dtype, ndim, sizes...], the same length on every rank.
   constexpr int kMaxDims = 8;
-  static constexpr absl::string_view kNames[] = {
-      "?", "barrier", "broadcast", "all_reduce", "reduce", "all_gather"};
+  static constexpr absl::string_view kNames[] = {"?",          "barrier", "broadcast",
+                                                 "all_reduce", "reduce",  "all_gather"};
   int64_t code = 0;
   for (int i = 1; i < 6; ++i) code = kNames[i] == collective ? i : code;
   at::Tensor mine = at::zeros({3 + kMaxDims}, at::kLong);
@@ -452,13 +420,11 @@ absl::Status ProcessGroup::CheckAgreement(absl::string_view collective,
   m[0] = code;
   m[1] = tensor.defined() ? static_cast<int64_t>(tensor.scalar_type()) : -1;
   m[2] = tensor.defined() ? tensor.dim() : 0;
-  for (int d = 0; d < std::min<int64_t>(m[2], kMaxDims); ++d)
-    m[3 + d] = tensor.size(d);
+  for (int d = 0; d < std::min<int64_t>(m[2], kMaxDims); ++d) m[3 + d] = tensor.size(d);
   std::vector<at::Tensor> all;
   absl::Status gathered = Guarded("debug check", [&] {
     std::vector<std::vector<at::Tensor>> outputs(1);
-    for (int r = 0; r < world_size(); ++r)
-      outputs[0].push_back(at::empty_like(mine));
+    for (int r = 0; r < world_size(); ++r) outputs[0].push_back(at::empty_like(mine));
     std::vector<at::Tensor> inputs{mine.to(impl_->device)};
     for (at::Tensor& t : outputs[0]) t = t.to(impl_->device);
     c10d::AllgatherOptions opts;
@@ -470,9 +436,8 @@ absl::Status ProcessGroup::CheckAgreement(absl::string_view collective,
   bool agree = true;
   for (const at::Tensor& other : all) agree = agree && other.equal(all[0]);
   if (agree) return absl::OkStatus();
-  std::string message =
-      absl::StrCat("debug check (DDPSPAWN_DEBUG): the ranks disagree on the ",
-                   "collective they are about to run:");
+  std::string message = absl::StrCat("debug check (DDPSPAWN_DEBUG): the ranks disagree on the ",
+                                     "collective they are about to run:");
   for (int r = 0; r < world_size(); ++r) {
     auto v = all[r].accessor<int64_t, 1>();
     std::string shape;
@@ -480,19 +445,15 @@ absl::Status ProcessGroup::CheckAgreement(absl::string_view collective,
       absl::StrAppend(&shape, d ? ", " : "", v[3 + d]);
     }
     absl::StrAppend(
-        &message, "\n  rank ", r, ": ",
-        kNames[v[0] >= 0 && v[0] < 6 ? v[0] : 0], " of ",
-        v[1] < 0
-            ? "nothing"
-            : absl::StrCat(c10::toString(static_cast<at::ScalarType>(v[1])),
-                           "[", shape, "]"));
+        &message, "\n  rank ", r, ": ", kNames[v[0] >= 0 && v[0] < 6 ? v[0] : 0], " of ",
+        v[1] < 0 ? "nothing"
+                 : absl::StrCat(c10::toString(static_cast<at::ScalarType>(v[1])), "[", shape, "]"));
   }
   return absl::InvalidArgumentError(message);
 }
 
 absl::Status ProcessGroup::Barrier(absl::string_view name) {
-  if (absl::Status s = CheckAgreement("barrier", at::Tensor()); !s.ok())
-    return s;
+  if (absl::Status s = CheckAgreement("barrier", at::Tensor()); !s.ok()) return s;
   return Guarded(absl::StrCat("barrier '", name, "'"), [&] {
     c10d::BarrierOptions opts;
     opts.timeout = impl_->timeout;
@@ -501,8 +462,7 @@ absl::Status ProcessGroup::Barrier(absl::string_view name) {
 }
 
 absl::Status ProcessGroup::Broadcast(at::Tensor& tensor, int src) {
-  if (absl::Status valid = CheckRank(src, "broadcast source"); !valid.ok())
-    return valid;
+  if (absl::Status valid = CheckRank(src, "broadcast source"); !valid.ok()) return valid;
   if (absl::Status s = CheckAgreement("broadcast", tensor); !s.ok()) return s;
   if (impl_->shm && tensor.device().is_cpu() && tensor.is_contiguous() &&
       tensor.nbytes() <= kShmBroadcastMaxBytes) {
@@ -536,8 +496,7 @@ absl::Status ProcessGroup::AllReduce(at::Tensor& tensor, ReduceOp op) {
 }
 
 absl::Status ProcessGroup::Reduce(at::Tensor& tensor, ReduceOp op, int dst) {
-  if (absl::Status valid = CheckRank(dst, "reduce destination"); !valid.ok())
-    return valid;
+  if (absl::Status valid = CheckRank(dst, "reduce destination"); !valid.ok()) return valid;
   if (absl::Status s = CheckAgreement("reduce", tensor); !s.ok()) return s;
   return Guarded("reduce", [&] {
     // Gloo may use a non-root rank's tensor as scratch space: reduce a copy
@@ -550,21 +509,18 @@ absl::Status ProcessGroup::Reduce(at::Tensor& tensor, ReduceOp op, int dst) {
       opts.rootRank = dst;
       opts.timeout = impl_->timeout;
       impl_->group->reduce(tensors, opts)->wait();
-      if (op == ReduceOp::kMean && rank() == dst)
-        DivideForMean(t, world_size());
+      if (op == ReduceOp::kMean && rank() == dst) DivideForMean(t, world_size());
     });
   });
 }
 
-absl::StatusOr<std::vector<at::Tensor>> ProcessGroup::AllGather(
-    const at::Tensor& tensor) {
+absl::StatusOr<std::vector<at::Tensor>> ProcessGroup::AllGather(const at::Tensor& tensor) {
   if (absl::Status s = CheckAgreement("all_gather", tensor); !s.ok()) return s;
   std::vector<at::Tensor> gathered;
   absl::Status status = Guarded("all_gather", [&] {
     at::Tensor input = tensor.to(impl_->device).contiguous();
     std::vector<std::vector<at::Tensor>> outputs(1);
-    for (int r = 0; r < world_size(); ++r)
-      outputs[0].push_back(at::empty_like(input));
+    for (int r = 0; r < world_size(); ++r) outputs[0].push_back(at::empty_like(input));
     std::vector<at::Tensor> inputs{input};
     c10d::AllgatherOptions opts;
     opts.timeout = impl_->timeout;
@@ -575,8 +531,8 @@ absl::StatusOr<std::vector<at::Tensor>> ProcessGroup::AllGather(
   return gathered;
 }
 
-absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(
-    at::Tensor& tensor, ReduceOp op) {
+absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(at::Tensor& tensor,
+                                                                          ReduceOp op) {
   if (absl::Status s = CheckAgreement("all_reduce", tensor); !s.ok()) return s;
   auto pending = std::make_unique<PendingWork::Impl>();
   pending->tensor = tensor;
@@ -592,8 +548,7 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(
     if (tensor.device() != impl_->device) {
       pending->staged = tensor.to(impl_->device);
     }
-    std::vector<at::Tensor> tensors{pending->staged.defined() ? pending->staged
-                                                              : tensor};
+    std::vector<at::Tensor> tensors{pending->staged.defined() ? pending->staged : tensor};
     c10d::AllreduceOptions opts;
     opts.reduceOp = ToC10dOp(op);
     opts.timeout = impl_->timeout;
@@ -603,24 +558,22 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(
   return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
 }
 
-absl::StatusOr<at::Tensor> ProcessGroup::NewReductionBuffer(
-    int64_t elements, const at::Tensor& like) {
+absl::StatusOr<at::Tensor> ProcessGroup::NewReductionBuffer(int64_t elements,
+                                                            const at::Tensor& like) {
   const at::TensorOptions options = like.options().requires_grad(false);
   at::Tensor buffer;
   absl::Status status = Guarded("allocating a reduction buffer", [&] {
-    const bool eligible =
-        impl_->shm != nullptr && options.device().is_cpu() &&
-        (options.dtype() == at::kFloat || options.dtype() == at::kDouble);
+    const bool eligible = impl_->shm != nullptr && options.device().is_cpu() &&
+                          (options.dtype() == at::kFloat || options.dtype() == at::kDouble);
     if (eligible) {
-      absl::StatusOr<std::shared_ptr<void>> memory = impl_->shm->AllocateShared(
-          static_cast<size_t>(elements) * options.dtype().itemsize());
+      absl::StatusOr<std::shared_ptr<void>> memory =
+          impl_->shm->AllocateShared(static_cast<size_t>(elements) * options.dtype().itemsize());
       // Every rank must agree: a sum is in place on all ranks or staged on
       // all.
       if (MinOverRanks(*impl_->group, memory.ok() ? 1 : 0) == 1) {
         std::shared_ptr<void> keep = *std::move(memory);
         buffer = at::from_blob(
-            keep.get(), {elements}, [keep](void*) mutable { keep.reset(); },
-            options);
+            keep.get(), {elements}, [keep](void*) mutable { keep.reset(); }, options);
         return;
       }
     }
@@ -630,46 +583,38 @@ absl::StatusOr<at::Tensor> ProcessGroup::NewReductionBuffer(
   return buffer;
 }
 
-absl::Status ProcessGroup::Broadcast(void* data, size_t count, DType dtype,
-                                     int src) {
+absl::Status ProcessGroup::Broadcast(void* data, size_t count, DType dtype, int src) {
   if (count == 0) return CheckRank(src, "broadcast source");
   at::Tensor tensor = WrapBuffer(data, count, dtype);
   return Broadcast(tensor, src);
 }
 
-absl::Status ProcessGroup::AllReduce(void* data, size_t count, DType dtype,
-                                     ReduceOp op) {
+absl::Status ProcessGroup::AllReduce(void* data, size_t count, DType dtype, ReduceOp op) {
   if (count == 0) return absl::OkStatus();
   at::Tensor tensor = WrapBuffer(data, count, dtype);
   return AllReduce(tensor, op);
 }
 
-absl::Status ProcessGroup::Reduce(void* data, size_t count, DType dtype,
-                                  ReduceOp op, int dst) {
+absl::Status ProcessGroup::Reduce(void* data, size_t count, DType dtype, ReduceOp op, int dst) {
   if (count == 0) return CheckRank(dst, "reduce destination");
   at::Tensor tensor = WrapBuffer(data, count, dtype);
   return Reduce(tensor, op, dst);
 }
 
-absl::Status ProcessGroup::AllGather(const void* data, size_t count,
-                                     DType dtype, void* out) {
+absl::Status ProcessGroup::AllGather(const void* data, size_t count, DType dtype, void* out) {
   if (count == 0) return absl::OkStatus();
-  absl::StatusOr<std::vector<at::Tensor>> gathered =
-      AllGather(WrapBuffer(data, count, dtype));
+  absl::StatusOr<std::vector<at::Tensor>> gathered = AllGather(WrapBuffer(data, count, dtype));
   if (!gathered.ok()) return gathered.status();
   const size_t bytes = count * DTypeSize(dtype);
   for (size_t r = 0; r < gathered->size(); ++r) {
-    std::memcpy(static_cast<char*>(out) + r * bytes, (*gathered)[r].data_ptr(),
-                bytes);
+    std::memcpy(static_cast<char*>(out) + r * bytes, (*gathered)[r].data_ptr(), bytes);
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ProcessGroup::BroadcastBytes(
-    absl::string_view bytes, int src) {
+absl::StatusOr<std::string> ProcessGroup::BroadcastBytes(absl::string_view bytes, int src) {
   int64_t size = rank() == src ? static_cast<int64_t>(bytes.size()) : 0;
-  if (absl::Status s = Broadcast(&size, 1, DType::kInt64, src); !s.ok())
-    return s;
+  if (absl::Status s = Broadcast(&size, 1, DType::kInt64, src); !s.ok()) return s;
   std::string out(static_cast<size_t>(size), '\0');
   if (rank() == src) out.assign(bytes.data(), bytes.size());
   if (size == 0) return out;
@@ -678,12 +623,10 @@ absl::StatusOr<std::string> ProcessGroup::BroadcastBytes(
   return out;
 }
 
-absl::StatusOr<std::vector<std::string>> ProcessGroup::AllGatherBytes(
-    absl::string_view bytes) {
+absl::StatusOr<std::vector<std::string>> ProcessGroup::AllGatherBytes(absl::string_view bytes) {
   std::vector<int64_t> sizes(static_cast<size_t>(world_size()));
   int64_t own_size = static_cast<int64_t>(bytes.size());
-  if (absl::Status s = AllGather(&own_size, 1, DType::kInt64, sizes.data());
-      !s.ok()) {
+  if (absl::Status s = AllGather(&own_size, 1, DType::kInt64, sizes.data()); !s.ok()) {
     return s;
   }
   int64_t longest = *std::max_element(sizes.begin(), sizes.end());

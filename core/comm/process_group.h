@@ -3,8 +3,8 @@
 // timeout, never throws): a timeout is DeadlineExceeded, a failed peer or
 // transport is Internal. The header keeps LibTorch out: tensors are only
 // forward-declared.
-#ifndef DDPSPAWN_CORE_DIST_PROCESS_GROUP_H_
-#define DDPSPAWN_CORE_DIST_PROCESS_GROUP_H_
+#ifndef DDPSPAWN_CORE_COMM_PROCESS_GROUP_H_
+#define DDPSPAWN_CORE_COMM_PROCESS_GROUP_H_
 
 #include <cstddef>
 #include <memory>
@@ -63,8 +63,8 @@ class ProcessGroup {
  public:
   // Joins the group every rank of `cluster` joins. All ranks must call this the
   // same number of times in the same order.
-  static absl::StatusOr<std::unique_ptr<ProcessGroup>> Create(
-      const ClusterInfo& cluster, const GroupOptions& options = {});
+  static absl::StatusOr<std::unique_ptr<ProcessGroup>> Create(const ClusterInfo& cluster,
+                                                              const GroupOptions& options = {});
   ~ProcessGroup();
 
   const ClusterInfo& cluster() const { return cluster_; }
@@ -87,40 +87,33 @@ class ProcessGroup {
   // they start in. A tensor on another device than the backend's (a CPU
   // buffer on NCCL, a CUDA tensor on Gloo) is copied there now and back at
   // Wait().
-  absl::StatusOr<std::unique_ptr<PendingWork>> StartAllReduce(
-      at::Tensor& tensor, ReduceOp op);
+  absl::StatusOr<std::unique_ptr<PendingWork>> StartAllReduce(at::Tensor& tensor, ReduceOp op);
 
   // A zeroed 1-D buffer of `like`'s dtype and device for repeated all-reduces
   // (DDP's gradient buckets).
   // Where float sums go through shared memory, it lives there and its sums
   // need no copy. Every rank must call this in the same order with the same
   // size; it outlives the group safely.
-  absl::StatusOr<at::Tensor> NewReductionBuffer(int64_t elements,
-                                                const at::Tensor& like);
+  absl::StatusOr<at::Tensor> NewReductionBuffer(int64_t elements, const at::Tensor& like);
 
   // The same on plain buffers of `count` elements (count 0 is a no-op).
   absl::Status Broadcast(void* data, size_t count, DType dtype, int src);
   absl::Status AllReduce(void* data, size_t count, DType dtype, ReduceOp op);
-  absl::Status Reduce(void* data, size_t count, DType dtype, ReduceOp op,
-                      int dst);
+  absl::Status Reduce(void* data, size_t count, DType dtype, ReduceOp op, int dst);
   // `out` holds world_size * count elements.
-  absl::Status AllGather(const void* data, size_t count, DType dtype,
-                         void* out);
+  absl::Status AllGather(const void* data, size_t count, DType dtype, void* out);
 
   // Byte strings of any size (objects serialized by the caller).
   absl::StatusOr<std::string> BroadcastBytes(absl::string_view bytes, int src);
-  absl::StatusOr<std::vector<std::string>> AllGatherBytes(
-      absl::string_view bytes);
+  absl::StatusOr<std::vector<std::string>> AllGatherBytes(absl::string_view bytes);
 
  private:
   struct Impl;
-  ProcessGroup(ClusterInfo cluster, GroupOptions options,
-               std::unique_ptr<Impl> impl);
+  ProcessGroup(ClusterInfo cluster, GroupOptions options, std::unique_ptr<Impl> impl);
   absl::Status CheckRank(int rank, absl::string_view what) const;
   // The debug check: every rank describes its collective; any difference is an
   // error.
-  absl::Status CheckAgreement(absl::string_view collective,
-                              const at::Tensor& tensor);
+  absl::Status CheckAgreement(absl::string_view collective, const at::Tensor& tensor);
 
   ClusterInfo cluster_;
   GroupOptions options_;
@@ -129,4 +122,4 @@ class ProcessGroup {
 
 }  // namespace ddpspawn
 
-#endif  // DDPSPAWN_CORE_DIST_PROCESS_GROUP_H_
+#endif  // DDPSPAWN_CORE_COMM_PROCESS_GROUP_H_
