@@ -61,12 +61,14 @@ def abi_version() -> int:
 
 def library_version() -> str:
     """``ddpspawn_version()`` of the loaded library, e.g. "0.1.0"."""
-    return _lib.lib().ddpspawn_version().decode()
+    version: bytes = _lib.lib().ddpspawn_version()  # never NULL
+    return version.decode()
 
 
 def build_info() -> Dict[str, str]:
     """``ddpspawn_build_info()`` as a dict: version, torch, cuda, nccl, backends."""
-    text = _lib.lib().ddpspawn_build_info().decode()
+    info: bytes = _lib.lib().ddpspawn_build_info()  # never NULL
+    text = info.decode()
     return dict(line.split("=", 1) for line in text.splitlines() if line)
 
 

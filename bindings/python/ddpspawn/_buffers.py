@@ -23,7 +23,19 @@ import array
 import ctypes
 import numbers
 import sys
-from typing import Any, Callable, List, Sequence, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    List,
+    Literal,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    Union,
+    cast,
+)
 
 from . import _lib
 
@@ -34,7 +46,11 @@ DTYPE_NAMES = {
     _lib.INT64: "int64",
 }
 
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy.typing as npt
+
 # Native struct format character -> kind; the dtype also depends on itemsize.
+_Format = Literal["f", "d", "i", "l", "q"]
 _KINDS = {"f": "float", "d": "float", "i": "int", "l": "int", "q": "int"}
 _DTYPES = {
     ("float", 4): _lib.FLOAT32,
@@ -45,10 +61,10 @@ _DTYPES = {
 _NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
 
 # Python's ctypes.c_void_p accepts these as pointer arguments.
-PointerArg = Union[ctypes.Array, bytes]
+PointerArg = Union["ctypes.Array[ctypes.c_char]", bytes]
 
 
-def _numpy_array_type() -> Any:
+def _numpy_array_type() -> Optional[Type[npt.NDArray[Any]]]:
     """numpy.ndarray if numpy is already imported, else None."""
     numpy = sys.modules.get("numpy")
     return getattr(numpy, "ndarray", None)
@@ -69,7 +85,7 @@ def _native_format(view: memoryview) -> str:
     return fmt if len(fmt) == 1 else ""
 
 
-def _numbers_to_array(values: Sequence[Any]) -> array.array:
+def _numbers_to_array(values: Sequence[Any]) -> Union[array.array[int], array.array[float]]:
     """A new int64 array if every value is an integer, else a float64 one."""
     if all(isinstance(v, numbers.Integral) for v in values):
         return array.array("q", (int(v) for v in values))
@@ -102,8 +118,8 @@ class Buffer:
                 "list of numbers, an array.array, a numpy array or a buffer "
                 "(memoryview) of float32, float64, int32 or int64"
             ) from None
-        self.fmt = _native_format(view)
-        kind = _KINDS.get(self.fmt)
+        fmt = _native_format(view)
+        kind = _KINDS.get(fmt)
         dtype = _DTYPES.get((kind, view.itemsize)) if kind else None
         if dtype is None:
             raise TypeError(
@@ -123,6 +139,7 @@ class Buffer:
                 f"{_describe(data)} is not C-contiguous (copy it first, e.g. "
                 "with numpy.ascontiguousarray)"
             )
+        self.fmt = cast(_Format, fmt)  # a key of _KINDS: its dtype was found
         self.view = view
         self.dtype = dtype
         self.count = view.nbytes // view.itemsize
@@ -131,6 +148,10 @@ class Buffer:
     def nbytes(self) -> int:
         return self.view.nbytes
 
+    def shared(self) -> ctypes.Array[ctypes.c_char]:
+        """The memory itself as a ctypes array (it must be writable and C-contiguous)."""
+        return (ctypes.c_char * self.nbytes).from_buffer(self.view.cast("B"))
+
     def pointer(self) -> PointerArg:
         """An argument for a ``void*`` parameter that points at the data.
 
@@ -138,7 +159,7 @@ class Buffer:
         bytes object in C order (only for parameters the call reads).
         """
         if self.view.c_contiguous and not self.view.readonly:
-            return (ctypes.c_char * self.nbytes).from_buffer(self.view.cast("B"))
+            return self.shared()
         return self.view.tobytes()
 
     def result(self) -> Any:
@@ -175,7 +196,7 @@ class Buffer:
                     copy.frombytes(chunk)
                     copies.append(copy)
                 return copies
-            shape = self.view.shape if self.view.ndim else ()
+            shape = self.view.shape or ()  # () for a 0-dimensional view
             return [memoryview(c).cast(self.fmt, shape) for c in chunks]
 
         return (ctypes.c_char * len(out)).from_buffer(out), split

@@ -4,13 +4,15 @@ implement `close()`."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional, TypeVar
+
+_Self = TypeVar("_Self", bound="Closable")
 
 
 class Closable:
     """Closes `self._handle` deterministically (with) and on `__del__`."""
 
-    _handle: Any = None
+    _handle: Optional[object] = None
 
     def close(self) -> None:  # pragma: no cover - every subclass overrides it
         raise NotImplementedError
@@ -19,7 +21,7 @@ class Closable:
     def closed(self) -> bool:
         return self._handle is None
 
-    def __enter__(self):
+    def __enter__(self: _Self) -> _Self:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:

@@ -42,7 +42,7 @@ def _timeout_seconds(timeout: Optional[float]) -> float:
 def _take_bytes(pointer: ctypes.c_void_p, size: int) -> bytes:
     """Copies ``size`` bytes the library allocated, then frees them."""
     try:
-        return ctypes.string_at(pointer.value, size) if size else b""
+        return ctypes.string_at(pointer, size) if size else b""
     finally:
         _lib.lib().ddpspawn_free(pointer)
 
@@ -65,7 +65,7 @@ class Context(Closable):
     """
 
     def __init__(self, backend: str = "gloo", timeout: Optional[float] = None) -> None:
-        self._handle: Optional[Any] = None
+        self._handle: Optional[ctypes._Pointer[_lib.ContextHandle]] = None
         # Open reducers use this context's process group: close() closes them first.
         self._reducers: "weakref.WeakSet[Reducer]" = weakref.WeakSet()
         if not isinstance(backend, str):
@@ -109,7 +109,7 @@ class Context(Closable):
             f"environment={self.environment!r}>"
         )
 
-    def _live(self) -> Any:
+    def _live(self) -> ctypes._Pointer[_lib.ContextHandle]:
         if self._handle is None:
             raise ValueError("operation on a closed ddpspawn.Context")
         return self._handle
@@ -119,32 +119,33 @@ class Context(Closable):
     @property
     def rank(self) -> int:
         """Global rank of this process, 0 .. world_size - 1."""
-        return self._lib.ddpspawn_context_rank(self._live())
+        return int(self._lib.ddpspawn_context_rank(self._live()))
 
     @property
     def world_size(self) -> int:
         """Number of processes in the group."""
-        return self._lib.ddpspawn_context_world_size(self._live())
+        return int(self._lib.ddpspawn_context_world_size(self._live()))
 
     @property
     def local_rank(self) -> int:
         """Rank among the processes on this node."""
-        return self._lib.ddpspawn_context_local_rank(self._live())
+        return int(self._lib.ddpspawn_context_local_rank(self._live()))
 
     @property
     def local_world_size(self) -> int:
         """Number of processes on this node."""
-        return self._lib.ddpspawn_context_local_world_size(self._live())
+        return int(self._lib.ddpspawn_context_local_world_size(self._live()))
 
     @property
     def node_rank(self) -> int:
         """Index of this node."""
-        return self._lib.ddpspawn_context_node_rank(self._live())
+        return int(self._lib.ddpspawn_context_node_rank(self._live()))
 
     @property
     def environment(self) -> str:
         """The detected cluster environment: "ddpspawn", "torchelastic", "slurm" or "env"."""
-        return self._lib.ddpspawn_context_environment(self._live()).decode()
+        environment: bytes = self._lib.ddpspawn_context_environment(self._live())  # never NULL
+        return environment.decode()
 
     # -- collectives -------------------------------------------------------
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from typing import NoReturn, Optional
+from typing import NoReturn, Optional, Tuple, Type
 
 
 class DdpspawnError(Exception):
@@ -56,7 +56,9 @@ class WorkerFailedError(DdpspawnError):
         self.exit_code = exit_code
         self.signal = signal
 
-    def __reduce__(self):  # keep the attributes when pickled
+    def __reduce__(  # keep the attributes when pickled
+        self,
+    ) -> Tuple[Type[WorkerFailedError], Tuple[int, str, str, Optional[int], Optional[int]]]:
         return (
             type(self),
             (self.rank, self.message, self.traceback_text, self.exit_code, self.signal),

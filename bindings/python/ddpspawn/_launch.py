@@ -9,7 +9,7 @@ import pickle
 import signal as signal_module
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from . import _lib, _payload, _run
 from ._errors import (
@@ -18,6 +18,9 @@ from ._errors import (
     WorkerFailedError,
     raise_status,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._lib import FunctionPointer
 
 START_METHODS = ("spawn", "fork")
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
@@ -67,12 +70,12 @@ def _worker_env(start_method: str, env: Optional[Mapping[str, str]]) -> Dict[str
     return entries
 
 
-def _c_strings(items: Sequence[str]) -> ctypes.Array:
+def _c_strings(items: Sequence[str]) -> ctypes.Array[ctypes.c_char_p]:
     """A NULL-terminated ``const char* const*`` array."""
     return (ctypes.c_char_p * (len(items) + 1))(*[os.fsencode(i) for i in items], None)
 
 
-def _fork_hook(name: str) -> Any:
+def _fork_hook(name: str) -> FunctionPointer:
     """CPython's own ``PyOS_*Fork*`` function as a ``ddpspawn_fork_hook``."""
     return ctypes.cast(getattr(ctypes.pythonapi, name), _lib.ForkHook)
 
@@ -94,7 +97,7 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _worker_failed(job: Any, message: str) -> WorkerFailedError:
+def _worker_failed(job: ctypes._Pointer[_lib.Job], message: str) -> WorkerFailedError:
     """A WorkerFailedError with the failing rank, its report and its text."""
     lib = _lib.lib()
     rank = lib.ddpspawn_job_failed_rank(job)
@@ -116,7 +119,7 @@ def _worker_failed(job: Any, message: str) -> WorkerFailedError:
     return WorkerFailedError(rank, message, text, exit_code=exit_code, signal=signal)
 
 
-def _job_result(job: Any) -> Any:
+def _job_result(job: ctypes._Pointer[_lib.Job]) -> Any:
     data = ctypes.c_void_p()
     size = ctypes.c_size_t()
     has_result = ctypes.c_int32()
@@ -127,13 +130,13 @@ def _job_result(job: Any) -> Any:
     )
     if not has_result.value:
         return None
-    raw = ctypes.string_at(data.value, size.value) if size.value else b""
+    raw = ctypes.string_at(data, size.value) if size.value else b""
     return _ResultUnpickler(io.BytesIO(raw)).load()
 
 
 def _configure_spawn(
-    options: _lib.LaunchOptions, payload_path: str, keep_alive: List[Any]
-) -> Any:
+    options: _lib.LaunchOptions, payload_path: str, keep_alive: List[object]
+) -> FunctionPointer:
     """Spawn mode: each rank runs ``python -m ddpspawn._worker PAYLOAD``.
 
     Returns the ``ddpspawn_job_start`` to call (GIL released: the library
@@ -152,8 +155,8 @@ def _configure_fork(
     fn: Callable[..., Any],
     args: Sequence[Any],
     backend: str,
-    keep_alive: List[Any],
-) -> Any:
+    keep_alive: List[object],
+) -> FunctionPointer:
     """Fork mode: each forked child runs fn through a ctypes callback.
 
     CPython's own fork hooks keep the interpreter consistent across the
@@ -169,7 +172,7 @@ def _configure_fork(
     return _lib.gil_holding_job_start()
 
 
-def _run_job(options: _lib.LaunchOptions, start: Any) -> Any:
+def _run_job(options: _lib.LaunchOptions, start: FunctionPointer) -> Any:
     """Creates, starts and waits for the job; returns rank 0's result."""
     lib = _lib.lib()
     job = _lib.JobPtr()
@@ -237,7 +240,7 @@ def spawn(
     options.start_method = start_method.encode()
     options.timeout_s = float(timeout or 0.0)
     options.grace_period_s = float(grace_period)
-    keep_alive: List[Any] = []  # what the C side points into, until the job ends
+    keep_alive: List[object] = []  # what the C side points into, until the job ends
     payload_path = None
     try:
         if start_method == "spawn":

@@ -29,7 +29,7 @@ from ctypes import (
     c_void_p,
 )
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Type, TypeVar, Union
 
 from ._errors import LibraryLoadError, raise_status
 
@@ -154,10 +154,13 @@ class ReducerOptions(Structure):
     ]
 
 
+_StructT = TypeVar("_StructT", bound=Structure)
+
+
 # Defaults come from the library (ddpspawn_*_init_sized, libgit2's *_init(opts, version)), never
 # copied here: we pass the size of the struct we allocated, so a newer library writes only the
 # fields we know and never past the struct's end.
-def _initialized(struct_type: Any, init_name: str) -> Any:
+def _initialized(struct_type: Type[_StructT], init_name: str) -> _StructT:
     value = struct_type()
     check(getattr(lib(), init_name)(ctypes.byref(value), ctypes.sizeof(struct_type)))
     return value
@@ -185,8 +188,17 @@ def reducer_options() -> ReducerOptions:
 
 _Status = c_int32
 
+if TYPE_CHECKING:  # pragma: no cover
+    import _ctypes
+
+    # For the type checker only (ctypes' generics are not subscriptable at run time): a restype or
+    # argtype of SIGNATURES, and a C function pointer (a function of a CDLL, or a callback made
+    # with WorkerFn or ForkHook).
+    _CType = Union[Type[ctypes._SimpleCData[Any]], Type[ctypes._Pointer[Any]]]
+    FunctionPointer = _ctypes.CFuncPtr
+
 #: name -> (restype, argtypes) for every function in ddpspawn.h.
-SIGNATURES = {
+SIGNATURES: Dict[str, Tuple[Optional[_CType], List[_CType]]] = {
     # Status codes and errors.
     "ddpspawn_last_error": (c_char_p, []),
     "ddpspawn_abi_version": (c_int32, []),
@@ -290,7 +302,7 @@ SIGNATURES = {
 _lock = threading.RLock()
 _cdll: Optional[ctypes.CDLL] = None
 _path: Optional[str] = None
-_pydll_job_start: Any = None
+_pydll_job_start: Optional[FunctionPointer] = None
 
 
 def _candidates() -> list[str]:
@@ -365,7 +377,7 @@ def library_path() -> str:
     return _path
 
 
-def gil_holding_job_start() -> Any:
+def gil_holding_job_start() -> FunctionPointer:
     """``ddpspawn_job_start`` called with the GIL held (``PyDLL`` semantics).
 
     Fork mode needs this: CPython's fork hooks and the worker callback run
@@ -386,7 +398,8 @@ def gil_holding_job_start() -> Any:
 
 def last_error() -> str:
     """``ddpspawn_last_error()`` for this thread, decoded."""
-    return lib().ddpspawn_last_error().decode("utf-8", "replace")
+    message: bytes = lib().ddpspawn_last_error()  # never NULL
+    return message.decode("utf-8", "replace")
 
 
 def check(status: int) -> None:

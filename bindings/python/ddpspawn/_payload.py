@@ -94,7 +94,7 @@ def write(
 
     The caller deletes the file when the job is over.
     """
-    payload = describe(fn)
+    payload: Dict[str, Any] = describe(fn)
     try:
         pickled_args = pickle.dumps(tuple(args))
     except Exception as error:
@@ -117,7 +117,7 @@ def write(
 def read(path: str) -> Dict[str, Any]:
     """Reads a payload written by :func:`write`."""
     with open(path, "rb") as file:
-        payload = pickle.load(file)
+        payload: Dict[str, Any] = pickle.load(file)
     if payload.get("format") != _FORMAT:
         raise RuntimeError(f"{path}: unknown ddpspawn payload format")
     return payload

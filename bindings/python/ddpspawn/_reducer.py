@@ -23,7 +23,8 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
 def _positive_megabytes(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+    # operator.gt is value > 0: typeshed's numbers.Real declares __lt__ and __le__, not __gt__.
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not operator.gt(value, 0):
         raise InvalidArgumentError(f"{name} must be a positive number of megabytes, not {value!r}")
     return float(value)
 
@@ -77,7 +78,7 @@ class Reducer(Closable):
         powersgd_start_iteration: int = 10,
         find_unused_parameters: bool = False,
     ) -> None:
-        self._handle: Optional[Any] = None
+        self._handle: Optional[ctypes._Pointer[_lib.ReducerHandle]] = None
         # Everything is checked before the first C call.
         if isinstance(buffers, (str, bytes, bytearray, memoryview)) or not isinstance(
             buffers, collections.abc.Sequence
@@ -104,7 +105,7 @@ class Reducer(Closable):
 
         # The ctypes arrays hold a buffer export of each object: the memory
         # can neither be freed nor resized while they live.
-        pointers = [b.pointer() for b in checked]
+        pointers = [b.shared() for b in checked]
         count = len(checked)
         addresses = (ctypes.c_void_p * count)(*[ctypes.addressof(p) for p in pointers])
         counts = (ctypes.c_size_t * count)(*[b.count for b in checked])
@@ -154,7 +155,7 @@ class Reducer(Closable):
             f"comm_hook={self._comm_hook!r} sync={self._sync}>"
         )
 
-    def _live(self) -> Any:
+    def _live(self) -> ctypes._Pointer[_lib.ReducerHandle]:
         if self._handle is None:
             raise ValueError("operation on a closed ddpspawn.Reducer")
         return self._handle

@@ -11,10 +11,13 @@ import os
 import pickle
 import sys
 import traceback
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 from . import _lib
 from ._context import Context
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._lib import FunctionPointer
 
 
 def flush_std_streams() -> None:
@@ -78,7 +81,7 @@ def run_rank(
 
 def worker_callback(
     fn: Callable[..., Any], args: Sequence[Any], backend: str
-) -> Any:
+) -> FunctionPointer:
     """A ``ddpspawn_worker_fn`` that runs :func:`run_rank` in a forked child."""
 
     def callback(rank: int, user_data: Optional[int]) -> int:
@@ -101,7 +104,7 @@ def _sync_environ() -> None:
     snapshot taken at interpreter start and would not show it.
     """
     environ = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
-    current = {}
+    current: Dict[bytes, bytes] = {}
     index = 0
     while environ[index] is not None:
         name, sep, value = environ[index].partition(b"=")
