@@ -11,8 +11,10 @@
 //!
 //! The safe API lives in the `ddpspawn` crate.
 
+// The declarations keep the header's C names (`ddpspawn_job`,
+// `ddpspawn_status`, ...), one for one, so that the header's documentation
+// applies as it is.
 #![allow(non_camel_case_types)]
-#![allow(non_upper_case_globals)]
 
 use std::marker::{PhantomData, PhantomPinned};
 use std::mem::size_of;
@@ -438,115 +440,6 @@ extern "C" {
 mod tests {
     use super::*;
     use std::ffi::CStr;
-    use std::mem::{align_of, MaybeUninit};
-
-    /// Byte offset of a field, computed without creating a reference to
-    /// uninitialized memory.
-    macro_rules! offset_of {
-        ($ty:ty, $field:ident) => {{
-            let value = MaybeUninit::<$ty>::uninit();
-            let base = value.as_ptr();
-            // SAFETY: addr_of! only computes an address inside `value`.
-            let field = unsafe { ptr::addr_of!((*base).$field) };
-            field as usize - base as usize
-        }};
-    }
-
-    // Offsets and sizes as a C compiler lays out the header on LP64 targets
-    // (checked with gcc against ddpspawn.h).
-    #[test]
-    #[cfg(target_pointer_width = "64")]
-    fn launch_options_layout_matches_header() {
-        type T = ddpspawn_launch_options;
-        assert_eq!(size_of::<T>(), 104);
-        assert_eq!(align_of::<T>(), 8);
-        assert_eq!(offset_of!(T, struct_size), 0);
-        assert_eq!(offset_of!(T, nprocs), 4);
-        assert_eq!(offset_of!(T, start_method), 8);
-        assert_eq!(offset_of!(T, argv), 16);
-        assert_eq!(offset_of!(T, env), 24);
-        assert_eq!(offset_of!(T, worker_fn), 32);
-        assert_eq!(offset_of!(T, user_data), 40);
-        assert_eq!(offset_of!(T, before_fork), 48);
-        assert_eq!(offset_of!(T, after_fork_parent), 56);
-        assert_eq!(offset_of!(T, after_fork_child), 64);
-        assert_eq!(offset_of!(T, timeout_s), 72);
-        assert_eq!(offset_of!(T, grace_period_s), 80);
-        assert_eq!(offset_of!(T, master_addr), 88);
-        assert_eq!(offset_of!(T, master_port), 96);
-    }
-
-    #[test]
-    #[cfg(target_pointer_width = "64")]
-    fn rank_report_layout_matches_header() {
-        type T = ddpspawn_rank_report;
-        assert_eq!(size_of::<T>(), 32);
-        assert_eq!(offset_of!(T, struct_size), 0);
-        assert_eq!(offset_of!(T, state), 4);
-        assert_eq!(offset_of!(T, exit_code), 8);
-        assert_eq!(offset_of!(T, signal), 12);
-        assert_eq!(offset_of!(T, pid), 16);
-        assert_eq!(offset_of!(T, stopped_by_launcher), 24);
-    }
-
-    #[test]
-    #[cfg(target_pointer_width = "64")]
-    fn context_options_layout_matches_header() {
-        type T = ddpspawn_context_options;
-        assert_eq!(size_of::<T>(), 24);
-        assert_eq!(offset_of!(T, struct_size), 0);
-        assert_eq!(offset_of!(T, backend), 8);
-        assert_eq!(offset_of!(T, timeout_s), 16);
-    }
-
-    #[test]
-    #[cfg(target_pointer_width = "64")]
-    fn reducer_options_layout_matches_header() {
-        type T = ddpspawn_reducer_options;
-        assert_eq!(size_of::<T>(), 48);
-        assert_eq!(align_of::<T>(), 8);
-        assert_eq!(offset_of!(T, struct_size), 0);
-        assert_eq!(offset_of!(T, bucket_cap_mb), 8);
-        assert_eq!(offset_of!(T, first_bucket_cap_mb), 16);
-        assert_eq!(offset_of!(T, comm_hook), 24);
-        assert_eq!(offset_of!(T, powersgd_rank), 32);
-        assert_eq!(offset_of!(T, powersgd_start_iteration), 36);
-        assert_eq!(offset_of!(T, find_unused_parameters), 40);
-    }
-
-    #[test]
-    fn init_constants_match_the_header_macros() {
-        let o = DDPSPAWN_LAUNCH_OPTIONS_INIT;
-        assert_eq!(o.struct_size as usize, size_of::<ddpspawn_launch_options>());
-        assert_eq!(o.nprocs, 1);
-        assert_eq!(o.grace_period_s, 5.0);
-        assert_eq!(o.timeout_s, 0.0);
-        assert!(o.start_method.is_null() && o.argv.is_null() && o.env.is_null());
-        assert!(o.worker_fn.is_none() && o.before_fork.is_none());
-        assert_eq!(
-            DDPSPAWN_CONTEXT_OPTIONS_INIT.struct_size as usize,
-            size_of::<ddpspawn_context_options>()
-        );
-        assert_eq!(
-            DDPSPAWN_RANK_REPORT_INIT.struct_size as usize,
-            size_of::<ddpspawn_rank_report>()
-        );
-        let r = DDPSPAWN_REDUCER_OPTIONS_INIT;
-        assert_eq!(
-            r.struct_size as usize,
-            size_of::<ddpspawn_reducer_options>()
-        );
-        assert_eq!((r.bucket_cap_mb, r.first_bucket_cap_mb), (25.0, 1.0));
-        assert!(r.comm_hook.is_null());
-        assert_eq!(
-            (
-                r.powersgd_rank,
-                r.powersgd_start_iteration,
-                r.find_unused_parameters
-            ),
-            (1, 10, 0)
-        );
-    }
 
     /// The library's own `*_init` functions agree with the constants (same
     /// struct size and defaults): the library and this crate describe the
