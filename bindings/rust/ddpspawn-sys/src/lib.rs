@@ -4,10 +4,14 @@
 //! Everything here is `unsafe` and follows the header's conventions: fallible
 //! functions return a [`ddpspawn_status`] (`DDPSPAWN_OK == 0`) and leave the
 //! message in [`ddpspawn_last_error`]; option structs carry their size as the
-//! first field. Start option structs from the `*_INIT` constants below (or
-//! `Default`) rather than from the library's `*_init` functions: the constants
-//! fill exactly the fields this crate knows about, so a newer library with a
-//! longer struct never writes past the end of ours.
+//! first field. Get the library's defaults for an option struct from its
+//! `*_init_sized` function with `size_of::<T>()` as the size (what the safe
+//! crate does): the library writes exactly the fields this crate knows about,
+//! so a newer library with a longer struct never writes past the end of ours,
+//! and the defaults are the library's own. The plain `*_init` functions write
+//! a whole struct of the library's own size: not into a Rust struct. The
+//! `*_INIT` constants (and `Default`) mirror the header's macros, i.e. the
+//! defaults of the header this crate was written against.
 //!
 //! The safe API lives in the `ddpspawn` crate.
 
@@ -61,7 +65,8 @@ pub type ddpspawn_worker_fn =
 pub type ddpspawn_fork_hook = Option<unsafe extern "C" fn()>;
 
 /// Options for `ddpspawn_job_create`; start from
-/// [`DDPSPAWN_LAUNCH_OPTIONS_INIT`].
+/// [`ddpspawn_launch_options_init_sized`] (or
+/// [`DDPSPAWN_LAUNCH_OPTIONS_INIT`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ddpspawn_launch_options {
@@ -133,7 +138,8 @@ pub const DDPSPAWN_RANK_EXITED: i32 = 2;
 /// `signal` is set.
 pub const DDPSPAWN_RANK_SIGNALED: i32 = 3;
 
-/// How a rank ended; start from [`DDPSPAWN_RANK_REPORT_INIT`].
+/// How a rank ended; start from [`ddpspawn_rank_report_init_sized`] (or
+/// [`DDPSPAWN_RANK_REPORT_INIT`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ddpspawn_rank_report {
@@ -176,7 +182,8 @@ pub struct ddpspawn_context {
 }
 
 /// Options for `ddpspawn_context_create`; start from
-/// [`DDPSPAWN_CONTEXT_OPTIONS_INIT`].
+/// [`ddpspawn_context_options_init_sized`] (or
+/// [`DDPSPAWN_CONTEXT_OPTIONS_INIT`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ddpspawn_context_options {
@@ -225,7 +232,8 @@ pub struct ddpspawn_reducer {
 }
 
 /// Options for `ddpspawn_reducer_create`; start from
-/// [`DDPSPAWN_REDUCER_OPTIONS_INIT`].
+/// [`ddpspawn_reducer_options_init_sized`] (or
+/// [`DDPSPAWN_REDUCER_OPTIONS_INIT`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ddpspawn_reducer_options {
@@ -287,6 +295,12 @@ extern "C" {
 
     // Launcher.
     pub fn ddpspawn_launch_options_init(options: *mut ddpspawn_launch_options);
+    /// Writes the library's defaults into the first `struct_size` bytes of
+    /// `options` only (pass `size_of::<ddpspawn_launch_options>()`).
+    pub fn ddpspawn_launch_options_init_sized(
+        options: *mut ddpspawn_launch_options,
+        struct_size: u32,
+    ) -> ddpspawn_status;
     pub fn ddpspawn_job_create(
         options: *const ddpspawn_launch_options,
         out_job: *mut *mut ddpspawn_job,
@@ -295,6 +309,12 @@ extern "C" {
     pub fn ddpspawn_job_start(job: *mut ddpspawn_job) -> ddpspawn_status;
     pub fn ddpspawn_job_wait(job: *mut ddpspawn_job) -> ddpspawn_status;
     pub fn ddpspawn_job_run(job: *mut ddpspawn_job) -> ddpspawn_status;
+    /// `DDPSPAWN_RANK_REPORT_INIT` from the library, as
+    /// `ddpspawn_launch_options_init_sized`.
+    pub fn ddpspawn_rank_report_init_sized(
+        report: *mut ddpspawn_rank_report,
+        struct_size: u32,
+    ) -> ddpspawn_status;
     pub fn ddpspawn_job_nprocs(job: *const ddpspawn_job) -> i32;
     pub fn ddpspawn_job_rank_report(
         job: *const ddpspawn_job,
@@ -320,6 +340,11 @@ extern "C" {
     pub fn ddpspawn_worker_set_error(text: *const c_char) -> ddpspawn_status;
 
     pub fn ddpspawn_context_options_init(options: *mut ddpspawn_context_options);
+    /// As `ddpspawn_launch_options_init_sized`.
+    pub fn ddpspawn_context_options_init_sized(
+        options: *mut ddpspawn_context_options,
+        struct_size: u32,
+    ) -> ddpspawn_status;
     pub fn ddpspawn_context_create(
         options: *const ddpspawn_context_options,
         out_context: *mut *mut ddpspawn_context,
@@ -383,6 +408,11 @@ extern "C" {
 
     // Gradient reducer.
     pub fn ddpspawn_reducer_options_init(options: *mut ddpspawn_reducer_options);
+    /// As `ddpspawn_launch_options_init_sized`.
+    pub fn ddpspawn_reducer_options_init_sized(
+        options: *mut ddpspawn_reducer_options,
+        struct_size: u32,
+    ) -> ddpspawn_status;
     /// `buffers[i]` holds `counts[i]` elements of `dtypes[i]`; the buffers
     /// stay the caller's and must outlive the reducer.
     pub fn ddpspawn_reducer_create(
@@ -486,6 +516,55 @@ mod tests {
                     r.find_unused_parameters
                 ),
                 (1, 10, 0)
+            );
+        }
+    }
+
+    /// `T` filled with 0xab bytes, then given to `init` with its size.
+    unsafe fn init_sized<T>(init: unsafe extern "C" fn(*mut T, u32) -> ddpspawn_status) -> T {
+        let mut value = std::mem::MaybeUninit::<T>::uninit();
+        ptr::write_bytes(value.as_mut_ptr(), 0xab, 1);
+        assert_eq!(init(value.as_mut_ptr(), size_of::<T>() as u32), DDPSPAWN_OK);
+        value.assume_init()
+    }
+
+    /// Each `*_init_sized` function writes every field of this crate's
+    /// struct, with the header's `*_INIT` values; a size that is no released
+    /// version's, or a NULL struct, is refused.
+    #[test]
+    fn library_init_sized_functions_fill_the_whole_struct() {
+        unsafe {
+            let o = init_sized(ddpspawn_launch_options_init_sized);
+            assert_eq!(
+                format!("{o:?}"),
+                format!("{DDPSPAWN_LAUNCH_OPTIONS_INIT:?}")
+            );
+            let r = init_sized(ddpspawn_rank_report_init_sized);
+            assert_eq!(r, DDPSPAWN_RANK_REPORT_INIT);
+            let c = init_sized(ddpspawn_context_options_init_sized);
+            assert_eq!(
+                format!("{c:?}"),
+                format!("{DDPSPAWN_CONTEXT_OPTIONS_INIT:?}")
+            );
+            let r = init_sized(ddpspawn_reducer_options_init_sized);
+            assert_eq!(
+                format!("{r:?}"),
+                format!("{DDPSPAWN_REDUCER_OPTIONS_INIT:?}")
+            );
+
+            let mut options = DDPSPAWN_REDUCER_OPTIONS_INIT;
+            let short = size_of::<ddpspawn_reducer_options>() as u32 - 4;
+            assert_eq!(
+                ddpspawn_reducer_options_init_sized(&mut options, short),
+                DDPSPAWN_ERR_INVALID_ARGUMENT
+            );
+            assert!(!CStr::from_ptr(ddpspawn_last_error()).to_bytes().is_empty());
+            assert_eq!(
+                ddpspawn_launch_options_init_sized(
+                    ptr::null_mut(),
+                    size_of::<ddpspawn_launch_options>() as u32
+                ),
+                DDPSPAWN_ERR_INVALID_ARGUMENT
             );
         }
     }

@@ -10,7 +10,9 @@
 //! the header must have its Rust counterpart here, and every `#[repr(C)]`
 //! struct, `pub type` and `pub const` of `src/lib.rs` must be checked here (a
 //! struct's field list below must name every field: the pattern stops
-//! compiling otherwise).
+//! compiling otherwise). Functions are checked by name: every function the
+//! header exports (`DDPSPAWN_EXPORT`) is declared in `src/lib.rs`, and every
+//! `pub fn` there is in the header.
 //!
 //! The header is found through, in this order: the `DDPSPAWN_INCLUDE_DIR`
 //! environment variable (a directory holding `ddpspawn/ddpspawn.h`), the
@@ -268,6 +270,8 @@ struct SourceNames {
     repr_c_structs: BTreeSet<String>,
     types: BTreeSet<String>,
     consts: BTreeSet<String>,
+    /// `pub fn`s: the declarations in the `extern "C"` block.
+    functions: BTreeSet<String>,
 }
 
 fn source_names() -> SourceNames {
@@ -281,6 +285,7 @@ fn source_names() -> SourceNames {
         repr_c_structs: BTreeSet::new(),
         types: BTreeSet::new(),
         consts: BTreeSet::new(),
+        functions: BTreeSet::new(),
     };
     let mut repr_c = false;
     for line in source.lines().map(str::trim) {
@@ -295,6 +300,8 @@ fn source_names() -> SourceNames {
             names.types.insert(ident(rest));
         } else if let Some(rest) = line.strip_prefix("pub const ") {
             names.consts.insert(ident(rest));
+        } else if let Some(rest) = line.strip_prefix("pub fn ") {
+            names.functions.insert(ident(rest));
         } else if !line.starts_with("#[") && !line.starts_with("//") {
             repr_c = false;
         }
@@ -319,6 +326,8 @@ struct Header {
     defines: Vec<String>,
     /// Object-like macros with a braced initializer (`*_INIT`).
     init_macros: Vec<String>,
+    /// Exported functions (`DDPSPAWN_EXPORT`), by name.
+    functions: Vec<String>,
     /// What the parser could not handle: a failure, so that a new kind of
     /// declaration gets a check here rather than none.
     problems: Vec<String>,
@@ -449,6 +458,23 @@ fn parse_header(text: &str) -> Header {
         let statement = code[start + 7..end].trim();
         search = end + 1;
         parse_typedef(statement, &mut header);
+    }
+
+    // Functions: `DDPSPAWN_EXPORT <return type> name(...)`.
+    const EXPORT: &str = "DDPSPAWN_EXPORT";
+    for (start, _) in code.match_indices(EXPORT) {
+        let rest = &code[start + EXPORT.len()..];
+        let name = match rest.find('(') {
+            Some(open) => declared_name(&rest[..open]),
+            None => None,
+        };
+        match name {
+            Some(name) => header.functions.push(name),
+            None => header.problems.push(format!(
+                "cannot read the function after {EXPORT}: `{}`",
+                rest.lines().next().unwrap_or("").trim()
+            )),
+        }
     }
     header
 }
@@ -763,6 +789,46 @@ fn declarations_match_the_header() {
     println!(
         "{} facts match {} (found through {})",
         c.len(),
+        found.header.display(),
+        found.how
+    );
+}
+
+/// Every function the header exports is declared in the crate, and every
+/// function the crate declares is in the header (names only: the C compiler
+/// cannot print a signature; the crate's unit tests call each function).
+#[test]
+fn every_function_is_declared() {
+    let found = find_header();
+    let text = fs::read_to_string(&found.header)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", found.header.display()));
+    let header = parse_header(&text);
+    assert!(header.problems.is_empty(), "{}", header.problems.join("\n"));
+    let in_header: BTreeSet<String> = header.functions.iter().cloned().collect();
+    assert!(
+        in_header.len() > 40 && in_header.contains("ddpspawn_job_create"),
+        "the header's functions were not found: {in_header:?}"
+    );
+    let in_rust = source_names().functions;
+    let mut problems = Vec::new();
+    for name in in_header.difference(&in_rust) {
+        problems.push(format!(
+            "{name}: exported by the header, not declared in src/lib.rs"
+        ));
+    }
+    for name in in_rust.difference(&in_header) {
+        problems.push(format!("{name}: declared in src/lib.rs, not in the header"));
+    }
+    assert!(
+        problems.is_empty(),
+        "\n\nddpspawn-sys's functions do not match {} (found through {}):\n  {}\n\n",
+        found.header.display(),
+        found.how,
+        problems.join("\n  ")
+    );
+    println!(
+        "{} functions match {} (found through {})",
+        in_header.len(),
         found.header.display(),
         found.how
     );

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use ddpspawn_sys as sys;
 
+use crate::defaults::library_defaults;
 use crate::element::{Element, ReduceOp};
 use crate::error::{c_str_to_string, check, to_c_string, Error, Result};
 use crate::reducer::{GradBuffer, Reducer, ReducerBuilder};
@@ -56,7 +57,7 @@ impl Context {
     /// each collective (`Duration::ZERO` = the default, 1800 s).
     pub fn with_options(backend: &str, timeout: Duration) -> Result<Context> {
         let backend = to_c_string("backend", backend)?;
-        let mut options = sys::DDPSPAWN_CONTEXT_OPTIONS_INIT;
+        let mut options: sys::ddpspawn_context_options = library_defaults()?;
         options.backend = backend.as_ptr();
         options.timeout_s = timeout.as_secs_f64();
         Context::create(Some(&options))

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use ddpspawn_sys as sys;
 
+use crate::defaults::library_defaults;
 use crate::error::{c_str_to_string, check, last_error, to_c_string, Error, Result};
 
 /// Builds and runs a job of `nprocs` worker processes.
@@ -209,7 +210,7 @@ impl Launcher {
             None => None,
         };
 
-        let mut options = sys::DDPSPAWN_LAUNCH_OPTIONS_INIT;
+        let mut options: sys::ddpspawn_launch_options = library_defaults()?;
         options.nprocs = nprocs;
         options.start_method = start_method.as_ptr() as *const c_char;
         options.argv = argv;
@@ -415,7 +416,7 @@ impl Report {
             let nprocs = sys::ddpspawn_job_nprocs(job);
             let mut ranks = Vec::with_capacity(usize::try_from(nprocs).unwrap_or(0));
             for rank in 0..nprocs.max(0) {
-                let mut raw = sys::DDPSPAWN_RANK_REPORT_INIT;
+                let mut raw: sys::ddpspawn_rank_report = library_defaults()?;
                 check(sys::ddpspawn_job_rank_report(job, rank, &mut raw))?;
                 let mut text: *const c_char = ptr::null();
                 check(sys::ddpspawn_job_rank_error(job, rank, &mut text))?;

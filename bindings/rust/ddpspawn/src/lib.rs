@@ -47,6 +47,7 @@
 //! path (an rpath, or `LD_LIBRARY_PATH`).
 
 mod context;
+mod defaults;
 mod element;
 mod error;
 mod launcher;

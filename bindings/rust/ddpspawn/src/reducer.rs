@@ -12,6 +12,7 @@ use std::ptr::{self, NonNull};
 use ddpspawn_sys as sys;
 
 use crate::context::Context;
+use crate::defaults::library_defaults;
 use crate::element::{DType, Element};
 use crate::error::{check, to_c_string, Error, Result};
 
@@ -157,12 +158,13 @@ impl fmt::Debug for GradBufferMut<'_> {
 /// ```
 #[derive(Debug, Clone)]
 pub struct ReducerBuilder {
-    bucket_cap_mb: f64,
-    first_bucket_cap_mb: f64,
-    comm_hook: String,
-    powersgd_rank: u32,
-    powersgd_start_iteration: u32,
-    find_unused_parameters: bool,
+    // `None`: the library's default (`ddpspawn_reducer_options_init_sized`).
+    bucket_cap_mb: Option<f64>,
+    first_bucket_cap_mb: Option<f64>,
+    comm_hook: Option<String>,
+    powersgd_rank: Option<u32>,
+    powersgd_start_iteration: Option<u32>,
+    find_unused_parameters: Option<bool>,
 }
 
 impl Default for ReducerBuilder {
@@ -172,22 +174,23 @@ impl Default for ReducerBuilder {
 }
 
 impl ReducerBuilder {
-    /// The defaults: 25 MiB buckets, a 1 MiB first bucket, the `"allreduce"`
+    /// The library's defaults (`ddpspawn_reducer_options_init_sized`); for
+    /// this version 25 MiB buckets, a 1 MiB first bucket, the `"allreduce"`
     /// hook, PowerSGD rank 1 from iteration 10, no unused-buffer detection.
     pub fn new() -> ReducerBuilder {
         ReducerBuilder {
-            bucket_cap_mb: 25.0,
-            first_bucket_cap_mb: 1.0,
-            comm_hook: "allreduce".to_string(),
-            powersgd_rank: 1,
-            powersgd_start_iteration: 10,
-            find_unused_parameters: false,
+            bucket_cap_mb: None,
+            first_bucket_cap_mb: None,
+            comm_hook: None,
+            powersgd_rank: None,
+            powersgd_start_iteration: None,
+            find_unused_parameters: None,
         }
     }
 
     /// Size cap of a bucket in MiB (positive).
     pub fn bucket_cap_mb(mut self, mb: f64) -> Self {
-        self.bucket_cap_mb = mb;
+        self.bucket_cap_mb = Some(mb);
         self
     }
 
@@ -195,7 +198,7 @@ impl ReducerBuilder {
     /// of the list, whose gradients a backward pass finishes first, start
     /// communicating early.
     pub fn first_bucket_cap_mb(mut self, mb: f64) -> Self {
-        self.first_bucket_cap_mb = mb;
+        self.first_bucket_cap_mb = Some(mb);
         self
     }
 
@@ -205,19 +208,19 @@ impl ReducerBuilder {
     /// are sent as they are). Another name makes `build` fail with
     /// [`Error::InvalidArgument`].
     pub fn comm_hook(mut self, name: impl Into<String>) -> Self {
-        self.comm_hook = name.into();
+        self.comm_hook = Some(name.into());
         self
     }
 
     /// PowerSGD's matrix approximation rank (>= 1).
     pub fn powersgd_rank(mut self, rank: u32) -> Self {
-        self.powersgd_rank = rank;
+        self.powersgd_rank = Some(rank);
         self
     }
 
     /// PowerSGD runs plain all-reduce for this many iterations first.
     pub fn powersgd_start_iteration(mut self, iteration: u32) -> Self {
-        self.powersgd_start_iteration = iteration;
+        self.powersgd_start_iteration = Some(iteration);
         self
     }
 
@@ -225,7 +228,7 @@ impl ReducerBuilder {
     /// untouched by `finalize` (one extra small all-reduce per iteration).
     /// `false` (default): unmarked buffers count as zeros in the mean.
     pub fn find_unused_parameters(mut self, enabled: bool) -> Self {
-        self.find_unused_parameters = enabled;
+        self.find_unused_parameters = Some(enabled);
         self
     }
 
@@ -240,15 +243,29 @@ impl ReducerBuilder {
         I: IntoIterator,
         I::Item: Into<GradBuffer>,
     {
-        let comm_hook = to_c_string("comm_hook", self.comm_hook.as_str())?;
-        let mut options = sys::DDPSPAWN_REDUCER_OPTIONS_INIT;
-        options.bucket_cap_mb = self.bucket_cap_mb;
-        options.first_bucket_cap_mb = self.first_bucket_cap_mb;
-        options.comm_hook = comm_hook.as_ptr();
-        options.powersgd_rank = to_i32("powersgd_rank", self.powersgd_rank)?;
-        options.powersgd_start_iteration =
-            to_i32("powersgd_start_iteration", self.powersgd_start_iteration)?;
-        options.find_unused_parameters = i32::from(self.find_unused_parameters);
+        let comm_hook = match &self.comm_hook {
+            Some(name) => Some(to_c_string("comm_hook", name.as_str())?),
+            None => None,
+        };
+        let mut options: sys::ddpspawn_reducer_options = library_defaults()?;
+        if let Some(mb) = self.bucket_cap_mb {
+            options.bucket_cap_mb = mb;
+        }
+        if let Some(mb) = self.first_bucket_cap_mb {
+            options.first_bucket_cap_mb = mb;
+        }
+        if let Some(name) = &comm_hook {
+            options.comm_hook = name.as_ptr();
+        }
+        if let Some(rank) = self.powersgd_rank {
+            options.powersgd_rank = to_i32("powersgd_rank", rank)?;
+        }
+        if let Some(iteration) = self.powersgd_start_iteration {
+            options.powersgd_start_iteration = to_i32("powersgd_start_iteration", iteration)?;
+        }
+        if let Some(enabled) = self.find_unused_parameters {
+            options.find_unused_parameters = i32::from(enabled);
+        }
 
         let mut buffers: Vec<GradBuffer> = buffers.into_iter().map(Into::into).collect();
         // Pointers to the vectors' heap blocks: moving `buffers` (the outer

@@ -4,12 +4,15 @@
 //! `Launcher::spawn_current_exe` re-runs it, and `main` sees `is_worker()`.
 //! Arguments that do not start with `-` filter tests by name.
 
+mod common;
+
 use std::panic;
 use std::process;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ddpspawn::{Context, Error, Launcher, RankState, ReduceOp};
+use common::launcher;
+use ddpspawn::{Context, Error, RankState, ReduceOp};
 
 fn main() {
     if ddpspawn::is_worker() {
@@ -22,47 +25,8 @@ fn main() {
         ("fork_panic_is_caught", fork_panic_is_caught),
         ("spawn_current_exe", spawn_current_exe),
     ];
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let selected: Vec<_> = tests
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
-        .collect();
-
-    println!("\nrunning {} tests", selected.len());
-    let mut failed = Vec::new();
-    for (name, test) in &selected {
-        let outcome = panic::catch_unwind(test);
-        println!(
-            "test {name} ... {}",
-            if outcome.is_ok() { "ok" } else { "FAILED" }
-        );
-        if outcome.is_err() {
-            failed.push(*name);
-        }
-    }
-    let passed = selected.len() - failed.len();
-    if failed.is_empty() {
-        println!(
-            "\ntest result: ok. {passed} passed; {} failed\n",
-            failed.len()
-        );
-    } else {
-        println!("\nfailures: {failed:?}");
-        println!(
-            "\ntest result: FAILED. {passed} passed; {} failed\n",
-            failed.len()
-        );
-        process::exit(101);
-    }
-}
-
-fn launcher(nprocs: usize) -> Launcher {
-    Launcher::new(nprocs)
-        .timeout(Duration::from_secs(240))
-        .grace_period(Duration::from_secs(2))
+    let outcome = common::run_tests(tests, |_, test| test());
+    common::finish(&outcome, "");
 }
 
 /// The role of this binary when `spawn_current_exe` re-runs it.

@@ -2,6 +2,8 @@
 //! and the job fails with `Error::Interrupted`. This binary has its own
 //! `main` (`harness = false`) so the signal reaches no other test.
 
+mod common;
+
 use std::process::{self, Command};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -9,7 +11,12 @@ use std::time::{Duration, Instant};
 use ddpspawn::{ErrorKind, Launcher};
 
 fn main() {
-    println!("\nrunning 1 test");
+    let tests: &[(&str, fn())] = &[("sigterm_interrupts_the_job", sigterm_interrupts_the_job)];
+    let outcome = common::run_tests(tests, |_, test| test());
+    common::finish(&outcome, "");
+}
+
+fn sigterm_interrupts_the_job() {
     let pid = process::id();
     let killer = thread::spawn(move || {
         // Long enough for the launcher to be waiting on the workers.
@@ -40,6 +47,4 @@ fn main() {
     Launcher::new(1)
         .spawn_command("true", Vec::<&str>::new())
         .unwrap();
-    println!("test sigterm_interrupts_the_job ... ok");
-    println!("\ntest result: ok. 1 passed; 0 failed\n");
 }

@@ -1,49 +1,13 @@
-//! Launcher and worker tests with real processes: each test launches
-//! `examples/worker.rs` (built by `cargo test`) as every rank and checks the
-//! report or the error.
+//! Launcher and worker tests with real processes: each test launches the
+//! worker fixture `tests/fixtures/worker.rs` (built by `cargo test`) as every
+//! rank and checks the report or the error.
 
-use std::env;
-use std::path::PathBuf;
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::{launcher, run, solo, temp_path, worker};
 use ddpspawn::{Context, Error, ErrorKind, Launcher, RankState, ReduceOp};
-
-/// The example worker, next to this test binary's directory
-/// (`target/<profile>/examples/worker`), or `$DDPSPAWN_TEST_WORKER`.
-fn worker() -> PathBuf {
-    if let Some(path) = env::var_os("DDPSPAWN_TEST_WORKER") {
-        return PathBuf::from(path);
-    }
-    let exe = env::current_exe().expect("current_exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("test binary in target/<profile>/deps");
-    let path = profile_dir.join("examples").join("worker");
-    assert!(
-        path.exists(),
-        "{} is missing: run the tests with `cargo test` (which builds examples) \
-         or `cargo build --examples` first",
-        path.display()
-    );
-    path
-}
-
-/// A launcher with a generous safety limit, so a hang fails the test.
-fn launcher(nprocs: usize) -> Launcher {
-    Launcher::new(nprocs)
-        .timeout(Duration::from_secs(240))
-        .grace_period(Duration::from_secs(2))
-}
-
-fn run(nprocs: usize, args: &[&str]) -> ddpspawn::Result<ddpspawn::Report> {
-    launcher(nprocs).spawn_command(worker(), args)
-}
-
-/// A path in the temp dir unique to this test process and `name`.
-fn temp_path(name: &str) -> PathBuf {
-    env::temp_dir().join(format!("ddpspawn-rs-{}-{name}", std::process::id()))
-}
 
 #[test]
 fn abi_version_matches_header() {
@@ -79,19 +43,10 @@ fn context_with_unknown_backend_is_invalid_argument() {
 /// group of one.
 #[test]
 fn single_process_context() {
-    for name in [
-        "RANK",
-        "WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "SLURM_PROCID",
-    ] {
-        if env::var_os(name).is_some() {
-            eprintln!("skipping: {name} is set in the test environment");
-            return;
-        }
-    }
-    let ctx = Context::with_options("gloo", Duration::from_secs(60)).unwrap();
+    let ctx = match solo() {
+        Some(ctx) => ctx,
+        None => return,
+    };
     assert_eq!(ctx.rank(), 0);
     assert_eq!(ctx.world_size(), 1);
     assert_eq!(ctx.environment(), "env");

@@ -1,63 +1,19 @@
 //! Gradient reducer tests: the API in a group of one here, and averaging
-//! between real processes through `examples/worker.rs` (its `reducer CASE`
-//! modes check the values themselves; rank 0 returns a summary).
+//! between real processes through the worker fixture
+//! `tests/fixtures/worker.rs` (its `reducer CASE` modes check the values
+//! themselves; rank 0 returns a summary).
 
-use std::env;
-use std::path::PathBuf;
-use std::time::Duration;
+mod common;
 
-use ddpspawn::{Context, DType, ErrorKind, GradBuffer, Launcher, Reducer, ReducerBuilder};
-
-/// The example worker (`target/<profile>/examples/worker`), or
-/// `$DDPSPAWN_TEST_WORKER`.
-fn worker() -> PathBuf {
-    if let Some(path) = env::var_os("DDPSPAWN_TEST_WORKER") {
-        return PathBuf::from(path);
-    }
-    let exe = env::current_exe().expect("current_exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("test binary in target/<profile>/deps");
-    let path = profile_dir.join("examples").join("worker");
-    assert!(
-        path.exists(),
-        "{} is missing: run the tests with `cargo test` (which builds examples) \
-         or `cargo build --examples` first",
-        path.display()
-    );
-    path
-}
+use common::{run, solo};
+use ddpspawn::{DType, ErrorKind, GradBuffer, Reducer, ReducerBuilder};
 
 /// Rank 0's summary of `reducer CASE` with `nprocs` ranks.
 fn reducer_case(nprocs: usize, case: &str) -> String {
-    let report = Launcher::new(nprocs)
-        .timeout(Duration::from_secs(240))
-        .grace_period(Duration::from_secs(2))
-        .spawn_command(worker(), ["reducer", case])
+    let report = run(nprocs, &["reducer", case])
         .unwrap_or_else(|e| panic!("reducer {case} with {nprocs} ranks: {e}"));
     let bytes = report.into_result().expect("rank 0 returns a summary");
     String::from_utf8(bytes).expect("utf-8 summary")
-}
-
-/// A group of one, or None (the test is skipped) when the environment
-/// describes a cluster.
-fn solo() -> Option<Context> {
-    for name in [
-        "RANK",
-        "WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "SLURM_PROCID",
-    ] {
-        if env::var_os(name).is_some() {
-            eprintln!("skipping: {name} is set in the test environment");
-            return None;
-        }
-    }
-    let ctx = Context::with_options("gloo", Duration::from_secs(60)).unwrap();
-    assert_eq!(ctx.world_size(), 1);
-    Some(ctx)
 }
 
 // -- a group of one -----------------------------------------------------------

@@ -5,10 +5,11 @@
 //! the calling process, which must not have libtest's test threads running
 //! beside it. Arguments that do not start with `-` filter tests by name.
 
+mod common;
+
 use std::fs;
-use std::panic;
 use std::path::{Path, PathBuf};
-use std::process::{self, Command};
+use std::process::Command;
 use std::time::Duration;
 
 use ddpspawn::{Data, Error, ErrorKind, RunResult, Trainer};
@@ -39,44 +40,18 @@ fn main() {
             checkpoint_of_another_model_is_invalid_argument,
         ),
     ];
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let selected: Vec<_> = tests
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
-        .collect();
-
-    let root = std::env::temp_dir().join(format!("ddpspawn-rs-train-{}", process::id()));
+    let root = common::temp_path("train");
     let _ = fs::remove_dir_all(&root);
     fs::create_dir_all(&root).expect("create the test directory");
-    println!("\nrunning {} tests", selected.len());
-    let mut failed = Vec::new();
-    for (name, test) in &selected {
+    let outcome = common::run_tests(tests, |name, test| {
         let dir = root.join(name);
         fs::create_dir_all(&dir).expect("create a test directory");
-        let outcome = panic::catch_unwind(|| test(&dir));
-        println!(
-            "test {name} ... {}",
-            if outcome.is_ok() { "ok" } else { "FAILED" }
-        );
-        if outcome.is_err() {
-            failed.push(*name);
-        }
-    }
-    let passed = selected.len() - failed.len();
-    if failed.is_empty() {
+        test(&dir);
+    });
+    if outcome.failed.is_empty() {
         let _ = fs::remove_dir_all(&root);
-        println!("\ntest result: ok. {passed} passed; 0 failed\n");
-    } else {
-        println!("\nfailures: {failed:?} (files kept in {})", root.display());
-        println!(
-            "\ntest result: FAILED. {passed} passed; {} failed\n",
-            failed.len()
-        );
-        process::exit(101);
     }
+    common::finish(&outcome, &format!(" (files kept in {})", root.display()));
 }
 
 // --- Data ---------------------------------------------------------------------
