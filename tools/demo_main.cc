@@ -70,7 +70,7 @@ int Launcher(const char* self, bool fail) {
   LaunchSpec spec;
   spec.nprocs = 2;
   spec.argv = {self, "--worker"};
-  if (fail) spec.argv.push_back("--fail");
+  if (fail) spec.argv.emplace_back("--fail");
   spec.timeout = absl::Minutes(5);
   absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);

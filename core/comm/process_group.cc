@@ -162,6 +162,7 @@ bool ShmAllReduceEnabled() {
 void WaitUntilEveryRankJoined(c10d::Store& store, const ClusterInfo& cluster) {
   store.set(absl::StrCat("joined/", cluster.rank), std::vector<uint8_t>{1});
   std::vector<std::string> keys;
+  keys.reserve(cluster.world_size);
   for (int r = 0; r < cluster.world_size; ++r) keys.push_back(absl::StrCat("joined/", r));
   store.wait(keys);
 }

@@ -290,10 +290,11 @@ absl::Status SharedMemoryCollectives::Broadcast(void* data, size_t bytes, int sr
   if (bytes > capacity_) {
     return absl::InvalidArgumentError("buffer larger than the shared-memory slots");
   }
-  // As in Sum: nobody reads our slot between generations.
-  if (rank_ == src) std::memcpy(staging_->slot(src), data, bytes);
+  // As in Sum: nobody reads our slot between generations. An empty tensor's data may be null,
+  // which memcpy must not see even for 0 bytes (UBSan).
+  if (rank_ == src && bytes > 0) std::memcpy(staging_->slot(src), data, bytes);
   if (absl::Status s = Arrive(); !s.ok()) return s;
-  if (rank_ != src) std::memcpy(data, staging_->slot(src), bytes);
+  if (rank_ != src && bytes > 0) std::memcpy(data, staging_->slot(src), bytes);
   return Leave("copy the broadcast out");
 }
 

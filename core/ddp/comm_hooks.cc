@@ -172,6 +172,7 @@ class PowerSgdHook : public CommHook {
     work->dense = dense;
     if (!dense.empty()) {
       std::vector<at::Tensor> flat;
+      flat.reserve(dense.size());
       for (const at::Tensor& d : dense) flat.push_back(d.reshape({-1}));
       work->dense_flat = at::cat(flat);
       s.last_sent_elements += work->dense_flat.numel();

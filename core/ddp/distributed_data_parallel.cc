@@ -10,17 +10,17 @@
 namespace ddpspawn {
 
 absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Wrap(
-    std::shared_ptr<torch::nn::Module> module, ProcessGroup* group, DdpOptions options) {
+    std::shared_ptr<torch::nn::Module> module, ProcessGroup* group, const DdpOptions& options) {
   if (module == nullptr) return absl::InvalidArgumentError("the module must not be null");
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
-      Wrap(module->parameters(), module->buffers(), group, std::move(options));
+      Wrap(module->parameters(), module->buffers(), group, options);
   if (ddp.ok()) (*ddp)->module_ = std::move(module);
   return ddp;
 }
 
 absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Wrap(
     std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers, ProcessGroup* group,
-    DdpOptions options) {
+    const DdpOptions& options) {
   if (group == nullptr) return absl::InvalidArgumentError("DDP needs a process group");
   std::unique_ptr<DistributedDataParallel> ddp(new DistributedDataParallel());
   ddp->group_ = group;

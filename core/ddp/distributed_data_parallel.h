@@ -33,10 +33,11 @@ class DistributedDataParallel {
   // Broadcasts parameters and buffers from rank 0, then hooks the parameters
   // that require grad.
   static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Wrap(
-      std::shared_ptr<torch::nn::Module> module, ProcessGroup* group, DdpOptions options = {});
+      std::shared_ptr<torch::nn::Module> module, ProcessGroup* group,
+      const DdpOptions& options = {});
   static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Wrap(
       std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers, ProcessGroup* group,
-      DdpOptions options = {});
+      const DdpOptions& options = {});
 
   // Call before each forward: with broadcast_buffers, every rank takes rank 0's
   // buffers.

@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 
@@ -41,21 +42,27 @@ at::Tensor AliasInto(const at::Tensor& buffer, int64_t offset, const at::Tensor&
 absl::Status CheckSameTensorsOnEveryRank(ProcessGroup& group,
                                          const std::vector<at::Tensor>& tensors) {
   if (group.world_size() == 1) return absl::OkStatus();
-  int64_t mine[3] = {static_cast<int64_t>(tensors.size()), 0, 17};
+  // The fingerprint wraps around in unsigned arithmetic (signed overflow would be undefined:
+  // UBSan found it).
+  uint64_t fingerprint = 17;
+  int64_t mine[3] = {static_cast<int64_t>(tensors.size()), 0, 0};
   for (const at::Tensor& t : tensors) {
     mine[1] += t.numel();
-    mine[2] = mine[2] * 1000003 + t.numel() * 31 + static_cast<int64_t>(t.scalar_type());
+    fingerprint = fingerprint * 1000003u + static_cast<uint64_t>(t.numel()) * 31u +
+                  static_cast<uint64_t>(t.scalar_type());
   }
+  std::memcpy(&mine[2], &fingerprint, sizeof(fingerprint));
   std::vector<int64_t> all(3 * static_cast<size_t>(group.world_size()));
   if (absl::Status s = group.AllGather(mine, 3, DType::kInt64, all.data()); !s.ok()) return s;
   bool same = true;
   for (int r = 1; r < group.world_size(); ++r) {
-    same = same && std::equal(all.begin(), all.begin() + 3, all.begin() + 3 * r);
+    same =
+        same && std::equal(all.begin(), all.begin() + 3, all.begin() + 3 * static_cast<int64_t>(r));
   }
   if (same) return absl::OkStatus();
   std::string message =
       "the ranks do not reduce the same tensors (count, sizes and dtypes must match):";
-  for (int r = 0; r < group.world_size(); ++r) {
+  for (size_t r = 0; r < static_cast<size_t>(group.world_size()); ++r) {
     absl::StrAppend(&message, "\n  rank ", r, ": ", all[3 * r], " tensors, ", all[3 * r + 1],
                     " elements");
   }

@@ -178,6 +178,7 @@ absl::Status DDPSpawnStrategy::SetupDistributed() {
   GroupOptions group_options;
   group_options.backend = process_group_backend();
   group_options.timeout = options_.timeout;
+  // NOLINTNEXTLINE(bugprone-signed-char-misuse): a device index is a small signed number.
   if (root_device().is_cuda()) group_options.device_index = root_device().index();
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       ProcessGroup::Create(cluster_, group_options);

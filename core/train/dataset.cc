@@ -183,7 +183,7 @@ absl::StatusOr<NpyDtype> ParseDescr(const std::string& descr) {
       {"f4", at::kFloat}, {"f8", at::kDouble}, {"i1", at::kChar}, {"i2", at::kShort},
       {"i4", at::kInt},   {"i8", at::kLong},   {"u1", at::kByte}, {"b1", at::kBool},
   };
-  if (descr.size() == 3 && absl::string_view("<>|=").find(descr[0]) != absl::string_view::npos) {
+  if (descr.size() == 3 && absl::StrContains("<>|=", descr[0])) {
     absl::string_view kind_and_size = absl::string_view(descr).substr(1);
     for (const Known& known : kKnown) {
       if (kind_and_size != known.kind_and_size) continue;

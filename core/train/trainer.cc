@@ -165,7 +165,7 @@ absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Opti
   return strategy_.SaveCheckpoint(bytes, path);
 }
 
-absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
+absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& module,
                                        const Dataset& train, const Dataset* validation) {
   if (absl::Status s = Prepare(module); !s.ok()) return s;
   const int rank = strategy_.global_rank(), world = strategy_.world_size();
@@ -221,8 +221,8 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
     const int64_t epoch = state.epoch;
     const absl::Time epoch_start = absl::Now();
     if (config.step_lr_every > 0) {
-      const double lr = config.lr * std::pow(config.step_lr_gamma,
-                                             static_cast<double>(epoch / config.step_lr_every));
+      const int64_t decays = epoch / config.step_lr_every;  // StepLR: whole periods only
+      const double lr = config.lr * std::pow(config.step_lr_gamma, static_cast<double>(decays));
       for (auto& group : (*optimizer)->param_groups()) group.options().set_lr(lr);
     }
     sampler->set_epoch(epoch);
@@ -281,8 +281,8 @@ absl::StatusOr<FitResult> Trainer::Fit(std::shared_ptr<LightningModule> module,
         window_batches = 0;
       }
       if (bar) {
-        std::printf("\repoch %lld [%lld/%lld] loss %.4f", static_cast<long long>(epoch + 1),
-                    static_cast<long long>(b + 1), static_cast<long long>(batches), value);
+        std::printf("\repoch %lld [%lld/%lld] loss %.4f", static_cast<long long>(epoch) + 1,
+                    static_cast<long long>(b) + 1, static_cast<long long>(batches), value);
         std::fflush(stdout);
       }
       if (options_.max_steps > 0 && state.global_step >= options_.max_steps) {
@@ -377,6 +377,7 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(
   // Weighted by samples, summed over the ranks (every rank reports the same
   // names).
   std::vector<double> flat;
+  flat.reserve(sums.size() + 1);
   for (const auto& [name, sum] : sums) flat.push_back(sum);
   flat.push_back(samples);
   absl::StatusOr<at::Tensor> total = strategy_.Reduce(at::tensor(flat, at::kDouble), "sum");
@@ -389,18 +390,18 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(
 }
 
 absl::StatusOr<std::map<std::string, double>> Trainer::Validate(
-    std::shared_ptr<LightningModule> module, const Dataset& data) {
+    const std::shared_ptr<LightningModule>& module, const Dataset& data) {
   if (absl::Status s = Prepare(module); !s.ok()) return s;
   return Evaluate(module, data, false);
 }
 
-absl::StatusOr<std::map<std::string, double>> Trainer::Test(std::shared_ptr<LightningModule> module,
-                                                            const Dataset& data) {
+absl::StatusOr<std::map<std::string, double>> Trainer::Test(
+    const std::shared_ptr<LightningModule>& module, const Dataset& data) {
   if (absl::Status s = Prepare(module); !s.ok()) return s;
   return Evaluate(module, data, true);
 }
 
-absl::StatusOr<at::Tensor> Trainer::Predict(std::shared_ptr<LightningModule> module,
+absl::StatusOr<at::Tensor> Trainer::Predict(const std::shared_ptr<LightningModule>& module,
                                             const Dataset& data) {
   if (absl::Status s = Prepare(module); !s.ok()) return s;
   std::vector<at::Tensor> outputs;

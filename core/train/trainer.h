@@ -55,17 +55,18 @@ class Trainer {
  public:
   Trainer(DDPSpawnStrategy& strategy, TrainerOptions options);
 
-  absl::StatusOr<FitResult> Fit(std::shared_ptr<LightningModule> module, const Dataset& train,
-                                const Dataset* validation);
+  absl::StatusOr<FitResult> Fit(const std::shared_ptr<LightningModule>& module,
+                                const Dataset& train, const Dataset* validation);
   // Metrics averaged over the dataset and the ranks (e.g. val_loss,
   // val_accuracy).
-  absl::StatusOr<std::map<std::string, double>> Validate(std::shared_ptr<LightningModule> module,
-                                                         const Dataset& data);
-  absl::StatusOr<std::map<std::string, double>> Test(std::shared_ptr<LightningModule> module,
+  absl::StatusOr<std::map<std::string, double>> Validate(
+      const std::shared_ptr<LightningModule>& module, const Dataset& data);
+  absl::StatusOr<std::map<std::string, double>> Test(const std::shared_ptr<LightningModule>& module,
                                                      const Dataset& data);
   // Rank 0: every sample's prediction, in dataset order; other ranks: an
   // undefined tensor.
-  absl::StatusOr<at::Tensor> Predict(std::shared_ptr<LightningModule> module, const Dataset& data);
+  absl::StatusOr<at::Tensor> Predict(const std::shared_ptr<LightningModule>& module,
+                                     const Dataset& data);
 
  private:
   absl::Status Prepare(const std::shared_ptr<LightningModule>& module);

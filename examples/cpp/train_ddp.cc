@@ -24,7 +24,7 @@ class LinearRegression : public ddpspawn::NnModule {
   }
 
  private:
-  explicit LinearRegression(torch::nn::Linear net) : NnModule(net.ptr()), net_(net) {}
+  explicit LinearRegression(const torch::nn::Linear& net) : NnModule(net.ptr()), net_(net) {}
   torch::nn::Linear net_;
 };
 

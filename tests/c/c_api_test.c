@@ -2,7 +2,8 @@
  * job (this program re-executed as the workers), a 2-rank fork job, and the
  * argument errors. Exits 0 when every check passes; prints each failed check.
  */
-#define _XOPEN_SOURCE 700 /* mkdtemp, nftw */
+/* mkdtemp, nftw. NOLINTNEXTLINE(bugprone-reserved-identifier): POSIX's feature-test macro */
+#define _XOPEN_SOURCE 700
 #include <ddpspawn/ddpspawn.h>
 #include <ftw.h>
 #include <stdio.h>

@@ -71,8 +71,11 @@ T Expected(ReduceOp op, int world) {
     case ReduceOp::kSum:
       return sum;
     case ReduceOp::kMean:
-      return std::is_integral<T>::value ? static_cast<T>(static_cast<int64_t>(sum) / world)
-                                        : sum / world;
+      if constexpr (std::is_integral<T>::value) {
+        return static_cast<T>(static_cast<int64_t>(sum) / world);
+      } else {
+        return sum / world;
+      }
     case ReduceOp::kMin:
       return 1;
     case ReduceOp::kMax:
@@ -90,11 +93,11 @@ void CheckReductions(ProcessGroup& group, DType dtype, const char* name) {
        {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
     std::string what = absl::StrCat(name, " op ", static_cast<int>(op));
     T values[5];
-    for (T& v : values) v = static_cast<T>(rank + 1);
+    for (T& v : values) v = static_cast<T>(rank) + 1;
     CheckOk(group.AllReduce(values, 5, dtype, op), "all_reduce " + what);
     for (T v : values) Check(v == Expected<T>(op, world), "all_reduce value " + what);
     const int dst = world - 1;
-    for (T& v : values) v = static_cast<T>(rank + 1);
+    for (T& v : values) v = static_cast<T>(rank) + 1;
     CheckOk(group.Reduce(values, 5, dtype, op, dst), "reduce " + what);
     T want = rank == dst ? Expected<T>(op, world) : static_cast<T>(rank + 1);
     for (T v : values) Check(v == want, "reduce value " + what);
@@ -156,7 +159,8 @@ void Collectives() {
   absl::StatusOr<std::vector<std::string>> strings = group->AllGatherBytes(mine);
   CheckOk(strings.status(), "all_gather_bytes");
   for (int r = 0; r < world; ++r) {
-    Check((*strings)[r] == std::string(r * 3, static_cast<char>('a' + r)), "bytes value");
+    Check((*strings)[r] == std::string(static_cast<size_t>(r) * 3, static_cast<char>('a' + r)),
+          "bytes value");
   }
   absl::StatusOr<std::string> message =
       group->BroadcastBytes(rank == world - 1 ? "from the last rank" : "ignored", world - 1);

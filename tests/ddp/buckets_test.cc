@@ -18,6 +18,7 @@ constexpr size_t kKiB = 1024;
 
 TEST(AssignBucketsTest, ManySmallAndOneLargerThanTheCap) {
   std::vector<at::Tensor> tensors;
+  tensors.reserve(51);
   for (int i = 0; i < 50; ++i) tensors.push_back(at::zeros({64}));  // 256 B each
   tensors.insert(tensors.begin() + 20, at::zeros({4096}));          // 16 KiB, over the cap
   const size_t first_cap = 1 * kKiB, cap = 4 * kKiB;
@@ -64,6 +65,7 @@ TEST(ReducerTest, BucketsStartInOrderWhateverTheReadyOrder) {
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group = ProcessGroup::Create(ClusterInfo{});
   ASSERT_TRUE(group.ok()) << group.status();
   std::vector<at::Tensor> buffers;
+  buffers.reserve(12);
   for (int i = 0; i < 12; ++i) buffers.push_back(at::full({256}, static_cast<float>(i)));
   ReducerOptions options;
   options.bucket_cap_mb = 2.0 / 1024;  // 2 KiB: two buffers per bucket

@@ -138,6 +138,7 @@ Model MakeModel(const std::string& name) {
 
 torch::Tensor Flatten(const std::vector<torch::Tensor>& tensors) {
   std::vector<torch::Tensor> parts;
+  parts.reserve(tensors.size());
   for (const torch::Tensor& t : tensors)
     parts.push_back(t.detach().reshape({-1}).to(torch::kDouble));
   return parts.empty() ? torch::zeros({0}, torch::kDouble) : torch::cat(parts);
@@ -205,16 +206,17 @@ int Run(const Flags& flags) {
   // The same data on every rank: step s, micro-batch m, rank r owns block [r*b,
   // (r+1)*b).
   torch::manual_seed(7);
-  std::vector<int64_t> shape = {steps, accum, world * batch};
+  std::vector<int64_t> shape = {steps, accum, static_cast<int64_t>(world) * batch};
   shape.insert(shape.end(), model.input_shape.begin(), model.input_shape.end());
   torch::Tensor inputs = torch::randn(shape);
   // Targets from a fixed random teacher, so there is something to learn.
   const int64_t features = inputs[0][0][0].numel();
   torch::Tensor teacher = torch::randn({features, 4}) / std::sqrt(static_cast<double>(features));
   torch::Tensor targets =
-      torch::tanh(inputs.reshape({steps, accum, world * batch, features}).matmul(teacher));
+      torch::tanh(inputs.reshape({steps, accum, static_cast<int64_t>(world) * batch, features})
+                      .matmul(teacher));
   auto block = [&](const torch::Tensor& all, int step, int micro, int r) {
-    return all[step][micro].narrow(0, r * batch, batch);
+    return all[step][micro].narrow(0, static_cast<int64_t>(r) * batch, batch);
   };
 
   std::vector<double> losses;
@@ -300,7 +302,9 @@ int Run(const Flags& flags) {
     }
   }
   if (options.reducer.find_unused_parameters && flags.model == "unused") {
-    auto& never = model.module->named_parameters()["never.weight"];
+    // A copy: named_parameters() returns a temporary dictionary (ASan found the dangling
+    // reference).
+    const at::Tensor never = model.module->named_parameters()["never.weight"];
     if (never.grad().defined()) Fail("the parameter no rank used got a gradient");
   }
   if (rank == 0) {

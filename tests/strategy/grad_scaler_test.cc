@@ -14,7 +14,7 @@
 namespace ddpspawn {
 namespace {
 
-at::Tensor ParameterWithGrad(std::vector<float> grad) {
+at::Tensor ParameterWithGrad(const std::vector<float>& grad) {
   at::Tensor p = at::zeros({static_cast<int64_t>(grad.size())});
   p.mutable_grad() = at::tensor(grad);
   return p;

@@ -18,9 +18,8 @@ namespace {
 // A regression MLP with every step of the module interface.
 class Regressor : public NnModule {
  public:
-  explicit Regressor(torch::nn::Sequential net = torch::nn::Sequential(torch::nn::Linear(4, 16),
-                                                                       torch::nn::ReLU(),
-                                                                       torch::nn::Linear(16, 1)))
+  explicit Regressor(const torch::nn::Sequential& net = torch::nn::Sequential(
+                         torch::nn::Linear(4, 16), torch::nn::ReLU(), torch::nn::Linear(16, 1)))
       : NnModule(net.ptr()), net_(net) {}
   absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch, int64_t) override {
     at::Tensor out = net_->forward(batch[0]);
@@ -45,7 +44,7 @@ class Regressor : public NnModule {
   } while (0)
 #define EXPECT_OK(expr)                                                                 \
   do {                                                                                  \
-    absl::Status _s = (expr);                                                           \
+    const absl::Status& _s = (expr);                                                    \
     if (!_s.ok()) return absl::InternalError(absl::StrCat(#expr, ": ", _s.ToString())); \
   } while (0)
 

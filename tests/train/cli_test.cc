@@ -46,7 +46,7 @@ CliRun Cli(const std::string& args) {
   CliRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadWholeFile(out).value_or(""), {}};
   for (absl::string_view line : absl::StrSplit(run.output, '\n')) {
     size_t eq = line.find('=');
-    if (eq != absl::string_view::npos && line.find(' ') == absl::string_view::npos) {
+    if (eq != absl::string_view::npos && !absl::StrContains(line, ' ')) {
       run.values[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
     }
   }
@@ -55,7 +55,7 @@ CliRun Cli(const std::string& args) {
 
 // A learnable 3-class problem: the class is which of three features is largest.
 std::string WriteClassification(const std::string& name, int rows) {
-  const std::string path = absl::StrCat(testing::TempDir(), "/", name);
+  std::string path = absl::StrCat(testing::TempDir(), "/", name);
   std::ofstream out(path);
   at::manual_seed(rows);
   at::Tensor x = at::rand({rows, 4});

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -87,7 +88,7 @@ absl::StatusOr<std::string> Worker(int steps) {
     std::sort(times.begin(), times.end());
     double median = times[times.size() / 2];
     if (!config.sync) ceiling = median;
-    if (config.name.rfind("default", 0) == 0) baseline = median;
+    if (absl::StartsWith(config.name, "default")) baseline = median;
     absl::StrAppendFormat(&report, "%-36s %12.2f %10.2f %10.2f\n", config.name, median,
                           baseline > 0 ? baseline / median : 0.0, ceiling / median);
   }

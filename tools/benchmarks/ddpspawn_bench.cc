@@ -254,8 +254,8 @@ int main(int argc, char** argv) {
     };
   }
   flags.launch_time = ddpspawn::NowSeconds();  // the launch starts here
-  for (int i = 0; i < argc; ++i) spec.argv.push_back(argv[i]);
-  spec.argv.push_back("--launch-time");
+  for (int i = 0; i < argc; ++i) spec.argv.emplace_back(argv[i]);
+  spec.argv.emplace_back("--launch-time");
   spec.argv.push_back(absl::StrFormat("%.6f", flags.launch_time));
   absl::StatusOr<std::unique_ptr<ddpspawn::Job>> job = ddpspawn::Job::Create(spec);
   absl::Status status = job.ok() ? (*job)->Start() : job.status();
