@@ -6,6 +6,7 @@
 #include "capi/rank_report.h"
 #include "capi/status.h"
 #include "core/env/cluster_environment.h"
+#include "core/env/settings.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
 #include "ddpspawn/ddpspawn.h"
@@ -174,9 +175,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_result(const ddpspawn_job* job, con
   });
 }
 
-DDPSPAWN_EXPORT int32_t ddpspawn_is_worker(void) {
-  return std::getenv(ddpspawn::kRunDirEnv) != nullptr ? 1 : 0;
-}
+DDPSPAWN_EXPORT int32_t ddpspawn_is_worker(void) { return ddpspawn::IsLaunchedWorker() ? 1 : 0; }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_result(const void* data, size_t size) {
   return Guard([&]() -> absl::Status {

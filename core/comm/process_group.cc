@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/comm/prompt_file_store.h"
 #include "core/comm/shm_collectives.h"
+#include "core/env/settings.h"
 
 namespace ddpspawn {
 namespace {
@@ -148,12 +149,6 @@ constexpr size_t kShmCapacityBytes = 64 << 20;
 // the same either way, mostly in first touches of new pages, and through
 // shared memory they would add the slot's pages to every rank's memory.
 constexpr size_t kShmBroadcastMaxBytes = 1 << 20;
-
-// DDPSPAWN_SHM_ALLREDUCE=0 sends everything through Gloo.
-bool ShmAllReduceEnabled() {
-  const char* value = std::getenv("DDPSPAWN_SHM_ALLREDUCE");
-  return value == nullptr || std::string(value) != "0";
-}
 
 // A rank whose side of Gloo's full mesh is connected may go on (and even exit)
 // while a peer is still connecting to it, which fails that peer with
@@ -360,10 +355,14 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
   }
   auto impl = std::make_unique<Impl>();
   impl->timeout = absl::ToChronoMilliseconds(options.timeout);
+  // DDPSPAWN_DEBUG=1 adds the cross-rank checks; DDPSPAWN_SHM_ALLREDUCE=0 sends everything
+  // through Gloo. Other values are refused.
+  absl::StatusOr<bool> debug = ReadSwitch(Setting::kDebug, false);
+  if (!debug.ok()) return debug.status();
+  absl::StatusOr<bool> shm_enabled = ReadSwitch(Setting::kShmAllReduce, true);
+  if (!shm_enabled.ok()) return shm_enabled.status();
   GroupOptions effective = options;
-  if (const char* debug = std::getenv("DDPSPAWN_DEBUG"); debug && std::string(debug) == "1") {
-    effective.debug_checks = true;
-  }
+  effective.debug_checks = effective.debug_checks || *debug;
   const int generation = g_group_generation++;
   std::string prefix = absl::StrCat("ddpspawn/group", generation);
   absl::Status refused = absl::OkStatus();
@@ -388,7 +387,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
     gloo_options->devices.push_back(GlooDevice(cluster));
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cluster.rank,
                                                               cluster.world_size, gloo_options);
-    if (cluster.kind == ClusterKind::kDdpspawn && cluster.world_size > 1 && ShmAllReduceEnabled()) {
+    if (cluster.kind == ClusterKind::kDdpspawn && cluster.world_size > 1 && *shm_enabled) {
       impl->shm = JoinSharedMemory(*impl->group, cluster,
                                    absl::StrCat(SharedMemoryPrefix(cluster.run_dir), generation),
                                    options.timeout);

@@ -11,11 +11,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/env/settings.h"  // kRunDirEnv
 
 namespace ddpspawn {
-
-// Variables the ddpspawn launcher adds to the torchrun-compatible ones.
-inline constexpr char kRunDirEnv[] = "DDPSPAWN_RUN_DIR";
 
 enum class ClusterKind { kDdpspawn, kTorchElastic, kSlurm, kEnv };
 

@@ -4,11 +4,13 @@
 
 #include <cstdlib>
 #include <exception>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/env/cluster_environment.h"
+#include "core/env/settings.h"
 #include "core/util/files.h"
 
 namespace ddpspawn {
@@ -24,15 +26,15 @@ struct WorkerIdentity {
 };
 
 absl::StatusOr<WorkerIdentity> CurrentWorker() {
-  const char* run_dir = std::getenv(kRunDirEnv);
+  std::optional<std::string> run_dir = ReadSetting(Setting::kRunDir);
   const char* rank_text = std::getenv("RANK");
   int rank = 0;
-  if (run_dir == nullptr || rank_text == nullptr || !absl::SimpleAtoi(rank_text, &rank)) {
+  if (!run_dir.has_value() || rank_text == nullptr || !absl::SimpleAtoi(rank_text, &rank)) {
     return absl::UnavailableError(
         "this process was not started by a ddpspawn launcher (DDPSPAWN_RUN_DIR and RANK are not "
         "set), so there is no launcher to hand a result or an error to");
   }
-  return WorkerIdentity{run_dir, rank};
+  return WorkerIdentity{*std::move(run_dir), rank};
 }
 
 std::optional<std::string> ReadFile(const std::string& path) {
@@ -75,7 +77,7 @@ absl::Status SetWorkerError(absl::string_view text) {
 }
 
 void InstallTerminateHandler() {
-  if (std::getenv(kRunDirEnv) != nullptr) std::set_terminate(RecordUncaughtException);
+  if (IsLaunchedWorker()) std::set_terminate(RecordUncaughtException);
 }
 
 std::optional<std::string> ReadWorkerResult(const std::string& run_dir) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/env/settings.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
 #include "core/util/files.h"
@@ -45,7 +46,7 @@ Batch ToDevice(const Batch& batch, c10::Device device) {
 
 }  // namespace
 
-bool IsWorkerProcess() { return std::getenv(kRunDirEnv) != nullptr; }
+bool IsWorkerProcess() { return IsLaunchedWorker(); }
 
 DDPSpawnStrategy::DDPSpawnStrategy(StrategyOptions options) : options_(std::move(options)) {
   if (!options_.checkpoint_io) options_.checkpoint_io = MakeAtomicFileCheckpointIO();

@@ -40,6 +40,19 @@ TEST_P(CollectivesTest, EveryOpAndDtype) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, CollectivesTest,
                          testing::Combine(testing::Values(2, 3, 4), testing::Bool()));
 
+// A setting with a value ddpspawn does not know is refused when the group is created, naming the
+// variable, instead of being read as the default.
+TEST(SettingsTest, AnUnknownSwitchValueIsRefused) {
+  for (const char* assignment : {"DDPSPAWN_SHM_ALLREDUCE=maybe", "DDPSPAWN_DEBUG=yes"}) {
+    absl::StatusOr<std::string> result = RunWorkers(2, "collectives", {assignment});
+    ASSERT_FALSE(result.ok()) << assignment;
+    EXPECT_THAT(result.status().message(), testing::HasSubstr("': expected 0 or 1"));
+    EXPECT_THAT(
+        std::string(result.status().message()),
+        testing::HasSubstr(std::string(assignment).substr(0, std::string(assignment).find('='))));
+  }
+}
+
 // Groups created one after another in the same job each rendezvous on their
 // own: a rank that lets go of a group late must not wipe the next group's keys.
 TEST(GroupsInTurnTest, EachGroupJoinsAndReduces) {

@@ -17,6 +17,7 @@
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/distributed_data_parallel.h"
 #include "core/env/cluster_environment.h"
+#include "core/env/settings.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
 
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--steps=", 8) == 0) steps = std::atoi(argv[i] + 8);
   }
-  if (std::getenv(ddpspawn::kRunDirEnv) != nullptr) {
+  if (ddpspawn::IsLaunchedWorker()) {
     absl::StatusOr<std::string> report = ddpspawn::Worker(steps);
     if (!report.ok()) {
       (void)ddpspawn::SetWorkerError(report.status().ToString());

@@ -28,6 +28,7 @@
 #include "core/comm/process_group.h"
 #include "core/ddp/distributed_data_parallel.h"
 #include "core/env/cluster_environment.h"
+#include "core/env/settings.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
@@ -230,7 +231,7 @@ int main(int argc, char** argv) {
     if (key == "--launch-time") (void)absl::SimpleAtod(value, &flags.launch_time);
   }
   if (flags.mode == "startup") return 0;  // tools/bench times a bare start
-  if (std::getenv(ddpspawn::kRunDirEnv) != nullptr) {
+  if (ddpspawn::IsLaunchedWorker()) {
     absl::StatusOr<std::string> report = ddpspawn::Worker(flags);
     if (!report.ok()) {
       (void)ddpspawn::SetWorkerError(report.status().ToString());

@@ -1,0 +1,49 @@
+// ddpspawn's environment settings: the table and the readers (see settings.h).
+#include "core/env/settings.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+namespace ddpspawn {
+namespace {
+
+constexpr SettingInfo kSettings[] = {
+    {Setting::kRunDir, kRunDirEnv, "a directory (set by the launcher)",
+     "the launcher's private run directory: the rendezvous store, result and error files; marks "
+     "the process as a launched worker"},
+    {Setting::kShmAllReduce, "DDPSPAWN_SHM_ALLREDUCE", "1 (default) or 0",
+     "0 sends every collective through Gloo instead of the launcher's shared-memory path"},
+    {Setting::kDebug, "DDPSPAWN_DEBUG", "0 (default) or 1",
+     "1 turns on the process group's cross-rank checks of every collective (debug_checks)"},
+};
+
+}  // namespace
+
+absl::Span<const SettingInfo> AllSettings() { return kSettings; }
+
+const char* SettingName(Setting setting) {
+  for (const SettingInfo& info : kSettings) {
+    if (info.setting == setting) return info.name;
+  }
+  return "";  // unreachable: every Setting has a row
+}
+
+std::optional<std::string> ReadSetting(Setting setting) {
+  const char* value = std::getenv(SettingName(setting));
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+absl::StatusOr<bool> ReadSwitch(Setting setting, bool unset_value) {
+  std::optional<std::string> value = ReadSetting(setting);
+  if (!value.has_value()) return unset_value;
+  if (*value == "0") return false;
+  if (*value == "1") return true;
+  return absl::InvalidArgumentError(
+      absl::StrCat(SettingName(setting), "='", *value, "': expected 0 or 1"));
+}
+
+bool IsLaunchedWorker() { return ReadSetting(Setting::kRunDir).has_value(); }
+
+}  // namespace ddpspawn
