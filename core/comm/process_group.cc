@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -171,21 +172,99 @@ int64_t MinOverRanks(c10d::Backend& group, int64_t value) {
   return tensors[0].item<int64_t>();
 }
 
-// The shared-memory all-reduce, when every rank can set it up with the same
-// slot size (/dev/shm may be small or full); null: every rank uses Gloo.
-std::unique_ptr<SharedMemoryCollectives> JoinSharedMemory(c10d::Backend& group,
-                                                          const ClusterInfo& cluster,
-                                                          const std::string& name,
-                                                          absl::Duration timeout) {
+// Rank 0's `value` (at most 255 bytes) on every rank, through Gloo.
+std::string BroadcastFromRank0(c10d::Backend& group, const std::string& value) {
+  std::vector<at::Tensor> tensors{at::zeros({256}, at::kByte)};
+  std::memcpy(tensors[0].data_ptr(), value.data(), std::min<size_t>(value.size(), 255));
+  c10d::BroadcastOptions opts;
+  opts.rootRank = 0;
+  group.broadcast(tensors, opts)->wait();
+  const char* text = static_cast<const char*>(tensors[0].data_ptr());
+  return std::string(text, strnlen(text, 256));
+}
+
+// The shared-memory collectives, when every rank can set them up with the same
+// slot size (/dev/shm may be small or full); null: every rank uses Gloo. A
+// segment that a rank refuses (another user's) fails the group on every rank.
+absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> JoinSharedMemory(
+    c10d::Backend& group, const ClusterInfo& cluster, const std::string& name_prefix,
+    absl::Duration timeout) {
   const int64_t capacity =
       MinOverRanks(group, static_cast<int64_t>(SharedMemoryCollectives::AffordableCapacity(
                               cluster.world_size, kShmCapacityBytes)));
-  absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> shm =
-      capacity <= 0 ? absl::UnavailableError("/dev/shm is full")
-                    : SharedMemoryCollectives::Create(name, cluster.rank, cluster.world_size,
-                                                      static_cast<size_t>(capacity), timeout);
-  if (MinOverRanks(group, shm.ok() ? 1 : 0) == 0) return nullptr;
-  return *std::move(shm);
+  SharedMemoryCollectives::SetupChannel channel;
+  channel.broadcast_from_rank0 = [&](const std::string& value) {
+    return BroadcastFromRank0(group, value);
+  };
+  channel.all = [&](bool ok) { return MinOverRanks(group, ok ? 1 : 0) == 1; };
+  absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> shm = SharedMemoryCollectives::Create(
+      name_prefix, cluster.rank, cluster.world_size,
+      static_cast<size_t>(std::max<int64_t>(capacity, 0)), timeout, channel);
+  const bool refused = absl::IsPermissionDenied(shm.status());
+  const int64_t first_refusing = MinOverRanks(group, refused ? cluster.rank : cluster.world_size);
+  if (refused) return shm.status();
+  if (first_refusing < cluster.world_size) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "rank ", first_refusing, " refused the job's shared-memory segment (see its error)"));
+  }
+  if (!shm.ok()) return nullptr;
+  return shm;
+}
+
+// Python's names of the dtypes, for the messages.
+absl::string_view DTypeName(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return "float32";
+    case at::kDouble:
+      return "float64";
+    case at::kHalf:
+      return "float16";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kInt:
+      return "int32";
+    case at::kLong:
+      return "int64";
+    case at::kByte:
+      return "uint8";
+    case at::kChar:
+      return "int8";
+    case at::kBool:
+      return "bool";
+    default:
+      return c10::toString(type);
+  }
+}
+
+absl::string_view OpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMean:
+      return "mean";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kProduct:
+      return "product";
+  }
+  return "?";
+}
+
+// What this rank is about to run; `tensor` may be undefined (a barrier).
+CallSignature Signature(absl::string_view kind, const at::Tensor& tensor,
+                        std::optional<ReduceOp> op = std::nullopt, int root = -1) {
+  CallSignature call;
+  call.kind = kind;
+  if (tensor.defined()) {
+    call.dtype = DTypeName(tensor.scalar_type());
+    call.count = static_cast<uint64_t>(tensor.numel());
+  }
+  if (op.has_value()) call.op = OpName(*op);
+  call.root = root;
+  return call;
 }
 
 #ifdef USE_C10D_NCCL
@@ -231,7 +310,8 @@ struct ProcessGroup::Impl {
 
   // Sums (or averages) `tensor` through shared memory when it qualifies; false:
   // use Gloo.
-  bool TryShm(at::Tensor& tensor, ReduceOp op, int world_size, absl::Status* status) {
+  bool TryShm(at::Tensor& tensor, ReduceOp op, int world_size, const CallSignature& call,
+              absl::Status* status) {
     if (!shm || (op != ReduceOp::kSum && op != ReduceOp::kMean) || !tensor.device().is_cpu() ||
         !tensor.is_contiguous() ||
         (tensor.scalar_type() != at::kFloat && tensor.scalar_type() != at::kDouble) ||
@@ -240,8 +320,8 @@ struct ProcessGroup::Impl {
     }
     const int divisor = op == ReduceOp::kMean ? world_size : 1;
     *status = tensor.scalar_type() == at::kFloat
-                  ? shm->SumFloat(tensor.data_ptr<float>(), tensor.numel(), divisor)
-                  : shm->SumDouble(tensor.data_ptr<double>(), tensor.numel(), divisor);
+                  ? shm->SumFloat(tensor.data_ptr<float>(), tensor.numel(), divisor, call)
+                  : shm->SumDouble(tensor.data_ptr<double>(), tensor.numel(), divisor, call);
     return true;
   }
   std::chrono::milliseconds timeout;
@@ -324,6 +404,8 @@ ProcessGroup::ProcessGroup(ClusterInfo cluster, GroupOptions options, std::uniqu
 
 ProcessGroup::~ProcessGroup() = default;
 
+bool ProcessGroup::uses_shared_memory() const { return impl_->shm != nullptr; }
+
 absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const ClusterInfo& cluster,
                                                                    const GroupOptions& options) {
   if (options.backend != "gloo" && options.backend != "nccl") {
@@ -388,9 +470,14 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cluster.rank,
                                                               cluster.world_size, gloo_options);
     if (cluster.kind == ClusterKind::kDdpspawn && cluster.world_size > 1 && *shm_enabled) {
-      impl->shm = JoinSharedMemory(*impl->group, cluster,
-                                   absl::StrCat(SharedMemoryPrefix(cluster.run_dir), generation),
-                                   options.timeout);
+      absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> shm = JoinSharedMemory(
+          *impl->group, cluster, absl::StrCat(SharedMemoryPrefix(cluster.run_dir), generation),
+          options.timeout);
+      if (!shm.ok()) {
+        refused = shm.status();
+        return;
+      }
+      impl->shm = *std::move(shm);
     }
     WaitUntilEveryRankJoined(*store, cluster);
   });
@@ -407,22 +494,34 @@ absl::Status ProcessGroup::CheckRank(int rank, absl::string_view what) const {
   return absl::OkStatus();
 }
 
-absl::Status ProcessGroup::CheckAgreement(absl::string_view collective, const at::Tensor& tensor) {
-  if (!options_.debug_checks) return absl::OkStatus();
-  // [collective, dtype, ndim, sizes...], the same length on every rank.
-  constexpr int kMaxDims = 8;
-  static constexpr absl::string_view kNames[] = {"?",          "barrier", "broadcast",
-                                                 "all_reduce", "reduce",  "all_gather"};
-  int64_t code = 0;
-  for (int i = 1; i < 6; ++i) code = kNames[i] == collective ? i : code;
-  at::Tensor mine = at::zeros({3 + kMaxDims}, at::kLong);
-  auto m = mine.accessor<int64_t, 1>();
-  m[0] = code;
-  m[1] = tensor.defined() ? static_cast<int64_t>(tensor.scalar_type()) : -1;
-  m[2] = tensor.defined() ? tensor.dim() : 0;
-  for (int d = 0; d < std::min<int64_t>(m[2], kMaxDims); ++d) m[3 + d] = tensor.size(d);
+absl::Status ProcessGroup::CheckAgreement(const CallSignature& call, const at::Tensor& tensor,
+                                          bool in_flight) {
+  if (impl_->shm) return impl_->shm->Agree(call);
+  // On NCCL the exchange would wait for the GPU; an all-reduce in flight is
+  // DDP's, whose buckets the reducer agreed on when it was built.
+  const bool free_enough = impl_->device.is_cpu() && !in_flight;
+  if (!options_.debug_checks && !free_enough) return absl::OkStatus();
+  // Every rank's call as int64s: its text (kind, dtype, op), root, count,
+  // rank and shape.
+  constexpr int kMaxDims = 8, kTextWords = 5;
+  constexpr int64_t kRow = kTextWords + 3 + kMaxDims;
+  at::Tensor mine = at::zeros({kRow}, at::kLong);
+  char* text = static_cast<char*>(mine.data_ptr());
+  auto put = [&](absl::string_view part, int offset, int size) {
+    std::memcpy(text + offset, part.data(), std::min<size_t>(part.size(), size - 1));
+  };
+  put(call.kind, 0, 16);
+  put(call.dtype, 16, 12);
+  put(call.op, 28, 12);
+  int64_t* m = mine.data_ptr<int64_t>();
+  m[kTextWords] = call.root;
+  m[kTextWords + 1] = static_cast<int64_t>(call.count);
+  m[kTextWords + 2] = tensor.defined() ? tensor.dim() : 0;
+  for (int d = 0; d < std::min<int64_t>(m[kTextWords + 2], kMaxDims); ++d) {
+    m[kTextWords + 3 + d] = tensor.size(d);
+  }
   std::vector<at::Tensor> all;
-  absl::Status gathered = Guarded("debug check", [&] {
+  absl::Status gathered = Guarded(absl::StrCat("comparing the ranks' ", call.kind, " calls"), [&] {
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (int r = 0; r < world_size(); ++r) outputs[0].push_back(at::empty_like(mine));
     std::vector<at::Tensor> inputs{mine.to(impl_->device)};
@@ -436,24 +535,31 @@ absl::Status ProcessGroup::CheckAgreement(absl::string_view collective, const at
   bool agree = true;
   for (const at::Tensor& other : all) agree = agree && other.equal(all[0]);
   if (agree) return absl::OkStatus();
-  std::string message = absl::StrCat("debug check (DDPSPAWN_DEBUG): the ranks disagree on the ",
-                                     "collective they are about to run:");
-  for (int r = 0; r < world_size(); ++r) {
-    auto v = all[r].accessor<int64_t, 1>();
+  std::vector<std::string> calls;
+  for (const at::Tensor& row : all) {
+    const char* t = static_cast<const char*>(row.data_ptr());
+    const int64_t* v = row.data_ptr<int64_t>();
+    CallSignature theirs;
+    theirs.kind = absl::string_view(t, strnlen(t, 16));
+    theirs.dtype = absl::string_view(t + 16, strnlen(t + 16, 12));
+    theirs.op = absl::string_view(t + 28, strnlen(t + 28, 12));
+    theirs.root = static_cast<int>(v[kTextWords]);
+    theirs.count = static_cast<uint64_t>(v[kTextWords + 1]);
     std::string shape;
-    for (int d = 0; d < std::min<int64_t>(v[2], kMaxDims); ++d) {
-      absl::StrAppend(&shape, d ? ", " : "", v[3 + d]);
+    for (int d = 0; d < std::min<int64_t>(v[kTextWords + 2], kMaxDims); ++d) {
+      absl::StrAppend(&shape, d ? ", " : "", v[kTextWords + 3 + d]);
     }
-    absl::StrAppend(
-        &message, "\n  rank ", r, ": ", kNames[v[0] >= 0 && v[0] < 6 ? v[0] : 0], " of ",
-        v[1] < 0 ? "nothing"
-                 : absl::StrCat(c10::toString(static_cast<at::ScalarType>(v[1])), "[", shape, "]"));
+    calls.push_back(absl::StrCat(Describe(theirs),
+                                 v[kTextWords + 2] > 0 ? absl::StrCat(" [", shape, "]") : ""));
   }
-  return absl::InvalidArgumentError(message);
+  return MismatchedCallsError(calls);
 }
 
 absl::Status ProcessGroup::Barrier(absl::string_view name) {
-  if (absl::Status s = CheckAgreement("barrier", at::Tensor()); !s.ok()) return s;
+  const CallSignature call = Signature("barrier", at::Tensor());
+  // Through shared memory the check itself is a barrier.
+  if (impl_->shm) return impl_->shm->Agree(call);
+  if (absl::Status s = CheckAgreement(call, at::Tensor()); !s.ok()) return s;
   return Guarded(absl::StrCat("barrier '", name, "'"), [&] {
     c10d::BarrierOptions opts;
     opts.timeout = impl_->timeout;
@@ -463,11 +569,12 @@ absl::Status ProcessGroup::Barrier(absl::string_view name) {
 
 absl::Status ProcessGroup::Broadcast(at::Tensor& tensor, int src) {
   if (absl::Status valid = CheckRank(src, "broadcast source"); !valid.ok()) return valid;
-  if (absl::Status s = CheckAgreement("broadcast", tensor); !s.ok()) return s;
+  const CallSignature call = Signature("broadcast", tensor, std::nullopt, src);
   if (impl_->shm && tensor.device().is_cpu() && tensor.is_contiguous() &&
       tensor.nbytes() <= kShmBroadcastMaxBytes) {
-    return impl_->shm->Broadcast(tensor.data_ptr(), tensor.nbytes(), src);
+    return impl_->shm->Broadcast(tensor.data_ptr(), tensor.nbytes(), src, call);
   }
+  if (absl::Status s = CheckAgreement(call, tensor); !s.ok()) return s;
   return Guarded("broadcast", [&] {
     impl_->OnDevice(tensor, [&](at::Tensor& t) {
       std::vector<at::Tensor> tensors{t};
@@ -480,9 +587,10 @@ absl::Status ProcessGroup::Broadcast(at::Tensor& tensor, int src) {
 }
 
 absl::Status ProcessGroup::AllReduce(at::Tensor& tensor, ReduceOp op) {
-  if (absl::Status s = CheckAgreement("all_reduce", tensor); !s.ok()) return s;
+  const CallSignature call = Signature("all_reduce", tensor, op);
   absl::Status shm_status;
-  if (impl_->TryShm(tensor, op, world_size(), &shm_status)) return shm_status;
+  if (impl_->TryShm(tensor, op, world_size(), call, &shm_status)) return shm_status;
+  if (absl::Status s = CheckAgreement(call, tensor); !s.ok()) return s;
   return Guarded("all_reduce", [&] {
     impl_->OnDevice(tensor, [&](at::Tensor& t) {
       std::vector<at::Tensor> tensors{t};
@@ -497,7 +605,9 @@ absl::Status ProcessGroup::AllReduce(at::Tensor& tensor, ReduceOp op) {
 
 absl::Status ProcessGroup::Reduce(at::Tensor& tensor, ReduceOp op, int dst) {
   if (absl::Status valid = CheckRank(dst, "reduce destination"); !valid.ok()) return valid;
-  if (absl::Status s = CheckAgreement("reduce", tensor); !s.ok()) return s;
+  if (absl::Status s = CheckAgreement(Signature("reduce", tensor, op, dst), tensor); !s.ok()) {
+    return s;
+  }
   return Guarded("reduce", [&] {
     // Gloo may use a non-root rank's tensor as scratch space: reduce a copy
     // there.
@@ -515,7 +625,7 @@ absl::Status ProcessGroup::Reduce(at::Tensor& tensor, ReduceOp op, int dst) {
 }
 
 absl::StatusOr<std::vector<at::Tensor>> ProcessGroup::AllGather(const at::Tensor& tensor) {
-  if (absl::Status s = CheckAgreement("all_gather", tensor); !s.ok()) return s;
+  if (absl::Status s = CheckAgreement(Signature("all_gather", tensor), tensor); !s.ok()) return s;
   std::vector<at::Tensor> gathered;
   absl::Status status = Guarded("all_gather", [&] {
     at::Tensor input = tensor.to(impl_->device).contiguous();
@@ -533,17 +643,18 @@ absl::StatusOr<std::vector<at::Tensor>> ProcessGroup::AllGather(const at::Tensor
 
 absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(at::Tensor& tensor,
                                                                           ReduceOp op) {
-  if (absl::Status s = CheckAgreement("all_reduce", tensor); !s.ok()) return s;
+  const CallSignature call = Signature("all_reduce", tensor, op);
   auto pending = std::make_unique<PendingWork::Impl>();
   pending->tensor = tensor;
   pending->divide_by = op == ReduceOp::kMean ? world_size() : 1;
   absl::Status shm_status;
-  if (impl_->TryShm(tensor, op, world_size(), &shm_status)) {  // done already
+  if (impl_->TryShm(tensor, op, world_size(), call, &shm_status)) {  // done already
     if (!shm_status.ok()) return shm_status;
     pending->divide_by = 1;
     pending->done = true;
     return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
   }
+  if (absl::Status s = CheckAgreement(call, tensor, /*in_flight=*/true); !s.ok()) return s;
   absl::Status started = Guarded("all_reduce", [&] {
     if (tensor.device() != impl_->device) {
       pending->staged = tensor.to(impl_->device);
@@ -562,24 +673,31 @@ absl::StatusOr<at::Tensor> ProcessGroup::NewReductionBuffer(int64_t elements,
                                                             const at::Tensor& like) {
   const at::TensorOptions options = like.options().requires_grad(false);
   at::Tensor buffer;
+  absl::Status failed = absl::OkStatus();
   absl::Status status = Guarded("allocating a reduction buffer", [&] {
     const bool eligible = impl_->shm != nullptr && options.device().is_cpu() &&
                           (options.dtype() == at::kFloat || options.dtype() == at::kDouble);
     if (eligible) {
+      // The same outcome on every rank: a sum is in place on all ranks or
+      // staged on all.
       absl::StatusOr<std::shared_ptr<void>> memory =
           impl_->shm->AllocateShared(static_cast<size_t>(elements) * options.dtype().itemsize());
-      // Every rank must agree: a sum is in place on all ranks or staged on
-      // all.
-      if (MinOverRanks(*impl_->group, memory.ok() ? 1 : 0) == 1) {
+      if (memory.ok()) {
         std::shared_ptr<void> keep = *std::move(memory);
         buffer = at::from_blob(
             keep.get(), {elements}, [keep](void*) mutable { keep.reset(); }, options);
+        return;
+      }
+      // /dev/shm too small: ordinary memory. Anything else is the caller's.
+      if (!absl::IsResourceExhausted(memory.status()) && !absl::IsUnavailable(memory.status())) {
+        failed = memory.status();
         return;
       }
     }
     buffer = at::zeros({elements}, options);
   });
   if (!status.ok()) return status;
+  if (!failed.ok()) return failed;
   return buffer;
 }
 

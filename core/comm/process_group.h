@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/comm/call_signature.h"
 #include "core/env/cluster_environment.h"
 
 namespace at {
@@ -31,10 +32,12 @@ size_t DTypeSize(DType dtype);
 struct GroupOptions {
   std::string backend = "gloo";  // "gloo" or "nccl"
   absl::Duration timeout = absl::Minutes(30);
-  // Before each collective, check across ranks that the collective, shape and
-  // dtype agree, and fail with a message naming the ranks (Gloo otherwise hangs
-  // or aborts a rank on a size mismatch). Costs one small all-gather per
-  // collective. Also on when DDPSPAWN_DEBUG=1.
+  // Every collective is first compared across ranks (kind, dtype, count, op,
+  // root; a mismatch is an error naming each rank's call, where Gloo would
+  // hang or abort a rank): through shared memory for free, or with one small
+  // all-gather on CPU. This also checks all-reduces in flight (DDP's) without
+  // shared memory, and NCCL's collectives, which costs a GPU sync each. Also
+  // on when DDPSPAWN_DEBUG=1.
   bool debug_checks = false;
   // nccl: this rank's CUDA device; -1: the local rank's index.
   int device_index = -1;
@@ -71,6 +74,9 @@ class ProcessGroup {
   int rank() const { return cluster_.rank; }
   int world_size() const { return cluster_.world_size; }
   const std::string& backend() const { return options_.backend; }
+  // True when float sums and small broadcasts go through shared memory (a
+  // launcher's ranks, unless DDPSPAWN_SHM_ALLREDUCE=0 or /dev/shm is full).
+  bool uses_shared_memory() const;
 
   // Waits until every rank reached the barrier; `name` appears in errors.
   absl::Status Barrier(absl::string_view name = "");
@@ -111,9 +117,12 @@ class ProcessGroup {
   struct Impl;
   ProcessGroup(ClusterInfo cluster, GroupOptions options, std::unique_ptr<Impl> impl);
   absl::Status CheckRank(int rank, absl::string_view what) const;
-  // The debug check: every rank describes its collective; any difference is an
-  // error.
-  absl::Status CheckAgreement(absl::string_view collective, const at::Tensor& tensor);
+  // Compares what every rank is about to run; any difference is an error on
+  // every rank naming each rank's call. Through shared memory where the group
+  // has it (free); else one small all-gather, on CPU groups always (but not
+  // for an all-reduce `in_flight`, DDP's), on NCCL with debug_checks.
+  absl::Status CheckAgreement(const CallSignature& call, const at::Tensor& tensor,
+                              bool in_flight = false);
 
   ClusterInfo cluster_;
   GroupOptions options_;

@@ -5,6 +5,8 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -16,38 +18,63 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 
 namespace ddpspawn {
 
+// One rank's CallSignature as the header keeps it, plus where its data lies
+// (an AllocateShared() segment's index and offset, or -1).
+struct CallRecord {
+  char kind[16];
+  char dtype[12];
+  char op[8];
+  int32_t root;
+  int64_t segment;
+  uint64_t count;
+  uint64_t offset;
+};
+static_assert(sizeof(CallRecord) == 64, "one cache line per rank");
+
 // At the start of the staging segment, per rank: the last generation it
-// arrived at (its slot is ready) and left (it is done with the others' slots),
-// and its pid (to notice a rank that died instead of waiting until the
-// timeout).
+// arrived at (its slot is ready and its call published) and left (it is done
+// with the others' slots), its pid (to notice a rank that died instead of
+// waiting until the timeout), and its call. AllocateShared() passes the new
+// segment's name from rank 0 and every rank's success through it.
 struct SharedMemoryCollectives::Header {
   std::atomic<uint64_t> arrived[kMaxRanks];
   std::atomic<uint64_t> left[kMaxRanks];
   std::atomic<int64_t> pid[kMaxRanks];
+  CallRecord call[kMaxRanks];
+  std::atomic<int32_t> mapped[kMaxRanks];
+  char allocation_name[256];
 };
 
 // One mapped /dev/shm segment: an optional header, then one slot per rank.
-// Unmapped (and unlinked: the first rank to let go removes the name) when the
-// last reference goes.
+// Unmapped when the last reference goes; its creator unlinks the name as soon
+// as every rank has mapped it (or when it goes, should that never happen).
 struct SharedMemoryCollectives::Segment {
-  std::string name;
+  std::string name;  // set while this process created it and it is not unlinked
+  int64_t index = -1;
   char* base = nullptr;
   size_t mapped = 0, header_bytes = 0, slot_bytes = 0;
 
   char* slot(int rank) const { return base + header_bytes + rank * slot_bytes; }
+  void Unlink() {
+    if (!name.empty()) shm_unlink(name.c_str());
+    name.clear();
+  }
   ~Segment() {
-    munmap(base, mapped);
-    shm_unlink(name.c_str());  // ENOENT for all but the first
+    if (base != nullptr) munmap(base, mapped);
+    Unlink();
   }
 };
 
 namespace {
 
-constexpr size_t kHeaderBytes = 4096;
+using Segment = SharedMemoryCollectives::Segment;
+
+constexpr size_t kHeaderBytes = 8192;
 static_assert(sizeof(SharedMemoryCollectives::Header) <= kHeaderBytes, "header too large");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "needs lock-free atomics");
 
@@ -55,36 +82,126 @@ size_t RoundUp(size_t value, size_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
 
-// Opens (or creates) and maps `name`. With `reserve`, the pages are allocated
-// now, so that a full /dev/shm is an error here rather than a SIGBUS later.
-absl::StatusOr<std::shared_ptr<SharedMemoryCollectives::Segment>> MapSegment(
-    const std::string& name, size_t header_bytes, size_t slot_bytes, int world_size, bool reserve) {
-  auto segment = std::make_shared<SharedMemoryCollectives::Segment>();
+// "/<prefix>.<32 hex digits>": 128 bits from the kernel's random source, so
+// that no other user can create the name first.
+absl::StatusOr<std::string> UnpredictableName(const std::string& prefix) {
+  unsigned char random[16];
+  if (getrandom(random, sizeof random, 0) != static_cast<ssize_t>(sizeof random)) {
+    return absl::UnavailableError(absl::StrCat("getrandom: ", std::strerror(errno)));
+  }
+  std::string name = absl::StrCat("/", prefix, ".");
+  for (unsigned char byte : random) absl::StrAppend(&name, absl::Hex(byte, absl::kZeroPad2));
+  return name;
+}
+
+absl::StatusOr<std::shared_ptr<Segment>> MapFd(int fd, std::shared_ptr<Segment> segment) {
+  void* base = mmap(nullptr, segment->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int error = errno;
+  close(fd);
+  if (base == MAP_FAILED) {
+    return absl::UnavailableError(absl::StrCat("mmap of a shared-memory segment of ",
+                                               segment->mapped, " bytes: ", std::strerror(error)));
+  }
+  segment->base = static_cast<char*>(base);
+  return segment;
+}
+
+std::shared_ptr<Segment> NewSegment(size_t header_bytes, size_t slot_bytes, int world_size) {
+  auto segment = std::make_shared<Segment>();
   segment->header_bytes = header_bytes;
   segment->slot_bytes = slot_bytes;
   segment->mapped = header_bytes + slot_bytes * static_cast<size_t>(world_size);
-  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  return segment;
+}
+
+// Creates a segment that did not exist (mode 0600) under a new unpredictable
+// name starting with `prefix`, and maps it. With `reserve`, the pages are
+// allocated now, so that a full /dev/shm is an error here rather than a SIGBUS
+// later.
+absl::StatusOr<std::shared_ptr<Segment>> CreateSegment(const std::string& prefix,
+                                                       size_t header_bytes, size_t slot_bytes,
+                                                       int world_size, bool reserve) {
+  std::shared_ptr<Segment> segment = NewSegment(header_bytes, slot_bytes, world_size);
+  absl::StatusOr<std::string> name = UnpredictableName(prefix);
+  if (!name.ok()) return name.status();
+  // glibc's shm_open adds O_NOFOLLOW.
+  int fd = shm_open(name->c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat("shm_open(", name, "): ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("creating shared-memory segment ", *name, ": ", std::strerror(errno)));
   }
-  segment->name = name;  // from here on the destructor unlinks it
-  // Every rank sets the same size; new pages read as zeros.
+  segment->name = *name;  // from here on the segment unlinks it
+  // New pages read as zeros.
   int error = ftruncate(fd, static_cast<off_t>(segment->mapped)) == 0 ? 0 : errno;
   if (error == 0 && reserve) error = posix_fallocate(fd, 0, static_cast<off_t>(segment->mapped));
   if (error != 0) {
     close(fd);
-    shm_unlink(name.c_str());
-    segment->name.clear();
-    return absl::UnavailableError(absl::StrCat("sizing ", name, " to ", segment->mapped,
+    return absl::UnavailableError(absl::StrCat("sizing ", *name, " to ", segment->mapped,
                                                " bytes in /dev/shm: ", std::strerror(error)));
   }
-  void* base = mmap(nullptr, segment->mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) {
-    return absl::UnavailableError(absl::StrCat("mmap(", name, "): ", std::strerror(errno)));
+  return MapFd(fd, std::move(segment));
+}
+
+// Opens and maps the segment rank 0 created, refusing anything that is not a
+// file of this user's, of the expected size, that no one else may access.
+absl::StatusOr<std::shared_ptr<Segment>> OpenSegment(const std::string& name, size_t header_bytes,
+                                                     size_t slot_bytes, int world_size) {
+  std::shared_ptr<Segment> segment = NewSegment(header_bytes, slot_bytes, world_size);
+  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("opening shared-memory segment ", name, ": ", std::strerror(errno)));
   }
-  segment->base = static_cast<char*>(base);
-  return segment;
+  struct stat st = {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+      (st.st_mode & 0077) != 0 || static_cast<size_t>(st.st_size) != segment->mapped) {
+    close(fd);
+    return absl::PermissionDeniedError(absl::StrFormat(
+        "refusing shared-memory segment %s: it belongs to uid %d with mode %04o and %d bytes; "
+        "expected uid %d, mode 0600 and %d bytes (was it created by another user?)",
+        name, st.st_uid, st.st_mode & 07777, st.st_size, geteuid(), segment->mapped));
+  }
+  return MapFd(fd, std::move(segment));
+}
+
+void CopyText(absl::string_view text, char* out, size_t size) {
+  const size_t n = std::min(text.size(), size - 1);
+  std::memcpy(out, text.data(), n);
+  std::memset(out + n, 0, size - n);
+}
+
+CallRecord ToRecord(const CallSignature& call, int64_t segment, uint64_t offset) {
+  CallRecord record = {};
+  CopyText(call.kind, record.kind, sizeof record.kind);
+  CopyText(call.dtype, record.dtype, sizeof record.dtype);
+  CopyText(call.op, record.op, sizeof record.op);
+  record.root = call.root;
+  record.segment = segment;
+  record.count = call.count;
+  record.offset = offset;
+  return record;
+}
+
+bool SameCall(const CallRecord& a, const CallRecord& b) {
+  return std::strncmp(a.kind, b.kind, sizeof a.kind) == 0 &&
+         std::strncmp(a.dtype, b.dtype, sizeof a.dtype) == 0 &&
+         std::strncmp(a.op, b.op, sizeof a.op) == 0 && a.root == b.root && a.segment == b.segment &&
+         a.count == b.count && a.offset == b.offset;
+}
+
+// The record's call, and where its data lies.
+std::string Describe(const CallRecord& record) {
+  CallSignature call;
+  call.kind = absl::string_view(record.kind, strnlen(record.kind, sizeof record.kind));
+  call.dtype = absl::string_view(record.dtype, strnlen(record.dtype, sizeof record.dtype));
+  call.op = absl::string_view(record.op, strnlen(record.op, sizeof record.op));
+  call.count = record.count;
+  call.root = record.root;
+  std::string text = ddpspawn::Describe(call);
+  if (record.segment >= 0) {
+    absl::StrAppend(&text, ", in shared buffer ", record.segment, " at byte ", record.offset);
+  }
+  return text;
 }
 
 // Bytes /dev/shm can still take (0 when it cannot be read).
@@ -138,10 +255,11 @@ void ReduceRange(T* const* copies, int world_size, size_t begin, size_t end, int
 
 }  // namespace
 
-SharedMemoryCollectives::SharedMemoryCollectives(int rank, int world_size, size_t capacity,
-                                                 absl::Duration timeout,
+SharedMemoryCollectives::SharedMemoryCollectives(std::string name_prefix, int rank, int world_size,
+                                                 size_t capacity, absl::Duration timeout,
                                                  std::shared_ptr<Segment> staging)
-    : rank_(rank),
+    : name_prefix_(std::move(name_prefix)),
+      rank_(rank),
       world_size_(world_size),
       capacity_(capacity),
       timeout_(timeout),
@@ -150,19 +268,45 @@ SharedMemoryCollectives::SharedMemoryCollectives(int rank, int world_size, size_
 SharedMemoryCollectives::~SharedMemoryCollectives() = default;
 
 absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> SharedMemoryCollectives::Create(
-    const std::string& name, int rank, int world_size, size_t capacity_bytes,
-    absl::Duration timeout) {
-  if (world_size > kMaxRanks) {
-    return absl::UnavailableError(absl::StrCat("more than ", kMaxRanks, " ranks"));
-  }
+    const std::string& name_prefix, int rank, int world_size, size_t capacity_bytes,
+    absl::Duration timeout, const SetupChannel& channel) {
   capacity_bytes = capacity_bytes / 4096 * 4096;
-  if (capacity_bytes == 0) return absl::UnavailableError("/dev/shm is full");
-  absl::StatusOr<std::shared_ptr<Segment>> staging =
-      MapSegment("/" + name, kHeaderBytes, capacity_bytes, world_size, /*reserve=*/false);
-  if (!staging.ok()) return staging.status();
-  reinterpret_cast<Header*>((*staging)->base)->pid[rank].store(getpid(), std::memory_order_release);
-  return std::unique_ptr<SharedMemoryCollectives>(
-      new SharedMemoryCollectives(rank, world_size, capacity_bytes, timeout, *std::move(staging)));
+  absl::Status status = absl::OkStatus();
+  if (world_size > kMaxRanks) {
+    status = absl::UnavailableError(absl::StrCat("more than ", kMaxRanks, " ranks"));
+  } else if (capacity_bytes == 0) {
+    status = absl::UnavailableError("/dev/shm is full");
+  }
+  std::shared_ptr<Segment> staging;
+  std::string name;
+  if (rank == 0 && status.ok()) {
+    absl::StatusOr<std::shared_ptr<Segment>> created =
+        CreateSegment(name_prefix, kHeaderBytes, capacity_bytes, world_size, /*reserve=*/false);
+    if (created.ok()) {
+      staging = *std::move(created);
+      name = staging->name;
+    } else {
+      status = created.status();
+    }
+  }
+  name = channel.broadcast_from_rank0(name);
+  if (rank != 0 && status.ok()) {
+    absl::StatusOr<std::shared_ptr<Segment>> opened =
+        name.empty() ? absl::UnavailableError("rank 0 could not create the staging segment")
+                     : OpenSegment(name, kHeaderBytes, capacity_bytes, world_size);
+    if (opened.ok()) {
+      staging = *std::move(opened);
+    } else {
+      status = opened.status();
+    }
+  }
+  const bool everyone = channel.all(status.ok());
+  if (staging != nullptr) staging->Unlink();  // every rank has it mapped, or none needs it
+  if (!status.ok()) return status;
+  if (!everyone) return absl::UnavailableError("another rank could not map the staging segment");
+  reinterpret_cast<Header*>(staging->base)->pid[rank].store(getpid(), std::memory_order_release);
+  return std::unique_ptr<SharedMemoryCollectives>(new SharedMemoryCollectives(
+      name_prefix, rank, world_size, capacity_bytes, timeout, std::move(staging)));
 }
 
 size_t SharedMemoryCollectives::AffordableCapacity(int world_size, size_t wanted_bytes) {
@@ -173,20 +317,58 @@ size_t SharedMemoryCollectives::AffordableCapacity(int world_size, size_t wanted
 }
 
 absl::StatusOr<std::shared_ptr<void>> SharedMemoryCollectives::AllocateShared(size_t bytes) {
-  std::lock_guard<std::mutex> lock(shared_mutex_);
-  const std::string name = absl::StrCat(staging_->name, ".", shared_allocated_++);
+  auto* header = reinterpret_cast<Header*>(staging_->base);
   const size_t slot_bytes = RoundUp(std::max<size_t>(bytes, 1), 4096);
-  // Leave room for the staging slots, which are sparse and may fill up later.
-  const size_t staging_bytes = capacity_ * world_size_;
-  if (FreeShmBytes() < slot_bytes * world_size_ + staging_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("/dev/shm has no room for ", name, " next to the staging slots"));
+  const int64_t index = shared_allocated_++;
+  absl::Status status = absl::OkStatus();
+  std::shared_ptr<Segment> segment;
+  if (rank_ == 0) {
+    // Leave room for the staging slots, which are sparse and may fill up later.
+    const size_t staging_bytes = capacity_ * world_size_;
+    absl::StatusOr<std::shared_ptr<Segment>> created =
+        FreeShmBytes() < slot_bytes * world_size_ + staging_bytes
+            ? absl::ResourceExhaustedError(absl::StrCat(
+                  "/dev/shm has no room for ", bytes, " bytes per rank next to the staging slots"))
+            : CreateSegment(name_prefix_, 0, slot_bytes, world_size_, /*reserve=*/true);
+    if (created.ok()) {
+      segment = *std::move(created);
+    } else {
+      status = created.status();
+    }
+    CopyText(segment != nullptr ? segment->name : "", header->allocation_name,
+             sizeof header->allocation_name);
   }
-  absl::StatusOr<std::shared_ptr<Segment>> segment =
-      MapSegment(name, 0, slot_bytes, world_size_, /*reserve=*/true);
-  if (!segment.ok()) return segment.status();
-  shared_.push_back(*segment);
-  return std::shared_ptr<void>(*segment, (*segment)->slot(rank_));
+  CallSignature call;
+  call.kind = "allocate";
+  call.dtype = "bytes";
+  call.count = bytes;
+  if (absl::Status s = Arrive(call, -1, 0); !s.ok()) return s;
+  if (rank_ != 0) {
+    const std::string name(header->allocation_name,
+                           strnlen(header->allocation_name, sizeof header->allocation_name));
+    absl::StatusOr<std::shared_ptr<Segment>> opened =
+        name.empty() ? absl::ResourceExhaustedError("rank 0 could not create a shared buffer")
+                     : OpenSegment(name, 0, slot_bytes, world_size_);
+    if (opened.ok()) {
+      segment = *std::move(opened);
+    } else {
+      status = opened.status();
+    }
+  }
+  header->mapped[rank_].store(status.ok() ? 1 : 0, std::memory_order_relaxed);
+  if (absl::Status s = Leave("map a new shared buffer"); !s.ok()) return s;
+  if (segment != nullptr) segment->Unlink();  // every rank has it mapped, or none needs it
+  if (!status.ok()) return status;
+  for (int r = 0; r < world_size_; ++r) {
+    if (header->mapped[r].load(std::memory_order_relaxed) == 0) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("rank ", r, " could not map a new shared buffer"));
+    }
+  }
+  segment->index = index;
+  std::lock_guard<std::mutex> lock(shared_mutex_);
+  shared_.push_back(segment);
+  return std::shared_ptr<void>(segment, segment->slot(rank_));
 }
 
 std::shared_ptr<SharedMemoryCollectives::Segment> SharedMemoryCollectives::FindShared(
@@ -229,12 +411,12 @@ absl::Status SharedMemoryCollectives::WaitForAll(const char* what, bool arrived)
         const int64_t pid = header->pid[r].load(std::memory_order_acquire);
         if (!Alive(pid)) {
           return absl::InternalError(
-              absl::StrCat("shared-memory all_reduce: rank ", r, " (pid ", pid,
+              absl::StrCat("shared-memory collectives: rank ", r, " (pid ", pid,
                            ") exited while the others waited for it to ", what));
         }
         if (absl::Now() > deadline) {
           return absl::DeadlineExceededError(
-              absl::StrCat("shared-memory all_reduce: timed out after ",
+              absl::StrCat("shared-memory collectives: timed out after ",
                            absl::FormatDuration(timeout_), " waiting for rank ", r, " to ", what));
         }
       }
@@ -244,11 +426,30 @@ absl::Status SharedMemoryCollectives::WaitForAll(const char* what, bool arrived)
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryCollectives::Arrive() {
+absl::Status SharedMemoryCollectives::Arrive(const CallSignature& call, int64_t segment,
+                                             uint64_t offset) {
   auto* header = reinterpret_cast<Header*>(staging_->base);
   ++generation_;
+  // Nobody reads our record now: every rank left the previous generation.
+  header->call[rank_] = ToRecord(call, segment, offset);
   header->arrived[rank_].store(generation_, std::memory_order_release);
-  return WaitForAll("arrive", /*arrived=*/true);
+  if (absl::Status s = WaitForAll("arrive", /*arrived=*/true); !s.ok()) return s;
+  absl::Status agreed = CompareCalls();
+  if (!agreed.ok()) {
+    // Every rank sees the same records and leaves here.
+    Leave("compare the calls").IgnoreError();
+  }
+  return agreed;
+}
+
+absl::Status SharedMemoryCollectives::CompareCalls() {
+  const auto* header = reinterpret_cast<const Header*>(staging_->base);
+  bool same = true;
+  for (int r = 1; r < world_size_; ++r) same = same && SameCall(header->call[r], header->call[0]);
+  if (same) return absl::OkStatus();
+  std::vector<std::string> calls;
+  for (int r = 0; r < world_size_; ++r) calls.push_back(Describe(header->call[r]));
+  return MismatchedCallsError(calls);
 }
 
 absl::Status SharedMemoryCollectives::Leave(const char* what) {
@@ -257,8 +458,14 @@ absl::Status SharedMemoryCollectives::Leave(const char* what) {
   return WaitForAll(what, /*arrived=*/false);
 }
 
+absl::Status SharedMemoryCollectives::Agree(const CallSignature& call) {
+  if (absl::Status s = Arrive(call, -1, 0); !s.ok()) return s;
+  return Leave("finish comparing the calls");
+}
+
 template <typename T>
-absl::Status SharedMemoryCollectives::Sum(T* data, size_t count, int divisor) {
+absl::Status SharedMemoryCollectives::Sum(T* data, size_t count, int divisor,
+                                          const CallSignature& call) {
   const size_t bytes = count * sizeof(T);
   size_t offset = 0;
   std::shared_ptr<Segment> segment = FindShared(data, bytes, &offset);
@@ -270,40 +477,43 @@ absl::Status SharedMemoryCollectives::Sum(T* data, size_t count, int divisor) {
     // Nobody reads our slot any more: every rank left the previous generation's
     // reduction before we could.
     segment = staging_;
-    std::memcpy(segment->slot(rank_), data, bytes);
+    if (bytes > 0) std::memcpy(segment->slot(rank_), data, bytes);
   }
   T* copies[kMaxRanks];
   for (int q = 0; q < world_size_; ++q) copies[q] = reinterpret_cast<T*>(segment->slot(q) + offset);
 
-  if (absl::Status s = Arrive(); !s.ok()) return s;
+  if (absl::Status s = Arrive(call, staged ? -1 : segment->index, offset); !s.ok()) return s;
   // Our chunk, in cache-line multiples so that no two ranks write one line.
   const size_t per_line = 64 / sizeof(T);
   const size_t chunk = RoundUp((count + world_size_ - 1) / world_size_, per_line);
   const size_t begin = std::min(count, chunk * rank_);
   ReduceRange(copies, world_size_, begin, std::min(count, begin + chunk), divisor);
   if (absl::Status s = Leave("reduce its share"); !s.ok()) return s;
-  if (staged) std::memcpy(data, segment->slot(rank_), bytes);
+  if (staged && bytes > 0) std::memcpy(data, segment->slot(rank_), bytes);
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryCollectives::Broadcast(void* data, size_t bytes, int src) {
+absl::Status SharedMemoryCollectives::Broadcast(void* data, size_t bytes, int src,
+                                                const CallSignature& call) {
   if (bytes > capacity_) {
     return absl::InvalidArgumentError("buffer larger than the shared-memory slots");
   }
   // As in Sum: nobody reads our slot between generations. An empty tensor's data may be null,
   // which memcpy must not see even for 0 bytes (UBSan).
   if (rank_ == src && bytes > 0) std::memcpy(staging_->slot(src), data, bytes);
-  if (absl::Status s = Arrive(); !s.ok()) return s;
+  if (absl::Status s = Arrive(call, -1, 0); !s.ok()) return s;
   if (rank_ != src && bytes > 0) std::memcpy(data, staging_->slot(src), bytes);
   return Leave("copy the broadcast out");
 }
 
-absl::Status SharedMemoryCollectives::SumFloat(float* data, size_t count, int divisor) {
-  return Sum(data, count, divisor);
+absl::Status SharedMemoryCollectives::SumFloat(float* data, size_t count, int divisor,
+                                               const CallSignature& call) {
+  return Sum(data, count, divisor, call);
 }
 
-absl::Status SharedMemoryCollectives::SumDouble(double* data, size_t count, int divisor) {
-  return Sum(data, count, divisor);
+absl::Status SharedMemoryCollectives::SumDouble(double* data, size_t count, int divisor,
+                                                const CallSignature& call) {
+  return Sum(data, count, divisor, call);
 }
 
 }  // namespace ddpspawn

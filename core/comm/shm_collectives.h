@@ -9,11 +9,26 @@
 // all (DDP's gradient buckets); any other buffer is copied into a staging slot
 // and back. Broadcast: the source copies its bytes into its slot, the others
 // copy them out.
+//
+// Every collective first compares what each rank is about to run (a
+// CallSignature, through the segment's header): a mismatch is an error on
+// every rank that names each rank's call, never a sum of unrelated buffers.
+//
+// Segments: rank 0 creates each one exclusively (O_EXCL, mode 0600) under a
+// name with 128 random bits, the other ranks open it only when it belongs to
+// this user with no access for anyone else, and rank 0 unlinks the name as
+// soon as every rank has mapped it, so that no other process can reach the
+// memory and nothing is left in /dev/shm, however the ranks end.
+//
+// Thread-compatible: one thread at a time calls the collectives (they are
+// matched across ranks by their order). AllocateShared's memory may be used
+// and released from any thread.
 #ifndef DDPSPAWN_CORE_COMM_SHM_COLLECTIVES_H_
 #define DDPSPAWN_CORE_COMM_SHM_COLLECTIVES_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,72 +36,94 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/comm/call_signature.h"
 
 namespace ddpspawn {
 
 class SharedMemoryCollectives {
  public:
   static constexpr int kMaxRanks = 64;
+
+  // How the ranks reach each other while the first segment is set up (the
+  // process group's own transport). Either function may throw; Create() is
+  // exception-safe.
+  struct SetupChannel {
+    // Returns rank 0's `value` on every rank.
+    std::function<std::string(const std::string& value)> broadcast_from_rank0;
+    // True on every rank when `ok` is true on every rank.
+    std::function<bool(bool ok)> all;
+  };
+
   // The staging capacity per rank, at most `wanted_bytes`, that /dev/shm can
   // hold now (0: none). Ranks may see different figures: agree on the least.
   static size_t AffordableCapacity(int world_size, size_t wanted_bytes);
-  // Every rank calls this with the same name (e.g. the run directory's, plus
-  // the group's generation), world size and staging capacity.
-  static absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> Create(const std::string& name,
-                                                                         int rank, int world_size,
-                                                                         size_t capacity_bytes,
-                                                                         absl::Duration timeout);
+  // Every rank calls this with the same name prefix (which identifies the
+  // job's segments to the launcher's clean-up), world size and staging
+  // capacity. An error on one rank is an error on every rank.
+  static absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> Create(
+      const std::string& name_prefix, int rank, int world_size, size_t capacity_bytes,
+      absl::Duration timeout, const SetupChannel& channel);
   ~SharedMemoryCollectives();
 
   // The largest buffer that is not in shared memory yet and can be summed.
   size_t capacity() const { return capacity_; }
 
-  // `bytes` of zeroed memory that the other ranks reach in place. Every rank
-  // must call this in the same order with the same size (it communicates
-  // through the segment's name only). The memory stays mapped while the
-  // returned pointer (or a copy) lives, also after this object is gone.
+  // `bytes` of zeroed memory that the other ranks reach in place: a
+  // collective, which every rank calls in the same order with the same size;
+  // an error on one rank is an error on every rank. The memory stays mapped
+  // while the returned pointer (or a copy) lives, also after this object is
+  // gone.
   absl::StatusOr<std::shared_ptr<void>> AllocateShared(size_t bytes);
   // True when `bytes` at `data` lie in memory from AllocateShared().
   bool IsShared(const void* data, size_t bytes);
 
+  // Waits until every rank calls Agree with an equal signature: a barrier,
+  // and the check before a collective that runs elsewhere (Gloo).
+  absl::Status Agree(const CallSignature& call);
   // In place: data becomes the sum over the ranks, divided by `divisor`. Every
-  // rank must call with the same count and divisor, and with the same kind of
+  // rank calls with the same count and divisor, and with the same kind of
   // memory: the same offset of an AllocateShared() buffer on every rank (as
-  // DDP's buckets are), or ordinary memory on every rank.
-  absl::Status SumFloat(float* data, size_t count, int divisor = 1);
-  absl::Status SumDouble(double* data, size_t count, int divisor = 1);
+  // DDP's buckets are), or ordinary memory of at most capacity() bytes on
+  // every rank. `call` is what the caller runs (for the check).
+  absl::Status SumFloat(float* data, size_t count, int divisor, const CallSignature& call);
+  absl::Status SumDouble(double* data, size_t count, int divisor, const CallSignature& call);
   // `bytes` at `data` become `src`'s (at most capacity() bytes).
-  absl::Status Broadcast(void* data, size_t bytes, int src);
+  absl::Status Broadcast(void* data, size_t bytes, int src, const CallSignature& call);
 
- public:
   struct Header;
   struct Segment;
 
  private:
-  SharedMemoryCollectives(int rank, int world_size, size_t capacity, absl::Duration timeout,
-                          std::shared_ptr<Segment> staging);
+  SharedMemoryCollectives(std::string name_prefix, int rank, int world_size, size_t capacity,
+                          absl::Duration timeout, std::shared_ptr<Segment> staging);
   template <typename T>
-  absl::Status Sum(T* data, size_t count, int divisor);
+  absl::Status Sum(T* data, size_t count, int divisor, const CallSignature& call);
   // The segment and offset of `bytes` at `data` within this rank's slot of an
   // AllocateShared() segment, or null.
   std::shared_ptr<Segment> FindShared(const void* data, size_t bytes, size_t* offset);
   absl::Status WaitForAll(const char* what, bool arrived);
-  // Starts the next generation: announces that this rank's slot is ready and
-  // waits for every rank's.
-  absl::Status Arrive();
+  // Starts the next generation: publishes this rank's call, announces that
+  // its slot is ready, waits for every rank's, and compares the calls. On a
+  // mismatch every rank leaves the generation and returns the same error.
+  absl::Status Arrive(const CallSignature& call, int64_t segment, uint64_t offset);
   // Announces that this rank is done with the others' slots and waits until
   // every rank is.
   absl::Status Leave(const char* what);
+  // The others' and this rank's calls of this generation, or an error naming
+  // each one when they differ.
+  absl::Status CompareCalls();
 
-  int rank_, world_size_;
-  size_t capacity_;
-  absl::Duration timeout_;
-  std::shared_ptr<Segment> staging_;  // the header, then one slot per rank
+  const std::string name_prefix_;  // of every segment's name
+  const int rank_, world_size_;
+  const size_t capacity_;
+  const absl::Duration timeout_;
+  const std::shared_ptr<Segment> staging_;  // the header, then one slot per rank
   uint64_t generation_ = 0;
-  std::mutex shared_mutex_;  // guards the two below
+  std::mutex shared_mutex_;  // guards shared_
   std::vector<std::weak_ptr<Segment>> shared_;
-  int shared_allocated_ = 0;
+  int64_t shared_allocated_ = 0;  // the collectives' thread only
 };
 
 }  // namespace ddpspawn

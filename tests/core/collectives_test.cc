@@ -1,6 +1,7 @@
 // Every collective, op and dtype against expected values, in real 2-, 3- and
 // 4-rank jobs (the checks run inside tests/core/test_worker's modes).
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/launch/launcher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -8,12 +9,14 @@
 namespace ddpspawn {
 namespace {
 
-// Runs test_worker `mode` on `nprocs` ranks and returns rank 0's result.
+// Runs test_worker `mode` (its words are the arguments) on `nprocs` ranks and returns rank 0's
+// result.
 absl::StatusOr<std::string> RunWorkers(int nprocs, const std::string& mode,
                                        std::vector<std::string> env = {}) {
   LaunchSpec spec;
   spec.nprocs = nprocs;
-  spec.argv = {"tests/core/test_worker", mode};
+  spec.argv = {"tests/core/test_worker"};
+  for (absl::string_view word : absl::StrSplit(mode, ' ')) spec.argv.emplace_back(word);
   spec.env = std::move(env);
   spec.timeout = absl::Seconds(120);
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
@@ -61,15 +64,46 @@ TEST(GroupsInTurnTest, EachGroupJoinsAndReduces) {
   EXPECT_EQ(*result, "three groups");
 }
 
-// With debug checks, mismatched shapes are an error on every rank that names
-// each rank's shape (without them Gloo hangs or aborts a rank).
-TEST(DebugChecksTest, MismatchedShapesAreNamed) {
-  absl::StatusOr<std::string> report = RunWorkers(2, "mismatch");
+// Mismatched calls (rank 0's and rank 1's below) are an error on every rank
+// that names each rank's call, on the shared-memory path and on Gloo, and the
+// group still works afterwards (test_worker checks both).
+struct Mismatch {
+  const char* which;
+  const char* rank0;
+  const char* rank1;
+};
+
+class MismatchTest : public testing::TestWithParam<std::tuple<Mismatch, bool>> {};
+
+TEST_P(MismatchTest, IsAnErrorNamingEachRanksCall) {
+  const auto& [mismatch, shm] = GetParam();
+  absl::StatusOr<std::string> report = RunWorkers(
+      2, absl::StrCat("mismatch ", mismatch.which),
+      shm ? std::vector<std::string>{} : std::vector<std::string>{"DDPSPAWN_SHM_ALLREDUCE=0"});
   ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_THAT(*report, testing::HasSubstr("INVALID_ARGUMENT"));
-  EXPECT_THAT(*report, testing::HasSubstr("rank 0: all_reduce of Float[3]"));
-  EXPECT_THAT(*report, testing::HasSubstr("rank 1: all_reduce of Float[4]"));
+  EXPECT_THAT(*report, testing::StartsWith(shm ? "shm\n" : "gloo\n"));
+  EXPECT_THAT(*report, testing::HasSubstr("INVALID_ARGUMENT: the ranks called different"));
+  EXPECT_THAT(*report, testing::HasSubstr(absl::StrCat("rank 0: ", mismatch.rank0)));
+  EXPECT_THAT(*report, testing::HasSubstr(absl::StrCat("rank 1: ", mismatch.rank1)));
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Calls, MismatchTest,
+    testing::Combine(
+        testing::Values(
+            Mismatch{"count", "all_reduce (sum) of 4 float32", "all_reduce (sum) of 8 float32"},
+            Mismatch{"dtype", "all_reduce (sum) of 4 float32", "all_reduce (sum) of 4 float64"},
+            Mismatch{"op", "all_reduce (sum) of 4 float32", "all_reduce (max) of 4 float32"},
+            Mismatch{"broadcast_root", "broadcast of 4 float32, root rank 0",
+                     "broadcast of 4 float32, root rank 1"},
+            Mismatch{"broadcast_count", "broadcast of 4 float32, root rank 0",
+                     "broadcast of 8 float32, root rank 0"},
+            Mismatch{"barrier", "barrier", "all_reduce (sum) of 4 float32"}),
+        testing::Bool()),
+    [](const testing::TestParamInfo<std::tuple<Mismatch, bool>>& info) {
+      return absl::StrCat(std::get<0>(info.param).which,
+                          std::get<1>(info.param) ? "_shm" : "_gloo");
+    });
 
 }  // namespace
 }  // namespace ddpspawn

@@ -1,16 +1,16 @@
 // The worker program the core tests launch (spawn start method), one behaviour
 // per mode:
-//   ok                     rank 0 hands "result from rank 0 of N" back
-//   throw <rank>           that rank throws a C++ exception after joining the
-//   group exit <rank> <code>     that rank exits with the code signal <rank>
-//   <sig>    that rank raises the signal (e.g. 11 for SIGSEGV, 9 for SIGKILL)
-//   hang [<rank>]          that rank (or every rank) sleeps forever
-//   groups_in_turn         joins three groups one after another
-//   collectives            checks every collective, op and dtype against
-//   expected values launch <method> <pid-file>  is itself a launcher: starts 2
-//   hanging ranks of this program
-//                          (spawn) or of a forked sleeper (fork), writes their
-//                          pids, waits
+// - ok: rank 0 hands "result from rank 0 of N" back.
+// - throw <rank>: that rank throws a C++ exception after joining the group.
+// - exit <rank> <code>: that rank exits with the code.
+// - signal <rank> <sig>: that rank raises the signal (11: SIGSEGV, 9: SIGKILL).
+// - hang [<rank>]: that rank (or every rank) sleeps forever.
+// - groups_in_turn: joins three groups one after another.
+// - mismatch <how>: ranks 0 and 1 call different collectives.
+// - collectives: checks every collective, op and dtype against expected values.
+// - launch <method> <pid-file>: is itself a launcher: starts 2 hanging ranks of
+//   this program (spawn) or of a forked sleeper (fork), writes their pids, and
+//   waits.
 #include <ATen/ATen.h>
 #include <signal.h>
 #include <unistd.h>
@@ -18,10 +18,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/comm/process_group.h"
@@ -118,6 +120,9 @@ void Collectives() {
   std::unique_ptr<ProcessGroup> group = Join();
   const int rank = group->rank(), world = group->world_size();
   CheckOk(group->Barrier("start"), "barrier");
+  const char* shm_setting = std::getenv("DDPSPAWN_SHM_ALLREDUCE");
+  Check(group->uses_shared_memory() == (shm_setting == nullptr || std::string(shm_setting) != "0"),
+        "shared memory in use exactly when DDPSPAWN_SHM_ALLREDUCE is not 0");
   CheckReductions<float>(*group, DType::kFloat32, "float32");
   CheckReductions<double>(*group, DType::kFloat64, "float64");
   CheckReductions<int32_t>(*group, DType::kInt32, "int32");
@@ -145,6 +150,14 @@ void Collectives() {
   at::Tensor in_place = *buffer;
   Check(in_place.numel() == n && in_place.eq(0).all().item<bool>(),
         "reduction buffer starts zeroed");
+  // Every rank has mapped the segments: their names are gone from /dev/shm
+  // (rank 0 removes them before it reaches the barrier).
+  CheckOk(group->Barrier("mapped"), "barrier");
+  const std::string prefix = SharedMemoryPrefix(group->cluster().run_dir);
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    Check(!absl::StartsWith(entry.path().filename().string(), prefix),
+          absl::StrCat("no segment name left in /dev/shm: ", entry.path().string()));
+  }
   for (int round = 0; round < 3; ++round) {
     at::Tensor staged = index + 1000.0 * rank;
     CheckOk(group->AllReduce(staged, ReduceOp::kSum), "large all_reduce");
@@ -169,6 +182,44 @@ void Collectives() {
   Check(!group->Broadcast(mine.data(), 0, DType::kFloat32, world).ok(), "bad src rejected");
   CheckOk(group->Barrier("end"), "barrier");
   if (rank == 0) CheckOk(SetWorkerResult(absl::StrCat("checked ", world)), "result");
+}
+
+// Rank 0 and rank 1 make different calls (`which` says how); every rank must
+// get an error, and the group must still work afterwards. Rank 0 hands back
+// the path ("shm" or "gloo") and its error.
+void MismatchedCalls(const std::string& which) {
+  std::unique_ptr<ProcessGroup> group = Join();
+  const int rank = group->rank();
+  std::vector<float> floats(rank == 0 ? 4 : 8, 1.0f);
+  std::vector<double> doubles(4, 1.0);
+  absl::Status status;
+  if (which == "count") {
+    status = group->AllReduce(floats.data(), floats.size(), DType::kFloat32, ReduceOp::kSum);
+  } else if (which == "dtype") {
+    status = rank == 0 ? group->AllReduce(floats.data(), 4, DType::kFloat32, ReduceOp::kSum)
+                       : group->AllReduce(doubles.data(), 4, DType::kFloat64, ReduceOp::kSum);
+  } else if (which == "op") {
+    status = group->AllReduce(floats.data(), 4, DType::kFloat32,
+                              rank == 0 ? ReduceOp::kSum : ReduceOp::kMax);
+  } else if (which == "broadcast_root") {
+    status = group->Broadcast(floats.data(), 4, DType::kFloat32, rank);
+  } else if (which == "broadcast_count") {
+    status = group->Broadcast(floats.data(), floats.size(), DType::kFloat32, 0);
+  } else if (which == "barrier") {
+    status = rank == 0 ? group->Barrier("mismatch")
+                       : group->AllReduce(floats.data(), 4, DType::kFloat32, ReduceOp::kSum);
+  } else {
+    Fail(absl::StrCat("unknown mismatch '", which, "'"));
+  }
+  if (status.ok()) Fail(absl::StrCat("a mismatched call (", which, ") went through"));
+  double one = 1.0;
+  CheckOk(group->AllReduce(&one, 1, DType::kFloat64, ReduceOp::kSum), "all_reduce afterwards");
+  Check(one == group->world_size(), "all_reduce afterwards value");
+  if (rank == 0) {
+    CheckOk(SetWorkerResult(absl::StrCat(group->uses_shared_memory() ? "shm" : "gloo", "\n",
+                                         status.ToString())),
+            "result");
+  }
 }
 
 bool ThisRank(const char* arg) { return std::atoi(arg) == std::atoi(std::getenv("RANK")); }
@@ -219,19 +270,8 @@ int Main(int argc, char** argv) {
     if (argc == 2 || ThisRank(argv[2])) SleepForever();
     return 0;
   }
-  if (mode == "mismatch") {
-    absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
-    CheckOk(cluster.status(), "cluster environment");
-    GroupOptions options;
-    options.timeout = absl::Seconds(30);
-    options.debug_checks = true;
-    absl::StatusOr<std::unique_ptr<ProcessGroup>> group = ProcessGroup::Create(*cluster, options);
-    CheckOk(group.status(), "join");
-    std::vector<float> values(3 + (*group)->rank(), 1.0f);
-    absl::Status status =
-        (*group)->AllReduce(values.data(), values.size(), DType::kFloat32, ReduceOp::kSum);
-    if (status.ok()) Fail("a mismatched all_reduce went through");
-    if ((*group)->rank() == 0) CheckOk(SetWorkerResult(status.ToString()), "result");
+  if (mode == "mismatch" && argc == 3) {
+    MismatchedCalls(argv[2]);
     return 0;
   }
   if (mode == "collectives") {

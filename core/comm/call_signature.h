@@ -1,0 +1,32 @@
+// What a rank is about to run in a collective (kind, dtype, count, op, root),
+// compared across ranks before it runs, and the error that names every rank's
+// call when they differ. Plain values; thread-compatible.
+#ifndef DDPSPAWN_CORE_COMM_CALL_SIGNATURE_H_
+#define DDPSPAWN_CORE_COMM_CALL_SIGNATURE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace ddpspawn {
+
+struct CallSignature {
+  absl::string_view kind;   // "all_reduce", "broadcast", "barrier", ...
+  absl::string_view dtype;  // "float32", ...; empty when there is no data
+  absl::string_view op;     // "sum", "mean", ...; empty when there is none
+  uint64_t count = 0;       // elements
+  int root = -1;            // the source or destination rank; -1: none
+};
+
+// "all_reduce (sum) of 4 float32, root rank 1".
+std::string Describe(const CallSignature& call);
+
+// InvalidArgument listing `calls[r]` (a description) for every rank r.
+absl::Status MismatchedCallsError(const std::vector<std::string>& calls);
+
+}  // namespace ddpspawn
+
+#endif  // DDPSPAWN_CORE_COMM_CALL_SIGNATURE_H_
