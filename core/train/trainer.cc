@@ -72,10 +72,6 @@ Batch MakeBatch(const Dataset& data, const std::vector<int64_t>& indices, int64_
   return {data.features.index_select(0, index), data.labels.index_select(0, index)};
 }
 
-int64_t BatchCount(int64_t samples, int64_t batch_size) {
-  return (samples + batch_size - 1) / batch_size;
-}
-
 // Every rank's CPU generator state, on every rank (for the checkpoint).
 absl::StatusOr<std::vector<at::Tensor>> GatherRngStates(DDPSpawnStrategy& strategy) {
   at::Tensor mine = at::detail::getDefaultCPUGenerator().get_state();
@@ -232,7 +228,7 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
     int64_t epoch_batches = 0, window_batches = 0;
     for (int64_t b = state.batch_in_epoch; b < batches; ++b) {
       Batch batch = MakeBatch(train, indices, b * options_.batch_size,
-                              std::min((b + 1) * options_.batch_size, sampler->num_samples()));
+                              BatchEnd(b, options_.batch_size, sampler->num_samples()));
       const bool step_now = (b + 1) % accumulate == 0 || b + 1 == batches;
       absl::StatusOr<at::Tensor> loss = strategy_.TrainingStep(batch, b);
       if (!loss.ok()) return loss.status();
@@ -351,7 +347,7 @@ absl::StatusOr<std::vector<int64_t>> Trainer::ForEachShardBatch(
   const int64_t batches = BatchCount(sampler->num_samples(), options_.batch_size);
   for (int64_t b = 0; b < batches; ++b) {
     Batch batch = MakeBatch(data, indices, b * options_.batch_size,
-                            std::min((b + 1) * options_.batch_size, sampler->num_samples()));
+                            BatchEnd(b, options_.batch_size, sampler->num_samples()));
     if (absl::Status s = step(batch, b); !s.ok()) return s;
   }
   return indices;
