@@ -124,6 +124,11 @@ Trainer::Trainer(DDPSpawnStrategy& strategy, TrainerOptions options)
 absl::Status Trainer::Prepare(const std::shared_ptr<LightningModule>& module) {
   if (module == nullptr) return absl::InvalidArgumentError("the trainer needs a module");
   if (options_.batch_size < 1) return absl::InvalidArgumentError("batch_size must be >= 1");
+  if (options_.num_threads > kMaxNumThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("num_threads ", options_.num_threads,
+                                                   " is above ", kMaxNumThreads,
+                                                   " (0: cores / local ranks)"));
+  }
   int threads = options_.num_threads;
   if (threads <= 0) {
     const int local =

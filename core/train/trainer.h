@@ -23,6 +23,13 @@
 
 namespace ddpspawn {
 
+// The most intra-op threads per rank (num_threads): above the hardware threads
+// of the largest machines (2 x 192 cores x 2 SMT = 768), where more only
+// oversubscribe. A fixed bound, not one from this machine's cores, so that an
+// option is valid or not wherever it is parsed (the launcher, a binding, a
+// rank).
+inline constexpr int kMaxNumThreads = 1024;
+
 struct TrainerOptions {
   int64_t max_epochs = 10;
   int64_t max_steps = -1;  // > 0: stop after this many optimizer steps
@@ -35,7 +42,7 @@ struct TrainerOptions {
   uint64_t seed = 0;
   std::string default_root_dir = "ddpspawn_logs";
   std::string resume_from;  // a checkpoint to continue from
-  int num_threads = 0;      // intra-op threads per rank; 0: cores / local ranks
+  int num_threads = 0;      // intra-op threads per rank, <= kMaxNumThreads; 0: cores / local ranks
   int log_every_n_steps = 10;
   bool enable_progress = true;  // rank 0: a progress bar on a terminal, else a line per epoch
 };
