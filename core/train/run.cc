@@ -516,7 +516,8 @@ std::string RunOptionsHelp() {
   --model SPEC                mlp:IN,HIDDEN...,OUT (built in) or a TorchScript file whose
                               exported training_step(self, batch: List[Tensor], batch_idx: int)
                               returns the loss (see docs/training.md)
-  --train FILE                training data: CSV (label in the last column) or .npy features
+  --train FILE                training data: CSV (label in the last column) or .npy features;
+                              NaN, infinite or out-of-float32 values are errors
   --train-labels FILE         labels .npy, with .npy features
   --val FILE, --val-labels    validation data (fit)
   --data FILE, --data-labels  data for validate, test and predict
