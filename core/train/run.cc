@@ -274,18 +274,56 @@ absl::Status ResolveDevices(RunConfig& config) {
 
 bool IsNpy(const std::string& path) { return absl::EndsWith(path, ".npy"); }
 
-absl::StatusOr<Dataset> LoadData(const std::string& what, const std::string& path,
-                                 const std::string& labels, int label_column) {
+absl::StatusOr<Dataset> LoadFile(const std::string& what, const std::string& path,
+                                 const std::string& labels, int label_column,
+                                 LabelType label_type) {
   if (IsNpy(path)) {
     if (labels.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " ", path, " is a .npy file: also give ", what, "_labels"));
     }
-    return LoadNpyDataset(path, labels);
+    return LoadNpyDataset(path, labels, label_type);
   }
   CsvOptions options;
   options.label_column = label_column;
+  options.label_type = label_type;
   return LoadCsvDataset(path, options);
+}
+
+// The built-in MLP's task follows from its output layer, not from whether every
+// label happens to be an integer (one label of 3.5 in a file of class indices
+// must not quietly turn a classifier into a regressor):
+// - k > 1 labels per sample (a .npy of shape (n, k)): regression onto k outputs;
+// - one label per sample and several outputs: classification, so every label
+//   must be an integer (1.0 counts; 3.5 does not, and the error names the file
+//   and row); the labels become int64;
+// - one label per sample and one output: regression; the labels become float32.
+// A TorchScript model gets the labels as the file holds them (int64 when every
+// one is integral, else float32) and decides itself.
+absl::StatusOr<Dataset> LoadData(const RunConfig& config, const std::string& what,
+                                 const std::string& path, const std::string& labels) {
+  absl::StatusOr<Dataset> data =
+      LoadFile(what, path, labels, config.label_column, LabelType::kAuto);
+  if (!data.ok() || !absl::StartsWith(config.model, "mlp:")) return data;
+  absl::StatusOr<std::vector<int64_t>> sizes = ParseMlpSpec(config.model);
+  if (!sizes.ok()) return sizes.status();
+  const int64_t outputs = sizes->back();
+  const bool one_label = data->labels.dim() == 1 || data->labels.size(1) == 1;
+  if (!one_label || outputs == 1) {
+    data->labels = data->labels.to(at::kFloat);
+    return data;
+  }
+  if (data->labels.scalar_type() == at::kLong) return data;
+  // Loaded again as class indices: that converts integral float labels, or
+  // names the first label that is not an integer.
+  absl::StatusOr<Dataset> classes =
+      LoadFile(what, path, labels, config.label_column, LabelType::kInt64);
+  if (classes.ok()) return classes;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the model '", config.model, "' has ", outputs,
+      " outputs and there is one label per sample, so it is a classifier and its labels must be "
+      "integer class indices (for regression, give it one output): ",
+      classes.status().message()));
 }
 
 absl::StatusOr<std::shared_ptr<LightningModule>> LoadModel(const RunConfig& config,
@@ -303,6 +341,12 @@ absl::StatusOr<std::shared_ptr<LightningModule>> LoadModel(const RunConfig& conf
       return absl::InvalidArgumentError(absl::StrCat(sample.source, " has ", features,
                                                      " features per sample; the model '",
                                                      config.model, "' takes ", inputs));
+    }
+    const int64_t label_columns = sample.labels.dim() == 2 ? sample.labels.size(1) : 1;
+    if (!classifier && label_columns != outputs) {
+      return absl::InvalidArgumentError(absl::StrCat(sample.source, " has ", label_columns,
+                                                     " labels per sample; the model '",
+                                                     config.model, "' gives ", outputs));
     }
     if (classifier && (sample.labels.min().item<int64_t>() < 0 ||
                        sample.labels.max().item<int64_t>() >= outputs)) {
@@ -366,8 +410,8 @@ absl::Status DryRun(const RunConfig& config, LightningModule& module, const Data
 
 // The dataset a command works on.
 absl::StatusOr<Dataset> PrimaryData(const RunConfig& c) {
-  if (c.command == "fit") return LoadData("train", c.train, c.train_labels, c.label_column);
-  return LoadData("data", c.data, c.data_labels, c.label_column);
+  if (c.command == "fit") return LoadData(c, "train", c.train, c.train_labels);
+  return LoadData(c, "data", c.data, c.data_labels);
 }
 
 }  // namespace
@@ -416,8 +460,7 @@ absl::Status CheckRun(const RunConfig& config) {
                      config.nproc_per_node, " ranks (nproc_per_node)"));
   }
   if (!config.val.empty()) {
-    absl::StatusOr<Dataset> val =
-        LoadData("val", config.val, config.val_labels, config.label_column);
+    absl::StatusOr<Dataset> val = LoadData(config, "val", config.val, config.val_labels);
     if (!val.ok()) return val.status();
   }
   if (absl::Status s = MakePrecisionPlugin(config.precision).status(); !s.ok()) return s;
@@ -483,8 +526,7 @@ absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy
   if (config.command == "fit") {
     std::optional<Dataset> val;
     if (!config.val.empty()) {
-      absl::StatusOr<Dataset> loaded =
-          LoadData("val", config.val, config.val_labels, config.label_column);
+      absl::StatusOr<Dataset> loaded = LoadData(config, "val", config.val, config.val_labels);
       if (!loaded.ok()) return loaded.status();
       val = *std::move(loaded);
     }
@@ -513,9 +555,11 @@ absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy
 
 std::string RunOptionsHelp() {
   return absl::StrCat(R"(Model and data:
-  --model SPEC                mlp:IN,HIDDEN...,OUT (built in) or a TorchScript file whose
-                              exported training_step(self, batch: List[Tensor], batch_idx: int)
-                              returns the loss (see docs/training.md)
+  --model SPEC                mlp:IN,HIDDEN...,OUT (built in: several outputs classify, with
+                              integer labels; one output per label column regresses) or a
+                              TorchScript file whose exported training_step(self,
+                              batch: List[Tensor], batch_idx: int) returns the loss
+                              (see docs/training.md)
   --train FILE                training data: CSV (label in the last column) or .npy features;
                               NaN, infinite or out-of-float32 values are errors
   --train-labels FILE         labels .npy, with .npy features

@@ -1,7 +1,12 @@
-// Run options without ranks (ParseRunConfig): every integer option is
-// range-checked in 64 bits before it is narrowed to its field, and non-finite
-// numbers are refused.
+// Run options without ranks (ParseRunConfig, CheckRun): every integer option is
+// range-checked in 64 bits before it is narrowed to its field, non-finite
+// numbers are refused, and the built-in MLP's labels fit its task (several
+// outputs classify and need integer labels; one output regresses).
+#include <cstring>
+#include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -114,6 +119,84 @@ TEST(RunConfigTest, NonFiniteNumbersAreRefused) {
   absl::StatusOr<RunConfig> config = ParseWith("lr", "1e30");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->optimizer.lr, 1e30);
+}
+
+// --- The built-in MLP's labels (CheckRun loads the data and dry-runs the
+// model, with no rank).
+
+std::string WriteFile(const std::string& name, const std::string& bytes) {
+  std::string path = absl::StrCat(testing::TempDir(), "/", name);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  return path;
+}
+
+// A .npy file (format 1.0) of `values` with NumPy's `descr` and `shape`.
+template <typename T>
+std::string WriteNpy(const std::string& name, const std::string& descr, const std::string& shape,
+                     const std::vector<T>& values) {
+  std::string dict =
+      absl::StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': ", shape, ", }");
+  dict.append((64 - (10 + dict.size() + 1) % 64) % 64, ' ');
+  dict.push_back('\n');
+  std::string bytes("\x93NUMPY\x01\x00", 8);
+  bytes.push_back(static_cast<char>(dict.size() & 0xff));
+  bytes.push_back(static_cast<char>(dict.size() >> 8));
+  std::string data(values.size() * sizeof(T), '\0');
+  std::memcpy(data.data(), values.data(), data.size());
+  return WriteFile(name, bytes + dict + data);
+}
+
+absl::Status Check(const std::string& model, const std::string& train,
+                   const std::string& train_labels = "") {
+  RunOptions options = {{"model", model}, {"train", train}};
+  if (!train_labels.empty()) options.emplace_back("train_labels", train_labels);
+  absl::StatusOr<RunConfig> config = ParseRunConfig("fit", options);
+  if (!config.ok()) return config.status();
+  return CheckRun(*config);
+}
+
+TEST(RunConfigTest, AClassifierRefusesALabelThatIsNotAnInteger) {
+  // Was a regressor (every label float32) with a broadcasting loss.
+  const std::string csv = WriteFile("half_label.csv", "a,b,y\n0.1,0.2,0\n0.3,0.4,1\n0.5,0.6,3.5\n");
+  absl::Status status = Check("mlp:2,8,4", csv);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("'mlp:2,8,4' has 4 outputs"));
+  EXPECT_THAT(status.message(), HasSubstr("so it is a classifier"));
+  EXPECT_THAT(status.message(), HasSubstr(csv + ":4: column 3 (\"y\"): label \"3.5\""));
+
+  const std::string x =
+      WriteNpy<float>("x.npy", "<f4", "(3, 2)", {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f});
+  const std::string y = WriteNpy<double>("y_half.npy", "<f8", "(3,)", {0, 1.5, 2});
+  status = Check("mlp:2,8,3", x, y);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("so it is a classifier"));
+  EXPECT_THAT(status.message(), HasSubstr(y + ": row 1 (counted from 0): label 1.5"));
+  // Integral float labels (as pandas often saves them) are class indices.
+  const std::string y_integral = WriteNpy<double>("y_integral.npy", "<f8", "(3,)", {0, 2, 1});
+  EXPECT_TRUE(Check("mlp:2,8,3", x, y_integral).ok()) << Check("mlp:2,8,3", x, y_integral);
+}
+
+TEST(RunConfigTest, OneOutputRegressesEvenOnIntegralLabels) {
+  // Was a one-class classifier: "class labels outside [0, 1)".
+  const std::string csv = WriteFile("counts.csv", "0.1,0.2,3\n0.3,0.4,7\n0.5,0.6,12\n");
+  absl::Status status = Check("mlp:2,8,1", csv);
+  EXPECT_TRUE(status.ok()) << status;
+  // k labels per sample need k outputs.
+  const std::string x = WriteNpy<float>("x2.npy", "<f4", "(2, 2)", {0.1f, 0.2f, 0.3f, 0.4f});
+  const std::string y = WriteNpy<float>("y2.npy", "<f4", "(2, 2)", {1.5f, 2.5f, 3.5f, 4.5f});
+  EXPECT_TRUE(Check("mlp:2,8,2", x, y).ok()) << Check("mlp:2,8,2", x, y);
+  status = Check("mlp:2,8,3", x, y);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(),
+              HasSubstr("has 2 labels per sample; the model 'mlp:2,8,3' gives 3"));
+}
+
+TEST(RunConfigTest, NonFiniteDataIsRefusedNamingTheFile) {
+  const std::string csv = WriteFile("nan_label.csv", "0.1,0.2,0\n0.3,0.4,nan\n");
+  absl::Status status = Check("mlp:2,8,3", csv);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr(csv + ":2: column 3: \"nan\" is not a finite number"));
 }
 
 }  // namespace
