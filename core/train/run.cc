@@ -163,6 +163,8 @@ const std::map<std::string, Setter>& Setters() {
       {"log_every_n_steps",
        Integer<0, kIntMax>([](RunConfig& c) -> int& { return c.trainer.log_every_n_steps; })},
       {"progress", Flag([](RunConfig& c) -> bool& { return c.trainer.enable_progress; })},
+      {"allow_non_finite_loss",
+       Flag([](RunConfig& c) -> bool& { return c.trainer.allow_non_finite_loss; })},
       {"optimizer",
        [](RunConfig& c, const std::string& v) -> absl::
                                                   Status {
@@ -575,6 +577,8 @@ Trainer:
   --resume-from FILE  --num-threads N (0: cores / ranks; <= )",
                       kMaxNumThreads, R"()  --log-every-n-steps N (10)
   --progress BOOL (true)
+  --allow-non-finite-loss BOOL (false: a nan/inf training loss stops fit with an error,
+                              keeping the last good checkpoint)
 Optimizer:
   --optimizer sgd|adam|adamw (sgd)  --lr X (0.01)  --momentum X  --weight-decay X
   --step-lr-every N (epochs; 0: constant)  --step-lr-gamma X (0.1)

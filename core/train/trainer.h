@@ -5,7 +5,9 @@
 // DistributedSampler; metrics are averaged across ranks and written by rank 0
 // to <root>/metrics.csv; rank 0 checkpoints to <root>/checkpoints/last.ckpt
 // (atomically) after every epoch and when training stops, and resuming from it
-// continues exactly where it stopped.
+// continues exactly where it stopped. A training loss (or weights) that becomes
+// NaN or infinite stops fit with an error on every rank, before any checkpoint
+// of the diverged weights is written, unless allow_non_finite_loss.
 #ifndef DDPSPAWN_CORE_TRAIN_TRAINER_H_
 #define DDPSPAWN_CORE_TRAIN_TRAINER_H_
 
@@ -45,6 +47,11 @@ struct TrainerOptions {
   int num_threads = 0;      // intra-op threads per rank, <= kMaxNumThreads; 0: cores / local ranks
   int log_every_n_steps = 10;
   bool enable_progress = true;  // rank 0: a progress bar on a terminal, else a line per epoch
+  // false: a NaN or infinite training loss on any rank (or non-finite weights)
+  // stops fit on every rank with an error naming the epoch, step and rank,
+  // and no checkpoint of it is written. Checked where the loss is all-reduced
+  // anyway: every log_every_n_steps steps and at the end of each epoch.
+  bool allow_non_finite_loss = false;
 };
 
 // What fit hands back to the launcher (through rank 0's result).

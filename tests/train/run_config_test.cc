@@ -121,6 +121,19 @@ TEST(RunConfigTest, NonFiniteNumbersAreRefused) {
   EXPECT_EQ(config->optimizer.lr, 1e30);
 }
 
+TEST(RunConfigTest, AllowNonFiniteLossIsAnOption) {
+  absl::StatusOr<RunConfig> config = ParseWith("seed", "1");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->trainer.allow_non_finite_loss);
+  config = ParseWith("allow_non_finite_loss", "true");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->trainer.allow_non_finite_loss);
+  config = ParseWith("allow-non-finite-loss", "maybe");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("expected true or false"));
+  EXPECT_THAT(RunOptionsHelp(), HasSubstr("--allow-non-finite-loss"));
+}
+
 // --- The built-in MLP's labels (CheckRun loads the data and dry-runs the
 // model, with no rank).
 
