@@ -200,9 +200,9 @@ Job::~Job() {
 }
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Create(LaunchSpec spec) {
-  if (spec.nprocs < 1 || spec.nprocs > 65536) {
+  if (spec.nprocs < 1 || spec.nprocs > kMaxNprocs) {
     return absl::InvalidArgumentError(
-        absl::StrCat("nprocs must be between 1 and 65536, got ", spec.nprocs));
+        absl::StrCat("nprocs must be between 1 and ", kMaxNprocs, ", got ", spec.nprocs));
   }
   std::string program_path;
   if (spec.start_method == StartMethod::kSpawn) {

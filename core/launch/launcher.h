@@ -33,8 +33,13 @@ struct ForkHooks {
   std::function<void()> after_fork_child;   // in the child, first thing
 };
 
+// The most ranks one launcher starts (and so the most --nproc-per-node): far
+// more than one machine runs usefully, small enough that rank arithmetic in
+// int never overflows.
+inline constexpr int kMaxNprocs = 65536;
+
 struct LaunchSpec {
-  int nprocs = 1;
+  int nprocs = 1;  // in [1, kMaxNprocs]
   StartMethod start_method = StartMethod::kSpawn;
   std::vector<std::string> argv;        // spawn: program and arguments
   std::vector<std::string> env;         // extra NAME=value for every rank

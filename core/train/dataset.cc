@@ -292,6 +292,15 @@ bool ParseNumber(absl::string_view text, double* value) {
   return !text.empty() && absl::SimpleAtod(text, value);
 }
 
+// Why a value cannot be data (it is stored as float32), or null. SimpleAtod
+// reads "nan", "inf" and 1e400 (as inf); training on any of them gives NaN.
+const char* NonFinite(double value) {
+  if (!std::isfinite(value)) return "is not a finite number (NaN and infinities are refused)";
+  if (std::fabs(value) > std::numeric_limits<float>::max())
+    return "is outside float32's range (about +-3.4e38)";
+  return nullptr;
+}
+
 // The label as an exact integer, if it is one: parsed as an integer, or a
 // number with an integral value in int64's range (np.savetxt writes 1.0e+00).
 bool IntegralLabel(absl::string_view text, double value, int64_t* integer) {
@@ -304,6 +313,68 @@ bool IntegralLabel(absl::string_view text, double value, int64_t* integer) {
   return true;
 }
 
+// ---------------------------------------------------------------------------
+// Checking values
+
+// "[3, 2]": the index of element `flat` (in C order) of a tensor of `shape`,
+// as NumPy writes it.
+std::string IndexText(int64_t flat, at::IntArrayRef shape) {
+  std::vector<int64_t> index(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = flat % shape[d];
+    flat /= shape[d];
+  }
+  return absl::StrCat("[", absl::StrJoin(index, ", "), "]");
+}
+
+// "row 3 (counted from 0), element [3, 2]", for errors about an element.
+std::string ElementText(int64_t flat, at::IntArrayRef shape) {
+  int64_t row_size = 1;
+  for (size_t d = 1; d < shape.size(); ++d) row_size *= shape[d];
+  const int64_t row = row_size == 0 ? 0 : flat / row_size;
+  return absl::StrCat("row ", row, " (counted from 0), element ", IndexText(flat, shape));
+}
+
+// The first element where `mask` is true (in C order), or -1.
+int64_t FirstTrue(const at::Tensor& mask) {
+  at::Tensor hits = mask.reshape({-1}).nonzero();
+  return hits.size(0) == 0 ? -1 : hits[0][0].item<int64_t>();
+}
+
+// OK, or InvalidArgument naming `path` and the first element of `converted`
+// (`original` as float32) that is NaN or infinite: one of `original`'s, or one
+// outside float32's range.
+absl::Status CheckFinite(const std::string& path, const at::Tensor& original,
+                         const at::Tensor& converted) {
+  if (!at::isFloatingType(original.scalar_type())) return absl::OkStatus();
+  const int64_t bad = FirstTrue(at::logical_not(at::isfinite(converted)));
+  if (bad < 0) return absl::OkStatus();
+  const double value = original.reshape({-1})[bad].item<double>();
+  const char* problem = NonFinite(value);
+  return Invalid(path, absl::StrCat(ElementText(bad, original.sizes()), ": ", value, " ",
+                                    problem ? problem : "is not finite in float32"));
+}
+
+// Labels as int64 class indices: [n] or [n, 1] (flattened to [n]); float
+// labels must be integral values (finite ones, see CheckFinite).
+absl::StatusOr<at::Tensor> ClassLabels(const std::string& path, const at::Tensor& labels) {
+  if (labels.dim() == 2 && labels.size(1) != 1)
+    return Invalid(path, absl::StrCat("integer labels must have shape (n,) or (n, 1), not ",
+                                      ShapeText(labels.sizes().vec())));
+  at::Tensor flat = labels.reshape({labels.size(0)});
+  if (at::isFloatingType(flat.scalar_type())) {
+    at::Tensor values = flat.to(at::kDouble);
+    constexpr double kLimit = 9223372036854775808.0;  // 2^63: int64's range is [-2^63, 2^63)
+    const int64_t bad = FirstTrue(
+        values.ne(values.trunc()).logical_or(values.ge(kLimit)).logical_or(values.lt(-kLimit)));
+    if (bad >= 0)
+      return Invalid(
+          path, absl::StrCat("row ", bad, " (counted from 0): label ", values[bad].item<double>(),
+                             " is not an integer (class labels must be)"));
+  }
+  return flat.to(at::kLong);
+}
+
 }  // namespace
 
 absl::StatusOr<at::Tensor> LoadNpy(const std::string& path) {
@@ -313,7 +384,7 @@ absl::StatusOr<at::Tensor> LoadNpy(const std::string& path) {
 }
 
 absl::StatusOr<Dataset> LoadNpyDataset(const std::string& features_path,
-                                       const std::string& labels_path) {
+                                       const std::string& labels_path, LabelType label_type) {
   absl::StatusOr<at::Tensor> features = LoadNpy(features_path);
   if (!features.ok()) return features.status();
   absl::StatusOr<at::Tensor> labels = LoadNpy(labels_path);
@@ -332,14 +403,20 @@ absl::StatusOr<Dataset> LoadNpyDataset(const std::string& features_path,
 
   Dataset dataset;
   dataset.features = features->to(at::kFloat);
-  if (at::isFloatingType(labels->scalar_type())) {
+  if (absl::Status s = CheckFinite(features_path, *features, dataset.features); !s.ok()) return s;
+  const bool float_labels = at::isFloatingType(labels->scalar_type());
+  if (float_labels) {
+    if (absl::Status s = CheckFinite(labels_path, *labels, labels->to(at::kFloat)); !s.ok())
+      return s;
+  }
+  if (label_type == LabelType::kAuto)
+    label_type = float_labels ? LabelType::kFloat32 : LabelType::kInt64;
+  if (label_type == LabelType::kFloat32) {
     dataset.labels = labels->to(at::kFloat);
   } else {
-    if (labels->dim() == 2 && labels->size(1) != 1)
-      return Invalid(labels_path,
-                     absl::StrCat("integer labels must have shape (n,) or (n, 1), not ",
-                                  ShapeText(labels->sizes().vec())));
-    dataset.labels = labels->reshape({labels->size(0)}).to(at::kLong);
+    absl::StatusOr<at::Tensor> classes = ClassLabels(labels_path, *labels);
+    if (!classes.ok()) return classes.status();
+    dataset.labels = *std::move(classes);
   }
   dataset.source = absl::StrCat(features_path, " + ", labels_path);
   return dataset;
@@ -413,6 +490,9 @@ absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path, const CsvOptions
       if (!ParseNumber(fields[column], &value))
         return absl::InvalidArgumentError(absl::StrCat(where(), ": ", column_text(column), ": \"",
                                                        fields[column], "\" is not a number"));
+      if (const char* problem = NonFinite(value); problem != nullptr)
+        return absl::InvalidArgumentError(absl::StrCat(where(), ": ", column_text(column), ": \"",
+                                                       fields[column], "\" ", problem));
       if (column != label_index) {
         features.push_back(static_cast<float>(value));
         continue;

@@ -33,12 +33,28 @@ struct Dataset {
 // does not match the shape).
 absl::StatusOr<at::Tensor> LoadNpy(const std::string& path);
 
+// What labels become.
+enum class LabelType {
+  // int64 when every label is an integer (for CSV, an integral value such as
+  // "1.0", as np.savetxt writes it; for .npy, an integer or bool dtype),
+  // float32 otherwise.
+  kAuto,
+  // int64 (class indices): a label that is not an integral value is an error
+  // naming the file and row.
+  kInt64,
+  kFloat32,
+};
+
 // Features and labels from two .npy files with the same first dimension.
-// Features (at least 1-D) are converted to float32. Labels: integer and bool
-// dtypes become int64 and must be [n] (or [n, 1], which is flattened to [n]);
-// float dtypes become float32 and may be [n] or [n, k].
+// Features (at least 1-D) are converted to float32. Labels: with kAuto, integer
+// and bool dtypes become int64 and must be [n] (or [n, 1], which is flattened
+// to [n]); float dtypes become float32 and may be [n] or [n, k]. kInt64 takes
+// float labels of integral values too; kFloat32 converts integer labels.
+// A NaN or infinite value, or one outside float32's range, in the features or
+// float labels is an error naming the file and the element.
 absl::StatusOr<Dataset> LoadNpyDataset(const std::string& features_path,
-                                       const std::string& labels_path);
+                                       const std::string& labels_path,
+                                       LabelType label_type = LabelType::kAuto);
 
 struct CsvOptions {
   // Which column holds the label, counted from 0; negative values count from
@@ -47,15 +63,15 @@ struct CsvOptions {
   // kAuto: the first row is a header when one of its fields is not a number.
   enum class Header { kAuto, kYes, kNo } header = Header::kAuto;
   char delimiter = ',';
-  // kAuto: int64 when every label is an integral value (so "1.0" counts, as
-  // np.savetxt writes it), float32 otherwise.
-  enum class LabelType { kAuto, kInt64, kFloat32 } label_type = LabelType::kAuto;
+  using LabelType = ::ddpspawn::LabelType;
+  LabelType label_type = LabelType::kAuto;
 };
 
 // A numeric CSV file: one row per sample, one column the label, the others the
 // features ([n, columns - 1] float32). Fields are trimmed of spaces and may be
 // double-quoted; blank lines are skipped. Errors name the file and the line
-// (and column) of a field that is not a number or of a row with a different
+// (and column) of a field that is not a number, that is NaN or infinite (1e400
+// included), or that is outside float32's range, or of a row with a different
 // number of fields; a file without data rows is an error.
 absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path, const CsvOptions& options = {});
 

@@ -52,9 +52,7 @@ class MlpModule : public NnModule {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<LightningModule>> MakeMlpModule(const std::string& spec,
-                                                               bool classifier,
-                                                               const OptimizerConfig& optimizer) {
+absl::StatusOr<std::vector<int64_t>> ParseMlpSpec(const std::string& spec) {
   if (!absl::StartsWith(spec, "mlp:")) {
     return absl::InvalidArgumentError(absl::StrCat("'", spec, "' is not an mlp:IN,...,OUT spec"));
   }
@@ -71,6 +69,15 @@ absl::StatusOr<std::shared_ptr<LightningModule>> MakeMlpModule(const std::string
     return absl::InvalidArgumentError(
         absl::StrCat("model '", spec, "' needs at least an input and an output size"));
   }
+  return sizes;
+}
+
+absl::StatusOr<std::shared_ptr<LightningModule>> MakeMlpModule(const std::string& spec,
+                                                               bool classifier,
+                                                               const OptimizerConfig& optimizer) {
+  absl::StatusOr<std::vector<int64_t>> parsed = ParseMlpSpec(spec);
+  if (!parsed.ok()) return parsed.status();
+  const std::vector<int64_t>& sizes = *parsed;
   torch::nn::Sequential net;
   for (size_t i = 0; i + 1 < sizes.size(); ++i) {
     net->push_back(torch::nn::Linear(sizes[i], sizes[i + 1]));

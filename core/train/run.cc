@@ -3,13 +3,18 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/core/Device.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
+#include <type_traits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -18,6 +23,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "core/launch/launcher.h"
 #include "core/model/checkpoint.h"
 #include "core/train/mlp_module.h"
 #include "core/train/torchscript_module.h"
@@ -26,22 +33,38 @@
 namespace ddpspawn {
 namespace {
 
+// A setter returns "expected ..." on a bad value; ParseRunConfig names the
+// option and the value.
 using Setter = std::function<absl::Status(RunConfig&, const std::string&)>;
 
-absl::Status Bad(const std::string& key, const std::string& value, const std::string& expected) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("option ", key, "='", value, "': expected ", expected));
+absl::Status Expected(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("expected ", what));
 }
 
+// Whether `value` is representable in T.
 template <typename T>
-Setter Int(T RunConfig::*field, int64_t minimum) {
-  return [field, minimum](RunConfig& c, const std::string& v) -> absl::Status {
+constexpr bool Fits(int64_t value) {
+  if constexpr (std::is_signed_v<T>) {
+    return value >= std::numeric_limits<T>::min() && value <= std::numeric_limits<T>::max();
+  } else {
+    return value >= 0 && static_cast<uint64_t>(value) <= std::numeric_limits<T>::max();
+  }
+}
+
+// An integer option in [kMin, kMax]: parsed into 64 bits and range-checked
+// before it is narrowed to its field (so 4294967298 is an error, not 2 in an
+// int). `field` is a member pointer or a function returning the field.
+template <int64_t kMin, int64_t kMax, typename Field>
+Setter Integer(Field field) {
+  using T = std::remove_reference_t<std::invoke_result_t<Field, RunConfig&>>;
+  static_assert(std::is_integral_v<T> && kMin <= kMax, "an integer field and a range");
+  static_assert(Fits<T>(kMin) && Fits<T>(kMax), "the range must fit the field's type");
+  return [field](RunConfig& c, const std::string& v) -> absl::Status {
     int64_t parsed = 0;
-    if (!absl::SimpleAtoi(v, &parsed) || parsed < minimum) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("expected an integer >= ", minimum, ", got '", v, "'"));
+    if (!absl::SimpleAtoi(v, &parsed) || parsed < kMin || parsed > kMax) {
+      return Expected(absl::StrCat("an integer in [", kMin, ", ", kMax, "]"));
     }
-    c.*field = static_cast<T>(parsed);
+    std::invoke(field, c) = static_cast<T>(parsed);
     return absl::OkStatus();
   };
 }
@@ -57,30 +80,17 @@ absl::StatusOr<bool> ParseBool(const std::string& v) {
   std::string lower = absl::AsciiStrToLower(v);
   if (lower == "1" || lower == "true" || lower == "yes" || lower.empty()) return true;
   if (lower == "0" || lower == "false" || lower == "no") return false;
-  return absl::InvalidArgumentError(absl::StrCat("expected true or false, got '", v, "'"));
+  return Expected("true or false");
 }
 
-// A setter on a nested field, for the trainer's and the optimizer's options.
+// A floating-point option: a finite number >= minimum. SimpleAtod reads "inf",
+// "nan" and 1e400 (as inf); no option means any of them.
 template <typename Get>
 Setter Number(Get get, double minimum) {
   return [get, minimum](RunConfig& c, const std::string& v) -> absl::Status {
     double parsed = 0;
-    if (!absl::SimpleAtod(v, &parsed) || !(parsed >= minimum)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("expected a number >= ", minimum, ", got '", v, "'"));
-    }
-    get(c) = parsed;
-    return absl::OkStatus();
-  };
-}
-
-template <typename Get>
-Setter Integer(Get get, int64_t minimum) {
-  return [get, minimum](RunConfig& c, const std::string& v) -> absl::Status {
-    int64_t parsed = 0;
-    if (!absl::SimpleAtoi(v, &parsed) || parsed < minimum) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("expected an integer >= ", minimum, ", got '", v, "'"));
+    if (!absl::SimpleAtod(v, &parsed) || !std::isfinite(parsed) || parsed < minimum) {
+      return Expected(absl::StrCat("a finite number >= ", minimum));
     }
     get(c) = parsed;
     return absl::OkStatus();
@@ -97,6 +107,20 @@ Setter Flag(Get get) {
   };
 }
 
+// The integer options' ranges. Counters (epochs, steps) and the seed take
+// their field's whole non-negative range: they are only compared, incremented,
+// or (the seed) added to modulo 2^64.
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+// A batch larger than a rank's shard is the whole shard; 2^31 - 1 samples is
+// more than any shard held in memory, and keeps batch arithmetic far from
+// overflow.
+constexpr int64_t kMaxBatchSize = kIntMax;
+// nnodes x nproc_per_node (at most 2^14 x 2^16 = 2^30) fits the int world
+// size.
+constexpr int64_t kMaxNodes = 16384;
+constexpr int64_t kMaxPort = 65535;  // TCP; 0 picks a free port
+
 const std::map<std::string, Setter>& Setters() {
   static const auto* setters = new std::map<std::string, Setter>{
       {"model", Text(&RunConfig::model)},
@@ -106,18 +130,22 @@ const std::map<std::string, Setter>& Setters() {
       {"val_labels", Text(&RunConfig::val_labels)},
       {"data", Text(&RunConfig::data)},
       {"data_labels", Text(&RunConfig::data_labels)},
-      {"label_column", Integer([](RunConfig& c) -> int& { return c.label_column; }, INT32_MIN)},
+      // Any int: the loader checks it against the file's columns.
+      {"label_column", Integer<-kIntMax - 1, kIntMax>(&RunConfig::label_column)},
       {"checkpoint", Text(&RunConfig::checkpoint)},
-      {"max_epochs", Integer([](RunConfig& c) -> int64_t& { return c.trainer.max_epochs; }, 0)},
-      {"max_steps", Integer([](RunConfig& c) -> int64_t& { return c.trainer.max_steps; }, -1)},
-      {"batch_size", Integer([](RunConfig& c) -> int64_t& { return c.trainer.batch_size; }, 1)},
+      {"max_epochs",
+       Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& { return c.trainer.max_epochs; })},
+      {"max_steps",
+       Integer<-1, kInt64Max>([](RunConfig& c) -> int64_t& { return c.trainer.max_steps; })},
+      {"batch_size",
+       Integer<1, kMaxBatchSize>([](RunConfig& c) -> int64_t& { return c.trainer.batch_size; })},
       {"accumulate_grad_batches",
-       Integer([](RunConfig& c) -> int& { return c.trainer.accumulate_grad_batches; }, 1)},
+       Integer<1, kIntMax>([](RunConfig& c) -> int& { return c.trainer.accumulate_grad_batches; })},
       {"gradient_clip_val",
        Number([](RunConfig& c) -> double& { return c.trainer.gradient_clip_val; }, 0)},
       {"check_val_every_n_epoch",
-       Integer([](RunConfig& c) -> int& { return c.trainer.check_val_every_n_epoch; }, 0)},
-      {"seed", Integer([](RunConfig& c) -> uint64_t& { return c.trainer.seed; }, 0)},
+       Integer<0, kIntMax>([](RunConfig& c) -> int& { return c.trainer.check_val_every_n_epoch; })},
+      {"seed", Integer<0, kInt64Max>([](RunConfig& c) -> uint64_t& { return c.trainer.seed; })},
       {"shuffle", Flag([](RunConfig& c) -> bool& { return c.trainer.shuffle; })},
       {"drop_last", Flag([](RunConfig& c) -> bool& { return c.trainer.drop_last; })},
       {"default_root_dir",
@@ -130,30 +158,34 @@ const std::map<std::string, Setter>& Setters() {
          c.trainer.resume_from = v;
          return absl::OkStatus();
        }},
-      {"num_threads", Integer([](RunConfig& c) -> int& { return c.trainer.num_threads; }, 0)},
+      {"num_threads",
+       Integer<0, kMaxNumThreads>([](RunConfig& c) -> int& { return c.trainer.num_threads; })},
       {"log_every_n_steps",
-       Integer([](RunConfig& c) -> int& { return c.trainer.log_every_n_steps; }, 0)},
+       Integer<0, kIntMax>([](RunConfig& c) -> int& { return c.trainer.log_every_n_steps; })},
       {"progress", Flag([](RunConfig& c) -> bool& { return c.trainer.enable_progress; })},
+      {"allow_non_finite_loss",
+       Flag([](RunConfig& c) -> bool& { return c.trainer.allow_non_finite_loss; })},
       {"optimizer",
-       [](RunConfig& c, const std::string& v) -> absl::Status {
-         if (v != "sgd" && v != "adam" && v != "adamw")
-           return Bad("optimizer", v, "sgd, adam or adamw");
-         c.optimizer.name = v;
-         return absl::OkStatus();
-       }},
+       [](RunConfig& c, const std::string& v) -> absl::
+                                                  Status {
+                                                    if (v != "sgd" && v != "adam" && v != "adamw")
+                                                      return Expected("sgd, adam or adamw");
+                                                    c.optimizer.name = v;
+                                                    return absl::OkStatus();
+                                                  }},
       {"lr", Number([](RunConfig& c) -> double& { return c.optimizer.lr; }, 1e-12)},
       {"momentum", Number([](RunConfig& c) -> double& { return c.optimizer.momentum; }, 0)},
       {"weight_decay", Number([](RunConfig& c) -> double& { return c.optimizer.weight_decay; }, 0)},
       {"step_lr_every",
-       Integer([](RunConfig& c) -> int64_t& { return c.optimizer.step_lr_every; }, 0)},
+       Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& { return c.optimizer.step_lr_every; })},
       {"step_lr_gamma",
        Number([](RunConfig& c) -> double& { return c.optimizer.step_lr_gamma; }, 0)},
-      {"nproc_per_node", Int(&RunConfig::nproc_per_node, 1)},
+      {"nproc_per_node", Integer<1, kMaxNprocs>(&RunConfig::nproc_per_node)},
       {"accelerator",
        [](RunConfig& c, const std::string& v) -> absl::
                                                   Status {
                                                     if (v != "cpu" && v != "cuda" && v != "gpu")
-                                                      return Bad("accelerator", v, "cpu or cuda");
+                                                      return Expected("cpu or cuda");
                                                     c.accelerator = v == "gpu" ? "cuda" : v;
                                                     return absl::OkStatus();
                                                   }},
@@ -162,21 +194,19 @@ const std::map<std::string, Setter>& Setters() {
        [](RunConfig& c, const std::string& v) -> absl::
                                                   Status {
                                                     if (v != "gloo" && v != "nccl")
-                                                      return Bad("process_group_backend", v,
-                                                                 "gloo or nccl");
+                                                      return Expected("gloo or nccl");
                                                     c.process_group_backend = v;
                                                     return absl::OkStatus();
                                                   }},
-      {"nnodes", Int(&RunConfig::nnodes, 1)},
-      {"node_rank", Int(&RunConfig::node_rank, 0)},
+      {"nnodes", Integer<1, kMaxNodes>(&RunConfig::nnodes)},
+      {"node_rank", Integer<0, kMaxNodes - 1>(&RunConfig::node_rank)},
       {"master_addr", Text(&RunConfig::master_addr)},
-      {"master_port", Int(&RunConfig::master_port, 0)},
+      {"master_port", Integer<0, kMaxPort>(&RunConfig::master_port)},
       {"start_method",
        [](RunConfig& c, const std::string& v) -> absl::
                                                   Status {
                                                     if (v != "spawn" && v != "fork")
-                                                      return Bad("start_method", v,
-                                                                 "spawn or fork");
+                                                      return Expected("spawn or fork");
                                                     c.start_method = v;
                                                     return absl::OkStatus();
                                                   }},
@@ -199,6 +229,9 @@ absl::Status ResolveDevices(RunConfig& config) {
     std::iota(config.device_indices.begin(), config.device_indices.end(), 0);
     return absl::OkStatus();
   }
+  // A count is at most the launcher's limit; an index must fit c10::DeviceIndex
+  // (int8_t), which StrategyOptionsFor narrows it to.
+  constexpr int kMaxIndex = std::numeric_limits<c10::DeviceIndex>::max();
   std::vector<int> indices;
   const bool list = absl::StrContains(config.devices, ',');
   for (absl::string_view part : absl::StrSplit(config.devices, ',')) {
@@ -209,11 +242,21 @@ absl::Status ResolveDevices(RunConfig& config) {
           absl::StrCat("option devices: '", config.devices,
                        "' is neither a device count (2) nor a list of CUDA indices (0,2)"));
     }
+    if (list ? value > kMaxIndex : value > kMaxNprocs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("option devices='", config.devices, "': expected ",
+                       list ? absl::StrCat("CUDA indices in [0, ", kMaxIndex, "]")
+                            : absl::StrCat("a device count in [1, ", kMaxNprocs, "]")));
+    }
     indices.push_back(value);
   }
   if (list && config.accelerator != "cuda") {
     return absl::InvalidArgumentError(
         "option devices: a list of device indices needs --accelerator cuda");
+  }
+  if (list && indices.size() > static_cast<size_t>(kMaxNprocs)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("option devices: expected at most ", kMaxNprocs, " CUDA indices"));
   }
   if (!list) {
     const int count = indices[0];
@@ -233,18 +276,56 @@ absl::Status ResolveDevices(RunConfig& config) {
 
 bool IsNpy(const std::string& path) { return absl::EndsWith(path, ".npy"); }
 
-absl::StatusOr<Dataset> LoadData(const std::string& what, const std::string& path,
-                                 const std::string& labels, int label_column) {
+absl::StatusOr<Dataset> LoadFile(const std::string& what, const std::string& path,
+                                 const std::string& labels, int label_column,
+                                 LabelType label_type) {
   if (IsNpy(path)) {
     if (labels.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " ", path, " is a .npy file: also give ", what, "_labels"));
     }
-    return LoadNpyDataset(path, labels);
+    return LoadNpyDataset(path, labels, label_type);
   }
   CsvOptions options;
   options.label_column = label_column;
+  options.label_type = label_type;
   return LoadCsvDataset(path, options);
+}
+
+// The built-in MLP's task follows from its output layer, not from whether every
+// label happens to be an integer (one label of 3.5 in a file of class indices
+// must not quietly turn a classifier into a regressor):
+// - k > 1 labels per sample (a .npy of shape (n, k)): regression onto k outputs;
+// - one label per sample and several outputs: classification, so every label
+//   must be an integer (1.0 counts; 3.5 does not, and the error names the file
+//   and row); the labels become int64;
+// - one label per sample and one output: regression; the labels become float32.
+// A TorchScript model gets the labels as the file holds them (int64 when every
+// one is integral, else float32) and decides itself.
+absl::StatusOr<Dataset> LoadData(const RunConfig& config, const std::string& what,
+                                 const std::string& path, const std::string& labels) {
+  absl::StatusOr<Dataset> data =
+      LoadFile(what, path, labels, config.label_column, LabelType::kAuto);
+  if (!data.ok() || !absl::StartsWith(config.model, "mlp:")) return data;
+  absl::StatusOr<std::vector<int64_t>> sizes = ParseMlpSpec(config.model);
+  if (!sizes.ok()) return sizes.status();
+  const int64_t outputs = sizes->back();
+  const bool one_label = data->labels.dim() == 1 || data->labels.size(1) == 1;
+  if (!one_label || outputs == 1) {
+    data->labels = data->labels.to(at::kFloat);
+    return data;
+  }
+  if (data->labels.scalar_type() == at::kLong) return data;
+  // Loaded again as class indices: that converts integral float labels, or
+  // names the first label that is not an integer.
+  absl::StatusOr<Dataset> classes =
+      LoadFile(what, path, labels, config.label_column, LabelType::kInt64);
+  if (classes.ok()) return classes;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the model '", config.model, "' has ", outputs,
+      " outputs and there is one label per sample, so it is a classifier and its labels must be "
+      "integer class indices (for regression, give it one output): ",
+      classes.status().message()));
 }
 
 absl::StatusOr<std::shared_ptr<LightningModule>> LoadModel(const RunConfig& config,
@@ -262,6 +343,12 @@ absl::StatusOr<std::shared_ptr<LightningModule>> LoadModel(const RunConfig& conf
       return absl::InvalidArgumentError(absl::StrCat(sample.source, " has ", features,
                                                      " features per sample; the model '",
                                                      config.model, "' takes ", inputs));
+    }
+    const int64_t label_columns = sample.labels.dim() == 2 ? sample.labels.size(1) : 1;
+    if (!classifier && label_columns != outputs) {
+      return absl::InvalidArgumentError(absl::StrCat(sample.source, " has ", label_columns,
+                                                     " labels per sample; the model '",
+                                                     config.model, "' gives ", outputs));
     }
     if (classifier && (sample.labels.min().item<int64_t>() < 0 ||
                        sample.labels.max().item<int64_t>() >= outputs)) {
@@ -325,8 +412,8 @@ absl::Status DryRun(const RunConfig& config, LightningModule& module, const Data
 
 // The dataset a command works on.
 absl::StatusOr<Dataset> PrimaryData(const RunConfig& c) {
-  if (c.command == "fit") return LoadData("train", c.train, c.train_labels, c.label_column);
-  return LoadData("data", c.data, c.data_labels, c.label_column);
+  if (c.command == "fit") return LoadData(c, "train", c.train, c.train_labels);
+  return LoadData(c, "data", c.data, c.data_labels);
 }
 
 }  // namespace
@@ -347,7 +434,8 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOp
           absl::StrCat("unknown option '", raw_key, "' (see --help for the options)"));
     }
     if (absl::Status s = setter->second(config, value); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("option ", raw_key, ": ", s.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("option ", raw_key, "='", value, "': ", s.message()));
     }
   }
   if (absl::Status s = ResolveDevices(config); !s.ok()) return s;
@@ -374,8 +462,7 @@ absl::Status CheckRun(const RunConfig& config) {
                      config.nproc_per_node, " ranks (nproc_per_node)"));
   }
   if (!config.val.empty()) {
-    absl::StatusOr<Dataset> val =
-        LoadData("val", config.val, config.val_labels, config.label_column);
+    absl::StatusOr<Dataset> val = LoadData(config, "val", config.val, config.val_labels);
     if (!val.ok()) return val.status();
   }
   if (absl::Status s = MakePrecisionPlugin(config.precision).status(); !s.ok()) return s;
@@ -441,8 +528,7 @@ absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy
   if (config.command == "fit") {
     std::optional<Dataset> val;
     if (!config.val.empty()) {
-      absl::StatusOr<Dataset> loaded =
-          LoadData("val", config.val, config.val_labels, config.label_column);
+      absl::StatusOr<Dataset> loaded = LoadData(config, "val", config.val, config.val_labels);
       if (!loaded.ok()) return loaded.status();
       val = *std::move(loaded);
     }
@@ -470,34 +556,43 @@ absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy
 }
 
 std::string RunOptionsHelp() {
-  return R"(Model and data:
-  --model SPEC                mlp:IN,HIDDEN...,OUT (built in) or a TorchScript file whose
-                              exported training_step(self, batch: List[Tensor], batch_idx: int)
-                              returns the loss (see docs/training.md)
-  --train FILE                training data: CSV (label in the last column) or .npy features
+  return absl::StrCat(R"(Model and data:
+  --model SPEC                mlp:IN,HIDDEN...,OUT (built in: several outputs classify, with
+                              integer labels; one output per label column regresses) or a
+                              TorchScript file whose exported training_step(self,
+                              batch: List[Tensor], batch_idx: int) returns the loss
+                              (see docs/training.md)
+  --train FILE                training data: CSV (label in the last column) or .npy features;
+                              NaN, infinite or out-of-float32 values are errors
   --train-labels FILE         labels .npy, with .npy features
   --val FILE, --val-labels    validation data (fit)
   --data FILE, --data-labels  data for validate, test and predict
   --label-column N            CSV column of the label (default -1: the last)
   --checkpoint FILE           weights to start from (validate, test, predict)
 Trainer:
-  --max-epochs N (10)  --max-steps N (-1: none)  --batch-size N (32, per rank)
+  --max-epochs N (10)  --max-steps N (-1: none)  --batch-size N (32, per rank; <= 2^31-1)
   --accumulate-grad-batches N (1)  --gradient-clip-val X (0: off)
   --check-val-every-n-epoch N (1)  --seed N (0)  --shuffle BOOL (true)  --drop-last BOOL
   --default-root-dir DIR (ddpspawn_logs): metrics.csv, checkpoints/last.ckpt, predictions.csv
-  --resume-from FILE  --num-threads N (0: cores / ranks)  --log-every-n-steps N (10)
+  --resume-from FILE  --num-threads N (0: cores / ranks; <= )",
+                      kMaxNumThreads, R"()  --log-every-n-steps N (10)
   --progress BOOL (true)
+  --allow-non-finite-loss BOOL (false: a nan/inf training loss stops fit with an error,
+                              keeping the last good checkpoint)
 Optimizer:
   --optimizer sgd|adam|adamw (sgd)  --lr X (0.01)  --momentum X  --weight-decay X
   --step-lr-every N (epochs; 0: constant)  --step-lr-gamma X (0.1)
 Distributed (torchrun-style):
-  --nproc-per-node N (1)  --nnodes 1  --node-rank 0  --master-addr A  --master-port P
-  --start-method spawn|fork (spawn)  --timeout SECONDS (0: none)
+  --nproc-per-node N (1..)",
+                      kMaxNprocs, R"(; 1)  --nnodes 1  --node-rank 0  --master-addr A
+  --master-port P (0..65535; 0: a free one)  --start-method spawn|fork (spawn)
+  --timeout SECONDS (0: none)
   --accelerator cpu|cuda (cpu)  --devices N or CUDA indices 0,2 (sets nproc-per-node)
   --process-group-backend gloo|nccl (by accelerator: nccl on cuda, gloo on cpu)
   --precision 32-true|bf16-mixed|16-mixed (cuda)  --ddp-comm-hook allreduce|fp16|bf16|powersgd
   --find-unused-parameters BOOL  --gradient-as-bucket-view BOOL
-)";
+Numbers: integers out of an option's range and non-finite numbers (inf, nan, 1e400) are errors.
+)");
 }
 
 }  // namespace ddpspawn

@@ -4,10 +4,21 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 namespace ddpspawn {
+
+int64_t BatchCount(int64_t samples, int64_t batch_size) {
+  return samples / batch_size + (samples % batch_size != 0 ? 1 : 0);
+}
+
+int64_t BatchEnd(int64_t batch, int64_t batch_size, int64_t samples) {
+  const int64_t begin = batch * batch_size;  // < samples, so no overflow
+  return begin + std::min(batch_size, samples - begin);
+}
 
 absl::StatusOr<DistributedSampler> DistributedSampler::Create(int64_t dataset_size,
                                                               int num_replicas, int rank,
@@ -29,7 +40,7 @@ absl::StatusOr<DistributedSampler> DistributedSampler::Create(int64_t dataset_si
   // PyTorch: ceil((n - R) / R) with drop_last when R does not divide n, which
   // is floor(n / R); ceil(n / R) otherwise.
   int64_t num_samples =
-      drop_last ? dataset_size / num_replicas : (dataset_size + num_replicas - 1) / num_replicas;
+      drop_last ? dataset_size / num_replicas : BatchCount(dataset_size, num_replicas);
   return DistributedSampler(dataset_size, num_replicas, rank, shuffle, seed, num_samples);
 }
 

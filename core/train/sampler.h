@@ -12,6 +12,15 @@
 
 namespace ddpspawn {
 
+// ceil(samples / batch_size): the number of batches of `batch_size` (>= 1) in
+// `samples` (>= 0) indices, the last one short; exact for any such int64 values
+// (no samples + batch_size - 1 to overflow).
+int64_t BatchCount(int64_t samples, int64_t batch_size);
+
+// The end (exclusive) of batch `batch` (in [0, BatchCount)): the smaller of
+// (batch + 1) * batch_size and samples, without overflow.
+int64_t BatchEnd(int64_t batch, int64_t batch_size, int64_t samples);
+
 class DistributedSampler {
  public:
   // InvalidArgument if dataset_size < 1, num_replicas < 1, rank is not in

@@ -72,10 +72,6 @@ Batch MakeBatch(const Dataset& data, const std::vector<int64_t>& indices, int64_
   return {data.features.index_select(0, index), data.labels.index_select(0, index)};
 }
 
-int64_t BatchCount(int64_t samples, int64_t batch_size) {
-  return (samples + batch_size - 1) / batch_size;
-}
-
 // Every rank's CPU generator state, on every rank (for the checkpoint).
 absl::StatusOr<std::vector<at::Tensor>> GatherRngStates(DDPSpawnStrategy& strategy) {
   at::Tensor mine = at::detail::getDefaultCPUGenerator().get_state();
@@ -85,6 +81,102 @@ absl::StatusOr<std::vector<at::Tensor>> GatherRngStates(DDPSpawnStrategy& strate
   for (int64_t r = 0; r < all->size(0); ++r) states.push_back((*all)[r].clone());
   return states;
 }
+
+// Fit's guard against divergence (TrainerOptions::allow_non_finite_loss): each
+// rank notes its first non-finite training loss; at every point where fit
+// reduces the logged loss anyway, one all-reduce carries every rank's mean loss
+// and what it saw, so all ranks take the same decision and stop together, with
+// no collective of their own and none left waiting.
+class FiniteWatch {
+ public:
+  FiniteWatch(bool allow, std::string last_good)
+      : allow_(allow), last_good_(std::move(last_good)) {}
+
+  // This rank's loss of a micro-batch of optimizer step `step` (1-based) in
+  // `epoch` (0-based).
+  void See(double loss, int64_t epoch, int64_t step) {
+    if (allow_ || seen_epoch_ >= 0 || std::isfinite(loss)) return;
+    seen_epoch_ = epoch;
+    seen_step_ = step;
+    seen_value_ = loss;
+  }
+
+  // The checkpoint just written from finite weights.
+  void Saved(const std::string& checkpoint) { last_good_ = checkpoint; }
+
+  // The mean over the ranks of `mean` (this rank's loss), or, unless allowed,
+  // the same error on every rank if a rank saw a non-finite loss or (with
+  // `weights`, before a checkpoint) holds non-finite weights. `epoch` and
+  // `step` say where training is, for the error about weights.
+  absl::StatusOr<double> Reduce(DDPSpawnStrategy& strategy, double mean,
+                                const std::vector<at::Tensor>* weights, int64_t epoch,
+                                int64_t step) {
+    // Every rank fills its own slots and the sum gathers them (x + 0 is x,
+    // NaN included): the shared-memory all-reduce the logged loss took.
+    const int world = strategy.world_size(), rank = strategy.global_rank();
+    const bool finite_weights = weights == nullptr || allow_ || AllFinite(*weights);
+    std::vector<double> slots(static_cast<size_t>(world) * kSlots, 0.0);
+    double* mine = &slots[static_cast<size_t>(rank) * kSlots];
+    mine[0] = mean;
+    mine[1] = static_cast<double>(seen_epoch_);
+    mine[2] = static_cast<double>(seen_step_);
+    mine[3] = seen_value_;
+    mine[4] = finite_weights ? 1.0 : 0.0;
+    absl::StatusOr<at::Tensor> summed = strategy.Reduce(at::tensor(slots, at::kDouble), "sum");
+    if (!summed.ok()) return summed.status();
+    at::Tensor all = summed->to(at::kCPU).reshape({world, kSlots});
+    auto a = all.accessor<double, 2>();
+    double total = 0;
+    for (int r = 0; r < world; ++r) total += a[r][0];
+    if (allow_) return total / world;
+    // The earliest non-finite loss (the lowest rank among equals).
+    int first = -1;
+    for (int r = 0; r < world; ++r) {
+      if (a[r][1] < 0) continue;
+      if (first < 0 || a[r][1] < a[first][1] || (a[r][1] == a[first][1] && a[r][2] < a[first][2]))
+        first = r;
+    }
+    if (first >= 0) {
+      return Stop(absl::StrFormat("training loss became %s at epoch %d, step %d (rank %d)",
+                                  absl::StrCat(a[first][3]), static_cast<int64_t>(a[first][1]) + 1,
+                                  static_cast<int64_t>(a[first][2]), first));
+    }
+    for (int r = 0; r < world; ++r) {
+      if (a[r][4] == 0) {
+        return Stop(absl::StrFormat(
+            "the weights became non-finite (inf or nan) by epoch %d, step %d (rank %d), with a "
+            "finite training loss",
+            epoch + 1, step, r));
+      }
+    }
+    return total / world;
+  }
+
+ private:
+  static constexpr int kSlots = 5;  // mean loss, seen epoch, step, value, finite weights
+
+  static bool AllFinite(const std::vector<at::Tensor>& tensors) {
+    c10::NoGradGuard no_grad;
+    for (const at::Tensor& t : tensors) {
+      if (!at::isfinite(t).all().item<bool>()) return false;
+    }
+    return true;
+  }
+
+  absl::Status Stop(const std::string& what) const {
+    return absl::AbortedError(
+        absl::StrCat(what, "; ",
+                     last_good_.empty() ? "no checkpoint was written before it"
+                                        : absl::StrCat("the last good checkpoint is ", last_good_),
+                     "; pass allow_non_finite_loss=true to go on (or lower the learning rate)"));
+  }
+
+  const bool allow_;
+  std::string last_good_;
+  int64_t seen_epoch_ = -1;  // -1: every loss was finite
+  int64_t seen_step_ = 0;
+  double seen_value_ = 0;
+};
 
 }  // namespace
 
@@ -128,6 +220,11 @@ Trainer::Trainer(DDPSpawnStrategy& strategy, TrainerOptions options)
 absl::Status Trainer::Prepare(const std::shared_ptr<LightningModule>& module) {
   if (module == nullptr) return absl::InvalidArgumentError("the trainer needs a module");
   if (options_.batch_size < 1) return absl::InvalidArgumentError("batch_size must be >= 1");
+  if (options_.num_threads > kMaxNumThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("num_threads ", options_.num_threads,
+                                                   " is above ", kMaxNumThreads,
+                                                   " (0: cores / local ranks)"));
+  }
   int threads = options_.num_threads;
   if (threads <= 0) {
     const int local =
@@ -216,6 +313,7 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
     if (p.requires_grad()) parameters.push_back(p);
   }
 
+  FiniteWatch watch(options_.allow_non_finite_loss, options_.resume_from);
   bool stop = options_.max_steps > 0 && state.global_step >= options_.max_steps;
   while (!stop && state.epoch < max_epochs) {
     const int64_t epoch = state.epoch;
@@ -232,7 +330,7 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
     int64_t epoch_batches = 0, window_batches = 0;
     for (int64_t b = state.batch_in_epoch; b < batches; ++b) {
       Batch batch = MakeBatch(train, indices, b * options_.batch_size,
-                              std::min((b + 1) * options_.batch_size, sampler->num_samples()));
+                              BatchEnd(b, options_.batch_size, sampler->num_samples()));
       const bool step_now = (b + 1) % accumulate == 0 || b + 1 == batches;
       absl::StatusOr<at::Tensor> loss = strategy_.TrainingStep(batch, b);
       if (!loss.ok()) return loss.status();
@@ -249,6 +347,7 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
         return absl::InternalError(absl::StrCat("backward failed: ", e.what()));
       }
       const double value = loss->item<double>();
+      watch.See(value, epoch, state.global_step + 1);
       epoch_loss += value;
       window_loss += value;
       ++epoch_batches;
@@ -270,13 +369,10 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
       ++state.global_step;
       state.batch_in_epoch = b + 1;
       if (options_.log_every_n_steps > 0 && state.global_step % options_.log_every_n_steps == 0) {
-        absl::StatusOr<at::Tensor> mean =
-            strategy_.Reduce(at::tensor(window_loss / window_batches, at::kDouble), "mean");
+        absl::StatusOr<double> mean = watch.Reduce(strategy_, window_loss / window_batches, nullptr,
+                                                   epoch, state.global_step);
         if (!mean.ok()) return mean.status();
-        if (absl::Status s = Log(epoch, state.global_step, "train_loss", mean->item<double>());
-            !s.ok()) {
-          return s;
-        }
+        if (absl::Status s = Log(epoch, state.global_step, "train_loss", *mean); !s.ok()) return s;
         window_loss = 0;
         window_batches = 0;
       }
@@ -298,14 +394,14 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
     std::string line =
         absl::StrFormat("epoch %d/%d step %d", epoch + 1, options_.max_epochs, state.global_step);
     if (epoch_batches > 0) {
-      absl::StatusOr<at::Tensor> mean =
-          strategy_.Reduce(at::tensor(epoch_loss / epoch_batches, at::kDouble), "mean");
+      // Before validation and the checkpoint: the weights too.
+      absl::StatusOr<double> mean = watch.Reduce(strategy_, epoch_loss / epoch_batches, &parameters,
+                                                 epoch, state.global_step);
       if (!mean.ok()) return mean.status();
-      if (absl::Status s = Log(epoch, state.global_step, "train_loss_epoch", mean->item<double>());
-          !s.ok()) {
+      if (absl::Status s = Log(epoch, state.global_step, "train_loss_epoch", *mean); !s.ok()) {
         return s;
       }
-      absl::StrAppendFormat(&line, " train_loss %.4f", mean->item<double>());
+      absl::StrAppendFormat(&line, " train_loss %.4f", *mean);
     }
     if (epoch_done && validation != nullptr && options_.check_val_every_n_epoch > 0 &&
         (epoch + 1) % options_.check_val_every_n_epoch == 0) {
@@ -320,6 +416,7 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
     if (absl::Status s = SaveCheckpoint(*module, optimizer->get(), state, checkpoint); !s.ok()) {
       return s;
     }
+    watch.Saved(std::filesystem::absolute(checkpoint).string());
     if (options_.enable_progress && strategy_.is_global_zero()) {
       std::printf("%s%s (%.2f s)\n", bar ? "\r" : "", line.c_str(),
                   absl::ToDoubleSeconds(absl::Now() - epoch_start));
@@ -351,7 +448,7 @@ absl::StatusOr<std::vector<int64_t>> Trainer::ForEachShardBatch(
   const int64_t batches = BatchCount(sampler->num_samples(), options_.batch_size);
   for (int64_t b = 0; b < batches; ++b) {
     Batch batch = MakeBatch(data, indices, b * options_.batch_size,
-                            std::min((b + 1) * options_.batch_size, sampler->num_samples()));
+                            BatchEnd(b, options_.batch_size, sampler->num_samples()));
     if (absl::Status s = step(batch, b); !s.ok()) return s;
   }
   return indices;

@@ -5,7 +5,9 @@
 // DistributedSampler; metrics are averaged across ranks and written by rank 0
 // to <root>/metrics.csv; rank 0 checkpoints to <root>/checkpoints/last.ckpt
 // (atomically) after every epoch and when training stops, and resuming from it
-// continues exactly where it stopped.
+// continues exactly where it stopped. A training loss (or weights) that becomes
+// NaN or infinite stops fit with an error on every rank, before any checkpoint
+// of the diverged weights is written, unless allow_non_finite_loss.
 #ifndef DDPSPAWN_CORE_TRAIN_TRAINER_H_
 #define DDPSPAWN_CORE_TRAIN_TRAINER_H_
 
@@ -23,6 +25,13 @@
 
 namespace ddpspawn {
 
+// The most intra-op threads per rank (num_threads): above the hardware threads
+// of the largest machines (2 x 192 cores x 2 SMT = 768), where more only
+// oversubscribe. A fixed bound, not one from this machine's cores, so that an
+// option is valid or not wherever it is parsed (the launcher, a binding, a
+// rank).
+inline constexpr int kMaxNumThreads = 1024;
+
 struct TrainerOptions {
   int64_t max_epochs = 10;
   int64_t max_steps = -1;  // > 0: stop after this many optimizer steps
@@ -35,9 +44,14 @@ struct TrainerOptions {
   uint64_t seed = 0;
   std::string default_root_dir = "ddpspawn_logs";
   std::string resume_from;  // a checkpoint to continue from
-  int num_threads = 0;      // intra-op threads per rank; 0: cores / local ranks
+  int num_threads = 0;      // intra-op threads per rank, <= kMaxNumThreads; 0: cores / local ranks
   int log_every_n_steps = 10;
   bool enable_progress = true;  // rank 0: a progress bar on a terminal, else a line per epoch
+  // false: a NaN or infinite training loss on any rank (or non-finite weights)
+  // stops fit on every rank with an error naming the epoch, step and rank,
+  // and no checkpoint of it is written. Checked where the loss is all-reduced
+  // anyway: every log_every_n_steps steps and at the end of each epoch.
+  bool allow_non_finite_loss = false;
 };
 
 // What fit hands back to the launcher (through rank 0's result).

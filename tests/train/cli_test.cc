@@ -1,11 +1,13 @@
 // The ddpspawn CLI end to end, with real ranks: fit makes the loss fall and its
 // checkpoint holds rank 0's final weights; resuming after k steps and training
 // m more is bit for bit the same as k+m steps at once; predict returns dataset
-// order; bad inputs are clear errors before anything runs.
+// order; bad inputs are clear errors before anything runs; a diverging run
+// stops with an error and keeps its last good checkpoint.
 #include <ATen/ATen.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -207,6 +209,79 @@ TEST(CliTest, BadInputsAreClearErrorsBeforeAnythingRuns) {
   CliRun help = Cli("--help");
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.output, HasSubstr("--nproc-per-node"));
+}
+
+// y = x . (0.5, -1, 2, 0.25) + 0.1: labels that are not integers, for a
+// regressor.
+std::string WriteRegression(const std::string& name, int rows) {
+  std::string path = absl::StrCat(testing::TempDir(), "/", name);
+  std::ofstream out(path);
+  at::manual_seed(rows);
+  at::Tensor x = at::rand({rows, 4});
+  at::Tensor y = x.matmul(at::tensor({0.5f, -1.f, 2.f, 0.25f})) + 0.1f;
+  for (int i = 0; i < rows; ++i) {
+    for (int j = 0; j < 4; ++j) out << x[i][j].item<float>() << ",";
+    out << y[i].item<float>() << "\n";
+  }
+  return path;
+}
+
+// The optimizer step `step` in "... at epoch E, step 2 (rank 0); ..." or
+// "... by epoch E, step 2 (rank 0), ...", or -1.
+int64_t StepInError(const std::string& output) {
+  const size_t rank = output.find(" (rank ");
+  const size_t step = output.rfind("step ", rank);
+  int64_t value = -1;
+  if (rank == std::string::npos || step == std::string::npos ||
+      !absl::SimpleAtoi(output.substr(step + 5, rank - step - 5), &value)) {
+    return -1;
+  }
+  return value;
+}
+
+// A diverging run (SGD with lr 1e30: the first step makes the weights about
+// 1e29, the next loss overflows) stops on every rank with an error that says
+// where, and leaves on disk only a checkpoint from before, with finite
+// weights; allow_non_finite_loss=true lets it go on. Was: exit 0 and a
+// checkpoint of NaN weights.
+TEST(CliTest, ANonFiniteLossStopsTheRunAndKeepsTheLastGoodCheckpoint) {
+  const std::string model = "mlp:4,16,1";
+  const std::string train = WriteRegression("diverge.csv", 40);
+  // 20 samples per rank and batches of 32: one step per epoch, and a
+  // checkpoint after each.
+  const std::string common = absl::StrCat(
+      "fit --model ", model, " --train ", train,
+      " --nproc-per-node 2 --optimizer sgd --lr 1e30 --batch-size 32", " --max-epochs 20 --seed 5");
+  const std::string root = Dir("diverged");
+  CliRun diverged = Cli(absl::StrCat(common, " --default-root-dir ", root));
+  EXPECT_NE(diverged.exit_code, 0) << diverged.output;
+  EXPECT_THAT(diverged.output, HasSubstr(" became "));
+  EXPECT_THAT(diverged.output, HasSubstr(" epoch "));
+  EXPECT_THAT(diverged.output, HasSubstr("pass allow_non_finite_loss=true to go on"));
+  EXPECT_EQ(diverged.values.count("checkpoint"), 0u) << diverged.output;
+  const int64_t step = StepInError(diverged.output);
+  EXPECT_GE(step, 1) << diverged.output;
+  const std::string checkpoint = root + "/checkpoints/last.ckpt";
+  if (std::filesystem::exists(checkpoint)) {
+    EXPECT_THAT(diverged.output, HasSubstr("the last good checkpoint is " +
+                                           std::filesystem::absolute(checkpoint).string()));
+    std::shared_ptr<LightningModule> module = *MakeMlpModule(model, false, {});
+    TrainingState state;
+    absl::Status restored =
+        RestoreCheckpoint(ReadWholeFile(checkpoint).value_or(""), *module, nullptr, &state);
+    ASSERT_TRUE(restored.ok()) << restored;
+    EXPECT_LT(state.global_step, step);  // from before the divergence
+    for (const auto& [name, tensor] : module->named_state()) {
+      EXPECT_TRUE(at::isfinite(tensor).all().item<bool>()) << name << " is not finite";
+    }
+  } else {
+    EXPECT_THAT(diverged.output, HasSubstr("no checkpoint was written before it"));
+  }
+
+  CliRun allowed = Cli(
+      absl::StrCat(common, " --allow-non-finite-loss true --default-root-dir ", Dir("allowed")));
+  ASSERT_EQ(allowed.exit_code, 0) << allowed.output;
+  EXPECT_EQ(allowed.Number("global_step"), 20);
 }
 
 // --version names what the build was compiled against; asking for a GPU where

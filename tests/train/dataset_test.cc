@@ -1,5 +1,6 @@
 // Loading datasets: .npy files written byte by byte here (and one by NumPy
-// itself), every .npy error, CSV parsing and its errors, and splitting.
+// itself), every .npy error, CSV parsing and its errors, NaN and infinities
+// refused, label types, and splitting.
 #include "core/train/dataset.h"
 
 #include <ATen/ATen.h>
@@ -7,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -258,6 +260,87 @@ TEST(LoadNpyDatasetTest, DifferentSizesNameBothFiles) {
   EXPECT_EQ(dataset.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(dataset.status().message(), HasSubstr(features + " has 3 rows"));
   EXPECT_THAT(dataset.status().message(), HasSubstr(labels + " has 2"));
+}
+
+TEST(LoadNpyDatasetTest, NonFiniteValuesNameTheFileAndElement) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::string labels =
+      WriteFile("finite_y.npy", NpyBytes("<i8", "(2,)", RawBytes(std::vector<int64_t>{0, 1})));
+  std::string features = WriteFile(
+      "nan_x.npy", NpyBytes("<f4", "(2, 3)", RawBytes(std::vector<float>{1, 2, 3, 4, 5, nan})));
+  absl::StatusOr<Dataset> dataset = LoadNpyDataset(features, labels);
+  ASSERT_FALSE(dataset.ok());
+  EXPECT_EQ(dataset.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(dataset.status().message(),
+              HasSubstr(features + ": row 1 (counted from 0), element [1, 2]: nan is not a "
+                                   "finite number"));
+
+  // Finite in float64, infinite in float32.
+  features =
+      WriteFile("huge_x.npy", NpyBytes("<f8", "(2, 1)", RawBytes(std::vector<double>{1e300, 0})));
+  dataset = LoadNpyDataset(features, labels);
+  ASSERT_FALSE(dataset.ok());
+  EXPECT_THAT(dataset.status().message(),
+              HasSubstr(features + ": row 0 (counted from 0), element [0, 0]: 1e+300 is outside "
+                                   "float32's range"));
+
+  features = WriteFile("fine_x.npy", NpyBytes("<f4", "(2, 1)", RawBytes(std::vector<float>{1, 2})));
+  labels = WriteFile(
+      "inf_y.npy",
+      NpyBytes("<f4", "(2,)",
+               RawBytes(std::vector<float>{0.5f, std::numeric_limits<float>::infinity()})));
+  dataset = LoadNpyDataset(features, labels);
+  ASSERT_FALSE(dataset.ok());
+  EXPECT_THAT(dataset.status().message(),
+              HasSubstr(labels + ": row 1 (counted from 0), element [1]: inf is not a finite"));
+}
+
+TEST(LoadNpyDatasetTest, LabelTypes) {
+  std::string features =
+      WriteFile("lt_x.npy", NpyBytes("<f4", "(3, 1)", RawBytes(std::vector<float>{1, 2, 3})));
+  std::string integral =
+      WriteFile("lt_y.npy", NpyBytes("<f8", "(3, 1)", RawBytes(std::vector<double>{2, 0, 1})));
+  absl::StatusOr<Dataset> dataset = LoadNpyDataset(features, integral, LabelType::kInt64);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_TRUE(dataset->labels.equal(at::tensor({2, 0, 1}, at::kLong)));
+
+  std::string fractional =
+      WriteFile("lt_half.npy", NpyBytes("<f4", "(3,)", RawBytes(std::vector<float>{2, 0.5f, 1})));
+  dataset = LoadNpyDataset(features, fractional, LabelType::kInt64);
+  ASSERT_FALSE(dataset.ok());
+  EXPECT_THAT(dataset.status().message(),
+              HasSubstr(fractional + ": row 1 (counted from 0): label 0.5 is not an integer"));
+
+  std::string classes =
+      WriteFile("lt_i.npy", NpyBytes("<i4", "(3,)", RawBytes(std::vector<int32_t>{2, 0, 1})));
+  dataset = LoadNpyDataset(features, classes, LabelType::kFloat32);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_TRUE(dataset->labels.equal(at::tensor({2.f, 0.f, 1.f})));
+}
+
+TEST(LoadCsvDatasetTest, NonFiniteValuesNameLineAndColumn) {
+  const struct {
+    std::string field, expected;
+  } cases[] = {
+      {"1e400", "\"1e400\" is not a finite number"},  // SimpleAtod: inf
+      {"nan", "\"nan\" is not a finite number"},
+      {"-inf", "\"-inf\" is not a finite number"},
+      {"1e39", "\"1e39\" is outside float32's range"},  // finite in float64
+  };
+  for (const auto& c : cases) {
+    std::string path = WriteFile("non_finite.csv", absl::StrCat("x,y\n1,0\n", c.field, ",1\n"));
+    absl::StatusOr<Dataset> dataset = LoadCsvDataset(path);
+    ASSERT_FALSE(dataset.ok()) << c.field;
+    EXPECT_EQ(dataset.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(dataset.status().message(),
+                HasSubstr(absl::StrCat(path, ":3: column 1 (\"x\"): ", c.expected)));
+    // The same in the label column.
+    path = WriteFile("non_finite_label.csv", absl::StrCat("x,y\n1,0.5\n2,", c.field, "\n"));
+    dataset = LoadCsvDataset(path);
+    ASSERT_FALSE(dataset.ok()) << c.field;
+    EXPECT_THAT(dataset.status().message(),
+                HasSubstr(absl::StrCat(path, ":3: column 2 (\"y\"): ", c.expected)));
+  }
 }
 
 TEST(LoadCsvDatasetTest, DetectsHeaderAndIntegralLabels) {

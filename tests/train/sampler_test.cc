@@ -1,12 +1,13 @@
 // DistributedSampler: shards cover the dataset, padding and drop_last counts,
 // shuffling is per epoch, the same on every rank and seeded, and (when
 // /opt/ddpspawn/venv/bin/python3 has torch) index for index equal to PyTorch's
-// sampler.
+// sampler; batch counts do not overflow.
 #include "core/train/sampler.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -259,6 +260,23 @@ TEST(DistributedSamplerTest, SameIndicesAsPyTorch) {
     sampler->set_epoch(c.epoch);
     EXPECT_EQ(sampler->Indices(), expected);
   }
+}
+
+// ceil(samples / batch_size) and batch ends, exact up to int64's limits: a
+// batch size of 2^63 - 1 was (samples + batch_size - 1) overflowing, 0 batches.
+TEST(BatchCountTest, ExactWithoutOverflow) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(BatchCount(10, 3), 4);
+  EXPECT_EQ(BatchCount(9, 3), 3);
+  EXPECT_EQ(BatchCount(0, 3), 0);
+  EXPECT_EQ(BatchCount(5, kMax), 1);
+  EXPECT_EQ(BatchCount(kMax, kMax), 1);
+  EXPECT_EQ(BatchCount(kMax, 1), kMax);
+  EXPECT_EQ(BatchCount(kMax, 2), int64_t{1} << 62);
+  EXPECT_EQ(BatchEnd(0, 3, 10), 3);
+  EXPECT_EQ(BatchEnd(3, 3, 10), 10);
+  EXPECT_EQ(BatchEnd(0, kMax, 5), 5);
+  EXPECT_EQ(BatchEnd(BatchCount(kMax, 2) - 1, 2, kMax), kMax);
 }
 
 }  // namespace

@@ -267,8 +267,8 @@ def fit(
 
     Args:
         model: ``"mlp:IN,HIDDEN...,OUT"`` (the built-in multilayer perceptron:
-            integer labels make it a classifier, float labels a regressor), a
-            path to a TorchScript file, or a ``torch.jit.ScriptModule`` (saved
+            several outputs make it a classifier, whose labels must be
+            integers, one output per label a regressor), a path to a TorchScript file, or a ``torch.jit.ScriptModule`` (saved
             to a temporary file first). A TorchScript module exports
             ``training_step(self, batch: List[Tensor], batch_idx: int) -> Tensor``
             and optionally ``validation_step`` / ``test_step`` (``-> Dict[str,

@@ -128,9 +128,9 @@ impl<A: Into<PathBuf>, B: Into<PathBuf>> From<(A, B)> for Data {
 /// Trains, validates, tests or predicts with a model, in `nprocs` ranks
 /// forked from this process (DDP on CPU, Gloo), through `ddpspawn_run`.
 ///
-/// The model is `"mlp:IN,HIDDEN...,OUT"` (built in: integer labels make it a
-/// classifier reporting `val_loss` and `val_accuracy`, float labels a
-/// regressor) or the path of a TorchScript file whose exported
+/// The model is `"mlp:IN,HIDDEN...,OUT"` (built in: several outputs make it a
+/// classifier, whose labels must be integers, reporting `val_loss` and
+/// `val_accuracy`; one output per label a regressor) or the path of a TorchScript file whose exported
 /// `training_step(self, batch: List[Tensor], batch_idx: int) -> Tensor` (and
 /// optionally `validation_step` / `test_step` returning `Dict[str, Tensor]`,
 /// `predict_step` returning `Tensor`) the library runs; `batch` is

@@ -1,0 +1,216 @@
+// Run options without ranks (ParseRunConfig, CheckRun): every integer option is
+// range-checked in 64 bits before it is narrowed to its field, non-finite
+// numbers are refused, and the built-in MLP's labels fit its task (several
+// outputs classify and need integer labels; one output regresses).
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/train/run.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ddpspawn {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<RunConfig> ParseWith(const std::string& key, const std::string& value) {
+  RunOptions options = {{"model", "mlp:4,16,3"}, {"train", "train.csv"}};
+  options.emplace_back(key, value);
+  return ParseRunConfig("fit", options);
+}
+
+TEST(RunConfigTest, IntegersOutOfRangeAreErrorsNotWrappedValues) {
+  const struct {
+    std::string key, value, expected;
+  } cases[] = {
+      // Was 2 ranks (4294967298 mod 2^32), and std::length_error for 2^31.
+      {"nproc_per_node", "4294967298",
+       "option nproc_per_node='4294967298': expected an integer in [1, 65536]"},
+      {"nproc_per_node", "2147483648", "expected an integer in [1, 65536]"},
+      {"nproc-per-node", "0", "option nproc-per-node='0': expected an integer in [1, 65536]"},
+      // Was -1, the last column.
+      {"label_column", "4294967295", "expected an integer in [-2147483648, 2147483647]"},
+      // Overflowed the batch count: 0 steps and success.
+      {"batch_size", "9223372036854775807", "expected an integer in [1, 2147483647]"},
+      {"batch_size", "0", "expected an integer in [1, 2147483647]"},
+      {"num_threads", "100000", "expected an integer in [0, 1024]"},
+      {"master_port", "70000", "expected an integer in [0, 65535]"},
+      {"master_port", "-1", "expected an integer in [0, 65535]"},
+      {"accumulate_grad_batches", "4294967297", "expected an integer in [1, 2147483647]"},
+      {"check_val_every_n_epoch", "4294967296", "expected an integer in [0, 2147483647]"},
+      {"log_every_n_steps", "-1", "expected an integer in [0, 2147483647]"},
+      {"nnodes", "4294967297", "expected an integer in [1, 16384]"},
+      {"node_rank", "4294967296", "expected an integer in [0, 16383]"},
+      {"seed", "-1", "expected an integer in [0, 9223372036854775807]"},
+      {"max_steps", "-2", "expected an integer in [-1, 9223372036854775807]"},
+      {"max_epochs", "99999999999999999999", "expected an integer in [0, 9223372036854775807]"},
+      {"max_epochs", "x", "option max_epochs='x': expected an integer"},
+  };
+  for (const auto& c : cases) {
+    absl::StatusOr<RunConfig> config = ParseWith(c.key, c.value);
+    ASSERT_FALSE(config.ok()) << c.key << "=" << c.value << " was accepted";
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(config.status().message(), HasSubstr(c.expected)) << c.key << "=" << c.value;
+  }
+}
+
+TEST(RunConfigTest, IntegersAtTheirBoundsAreKept) {
+  absl::StatusOr<RunConfig> config = ParseWith("nproc_per_node", "65536");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->nproc_per_node, 65536);
+  config = ParseWith("label_column", "-2147483648");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->label_column, -2147483647 - 1);
+  config = ParseWith("batch_size", "2147483647");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->trainer.batch_size, 2147483647);
+  config = ParseWith("num_threads", "1024");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->trainer.num_threads, 1024);
+  for (const char* port : {"0", "65535"}) {
+    config = ParseWith("master_port", port);
+    ASSERT_TRUE(config.ok()) << config.status();
+  }
+  config = ParseWith("seed", "9223372036854775807");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->trainer.seed, 9223372036854775807ull);
+}
+
+TEST(RunConfigTest, DevicesAreRangeChecked) {
+  RunOptions options = {{"model", "mlp:4,16,3"},
+                        {"train", "train.csv"},
+                        {"accelerator", "cuda"},
+                        {"devices", "0,300"}};  // c10::DeviceIndex is int8_t: was cuda:44
+  absl::StatusOr<RunConfig> config = ParseRunConfig("fit", options);
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("CUDA indices in [0, 127]"));
+  config = ParseWith("devices", "100000");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("a device count in [1, 65536]"));
+}
+
+TEST(RunConfigTest, NonFiniteNumbersAreRefused) {
+  const struct {
+    std::string key, value;
+  } cases[] = {
+      {"lr", "inf"},
+      {"lr", "nan"},
+      {"lr", "1e400"},
+      {"momentum", "inf"},
+      {"weight_decay", "nan"},
+      {"gradient_clip_val", "inf"},
+      {"timeout", "inf"},
+      {"step_lr_gamma", "nan"},
+      {"lr", "0"},
+  };
+  for (const auto& c : cases) {
+    absl::StatusOr<RunConfig> config = ParseWith(c.key, c.value);
+    ASSERT_FALSE(config.ok()) << c.key << "=" << c.value << " was accepted";
+    EXPECT_THAT(config.status().message(), HasSubstr(absl::StrCat("option ", c.key, "='", c.value,
+                                                                  "': expected a finite "
+                                                                  "number >= ")));
+  }
+  absl::StatusOr<RunConfig> config = ParseWith("lr", "1e30");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->optimizer.lr, 1e30);
+}
+
+TEST(RunConfigTest, AllowNonFiniteLossIsAnOption) {
+  absl::StatusOr<RunConfig> config = ParseWith("seed", "1");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->trainer.allow_non_finite_loss);
+  config = ParseWith("allow_non_finite_loss", "true");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->trainer.allow_non_finite_loss);
+  config = ParseWith("allow-non-finite-loss", "maybe");
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(config.status().message(), HasSubstr("expected true or false"));
+  EXPECT_THAT(RunOptionsHelp(), HasSubstr("--allow-non-finite-loss"));
+}
+
+// --- The built-in MLP's labels (CheckRun loads the data and dry-runs the
+// model, with no rank).
+
+std::string WriteFile(const std::string& name, const std::string& bytes) {
+  std::string path = absl::StrCat(testing::TempDir(), "/", name);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  return path;
+}
+
+// A .npy file (format 1.0) of `values` with NumPy's `descr` and `shape`.
+template <typename T>
+std::string WriteNpy(const std::string& name, const std::string& descr, const std::string& shape,
+                     const std::vector<T>& values) {
+  std::string dict =
+      absl::StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': ", shape, ", }");
+  dict.append((64 - (10 + dict.size() + 1) % 64) % 64, ' ');
+  dict.push_back('\n');
+  std::string bytes("\x93NUMPY\x01\x00", 8);
+  bytes.push_back(static_cast<char>(dict.size() & 0xff));
+  bytes.push_back(static_cast<char>(dict.size() >> 8));
+  std::string data(values.size() * sizeof(T), '\0');
+  std::memcpy(data.data(), values.data(), data.size());
+  return WriteFile(name, bytes + dict + data);
+}
+
+absl::Status Check(const std::string& model, const std::string& train,
+                   const std::string& train_labels = "") {
+  RunOptions options = {{"model", model}, {"train", train}};
+  if (!train_labels.empty()) options.emplace_back("train_labels", train_labels);
+  absl::StatusOr<RunConfig> config = ParseRunConfig("fit", options);
+  if (!config.ok()) return config.status();
+  return CheckRun(*config);
+}
+
+TEST(RunConfigTest, AClassifierRefusesALabelThatIsNotAnInteger) {
+  // Was a regressor (every label float32) with a broadcasting loss.
+  const std::string csv = WriteFile("half_label.csv", "a,b,y\n0.1,0.2,0\n0.3,0.4,1\n0.5,0.6,3.5\n");
+  absl::Status status = Check("mlp:2,8,4", csv);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("'mlp:2,8,4' has 4 outputs"));
+  EXPECT_THAT(status.message(), HasSubstr("so it is a classifier"));
+  EXPECT_THAT(status.message(), HasSubstr(csv + ":4: column 3 (\"y\"): label \"3.5\""));
+
+  const std::string x =
+      WriteNpy<float>("x.npy", "<f4", "(3, 2)", {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f});
+  const std::string y = WriteNpy<double>("y_half.npy", "<f8", "(3,)", {0, 1.5, 2});
+  status = Check("mlp:2,8,3", x, y);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr("so it is a classifier"));
+  EXPECT_THAT(status.message(), HasSubstr(y + ": row 1 (counted from 0): label 1.5"));
+  // Integral float labels (as pandas often saves them) are class indices.
+  const std::string y_integral = WriteNpy<double>("y_integral.npy", "<f8", "(3,)", {0, 2, 1});
+  EXPECT_TRUE(Check("mlp:2,8,3", x, y_integral).ok()) << Check("mlp:2,8,3", x, y_integral);
+}
+
+TEST(RunConfigTest, OneOutputRegressesEvenOnIntegralLabels) {
+  // Was a one-class classifier: "class labels outside [0, 1)".
+  const std::string csv = WriteFile("counts.csv", "0.1,0.2,3\n0.3,0.4,7\n0.5,0.6,12\n");
+  absl::Status status = Check("mlp:2,8,1", csv);
+  EXPECT_TRUE(status.ok()) << status;
+  // k labels per sample need k outputs.
+  const std::string x = WriteNpy<float>("x2.npy", "<f4", "(2, 2)", {0.1f, 0.2f, 0.3f, 0.4f});
+  const std::string y = WriteNpy<float>("y2.npy", "<f4", "(2, 2)", {1.5f, 2.5f, 3.5f, 4.5f});
+  EXPECT_TRUE(Check("mlp:2,8,2", x, y).ok()) << Check("mlp:2,8,2", x, y);
+  status = Check("mlp:2,8,3", x, y);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(),
+              HasSubstr("has 2 labels per sample; the model 'mlp:2,8,3' gives 3"));
+}
+
+TEST(RunConfigTest, NonFiniteDataIsRefusedNamingTheFile) {
+  const std::string csv = WriteFile("nan_label.csv", "0.1,0.2,0\n0.3,0.4,nan\n");
+  absl::Status status = Check("mlp:2,8,3", csv);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr(csv + ":2: column 3: \"nan\" is not a finite number"));
+}
+
+}  // namespace
+}  // namespace ddpspawn
