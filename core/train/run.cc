@@ -387,12 +387,14 @@ absl::Status CheckRun(const RunConfig& config) {
   }
   absl::StatusOr<std::shared_ptr<LightningModule>> module = LoadModel(config, *data);
   if (!module.ok()) return module.status();
-  if (!config.checkpoint.empty()) {
-    absl::StatusOr<std::string> bytes = ReadWholeFile(config.checkpoint);
+  // Both are verified (checksum, tensor names and shapes) before any rank
+  // starts.
+  for (const std::string* path : {&config.trainer.resume_from, &config.checkpoint}) {
+    if (path->empty()) continue;
+    absl::StatusOr<std::string> bytes = ReadWholeFile(*path);
     if (!bytes.ok()) return bytes.status();
     if (absl::Status s = RestoreCheckpoint(*bytes, **module, nullptr, nullptr); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint ", config.checkpoint, ": ", s.message()));
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", *path, ": ", s.message()));
     }
   }
   return DryRun(config, **module, *data);
