@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/temp_files.h"
 
 namespace ddpspawn {
 namespace {
@@ -24,39 +25,34 @@ std::string DirectoryOf(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-}  // namespace
-
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes, bool durable) {
-  std::string temp = absl::StrCat(path, ".tmp.", getpid());
-  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Errno("cannot create", temp);
+absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& path) {
   const char* data = bytes.data();
   size_t left = bytes.size();
   while (left > 0) {
     ssize_t n = write(fd, data, left);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      absl::Status error = Errno("cannot write", temp);
-      close(fd);
-      unlink(temp.c_str());
-      return error;
-    }
+    if (n < 0) return Errno("cannot write", path);
     data += n;
     left -= static_cast<size_t>(n);
   }
-  if (durable && fsync(fd) != 0) {
-    absl::Status error = Errno("cannot fsync", temp);
-    close(fd);
-    unlink(temp.c_str());
-    return error;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes, bool durable) {
+  SweepStaleTempFiles(path);
+  absl::StatusOr<TempFile> temp = CreateTempFileFor(path);
+  if (!temp.ok()) return temp.status();
+  absl::Status status = WriteAll(temp->fd, bytes, temp->path);
+  if (status.ok() && durable && fsync(temp->fd) != 0) status = Errno("cannot fsync", temp->path);
+  // The temporary file stays open (and locked) until it has its final name.
+  if (status.ok() && rename(temp->path.c_str(), path.c_str()) != 0) {
+    status = Errno("cannot rename to", path);
   }
-  close(fd);
-  if (rename(temp.c_str(), path.c_str()) != 0) {
-    absl::Status error = Errno("cannot rename to", path);
-    unlink(temp.c_str());
-    return error;
-  }
-  if (durable) {
+  if (!status.ok()) unlink(temp->path.c_str());
+  close(temp->fd);
+  if (status.ok() && durable) {
     std::string dir = DirectoryOf(path);
     int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd >= 0) {
@@ -64,7 +60,7 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view byte
       close(dir_fd);
     }
   }
-  return absl::OkStatus();
+  return status;
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {

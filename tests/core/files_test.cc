@@ -1,0 +1,115 @@
+// Atomic writes: a link planted at a guessable temporary name redirects
+// nothing, and temporary files of dead writers are swept.
+#include "core/util/files.h"
+
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/temp_files.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ddpspawn {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A fresh directory of this test's own.
+std::string NewDir(const std::string& name) {
+  std::string dir = absl::StrCat(testing::TempDir(), "/files_test_", name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+void Write(const std::string& path, const std::string& text) {
+  ASSERT_TRUE(WriteFileAtomically(path, text, /*durable=*/false).ok()) << path;
+}
+
+std::string Read(const std::string& path) { return ReadWholeFile(path).value_or("<missing>"); }
+
+bool IsLink(const std::string& path) {
+  struct stat info {};
+  return lstat(path.c_str(), &info) == 0 && S_ISLNK(info.st_mode);
+}
+
+bool Exists(const std::string& path) {
+  struct stat info {};
+  return lstat(path.c_str(), &info) == 0;
+}
+
+// A pid that no process has now: a child that has exited and been reaped.
+pid_t DeadPid() {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  return child;
+}
+
+TEST(FilesTest, ALinkPlantedAtTheOldTemporaryNameRedirectsNothing) {
+  const std::string dir = NewDir("planted");
+  const std::string victim = dir + "/victim", path = dir + "/last.ckpt";
+  Write(victim, "precious");
+  // The name the temporary file used to have: path.tmp.<pid>.
+  const std::string planted = absl::StrCat(path, ".tmp.", getpid());
+  ASSERT_EQ(symlink(victim.c_str(), planted.c_str()), 0);
+  ASSERT_TRUE(WriteFileAtomically(path, "checkpoint", /*durable=*/true).ok());
+  EXPECT_EQ(Read(victim), "precious");
+  EXPECT_EQ(Read(path), "checkpoint");
+  EXPECT_FALSE(IsLink(path));
+  EXPECT_TRUE(IsLink(planted));  // not ours to remove: not a regular file
+}
+
+TEST(FilesTest, TemporaryFilesOfDeadWritersAreSweptAndNoOthers) {
+  const std::string dir = NewDir("sweep");
+  const std::string path = dir + "/last.ckpt";
+  // A writer killed half way: its temporary file stays behind.
+  const pid_t killed = fork();
+  if (killed == 0) {
+    absl::StatusOr<TempFile> temp = CreateTempFileFor(path);
+    _exit(temp.ok() && write(temp->fd, "half", 4) == 4 ? 0 : 1);
+  }
+  int exit_status = -1;
+  waitpid(killed, &exit_status, 0);
+  ASSERT_EQ(exit_status, 0);
+  std::string leftover;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) leftover = entry.path();
+  ASSERT_THAT(leftover, HasSubstr(absl::StrCat("last.ckpt.tmp.", killed, ".")));
+
+  const pid_t dead = DeadPid();
+  const std::string old_style = absl::StrCat(path, ".tmp.", dead);  // before random suffixes
+  const std::string alive = absl::StrCat(path, ".tmp.", getpid(), ".Xy9876");
+  const std::string locked = absl::StrCat(path, ".tmp.", dead, ".LoCkEd");
+  const std::string planted = absl::StrCat(path, ".tmp.", dead, ".link01");
+  const std::string other_file = absl::StrCat(dir, "/other.tmp.", dead, ".AbC123");
+  const std::string not_ours = absl::StrCat(path, ".tmp.", dead, ".toolong7");
+  for (const std::string& name : {old_style, alive, locked, other_file, not_ours}) {
+    Write(name, "x");
+  }
+  ASSERT_EQ(symlink(other_file.c_str(), planted.c_str()), 0);
+  // A writer in another pid namespace: its pid means nothing here, its lock
+  // does.
+  const int lock_fd = open(locked.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_EQ(flock(lock_fd, LOCK_EX), 0);
+
+  Write(path, "checkpoint");
+  EXPECT_FALSE(Exists(leftover));
+  EXPECT_FALSE(Exists(old_style));
+  for (const std::string& name : {alive, locked, planted, other_file, not_ours}) {
+    EXPECT_TRUE(Exists(name)) << name;
+  }
+  EXPECT_EQ(Read(path), "checkpoint");
+  close(lock_fd);
+  EXPECT_EQ(SweepStaleTempFiles(path), 1);  // the lock is gone: now it is stale
+  EXPECT_FALSE(Exists(locked));
+}
+
+}  // namespace
+}  // namespace ddpspawn
