@@ -6,7 +6,6 @@
 #include <c10/core/GradMode.h>
 
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <numeric>
@@ -22,6 +21,7 @@
 #include "core/train/mlp_module.h"
 #include "core/train/torchscript_module.h"
 #include "core/util/files.h"
+#include "core/util/output_dir.h"
 
 namespace ddpspawn {
 namespace {
@@ -279,16 +279,15 @@ absl::StatusOr<std::shared_ptr<LightningModule>> LoadModel(const RunConfig& conf
 
 absl::Status WritePredictions(const at::Tensor& predictions, const std::string& path) {
   at::Tensor rows = predictions.reshape({predictions.size(0), -1}).to(at::kDouble);
-  std::ofstream out(path);
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  std::string text;
   auto a = rows.accessor<double, 2>();
   for (int64_t i = 0; i < rows.size(0); ++i) {
     for (int64_t j = 0; j < rows.size(1); ++j) {
-      out << (j ? "," : "") << absl::StrFormat("%.17g", a[i][j]);
+      absl::StrAppendFormat(&text, "%s%.17g", j ? "," : "", a[i][j]);
     }
-    out << "\n";
+    text += "\n";
   }
-  return out ? absl::OkStatus() : absl::InternalError(absl::StrCat("cannot write ", path));
+  return WriteFileAtomically(path, text, /*durable=*/false, /*mode=*/0644);
 }
 
 // Runs the step the command needs on the first two samples, so that a model
@@ -437,8 +436,12 @@ absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy
           absl::StrCat("checkpoint ", config.checkpoint, ": ", s.message()));
     }
   }
-  std::error_code ignored;
-  std::filesystem::create_directories(config.trainer.default_root_dir, ignored);
+  // Rank 0 writes every output (and is the rank that reports a bad directory).
+  if (strategy.is_global_zero()) {
+    if (absl::Status s = PrepareOutputDirectory(config.trainer.default_root_dir); !s.ok()) {
+      return s;
+    }
+  }
   Trainer trainer(strategy, config.trainer);
   if (config.command == "fit") {
     std::optional<Dataset> val;

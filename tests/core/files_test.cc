@@ -1,5 +1,7 @@
-// Atomic writes: a link planted at a guessable temporary name redirects
-// nothing, and temporary files of dead writers are swept.
+// The files ddpspawn writes: never through a symbolic link (a link at the
+// target is refused and its target left alone; a link planted at a guessable
+// temporary name redirects nothing), temporary files of dead writers swept,
+// and output directories another user controls refused.
 #include "core/util/files.h"
 
 #include <sys/file.h>
@@ -12,6 +14,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/output_dir.h"
 #include "core/util/temp_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -53,6 +56,18 @@ pid_t DeadPid() {
   return child;
 }
 
+TEST(FilesTest, AtomicWriteRefusesALinkAndLeavesItsTargetAlone) {
+  const std::string dir = NewDir("link_target");
+  const std::string victim = dir + "/victim", target = dir + "/last.ckpt";
+  Write(victim, "precious");
+  ASSERT_EQ(symlink(victim.c_str(), target.c_str()), 0);
+  absl::Status status = WriteFileAtomically(target, "checkpoint", /*durable=*/true);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr(target + " is a symbolic link (to " + victim + ")"));
+  EXPECT_EQ(Read(victim), "precious");
+  EXPECT_TRUE(IsLink(target));
+}
+
 TEST(FilesTest, ALinkPlantedAtTheOldTemporaryNameRedirectsNothing) {
   const std::string dir = NewDir("planted");
   const std::string victim = dir + "/victim", path = dir + "/last.ckpt";
@@ -65,6 +80,44 @@ TEST(FilesTest, ALinkPlantedAtTheOldTemporaryNameRedirectsNothing) {
   EXPECT_EQ(Read(path), "checkpoint");
   EXPECT_FALSE(IsLink(path));
   EXPECT_TRUE(IsLink(planted));  // not ours to remove: not a regular file
+}
+
+TEST(FilesTest, AtomicWritesGetTheModeAskedForAndLeaveNoTemporaryFile) {
+  const std::string dir = NewDir("mode");
+  struct stat info {};
+  Write(dir + "/a", "a");
+  ASSERT_EQ(stat((dir + "/a").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/b", "b", false, 0644).ok());
+  ASSERT_EQ(stat((dir + "/b").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0644u);
+  int entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) entries += entry.exists();
+  EXPECT_EQ(entries, 2);  // a and b
+}
+
+TEST(FilesTest, AppendRefusesALinkAndLeavesItsTargetAlone) {
+  const std::string dir = NewDir("append_link");
+  const std::string victim = dir + "/root_only", metrics = dir + "/metrics.csv";
+  Write(victim, "precious\n");
+  ASSERT_EQ(symlink(victim.c_str(), metrics.c_str()), 0);
+  absl::Status status = AppendToFile(metrics, "1,2,loss,0.5\n", "epoch,step,name,value\n");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr(metrics + " is a symbolic link"));
+  EXPECT_EQ(Read(victim), "precious\n");
+}
+
+TEST(FilesTest, AppendWritesTheHeaderOnceAndRefusesHardLinks) {
+  const std::string dir = NewDir("append");
+  const std::string path = dir + "/metrics.csv";
+  ASSERT_TRUE(AppendToFile(path, "a\n", "header\n").ok());
+  ASSERT_TRUE(AppendToFile(path, "b\n", "header\n").ok());
+  EXPECT_EQ(Read(path), "header\na\nb\n");
+  const std::string other = dir + "/other.csv";
+  Write(other, "precious\n");
+  ASSERT_EQ(link(other.c_str(), (dir + "/linked.csv").c_str()), 0);
+  EXPECT_THAT(AppendToFile(dir + "/linked.csv", "c\n").message(), HasSubstr("hard link"));
+  EXPECT_EQ(Read(other), "precious\n");
 }
 
 TEST(FilesTest, TemporaryFilesOfDeadWritersAreSweptAndNoOthers) {
@@ -109,6 +162,30 @@ TEST(FilesTest, TemporaryFilesOfDeadWritersAreSweptAndNoOthers) {
   close(lock_fd);
   EXPECT_EQ(SweepStaleTempFiles(path), 1);  // the lock is gone: now it is stale
   EXPECT_FALSE(Exists(locked));
+}
+
+TEST(FilesTest, OutputDirectoriesOthersCouldSwapAreRefused) {
+  const std::string dir = NewDir("outputs");
+  EXPECT_TRUE(PrepareOutputDirectory(dir + "/a/b").ok());
+  EXPECT_TRUE(std::filesystem::is_directory(dir + "/a/b"));
+  ASSERT_EQ(chmod((dir + "/a/b").c_str(), 0777), 0);
+  absl::Status open_to_all = PrepareOutputDirectory(dir + "/a/b");
+  EXPECT_THAT(open_to_all.message(), HasSubstr(dir + "/a/b is writable by every user"));
+  ASSERT_EQ(chmod((dir + "/a/b").c_str(), 01777), 0);  // sticky, like /tmp
+  EXPECT_TRUE(PrepareOutputDirectory(dir + "/a/b").ok());
+  Write(dir + "/file", "x");
+  EXPECT_THAT(PrepareOutputDirectory(dir + "/file").message(), HasSubstr("is not a directory"));
+  if (geteuid() != 0) GTEST_SKIP() << "another user's directory needs root to make";
+  const std::string theirs = dir + "/theirs";
+  ASSERT_TRUE(PrepareOutputDirectory(theirs).ok());
+  ASSERT_EQ(chown(theirs.c_str(), 65534, 65534), 0);
+  EXPECT_THAT(PrepareOutputDirectory(theirs).message(),
+              HasSubstr(theirs + " belongs to another user (uid 65534"));
+  const std::string their_link = dir + "/their_link";
+  ASSERT_EQ(symlink((dir + "/a").c_str(), their_link.c_str()), 0);
+  ASSERT_EQ(lchown(their_link.c_str(), 65534, 65534), 0);
+  EXPECT_THAT(PrepareOutputDirectory(their_link).message(),
+              HasSubstr("is a symbolic link made by another user"));
 }
 
 }  // namespace

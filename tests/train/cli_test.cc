@@ -2,11 +2,13 @@
 // checkpoint holds rank 0's final weights; resuming after k steps and training
 // m more is bit for bit the same as k+m steps at once; predict returns dataset
 // order; bad inputs (a corrupt checkpoint among them) are clear errors before
-// anything runs.
+// anything runs; outputs are never written through a planted link.
 #include <ATen/ATen.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -237,6 +239,21 @@ TEST(CliTest, CorruptCheckpointsAreRefused) {
     CliRun accepted = Cli(command + good);
     EXPECT_EQ(accepted.exit_code, 0) << accepted.output;
   }
+}
+
+// A metrics.csv planted as a link in the output directory (to a file only the
+// job's user may write) is refused, and the file it points to is left alone.
+TEST(CliTest, ALinkedMetricsCsvIsRefused) {
+  const std::string train = WriteClassification("linked.csv", 40);
+  const std::string dir = Dir("linked"), victim = Dir("root_only.txt");
+  std::filesystem::create_directories(dir);
+  std::ofstream(victim) << "precious\n";
+  ASSERT_EQ(symlink(victim.c_str(), (dir + "/metrics.csv").c_str()), 0);
+  CliRun fit = Cli(absl::StrCat("fit --model ", kModel, " --train ", train,
+                                " --max-epochs 1 --default-root-dir ", dir));
+  EXPECT_NE(fit.exit_code, 0) << fit.output;
+  EXPECT_THAT(fit.output, HasSubstr(dir + "/metrics.csv is a symbolic link"));
+  EXPECT_EQ(ReadWholeFile(victim).value_or(""), "precious\n");
 }
 
 // --version names what the build was compiled against; asking for a GPU where
