@@ -11,11 +11,17 @@
 #include "core/launch/worker_channel.h"
 #include "ddpspawn/ddpspawn.h"
 
+using ddpspawn::capi::BytesArgument;
 using ddpspawn::capi::Guard;
 using ddpspawn::capi::NotNull;
 using ddpspawn::capi::ReadOptions;
 
 namespace {
+
+// The most bytes one rank may pass to ddpspawn_broadcast_bytes and
+// ddpspawn_all_gather_bytes (1 GiB, as ddpspawn.h says): every rank allocates
+// the broadcast, and world_size times the longest contribution to a gather.
+constexpr size_t kMaxCollectiveBytes = size_t{1} << 30;
 
 absl::Status CheckContext(const ddpspawn_context* context) { return NotNull(context, "context"); }
 
@@ -161,13 +167,14 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_bytes(ddpspawn_context* conte
                                                          void** out_data, size_t* out_size) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = CheckContext(context); !s.ok()) return s;
-    if (size > 0) {
-      if (absl::Status s = NotNull(data, "data"); !s.ok()) return s;
-    }
+    // Only src's bytes are sent; the other ranks' data and size are ignored.
+    absl::StatusOr<absl::string_view> bytes_in =
+        context->group->rank() == src ? BytesArgument(data, size, kMaxCollectiveBytes, "size")
+                                      : absl::string_view();
+    if (!bytes_in.ok()) return bytes_in.status();
     if (absl::Status s = NotNull(out_data, "out_data"); !s.ok()) return s;
     if (absl::Status s = NotNull(out_size, "out_size"); !s.ok()) return s;
-    absl::StatusOr<std::string> bytes = context->group->BroadcastBytes(
-        absl::string_view(static_cast<const char*>(data), data ? size : 0), src);
+    absl::StatusOr<std::string> bytes = context->group->BroadcastBytes(*bytes_in, src);
     if (!bytes.ok()) return bytes.status();
     void* copy = CopyOut(*bytes);
     if (copy == nullptr) return absl::ResourceExhaustedError("out of memory");
@@ -216,13 +223,12 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather_bytes(ddpspawn_context* cont
                                                           void** out_data, size_t* out_sizes) {
   return Guard([&]() -> absl::Status {
     if (absl::Status s = CheckContext(context); !s.ok()) return s;
-    if (size > 0) {
-      if (absl::Status s = NotNull(data, "data"); !s.ok()) return s;
-    }
+    absl::StatusOr<absl::string_view> bytes_in =
+        BytesArgument(data, size, kMaxCollectiveBytes, "size");
+    if (!bytes_in.ok()) return bytes_in.status();
     if (absl::Status s = NotNull(out_data, "out_data"); !s.ok()) return s;
     if (absl::Status s = NotNull(out_sizes, "out_sizes"); !s.ok()) return s;
-    absl::StatusOr<std::vector<std::string>> gathered = context->group->AllGatherBytes(
-        absl::string_view(static_cast<const char*>(data), data ? size : 0));
+    absl::StatusOr<std::vector<std::string>> gathered = context->group->AllGatherBytes(*bytes_in);
     if (!gathered.ok()) return gathered.status();
     std::string joined;
     for (const std::string& part : *gathered) joined += part;

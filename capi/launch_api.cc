@@ -179,11 +179,11 @@ DDPSPAWN_EXPORT int32_t ddpspawn_is_worker(void) { return ddpspawn::IsLaunchedWo
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_result(const void* data, size_t size) {
   return Guard([&]() -> absl::Status {
-    if (size > 0) {
-      if (absl::Status s = NotNull(data, "data"); !s.ok()) return s;
-    }
-    return ddpspawn::SetWorkerResult(
-        absl::string_view(static_cast<const char*>(data), data ? size : 0));
+    // Any size a buffer can have (absl::string_view's limit, PTRDIFF_MAX).
+    absl::StatusOr<absl::string_view> bytes =
+        ddpspawn::capi::BytesArgument(data, size, absl::string_view().max_size(), "size");
+    if (!bytes.ok()) return bytes.status();
+    return ddpspawn::SetWorkerResult(*bytes);
   });
 }
 

@@ -12,6 +12,21 @@ namespace {
 
 thread_local std::string t_last_error;
 
+// ddpspawn_last_error's longest text (ddpspawn.h): a rank's 10 MB traceback is
+// not copied whole into every thread's last error.
+constexpr size_t kMaxErrorBytes = size_t{64} * 1024;
+
+// `message`, or its start and a note when it is longer than kMaxErrorBytes
+// (cut between UTF-8 characters, not inside one).
+std::string Capped(absl::string_view message) {
+  if (message.size() <= kMaxErrorBytes) return std::string(message);
+  const std::string note =
+      absl::StrCat(" ... [truncated: the message was ", message.size(), " bytes]");
+  size_t keep = kMaxErrorBytes - note.size();
+  while (keep > 0 && (static_cast<unsigned char>(message[keep]) & 0xC0) == 0x80) --keep;
+  return absl::StrCat(message.substr(0, keep), note);
+}
+
 ddpspawn_status CodeOf(const absl::Status& status) {
   switch (status.code()) {
     case absl::StatusCode::kOk:
@@ -42,7 +57,7 @@ ddpspawn_status Report(const absl::Status& status) {
   if (status.ok()) {
     t_last_error.clear();
   } else {
-    t_last_error = std::string(status.message());
+    t_last_error = Capped(status.message());
   }
   return CodeOf(status);
 }

@@ -8,7 +8,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "ddpspawn/ddpspawn.h"
 
 namespace ddpspawn::capi {
@@ -33,6 +35,20 @@ ddpspawn_status Guard(Body&& body) {
 inline absl::Status NotNull(const void* pointer, const char* name) {
   if (pointer != nullptr) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(name, " must not be NULL"));
+}
+
+// A caller's (data, size) buffer as a view: data may be NULL only when size is
+// 0, and size must be at most `limit` (a size no buffer can have, such as
+// SIZE_MAX, would otherwise trip an assertion inside absl::string_view).
+inline absl::StatusOr<absl::string_view> BytesArgument(const void* data, size_t size, size_t limit,
+                                                       const char* name) {
+  if (size > limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " is ", size, " bytes; at most ", limit, " bytes may be passed"));
+  }
+  if (size == 0) return absl::string_view();
+  if (absl::Status s = NotNull(data, "data"); !s.ok()) return s;
+  return absl::string_view(static_cast<const char*>(data), size);
 }
 
 // The struct_size of every released version of an option struct. A caller's

@@ -9,11 +9,14 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/model/checkpoint_envelope.h"
 
 namespace ddpspawn {
 namespace {
 
-constexpr char kFormat[] = "ddpspawn-checkpoint-1";
+// What the archive says it is ("format"); the file around it says the same
+// (checkpoint_envelope.h).
+std::string FormatName(int format) { return absl::StrCat("ddpspawn-checkpoint-", format); }
 
 template <typename Body>
 absl::Status Catching(const std::string& what, Body&& body) {
@@ -34,7 +37,7 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
   std::string bytes;
   absl::Status status = Catching("serializing the checkpoint", [&] {
     torch::serialize::OutputArchive archive;
-    archive.write("format", c10::IValue(std::string(kFormat)));
+    archive.write("format", c10::IValue(FormatName(kCheckpointFormat)));
     for (const auto& [name, tensor] : module.named_state()) {
       archive.write("model." + name, tensor.detach().cpu());
     }
@@ -55,7 +58,7 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
     }
     std::ostringstream out;
     archive.save_to(out);
-    bytes = out.str();
+    bytes = SealCheckpoint(out.str());
     return absl::OkStatus();
   });
   if (!status.ok()) return status;
@@ -64,22 +67,32 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
 
 absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module,
                                torch::optim::Optimizer* optimizer, TrainingState* state) {
+  // Verified whole before anything is read from it: a damaged file changes
+  // nothing.
+  absl::StatusOr<UnsealedCheckpoint> unsealed = UnsealCheckpoint(bytes);
+  if (!unsealed.ok()) return unsealed.status();
   torch::serialize::InputArchive archive;
   absl::Status loaded = Catching("the checkpoint is not a LibTorch archive", [&] {
     // Tensors come back on the module's device (a checkpoint saved on
     // one device loads on another); the RNG states go back to the CPU.
     std::vector<at::Tensor> params = module.parameters();
-    std::istringstream in(bytes);
-    archive.load_from(in, params.empty() ? c10::optional<c10::Device>()
-                                         : c10::optional<c10::Device>(params.front().device()));
+    archive.load_from(unsealed->archive.data(), unsealed->archive.size(),
+                      params.empty() ? c10::optional<c10::Device>()
+                                     : c10::optional<c10::Device>(params.front().device()));
     return absl::OkStatus();
   });
   if (!loaded.ok()) return loaded;
   c10::IValue format;
-  if (!archive.try_read("format", format) || !format.isString() ||
-      format.toStringRef() != kFormat) {
+  const std::string expected = FormatName(unsealed->format);
+  if (!archive.try_read("format", format) || !format.isString()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("not a ddpspawn checkpoint (expected format ", kFormat, ")"));
+        absl::StrCat("not a ddpspawn checkpoint (expected format ", expected, ")"));
+  }
+  if (format.toStringRef() != expected) {
+    // A format-2 archive without its header lost its checksum on the way.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the archive says ", format.toStringRef(), " but the file around it is ", expected,
+        " (its checksum header is missing or was stripped); it was not loaded"));
   }
   c10::NoGradGuard no_grad;
   for (const auto& [name, tensor] : module.named_state()) {

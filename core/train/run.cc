@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
@@ -29,6 +28,7 @@
 #include "core/train/mlp_module.h"
 #include "core/train/torchscript_module.h"
 #include "core/util/files.h"
+#include "core/util/output_dir.h"
 
 namespace ddpspawn {
 namespace {
@@ -366,16 +366,15 @@ absl::StatusOr<std::shared_ptr<LightningModule>> LoadModel(const RunConfig& conf
 
 absl::Status WritePredictions(const at::Tensor& predictions, const std::string& path) {
   at::Tensor rows = predictions.reshape({predictions.size(0), -1}).to(at::kDouble);
-  std::ofstream out(path);
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  std::string text;
   auto a = rows.accessor<double, 2>();
   for (int64_t i = 0; i < rows.size(0); ++i) {
     for (int64_t j = 0; j < rows.size(1); ++j) {
-      out << (j ? "," : "") << absl::StrFormat("%.17g", a[i][j]);
+      absl::StrAppendFormat(&text, "%s%.17g", j ? "," : "", a[i][j]);
     }
-    out << "\n";
+    text += "\n";
   }
-  return out ? absl::OkStatus() : absl::InternalError(absl::StrCat("cannot write ", path));
+  return WriteFileAtomically(path, text, /*durable=*/false, /*mode=*/0644);
 }
 
 // Runs the step the command needs on the first two samples, so that a model
@@ -474,12 +473,14 @@ absl::Status CheckRun(const RunConfig& config) {
   }
   absl::StatusOr<std::shared_ptr<LightningModule>> module = LoadModel(config, *data);
   if (!module.ok()) return module.status();
-  if (!config.checkpoint.empty()) {
-    absl::StatusOr<std::string> bytes = ReadWholeFile(config.checkpoint);
+  // Both are verified (checksum, tensor names and shapes) before any rank
+  // starts.
+  for (const std::string* path : {&config.trainer.resume_from, &config.checkpoint}) {
+    if (path->empty()) continue;
+    absl::StatusOr<std::string> bytes = ReadWholeFile(*path);
     if (!bytes.ok()) return bytes.status();
     if (absl::Status s = RestoreCheckpoint(*bytes, **module, nullptr, nullptr); !s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint ", config.checkpoint, ": ", s.message()));
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", *path, ": ", s.message()));
     }
   }
   return DryRun(config, **module, *data);
@@ -522,8 +523,12 @@ absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy
           absl::StrCat("checkpoint ", config.checkpoint, ": ", s.message()));
     }
   }
-  std::error_code ignored;
-  std::filesystem::create_directories(config.trainer.default_root_dir, ignored);
+  // Rank 0 writes every output (and is the rank that reports a bad directory).
+  if (strategy.is_global_zero()) {
+    if (absl::Status s = PrepareOutputDirectory(config.trainer.default_root_dir); !s.ok()) {
+      return s;
+    }
+  }
   Trainer trainer(strategy, config.trainer);
   if (config.command == "fit") {
     std::optional<Dataset> val;

@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -20,6 +19,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/train/sampler.h"
+#include "core/util/files.h"
+#include "core/util/output_dir.h"
 
 namespace ddpspawn {
 namespace {
@@ -239,13 +240,10 @@ absl::Status Trainer::Prepare(const std::shared_ptr<LightningModule>& module) {
 absl::Status Trainer::Log(int64_t epoch, int64_t step, const std::string& name, double value) {
   last_metrics_[name] = value;
   if (!strategy_.is_global_zero()) return absl::OkStatus();
-  const std::string path = options_.default_root_dir + "/metrics.csv";
-  const bool fresh = !std::filesystem::exists(path);
-  std::ofstream out(path, std::ios::app);
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  if (fresh) out << "epoch,step,name,value\n";
-  out << absl::StrFormat("%d,%d,%s,%.9g\n", epoch, step, name, value);
-  return absl::OkStatus();
+  // Never through a link (a metrics.csv planted in a shared directory).
+  return AppendToFile(options_.default_root_dir + "/metrics.csv",
+                      absl::StrFormat("%d,%d,%s,%.9g\n", epoch, step, name, value),
+                      "epoch,step,name,value\n");
 }
 
 absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
@@ -272,8 +270,12 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
   if (options_.max_epochs < 1 && options_.max_steps <= 0) {
     return absl::InvalidArgumentError("set max_epochs >= 1 or max_steps >= 1");
   }
-  std::error_code ignored;
-  std::filesystem::create_directories(options_.default_root_dir + "/checkpoints", ignored);
+  if (strategy_.is_global_zero()) {  // rank 0 writes the metrics and the checkpoints
+    for (const std::string& dir :
+         {options_.default_root_dir, options_.default_root_dir + "/checkpoints"}) {
+      if (absl::Status s = PrepareOutputDirectory(dir); !s.ok()) return s;
+    }
+  }
   const std::string checkpoint = options_.default_root_dir + "/checkpoints/last.ckpt";
 
   at::manual_seed(options_.seed + static_cast<uint64_t>(rank));

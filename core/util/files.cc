@@ -1,15 +1,18 @@
-// Whole-file reads and atomic writes (see files.h).
+// Whole-file reads, atomic writes and appends (see files.h).
 #include "core/util/files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/temp_files.h"
 
 namespace ddpspawn {
 namespace {
@@ -24,39 +27,61 @@ std::string DirectoryOf(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-}  // namespace
+absl::Status LinkRefused(const std::string& path) {
+  char target[PATH_MAX] = {};
+  const ssize_t n = readlink(path.c_str(), target, sizeof(target) - 1);
+  return absl::FailedPreconditionError(absl::StrCat(
+      path, " is a symbolic link", n > 0 ? absl::StrCat(" (to ", target, ")") : "",
+      "; ddpspawn does not write through links: remove it, or choose another output directory"));
+}
 
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes, bool durable) {
-  std::string temp = absl::StrCat(path, ".tmp.", getpid());
-  int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Errno("cannot create", temp);
+// What is at `path` now may be replaced by a regular file of ours.
+absl::Status CheckReplaceable(const std::string& path) {
+  struct stat info {};
+  if (lstat(path.c_str(), &info) != 0) {
+    return errno == ENOENT ? absl::OkStatus() : Errno("cannot inspect", path);
+  }
+  if (S_ISLNK(info.st_mode)) return LinkRefused(path);
+  if (!S_ISREG(info.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " exists and is not a regular file; ddpspawn will not replace it"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& path) {
   const char* data = bytes.data();
   size_t left = bytes.size();
   while (left > 0) {
     ssize_t n = write(fd, data, left);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      absl::Status error = Errno("cannot write", temp);
-      close(fd);
-      unlink(temp.c_str());
-      return error;
-    }
+    if (n < 0) return Errno("cannot write", path);
     data += n;
     left -= static_cast<size_t>(n);
   }
-  if (durable && fsync(fd) != 0) {
-    absl::Status error = Errno("cannot fsync", temp);
-    close(fd);
-    unlink(temp.c_str());
-    return error;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes, bool durable,
+                                 mode_t mode) {
+  // rename() replaces a link rather than following it, so this check is for
+  // a clear error, not for safety.
+  if (absl::Status s = CheckReplaceable(path); !s.ok()) return s;
+  SweepStaleTempFiles(path);
+  absl::StatusOr<TempFile> temp = CreateTempFileFor(path);
+  if (!temp.ok()) return temp.status();
+  absl::Status status = WriteAll(temp->fd, bytes, temp->path);
+  if (status.ok() && fchmod(temp->fd, mode) != 0) status = Errno("cannot chmod", temp->path);
+  if (status.ok() && durable && fsync(temp->fd) != 0) status = Errno("cannot fsync", temp->path);
+  // The temporary file stays open (and locked) until it has its final name.
+  if (status.ok() && rename(temp->path.c_str(), path.c_str()) != 0) {
+    status = Errno("cannot rename to", path);
   }
-  close(fd);
-  if (rename(temp.c_str(), path.c_str()) != 0) {
-    absl::Status error = Errno("cannot rename to", path);
-    unlink(temp.c_str());
-    return error;
-  }
-  if (durable) {
+  if (!status.ok()) unlink(temp->path.c_str());
+  close(temp->fd);
+  if (status.ok() && durable) {
     std::string dir = DirectoryOf(path);
     int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd >= 0) {
@@ -64,7 +89,33 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view byte
       close(dir_fd);
     }
   }
-  return absl::OkStatus();
+  return status;
+}
+
+absl::Status AppendToFile(const std::string& path, absl::string_view text,
+                          absl::string_view header) {
+  // O_NONBLOCK: a FIFO planted here fails instead of blocking.
+  const int fd =
+      open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0) return errno == ELOOP ? LinkRefused(path) : Errno("cannot open", path);
+  struct stat info {};
+  absl::Status status;
+  if (fstat(fd, &info) != 0) {
+    status = Errno("cannot inspect", path);
+  } else if (!S_ISREG(info.st_mode)) {
+    status = absl::FailedPreconditionError(
+        absl::StrCat(path, " is not a regular file; ddpspawn appends only to its own files"));
+  } else if (info.st_nlink > 1) {
+    status = absl::FailedPreconditionError(
+        absl::StrCat(path, " has ", info.st_nlink - 1,
+                     " other name(s) (hard links); ddpspawn appends only to its own files: "
+                     "remove it, or choose another output directory"));
+  } else if (info.st_size == 0 && !header.empty()) {
+    status = WriteAll(fd, header, path);
+  }
+  if (status.ok()) status = WriteAll(fd, text, path);
+  close(fd);
+  return status;
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {

@@ -1,6 +1,7 @@
 /* Drives ddpspawn from plain C99 through the public header only: a 2-rank spawn
  * job (this program re-executed as the workers), a 2-rank fork job, and the
- * argument errors. Exits 0 when every check passes; prints each failed check.
+ * argument errors, the byte-size limits and the length of the last error.
+ * Exits 0 when every check passes; prints each failed check.
  */
 /* mkdtemp, nftw. NOLINTNEXTLINE(bugprone-reserved-identifier): POSIX's feature-test macro */
 #define _XOPEN_SOURCE 700
@@ -219,6 +220,60 @@ static void check_training_run(void) {
   CHECK(nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0);
 }
 
+/* Byte counts no buffer can have (SIZE_MAX), or over the 1 GiB limit of the
+ * byte collectives, are DDPSPAWN_ERR_INVALID_ARGUMENT with the out-parameters
+ * untouched, not an abort inside the library. */
+static void check_byte_sizes(void) {
+  ddpspawn_context* ctx = NULL;
+  CHECK(ddpspawn_context_create(NULL, &ctx) == DDPSPAWN_OK);
+  char buffer[4] = "abc";
+  void* out = buffer;
+  size_t out_size = 7;
+  size_t sizes[1] = {7};
+  const size_t over_limit = ((size_t)1 << 30) + 1;
+  CHECK(ddpspawn_broadcast_bytes(ctx, buffer, SIZE_MAX, 0, &out, &out_size) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(ddpspawn_last_error(), "at most 1073741824 bytes") != NULL);
+  CHECK(ddpspawn_broadcast_bytes(ctx, buffer, over_limit, 0, &out, &out_size) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_all_gather_bytes(ctx, buffer, SIZE_MAX, &out, sizes) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_all_gather_bytes(ctx, buffer, over_limit, &out, sizes) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(out == (void*)buffer && out_size == 7 && sizes[0] == 7);
+  CHECK(ddpspawn_worker_set_result(buffer, SIZE_MAX) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  /* Sizes within the limit still work. */
+  CHECK(ddpspawn_broadcast_bytes(ctx, buffer, 3, 0, &out, &out_size) == DDPSPAWN_OK);
+  CHECK(out_size == 3 && memcmp(out, "abc", 3) == 0);
+  ddpspawn_free(out);
+  CHECK(ddpspawn_all_gather_bytes(ctx, buffer, 2, &out, sizes) == DDPSPAWN_OK);
+  CHECK(sizes[0] == 2 && memcmp(out, "ab", 2) == 0);
+  ddpspawn_free(out);
+  ddpspawn_context_destroy(ctx);
+}
+
+/* A 10 MB error text is not copied whole into ddpspawn_last_error: its first
+ * 64 KiB are kept, with a note. */
+static void check_long_error(void) {
+  const size_t length = (size_t)10 * 1024 * 1024;
+  char* backend = malloc(length + 1);
+  if (backend == NULL) {
+    CHECK(backend != NULL);
+    return;
+  }
+  memset(backend, 'x', length);
+  backend[length] = '\0';
+  ddpspawn_context_options options = DDPSPAWN_CONTEXT_OPTIONS_INIT;
+  options.backend = backend;
+  ddpspawn_context* ctx = NULL;
+  CHECK(ddpspawn_context_create(&options, &ctx) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  const char* message = ddpspawn_last_error();
+  CHECK(strlen(message) <= (size_t)64 * 1024);
+  CHECK(strncmp(message, "unknown backend 'xxxx", 21) == 0);
+  CHECK(strstr(message, "[truncated: the message was 10485") != NULL);
+  free(backend);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "worker") == 0) return run_collectives();
 
@@ -315,6 +370,9 @@ int main(int argc, char** argv) {
   CHECK(ddpspawn_all_reduce(ctx, &one, 1, DDPSPAWN_FLOAT32, 42) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(ddpspawn_broadcast(ctx, &one, 1, DDPSPAWN_FLOAT32, 5) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   ddpspawn_context_destroy(ctx);
+
+  check_byte_sizes();
+  check_long_error();
 
   /* A reducer may outlive its context: it keeps the process group. */
   ddpspawn_context* solo = NULL;

@@ -1,10 +1,12 @@
 // The ddpspawn CLI end to end, with real ranks: fit makes the loss fall and its
 // checkpoint holds rank 0's final weights; resuming after k steps and training
 // m more is bit for bit the same as k+m steps at once; predict returns dataset
-// order; bad inputs are clear errors before anything runs; a diverging run
-// stops with an error and keeps its last good checkpoint.
+// order; bad inputs (a corrupt checkpoint among them) are clear errors before
+// anything runs; outputs are never written through a planted link; a diverging
+// run stops with an error and keeps its last good checkpoint.
 #include <ATen/ATen.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -282,6 +284,50 @@ TEST(CliTest, ANonFiniteLossStopsTheRunAndKeepsTheLastGoodCheckpoint) {
       absl::StrCat(common, " --allow-non-finite-loss true --default-root-dir ", Dir("allowed")));
   ASSERT_EQ(allowed.exit_code, 0) << allowed.output;
   EXPECT_EQ(allowed.Number("global_step"), 20);
+}
+
+// A checkpoint with 16 flipped bytes is refused by test and by resume, naming
+// the file, before any rank starts (it used to load and test to a loss of
+// 1e22); the untouched one still works.
+TEST(CliTest, CorruptCheckpointsAreRefused) {
+  const std::string train = WriteClassification("corrupt.csv", 40);
+  CliRun fit = Cli(absl::StrCat("fit --model mlp:4,256,3 --train ", train,
+                                " --max-epochs 1 --default-root-dir ", Dir("corrupt")));
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  const std::string good = fit.values["checkpoint"];
+  std::string bytes = ReadWholeFile(good).value_or("");
+  ASSERT_GT(bytes.size(), 4000u);
+  for (size_t i = 0; i < 16; ++i) bytes[bytes.size() / 2 + i] ^= 0x5a;
+  const std::string bad = Dir("flipped.ckpt");
+  std::ofstream(bad, std::ios::binary) << bytes;
+  for (const std::string& command :
+       {absl::StrCat("test --model mlp:4,256,3 --data ", train, " --checkpoint "),
+        absl::StrCat("fit --model mlp:4,256,3 --train ", train,
+                     " --max-epochs 2 --default-root-dir ", Dir("corrupt2"), " --resume-from ")}) {
+    CliRun refused = Cli(command + bad);
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
+    EXPECT_THAT(refused.output, HasSubstr(absl::StrCat("checkpoint ", bad,
+                                                       ": the file is corrupt: "
+                                                       "checksum mismatch (stored crc32 ")));
+    EXPECT_THAT(refused.output, HasSubstr("it was not loaded"));
+    CliRun accepted = Cli(command + good);
+    EXPECT_EQ(accepted.exit_code, 0) << accepted.output;
+  }
+}
+
+// A metrics.csv planted as a link in the output directory (to a file only the
+// job's user may write) is refused, and the file it points to is left alone.
+TEST(CliTest, ALinkedMetricsCsvIsRefused) {
+  const std::string train = WriteClassification("linked.csv", 40);
+  const std::string dir = Dir("linked"), victim = Dir("root_only.txt");
+  std::filesystem::create_directories(dir);
+  std::ofstream(victim) << "precious\n";
+  ASSERT_EQ(symlink(victim.c_str(), (dir + "/metrics.csv").c_str()), 0);
+  CliRun fit = Cli(absl::StrCat("fit --model ", kModel, " --train ", train,
+                                " --max-epochs 1 --default-root-dir ", dir));
+  EXPECT_NE(fit.exit_code, 0) << fit.output;
+  EXPECT_THAT(fit.output, HasSubstr(dir + "/metrics.csv is a symbolic link"));
+  EXPECT_EQ(ReadWholeFile(victim).value_or(""), "precious\n");
 }
 
 // --version names what the build was compiled against; asking for a GPU where

@@ -212,8 +212,9 @@ class Context(Closable):
         return split()
 
     def broadcast_object(self, obj: Any = None, src: int = 0) -> Any:
-        """Returns ``src``'s ``obj`` on every rank (pickled; ``obj`` is ignored
-        on the other ranks). On ``src`` it returns ``obj`` itself."""
+        """Returns ``src``'s ``obj`` on every rank (pickled, at most 1 GiB;
+        ``obj`` is ignored on the other ranks). On ``src`` it returns ``obj``
+        itself."""
         is_src = self.rank == src
         payload = pickle.dumps(obj) if is_src else b""
         out = ctypes.c_void_p()
@@ -275,7 +276,7 @@ class Context(Closable):
         )
 
     def all_gather_object(self, obj: Any) -> List[Any]:
-        """Every rank's ``obj`` (pickled), in rank order."""
+        """Every rank's ``obj`` (pickled, at most 1 GiB each), in rank order."""
         world_size = self.world_size
         payload = pickle.dumps(obj)
         out = ctypes.c_void_p()

@@ -56,7 +56,8 @@ typedef int32_t ddpspawn_status;
 #define DDPSPAWN_ERR_INTERNAL 7
 
 /* The message of the last failure on this thread; "" if none. Valid until the
- * next ddpspawn call on this thread. Never NULL. */
+ * next ddpspawn call on this thread. Never NULL. A message longer than 64 KiB
+ * keeps its first 64 KiB and ends with a note of its full length. */
 DDPSPAWN_EXPORT const char* ddpspawn_last_error(void);
 
 /* DDPSPAWN_ABI_VERSION of the loaded library. */
@@ -274,7 +275,9 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast(ddpspawn_context* context, vo
 
 /* Broadcasts src's bytes (size may differ per rank; only src's matter).
  * Every rank gets a copy in *out_data (free with ddpspawn_free) of
- * *out_size bytes. */
+ * *out_size bytes. src's size may be at most 1 GiB (1073741824 bytes); a
+ * larger one is DDPSPAWN_ERR_INVALID_ARGUMENT on src, which then does not
+ * take part (the other ranks wait until the group's timeout). */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_bytes(ddpspawn_context* context,
                                                          const void* data, size_t size, int32_t src,
                                                          void** out_data, size_t* out_size);
@@ -292,9 +295,12 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce(ddpspawn_context* context, void*
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather(ddpspawn_context* context, const void* data,
                                                     size_t count, int32_t dtype, void* out);
 
-/* Gathers a byte string of any size from every rank. *out_data (free with
- * ddpspawn_free) holds them back to back in rank order; out_sizes (an array
- * of world_size entries supplied by the caller) gets each one's size. */
+/* Gathers a byte string of up to 1 GiB (1073741824 bytes) from every rank.
+ * *out_data (free with ddpspawn_free) holds them back to back in rank order;
+ * out_sizes (an array of world_size entries supplied by the caller) gets each
+ * one's size. A larger size is DDPSPAWN_ERR_INVALID_ARGUMENT on that rank,
+ * which then does not take part (the others wait until the group's
+ * timeout). */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather_bytes(ddpspawn_context* context,
                                                           const void* data, size_t size,
                                                           void** out_data, size_t* out_sizes);

@@ -145,8 +145,8 @@ impl Context {
         })
     }
 
-    /// Rank `src`'s bytes, on every rank. Only `src`'s `data` matters; the
-    /// others may pass anything (e.g. an empty slice).
+    /// Rank `src`'s bytes (at most 1 GiB), on every rank. Only `src`'s `data`
+    /// matters; the others may pass anything (e.g. an empty slice).
     pub fn broadcast_bytes(&self, data: &[u8], src: usize) -> Result<Vec<u8>> {
         let src = to_rank("src", src)?;
         let mut out: *mut c_void = ptr::null_mut();
@@ -220,7 +220,7 @@ impl Context {
         Ok(out)
     }
 
-    /// Every rank's bytes (any size per rank), indexed by rank.
+    /// Every rank's bytes (up to 1 GiB per rank), indexed by rank.
     pub fn all_gather_bytes(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let mut sizes = vec![0usize; self.world_size()];
         let mut out: *mut c_void = ptr::null_mut();

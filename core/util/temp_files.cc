@@ -1,0 +1,124 @@
+// Temporary files of atomic writes (see temp_files.h).
+#include "core/util/temp_files.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+
+namespace ddpspawn {
+namespace {
+
+constexpr absl::string_view kInfix = ".tmp.";
+constexpr int kRandomChars = 6;  // mkostemp's XXXXXX
+constexpr int kAttempts = 8;
+
+struct Split {
+  std::string directory;  // "." when `path` has no slash
+  std::string base;
+};
+
+Split SplitPath(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+// The writer's pid when `name` is one of our temporary files for `base`.
+bool ParseTempName(absl::string_view name, absl::string_view base, pid_t* pid) {
+  if (!absl::ConsumePrefix(&name, base) || !absl::ConsumePrefix(&name, kInfix)) return false;
+  absl::string_view digits = name.substr(0, name.find('.'));
+  absl::string_view rest = name.substr(digits.size());
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(digits, pid) || *pid <= 0) {
+    return false;
+  }
+  if (rest.empty()) return true;  // the earlier name.tmp.<pid>
+  return absl::ConsumePrefix(&rest, ".") && rest.size() == kRandomChars &&
+         std::all_of(rest.begin(), rest.end(), absl::ascii_isalnum);
+}
+
+bool ProcessIsGone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+
+// Removes `name` (in `dir_fd`) if it is a stale temporary file of ours.
+bool RemoveIfStale(int dir_fd, const char* name, pid_t pid) {
+  struct stat before {};
+  if (fstatat(dir_fd, name, &before, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  if (!S_ISREG(before.st_mode) || before.st_uid != geteuid() || !ProcessIsGone(pid)) return false;
+  const int fd = openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat opened {};
+  bool stale = fstat(fd, &opened) == 0 && opened.st_dev == before.st_dev &&
+               opened.st_ino == before.st_ino && flock(fd, LOCK_EX | LOCK_NB) == 0;
+  // Unlinked while we hold its lock: a writer that locks it next sees
+  // st_nlink == 0 and starts over with a new file.
+  stale = stale && unlinkat(dir_fd, name, 0) == 0;
+  close(fd);
+  return stale;
+}
+
+}  // namespace
+
+absl::StatusOr<TempFile> CreateTempFileFor(const std::string& path) {
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    std::string name = absl::StrCat(path, kInfix, getpid(), ".", std::string(kRandomChars, 'X'));
+    // mkostemp: O_CREAT | O_EXCL, mode 0600, a fresh random name on EEXIST.
+    const int fd = mkostemp(name.data(), O_CLOEXEC);
+    if (fd < 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot create a temporary file ", name, ": ", std::strerror(errno)));
+    }
+    // A sweeper that took this file for a dead writer's holds its lock, or
+    // has unlinked it already: start over.
+    struct stat info {};
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &info) == 0 && info.st_nlink > 0) {
+      return TempFile{fd, std::move(name)};
+    }
+    close(fd);
+  }
+  return absl::InternalError(
+      absl::StrCat("cannot create a temporary file beside ", path, ": it vanished ", kAttempts,
+                   " times (is another process sweeping ", SplitPath(path).directory, "?)"));
+}
+
+int SweepStaleTempFiles(const std::string& path) {
+  const Split split = SplitPath(path);
+  const int dir_fd = open(split.directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return 0;
+  std::vector<std::pair<std::string, pid_t>> candidates;
+  {
+    const int list_fd = dup(dir_fd);
+    DIR* dir = list_fd < 0 ? nullptr : fdopendir(list_fd);
+    if (dir == nullptr && list_fd >= 0) close(list_fd);
+    while (dir != nullptr) {
+      const dirent* entry = readdir(dir);
+      if (entry == nullptr) break;
+      pid_t pid = 0;
+      if (ParseTempName(entry->d_name, split.base, &pid))
+        candidates.emplace_back(entry->d_name, pid);
+    }
+    if (dir != nullptr) closedir(dir);
+  }
+  int removed = 0;
+  for (const auto& [name, pid] : candidates) removed += RemoveIfStale(dir_fd, name.c_str(), pid);
+  close(dir_fd);
+  return removed;
+}
+
+}  // namespace ddpspawn
