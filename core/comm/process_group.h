@@ -39,6 +39,10 @@ struct GroupOptions {
   // shared memory, and NCCL's collectives, which costs a GPU sync each. Also
   // on when DDPSPAWN_DEBUG=1.
   bool debug_checks = false;
+  // Off skips the comparison on every path (debug_checks aside). Only for
+  // measuring what it costs (tools/bench): without it a mismatched call goes
+  // through silently on shared memory and hangs or aborts a rank on Gloo.
+  bool check_calls = true;
   // nccl: this rank's CUDA device; -1: the local rank's index.
   int device_index = -1;
 };

@@ -434,7 +434,7 @@ absl::Status SharedMemoryCollectives::Arrive(const CallSignature& call, int64_t 
   header->call[rank_] = ToRecord(call, segment, offset);
   header->arrived[rank_].store(generation_, std::memory_order_release);
   if (absl::Status s = WaitForAll("arrive", /*arrived=*/true); !s.ok()) return s;
-  absl::Status agreed = CompareCalls();
+  absl::Status agreed = compare_calls_ ? CompareCalls() : absl::OkStatus();
   if (!agreed.ok()) {
     // Every rank sees the same records and leaves here.
     Leave("compare the calls").IgnoreError();

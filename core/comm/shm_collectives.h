@@ -67,6 +67,10 @@ class SharedMemoryCollectives {
       absl::Duration timeout, const SetupChannel& channel);
   ~SharedMemoryCollectives();
 
+  // Off: the collectives no longer compare the ranks' calls (see
+  // GroupOptions::check_calls). Every rank must set the same.
+  void set_compare_calls(bool compare) { compare_calls_ = compare; }
+
   // The largest buffer that is not in shared memory yet and can be summed.
   size_t capacity() const { return capacity_; }
 
@@ -121,6 +125,7 @@ class SharedMemoryCollectives {
   const absl::Duration timeout_;
   const std::shared_ptr<Segment> staging_;  // the header, then one slot per rank
   uint64_t generation_ = 0;
+  bool compare_calls_ = true;
   std::mutex shared_mutex_;  // guards shared_
   std::vector<std::weak_ptr<Segment>> shared_;
   int64_t shared_allocated_ = 0;  // the collectives' thread only

@@ -3,7 +3,8 @@ Gloo and BLAS): torch.multiprocessing.spawn + DistributedDataParallel, and PyTor
 (Trainer with DDPStrategy(start_method="spawn")), on the same workloads, runs interleaved, medians
 over the rounds. Also the no-sync ceiling (the same ranks training without
 gradient sync), raw all-reduce time for the workload's gradient size (shared memory, staged and
-in place, and Gloo), and what a bare process start that loads LibTorch costs (the floor under
+in place, and Gloo), what comparing every collective's call across ranks costs (the same runs
+with the comparison off), and what a bare process start that loads LibTorch costs (the floor under
 any spawned rank's launch).
 Launch to first batch runs from the launch call in an already started launcher (ddpspawn's Job,
 or mp.spawn with torch imported) to rank 0's first finished step; ddpspawn is measured with the
@@ -81,7 +82,11 @@ def main():
         w = ["--workload", workload]
         results = {"ddpspawn": [], "reference": [], "lightning": [], "no_sync": [],
                    "ddpspawn_fork": [], "c10d_reducer": [], "ddpspawn_gloo": [],
-                   "allreduce": [], "allreduce_gloo": [], "startup": []}
+                   "allreduce": [], "allreduce_gloo": [], "startup": [],
+                   "ddpspawn_unchecked": [], "small": [], "small_unchecked": [],
+                   "small_gloo": [], "small_gloo_unchecked": []}
+        gloo = {"DDPSPAWN_SHM_ALLREDUCE": "0"}
+        unchecked = ["--check-calls", "0"]
         for _ in range(args.rounds):  # interleaved, so drift hits every variant alike
             results["ddpspawn"].append(run([DDPSPAWN] + w + ["--mode", "ddp"] + common))
             results["reference"].append(
@@ -97,6 +102,15 @@ def main():
             results["ddpspawn_fork"].append(
                 run([DDPSPAWN] + w + ["--mode", "ddp", "--start-method", "fork"] + common))
             results["startup"].append(startup_floor())
+            # What comparing every collective's call across ranks costs: the same runs with
+            # the comparison off (GroupOptions::check_calls).
+            results["ddpspawn_unchecked"].append(
+                run([DDPSPAWN] + w + ["--mode", "ddp"] + unchecked + common))
+            small = [DDPSPAWN] + w + ["--mode", "small_allreduce"] + common
+            results["small"].append(run(small))
+            results["small_unchecked"].append(run(small + unchecked))
+            results["small_gloo"].append(run(small, env=gloo))
+            results["small_gloo_unchecked"].append(run(small + unchecked, env=gloo))
         results["allreduce"].append(run([DDPSPAWN] + w + ["--mode", "allreduce"] + common))
         results["allreduce_gloo"].append(run([DDPSPAWN] + w + ["--mode", "allreduce"] + common,
                                              env={"DDPSPAWN_SHM_ALLREDUCE": "0"}))
@@ -104,6 +118,10 @@ def main():
             median_of(results[k]) for k in
             ("ddpspawn", "reference", "lightning", "no_sync", "ddpspawn_fork", "startup",
              "c10d_reducer", "ddpspawn_gloo"))
+        unchecked_ddp, small, small_unchecked, small_gloo, small_gloo_unchecked = (
+            median_of(results[k]) for k in
+            ("ddpspawn_unchecked", "small", "small_unchecked", "small_gloo",
+             "small_gloo_unchecked"))
         report["workloads"].append({
             "workload": workload,
             "ddpspawn": ours,
@@ -116,7 +134,20 @@ def main():
             "allreduce": results["allreduce"][0],
             "allreduce_gloo": results["allreduce_gloo"][0],
             "startup": startup,
+            "call_check": {
+                "steps_per_s_unchecked": unchecked_ddp["steps_per_s"],
+                "small_allreduce_us": small["small_allreduce_us"],
+                "small_allreduce_unchecked_us": small_unchecked["small_allreduce_us"],
+                "small_allreduce_gloo_us": small_gloo["small_allreduce_us"],
+                "small_allreduce_gloo_unchecked_us": small_gloo_unchecked["small_allreduce_us"],
+            },
             "ratios": {
+                # checked over unchecked: 1.0 is free.
+                "call_check_steps_per_s": ours["steps_per_s"] / unchecked_ddp["steps_per_s"],
+                "call_check_small_allreduce_shm":
+                    small["small_allreduce_us"] / small_unchecked["small_allreduce_us"],
+                "call_check_small_allreduce_gloo":
+                    small_gloo["small_allreduce_us"] / small_gloo_unchecked["small_allreduce_us"],
                 "launch_to_first_batch": ours["launch_to_first_batch"] / ref["launch_to_first_batch"],
                 "steps_per_s": ours["steps_per_s"] / ref["steps_per_s"],
                 "peak_rss": ours["peak_rss_mb"] / ref["peak_rss_mb"],
@@ -174,6 +205,12 @@ def main():
                  a["bytes"] / 1e6))
         print("%-6s %-26s %10.2f ms for %.1f MB (%.2f GB/s algorithmic)" % (
             "", "Gloo all-reduce", g["allreduce_ms"], g["bytes"] / 1e6, g["algbw_gb_per_s"]))
+        k = w["call_check"]
+        print("%-6s %-26s %10.2fx steps/s; one-float all-reduce %.1f us (%.2fx unchecked) on "
+              "shared memory, %.1f us (%.2fx) on Gloo" % (
+                  "", "cross-rank call check", q["call_check_steps_per_s"],
+                  k["small_allreduce_us"], q["call_check_small_allreduce_shm"],
+                  k["small_allreduce_gloo_us"], q["call_check_small_allreduce_gloo"]))
         s = w["startup"]
         print("%-6s %-26s %10.3f s %4.0f MB ddpspawn process (%.2fx / %.2fx the reference's "
               "launch / RSS); python3 -c 'import torch': %.3f s %.0f MB" % (

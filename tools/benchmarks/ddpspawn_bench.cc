@@ -52,6 +52,7 @@ struct Flags {
   std::string workload = "mlp", mode = "ddp", start_method = "spawn";
   std::string device = "cpu";  // cpu (gloo) or cuda (nccl, cuda:local_rank)
   int steps = 100, warmup = 10, nprocs = 2;
+  bool check_calls = true;  // GroupOptions::check_calls
   double launch_time = 0;
 };
 
@@ -133,6 +134,7 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
   const bool cuda = flags.device == "cuda";
   GroupOptions group_options;
   group_options.backend = cuda ? "nccl" : "gloo";
+  group_options.check_calls = flags.check_calls;
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
       ProcessGroup::Create(*cluster, group_options);
   if (!group.ok()) return group.status();
@@ -144,6 +146,23 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
   net->to(device);
   int64_t gradient_elements = 0;
   for (const auto& p : net->parameters()) gradient_elements += p.numel();
+  if (flags.mode == "small_allreduce") {
+    // Latency of a one-float all-reduce (a logged loss, a flag): where the
+    // cross-rank comparison of the calls weighs most.
+    float value = 1.0f;
+    const int rounds = flags.steps * 20;
+    for (int i = 0; i < flags.warmup + rounds; ++i) {
+      if (i == flags.warmup) (void)(*group)->Barrier("timed");
+      absl::Status s = (*group)->AllReduce(&value, 1, DType::kFloat32, ReduceOp::kMean);
+      if (!s.ok()) return s;
+    }
+    const double start = NowSeconds();
+    for (int i = 0; i < rounds; ++i) {
+      absl::Status s = (*group)->AllReduce(&value, 1, DType::kFloat32, ReduceOp::kMean);
+      if (!s.ok()) return s;
+    }
+    return absl::StrFormat("{\"small_allreduce_us\": %.3f}", (NowSeconds() - start) / rounds * 1e6);
+  }
   if (flags.mode == "allreduce") {
     // Raw bandwidth for one gradient-sized buffer: a plain tensor (staged
     // through shared memory, or Gloo) and a reduction buffer like DDP's buckets
@@ -228,6 +247,7 @@ int main(int argc, char** argv) {
     if (key == "--nprocs") flags.nprocs = std::atoi(value.c_str());
     if (key == "--start-method") flags.start_method = value;
     if (key == "--device") flags.device = value;
+    if (key == "--check-calls") flags.check_calls = value != "0";
     if (key == "--launch-time") (void)absl::SimpleAtod(value, &flags.launch_time);
   }
   if (flags.mode == "startup") return 0;  // tools/bench times a bare start
