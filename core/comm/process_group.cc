@@ -28,6 +28,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/comm/prompt_file_store.h"
 #include "core/comm/shm_collectives.h"
+#include "core/env/flight_recorder.h"
+#include "core/env/run_dir.h"
 #include "core/env/settings.h"
 
 namespace ddpspawn {
@@ -125,8 +127,8 @@ c10::intrusive_ptr<c10d::Store> MakeStore(const ClusterInfo& cluster, int genera
                                           std::chrono::milliseconds timeout) {
   c10::intrusive_ptr<c10d::Store> store;
   if (cluster.kind == ClusterKind::kDdpspawn) {
-    store = c10::make_intrusive<PromptFileStore>(
-        absl::StrCat(cluster.run_dir, "/store.", generation), cluster.world_size);
+    store = c10::make_intrusive<PromptFileStore>(RunDirStoreFile(cluster.run_dir, generation),
+                                                 cluster.world_size);
   } else if (cluster.world_size == 1) {
     store = c10::make_intrusive<c10d::HashStore>();
   } else {
@@ -309,6 +311,9 @@ struct ProcessGroup::Impl {
   // Ranks of a ddpspawn launcher share a host: float sums and small
   // broadcasts go through shared memory.
   std::unique_ptr<SharedMemoryCollectives> shm;
+  // Every collective of this rank, numbered (see flight_recorder.h).
+  std::unique_ptr<FlightRecorder> recorder;
+  int generation = 0;  // of this group in this process
 
   // Sums (or averages) `tensor` through shared memory when it qualifies; false:
   // use Gloo.
@@ -353,6 +358,8 @@ struct PendingWork::Impl {
   at::Tensor staged;
   int divide_by = 1;  // mean: sum, then divide
   bool done = false;  // completed at start (shared memory), not yet waited for
+  // Ends the call's flight record; returns the status to report.
+  std::function<absl::Status(absl::Status)> finish;
 };
 
 PendingWork::PendingWork(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -380,7 +387,7 @@ absl::Status PendingWork::Wait() {
     if (impl_->staged.defined()) impl_->tensor.copy_(impl_->staged);
   });
   impl_->work.reset();
-  return status;
+  return impl_->finish ? impl_->finish(status) : status;
 }
 
 size_t DTypeSize(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kInt32 ? 4 : 8; }
@@ -448,6 +455,13 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
   GroupOptions effective = options;
   effective.debug_checks = effective.debug_checks || *debug;
   const int generation = g_group_generation++;
+  impl->generation = generation;
+  absl::StatusOr<std::unique_ptr<FlightRecorder>> recorder =
+      FlightRecorder::Create(cluster.kind == ClusterKind::kDdpspawn && !cluster.run_dir.empty()
+                                 ? RunDirCallsFile(cluster.run_dir, cluster.rank, generation)
+                                 : "");
+  if (!recorder.ok()) return recorder.status();
+  impl->recorder = *std::move(recorder);
   std::string prefix = absl::StrCat("ddpspawn/group", generation);
   absl::Status refused = absl::OkStatus();
   absl::Status created = Guarded("joining the process group", [&] {
@@ -487,6 +501,27 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
   if (!created.ok()) return created;
   if (!refused.ok()) return refused;
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(cluster, effective, std::move(impl)));
+}
+
+absl::Status ProcessGroup::Recorded(const CallSignature& call,
+                                    const std::function<absl::Status()>& body) {
+  const uint64_t seq = impl_->recorder->Start(call);
+  return FinishRecorded(seq, body());
+}
+
+absl::Status ProcessGroup::FinishRecorded(uint64_t seq, absl::Status status) {
+  impl_->recorder->Finish(seq, status.ok());
+  if (!absl::IsDeadlineExceeded(status)) return status;
+  // A timeout: say which call, and what every rank was last doing.
+  std::string text = absl::StrCat(status.message(), "\n(rank ", rank(), "'s call #", seq, ": ",
+                                  impl_->recorder->DescribeOwn(seq), ")");
+  if (cluster_.kind == ClusterKind::kDdpspawn) {
+    absl::StrAppend(&text, "\nwhat every rank was last doing (flight recorder):",
+                    DescribeRecordedRanks(
+                        ReadFlightRecorders(cluster_.run_dir, world_size(), impl_->generation), seq,
+                        absl::Now()));
+  }
+  return absl::Status(status.code(), text);
 }
 
 absl::Status ProcessGroup::CheckRank(int rank, absl::string_view what) const {
@@ -574,57 +609,68 @@ absl::Status ProcessGroup::CheckAgreement(const CallSignature& call, const at::T
 
 absl::Status ProcessGroup::Barrier(absl::string_view name) {
   const CallSignature call = Signature("barrier", at::Tensor());
-  // Through shared memory the check itself is a barrier.
-  if (impl_->shm) return impl_->shm->Agree(call);
-  if (absl::Status s = CheckAgreement(call, at::Tensor()); !s.ok()) return s;
-  return Guarded(absl::StrCat("barrier '", name, "'"), [&] {
-    c10d::BarrierOptions opts;
-    opts.timeout = impl_->timeout;
-    impl_->group->barrier(opts)->wait();
+  return Recorded(call, [&]() -> absl::Status {
+    // Through shared memory the check itself is a barrier.
+    if (impl_->shm) return impl_->shm->Agree(call);
+    if (absl::Status s = CheckAgreement(call, at::Tensor()); !s.ok()) return s;
+    return Guarded(absl::StrCat("barrier '", name, "'"), [&] {
+      c10d::BarrierOptions opts;
+      opts.timeout = impl_->timeout;
+      impl_->group->barrier(opts)->wait();
+    });
   });
 }
 
 absl::Status ProcessGroup::Broadcast(at::Tensor& tensor, int src) {
   if (absl::Status valid = CheckRank(src, "broadcast source"); !valid.ok()) return valid;
   const CallSignature call = Signature("broadcast", tensor, std::nullopt, src);
-  if (impl_->shm && tensor.device().is_cpu() && tensor.is_contiguous() &&
-      tensor.nbytes() <= kShmBroadcastMaxBytes) {
-    return impl_->shm->Broadcast(tensor.data_ptr(), tensor.nbytes(), src, call);
-  }
-  if (absl::Status s = CheckAgreement(call, tensor); !s.ok()) return s;
-  return Guarded("broadcast", [&] {
-    impl_->OnDevice(tensor, [&](at::Tensor& t) {
-      std::vector<at::Tensor> tensors{t};
-      c10d::BroadcastOptions opts;
-      opts.rootRank = src;
-      opts.timeout = impl_->timeout;
-      impl_->group->broadcast(tensors, opts)->wait();
+  return Recorded(call, [&]() -> absl::Status {
+    if (impl_->shm && tensor.device().is_cpu() && tensor.is_contiguous() &&
+        tensor.nbytes() <= kShmBroadcastMaxBytes) {
+      return impl_->shm->Broadcast(tensor.data_ptr(), tensor.nbytes(), src, call);
+    }
+    if (absl::Status s = CheckAgreement(call, tensor); !s.ok()) return s;
+    return Guarded("broadcast", [&] {
+      impl_->OnDevice(tensor, [&](at::Tensor& t) {
+        std::vector<at::Tensor> tensors{t};
+        c10d::BroadcastOptions opts;
+        opts.rootRank = src;
+        opts.timeout = impl_->timeout;
+        impl_->group->broadcast(tensors, opts)->wait();
+      });
     });
   });
 }
 
 absl::Status ProcessGroup::AllReduce(at::Tensor& tensor, ReduceOp op) {
   const CallSignature call = Signature("all_reduce", tensor, op);
-  absl::Status shm_status;
-  if (impl_->TryShm(tensor, op, world_size(), call, &shm_status)) return shm_status;
-  if (absl::Status s = CheckAgreement(call, tensor); !s.ok()) return s;
-  return Guarded("all_reduce", [&] {
-    impl_->OnDevice(tensor, [&](at::Tensor& t) {
-      std::vector<at::Tensor> tensors{t};
-      c10d::AllreduceOptions opts;
-      opts.reduceOp = ToC10dOp(op);
-      opts.timeout = impl_->timeout;
-      impl_->group->allreduce(tensors, opts)->wait();
-      if (op == ReduceOp::kMean) DivideForMean(t, world_size());
+  return Recorded(call, [&]() -> absl::Status {
+    absl::Status shm_status;
+    if (impl_->TryShm(tensor, op, world_size(), call, &shm_status)) return shm_status;
+    if (absl::Status s = CheckAgreement(call, tensor); !s.ok()) return s;
+    return Guarded("all_reduce", [&] {
+      impl_->OnDevice(tensor, [&](at::Tensor& t) {
+        std::vector<at::Tensor> tensors{t};
+        c10d::AllreduceOptions opts;
+        opts.reduceOp = ToC10dOp(op);
+        opts.timeout = impl_->timeout;
+        impl_->group->allreduce(tensors, opts)->wait();
+        if (op == ReduceOp::kMean) DivideForMean(t, world_size());
+      });
     });
   });
 }
 
 absl::Status ProcessGroup::Reduce(at::Tensor& tensor, ReduceOp op, int dst) {
   if (absl::Status valid = CheckRank(dst, "reduce destination"); !valid.ok()) return valid;
-  if (absl::Status s = CheckAgreement(Signature("reduce", tensor, op, dst), tensor); !s.ok()) {
-    return s;
-  }
+  const CallSignature call = Signature("reduce", tensor, op, dst);
+  return Recorded(call, [&]() -> absl::Status {
+    if (absl::Status s = CheckAgreement(call, tensor); !s.ok()) return s;
+    return ReduceOnBackend(tensor, op, dst);
+  });
+}
+
+absl::Status ProcessGroup::ReduceOnBackend(at::Tensor& tensor, ReduceOp op, int dst) {
   return Guarded("reduce", [&] {
     // Gloo may use a non-root rank's tensor as scratch space: reduce a copy
     // there.
@@ -642,17 +688,20 @@ absl::Status ProcessGroup::Reduce(at::Tensor& tensor, ReduceOp op, int dst) {
 }
 
 absl::StatusOr<std::vector<at::Tensor>> ProcessGroup::AllGather(const at::Tensor& tensor) {
-  if (absl::Status s = CheckAgreement(Signature("all_gather", tensor), tensor); !s.ok()) return s;
+  const CallSignature call = Signature("all_gather", tensor);
   std::vector<at::Tensor> gathered;
-  absl::Status status = Guarded("all_gather", [&] {
-    at::Tensor input = tensor.to(impl_->device).contiguous();
-    std::vector<std::vector<at::Tensor>> outputs(1);
-    for (int r = 0; r < world_size(); ++r) outputs[0].push_back(at::empty_like(input));
-    std::vector<at::Tensor> inputs{input};
-    c10d::AllgatherOptions opts;
-    opts.timeout = impl_->timeout;
-    impl_->group->allgather(outputs, inputs, opts)->wait();
-    for (at::Tensor& t : outputs[0]) gathered.push_back(t.to(tensor.device()));
+  absl::Status status = Recorded(call, [&]() -> absl::Status {
+    if (absl::Status s = CheckAgreement(call, tensor); !s.ok()) return s;
+    return Guarded("all_gather", [&] {
+      at::Tensor input = tensor.to(impl_->device).contiguous();
+      std::vector<std::vector<at::Tensor>> outputs(1);
+      for (int r = 0; r < world_size(); ++r) outputs[0].push_back(at::empty_like(input));
+      std::vector<at::Tensor> inputs{input};
+      c10d::AllgatherOptions opts;
+      opts.timeout = impl_->timeout;
+      impl_->group->allgather(outputs, inputs, opts)->wait();
+      for (at::Tensor& t : outputs[0]) gathered.push_back(t.to(tensor.device()));
+    });
   });
   if (!status.ok()) return status;
   return gathered;
@@ -672,6 +721,9 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(at::Te
     return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
   }
   if (absl::Status s = CheckAgreement(call, tensor, /*in_flight=*/true); !s.ok()) return s;
+  // Recorded from here until Wait().
+  const uint64_t seq = impl_->recorder->Start(call);
+  pending->finish = [this, seq](absl::Status status) { return FinishRecorded(seq, status); };
   absl::Status started = Guarded("all_reduce", [&] {
     if (tensor.device() != impl_->device) {
       pending->staged = tensor.to(impl_->device);
@@ -682,7 +734,7 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(at::Te
     opts.timeout = impl_->timeout;
     pending->work = impl_->group->allreduce(tensors, opts);
   });
-  if (!started.ok()) return started;
+  if (!started.ok()) return pending->finish(started);
   return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
 }
 

@@ -7,6 +7,8 @@
 #define DDPSPAWN_CORE_COMM_PROCESS_GROUP_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "core/comm/call_signature.h"
+#include "core/env/call_signature.h"
 #include "core/env/cluster_environment.h"
 
 namespace at {
@@ -121,6 +123,13 @@ class ProcessGroup {
   struct Impl;
   ProcessGroup(ClusterInfo cluster, GroupOptions options, std::unique_ptr<Impl> impl);
   absl::Status CheckRank(int rank, absl::string_view what) const;
+  // Runs `body` as collective `call` in the flight recorder; on a timeout the
+  // error says what every rank was last doing.
+  absl::Status Recorded(const CallSignature& call, const std::function<absl::Status()>& body);
+  // Ends call `seq`'s record and returns `status`, with the ranks' last calls
+  // added to a timeout.
+  absl::Status FinishRecorded(uint64_t seq, absl::Status status);
+  absl::Status ReduceOnBackend(at::Tensor& tensor, ReduceOp op, int dst);
   // Compares what every rank is about to run; any difference is an error on
   // every rank naming each rank's call. Through shared memory where the group
   // has it (free); else one small all-gather, on CPU groups always (but not

@@ -38,7 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "core/comm/call_signature.h"
+#include "core/env/call_signature.h"
 
 namespace ddpspawn {
 

@@ -173,10 +173,6 @@ std::optional<std::string> ProcessEnv(const char* name) {
   return std::string(value);
 }
 
-std::string SharedMemoryPrefix(const std::string& run_dir) {
-  return absl::StrCat(run_dir.substr(run_dir.rfind('/') + 1), "-allreduce-");
-}
-
 absl::StatusOr<std::string> FirstHostInSlurmNodeList(absl::string_view list) {
   // The first entry ends at the first comma outside brackets.
   size_t end = 0;

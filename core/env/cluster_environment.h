@@ -47,10 +47,6 @@ std::optional<std::string> ProcessEnv(const char* name);
 // size, ...).
 absl::StatusOr<ClusterInfo> DetectClusterEnvironment(const EnvLookup& env = ProcessEnv);
 
-// Names of the /dev/shm segments that belong to a launcher's run directory (the
-// shared-memory all-reduce's); the launcher removes them when the job ends.
-std::string SharedMemoryPrefix(const std::string& run_dir);
-
 // The first host of a SLURM node list: "node[003-005,9],gpu1" -> "node003".
 absl::StatusOr<std::string> FirstHostInSlurmNodeList(absl::string_view list);
 

@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/env/cluster_environment.h"
+#include "core/env/run_dir.h"
 #include "core/launch/worker_channel.h"
 
 extern char** environ;
@@ -285,7 +286,7 @@ absl::Status Job::Start() {
   }
   // A private rendezvous: a 0700 directory only this user can enter.
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/ddpspawn-XXXXXX");
+  std::string pattern = RunDirPattern(tmp && *tmp ? tmp : "/tmp");
   if (mkdtemp(pattern.data()) == nullptr) {
     return absl::InternalError(
         absl::StrCat("cannot create a run directory ", pattern, ": ", std::strerror(errno)));

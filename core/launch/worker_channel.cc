@@ -10,15 +10,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/env/cluster_environment.h"
+#include "core/env/run_dir.h"
 #include "core/env/settings.h"
 #include "core/util/files.h"
 
 namespace ddpspawn {
 namespace {
-
-constexpr char kResultFile[] = "result";
-
-std::string ErrorFile(int rank) { return absl::StrCat("rank", rank, ".error"); }
 
 struct WorkerIdentity {
   std::string run_dir;
@@ -65,14 +62,14 @@ absl::Status SetWorkerResult(absl::string_view bytes) {
     return absl::FailedPreconditionError(absl::StrCat(
         "only rank 0 hands a result back to the launcher; this is rank ", worker->rank));
   }
-  return WriteFileAtomically(absl::StrCat(worker->run_dir, "/", kResultFile), bytes,
+  return WriteFileAtomically(RunDirResultFile(worker->run_dir), bytes,
                              /*durable=*/false);
 }
 
 absl::Status SetWorkerError(absl::string_view text) {
   absl::StatusOr<WorkerIdentity> worker = CurrentWorker();
   if (!worker.ok()) return worker.status();
-  return WriteFileAtomically(absl::StrCat(worker->run_dir, "/", ErrorFile(worker->rank)), text,
+  return WriteFileAtomically(RunDirErrorFile(worker->run_dir, worker->rank), text,
                              /*durable=*/false);
 }
 
@@ -81,11 +78,11 @@ void InstallTerminateHandler() {
 }
 
 std::optional<std::string> ReadWorkerResult(const std::string& run_dir) {
-  return ReadFile(absl::StrCat(run_dir, "/", kResultFile));
+  return ReadFile(RunDirResultFile(run_dir));
 }
 
 std::optional<std::string> ReadWorkerError(const std::string& run_dir, int rank) {
-  return ReadFile(absl::StrCat(run_dir, "/", ErrorFile(rank)));
+  return ReadFile(RunDirErrorFile(run_dir, rank));
 }
 
 }  // namespace ddpspawn

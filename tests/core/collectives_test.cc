@@ -105,5 +105,29 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<1>(info.param) ? "_shm" : "_gloo");
     });
 
+// A rank that stops (SIGSTOP) between collectives: the others' next one times
+// out after the group's timeout (3 s here), and the error names the rank that
+// never reached the call, what it did last and that its process is stopped
+// (the flight recorder), on shared memory and on Gloo.
+class StallTest : public testing::TestWithParam<bool> {};
+
+TEST_P(StallTest, ATimeoutNamesTheRankThatNeverArrived) {
+  absl::StatusOr<std::string> result =
+      RunWorkers(3, "stall 2",
+                 GetParam() ? std::vector<std::string>{}
+                            : std::vector<std::string>{"DDPSPAWN_SHM_ALLREDUCE=0"});
+  ASSERT_FALSE(result.ok());
+  const std::string message(result.status().message());
+  EXPECT_THAT(message, testing::HasSubstr("'s call #3: all_reduce (sum) of 4 float32"));
+  EXPECT_THAT(message, testing::HasSubstr("rank 2: never reached call #3; its last: #2 all_reduce "
+                                          "(sum) of 4 float32, finished"));
+  EXPECT_THAT(message, testing::HasSubstr("is stopped"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, StallTest, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& info) {
+                           return info.param ? "shm" : "gloo";
+                         });
+
 }  // namespace
 }  // namespace ddpspawn

@@ -7,6 +7,7 @@
 // - hang [<rank>]: that rank (or every rank) sleeps forever.
 // - groups_in_turn: joins three groups one after another.
 // - mismatch <how>: ranks 0 and 1 call different collectives.
+// - stall <rank>: that rank stops itself (SIGSTOP) between two collectives.
 // - collectives: checks every collective, op and dtype against expected values.
 // - launch <method> <pid-file>: is itself a launcher: starts 2 hanging ranks of
 //   this program (spawn) or of a forked sleeper (fork), writes their pids, and
@@ -28,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "core/comm/process_group.h"
 #include "core/env/cluster_environment.h"
+#include "core/env/run_dir.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
 
@@ -222,6 +224,23 @@ void MismatchedCalls(const std::string& which) {
   }
 }
 
+// Every rank joins a group with a 3 s timeout and runs two collectives; then
+// rank `stalled` stops itself (SIGSTOP), and the others' next all-reduce times
+// out, naming it.
+void Stall(int stalled) {
+  absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
+  CheckOk(cluster.status(), "cluster environment");
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> joined =
+      ProcessGroup::Create(*cluster, {"gloo", absl::Seconds(3)});
+  CheckOk(joined.status(), "join");
+  ProcessGroup& group = **joined;
+  std::vector<float> values(4, 1.0f);
+  CheckOk(group.Barrier("start"), "barrier");
+  CheckOk(group.AllReduce(values.data(), 4, DType::kFloat32, ReduceOp::kSum), "all_reduce");
+  if (group.rank() == stalled) raise(SIGSTOP);
+  CheckOk(group.AllReduce(values.data(), 4, DType::kFloat32, ReduceOp::kSum), "stalled all_reduce");
+}
+
 bool ThisRank(const char* arg) { return std::atoi(arg) == std::atoi(std::getenv("RANK")); }
 
 int Launch(const std::string& method, const std::string& pid_file, const char* self) {
@@ -272,6 +291,10 @@ int Main(int argc, char** argv) {
   }
   if (mode == "mismatch" && argc == 3) {
     MismatchedCalls(argv[2]);
+    return 0;
+  }
+  if (mode == "stall" && argc == 3) {
+    Stall(std::atoi(argv[2]));
     return 0;
   }
   if (mode == "collectives") {

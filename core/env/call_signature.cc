@@ -1,5 +1,5 @@
 // Descriptions of collective calls (see call_signature.h).
-#include "core/comm/call_signature.h"
+#include "core/env/call_signature.h"
 
 #include "absl/strings/str_cat.h"
 

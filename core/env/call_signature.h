@@ -1,8 +1,8 @@
 // What a rank is about to run in a collective (kind, dtype, count, op, root),
 // compared across ranks before it runs, and the error that names every rank's
 // call when they differ. Plain values; thread-compatible.
-#ifndef DDPSPAWN_CORE_COMM_CALL_SIGNATURE_H_
-#define DDPSPAWN_CORE_COMM_CALL_SIGNATURE_H_
+#ifndef DDPSPAWN_CORE_ENV_CALL_SIGNATURE_H_
+#define DDPSPAWN_CORE_ENV_CALL_SIGNATURE_H_
 
 #include <cstdint>
 #include <string>
@@ -29,4 +29,4 @@ absl::Status MismatchedCallsError(const std::vector<std::string>& calls);
 
 }  // namespace ddpspawn
 
-#endif  // DDPSPAWN_CORE_COMM_CALL_SIGNATURE_H_
+#endif  // DDPSPAWN_CORE_ENV_CALL_SIGNATURE_H_

@@ -1,0 +1,32 @@
+// Names in a launcher's run directory (see run_dir.h).
+#include "core/env/run_dir.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace ddpspawn {
+
+std::string RunDirPattern(const std::string& tmp_dir) {
+  return absl::StrCat(tmp_dir, "/ddpspawn-XXXXXX");
+}
+
+std::string RunDirStoreFile(const std::string& run_dir, int generation) {
+  return absl::StrCat(run_dir, "/store.", generation);
+}
+
+std::string RunDirResultFile(const std::string& run_dir) {
+  return absl::StrCat(run_dir, "/result");
+}
+
+std::string RunDirErrorFile(const std::string& run_dir, int rank) {
+  return absl::StrCat(run_dir, "/rank", rank, ".error");
+}
+
+std::string RunDirCallsFile(const std::string& run_dir, int rank, int generation) {
+  return absl::StrCat(run_dir, "/rank", rank, ".group", generation, ".calls");
+}
+
+std::string SharedMemoryPrefix(const std::string& run_dir) {
+  return absl::StrCat(run_dir.substr(run_dir.rfind('/') + 1), "-allreduce-");
+}
+
+}  // namespace ddpspawn

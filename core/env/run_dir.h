@@ -1,0 +1,35 @@
+// The layout of a launcher's run directory (a private 0700 directory made with
+// mkdtemp, named to the ranks by DDPSPAWN_RUN_DIR): every name in it, and the
+// prefix of the job's /dev/shm segments. The launcher, the worker channel, the
+// process groups and the flight recorder all take their names from here.
+// Pure functions; thread-safe.
+#ifndef DDPSPAWN_CORE_ENV_RUN_DIR_H_
+#define DDPSPAWN_CORE_ENV_RUN_DIR_H_
+
+#include <string>
+
+namespace ddpspawn {
+
+// The mkdtemp pattern of a run directory under `tmp_dir`.
+std::string RunDirPattern(const std::string& tmp_dir);
+
+// The file store of the process group a rank joins `generation`-th.
+std::string RunDirStoreFile(const std::string& run_dir, int generation);
+
+// Rank 0's result for the launcher.
+std::string RunDirResultFile(const std::string& run_dir);
+
+// A rank's report of why it failed.
+std::string RunDirErrorFile(const std::string& run_dir, int rank);
+
+// A rank's flight recorder of its `generation`-th group's collectives.
+std::string RunDirCallsFile(const std::string& run_dir, int rank, int generation);
+
+// The start of the names of the job's /dev/shm segments (which add a
+// generation and random characters); the launcher's clean-up removes what
+// starts with it.
+std::string SharedMemoryPrefix(const std::string& run_dir);
+
+}  // namespace ddpspawn
+
+#endif  // DDPSPAWN_CORE_ENV_RUN_DIR_H_
