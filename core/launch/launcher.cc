@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/env/cluster_environment.h"
+#include "core/env/flight_recorder.h"
 #include "core/env/run_dir.h"
 #include "core/launch/worker_channel.h"
 
@@ -485,7 +486,7 @@ absl::Status Job::Wait() {
           absl::StrCat("the job ran past its timeout of ", absl::FormatDuration(spec_.timeout),
                        "; ranks still running then: ", absl::StrJoin(running_ranks(), ", "),
                        " (stopped with SIGTERM, then SIGKILL after ",
-                       absl::FormatDuration(spec_.grace_period), ")"));
+                       absl::FormatDuration(spec_.grace_period), ")", LastCalls()));
       begin_stopping(SIGTERM);
     }
     // A second SIGINT/SIGTERM while stopping, or the grace period's end:
@@ -516,6 +517,12 @@ void Job::CollectReports() {
     }
   }
   result_ = ReadWorkerResult(run_dir_);
+}
+
+std::string Job::LastCalls() const {
+  const std::string calls = DescribeNewestGroup(run_dir_, spec_.nprocs, absl::Now());
+  return calls.empty() ? ""
+                       : absl::StrCat("\nwhat every rank was last doing (flight recorder):", calls);
 }
 
 void Job::RemoveRunDir() {

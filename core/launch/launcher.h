@@ -94,6 +94,9 @@ class Job {
   absl::Status StartRank(int rank, const std::vector<std::string>& env);
   std::vector<std::string> RankEnvironment(int rank) const;
   void CollectReports();
+  // The ranks' flight records of their newest group, as text for an error;
+  // empty when none recorded anything.
+  std::string LastCalls() const;
   void RemoveRunDir();
 
   LaunchSpec spec_;

@@ -97,6 +97,25 @@ Setter Number(Get get, double minimum) {
   };
 }
 
+// Lightning's max_time: "DD:HH:MM:SS", or seconds.
+absl::StatusOr<absl::Duration> ParseMaxTime(const std::string& v) {
+  std::vector<std::string> parts = absl::StrSplit(v, ':');
+  double seconds = 0;
+  if (parts.size() == 4) {
+    int64_t fields[4] = {};
+    for (int i = 0; i < 4; ++i) {
+      if (!absl::SimpleAtoi(parts[i], &fields[i]) || fields[i] < 0 || fields[i] > 100000) {
+        return Expected("DD:HH:MM:SS or a number of seconds > 0");
+      }
+    }
+    seconds = static_cast<double>(((fields[0] * 24 + fields[1]) * 60 + fields[2]) * 60 + fields[3]);
+  } else if (parts.size() != 1 || !absl::SimpleAtod(v, &seconds) || !std::isfinite(seconds)) {
+    return Expected("DD:HH:MM:SS or a number of seconds > 0");
+  }
+  if (!(seconds > 0)) return Expected("DD:HH:MM:SS or a number of seconds > 0");
+  return absl::Seconds(seconds);
+}
+
 template <typename Get>
 Setter Flag(Get get) {
   return [get](RunConfig& c, const std::string& v) -> absl::Status {
@@ -210,7 +229,16 @@ const std::map<std::string, Setter>& Setters() {
                                                     c.start_method = v;
                                                     return absl::OkStatus();
                                                   }},
-      {"timeout", Number([](RunConfig& c) -> double& { return c.timeout_s; }, 0)},
+      {"timeout", Number([](RunConfig& c) -> double& { return c.timeout_s; }, 1e-3)},
+      {"max_time",
+       [](RunConfig& c, const std::string& v) -> absl::
+                                                  Status {
+                                                    absl::StatusOr<absl::Duration> limit =
+                                                        ParseMaxTime(v);
+                                                    if (!limit.ok()) return limit.status();
+                                                    c.trainer.max_time = *limit;
+                                                    return absl::OkStatus();
+                                                  }},
       {"precision", Text(&RunConfig::precision)},
       {"ddp_comm_hook", Text(&RunConfig::ddp_comm_hook)},
       {"find_unused_parameters",
@@ -497,7 +525,7 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   }
   options.process_group_backend = config.process_group_backend;
   options.start_method = config.start_method;
-  if (config.timeout_s > 0) options.launch_timeout = absl::Seconds(config.timeout_s);
+  options.timeout = absl::Seconds(config.timeout_s);
   options.ddp_comm_hook = config.ddp_comm_hook;
   options.ddp.reducer.find_unused_parameters = config.find_unused_parameters;
   options.ddp.reducer.gradient_as_bucket_view = config.gradient_as_bucket_view;
@@ -582,6 +610,9 @@ Trainer:
   --resume-from FILE  --num-threads N (0: cores / ranks; <= )",
                       kMaxNumThreads, R"()  --log-every-n-steps N (10)
   --progress BOOL (true)
+  --max-time DD:HH:MM:SS or SECONDS (none): as Lightning's, fit stops after the first
+                              optimizer step past it on any rank, saves its checkpoint
+                              (resumable mid-epoch) and succeeds
   --allow-non-finite-loss BOOL (false: a nan/inf training loss stops fit with an error,
                               keeping the last good checkpoint)
 Optimizer:
@@ -591,7 +622,8 @@ Distributed (torchrun-style):
   --nproc-per-node N (1..)",
                       kMaxNprocs, R"(; 1)  --nnodes 1  --node-rank 0  --master-addr A
   --master-port P (0..65535; 0: a free one)  --start-method spawn|fork (spawn)
-  --timeout SECONDS (0: none)
+  --timeout SECONDS (1800: each collective's limit; past it the job fails naming the ranks
+                     that never arrived and what every rank was last doing)
   --accelerator cpu|cuda (cpu)  --devices N or CUDA indices 0,2 (sets nproc-per-node)
   --process-group-backend gloo|nccl (by accelerator: nccl on cuda, gloo on cpu)
   --precision 32-true|bf16-mixed|16-mixed (cuda)  --ddp-comm-hook allreduce|fp16|bf16|powersgd

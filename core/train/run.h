@@ -37,7 +37,10 @@ struct RunConfig {
   std::string master_addr;
   int master_port = 0;
   std::string start_method = "spawn";
-  double timeout_s = 0;  // 0: none
+  // The process group's timeout for joining and for each collective
+  // (Lightning's DDPStrategy timeout): a rank that does not arrive in time
+  // fails the job with what every rank was last doing.
+  double timeout_s = 1800;
   std::string precision = "32-true";
   std::string ddp_comm_hook;
   bool find_unused_parameters = false;

@@ -179,11 +179,20 @@ class FiniteWatch {
   double seen_value_ = 0;
 };
 
+// Whether any rank's clock is past `deadline`: the same answer on every rank.
+absl::StatusOr<bool> PastDeadlineOnAnyRank(DDPSpawnStrategy& strategy, absl::Time deadline) {
+  const double mine = absl::Now() >= deadline ? 1.0 : 0.0;
+  absl::StatusOr<at::Tensor> any = strategy.Reduce(at::full({1}, mine, at::kDouble), "max");
+  if (!any.ok()) return any.status();
+  return any->item<double>() > 0;
+}
+
 }  // namespace
 
 std::string FitResult::Encode() const {
   std::string text = absl::StrCat("checkpoint=", checkpoint, "\nmetrics_csv=", metrics_csv,
                                   "\nepoch=", epoch, "\nglobal_step=", global_step, "\n");
+  if (!stopped_by.empty()) absl::StrAppend(&text, "stopped_by=", stopped_by, "\n");
   for (const auto& [name, value] : metrics) {
     absl::StrAppendFormat(&text, "metric.%s=%.17g\n", name, value);
   }
@@ -207,6 +216,8 @@ absl::StatusOr<FitResult> FitResult::Decode(const std::string& text) {
       ok = absl::SimpleAtoi(value, &result.epoch);
     } else if (key == "global_step") {
       ok = absl::SimpleAtoi(value, &result.global_step);
+    } else if (key == "stopped_by") {
+      result.stopped_by = std::string(value);
     } else if (absl::StartsWith(key, "metric.")) {
       ok = absl::SimpleAtod(value, &result.metrics[std::string(key.substr(7))]);
     }
@@ -316,6 +327,8 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
   }
 
   FiniteWatch watch(options_.allow_non_finite_loss, options_.resume_from);
+  const absl::Time deadline = absl::Now() + options_.max_time;  // infinite: never
+  bool out_of_time = false;
   bool stop = options_.max_steps > 0 && state.global_step >= options_.max_steps;
   while (!stop && state.epoch < max_epochs) {
     const int64_t epoch = state.epoch;
@@ -387,6 +400,14 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
         stop = true;
         break;
       }
+      if (options_.max_time != absl::InfiniteDuration()) {
+        absl::StatusOr<bool> up = PastDeadlineOnAnyRank(strategy_, deadline);
+        if (!up.ok()) return up.status();
+        if (*up) {
+          out_of_time = stop = true;
+          break;
+        }
+      }
     }
     const bool epoch_done = state.batch_in_epoch >= batches;
     if (epoch_done) {
@@ -420,8 +441,12 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
     }
     watch.Saved(std::filesystem::absolute(checkpoint).string());
     if (options_.enable_progress && strategy_.is_global_zero()) {
-      std::printf("%s%s (%.2f s)\n", bar ? "\r" : "", line.c_str(),
-                  absl::ToDoubleSeconds(absl::Now() - epoch_start));
+      std::printf("%s%s (%.2f s)%s\n", bar ? "\r" : "", line.c_str(),
+                  absl::ToDoubleSeconds(absl::Now() - epoch_start),
+                  out_of_time ? absl::StrCat("; stopped: max_time (",
+                                             absl::FormatDuration(options_.max_time), ") reached")
+                                    .c_str()
+                              : "");
       std::fflush(stdout);
     }
   }
@@ -432,6 +457,7 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
   result.epoch = state.epoch;
   result.global_step = state.global_step;
   result.metrics = last_metrics_;
+  if (out_of_time) result.stopped_by = "max_time";
   return result;
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/model/checkpoint.h"
 #include "core/model/module.h"
 #include "core/strategy/ddp_spawn_strategy.h"
@@ -52,6 +53,10 @@ struct TrainerOptions {
   // and no checkpoint of it is written. Checked where the loss is all-reduced
   // anyway: every log_every_n_steps steps and at the end of each epoch.
   bool allow_non_finite_loss = false;
+  // Lightning's max_time: fit stops after the first optimizer step that ends
+  // past it on any rank (every rank agrees through one small all-reduce per
+  // step), writes its checkpoint and returns as if done.
+  absl::Duration max_time = absl::InfiniteDuration();
 };
 
 // What fit hands back to the launcher (through rank 0's result).
@@ -61,6 +66,7 @@ struct FitResult {
   int64_t epoch = 0;
   int64_t global_step = 0;
   std::map<std::string, double> metrics;  // the last value of every logged metric
+  std::string stopped_by;                 // "max_time" when that ended fit early; else empty
   std::string Encode() const;
   static absl::StatusOr<FitResult> Decode(const std::string& text);
 };

@@ -137,6 +137,22 @@ TEST(LauncherSpawnTest, HangingRankHitsTheTimeout) {
   ExpectNoWorkerLeft(*job);
 }
 
+// The job's own limit, reached while ranks wait in a collective for a stopped
+// one: the error adds what every rank was last doing (their flight records).
+TEST(LauncherSpawnTest, TheJobTimeoutSaysWhatEveryRankWasDoing) {
+  LaunchSpec spec = SpawnSpec(2, {"stall", "1", "600"});
+  spec.timeout = absl::Seconds(8);
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(std::move(spec), &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(status.message(), HasSubstr("what every rank was last doing (flight recorder):"));
+  EXPECT_THAT(status.message(), HasSubstr("rank 0: last call #3 all_reduce (sum) of 4 float32, "
+                                          "running for"));
+  EXPECT_THAT(status.message(), HasSubstr("rank 1: never reached call #3"));
+  EXPECT_THAT(status.message(), HasSubstr("is stopped"));
+  ExpectNoWorkerLeft(*job);
+}
+
 TEST(LauncherSpawnTest, BadSpecsAreRejectedBeforeAnythingStarts) {
   EXPECT_EQ(Job::Create(SpawnSpec(0, {"ok"})).status().code(), absl::StatusCode::kInvalidArgument);
   LaunchSpec missing = SpawnSpec(2, {});

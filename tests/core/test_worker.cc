@@ -7,7 +7,8 @@
 // - hang [<rank>]: that rank (or every rank) sleeps forever.
 // - groups_in_turn: joins three groups one after another.
 // - mismatch <how>: ranks 0 and 1 call different collectives.
-// - stall <rank>: that rank stops itself (SIGSTOP) between two collectives.
+// - stall <rank> [<timeout_s>]: that rank stops itself (SIGSTOP) between two
+//   collectives.
 // - collectives: checks every collective, op and dtype against expected values.
 // - launch <method> <pid-file>: is itself a launcher: starts 2 hanging ranks of
 //   this program (spawn) or of a forked sleeper (fork), writes their pids, and
@@ -224,14 +225,15 @@ void MismatchedCalls(const std::string& which) {
   }
 }
 
-// Every rank joins a group with a 3 s timeout and runs two collectives; then
+// Every rank joins a group with a 3 s timeout (or the one given) and runs two
+// collectives; then
 // rank `stalled` stops itself (SIGSTOP), and the others' next all-reduce times
 // out, naming it.
-void Stall(int stalled) {
+void Stall(int stalled, absl::Duration timeout) {
   absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
   CheckOk(cluster.status(), "cluster environment");
   absl::StatusOr<std::unique_ptr<ProcessGroup>> joined =
-      ProcessGroup::Create(*cluster, {"gloo", absl::Seconds(3)});
+      ProcessGroup::Create(*cluster, {"gloo", timeout});
   CheckOk(joined.status(), "join");
   ProcessGroup& group = **joined;
   std::vector<float> values(4, 1.0f);
@@ -293,8 +295,8 @@ int Main(int argc, char** argv) {
     MismatchedCalls(argv[2]);
     return 0;
   }
-  if (mode == "stall" && argc == 3) {
-    Stall(std::atoi(argv[2]));
+  if (mode == "stall" && (argc == 3 || argc == 4)) {
+    Stall(std::atoi(argv[2]), absl::Seconds(argc == 4 ? std::atoi(argv[3]) : 3));
     return 0;
   }
   if (mode == "collectives") {

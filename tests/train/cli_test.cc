@@ -286,6 +286,30 @@ TEST(CliTest, ANonFiniteLossStopsTheRunAndKeepsTheLastGoodCheckpoint) {
   EXPECT_EQ(allowed.Number("global_step"), 20);
 }
 
+// --max-time as Lightning's: fit stops after the step that passes it, writes
+// its checkpoint, succeeds and says why it stopped; resuming goes on from
+// there.
+TEST(CliTest, MaxTimeStopsFitGracefully) {
+  const std::string train = WriteClassification("max_time.csv", 240);
+  const std::string dir = absl::StrCat(testing::TempDir(), "/max_time");
+  CliRun fit =
+      Cli(absl::StrCat("fit --model ", kModel, " --train ", train,
+                       " --nproc-per-node 2 --max-epochs 100000 --max-time 2 --batch-size 8",
+                       " --default-root-dir ", dir));
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  EXPECT_EQ(fit.values["stopped_by"], "max_time");
+  const double steps = fit.Number("global_step");
+  EXPECT_GT(steps, 0);
+  EXPECT_LT(steps, 100000.0 * 15);  // 240 rows, 2 ranks, batch 8: 15 steps an epoch
+  CliRun resumed = Cli(absl::StrCat("fit --model ", kModel, " --train ", train,
+                                    " --nproc-per-node 2 --max-epochs 100000 --max-steps ",
+                                    steps + 3, " --batch-size 8 --default-root-dir ", dir,
+                                    " --resume-from ", dir, "/checkpoints/last.ckpt"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(resumed.Number("global_step"), steps + 3);
+  EXPECT_EQ(resumed.values.count("stopped_by"), 0u);
+}
+
 // A checkpoint with 16 flipped bytes is refused by test and by resume, naming
 // the file, before any rank starts (it used to load and test to a loss of
 // 1e22); the untouched one still works.

@@ -121,6 +121,34 @@ TEST(RunConfigTest, NonFiniteNumbersAreRefused) {
   EXPECT_EQ(config->optimizer.lr, 1e30);
 }
 
+// Lightning's meanings: timeout is each collective's limit (30 minutes unless
+// set), max_time a graceful limit on fit, as DD:HH:MM:SS or seconds.
+TEST(RunConfigTest, TimeoutIsTheCollectivesLimitAndMaxTimeStopsFit) {
+  absl::StatusOr<RunConfig> defaults = ParseWith("seed", "0");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(StrategyOptionsFor(*defaults).timeout, absl::Minutes(30));
+  EXPECT_EQ(StrategyOptionsFor(*defaults).launch_timeout, absl::InfiniteDuration());
+  EXPECT_EQ(defaults->trainer.max_time, absl::InfiniteDuration());
+  absl::StatusOr<RunConfig> timeout = ParseWith("timeout", "7.5");
+  ASSERT_TRUE(timeout.ok()) << timeout.status();
+  EXPECT_EQ(StrategyOptionsFor(*timeout).timeout, absl::Milliseconds(7500));
+  for (const auto& [value, expected] : std::vector<std::pair<std::string, absl::Duration>>{
+           {"00:01:02:03", absl::Hours(1) + absl::Minutes(2) + absl::Seconds(3)},
+           {"01:00:00:00", absl::Hours(24)},
+           {"90", absl::Seconds(90)}}) {
+    absl::StatusOr<RunConfig> config = ParseWith("max_time", value);
+    ASSERT_TRUE(config.ok()) << value << ": " << config.status();
+    EXPECT_EQ(config->trainer.max_time, expected) << value;
+  }
+  for (const std::string bad : {"0", "-5", "1:2:3", "00:00:-1:00", "soon", "inf"}) {
+    absl::StatusOr<RunConfig> config = ParseWith("max_time", bad);
+    ASSERT_FALSE(config.ok()) << bad;
+    EXPECT_THAT(config.status().message(),
+                HasSubstr("expected DD:HH:MM:SS or a number of seconds"));
+  }
+  EXPECT_FALSE(ParseWith("timeout", "0").ok());
+}
+
 TEST(RunConfigTest, AllowNonFiniteLossIsAnOption) {
   absl::StatusOr<RunConfig> config = ParseWith("seed", "1");
   ASSERT_TRUE(config.ok()) << config.status();

@@ -281,15 +281,20 @@ def fit(
         nprocs: number of ranks.
         **options: the ddpspawn CLI's options as Python names, e.g.
             ``max_epochs=5, lr=0.1, batch_size=32, optimizer="adam", seed=0,
-            default_root_dir="logs", resume_from=..., timeout=600``. Bools
-            become true/false; None means "not given".
+            default_root_dir="logs", resume_from=..., timeout=600,
+            max_time="00:01:00:00"``. As in Lightning, ``timeout`` is each
+            collective's limit (default 1800 s) and ``max_time`` stops fit
+            gracefully (with its checkpoint) once passed. Bools become
+            true/false; None means "not given".
 
     Raises:
         InvalidArgumentError: bad data, model or options, found before any
             process starts (the message names what is wrong).
         WorkerFailedError: a rank failed while running (``.rank``,
             ``.traceback_text``).
-        DdpspawnTimeoutError: the run took longer than ``timeout`` seconds.
+        DdpspawnTimeoutError: a collective waited longer than ``timeout``
+            seconds for a rank (the message names the ranks that never
+            arrived and what every rank was last doing).
     """
     data = _data_entries("train", train)
     if val is not None:

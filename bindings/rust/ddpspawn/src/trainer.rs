@@ -248,10 +248,17 @@ impl Trainer {
         self.option_os("default_root_dir", path.as_ref())
     }
 
-    /// A limit for the whole run (option `timeout`); past it the ranks are
-    /// stopped and the run is an [`Error::Timeout`].
+    /// Each collective's limit, as Lightning's `timeout` (option `timeout`;
+    /// default 1800 s): a rank that does not arrive in time ends the run with
+    /// an [`Error::Timeout`] naming it and what every rank was last doing.
     pub fn timeout(self, timeout: Duration) -> Trainer {
         self.option("timeout", timeout.as_secs_f64())
+    }
+
+    /// Lightning's `max_time` (option `max_time`): fit stops after the first
+    /// optimizer step past it, writes its checkpoint and succeeds.
+    pub fn max_time(self, limit: Duration) -> Trainer {
+        self.option("max_time", limit.as_secs_f64())
     }
 
     /// Trains on `train` (and [`val`](Trainer::val), if set). The result has
