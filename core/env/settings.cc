@@ -15,7 +15,8 @@ constexpr SettingInfo kSettings[] = {
     {Setting::kShmAllReduce, "DDPSPAWN_SHM_ALLREDUCE", "1 (default) or 0",
      "0 sends every collective through Gloo instead of the launcher's shared-memory path"},
     {Setting::kDebug, "DDPSPAWN_DEBUG", "0 (default) or 1",
-     "1 turns on the process group's cross-rank checks of every collective (debug_checks)"},
+     "1 also checks DDP's in-flight all-reduces without shared memory, and NCCL's collectives, "
+     "across ranks (debug_checks; the others are always checked)"},
 };
 
 }  // namespace
