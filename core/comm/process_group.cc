@@ -723,7 +723,9 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(at::Te
   if (absl::Status s = CheckAgreement(call, tensor, /*in_flight=*/true); !s.ok()) return s;
   // Recorded from here until Wait().
   const uint64_t seq = impl_->recorder->Start(call);
-  pending->finish = [this, seq](absl::Status status) { return FinishRecorded(seq, status); };
+  pending->finish = [this, seq](absl::Status status) {
+    return FinishRecorded(seq, std::move(status));
+  };
   absl::Status started = Guarded("all_reduce", [&] {
     if (tensor.device() != impl_->device) {
       pending->staged = tensor.to(impl_->device);

@@ -448,6 +448,7 @@ absl::Status SharedMemoryCollectives::CompareCalls() {
   for (int r = 1; r < world_size_; ++r) same = same && SameCall(header->call[r], header->call[0]);
   if (same) return absl::OkStatus();
   std::vector<std::string> calls;
+  calls.reserve(world_size_);
   for (int r = 0; r < world_size_; ++r) calls.push_back(Describe(header->call[r]));
   return MismatchedCallsError(calls);
 }

@@ -176,13 +176,13 @@ std::vector<absl::StatusOr<RecordedRank>> ReadFlightRecorders(const std::string&
     if (fd < 0 || fstat(fd, &st) != 0 || st.st_uid != geteuid() ||
         static_cast<size_t>(st.st_size) < kFileBytes) {
       if (fd >= 0) close(fd);
-      ranks.push_back(absl::NotFoundError(absl::StrCat("no flight record at ", path)));
+      ranks.emplace_back(absl::NotFoundError(absl::StrCat("no flight record at ", path)));
       continue;
     }
     void* base = mmap(nullptr, kFileBytes, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
-      ranks.push_back(absl::NotFoundError(absl::StrCat("cannot map ", path)));
+      ranks.emplace_back(absl::NotFoundError(absl::StrCat("cannot map ", path)));
       continue;
     }
     const auto* file = static_cast<const FlightRecorder::File*>(base);
@@ -206,7 +206,7 @@ std::vector<absl::StatusOr<RecordedRank>> ReadFlightRecorders(const std::string&
       rank.last_ok = state == kSucceeded;
     }
     munmap(base, kFileBytes);
-    ranks.push_back(std::move(rank));
+    ranks.emplace_back(std::move(rank));
   }
   return ranks;
 }
