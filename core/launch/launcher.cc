@@ -17,6 +17,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -162,6 +164,33 @@ void CloseInheritedDescriptors(int keep) {
   for (int fd = 3; fd < 65536; ++fd) {
     if (fd != keep) close(fd);
   }
+}
+
+// The worker's exit code; an exception is recorded as the rank's error.
+int RunWorker(const std::function<int(int)>& worker, int rank) {
+  try {
+    return worker(rank);
+  } catch (const std::exception& e) {
+    (void)SetWorkerError(absl::StrCat("uncaught C++ exception: ", e.what()));
+  } catch (...) {
+    (void)SetWorkerError("uncaught C++ exception of a non-std type");
+  }
+  return 1;
+}
+
+// RunWorker on a new thread (see LaunchSpec::fork_worker_thread), which this
+// one waits for.
+int RunWorkerOnNewThread(const std::function<int(int)>& worker, int rank) {
+  int code = 1;
+  try {
+    std::thread thread([&] { code = RunWorker(worker, rank); });
+    thread.join();
+  } catch (const std::system_error& e) {
+    (void)SetWorkerError(
+        absl::StrCat("rank ", rank, " could not start the thread its worker runs on: ", e.what()));
+    return 1;
+  }
+  return code;
 }
 
 std::string DescribeOutcome(const RankOutcome& outcome) {
@@ -329,14 +358,8 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
       if (spec_.fork_hooks.after_fork_child) spec_.fork_hooks.after_fork_child();
       environ = envp.data();
       LimitBlasThreads(spec_.nprocs);
-      int code = 1;
-      try {
-        code = spec_.worker(rank);
-      } catch (const std::exception& e) {
-        (void)SetWorkerError(absl::StrCat("uncaught C++ exception: ", e.what()));
-      } catch (...) {
-        (void)SetWorkerError("uncaught C++ exception of a non-std type");
-      }
+      const int code = spec_.fork_worker_thread ? RunWorkerOnNewThread(spec_.worker, rank)
+                                                : RunWorker(spec_.worker, rank);
       std::fflush(nullptr);
       _exit(code);
     }

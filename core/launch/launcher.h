@@ -45,6 +45,15 @@ struct LaunchSpec {
   std::vector<std::string> env;         // extra NAME=value for every rank
   std::function<int(int rank)> worker;  // fork: returns the exit code
   ForkHooks fork_hooks;
+  // fork: run the worker on a thread of its own in the child, which the
+  // forking thread waits for. GNU OpenMP (LibTorch's CPU ops, MKL) keeps a
+  // thread's pool with that thread: in a child forked from a thread that ran a
+  // parallel region, the pool's threads are gone, and that thread's next
+  // region with more than one thread waits for them forever. A new thread
+  // starts a pool of its own. Off for a worker that must run on the forking
+  // thread (a language runtime's callback, e.g. CPython's, whose lock that
+  // thread holds).
+  bool fork_worker_thread = true;
   absl::Duration timeout = absl::InfiniteDuration();
   absl::Duration grace_period = absl::Seconds(5);
   std::string master_addr = "127.0.0.1";

@@ -13,7 +13,9 @@
 //   if (IsWorkerProcess()) return strategy.RunWorker(fn);
 //   absl::StatusOr<std::string> result = strategy.Launch(fn);
 //
-// With "fork", fn runs in forked children and RunWorker is not needed.
+// With "fork", fn runs in forked children, on a new thread there (so that
+// OpenMP work this process did before does not hang it; see
+// LaunchSpec::fork_worker_thread), and RunWorker is not needed.
 #ifndef DDPSPAWN_CORE_STRATEGY_DDP_SPAWN_STRATEGY_H_
 #define DDPSPAWN_CORE_STRATEGY_DDP_SPAWN_STRATEGY_H_
 

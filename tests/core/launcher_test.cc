@@ -1,9 +1,10 @@
 // Launcher tests with real processes: results, each failure kind in both start
 // methods (the reported rank and cause, and no process left behind), timeouts,
-// and a SIGKILLed launcher.
+// a SIGKILLed launcher, and forked ranks after OpenMP work in the launcher.
 #include "core/launch/launcher.h"
 
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -218,6 +219,32 @@ TEST(LauncherForkTest, ExitCodeSignalsAndTimeout) {
   job = RunJob(std::move(hang), &status);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
   ExpectNoWorkerLeft(*job);
+}
+
+TEST(LauncherForkTest, WorkerRunsOnANewThreadUnlessTold) {
+  for (bool new_thread : {true, false}) {
+    LaunchSpec spec = ForkSpec(1, [](int) {
+      const bool main_thread = syscall(SYS_gettid) == getpid();
+      return SetWorkerResult(main_thread ? "forking thread" : "new thread").ok() ? 0 : 1;
+    });
+    spec.fork_worker_thread = new_thread;
+    absl::Status status;
+    std::unique_ptr<Job> job = RunJob(std::move(spec), &status);
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_EQ(job->result().value_or(""), new_thread ? "new thread" : "forking thread");
+  }
+}
+
+// GNU OpenMP's pool does not survive fork in the thread that used it: forked
+// ranks that run 2-thread ATen work after the launcher's thread did must still
+// finish (test_worker's own job times out after 60 s rather than hang).
+TEST(LauncherForkTest, RanksForkedAfterOpenMpWorkDoNotHang) {
+  LaunchSpec spec = SpawnSpec(1, {"fork_after_parallel"});
+  spec.timeout = absl::Seconds(120);
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(std::move(spec), &status);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(job->result().value_or(""), "forked ranks ran 2-thread work");
 }
 
 // A launcher that dies by SIGKILL takes its workers with it, in both start
