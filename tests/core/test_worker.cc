@@ -11,14 +11,17 @@
 // - launch <method> <pid-file>: is itself a launcher: starts 2 hanging ranks of
 //   this program (spawn) or of a forked sleeper (fork), writes their pids, and
 //   waits.
+// - descriptors: rank 0 hands back its open descriptors ("0 1 2").
 // - fork_after_parallel: runs 2-thread ATen/OpenMP work on this thread, then
 //   launches 2 forked ranks (its own launcher) that do the same; hands back
 //   "forked ranks ran 2-thread work", or fails with the inner job's error.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +32,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "core/comm/process_group.h"
 #include "core/env/cluster_environment.h"
@@ -244,6 +248,21 @@ int Launch(const std::string& method, const std::string& pid_file, const char* s
   return (*job)->Wait().ok() ? 0 : 1;
 }
 
+// This process's open descriptors, ascending, separated by spaces.
+std::string OpenDescriptors() {
+  std::vector<int> fds;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return "cannot read /proc/self/fd";
+  while (const dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    const int fd = std::atoi(entry->d_name);
+    if (fd != dirfd(dir)) fds.push_back(fd);
+  }
+  closedir(dir);
+  std::sort(fds.begin(), fds.end());
+  return absl::StrJoin(fds, " ");
+}
+
 // A matrix product and an element-wise sum with `threads` intra-op threads:
 // both are OpenMP parallel regions in LibTorch's CPU build.
 double ParallelWork(int threads) {
@@ -305,6 +324,10 @@ int Main(int argc, char** argv) {
   }
   if (mode == "mismatch" && argc == 3) {
     MismatchedCalls(argv[2]);
+    return 0;
+  }
+  if (mode == "descriptors") {
+    if (std::atoi(std::getenv("RANK")) == 0) CheckOk(SetWorkerResult(OpenDescriptors()), "result");
     return 0;
   }
   if (mode == "fork_after_parallel") return ForkAfterParallel();
