@@ -51,6 +51,11 @@ absl::StatusOr<ddpspawn::LaunchSpec> ToSpec(const ddpspawn_launch_options& o) {
     spec.worker = [fn, user_data](int rank) { return fn(rank, user_data); };
   }
   spec.fork_hooks = {Hook(o.before_fork), Hook(o.after_fork_parent), Hook(o.after_fork_child)};
+  // worker_fn runs on the thread that forked, with the caller's descriptors
+  // open (see ddpspawn_worker_fn in the header): a foreign runtime's callback
+  // may need that thread (CPython's holds the GIL there) and its open files.
+  spec.fork_worker_thread = false;
+  spec.fork_close_descriptors = false;
   if (!(o.timeout_s >= 0.0) || !(o.grace_period_s >= 0.0)) {
     return absl::InvalidArgumentError(
         "timeout_s and grace_period_s must be >= 0 (0 timeout: none)");

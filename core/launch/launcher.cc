@@ -7,7 +7,9 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +19,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -155,15 +159,83 @@ void LimitBlasThreads(int nprocs) {
   }
 }
 
-// Closes every descriptor >= 3 except `keep` (Gloo's sockets are not
-// close-on-exec).
-void CloseInheritedDescriptors(int keep) {
-  if (close_range(3, keep - 1, 0) == 0 && close_range(keep + 1, ~0U, 0) == 0) {
-    return;
+struct LinuxDirent64 {  // what getdents64 returns
+  ino64_t d_ino;
+  off64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[];
+};
+
+// Closes every descriptor above 2 except `keep` (-1: none), whether or not it
+// is close-on-exec (Gloo's sockets, a caller's files are not). In a child
+// forked from a multithreaded process: system calls only, no allocation.
+void CloseDescriptorsAbove2(int keep) {
+  auto close_span = [](unsigned first, unsigned last) {
+    return first > last || close_range(first, last, 0) == 0;
+  };
+  const bool closed = keep < 3 ? close_span(3, ~0U)
+                               : close_span(3, static_cast<unsigned>(keep) - 1) &&
+                                     close_span(static_cast<unsigned>(keep) + 1, ~0U);
+  if (closed) return;
+  // Kernels before 5.9 lack close_range: close what /proc/self/fd lists, again
+  // until a pass finds nothing (closing changes the listing under getdents).
+  bool listed = false;
+  for (bool found = true; found;) {
+    found = false;
+    const int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) break;
+    listed = true;
+    alignas(LinuxDirent64) char buffer[4096];
+    for (long n; (n = syscall(SYS_getdents64, dir, buffer, sizeof buffer)) > 0;) {
+      for (long offset = 0; offset < n;) {
+        const auto* entry = reinterpret_cast<const LinuxDirent64*>(buffer + offset);
+        offset += entry->d_reclen;
+        int fd = 0;
+        const char* c = entry->d_name;
+        for (; *c >= '0' && *c <= '9' && fd < (1 << 27); ++c) fd = fd * 10 + (*c - '0');
+        if (c == entry->d_name || *c != '\0' || fd < 3 || fd == keep || fd == dir) continue;
+        found = close(fd) == 0 || found;
+      }
+    }
+    close(dir);
   }
-  for (int fd = 3; fd < 65536; ++fd) {
-    if (fd != keep) close(fd);
+  if (listed) return;
+  // Without /proc: every number below the descriptor limit.
+  struct rlimit limit = {};
+  const rlim_t end = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
+                         ? limit.rlim_cur
+                         : 65536;
+  for (rlim_t fd = 3; fd < end; ++fd) {
+    if (static_cast<int>(fd) != keep) close(static_cast<int>(fd));
   }
+}
+
+// The worker's exit code; an exception is recorded as the rank's error.
+int RunWorker(const std::function<int(int)>& worker, int rank) {
+  try {
+    return worker(rank);
+  } catch (const std::exception& e) {
+    (void)SetWorkerError(absl::StrCat("uncaught C++ exception: ", e.what()));
+  } catch (...) {
+    (void)SetWorkerError("uncaught C++ exception of a non-std type");
+  }
+  return 1;
+}
+
+// RunWorker on a new thread (see LaunchSpec::fork_worker_thread), which this
+// one waits for.
+int RunWorkerOnNewThread(const std::function<int(int)>& worker, int rank) {
+  int code = 1;
+  try {
+    std::thread thread([&] { code = RunWorker(worker, rank); });
+    thread.join();
+  } catch (const std::system_error& e) {
+    (void)SetWorkerError(
+        absl::StrCat("rank ", rank, " could not start the thread its worker runs on: ", e.what()));
+    return 1;
+  }
+  return code;
 }
 
 std::string DescribeOutcome(const RankOutcome& outcome) {
@@ -329,16 +401,11 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
     if (pid == 0) {
       PrepareChild(parent, /*reset_signals=*/false);
       if (spec_.fork_hooks.after_fork_child) spec_.fork_hooks.after_fork_child();
+      if (spec_.fork_close_descriptors) CloseDescriptorsAbove2(/*keep=*/-1);
       environ = envp.data();
       LimitBlasThreads(spec_.nprocs);
-      int code = 1;
-      try {
-        code = spec_.worker(rank);
-      } catch (const std::exception& e) {
-        (void)SetWorkerError(absl::StrCat("uncaught C++ exception: ", e.what()));
-      } catch (...) {
-        (void)SetWorkerError("uncaught C++ exception of a non-std type");
-      }
+      const int code = spec_.fork_worker_thread ? RunWorkerOnNewThread(spec_.worker, rank)
+                                                : RunWorker(spec_.worker, rank);
       std::fflush(nullptr);
       _exit(code);
     }
@@ -363,7 +430,7 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
   if (pid == 0) {
     close(exec_error[0]);
     PrepareChild(parent, /*reset_signals=*/true);
-    CloseInheritedDescriptors(exec_error[1]);
+    CloseDescriptorsAbove2(/*keep=*/exec_error[1]);  // close-on-exec itself
     execve(program_path_.c_str(), argv.data(), envp.data());
     int err = errno;
     (void)!write(exec_error[1], &err, sizeof(err));

@@ -3,6 +3,11 @@
 // and a private rendezvous, and joins them. The first failing rank stops the
 // others (SIGTERM, a grace period, SIGKILL); the failure names the rank and its
 // cause. Workers die with the launcher (PR_SET_PDEATHSIG).
+//
+// What a worker inherits: the launcher's whole environment (plus the contract's
+// variables and LaunchSpec::env), and descriptors 0, 1 and 2. A spawned rank
+// gets no other descriptor; a forked one keeps every descriptor of the
+// launcher unless LaunchSpec::fork_close_descriptors says otherwise.
 #ifndef DDPSPAWN_CORE_LAUNCH_LAUNCHER_H_
 #define DDPSPAWN_CORE_LAUNCH_LAUNCHER_H_
 
@@ -45,6 +50,21 @@ struct LaunchSpec {
   std::vector<std::string> env;         // extra NAME=value for every rank
   std::function<int(int rank)> worker;  // fork: returns the exit code
   ForkHooks fork_hooks;
+  // fork: run the worker on a thread of its own in the child, which the
+  // forking thread waits for. GNU OpenMP (LibTorch's CPU ops, MKL) keeps a
+  // thread's pool with that thread: in a child forked from a thread that ran a
+  // parallel region, the pool's threads are gone, and that thread's next
+  // region with more than one thread waits for them forever. A new thread
+  // starts a pool of its own. Off for a worker that must run on the forking
+  // thread (a language runtime's callback, e.g. CPython's, whose lock that
+  // thread holds).
+  bool fork_worker_thread = true;
+  // fork: close every descriptor above 2 in the child before the worker runs,
+  // for a worker that opens what it uses itself (the training runs'). Off by
+  // default: a forked worker is a copy of its caller and may use the files and
+  // sockets the caller opened; closing them under it would fail its writes, or
+  // send them to whatever file reuses the number.
+  bool fork_close_descriptors = false;
   absl::Duration timeout = absl::InfiniteDuration();
   absl::Duration grace_period = absl::Seconds(5);
   std::string master_addr = "127.0.0.1";

@@ -137,6 +137,7 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
     spec.argv = *std::move(argv);
   } else {
     spec.worker = [this, &fn](int) { return RunWorker(fn); };
+    spec.fork_close_descriptors = options_.fork_close_descriptors;
   }
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(std::move(spec));
   if (!job.ok()) return job.status();

@@ -13,7 +13,9 @@
 //   if (IsWorkerProcess()) return strategy.RunWorker(fn);
 //   absl::StatusOr<std::string> result = strategy.Launch(fn);
 //
-// With "fork", fn runs in forked children and RunWorker is not needed.
+// With "fork", fn runs in forked children, on a new thread there (so that
+// OpenMP work this process did before does not hang it; see
+// LaunchSpec::fork_worker_thread), and RunWorker is not needed.
 #ifndef DDPSPAWN_CORE_STRATEGY_DDP_SPAWN_STRATEGY_H_
 #define DDPSPAWN_CORE_STRATEGY_DDP_SPAWN_STRATEGY_H_
 
@@ -63,7 +65,10 @@ struct StrategyOptions {
   std::string process_group_backend;              // "": nccl on CUDA devices, gloo on CPU
   absl::Duration timeout = absl::Minutes(30);
   std::string start_method = "spawn";  // "spawn" or "fork"
-  DdpOptions ddp;                      // find_unused_parameters, broadcast_buffers, ...
+  // "fork": the ranks close every descriptor of this process above 2 first
+  // (for an fn that opens what it uses; see LaunchSpec::fork_close_descriptors).
+  bool fork_close_descriptors = false;
+  DdpOptions ddp;  // find_unused_parameters, broadcast_buffers, ...
   absl::Duration launch_timeout = absl::InfiniteDuration();  // whole job, for Launch()
 };
 

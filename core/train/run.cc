@@ -526,6 +526,10 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   options.process_group_backend = config.process_group_backend;
   options.start_method = config.start_method;
   options.timeout = absl::Seconds(config.timeout_s);
+  // Forked ranks open their data, model and outputs by name: they need none of
+  // the caller's descriptors (which would otherwise stay open, e.g. a pipe's
+  // write end its reader waits on, for the whole run).
+  options.fork_close_descriptors = true;
   options.ddp_comm_hook = config.ddp_comm_hook;
   options.ddp.reducer.find_unused_parameters = config.find_unused_parameters;
   options.ddp.reducer.gradient_as_bucket_view = config.gradient_as_bucket_view;

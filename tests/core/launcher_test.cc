@@ -1,20 +1,28 @@
 // Launcher tests with real processes: results, each failure kind in both start
 // methods (the reported rank and cause, and no process left behind), timeouts,
-// and a SIGKILLed launcher.
+// a SIGKILLed launcher, the descriptors workers inherit, and forked ranks after
+// OpenMP work in the launcher.
 #include "core/launch/launcher.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "core/launch/worker_channel.h"
 #include "gmock/gmock.h"
@@ -234,6 +242,103 @@ TEST(LauncherForkTest, ExitCodeSignalsAndTimeout) {
   job = RunJob(std::move(hang), &status);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
   ExpectNoWorkerLeft(*job);
+}
+
+// This process's open descriptors, as test_worker's descriptors mode lists
+// them.
+std::string OpenDescriptors() {
+  std::vector<int> fds;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return "cannot read /proc/self/fd";
+  while (const dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] != '.' && std::atoi(entry->d_name) != dirfd(dir)) {
+      fds.push_back(std::atoi(entry->d_name));
+    }
+  }
+  closedir(dir);
+  std::sort(fds.begin(), fds.end());
+  return absl::StrJoin(fds, " ");
+}
+
+std::set<int> DescriptorSet(const std::string& list) {
+  std::set<int> fds;
+  for (absl::string_view fd : absl::StrSplit(list, ' ', absl::SkipEmpty())) {
+    fds.insert(std::atoi(std::string(fd).c_str()));
+  }
+  return fds;
+}
+
+// A file the launcher holds open without O_CLOEXEC, as a caller's files often
+// are.
+class InheritableFile {
+ public:
+  InheritableFile() : fd_(open("/dev/null", O_RDONLY)) {}
+  ~InheritableFile() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+TEST(LauncherDescriptorTest, SpawnedRanksGetOnlyTheStandardStreams) {
+  InheritableFile file;
+  ASSERT_GE(file.fd(), 3);
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(SpawnSpec(2, {"descriptors"}), &status);
+  ASSERT_TRUE(status.ok()) << status;
+  const std::string list = job->result().value_or("");
+  const std::set<int> fds = DescriptorSet(list);
+  EXPECT_EQ(fds.count(file.fd()), 0u) << "rank 0 has " << list;
+  for (int fd : fds) EXPECT_LE(fd, 2) << "rank 0 has " << list;
+}
+
+TEST(LauncherDescriptorTest, ForkedRanksCloseDescriptorsOnlyWhenAsked) {
+  InheritableFile file;
+  ASSERT_GE(file.fd(), 3);
+  for (bool close_them : {true, false}) {
+    LaunchSpec spec = ForkSpec(
+        2, [](int rank) { return rank == 0 && !SetWorkerResult(OpenDescriptors()).ok() ? 1 : 0; });
+    spec.fork_close_descriptors = close_them;
+    absl::Status status;
+    std::unique_ptr<Job> job = RunJob(std::move(spec), &status);
+    ASSERT_TRUE(status.ok()) << status;
+    const std::string list = job->result().value_or("");
+    const std::set<int> fds = DescriptorSet(list);
+    if (close_them) {
+      EXPECT_EQ(fds.count(file.fd()), 0u) << "rank 0 has " << list;
+      for (int fd : fds) EXPECT_LE(fd, 2) << "rank 0 has " << list;
+    } else {  // the worker is a copy of its caller and may use its files
+      EXPECT_EQ(fds.count(file.fd()), 1u) << "rank 0 has " << list;
+    }
+  }
+}
+
+TEST(LauncherForkTest, WorkerRunsOnANewThreadUnlessTold) {
+  for (bool new_thread : {true, false}) {
+    LaunchSpec spec = ForkSpec(1, [](int) {
+      const bool main_thread = syscall(SYS_gettid) == getpid();
+      return SetWorkerResult(main_thread ? "forking thread" : "new thread").ok() ? 0 : 1;
+    });
+    spec.fork_worker_thread = new_thread;
+    absl::Status status;
+    std::unique_ptr<Job> job = RunJob(std::move(spec), &status);
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_EQ(job->result().value_or(""), new_thread ? "new thread" : "forking thread");
+  }
+}
+
+// GNU OpenMP's pool does not survive fork in the thread that used it: forked
+// ranks that run 2-thread ATen work after the launcher's thread did must still
+// finish (test_worker's own job times out after 60 s rather than hang).
+TEST(LauncherForkTest, RanksForkedAfterOpenMpWorkDoNotHang) {
+  LaunchSpec spec = SpawnSpec(1, {"fork_after_parallel"});
+  spec.timeout = absl::Seconds(120);
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(std::move(spec), &status);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(job->result().value_or(""), "forked ranks ran 2-thread work");
 }
 
 // A launcher that dies by SIGKILL takes its workers with it, in both start

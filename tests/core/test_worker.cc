@@ -13,10 +13,17 @@
 // - launch <method> <pid-file>: is itself a launcher: starts 2 hanging ranks of
 //   this program (spawn) or of a forked sleeper (fork), writes their pids, and
 //   waits.
+// - descriptors: rank 0 hands back its open descriptors ("0 1 2").
+// - fork_after_parallel: runs 2-thread ATen/OpenMP work on this thread, then
+//   launches 2 forked ranks (its own launcher) that do the same; hands back
+//   "forked ranks ran 2-thread work", or fails with the inner job's error.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +34,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "core/comm/process_group.h"
 #include "core/env/cluster_environment.h"
@@ -261,6 +269,50 @@ int Launch(const std::string& method, const std::string& pid_file, const char* s
   return (*job)->Wait().ok() ? 0 : 1;
 }
 
+// This process's open descriptors, ascending, separated by spaces.
+std::string OpenDescriptors() {
+  std::vector<int> fds;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return "cannot read /proc/self/fd";
+  while (const dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    const int fd = std::atoi(entry->d_name);
+    if (fd != dirfd(dir)) fds.push_back(fd);
+  }
+  closedir(dir);
+  std::sort(fds.begin(), fds.end());
+  return absl::StrJoin(fds, " ");
+}
+
+// A matrix product and an element-wise sum with `threads` intra-op threads:
+// both are OpenMP parallel regions in LibTorch's CPU build.
+double ParallelWork(int threads) {
+  at::set_num_threads(threads);
+  at::Tensor a = at::ones({256, 256});
+  at::Tensor big = at::ones({1 << 20});
+  return at::mm(a, a).sum().item<double>() + big.add(1).sum().item<double>();
+}
+
+int ForkAfterParallel() {
+  const double expected = ParallelWork(2);
+  LaunchSpec spec;
+  spec.nprocs = 2;
+  spec.start_method = StartMethod::kFork;
+  spec.timeout = absl::Seconds(60);  // a hang is a failure, not a hung test
+  spec.grace_period = absl::Seconds(1);
+  spec.worker = [expected](int rank) {
+    if (std::abs(ParallelWork(2) - expected) > 1e-6 * expected) return 3;
+    if (rank == 0) (void)SetWorkerResult("forked ranks ran 2-thread work");
+    return 0;
+  };
+  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
+  CheckOk(job.status(), "inner job");
+  CheckOk((*job)->Start(), "inner job start");
+  CheckOk((*job)->Wait(), "inner job");
+  CheckOk(SetWorkerResult((*job)->result().value_or("no result")), "result");
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "launch" && argc == 4) return Launch(argv[2], argv[3], argv[0]);
@@ -299,6 +351,11 @@ int Main(int argc, char** argv) {
     Stall(std::atoi(argv[2]), absl::Seconds(argc == 4 ? std::atoi(argv[3]) : 3));
     return 0;
   }
+  if (mode == "descriptors") {
+    if (std::atoi(std::getenv("RANK")) == 0) CheckOk(SetWorkerResult(OpenDescriptors()), "result");
+    return 0;
+  }
+  if (mode == "fork_after_parallel") return ForkAfterParallel();
   if (mode == "collectives") {
     Collectives();
     return 0;

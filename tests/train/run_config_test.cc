@@ -1,7 +1,8 @@
 // Run options without ranks (ParseRunConfig, CheckRun): every integer option is
 // range-checked in 64 bits before it is narrowed to its field, non-finite
-// numbers are refused, and the built-in MLP's labels fit its task (several
-// outputs classify and need integer labels; one output regresses).
+// numbers are refused, the built-in MLP's labels fit its task (several
+// outputs classify and need integer labels; one output regresses), and forked
+// ranks close the caller's descriptors.
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -160,6 +161,14 @@ TEST(RunConfigTest, AllowNonFiniteLossIsAnOption) {
   ASSERT_FALSE(config.ok());
   EXPECT_THAT(config.status().message(), HasSubstr("expected true or false"));
   EXPECT_THAT(RunOptionsHelp(), HasSubstr("--allow-non-finite-loss"));
+}
+
+TEST(RunConfigTest, ForkedRanksKeepNoneOfTheCallersDescriptors) {
+  absl::StatusOr<RunConfig> config = ParseWith("start_method", "fork");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const StrategyOptions options = StrategyOptionsFor(*config);
+  EXPECT_EQ(options.start_method, "fork");
+  EXPECT_TRUE(options.fork_close_descriptors);  // the ranks open everything by name
 }
 
 // --- The built-in MLP's labels (CheckRun loads the data and dry-runs the

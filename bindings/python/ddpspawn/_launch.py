@@ -215,7 +215,11 @@ def spawn(
             functions); ``"fork"`` takes any callable.
         args: extra positional arguments for fn (pickled in spawn mode).
         nprocs: number of worker processes, >= 1.
-        start_method: "spawn" (a fresh interpreter per rank) or "fork".
+        start_method: "spawn" (a fresh interpreter per rank) or "fork". A
+            forked rank keeps this process's open descriptors and runs fn on
+            the thread that called spawn: if that thread ran multithreaded
+            torch CPU work before (GNU OpenMP's pool does not survive fork),
+            fn's own multithreaded torch work hangs; use "spawn" there.
         timeout: whole-job limit in seconds; None for none.
         grace_period: seconds between SIGTERM and SIGKILL for the other ranks
             once one failed.

@@ -5,7 +5,11 @@ the tests write themselves, and inputs rejected before any process starts."""
 import os
 import random
 import struct
+import subprocess
+import sys
 import tempfile
+import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -375,6 +379,42 @@ def test_bad_inputs_fail_before_any_rank_starts(torch, data_dir, tmp_path):
             )
         assert caught.value.status == 1, arguments
         assert not root.exists(), arguments  # no rank ran
+
+
+def test_fit_after_multithreaded_torch_in_the_caller(torch, data_dir, tmp_path):
+    """Issue 12: torch.set_num_threads(2) and a matmul in the caller, then a
+    fit whose forked ranks run 2 threads each. GNU OpenMP's thread pool does
+    not survive fork in the thread that used it; the ranks used to wait for
+    its threads forever. In a fresh interpreter, so that nothing else this
+    test process did (or did not do) with torch changes the outcome."""
+    script = tmp_path / "caller.py"
+    script.write_text(textwrap.dedent(f"""
+        import torch
+        import ddpspawn
+
+        torch.set_num_threads(2)
+        a = torch.randn(256, 256)
+        (a @ a).sum()
+        result = ddpspawn.fit(
+            {MLP!r}, {str(data_dir / "train.csv")!r}, nprocs=2, num_threads=2,
+            start_method="fork", max_epochs=1, batch_size=16, progress=False,
+            default_root_dir={str(tmp_path / "out")!r}, timeout=40,
+        )
+        print("epoch", result.epoch)
+    """))
+    package_root = str(Path(ddpspawn.__file__).resolve().parent.parent)
+    try:
+        caller = subprocess.run(
+            [sys.executable, str(script)],
+            env=dict(os.environ, PYTHONPATH=package_root),
+            capture_output=True,
+            text=True,
+            timeout=90,  # past fit's own timeout: its error, or this failure
+        )
+    except subprocess.TimeoutExpired as expired:
+        pytest.fail(f"fit did not end in 90 s (it hangs): {expired.stderr!r}")
+    assert caller.returncode == 0, caller.stderr
+    assert caller.stdout.split() == ["epoch", "1"]
 
 
 def test_bad_inputs_of_evaluation_commands(data_dir, tmp_path):

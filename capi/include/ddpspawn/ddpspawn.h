@@ -80,7 +80,15 @@ DDPSPAWN_EXPORT void ddpspawn_free(void* ptr);
 /* ------------------------------------------------------------------------ */
 
 /* A fork-mode worker: runs in the forked child; its return value is the
- * child's exit code (0 = success). rank is the child's global rank. */
+ * child's exit code (0 = success). rank is the child's global rank. It runs
+ * on the thread that called ddpspawn_job_start (the child's only thread),
+ * with every descriptor of the launching process still open (the child is a
+ * copy of the caller and may use what it opened). GNU OpenMP, which
+ * LibTorch's CPU operators and MKL use, does not survive fork in a thread that
+ * has run a parallel region: if that thread did before the fork, a worker_fn
+ * that runs one with more than one thread waits forever. Such a worker_fn
+ * should do its work on a thread it starts (as ddpspawn_run's ranks do), or
+ * the job should use spawn. */
 typedef int (*ddpspawn_worker_fn)(int32_t rank, void* user_data);
 
 /* Called around each fork in fork mode (in the launching thread), e.g. to
