@@ -81,7 +81,10 @@ struct PowerSgdState {
   std::map<int, std::vector<at::Tensor>> p,
       q;  // low-rank factors, per bucket and matrix
   // Elements sent per iteration, for measuring compression: compressed vs.
-  // uncompressed.
+  // uncompressed. Counted over the buckets of the last iteration that was
+  // compressed (both 0 before start_iteration). The hook writes them while a
+  // backward pass runs (under the reducer's lock), without a lock of its own:
+  // read them between iterations, not during backward().
   int64_t last_sent_elements = 0;
   int64_t last_dense_elements = 0;
 };

@@ -25,6 +25,10 @@ std::string RunDirCallsFile(const std::string& run_dir, int rank, int generation
   return absl::StrCat(run_dir, "/rank", rank, ".group", generation, ".calls");
 }
 
+std::string RunDirProcessGroupsFile(const std::string& run_dir) {
+  return absl::StrCat(run_dir, "/process_groups");
+}
+
 std::string SharedMemoryPrefix(const std::string& run_dir) {
   return absl::StrCat(run_dir.substr(run_dir.rfind('/') + 1), "-allreduce-");
 }

@@ -25,6 +25,10 @@ std::string RunDirErrorFile(const std::string& run_dir, int rank);
 // A rank's flight recorder of its `generation`-th group's collectives.
 std::string RunDirCallsFile(const std::string& run_dir, int rank, int generation);
 
+// The process groups of the job's workers, for the guardian to kill should
+// the launcher die (binary pid_t values).
+std::string RunDirProcessGroupsFile(const std::string& run_dir);
+
 // The start of the names of the job's /dev/shm segments (which add a
 // generation and random characters); the launcher's clean-up removes what
 // starts with it.

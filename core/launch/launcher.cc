@@ -238,6 +238,24 @@ int RunWorkerOnNewThread(const std::function<int(int)>& worker, int rank) {
   return code;
 }
 
+// Why `ranks`, which the launcher was stopping with `stop_signal`, got SIGKILL:
+// a second signal to the launcher, or the end of the grace period. Empty
+// without ranks.
+std::string DescribeEscalation(const std::vector<int>& ranks, bool second_signal, int stop_signal,
+                               absl::Duration grace_period) {
+  if (ranks.empty()) return "";
+  const bool one = ranks.size() == 1;
+  const std::string which = absl::StrCat(one ? "rank " : "ranks ", absl::StrJoin(ranks, ", "));
+  if (second_signal) {
+    return absl::StrCat(which, one ? " was" : " were",
+                        " killed with SIGKILL: the launcher got a second signal while stopping it");
+  }
+  const char* abbrev = sigabbrev_np(stop_signal);
+  return absl::StrCat(which, " did not stop within the ", absl::FormatDuration(grace_period),
+                      " grace period after SIG", abbrev ? abbrev : "?", " and ",
+                      one ? "was" : "were", " killed with SIGKILL");
+}
+
 std::string DescribeOutcome(const RankOutcome& outcome) {
   if (outcome.state == RankState::kSignaled) {
     return absl::StrCat("was killed by signal ", SignalName(outcome.signal));
@@ -418,7 +436,7 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
     setpgid(pid, pid);
     outcome.pid = pid;
     outcome.state = RankState::kRunning;
-    return absl::OkStatus();
+    return run_dir_guard_.AddProcessGroup(pid);
   }
 
   std::vector<char*> argv = CStringArray(spec_.argv);
@@ -446,6 +464,7 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
   setpgid(pid, pid);
   outcome.pid = pid;
   outcome.state = RankState::kRunning;
+  absl::Status recorded = run_dir_guard_.AddProcessGroup(pid);
   // The pipe closes on a successful exec; otherwise the child sends errno.
   int err = 0;
   ssize_t n;
@@ -461,7 +480,7 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " could not exec '", program_path_, "': ", std::strerror(err)));
   }
-  return absl::OkStatus();
+  return recorded;
 }
 
 absl::Status Job::Wait() {
@@ -475,6 +494,8 @@ absl::Status Job::Wait() {
   bool stopping = false;
   bool killed = false;
   int escalations_seen = 0;
+  int stop_signal = 0;
+  std::string escalation;  // which ranks needed SIGKILL, and why
 
   auto signal_running = [this](int sig, bool mark_stopped) {
     for (RankOutcome& outcome : outcomes_) {
@@ -492,6 +513,7 @@ absl::Status Job::Wait() {
   };
   auto begin_stopping = [&](int sig) {
     stopping = true;
+    stop_signal = sig;
     escalations_seen = g_received_count;
     signal_running(sig, /*mark_stopped=*/true);
     kill_at = absl::Now() + spec_.grace_period;
@@ -552,13 +574,14 @@ absl::Status Job::Wait() {
       status = absl::DeadlineExceededError(
           absl::StrCat("the job ran past its timeout of ", absl::FormatDuration(spec_.timeout),
                        "; ranks still running then: ", absl::StrJoin(running_ranks(), ", "),
-                       " (stopped with SIGTERM, then SIGKILL after ",
-                       absl::FormatDuration(spec_.grace_period), ")", LastCalls()));
+                       " (stopped with SIGTERM)", LastCalls()));
       begin_stopping(SIGTERM);
     }
     // A second SIGINT/SIGTERM while stopping, or the grace period's end:
     // SIGKILL.
     if (stopping && !killed && (absl::Now() >= kill_at || g_received_count > escalations_seen)) {
+      escalation = DescribeEscalation(running_ranks(), g_received_count > escalations_seen,
+                                      stop_signal, spec_.grace_period);
       signal_running(SIGKILL, /*mark_stopped=*/true);
       killed = true;
     }
@@ -571,8 +594,11 @@ absl::Status Job::Wait() {
     const RankOutcome& failed = outcomes_[failed_rank_];
     std::string message =
         absl::StrCat("rank ", failed_rank_, " (pid ", failed.pid, ") ", DescribeOutcome(failed));
+    if (!escalation.empty()) absl::StrAppend(&message, "; ", escalation);
     if (!failed.error_text.empty()) absl::StrAppend(&message, ":\n", failed.error_text);
     status = absl::AbortedError(message);
+  } else if (!status.ok() && !escalation.empty()) {
+    status = absl::Status(status.code(), absl::StrCat(status.message(), "; ", escalation));
   }
   return status;
 }

@@ -2,7 +2,8 @@
 // a callback in a forked child), gives each the torchrun-compatible environment
 // and a private rendezvous, and joins them. The first failing rank stops the
 // others (SIGTERM, a grace period, SIGKILL); the failure names the rank and its
-// cause. Workers die with the launcher (PR_SET_PDEATHSIG).
+// cause. Workers die with the launcher (PR_SET_PDEATHSIG), and so do the
+// processes they forked (RunDirGuard kills each worker's process group).
 //
 // What a worker inherits: the launcher's whole environment (plus the contract's
 // variables and LaunchSpec::env), and descriptors 0, 1 and 2. A spawned rank

@@ -1,11 +1,14 @@
 // Launcher tests with real processes: results, each failure kind in both start
 // methods (the reported rank and cause, and no process left behind), timeouts,
-// a SIGKILLed launcher, the descriptors workers inherit, and forked ranks after
-// OpenMP work in the launcher.
+// a SIGKILLed launcher (its ranks and their children die with it), SIGKILL for
+// a rank that ignores SIGTERM, SIGINT/SIGTERM forwarded to the ranks, the
+// descriptors workers inherit, and forked ranks after OpenMP work in the
+// launcher.
 #include "core/launch/launcher.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -16,6 +19,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -38,6 +42,44 @@ constexpr char kWorker[] = "tests/core/test_worker";
 bool ProcessGone(pid_t pid) {
   return kill(pid, 0) == -1 && errno == ESRCH && kill(-pid, 0) == -1 && errno == ESRCH;
 }
+
+// Gone or dead: a zombie counts, since its reaper may not be this process.
+bool ProcessDead(pid_t pid) {
+  if (kill(pid, 0) == -1 && errno == ESRCH) return true;
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t name_end = text.rfind(')');  // "pid (name) state ..."
+  return name_end != std::string::npos && name_end + 2 < text.size() &&
+         (text[name_end + 2] == 'Z' || text[name_end + 2] == 'X');
+}
+
+// Sends `sig` to this process once Job::Wait() handles it (it installs its
+// handler on entry; before that, the default action would end the test).
+void SendWhenHandled(int sig) {
+  for (struct sigaction current = {};;) {
+    sigaction(sig, nullptr, &current);
+    if (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN) break;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  kill(getpid(), sig);
+}
+
+// The default action for `sig` while alive, so that ranks forked meanwhile
+// inherit it (a test run in the background may start with SIGINT ignored).
+class DefaultDisposition {
+ public:
+  explicit DefaultDisposition(int sig) : sig_(sig) {
+    struct sigaction action = {};
+    action.sa_handler = SIG_DFL;
+    sigemptyset(&action.sa_mask);
+    sigaction(sig_, &action, &old_);
+  }
+  ~DefaultDisposition() { sigaction(sig_, &old_, nullptr); }
+
+ private:
+  int sig_;
+  struct sigaction old_ = {};
+};
 
 void ExpectNoWorkerLeft(const Job& job) {
   for (const RankOutcome& outcome : job.outcomes()) {
@@ -342,8 +384,9 @@ TEST(LauncherForkTest, RanksForkedAfterOpenMpWorkDoNotHang) {
 }
 
 // A launcher that dies by SIGKILL takes its workers with it, in both start
-// methods, and its run directory goes too (its guardian removes it).
-TEST(LauncherOrphanTest, WorkersDieWithAKilledLauncher) {
+// methods, and the children the workers forked, and its run directory goes too
+// (its guardian removes it).
+TEST(LauncherOrphanTest, WorkersAndTheirChildrenDieWithAKilledLauncher) {
   for (const char* method : {"spawn", "fork"}) {
     std::string pid_file = absl::StrCat(testing::TempDir(), "/pids-", method);
     const std::string tmp = absl::StrCat(testing::TempDir(), "/tmp-", method);
@@ -361,7 +404,19 @@ TEST(LauncherOrphanTest, WorkersDieWithAKilledLauncher) {
       absl::SleepFor(absl::Milliseconds(10));
     }
     ASSERT_EQ(workers.size(), 2u) << method;
+    std::vector<pid_t> children;  // one per worker, forked by the worker
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string child_file = absl::StrCat(pid_file, ".child", rank);
+      for (int i = 0; i < 1000 && !std::filesystem::exists(child_file); ++i) {
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+      std::ifstream in(child_file);
+      pid_t pid = 0;
+      ASSERT_TRUE(in >> pid) << method << ": rank " << rank << " wrote no child pid";
+      children.push_back(pid);
+    }
     for (pid_t pid : workers) EXPECT_EQ(kill(pid, 0), 0) << method;
+    for (pid_t pid : children) EXPECT_FALSE(ProcessDead(pid)) << method;
     ASSERT_FALSE(std::filesystem::is_empty(tmp))
         << method << ": the job made no run directory in TMPDIR";
     kill(launcher, SIGKILL);
@@ -373,6 +428,15 @@ TEST(LauncherOrphanTest, WorkersDieWithAKilledLauncher) {
         if (!gone) absl::SleepFor(absl::Milliseconds(10));
       }
       EXPECT_TRUE(gone) << method << " worker " << pid << " outlived its launcher";
+    }
+    for (pid_t pid : children) {
+      bool dead = false;
+      for (int i = 0; i < 500 && !dead; ++i) {
+        dead = ProcessDead(pid);
+        if (!dead) absl::SleepFor(absl::Milliseconds(10));
+      }
+      EXPECT_TRUE(dead) << method << ": worker's child " << pid << " outlived the launcher";
+      if (!dead) kill(pid, SIGKILL);
     }
     bool run_dir_gone = false;
     for (int i = 0; i < 500 && !run_dir_gone; ++i) {
@@ -402,6 +466,116 @@ TEST(LauncherSignalTest, SigintIsForwarded) {
     EXPECT_EQ(outcome.state, RankState::kSignaled);
     EXPECT_EQ(outcome.signal, SIGINT);
   }
+  ExpectNoWorkerLeft(**job);
+}
+
+// A rank that ignores SIGTERM is killed with SIGKILL once the grace period is
+// over, and the job says so: the failing rank is the one reported, the
+// ignoring rank's outcome is SIGKILL and the message names it, and a rank that
+// heeds SIGTERM ends by SIGTERM.
+TEST(LauncherSignalTest, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
+  LaunchSpec spec = SpawnSpec(3, {"ignore_term", "1"});  // rank 2 fails once all are ready
+  spec.grace_period = absl::Seconds(1);
+  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(std::move(spec));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Start().ok());
+  const absl::Time waiting = absl::Now();
+  absl::Status status = (*job)->Wait();
+  const absl::Duration waited = absl::Now() - waiting;
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_EQ((*job)->failed_rank(), 2);
+  EXPECT_THAT(status.message(), HasSubstr("rank 2"));
+  EXPECT_THAT(status.message(), HasSubstr("exited with code 3"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("rank 1 did not stop within the 1s grace period after SIGTERM"));
+  const RankOutcome& ignoring = (*job)->outcomes()[1];
+  EXPECT_EQ(ignoring.state, RankState::kSignaled);
+  EXPECT_EQ(ignoring.signal, SIGKILL);
+  EXPECT_TRUE(ignoring.stopped_by_launcher);
+  const RankOutcome& heeding = (*job)->outcomes()[0];
+  EXPECT_EQ(heeding.state, RankState::kSignaled);
+  EXPECT_EQ(heeding.signal, SIGTERM);
+  EXPECT_TRUE(heeding.stopped_by_launcher);
+  // Not before the grace period: rank 2's failure is noticed inside Wait().
+  EXPECT_GE(waited, absl::Seconds(1));
+  ExpectNoWorkerLeft(**job);
+}
+
+// In fork mode too, SIGTERM and SIGINT sent to the launcher reach every rank,
+// and the job reports the signal.
+TEST(LauncherSignalTest, SigtermAndSigintAreForwardedToForkedRanks) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    DefaultDisposition inherited(sig);
+    absl::StatusOr<std::unique_ptr<Job>> job =
+        Job::Create(ForkSpec(2, [](int) -> int { SleepForever(); }));
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_TRUE((*job)->Start().ok());
+    std::thread sender([sig] { SendWhenHandled(sig); });
+    absl::Status status = (*job)->Wait();
+    sender.join();
+    EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+    EXPECT_THAT(status.message(), HasSubstr(SignalName(sig)));
+    for (const RankOutcome& outcome : (*job)->outcomes()) {
+      EXPECT_EQ(outcome.state, RankState::kSignaled) << SignalName(sig);
+      EXPECT_EQ(outcome.signal, sig) << "the rank was not stopped by the forwarded signal";
+      EXPECT_TRUE(outcome.stopped_by_launcher);
+    }
+    ExpectNoWorkerLeft(**job);
+  }
+}
+
+// What the forked ranks of SecondSigtermKillsAtOnce write to the test: 'r' once
+// their SIGTERM handler is in place, 't' when it runs.
+int g_rank_pipe = -1;
+
+void NoteSigterm(int) { (void)!write(g_rank_pipe, "t", 1); }
+
+// A second SIGTERM while the ranks are being stopped does not wait for the
+// grace period: every rank still running gets SIGKILL at once.
+TEST(LauncherSignalTest, SecondSigtermKillsAtOnce) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  g_rank_pipe = fds[1];
+  LaunchSpec spec = ForkSpec(2, [](int) -> int {
+    signal(SIGTERM, NoteSigterm);  // survives SIGTERM
+    (void)!write(g_rank_pipe, "r", 1);
+    SleepForever();
+  });
+  spec.grace_period = absl::Seconds(120);
+  spec.timeout = absl::Seconds(30);
+  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(std::move(spec));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Start().ok());
+  std::thread sender([read_end = fds[0]] {
+    // Whether `count` bytes `want` came within 30 s (a broken launcher fails
+    // the test instead of hanging it).
+    auto await = [read_end](char want, int count) {
+      pollfd readable = {read_end, POLLIN, 0};
+      for (char c; count > 0;) {
+        if (poll(&readable, 1, 30000) != 1 || read(read_end, &c, 1) != 1) return false;
+        count -= c == want;
+      }
+      return true;
+    };
+    if (!await('r', 2)) return;  // both ranks handle SIGTERM
+    SendWhenHandled(SIGTERM);
+    if (!await('t', 1)) return;  // the launcher forwarded it and is stopping the ranks
+    kill(getpid(), SIGTERM);
+  });
+  const absl::Time waiting = absl::Now();
+  absl::Status status = (*job)->Wait();
+  const absl::Duration waited = absl::Now() - waiting;
+  sender.join();
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_THAT(status.message(), HasSubstr("ranks 0, 1 were killed with SIGKILL: the launcher got "
+                                          "a second signal"));
+  for (const RankOutcome& outcome : (*job)->outcomes()) {
+    EXPECT_EQ(outcome.state, RankState::kSignaled);
+    EXPECT_EQ(outcome.signal, SIGKILL);
+  }
+  EXPECT_LT(waited, absl::Seconds(120)) << "the second SIGTERM did not cut the grace period short";
   ExpectNoWorkerLeft(**job);
 }
 

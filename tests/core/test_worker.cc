@@ -5,14 +5,19 @@
 // - exit <rank> <code>: that rank exits with the code.
 // - signal <rank> <sig>: that rank raises the signal (11: SIGSEGV, 9: SIGKILL).
 // - hang [<rank>]: that rank (or every rank) sleeps forever.
+// - ignore_term <rank>: that rank ignores SIGTERM; once every rank is ready
+//   (a file each in the run directory), the last rank exits with code 3 and
+//   the others sleep forever.
+// - hang_with_child <pid-file>: forks a child that sleeps forever, writes its
+//   pid to <pid-file>.child<RANK>, and sleeps forever.
 // - groups_in_turn: joins three groups one after another.
 // - mismatch <how>: ranks 0 and 1 call different collectives.
 // - stall <rank> [<timeout_s>]: that rank stops itself (SIGSTOP) between two
 //   collectives.
 // - collectives: checks every collective, op and dtype against expected values.
-// - launch <method> <pid-file>: is itself a launcher: starts 2 hanging ranks of
-//   this program (spawn) or of a forked sleeper (fork), writes their pids, and
-//   waits.
+// - launch <method> <pid-file>: is itself a launcher: starts 2 ranks that
+//   each fork a sleeping child (hang_with_child; in fork mode the same in the
+//   forked rank), writes the ranks' pids to <pid-file>, and waits.
 // - descriptors: rank 0 hands back its open descriptors ("0 1 2").
 // - fork_after_parallel: runs 2-thread ATen/OpenMP work on this thread, then
 //   launches 2 forked ranks (its own launcher) that do the same; hands back
@@ -24,9 +29,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -253,19 +260,49 @@ void Stall(int stalled, absl::Duration timeout) {
 
 bool ThisRank(const char* arg) { return std::atoi(arg) == std::atoi(std::getenv("RANK")); }
 
+// Writes `text` to `path` whole (a temporary file, then rename), for a reader
+// that polls.
+void WriteAtomically(const std::string& path, const std::string& text) {
+  {
+    std::ofstream out(path + ".tmp");
+    out << text;
+  }
+  std::rename((path + ".tmp").c_str(), path.c_str());
+}
+
+[[noreturn]] void HangWithChild(const std::string& pid_file, int rank) {
+  const pid_t child = fork();
+  if (child == 0) SleepForever();
+  if (child < 0) Fail(absl::StrCat("fork: ", std::strerror(errno)));
+  WriteAtomically(absl::StrCat(pid_file, ".child", rank), absl::StrCat(child, "\n"));
+  SleepForever();
+}
+
+[[noreturn]] void IgnoreTerm(const char* ignoring_rank) {
+  if (ThisRank(ignoring_rank)) signal(SIGTERM, SIG_IGN);
+  const std::string run_dir = std::getenv("DDPSPAWN_RUN_DIR");
+  const int rank = std::atoi(std::getenv("RANK")), world = std::atoi(std::getenv("WORLD_SIZE"));
+  WriteAtomically(absl::StrCat(run_dir, "/ready.", rank), "");
+  if (rank != world - 1) SleepForever();
+  for (int r = 0; r < world; ++r) {
+    while (!std::filesystem::exists(absl::StrCat(run_dir, "/ready.", r))) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  std::exit(3);
+}
+
 int Launch(const std::string& method, const std::string& pid_file, const char* self) {
   LaunchSpec spec;
   spec.nprocs = 2;
   spec.start_method = method == "fork" ? StartMethod::kFork : StartMethod::kSpawn;
-  spec.argv = {self, "hang"};
-  spec.worker = [](int) -> int { SleepForever(); };
+  spec.argv = {self, "hang_with_child", pid_file};
+  spec.worker = [pid_file](int rank) -> int { HangWithChild(pid_file, rank); };
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
   if (!job.ok() || !(*job)->Start().ok()) return 2;
-  {
-    std::ofstream out(pid_file + ".tmp");
-    for (const RankOutcome& o : (*job)->outcomes()) out << o.pid << "\n";
-  }
-  std::rename((pid_file + ".tmp").c_str(), pid_file.c_str());
+  std::string pids;
+  for (const RankOutcome& o : (*job)->outcomes()) absl::StrAppend(&pids, o.pid, "\n");
+  WriteAtomically(pid_file, pids);
   return (*job)->Wait().ok() ? 0 : 1;
 }
 
@@ -342,6 +379,10 @@ int Main(int argc, char** argv) {
   if (mode == "hang") {
     if (argc == 2 || ThisRank(argv[2])) SleepForever();
     return 0;
+  }
+  if (mode == "ignore_term" && argc == 3) IgnoreTerm(argv[2]);
+  if (mode == "hang_with_child" && argc == 3) {
+    HangWithChild(argv[2], std::atoi(std::getenv("RANK")));
   }
   if (mode == "mismatch" && argc == 3) {
     MismatchedCalls(argv[2]);

@@ -2,19 +2,23 @@
 // of every global batch; rank 0 also trains a single-process reference on the
 // whole batch (N*b) from the same initial weights, and checks that both reach
 // the same parameters, and that every rank holds rank 0's parameters and
-// buffers. Usage:
+// buffers. With a comm hook it also checks what the hook did to the first
+// step's gradients (see CheckFirstStep), and with --expect-sent=N that PowerSGD
+// sent N elements per step once compressing. Usage:
 //   ddp_worker MODEL [--steps=N] [--batch=B] [--view] [--cap-mb=X]
-//   [--first-cap-mb=X]
-//              [--find-unused] [--no-broadcast-buffers] [--accum=K]
-//              [--hook=NAME]
-//              [--wrap=fp16|bf16] [--powersgd-rank=R] [--powersgd-start=S]
-//              [--min-compression=X] [--tol=X] [--expect-diverge]
+//              [--first-cap-mb=X] [--find-unused] [--no-broadcast-buffers]
+//              [--accum=K] [--hook=NAME] [--wrap=fp16|bf16] [--powersgd-rank=R]
+//              [--powersgd-start=S] [--min-compression=X] [--expect-sent=N]
+//              [--tol=X] [--expect-diverge]
 // MODEL: mlp | cnn_bn | unused | buckets. The result (rank 0) is "max_diff=<x>
-// buckets=<n>".
+// buckets=<n>", then what the first-step check measured, if it ran.
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -144,11 +148,14 @@ torch::Tensor Flatten(const std::vector<torch::Tensor>& tensors) {
   return parts.empty() ? torch::zeros({0}, torch::kDouble) : torch::cat(parts);
 }
 
-absl::StatusOr<std::shared_ptr<CommHook>> MakeHook(const Flags& flags) {
+// `powersgd` receives PowerSGD's state when the hook is (or wraps) PowerSGD.
+absl::StatusOr<std::shared_ptr<CommHook>> MakeHook(const Flags& flags,
+                                                   std::shared_ptr<PowerSgdState>* powersgd) {
   std::string name = flags.Text("hook");
   std::shared_ptr<CommHook> hook;
   if (name == "powersgd") {
     auto state = std::make_shared<PowerSgdState>();
+    *powersgd = state;
     state->options.matrix_approximation_rank = static_cast<int>(flags.Number("powersgd-rank", 1));
     state->options.start_iteration = static_cast<int64_t>(flags.Number("powersgd-start", 2));
     state->options.min_compression_rate = flags.Number("min-compression", 2.0);
@@ -161,6 +168,142 @@ absl::StatusOr<std::shared_ptr<CommHook>> MakeHook(const Flags& flags) {
   std::string wrap = flags.Text("wrap");
   if (!wrap.empty()) return MakeCompressWrapper(wrap == "fp16" ? at::kHalf : at::kBFloat16, hook);
   return hook;
+}
+
+// Each parameter's gradient, as a double tensor (zeros where it has none).
+std::vector<torch::Tensor> Gradients(const torch::nn::Module& module) {
+  std::vector<torch::Tensor> out;
+  for (const torch::Tensor& p : module.parameters()) {
+    out.push_back(p.grad().defined() ? p.grad().detach().to(torch::kDouble).clone()
+                                     : torch::zeros(p.sizes(), torch::kDouble));
+  }
+  return out;
+}
+
+// The dtype that the hook rounds every gradient to on its way between ranks, if
+// any.
+std::optional<at::ScalarType> RoundingDtype(const Flags& flags) {
+  for (const char* name : {"hook", "wrap"}) {
+    if (flags.Text(name) == "fp16") return at::kHalf;
+    if (flags.Text(name) == "bf16") return at::kBFloat16;
+  }
+  return std::nullopt;
+}
+
+// How far, per element, a mean of `world` shares that went through `dtype` may
+// be from the exact mean. Each share is rounded once to the dtype and each
+// partial sum (or the final mean) once more: at most 2*world roundings of values
+// no larger than `abs_sum` (the sum of the shares' magnitudes), each off by at
+// most u*|value| (u: half an ulp), or half the smallest subnormal step below the
+// normal range. The fp32 reference adds up to 2*world fp32 roundings of its own.
+torch::Tensor RoundingBound(at::ScalarType dtype, int world, const torch::Tensor& abs_sum) {
+  double u = std::ldexp(1.0, -24), half_subnormal = std::ldexp(1.0, -150);  // float32
+  if (dtype == at::kHalf) {
+    u = std::ldexp(1.0, -11);
+    half_subnormal = std::ldexp(1.0, -25);
+  } else if (dtype == at::kBFloat16) {
+    u = std::ldexp(1.0, -8);
+    half_subnormal = std::ldexp(1.0, -134);
+  }
+  return abs_sum * (2.0 * world * (u + std::ldexp(1.0, -24))) + 2.0 * world * half_subnormal;
+}
+
+// The largest ratio |a - b| / bound over elements; fails if one exceeds 1.
+double CheckWithin(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& bound,
+                   const std::string& what) {
+  const double ratio = ((a - b).abs() / bound).max().item<double>();
+  if (!(ratio <= 1.0)) {
+    Fail(absl::StrCat(what, ": an element is ", ratio, "x its rounding bound from the exact mean"));
+  }
+  return ratio;
+}
+
+// Tolerances for PowerSGD's result at step 0 (CheckFirstStep), about 4x what
+// rank-1 PowerSGD showed at 2 and 4 ranks: its second singular value was at most 1.8e-8 of
+// its first, and <result, mean - result> at most 2.5e-7 of |mean|^2.
+constexpr double kRankRatioTolerance = 8e-8;
+constexpr double kOrthogonalityTolerance = 1e-6;
+
+// At step 0 the reference's gradient on rank 0 is the exact mean of the ranks'
+// gradients (the same weights, the same samples), so what the hook did to it
+// shows: `ddp` are DDP's averaged gradients, `exact` the reference's, `abs_sum`
+// the sum over ranks of the magnitude of each rank's share. Checks:
+// - fp16/bf16 (or a wrapper): every averaged element is a value of that dtype
+//   (it went through it), some differ from the exact mean, and each is within
+//   RoundingBound of it;
+// - PowerSGD compressing from step 0: each matrix it compresses (rank r below
+//   the matrix's) comes back with rank r, as the orthogonal projection of the
+//   exact mean onto r columns (so it is off by at least the best rank-r
+//   approximation's error, Eckart-Young, and at most by the mean's norm); what
+//   it sends dense comes back within fp32 rounding.
+// Returns what it measured, for the job's result.
+std::string CheckFirstStep(const Flags& flags, int world, const std::vector<torch::Tensor>& ddp,
+                           const std::vector<torch::Tensor>& exact,
+                           const std::vector<torch::Tensor>& abs_sum) {
+  if (std::optional<at::ScalarType> dtype = RoundingDtype(flags)) {
+    const char* name = *dtype == at::kHalf ? "float16" : "bfloat16";
+    torch::Tensor got = Flatten(ddp), want = Flatten(exact);
+    if (!got.to(torch::kFloat).to(*dtype).to(torch::kDouble).equal(got)) {
+      Fail(absl::StrCat("the averaged gradients hold values that are not ", name,
+                        ": the hook did not round them"));
+    }
+    const int64_t changed = got.ne(want.to(torch::kFloat).to(torch::kDouble)).sum().item<int64_t>();
+    if (changed == 0) {
+      Fail("the averaged gradients are the exact mean: the hook compressed nothing");
+    }
+    const double ratio =
+        CheckWithin(got, want, RoundingBound(*dtype, world, Flatten(abs_sum)), "first step");
+    return absl::StrCat(" first_step: max_abs_diff=", (got - want).abs().max().item<double>(),
+                        " of_bound=", ratio, " changed=", changed, "/", got.numel());
+  }
+  if (flags.Text("hook") != "powersgd" || flags.Number("powersgd-start", 2) != 0) return "";
+  const int64_t approximation_rank = static_cast<int64_t>(flags.Number("powersgd-rank", 1));
+  const double min_rate = flags.Number("min-compression", 2.0);
+  double worst_rank_ratio = 0, worst_orthogonality = 0, worst_dense = 0;
+  std::vector<std::string> errors;
+  for (size_t i = 0; i < ddp.size(); ++i) {
+    const int64_t rows = ddp[i].dim() > 1 ? ddp[i].size(0) : 0;
+    const int64_t cols = rows > 0 ? ddp[i].numel() / rows : 0;
+    const int64_t r = std::min({approximation_rank, rows, cols});
+    const bool compressed = r > 0 && r < std::min(rows, cols) &&
+                            static_cast<double>(rows * cols) / ((rows + cols) * r) >= min_rate;
+    if (!compressed) {
+      worst_dense = std::max(
+          worst_dense, CheckWithin(ddp[i], exact[i], RoundingBound(at::kFloat, world, abs_sum[i]),
+                                   absl::StrCat("first step, dense parameter ", i)));
+      continue;
+    }
+    torch::Tensor got = ddp[i].view({rows, cols}), mean = exact[i].view({rows, cols});
+    torch::Tensor mean_sv = at::linalg_svdvals(mean), got_sv = at::linalg_svdvals(got);
+    const double norm = mean.norm().item<double>();
+    const double best = mean_sv.narrow(0, r, mean_sv.size(0) - r).norm().item<double>();
+    const double error = (got - mean).norm().item<double>();
+    // The result's (r+1)-th singular value against its first: 0 at rank r.
+    const double rank_ratio = (got_sv[r] / got_sv[0]).item<double>();
+    // A projection is orthogonal to what it leaves out: <got, mean - got> = 0.
+    const double orthogonality =
+        std::abs((got * (mean - got)).sum().item<double>()) / (norm * norm);
+    worst_rank_ratio = std::max(worst_rank_ratio, rank_ratio);
+    worst_orthogonality = std::max(worst_orthogonality, orthogonality);
+    errors.push_back(absl::StrCat(error / norm, "(best ", best / norm, ")"));
+    if (!(rank_ratio <= kRankRatioTolerance)) {
+      Fail(absl::StrCat("first step, parameter ", i, ": the result does not have rank ", r,
+                        " (singular value ", r + 1, " is ", rank_ratio, " of the first)"));
+    }
+    if (!(orthogonality <= kOrthogonalityTolerance)) {
+      Fail(absl::StrCat("first step, parameter ", i,
+                        ": the result is not a projection of the exact mean (<result, "
+                        "mean - result> is ",
+                        orthogonality, " of |mean|^2)"));
+    }
+    if (!(error >= best * (1 - kOrthogonalityTolerance) && error <= norm)) {
+      Fail(absl::StrCat("first step, parameter ", i, ": off the exact mean by ", error / norm,
+                        " of its norm, outside [", best / norm, ", 1]"));
+    }
+  }
+  return absl::StrCat(" first_step: relative_errors=", absl::StrJoin(errors, ","),
+                      " rank_ratio=", worst_rank_ratio, " orthogonality=", worst_orthogonality,
+                      " dense_of_bound=", worst_dense);
 }
 
 int Run(const Flags& flags) {
@@ -190,7 +333,8 @@ int Run(const Flags& flags) {
   options.reducer.bucket_cap_mb = flags.Number("cap-mb", 25.0);
   options.reducer.first_bucket_cap_mb = flags.Number("first-cap-mb", 1.0);
   options.broadcast_buffers = !flags.Has("no-broadcast-buffers");
-  absl::StatusOr<std::shared_ptr<CommHook>> hook = MakeHook(flags);
+  std::shared_ptr<PowerSgdState> powersgd;
+  absl::StatusOr<std::shared_ptr<CommHook>> hook = MakeHook(flags, &powersgd);
   CheckOk(hook.status(), "hook");
   options.reducer.comm_hook = *hook;
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> wrapped =
@@ -219,6 +363,12 @@ int Run(const Flags& flags) {
     return all[step][micro].narrow(0, static_cast<int64_t>(r) * batch, batch);
   };
 
+  const bool check_first_step = !flags.Text("hook").empty() && rank == 0;
+  std::vector<torch::Tensor> first_ddp, first_exact, first_abs_sum;
+  std::string first_step_result;
+  int64_t dense_elements = 0;
+  for (const torch::Tensor& p : model.module->parameters()) dense_elements += p.numel();
+
   std::vector<double> losses;
   for (int step = 0; step < steps; ++step) {
     // Gradients are zeroed, not set to None (LibTorch 2.x's default): without
@@ -240,6 +390,24 @@ int Run(const Flags& flags) {
       }
     }
     losses.push_back(step_loss);
+    if (step == 0 && check_first_step) first_ddp = Gradients(*model.module);
+    if (std::optional<at::ScalarType> dtype = RoundingDtype(flags)) {
+      torch::Tensor grads = Flatten(Gradients(*model.module));
+      if (!grads.to(torch::kFloat).to(*dtype).to(torch::kDouble).equal(grads)) {
+        Fail(absl::StrCat("step ", step, ": rank ", rank, "'s averaged gradients hold values that ",
+                          "the hook's dtype cannot: it did not round them"));
+      }
+    }
+    if (powersgd != nullptr && flags.Has("expect-sent") &&
+        step >= powersgd->options.start_iteration) {
+      const int64_t expected = static_cast<int64_t>(flags.Number("expect-sent", -1));
+      if (powersgd->last_dense_elements != dense_elements ||
+          powersgd->last_sent_elements != expected) {
+        Fail(absl::StrCat("step ", step, ": PowerSGD sent ", powersgd->last_sent_elements,
+                          " elements for a dense size of ", powersgd->last_dense_elements,
+                          "; expected ", expected, " of ", dense_elements));
+      }
+    }
     optimizer.step();
     std::vector<int> log = ddp.reducer().TakeLaunchLog();
     for (size_t i = 0; i < log.size(); ++i) {
@@ -266,10 +434,22 @@ int Run(const Flags& flags) {
     if (rank == 0) {  // the single-process reference over all N*b samples of the step
       reference_optimizer.zero_grad(/*set_to_none=*/false);
       std::vector<torch::Tensor> buffers_after_block0;
+      std::vector<torch::Tensor> before;  // step 0: the gradients before this block's share
+      if (step == 0 && check_first_step) {
+        first_exact = Gradients(*reference.module);
+        for (const torch::Tensor& g : first_exact) first_abs_sum.push_back(torch::zeros_like(g));
+      }
       for (int micro = 0; micro < accum; ++micro) {
         for (int r = 0; r < world; ++r) {
           torch::Tensor out = reference.forward(block(inputs, step, micro, r), step, r);
           (torch::mse_loss(out, block(targets, step, micro, r)) / (accum * world)).backward();
+          if (step == 0 && check_first_step) {
+            std::vector<torch::Tensor> after = Gradients(*reference.module);
+            for (size_t i = 0; i < after.size(); ++i) {
+              first_abs_sum[i] += (after[i] - first_exact[i]).abs();
+            }
+            first_exact = std::move(after);
+          }
           if (micro == accum - 1 && r == 0) {  // DDP keeps rank 0's buffers after each forward
             for (const torch::Tensor& b : reference.module->buffers()) {
               buffers_after_block0.push_back(b.clone());
@@ -283,6 +463,9 @@ int Run(const Flags& flags) {
         for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(buffers_after_block0[i]);
       }
       reference_optimizer.step();
+      if (step == 0 && check_first_step) {
+        first_step_result = CheckFirstStep(flags, world, first_ddp, first_exact, first_abs_sum);
+      }
     }
   }
 
@@ -329,9 +512,9 @@ int Run(const Flags& flags) {
     } else if (!(diff <= tol)) {
       Fail(absl::StrCat("DDP and the single-process reference differ by ", diff, " > ", tol));
     }
-    CheckOk(
-        SetWorkerResult(absl::StrCat("max_diff=", diff, " buckets=", ddp.reducer().bucket_count())),
-        "result");
+    CheckOk(SetWorkerResult(absl::StrCat(
+                "max_diff=", diff, " buckets=", ddp.reducer().bucket_count(), first_step_result)),
+            "result");
   }
   return 0;
 }
