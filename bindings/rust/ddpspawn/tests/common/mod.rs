@@ -142,8 +142,8 @@ pub fn solo() -> Option<Context> {
         Some(name) if name != "main" => name.to_string(),
         _ => {
             skip_or_fail(&format!(
-                "a group of one needs an environment without {set:?}, and this test's name \
-                 (to run it again without them) is unknown: run it with --test-threads=2 or more"
+                "a group of one needs an environment without {set:?}, and this test's name, \
+                 to run it again without them, is unknown (libtest names each test's thread)"
             ));
             return None;
         }
