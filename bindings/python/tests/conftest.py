@@ -49,11 +49,11 @@ def skip_failure(reason: str) -> Optional[str]:
 
 
 def _skip_reason(longrepr: object) -> str:
-    # A skip's longrepr is (path, line, "Skipped: reason").
+    # A skip's longrepr is (path, 1-based line, "Skipped: reason").
     if isinstance(longrepr, tuple) and len(longrepr) == 3:
         path, line, message = longrepr
         reason = str(message).removeprefix("Skipped: ")
-        return f"{reason} ({path}:{int(line) + 1})"
+        return f"{reason} ({path}:{line})"
     return str(longrepr)
 
 
