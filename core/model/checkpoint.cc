@@ -130,8 +130,12 @@ absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module
       *field = value.toInt();
     }
     state->cpu_rng_per_rank.clear();
-    at::Tensor rng;
-    while (archive.try_read(absl::StrCat("rng.cpu.", state->cpu_rng_per_rank.size()), rng)) {
+    while (true) {
+      // A fresh tensor for each rank: try_read into a tensor already read
+      // set_()s it to the new data, and every state kept so far (.cpu() of a
+      // CPU tensor is the same tensor) would become the last rank's.
+      at::Tensor rng;
+      if (!archive.try_read(absl::StrCat("rng.cpu.", state->cpu_rng_per_rank.size()), rng)) break;
       state->cpu_rng_per_rank.push_back(rng.cpu());
     }
     state->grad_scale = 0;

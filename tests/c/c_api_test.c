@@ -6,6 +6,7 @@
 /* mkdtemp, nftw. NOLINTNEXTLINE(bugprone-reserved-identifier): POSIX's feature-test macro */
 #define _XOPEN_SOURCE 700
 #include <ddpspawn/ddpspawn.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,27 @@ static int failures = 0;
       failures++;                                                                              \
     }                                                                                          \
   } while (0)
+
+/* Whether CUDA would see a device here, told without CUDA: a device node
+ * /dev/nvidia<N> (the driver makes one per GPU), unless CUDA_VISIBLE_DEVICES
+ * hides them all (empty, or starting with -1). */
+static int cuda_device_visible(void) {
+  const char* visible = getenv("CUDA_VISIBLE_DEVICES");
+  if (visible != NULL) {
+    while (*visible == ' ') visible++;
+    if (*visible == '\0' || strncmp(visible, "-1", 2) == 0) return 0;
+  }
+  DIR* dev = opendir("/dev");
+  if (dev == NULL) return 0;
+  int found = 0;
+  for (struct dirent* entry = readdir(dev); entry != NULL && !found; entry = readdir(dev)) {
+    const char* digits = entry->d_name + 6;
+    if (strncmp(entry->d_name, "nvidia", 6) != 0 || *digits == '\0') continue;
+    found = strspn(digits, "0123456789") == strlen(digits);
+  }
+  closedir(dev);
+  return found;
+}
 
 /* The gradient reducer: two iterations over three buffers, one of them never
  * marked ready (find_unused_parameters leaves it untouched); returns 1 when
@@ -359,9 +381,23 @@ int main(int argc, char** argv) {
   context_options.backend = "mpi";
   CHECK(ddpspawn_context_create(&context_options, &ctx) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(strstr(ddpspawn_last_error(), "backend") != NULL);
+  /* nccl: unavailable, saying why, exactly without NCCL in the build or
+   * without a CUDA device; else a group of one joins. */
   context_options.backend = "nccl";
-  CHECK(ddpspawn_context_create(&context_options, &ctx) == DDPSPAWN_ERR_UNAVAILABLE);
-  CHECK(ctx == NULL);
+  if (strstr(ddpspawn_build_info(), "\nnccl=none\n") != NULL) {
+    CHECK(ddpspawn_context_create(&context_options, &ctx) == DDPSPAWN_ERR_UNAVAILABLE);
+    CHECK(ctx == NULL);
+    CHECK(strstr(ddpspawn_last_error(), "this build of ddpspawn has none") != NULL);
+  } else if (!cuda_device_visible()) {
+    CHECK(ddpspawn_context_create(&context_options, &ctx) == DDPSPAWN_ERR_UNAVAILABLE);
+    CHECK(ctx == NULL);
+    CHECK(strstr(ddpspawn_last_error(), "no CUDA device is present") != NULL);
+  } else {
+    CHECK(ddpspawn_context_create(&context_options, &ctx) == DDPSPAWN_OK);
+    CHECK(ctx != NULL && ddpspawn_context_world_size(ctx) == 1);
+    ddpspawn_context_destroy(ctx);
+    ctx = NULL;
+  }
   context_options.backend = NULL;
   CHECK(ddpspawn_context_create(&context_options, &ctx) == DDPSPAWN_OK);
   CHECK(ddpspawn_context_world_size(ctx) == 1);

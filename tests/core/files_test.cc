@@ -18,6 +18,7 @@
 #include "core/util/temp_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/skip.h"
 
 namespace ddpspawn {
 namespace {
@@ -175,7 +176,11 @@ TEST(FilesTest, OutputDirectoriesOthersCouldSwapAreRefused) {
   EXPECT_TRUE(PrepareOutputDirectory(dir + "/a/b").ok());
   Write(dir + "/file", "x");
   EXPECT_THAT(PrepareOutputDirectory(dir + "/file").message(), HasSubstr("is not a directory"));
-  if (geteuid() != 0) GTEST_SKIP() << "another user's directory needs root to make";
+  if (geteuid() != 0) {
+    DDPSPAWN_SKIP_OR_FAIL(
+        "making a directory that another user owns needs root (run as root); the checks above "
+        "passed");
+  }
   const std::string theirs = dir + "/theirs";
   ASSERT_TRUE(PrepareOutputDirectory(theirs).ok());
   ASSERT_EQ(chown(theirs.c_str(), 65534, 65534), 0);

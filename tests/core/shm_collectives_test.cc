@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/skip.h"
 
 namespace ddpspawn {
 namespace {
@@ -67,7 +68,9 @@ TEST(SharedMemorySegmentTest, OneOthersMayOpenIsRefused) {
 
 // CI runs as root, which can make a segment that another user owns.
 TEST(SharedMemorySegmentTest, AnotherUsersIsRefused) {
-  if (geteuid() != 0) GTEST_SKIP() << "needs root to make another user's segment";
+  if (geteuid() != 0) {
+    DDPSPAWN_SKIP_OR_FAIL("making a segment that another user owns needs root (run as root)");
+  }
   const std::string name = absl::StrCat("/ddpspawn-test-", getpid(), "-nobody");
   PreCreate(name, 0600, 65534);
   auto shm = SharedMemoryCollectives::Create("unused", /*rank=*/1, /*world_size=*/2, kCapacity,

@@ -1,10 +1,11 @@
 // Checkpoint integrity: a checkpoint carries a checksum of its archive, and a
 // file with flipped bytes, cut short or stripped of its header is refused
 // before anything is loaded from it; an untouched one, and one written before
-// checksums (format 1), loads.
+// checksums (format 1), loads. Each rank's RNG state comes back as its own.
 #include "core/model/checkpoint.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize/archive.h>
 
@@ -128,6 +129,26 @@ TEST(CheckpointTest, FormatOneWithoutAChecksumStillLoads) {
   absl::Status status = RestoreCheckpoint(out.str(), *target, nullptr, nullptr);
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_TRUE(SameState(*target, *saved));
+}
+
+// Resuming gives each rank the generator state it saved: reading the states
+// into one tensor made every rank's the last rank's.
+TEST(CheckpointTest, EveryRanksRngStateComesBackAsItsOwn) {
+  TrainingState state;
+  for (int rank = 0; rank < 3; ++rank) {
+    at::manual_seed(100 + rank);
+    state.cpu_rng_per_rank.push_back(at::detail::getDefaultCPUGenerator().get_state());
+  }
+  absl::StatusOr<std::string> bytes = SerializeCheckpoint(*Mlp(1), nullptr, state);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  TrainingState restored;
+  absl::Status status = RestoreCheckpoint(*bytes, *Mlp(2), nullptr, &restored);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_EQ(restored.cpu_rng_per_rank.size(), 3u);
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(restored.cpu_rng_per_rank[rank].equal(state.cpu_rng_per_rank[rank]))
+        << "rank " << rank << " got another rank's generator state";
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 predict over ddpspawn_run): real runs with 2 forked ranks on small data that
 the tests write themselves, and inputs rejected before any process starts."""
 
+import io
 import os
 import random
 import struct
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import zlib
 from pathlib import Path
 
 import pytest
@@ -113,20 +115,44 @@ def test_fit_learns_and_writes_checkpoint_and_metrics(data_dir, trained, tmp_pat
     assert losses[-1] == pytest.approx(trained.metrics["train_loss_epoch"], rel=1e-6)
 
 
-def test_resume_continues_where_fit_stopped(data_dir, tmp_path):
+def checkpoint_tensors(torch, path):
+    """The weights (model.*) and every rank's RNG state (rng.cpu.<rank>) in a
+    ddpspawn checkpoint, read with torch. A format-2 file's header line
+    (core/model/checkpoint_envelope.h: the archive's CRC-32 and size) is checked
+    and dropped; a format-1 file is the bare LibTorch archive."""
+    data = Path(path).read_bytes()
+    if not data.startswith(b"PK\x03\x04"):
+        header, _, data = data.partition(b"\n")
+        magic, crc, size = header.decode().split(" ")
+        assert magic == "ddpspawn-checkpoint-2", header
+        assert len(data) == int(size.removeprefix("size=")), header
+        assert zlib.crc32(data) == int(crc.removeprefix("crc32="), 16), header
+    state = torch.jit.load(io.BytesIO(data)).state_dict()
+    return {name: t for name, t in state.items() if name.startswith(("model.", "rng."))}
+
+
+def test_resume_continues_where_fit_stopped(torch, data_dir, tmp_path):
     train, val = data_dir / "train.csv", data_dir / "val.csv"
     first = ddpspawn.fit(MLP, train, val=val, **common(tmp_path / "a", max_epochs=2))
     assert first.resume_options() == {"resume_from": first.checkpoint}
+    early = checkpoint_tensors(torch, first.checkpoint)  # the resumed run writes over it
     resumed = ddpspawn.fit(
         MLP, train, val=val, **first.resume_options(), **common(tmp_path / "a", max_epochs=4)
     )
     assert (first.epoch, resumed.epoch) == (2, 4)
     assert resumed.global_step == 2 * first.global_step
-    # Bit for bit the same as 4 epochs at once (same seed, same threads).
+    # Bit for bit the same as 4 epochs at once (same seed, same threads): the
+    # same metrics, and the same weights and RNG states in the checkpoint.
     straight = ddpspawn.fit(MLP, train, val=val, **common(tmp_path / "b", max_epochs=4))
     assert straight.global_step == resumed.global_step
-    for name in ("train_loss_epoch", "val_loss", "val_accuracy"):
-        assert resumed.metrics[name] == pytest.approx(straight.metrics[name], rel=1e-6, abs=1e-9)
+    assert resumed.metrics == straight.metrics
+    after, expected = (checkpoint_tensors(torch, r.checkpoint) for r in (resumed, straight))
+    assert {"model.0.weight", "rng.cpu.0", "rng.cpu.1"} <= set(expected), sorted(expected)
+    assert sorted(after) == sorted(expected)
+    differ = [name for name in expected if not torch.equal(after[name], expected[name])]
+    assert differ == [], f"the resumed run's checkpoint differs from the straight run's in {differ}"
+    # And it did train on after resuming.
+    assert any(not torch.equal(early[n], after[n]) for n in after if n.startswith("model."))
 
 
 def test_validate_and_test_from_the_checkpoint_match_the_fit(data_dir, trained, tmp_path):

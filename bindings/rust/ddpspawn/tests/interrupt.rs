@@ -41,7 +41,7 @@ fn sigterm_interrupts_the_job() {
         assert!(rank.stopped_by_launcher, "{rank:?}");
         assert!(!rank.success(), "{rank:?}");
     }
-    assert!(started.elapsed() < Duration::from_secs(50));
+    common::assert_well_before_the_sleepers(started);
 
     // The launcher lives on, and can run another job.
     Launcher::new(1)

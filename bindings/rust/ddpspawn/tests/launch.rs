@@ -45,7 +45,7 @@ fn context_with_unknown_backend_is_invalid_argument() {
 fn single_process_context() {
     let ctx = match solo() {
         Some(ctx) => ctx,
-        None => return,
+        None => return, // it ran in a child process without the cluster variables
     };
     assert_eq!(ctx.rank(), 0);
     assert_eq!(ctx.world_size(), 1);
@@ -57,6 +57,50 @@ fn single_process_context() {
     assert_eq!(ctx.all_gather_bytes(b"me").unwrap(), vec![b"me".to_vec()]);
     assert_eq!(ctx.broadcast_bytes(b"b", 0).unwrap(), b"b".to_vec());
     ctx.barrier("solo").unwrap();
+}
+
+/// With cluster variables set (as under torchrun or SLURM), the group-of-one
+/// tests still run: `solo` runs them again in a child without the variables.
+#[test]
+fn group_of_one_tests_run_under_cluster_variables() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["single_process_context", "--exact", "--nocapture"])
+        .env("RANK", "5")
+        .env("SLURM_PROCID", "0")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("test result: ok. 1 passed"), "{stdout}");
+    assert!(
+        stderr.contains("running single_process_context again in a child process"),
+        "{stderr}"
+    );
+}
+
+/// A skip is a skip unless DDPSPAWN_REQUIRE_ALL_TESTS is 1 (or any other
+/// value but 0): then it is a failure that says why.
+#[test]
+fn skips_fail_when_every_test_is_required() {
+    for setting in [None, Some(""), Some("0")] {
+        assert_eq!(
+            common::skip_failure(setting, "no root"),
+            None,
+            "{setting:?}"
+        );
+    }
+    let failure = common::skip_failure(Some("1"), "no root").unwrap();
+    assert!(failure.contains("no root"), "{failure}");
+    assert!(
+        failure.contains("DDPSPAWN_REQUIRE_ALL_TESTS=1"),
+        "{failure}"
+    );
+    let failure = common::skip_failure(Some("yes"), "no root").unwrap();
+    assert!(failure.contains("no root"), "{failure}");
+    assert!(failure.contains("neither 0 nor 1"), "{failure}");
 }
 
 #[test]
@@ -134,12 +178,14 @@ fn failing_rank_is_reported() {
     let other = report.rank(0).unwrap();
     assert!(other.stopped_by_launcher, "{other:?}");
     assert!(!other.success());
-    assert!(started.elapsed() < Duration::from_secs(55));
+    common::assert_well_before_the_sleepers(started);
 }
 
 #[test]
 fn exit_code_is_reported() {
+    let started = Instant::now();
     let err = run(2, &["exit", "7"]).unwrap_err();
+    common::assert_well_before_the_sleepers(started);
     assert!(
         matches!(err, Error::WorkerFailed { rank: 1, .. }),
         "{err:?}"
@@ -151,7 +197,9 @@ fn exit_code_is_reported() {
 
 #[test]
 fn signal_is_reported() {
+    let started = Instant::now();
     let err = run(2, &["abort"]).unwrap_err();
+    common::assert_well_before_the_sleepers(started);
     assert!(
         matches!(err, Error::WorkerFailed { rank: 1, .. }),
         "{err:?}"
@@ -176,7 +224,7 @@ fn timeout_stops_every_rank() {
         assert!(rank.stopped_by_launcher, "{rank:?}");
         assert!(!rank.success(), "{rank:?}");
     }
-    assert!(started.elapsed() < Duration::from_secs(50));
+    common::assert_well_before_the_sleepers(started);
 }
 
 #[test]
@@ -265,10 +313,57 @@ fn out_of_range_ranks_are_invalid_argument() {
     assert_eq!(edge(2, "bad-rank"), b"InvalidArgument InvalidArgument");
 }
 
+/// Whether CUDA would see a device here, told without CUDA: a device node
+/// `/dev/nvidia<N>` (the driver makes one per GPU), unless
+/// `CUDA_VISIBLE_DEVICES` hides them all (empty, or starting with -1).
+fn cuda_device_visible() -> bool {
+    if let Some(visible) = std::env::var_os("CUDA_VISIBLE_DEVICES") {
+        let visible = visible.to_string_lossy();
+        if visible.trim().is_empty() || visible.trim_start().starts_with("-1") {
+            return false;
+        }
+    }
+    std::fs::read_dir("/dev")
+        .map(|entries| {
+            entries.filter_map(|e| e.ok()).any(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.strip_prefix("nvidia").map_or(false, |n| {
+                    !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+                })
+            })
+        })
+        .unwrap_or(false)
+}
+
+/// nccl is Unavailable exactly when the library was built without NCCL
+/// (build_info's nccl=none) or no CUDA device is present, saying which;
+/// otherwise a group of one joins.
 #[test]
-fn nccl_is_unavailable_on_cpu_builds() {
+fn nccl_is_unavailable_exactly_without_nccl_or_a_device() {
+    let info: std::collections::HashMap<_, _> = ddpspawn::build_info().into_iter().collect();
+    let built_with_nccl = info["nccl"] != "none";
+    let device = cuda_device_visible();
     let got = String::from_utf8(edge(1, "nccl")).unwrap();
-    assert!(got == "Unavailable" || got == "Ok", "{got}");
+    if !built_with_nccl {
+        assert!(
+            got.starts_with("Unavailable: ") && got.contains("has none"),
+            "a build without NCCL (build info {info:?}) must refuse nccl, saying so; got {got}"
+        );
+    } else if !device {
+        assert!(
+            got.starts_with("Unavailable: ") && got.contains("no CUDA device is present"),
+            "with NCCL built in ({}) and no CUDA device visible here (no /dev/nvidia<N>, or \
+             CUDA_VISIBLE_DEVICES hides them), nccl must be refused, saying so; got {got}",
+            info["nccl"]
+        );
+    } else {
+        assert_eq!(
+            got, "Ok",
+            "NCCL is built in ({}) and a CUDA device is visible here (/dev/nvidia<N>): a \
+             group of one must join with nccl",
+            info["nccl"]
+        );
+    }
 }
 
 #[test]

@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -192,6 +193,9 @@ fn resume_continues(dir: &Path) {
         .val(&val)
         .option("max_epochs", 2)
         .fit(&train));
+    // The resumed run writes its checkpoint where the first one is: keep a copy.
+    let early = dir.join("after_2_epochs.ckpt");
+    fs::copy(first.checkpoint().unwrap(), &early).expect("copy the first checkpoint");
     let resumed = ok(trainer(&dir.join("a"), MLP)
         .val(&val)
         .option("max_epochs", 4)
@@ -199,18 +203,57 @@ fn resume_continues(dir: &Path) {
         .fit(&train));
     assert_eq!((first.epoch(), resumed.epoch()), (Some(2), Some(4)));
     assert_eq!(resumed.global_step(), first.global_step().map(|s| 2 * s));
-    // Bit for bit the same as 4 epochs at once (same seed, same threads).
+    // Bit for bit the same as 4 epochs at once (same seed, same threads): the
+    // same metrics, and the same tensors in the checkpoint.
     let straight = ok(trainer(&dir.join("b"), MLP)
         .val(&val)
         .option("max_epochs", 4)
         .fit(&train));
+    assert_eq!(straight.global_step(), resumed.global_step());
     for name in ["train_loss_epoch", "val_loss", "val_accuracy"] {
         let (r, s) = (
             resumed.metric(name).unwrap(),
             straight.metric(name).unwrap(),
         );
-        assert!(close(r, s, 1e-6), "{name}: resumed {r}, straight {s}");
+        assert_eq!(
+            r.to_bits(),
+            s.to_bits(),
+            "{name}: resumed {r}, straight {s}"
+        );
     }
+    let python = match python_with_torch() {
+        Ok(python) => python,
+        Err(why) => {
+            common::skip_or_fail(&format!(
+                "the checkpoints' tensors are not compared (the metrics were): {why}"
+            ));
+            return;
+        }
+    };
+    let (resumed_ckpt, straight_ckpt) = (
+        resumed.checkpoint().unwrap(),
+        straight.checkpoint().unwrap(),
+    );
+    let same = compare_checkpoints(&python, resumed_ckpt, straight_ckpt);
+    let differ: Vec<_> = same.iter().filter(|(_, same)| !same).collect();
+    assert!(
+        differ.is_empty(),
+        "resumed ({}) and straight ({}) checkpoints differ in {differ:?}",
+        resumed_ckpt.display(),
+        straight_ckpt.display()
+    );
+    // The weights (model.*) and every rank's RNG state (rng.cpu.<rank>).
+    let names: Vec<&str> = same.iter().map(|(name, _)| name.as_str()).collect();
+    assert!(names.contains(&"model.0.weight"), "{names:?}");
+    assert!(names.contains(&"rng.cpu.1"), "{names:?}");
+    // And it did train on after resuming.
+    let weights_moved = compare_checkpoints(&python, &early, resumed_ckpt)
+        .into_iter()
+        .any(|(name, same)| name.starts_with("model.") && !same);
+    assert!(
+        weights_moved,
+        "the weights after 4 epochs are those after 2"
+    );
 }
 
 fn validate_and_test_from_checkpoint(dir: &Path) {
@@ -294,9 +337,93 @@ fn npy_data(dir: &Path) {
     assert_eq!(predicted.count(), Some(64));
 }
 
+/// A Python with torch, for what only torch does here (script a module, read
+/// a checkpoint's tensors). Tried in order: `$DDPSPAWN_PYTHON`, tools/setup's
+/// virtual environment (`$DDPSPAWN_VENV`, default /opt/ddpspawn/venv), then
+/// `python3` on PATH and /usr/bin/python3. Err says what each one gave.
+fn python_with_torch() -> Result<PathBuf, String> {
+    let venv = env::var_os("DDPSPAWN_VENV")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from("/opt/ddpspawn/venv"), PathBuf::from);
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(python) = env::var_os("DDPSPAWN_PYTHON").filter(|v| !v.is_empty()) {
+        candidates.push(PathBuf::from(python));
+    }
+    candidates.push(venv.join("bin").join("python3"));
+    candidates.push(PathBuf::from("python3"));
+    candidates.push(PathBuf::from("/usr/bin/python3"));
+    let mut tried = Vec::new();
+    for python in candidates {
+        match Command::new(&python).args(["-c", "import torch"]).output() {
+            Ok(out) if out.status.success() => return Ok(python),
+            Ok(out) => {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let last = stderr.lines().last().unwrap_or("").to_string();
+                tried.push(format!("{}: {last}", python.display()));
+            }
+            Err(e) => tried.push(format!("{}: {e}", python.display())),
+        }
+    }
+    Err(format!(
+        "no Python with torch (tried {}); set DDPSPAWN_PYTHON to one, or run tools/setup",
+        tried.join("; ")
+    ))
+}
+
+/// Reads two ddpspawn checkpoints with torch (checking a format-2 header's
+/// size and CRC-32 first; a format-1 file is the bare archive) and compares
+/// their weights (`model.*`) and RNG states (`rng.*`) exactly: each name with
+/// whether the two hold the same tensor (a name in one only is not).
+const COMPARE_CHECKPOINTS: &str = r#"
+import io, sys, zlib, torch
+
+def archive(path):
+    data = open(path, "rb").read()
+    if data.startswith(b"PK\x03\x04"):
+        return data
+    header, _, body = data.partition(b"\n")
+    magic, crc, size = header.decode().split(" ")
+    assert magic == "ddpspawn-checkpoint-2", (path, header)
+    assert len(body) == int(size.removeprefix("size=")), (path, header)
+    assert zlib.crc32(body) == int(crc.removeprefix("crc32="), 16), (path, header)
+    return body
+
+a, b = (torch.jit.load(io.BytesIO(archive(p))).state_dict() for p in sys.argv[1:3])
+for name in sorted(n for n in set(a) | set(b) if n.startswith(("model.", "rng."))):
+    same = name in a and name in b and torch.equal(a[name], b[name])
+    print("same" if same else "differs", name)
+"#;
+
+fn compare_checkpoints(python: &Path, a: &Path, b: &Path) -> Vec<(String, bool)> {
+    let out = Command::new(python)
+        .args(["-c", COMPARE_CHECKPOINTS])
+        .args([a, b])
+        .output()
+        .expect("run Python");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "reading {} and {} with torch: {}\n{stdout}{}",
+        a.display(),
+        b.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .map(|line| match line.split_once(' ') {
+            Some(("same", name)) => (name.to_string(), true),
+            Some(("differs", name)) => (name.to_string(), false),
+            _ => panic!("unexpected line from the comparison: {line:?}"),
+        })
+        .collect()
+}
+
 /// A TorchScript module without training_step, written by Python's torch
-/// when there is one (torch.jit.script reads the class's source: a file).
-fn script_without_training_step(path: &Path) -> bool {
+/// (torch.jit.script reads the class's source: a file). Err: no Python with
+/// torch.
+fn script_without_training_step(path: &Path) -> Result<(), String> {
+    let python = python_with_torch()?;
     let script = path.with_extension("py");
     let code = "import sys, torch\n\
                 class M(torch.nn.Module):\n\
@@ -307,14 +434,19 @@ fn script_without_training_step(path: &Path) -> bool {
                 \x20       return self.linear(x)\n\
                 torch.jit.script(M()).save(sys.argv[1])\n";
     fs::write(&script, code).expect("write a script");
-    ["/usr/bin/python3", "python3"].iter().any(|python| {
-        Command::new(python)
-            .arg(&script)
-            .arg(path)
-            .output()
-            .map(|out| out.status.success())
-            .unwrap_or(false)
-    })
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(path)
+        .output()
+        .expect("run Python");
+    assert!(
+        out.status.success(),
+        "{} {} failed: {}",
+        python.display(),
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
 }
 
 fn expect_invalid(result: ddpspawn::Result<RunResult>, needle: &str) -> Error {
@@ -347,13 +479,16 @@ fn bad_inputs_fail_before_any_rank(dir: &Path) {
     );
 
     let no_step = dir.join("no_step.pt");
-    if script_without_training_step(&no_step) {
-        expect_invalid(
-            t(no_step.to_str().unwrap()).fit(&train),
-            "no method 'training_step'",
-        );
-    } else {
-        println!("(no python3 with torch: skipping the module without training_step)");
+    match script_without_training_step(&no_step) {
+        Ok(()) => {
+            expect_invalid(
+                t(no_step.to_str().unwrap()).fit(&train),
+                "no method 'training_step'",
+            );
+        }
+        Err(why) => common::skip_or_fail(&format!(
+            "the module without training_step is not tested: {why}"
+        )),
     }
 
     // A valid header for (20, 4) float32, then half the data.

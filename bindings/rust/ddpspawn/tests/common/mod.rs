@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests (`mod common;` in each): the
-//! worker fixture and launches of it, temporary paths, a group of one, and
-//! the small test runner of the binaries that have their own `main`.
+//! worker fixture and launches of it, temporary paths, a group of one, skips
+//! that fail under `DDPSPAWN_REQUIRE_ALL_TESTS=1`, and the small test runner
+//! of the binaries that have their own `main`.
 
 // Each test binary uses only some of these.
 #![allow(dead_code)]
@@ -8,7 +9,8 @@
 use std::env;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::process;
+use std::process::{self, Command};
+use std::thread;
 use std::time::Duration;
 
 use ddpspawn::{Context, Launcher, Report};
@@ -35,6 +37,22 @@ pub fn worker() -> PathBuf {
     path
 }
 
+/// How soon a failed, timed-out or interrupted job must be reported when its
+/// other ranks sleep 60 s or more: well before they would finish, so only a
+/// launcher that stops them passes.
+pub const FAILURE_BOUND: Duration = Duration::from_secs(20);
+
+/// Asserts that a failure first seen at `started` came within
+/// [`FAILURE_BOUND`].
+pub fn assert_well_before_the_sleepers(started: std::time::Instant) {
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < FAILURE_BOUND,
+        "the failure took {elapsed:?} to be reported; the launcher should stop the sleeping \
+         ranks at once (bound {FAILURE_BOUND:?}, they sleep 60 s or more)"
+    );
+}
+
 /// A launcher with a generous safety limit, so a hang fails the test.
 pub fn launcher(nprocs: usize) -> Launcher {
     Launcher::new(nprocs)
@@ -52,24 +70,99 @@ pub fn temp_path(name: &str) -> PathBuf {
     env::temp_dir().join(format!("ddpspawn-rs-{}-{name}", process::id()))
 }
 
-/// A group of one (gloo, 60 s timeout), or None (the test is skipped) when
-/// the environment describes a cluster.
+/// The variable that makes a test that cannot run fail instead of skipping
+/// (tools/test sets it to 1 for every Bazel test).
+pub const REQUIRE_ALL_TESTS: &str = "DDPSPAWN_REQUIRE_ALL_TESTS";
+
+/// None when a test that cannot run (for `why`) may be skipped, with
+/// `setting` the value of [`REQUIRE_ALL_TESTS`] (unset, empty or 0); else the
+/// failure message. A value other than 0 or 1 counts as 1, and says so.
+pub fn skip_failure(setting: Option<&str>, why: &str) -> Option<String> {
+    let value = setting.unwrap_or("");
+    if value.is_empty() || value == "0" {
+        return None;
+    }
+    let why = format!("this test cannot run here: {why}");
+    Some(if value == "1" {
+        format!("{why} ({REQUIRE_ALL_TESTS}=1 makes a skip a failure)")
+    } else {
+        format!("{why} (and {REQUIRE_ALL_TESTS}={value:?} is neither 0 nor 1; taken as 1)")
+    })
+}
+
+/// Skips what the caller cannot test (it prints why and the caller returns),
+/// or, under `DDPSPAWN_REQUIRE_ALL_TESTS=1`, fails the test saying why.
+pub fn skip_or_fail(why: &str) {
+    let setting = env::var_os(REQUIRE_ALL_TESTS).map(|v| v.to_string_lossy().into_owned());
+    if let Some(message) = skip_failure(setting.as_deref(), why) {
+        panic!("{message}");
+    }
+    eprintln!("skipping: {why}");
+}
+
+/// The variables a cluster environment is detected from, and their prefixes
+/// (as bindings/python/tests/test_context.py).
+const CLUSTER_NAMES: [&str; 9] = [
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "DDPSPAWN_RUN_DIR",
+];
+const CLUSTER_PREFIXES: [&str; 4] = ["SLURM_", "TORCHELASTIC_", "PMI_", "OMPI_"];
+
+fn cluster_variables() -> Vec<String> {
+    env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .filter(|name| {
+            CLUSTER_NAMES.contains(&name.as_str())
+                || CLUSTER_PREFIXES.iter().any(|p| name.starts_with(p))
+        })
+        .collect()
+}
+
+/// A group of one (gloo, 60 s timeout); or None when the environment
+/// describes a cluster (the test runs under torchrun or SLURM, say), after
+/// running the calling test again in a child process of this test binary
+/// without those variables, and asserting that it passed there. Either way
+/// the caller's checks run: on None it returns.
 pub fn solo() -> Option<Context> {
-    for name in [
-        "RANK",
-        "WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "SLURM_PROCID",
-    ] {
-        if env::var_os(name).is_some() {
-            eprintln!("skipping: {name} is set in the test environment");
+    let set = cluster_variables();
+    if set.is_empty() {
+        let ctx = Context::with_options("gloo", Duration::from_secs(60)).unwrap();
+        assert_eq!(ctx.world_size(), 1);
+        return Some(ctx);
+    }
+    // libtest runs each test on a thread named after it.
+    let test = match thread::current().name() {
+        Some(name) if name != "main" => name.to_string(),
+        _ => {
+            skip_or_fail(&format!(
+                "a group of one needs an environment without {set:?}, and this test's name, \
+                 to run it again without them, is unknown (libtest names each test's thread)"
+            ));
             return None;
         }
+    };
+    eprintln!("{set:?} set: running {test} again in a child process without them");
+    let mut child = Command::new(env::current_exe().expect("current_exe"));
+    child.args([test.as_str(), "--exact", "--test-threads=1", "--nocapture"]);
+    for name in &set {
+        child.env_remove(name);
     }
-    let ctx = Context::with_options("gloo", Duration::from_secs(60)).unwrap();
-    assert_eq!(ctx.world_size(), 1);
-    Some(ctx)
+    let out = child.output().expect("run this test binary again");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "{test}, run again without {set:?}: {}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    None
 }
 
 /// The outcome of [`run_tests`].
