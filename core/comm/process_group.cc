@@ -714,15 +714,18 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(at::Te
   pending->tensor = tensor;
   pending->divide_by = op == ReduceOp::kMean ? world_size() : 1;
   absl::Status shm_status;
+  // Recorded from here until it ends: now through shared memory, or at Wait().
+  const uint64_t seq = impl_->recorder->Start(call);
   if (impl_->TryShm(tensor, op, world_size(), call, &shm_status)) {  // done already
+    shm_status = FinishRecorded(seq, std::move(shm_status));
     if (!shm_status.ok()) return shm_status;
     pending->divide_by = 1;
     pending->done = true;
     return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
   }
-  if (absl::Status s = CheckAgreement(call, tensor, /*in_flight=*/true); !s.ok()) return s;
-  // Recorded from here until Wait().
-  const uint64_t seq = impl_->recorder->Start(call);
+  if (absl::Status s = CheckAgreement(call, tensor, /*in_flight=*/true); !s.ok()) {
+    return FinishRecorded(seq, std::move(s));
+  }
   pending->finish = [this, seq](absl::Status status) {
     return FinishRecorded(seq, std::move(status));
   };

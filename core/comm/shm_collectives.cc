@@ -14,12 +14,12 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/util/process_state.h"
 
 namespace ddpspawn {
 
@@ -214,12 +214,7 @@ size_t FreeShmBytes() {
 // False once the process is gone (or a zombie waiting to be reaped).
 bool Alive(int64_t pid) {
   if (pid <= 0) return true;  // not registered yet
-  if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
-  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  std::getline(stat, line);
-  size_t close = line.rfind(')');
-  return close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z';
+  return !HasExited(ReadProcessState(static_cast<pid_t>(pid)));
 }
 
 // Sums element i of every rank's copy in rank order, divides, and writes the

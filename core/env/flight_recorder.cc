@@ -10,12 +10,12 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/env/run_dir.h"
+#include "core/util/process_state.h"
 
 namespace ddpspawn {
 namespace {
@@ -58,26 +58,26 @@ std::string DescribeEntry(const Entry& entry) {
   return Describe(call);
 }
 
-// What /proc says of `pid`'s state.
-std::string ProcessState(pid_t pid) {
-  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  if (!std::getline(stat, line)) return "has exited";
-  const size_t close = line.rfind(')');
-  if (close == std::string::npos || close + 2 >= line.size()) return "is in an unknown state";
-  switch (line[close + 2]) {
-    case 'T':
-    case 't':
-      return "is stopped (SIGSTOP or a debugger)";
-    case 'Z':
+// What /proc says of `pid`'s state; `notable` is false for a process that is
+// merely running or sleeping.
+std::string DescribeProcessState(pid_t pid, bool* notable) {
+  *notable = true;
+  switch (ReadProcessState(pid)) {
+    case ProcessState::kGone:
+    case ProcessState::kZombie:
       return "has exited";
-    case 'D':
+    case ProcessState::kStopped:
+      return "is stopped (SIGSTOP or a debugger)";
+    case ProcessState::kBlocked:
       return "is blocked in the kernel (uninterruptible sleep)";
-    case 'R':
+    case ProcessState::kRunning:
+      *notable = false;
       return "is running";
-    default:
-      return "is sleeping";
+    case ProcessState::kSleeping:
+      break;
   }
+  *notable = false;
+  return "is sleeping";
 }
 
 std::string Seconds(absl::Duration d) {
@@ -229,11 +229,17 @@ std::string DescribeRecordedRanks(const std::vector<absl::StatusOr<RecordedRank>
                                ? absl::StrCat(rank.last_ok ? "finished" : "failed", " ",
                                               Seconds(now - rank.last_end), " ago")
                                : absl::StrCat("running for ", Seconds(now - rank.last_start)));
+    bool notable = false;
+    const std::string state = DescribeProcessState(rank.pid, &notable);
     if (seq != 0 && rank.started < seq) {
       absl::StrAppend(&text, "never reached call #", seq, "; its last: ", last,
-                      "; its process (pid ", rank.pid, ") ", ProcessState(rank.pid));
+                      "; its process (pid ", rank.pid, ") ", state);
     } else {
       absl::StrAppend(&text, "last call ", last);
+      // A rank inside the call that stopped there, or is gone.
+      if (!rank.last_ended && notable) {
+        absl::StrAppend(&text, "; its process (pid ", rank.pid, ") ", state);
+      }
     }
   }
   return text;

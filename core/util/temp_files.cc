@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "core/util/process_state.h"
 
 namespace ddpspawn {
 namespace {
@@ -54,7 +55,10 @@ bool ParseTempName(absl::string_view name, absl::string_view base, pid_t* pid) {
          std::all_of(rest.begin(), rest.end(), absl::ascii_isalnum);
 }
 
-bool ProcessIsGone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+// Gone, or a zombie nobody has reaped yet (it writes nothing any more).
+bool ProcessIsGone(pid_t pid) {
+  return (kill(pid, 0) != 0 && errno == ESRCH) || HasExited(ReadProcessState(pid));
+}
 
 // Removes `name` (in `dir_fd`) if it is a stale temporary file of ours.
 bool RemoveIfStale(int dir_fd, const char* name, pid_t pid) {
