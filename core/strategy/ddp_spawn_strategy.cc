@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -158,6 +159,9 @@ int DDPSpawnStrategy::RunWorker(const WorkerFn& fn) {
   if (status.ok()) {
     try {
       result = fn(*this);
+    } catch (const c10::Error& e) {  // LibTorch's: its message, not its backtrace
+      result =
+          absl::InternalError(absl::StrCat("uncaught exception: ", e.what_without_backtrace()));
     } catch (const std::exception& e) {
       result = absl::InternalError(absl::StrCat("uncaught exception: ", e.what()));
     }

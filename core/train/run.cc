@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/Device.h>
 #include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <type_traits>
 
 #include "absl/strings/ascii.h"
@@ -356,6 +358,34 @@ absl::StatusOr<Dataset> LoadData(const RunConfig& config, const std::string& wha
       classes.status().message()));
 }
 
+// The data must fit the built-in MLP: inputs, and class labels within the
+// outputs (or as many label columns as outputs, for regression).
+absl::Status CheckDataFitsMlp(const RunConfig& config, LightningModule& mlp,
+                              const Dataset& sample) {
+  const bool classifier = sample.labels.scalar_type() == at::kLong;
+  const int64_t features = sample.features[0].numel();
+  std::vector<at::Tensor> params = mlp.parameters();
+  const int64_t inputs = params.front().size(1), outputs = params[params.size() - 2].size(0);
+  if (features != inputs) {
+    return absl::InvalidArgumentError(absl::StrCat(sample.source, " has ", features,
+                                                   " features per sample; the model '",
+                                                   config.model, "' takes ", inputs));
+  }
+  const int64_t label_columns = sample.labels.dim() == 2 ? sample.labels.size(1) : 1;
+  if (!classifier && label_columns != outputs) {
+    return absl::InvalidArgumentError(absl::StrCat(sample.source, " has ", label_columns,
+                                                   " labels per sample; the model '", config.model,
+                                                   "' gives ", outputs));
+  }
+  if (classifier &&
+      (sample.labels.min().item<int64_t>() < 0 || sample.labels.max().item<int64_t>() >= outputs)) {
+    return absl::InvalidArgumentError(absl::StrCat(sample.source, " has class labels outside [0, ",
+                                                   outputs, ") for the model '", config.model,
+                                                   "'"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<LightningModule>> LoadModel(const RunConfig& config,
                                                            const Dataset& sample) {
   if (absl::StartsWith(config.model, "mlp:")) {
@@ -363,27 +393,7 @@ absl::StatusOr<std::shared_ptr<LightningModule>> LoadModel(const RunConfig& conf
     absl::StatusOr<std::shared_ptr<LightningModule>> mlp =
         MakeMlpModule(config.model, classifier, config.optimizer);
     if (!mlp.ok()) return mlp.status();
-    // The data must fit the model: inputs, and class labels within the outputs.
-    const int64_t features = sample.features[0].numel();
-    std::vector<at::Tensor> params = (*mlp)->parameters();
-    const int64_t inputs = params.front().size(1), outputs = params[params.size() - 2].size(0);
-    if (features != inputs) {
-      return absl::InvalidArgumentError(absl::StrCat(sample.source, " has ", features,
-                                                     " features per sample; the model '",
-                                                     config.model, "' takes ", inputs));
-    }
-    const int64_t label_columns = sample.labels.dim() == 2 ? sample.labels.size(1) : 1;
-    if (!classifier && label_columns != outputs) {
-      return absl::InvalidArgumentError(absl::StrCat(sample.source, " has ", label_columns,
-                                                     " labels per sample; the model '",
-                                                     config.model, "' gives ", outputs));
-    }
-    if (classifier && (sample.labels.min().item<int64_t>() < 0 ||
-                       sample.labels.max().item<int64_t>() >= outputs)) {
-      return absl::InvalidArgumentError(absl::StrCat(sample.source,
-                                                     " has class labels outside [0, ", outputs,
-                                                     ") for the model '", config.model, "'"));
-    }
+    if (absl::Status s = CheckDataFitsMlp(config, **mlp, sample); !s.ok()) return s;
     return mlp;
   }
   absl::StatusOr<std::shared_ptr<TorchScriptModule>> script =
@@ -409,7 +419,8 @@ absl::Status WritePredictions(const at::Tensor& predictions, const std::string& 
 // that lacks it, or cannot digest this data (shapes, label dtype), fails here
 // with the file's name rather than in every rank. One intra-op thread, so no
 // OpenMP team exists when ranks are forked afterwards.
-absl::Status DryRun(const RunConfig& config, LightningModule& module, const Dataset& data) {
+absl::Status DryRun(const RunConfig& config, LightningModule& module, const Dataset& data,
+                    const std::string& command) {
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
   c10::NoGradGuard no_grad;
@@ -417,24 +428,26 @@ absl::Status DryRun(const RunConfig& config, LightningModule& module, const Data
   Batch batch = {data.features.narrow(0, 0, n), data.labels.narrow(0, 0, n)};
   absl::Status status;
   try {
-    module.SetTraining(config.command == "fit");
-    if (config.command == "fit") {
+    module.SetTraining(command == "fit");
+    if (command == "fit") {
       status = module.TrainingStep(batch, 0).status();
-    } else if (config.command == "predict") {
+    } else if (command == "predict") {
       status = module.PredictStep(batch, 0).status();
-    } else if (config.command == "test") {
+    } else if (command == "test") {
       status = module.TestStep(batch, 0).status();
     } else {
       status = module.ValidationStep(batch, 0).status();
     }
+  } catch (const c10::Error& e) {
+    status = absl::InvalidArgumentError(e.what_without_backtrace());
   } catch (const std::exception& e) {
     status = absl::InvalidArgumentError(e.what());
   }
   at::set_num_threads(threads);
   if (status.ok()) return status;
   return absl::InvalidArgumentError(absl::StrCat("the model ", config.model, " cannot run ",
-                                                 config.command, " on ", data.source, ": ",
-                                                 status.message()));
+                                                 command == "fit" ? "training" : command, " on ",
+                                                 data.source, ": ", status.message()));
 }
 
 // The dataset a command works on.
@@ -488,9 +501,11 @@ absl::Status CheckRun(const RunConfig& config) {
         absl::StrCat(data->source, " has ", data->size(), " samples, fewer than the ",
                      config.nproc_per_node, " ranks (nproc_per_node)"));
   }
+  std::optional<Dataset> val;
   if (!config.val.empty()) {
-    absl::StatusOr<Dataset> val = LoadData(config, "val", config.val, config.val_labels);
-    if (!val.ok()) return val.status();
+    absl::StatusOr<Dataset> loaded = LoadData(config, "val", config.val, config.val_labels);
+    if (!loaded.ok()) return loaded.status();
+    val = *std::move(loaded);
   }
   if (absl::Status s = MakePrecisionPlugin(config.precision).status(); !s.ok()) return s;
   if (absl::Status s = MakeCommHookByName(config.ddp_comm_hook).status(); !s.ok()) return s;
@@ -511,7 +526,13 @@ absl::Status CheckRun(const RunConfig& config) {
       return absl::InvalidArgumentError(absl::StrCat("checkpoint ", *path, ": ", s.message()));
     }
   }
-  return DryRun(config, **module, *data);
+  if (absl::Status s = DryRun(config, **module, *data, config.command); !s.ok()) return s;
+  // The validation set must fit the model as well as the training set.
+  if (config.command != "fit" || !val.has_value()) return absl::OkStatus();
+  if (absl::StartsWith(config.model, "mlp:")) {
+    if (absl::Status s = CheckDataFitsMlp(config, **module, *val); !s.ok()) return s;
+  }
+  return DryRun(config, **module, *val, "validate");
 }
 
 StrategyOptions StrategyOptionsFor(const RunConfig& config) {

@@ -28,6 +28,7 @@ namespace ddpspawn {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct CliRun {
   int exit_code;
@@ -308,6 +309,36 @@ TEST(CliTest, MaxTimeStopsFitGracefully) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(resumed.Number("global_step"), steps + 3);
   EXPECT_EQ(resumed.values.count("stopped_by"), 0u);
+}
+
+// A validation set the model cannot take (other feature count, class labels
+// beyond its outputs) is an error naming the file before any rank starts, not
+// a LibTorch backtrace from rank 0 at the first validation.
+TEST(CliTest, AValidationSetThatDoesNotFitIsRefusedBeforeAnyRankStarts) {
+  const std::string train = WriteClassification("fits.csv", 40);
+  const std::string narrow = absl::StrCat(testing::TempDir(), "/narrow.csv");
+  const std::string five_classes = absl::StrCat(testing::TempDir(), "/five_classes.csv");
+  {
+    std::ofstream a(narrow), b(five_classes);
+    for (int i = 0; i < 10; ++i) {
+      a << "0.1,0.2,0.3," << i % 3 << "\n";
+      b << "0.1,0.2,0.3,0.4," << i % 5 << "\n";
+    }
+  }
+  const std::string common = absl::StrCat("fit --model ", kModel, " --train ", train,
+                                          " --nproc-per-node 2 --max-epochs 1 --default-root-dir ",
+                                          testing::TempDir(), "/fits --val ");
+  CliRun features = Cli(common + narrow);
+  EXPECT_NE(features.exit_code, 0);
+  EXPECT_THAT(features.output, HasSubstr(narrow + " has 3 features per sample; the model "
+                                                  "'mlp:4,16,3' takes 4"));
+  CliRun classes = Cli(common + five_classes);
+  EXPECT_NE(classes.exit_code, 0);
+  EXPECT_THAT(classes.output, HasSubstr(five_classes + " has class labels outside [0, 3)"));
+  for (const CliRun* run : {&features, &classes}) {
+    EXPECT_THAT(run->output, Not(HasSubstr("(pid ")));  // no rank ran
+    EXPECT_THAT(run->output, Not(HasSubstr("frame #")));
+  }
 }
 
 // A checkpoint with 16 flipped bytes is refused by test and by resume, naming
