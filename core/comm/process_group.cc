@@ -547,6 +547,7 @@ absl::Status ProcessGroup::CheckAgreement(const CallSignature& call, const at::T
   at::Tensor mine = at::zeros({kRow}, at::kLong);
   char* text = static_cast<char*>(mine.data_ptr());
   auto put = [&](absl::string_view part, int offset, int size) {
+    if (part.empty()) return;  // its data may be null
     std::memcpy(text + offset, part.data(), std::min<size_t>(part.size(), size - 1));
   };
   put(call.kind, 0, 16);
@@ -825,7 +826,7 @@ absl::StatusOr<std::vector<std::string>> ProcessGroup::AllGatherBytes(absl::stri
   std::vector<std::string> out(sizes.size());
   if (longest == 0) return out;
   at::Tensor padded = at::zeros({longest}, at::kByte);
-  std::memcpy(padded.data_ptr(), bytes.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(padded.data_ptr(), bytes.data(), bytes.size());
   absl::StatusOr<std::vector<at::Tensor>> gathered = AllGather(padded);
   if (!gathered.ok()) return gathered.status();
   for (size_t r = 0; r < out.size(); ++r) {

@@ -166,7 +166,7 @@ absl::StatusOr<std::shared_ptr<Segment>> OpenSegment(const std::string& name, si
 
 void CopyText(absl::string_view text, char* out, size_t size) {
   const size_t n = std::min(text.size(), size - 1);
-  std::memcpy(out, text.data(), n);
+  if (n > 0) std::memcpy(out, text.data(), n);  // an empty view's data may be null
   std::memset(out + n, 0, size - n);
 }
 

@@ -43,7 +43,7 @@ int64_t NowNanos() { return absl::ToUnixNanos(absl::Now()); }
 
 void CopyText(absl::string_view text, char* out, size_t size) {
   const size_t n = std::min(text.size(), size - 1);
-  std::memcpy(out, text.data(), n);
+  if (n > 0) std::memcpy(out, text.data(), n);  // an empty view's data may be null
   out[n] = '\0';
 }
 
