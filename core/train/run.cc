@@ -527,12 +527,6 @@ absl::Status CheckRun(const RunConfig& config) {
     }
   }
   if (absl::Status s = DryRun(config, **module, *data, config.command); !s.ok()) return s;
-  // Outputs a link stands in for are refused now rather than by rank 0.
-  const std::string& root = config.trainer.default_root_dir;
-  for (const std::string& output :
-       {root + "/metrics.csv", root + "/checkpoints/last.ckpt", root + "/predictions.csv"}) {
-    if (absl::Status s = CheckReplaceable(output); !s.ok()) return s;
-  }
   // The validation set must fit the model as well as the training set.
   if (config.command != "fit" || !val.has_value()) return absl::OkStatus();
   if (absl::StartsWith(config.model, "mlp:")) {

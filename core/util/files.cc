@@ -35,8 +35,7 @@ absl::Status LinkRefused(const std::string& path) {
       "; ddpspawn does not write through links: remove it, or choose another output directory"));
 }
 
-}  // namespace
-
+// What is at `path` now may be replaced by a regular file of ours.
 absl::Status CheckReplaceable(const std::string& path) {
   struct stat info {};
   if (lstat(path.c_str(), &info) != 0) {
@@ -49,8 +48,6 @@ absl::Status CheckReplaceable(const std::string& path) {
   }
   return absl::OkStatus();
 }
-
-namespace {
 
 absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& path) {
   const char* data = bytes.data();

@@ -30,11 +30,6 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view byte
 absl::Status AppendToFile(const std::string& path, absl::string_view text,
                           absl::string_view header = "");
 
-// OK when nothing is at `path`, or a regular file that a write may replace;
-// an error naming the path for a symbolic link (ddpspawn never writes through
-// one) or anything else. For checks before a run starts; the writes check again.
-absl::Status CheckReplaceable(const std::string& path);
-
 // NotFound when the file does not exist.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
