@@ -21,8 +21,6 @@
 namespace ddpspawn {
 namespace {
 
-// The file in the run directory that lists the ranks' process groups.
-
 struct LinuxDirent64 {  // what getdents64 returns
   ino64_t d_ino;
   off64_t d_off;
