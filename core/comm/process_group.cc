@@ -462,7 +462,9 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
                                  : "");
   if (!recorder.ok()) return recorder.status();
   impl->recorder = *std::move(recorder);
-  std::string prefix = absl::StrCat("ddpspawn/group", generation);
+  // torchrun's store outlives its attempts: a restarted rank must not read the
+  // previous attempt's addresses.
+  std::string prefix = absl::StrCat("ddpspawn/attempt", cluster.attempt, "/group", generation);
   absl::Status refused = absl::OkStatus();
   absl::Status created = Guarded("joining the process group", [&] {
     auto store = c10::make_intrusive<c10d::PrefixStore>(

@@ -48,6 +48,10 @@ absl::Status Validate(const ClusterInfo& info) {
   if (info.node_rank < 0) {
     return absl::InvalidArgumentError(absl::StrCat("node rank must be >= 0, got ", info.node_rank));
   }
+  if (info.attempt < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("restart count must be >= 0, got ", info.attempt));
+  }
   if (info.master_port < 0 || info.master_port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("master port ", info.master_port, " is not a TCP port"));
@@ -167,6 +171,19 @@ absl::string_view ClusterKindName(ClusterKind kind) {
   return "env";
 }
 
+bool CreatesProcessesExternally(const ClusterInfo& info) {
+  switch (info.kind) {
+    case ClusterKind::kTorchElastic:
+      return true;
+    case ClusterKind::kSlurm:
+    case ClusterKind::kEnv:
+      return info.world_size > 1;
+    case ClusterKind::kDdpspawn:
+      return false;
+  }
+  return false;
+}
+
 std::optional<std::string> ProcessEnv(const char* name) {
   const char* value = std::getenv(name);
   if (value == nullptr) return std::nullopt;
@@ -216,6 +233,12 @@ absl::StatusOr<ClusterInfo> DetectClusterEnvironment(const EnvLookup& env) {
                                  /*all_required=*/true);
     if (info.ok()) {
       info->store_is_external = env("TORCHELASTIC_USE_AGENT_STORE") == "True";
+      absl::StatusOr<int> attempt = IntVar(env, "TORCHELASTIC_RESTART_COUNT", 0);
+      if (attempt.ok()) {
+        info->attempt = *attempt;
+      } else {
+        info = attempt.status();
+      }
     }
   } else if (IsSlurmBatchJob(env)) {
     info = FromSlurm(env);

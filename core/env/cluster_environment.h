@@ -33,9 +33,19 @@ struct ClusterInfo {
   // set only for ClusterKind::kDdpspawn.
   std::string run_dir;
   // The store at master_addr:master_port is served by someone else (torchrun's
-  // agent), so rank 0 connects to it instead of serving it.
+  // agent, a ddpspawn launcher of a multi-node job), so rank 0 connects to it
+  // instead of serving it.
   bool store_is_external = false;
+  // Which start of the job this is (torchrun's TORCHELASTIC_RESTART_COUNT):
+  // each attempt rendezvouses under keys of its own, because torchrun's store
+  // outlives its attempts.
+  int attempt = 0;
 };
+
+// True when someone else started this process as one of the job's ranks
+// (torchrun, srun with more than one task, or WORLD_SIZE > 1 set by hand): it
+// must join that job, not launch ranks of its own.
+bool CreatesProcessesExternally(const ClusterInfo& info);
 
 // Looks up one environment variable; nullopt when unset.
 using EnvLookup = std::function<std::optional<std::string>(const char* name)>;

@@ -120,6 +120,11 @@ std::string DDPSpawnStrategy::process_group_backend() const {
 }
 
 absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
+  last_failed_rank_ = -1;
+  last_outcomes_.clear();
+  absl::StatusOr<ClusterInfo> outer = options_.cluster_environment();
+  if (!outer.ok()) return outer.status();
+  if (CreatesProcessesExternally(*outer)) return RunAsOuterRank(fn);
   if (options_.num_nodes != 1) {
     return absl::InvalidArgumentError(
         "Launch() starts the ranks of one node; for several nodes, start each node's ranks with "
@@ -142,8 +147,6 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   }
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(std::move(spec));
   if (!job.ok()) return job.status();
-  last_failed_rank_ = -1;
-  last_outcomes_.clear();
   if (absl::Status s = (*job)->Start(); !s.ok()) return s;
   const absl::Status waited = (*job)->Wait();
   last_failed_rank_ = (*job)->failed_rank();
@@ -152,19 +155,50 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   return (*job)->result().value_or("");
 }
 
+// This process is one rank of a job that torchrun, srun or the user started:
+// it runs fn itself. A mismatch between the job and these options is refused
+// rather than trained around.
+absl::StatusOr<std::string> DDPSpawnStrategy::RunAsOuterRank(const WorkerFn& fn) {
+  absl::StatusOr<ClusterInfo> outer = options_.cluster_environment();
+  if (!outer.ok()) return outer.status();
+  if (outer->local_world_size != num_processes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this process is rank ", outer->rank, " of a ", ClusterKindName(outer->kind), " job with ",
+        outer->local_world_size, " processes on this node (LOCAL_WORLD_SIZE), but ",
+        num_processes(),
+        " devices/processes per node were asked for; give the same number to both (or leave "
+        "nproc_per_node out)"));
+  }
+  absl::StatusOr<std::string> result = absl::UnknownError("not run");
+  absl::Status status = SetupDistributed();
+  if (status.ok()) {
+    result = RunCaught(fn);
+    // Every rank returns rank 0's result, as a spawned job's caller gets it.
+    if (result.ok()) result = group_->BroadcastBytes(*result, 0);
+  }
+  absl::Status torn_down = Teardown();
+  if (!result.ok()) return result.status();
+  if (!status.ok()) return status;
+  if (!torn_down.ok()) return torn_down;
+  return result;
+}
+
+absl::StatusOr<std::string> DDPSpawnStrategy::RunCaught(const WorkerFn& fn) {
+  try {
+    return fn(*this);
+  } catch (const c10::Error& e) {  // LibTorch's: its message, not its backtrace
+    return absl::InternalError(absl::StrCat("uncaught exception: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("uncaught exception: ", e.what()));
+  }
+}
+
 int DDPSpawnStrategy::RunWorker(const WorkerFn& fn) {
   InstallTerminateHandler();
   absl::StatusOr<std::string> result = absl::UnknownError("not run");
   absl::Status status = SetupDistributed();
   if (status.ok()) {
-    try {
-      result = fn(*this);
-    } catch (const c10::Error& e) {  // LibTorch's: its message, not its backtrace
-      result =
-          absl::InternalError(absl::StrCat("uncaught exception: ", e.what_without_backtrace()));
-    } catch (const std::exception& e) {
-      result = absl::InternalError(absl::StrCat("uncaught exception: ", e.what()));
-    }
+    result = RunCaught(fn);
     status = result.status();
   }
   if (status.ok() && is_global_zero()) status = SetWorkerResult(*result);

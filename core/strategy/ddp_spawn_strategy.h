@@ -89,7 +89,11 @@ class DDPSpawnStrategy {
   // --- Launching
   // --------------------------------------------------------------------------
   // In the launching process: starts the ranks and returns rank 0's result; a
-  // failing rank's error names it and its cause.
+  // failing rank's error names it and its cause. In a process that torchrun,
+  // srun (more than one task) or the user (WORLD_SIZE > 1) started as one rank
+  // of a job, it launches nothing: it joins that job as that rank, runs fn
+  // and returns rank 0's result on every rank; the node's process count must
+  // equal num_processes().
   absl::StatusOr<std::string> Launch(const WorkerFn& fn);
   // After Launch(): the rank whose failure ended the job (-1: none failed,
   // e.g. success, a timeout or an interrupt) and how every rank ended.
@@ -165,6 +169,11 @@ class DDPSpawnStrategy {
   absl::StatusOr<std::string> LoadCheckpoint(const std::string& path);
 
  private:
+  // Launch() under an outer launcher: SetupDistributed(), fn, rank 0's
+  // result to every rank, Teardown().
+  absl::StatusOr<std::string> RunAsOuterRank(const WorkerFn& fn);
+  // fn, with an escaping exception turned into an error.
+  absl::StatusOr<std::string> RunCaught(const WorkerFn& fn);
   absl::Status RequireSetup(absl::string_view what) const;
   // The accelerator, parallel_devices and precision fit together.
   absl::Status CheckDevices() const;

@@ -15,6 +15,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <type_traits>
 
 #include "absl/strings/ascii.h"
@@ -458,6 +459,27 @@ absl::StatusOr<Dataset> PrimaryData(const RunConfig& c) {
 
 }  // namespace
 
+// Under torchrun, srun or a hand-set WORLD_SIZE this process is one rank of
+// that job (DDPSpawnStrategy::Launch joins it): the job's shape comes from
+// there. Options that would describe another shape are refused, not ignored.
+absl::Status AdoptOuterJob(RunConfig& config, const std::set<std::string>& given) {
+  absl::StatusOr<ClusterInfo> outer = DetectClusterEnvironment();
+  // A broken environment is reported by Launch(), which reads it again.
+  if (!outer.ok() || !CreatesProcessesExternally(*outer)) return absl::OkStatus();
+  for (const char* key : {"nnodes", "node_rank", "master_addr", "master_port"}) {
+    if (given.count(key) == 0) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat("option ", key, ": this process is rank ", outer->rank, " of a ",
+                     ClusterKindName(outer->kind), " job of ", outer->world_size,
+                     " processes, which sets the nodes and the rendezvous; leave ", key, " out"));
+  }
+  if (given.count("nproc_per_node") == 0 && given.count("devices") == 0) {
+    config.nproc_per_node = outer->local_world_size;
+  }
+  config.world_size = outer->world_size;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOptions& options) {
   RunConfig config;
   if (command != "fit" && command != "validate" && command != "test" && command != "predict") {
@@ -465,9 +487,11 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOp
         absl::StrCat("unknown command '", command, "'; expected fit, validate, test or predict"));
   }
   config.command = command;
+  std::set<std::string> given;
   for (const auto& [raw_key, value] : options) {
     std::string key = raw_key;
     std::replace(key.begin(), key.end(), '-', '_');
+    given.insert(key);
     auto setter = Setters().find(key);
     if (setter == Setters().end()) {
       return absl::InvalidArgumentError(
@@ -478,7 +502,9 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOp
           absl::StrCat("option ", raw_key, "='", value, "': ", s.message()));
     }
   }
+  if (absl::Status s = AdoptOuterJob(config, given); !s.ok()) return s;
   if (absl::Status s = ResolveDevices(config); !s.ok()) return s;
+  if (config.world_size == 0) config.world_size = config.nnodes * config.nproc_per_node;
   if (config.model.empty()) return absl::InvalidArgumentError("option model is required");
   if (command == "fit" && config.train.empty()) {
     return absl::InvalidArgumentError("fit needs option train (a CSV or .npy file)");
@@ -496,10 +522,10 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOp
 absl::Status CheckRun(const RunConfig& config) {
   absl::StatusOr<Dataset> data = PrimaryData(config);
   if (!data.ok()) return data.status();
-  if (data->size() < config.nproc_per_node) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(data->source, " has ", data->size(), " samples, fewer than the ",
-                     config.nproc_per_node, " ranks (nproc_per_node)"));
+  if (data->size() < config.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(data->source, " has ", data->size(),
+                                                   " samples, fewer than the ", config.world_size,
+                                                   " ranks"));
   }
   std::optional<Dataset> val;
   if (!config.val.empty()) {

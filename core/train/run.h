@@ -33,6 +33,10 @@ struct RunConfig {
   std::string process_group_backend;  // gloo, nccl; empty: by accelerator
   std::vector<int> device_indices;    // from devices: local rank i's CUDA index
   int nnodes = 1;
+  // Every rank of the job: nnodes * nproc_per_node, or the outer launcher's
+  // WORLD_SIZE when torchrun or srun started this process (set by
+  // ParseRunConfig).
+  int world_size = 0;
   int node_rank = 0;
   std::string master_addr;
   int master_port = 0;

@@ -75,13 +75,38 @@ TEST(ClusterEnvironmentTest, TorchElastic) {
                                         {"RANK", "3"},
                                         {"GROUP_RANK", "1"},
                                         {"LOCAL_RANK", "1"},
-                                        {"LOCAL_WORLD_SIZE", "2"}}));
+                                        {"LOCAL_WORLD_SIZE", "2"},
+                                        {"TORCHELASTIC_RESTART_COUNT", "2"}}));
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->kind, ClusterKind::kTorchElastic);
   EXPECT_EQ(info->node_rank, 1);
   EXPECT_EQ(info->rank, 3);
   EXPECT_TRUE(info->store_is_external);
   EXPECT_EQ(info->master_addr, "host0");
+  EXPECT_EQ(info->attempt, 2);
+  EXPECT_TRUE(CreatesProcessesExternally(*info));
+}
+
+// Who started this process decides whether Launch() starts ranks or joins.
+TEST(ClusterEnvironmentTest, WhoCreatesTheProcesses) {
+  auto external = [](std::map<std::string, std::string> vars) {
+    absl::StatusOr<ClusterInfo> info = DetectClusterEnvironment(FakeEnv(std::move(vars)));
+    EXPECT_TRUE(info.ok()) << info.status();
+    return info.ok() && CreatesProcessesExternally(*info);
+  };
+  EXPECT_FALSE(external({}));
+  EXPECT_FALSE(external({{"WORLD_SIZE", "1"}, {"RANK", "0"}}));
+  EXPECT_TRUE(external({{"WORLD_SIZE", "2"}, {"RANK", "1"}}));
+  EXPECT_TRUE(external({{"SLURM_NTASKS", "2"}, {"SLURM_PROCID", "0"}}));
+  // One task: a batch script that runs ddpspawn, which starts the ranks.
+  EXPECT_FALSE(external({{"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}}));
+  EXPECT_FALSE(external({{"DDPSPAWN_RUN_DIR", "/x"},
+                         {"WORLD_SIZE", "2"},
+                         {"RANK", "1"},
+                         {"LOCAL_RANK", "1"},
+                         {"LOCAL_WORLD_SIZE", "2"},
+                         {"MASTER_ADDR", "127.0.0.1"},
+                         {"MASTER_PORT", "1"}}));
 }
 
 TEST(ClusterEnvironmentTest, Slurm) {
@@ -121,6 +146,16 @@ TEST(ClusterEnvironmentTest, BadValuesAreNamed) {
       HasSubstr("rank 2 is outside [0, 2)"));
   EXPECT_THAT(DetectClusterEnvironment(FakeEnv({{"DDPSPAWN_RUN_DIR", "/x"}})).status().message(),
               HasSubstr("is not set"));
+  EXPECT_THAT(DetectClusterEnvironment(FakeEnv({{"RANK", "0"},
+                                                {"WORLD_SIZE", "1"},
+                                                {"MASTER_PORT", "29500"},
+                                                {"GROUP_RANK", "0"},
+                                                {"LOCAL_RANK", "0"},
+                                                {"LOCAL_WORLD_SIZE", "1"},
+                                                {"TORCHELASTIC_RESTART_COUNT", "x"}}))
+                  .status()
+                  .message(),
+              HasSubstr("TORCHELASTIC_RESTART_COUNT='x' is not an integer"));
 }
 
 TEST(SlurmNodeListTest, FirstHost) {

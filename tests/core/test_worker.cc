@@ -19,6 +19,10 @@
 //   each fork a sleeping child (hang_with_child; in fork mode the same in the
 //   forked rank), writes the ranks' pids to <pid-file>, and waits.
 // - descriptors: rank 0 hands back its open descriptors ("0 1 2").
+// - elastic <rank>: for a worker of torchrun: joins the group and all-reduces;
+//   on the first attempt (TORCHELASTIC_RESTART_COUNT 0) that rank then exits
+//   with code 5, so that its peers fail and torchrun restarts them all; later
+//   attempts all-reduce again and print "attempt A rank R sum S".
 // - fork_after_parallel: runs 2-thread ATen/OpenMP work on this thread, then
 //   launches 2 forked ranks (its own launcher) that do the same; hands back
 //   "forked ranks ran 2-thread work", or fails with the inner job's error.
@@ -350,6 +354,16 @@ int ForkAfterParallel() {
   return 0;
 }
 
+int Elastic(const char* failing_rank) {
+  std::unique_ptr<ProcessGroup> group = Join();
+  double value = group->rank() + 1.0;
+  CheckOk(group->AllReduce(&value, 1, DType::kFloat64, ReduceOp::kSum), "all_reduce");
+  if (group->cluster().attempt == 0 && ThisRank(failing_rank)) std::exit(5);
+  CheckOk(group->AllReduce(&value, 1, DType::kFloat64, ReduceOp::kSum), "second all_reduce");
+  std::printf("attempt %d rank %d sum %g\n", group->cluster().attempt, group->rank(), value);
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "launch" && argc == 4) return Launch(argv[2], argv[3], argv[0]);
@@ -397,6 +411,7 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (mode == "fork_after_parallel") return ForkAfterParallel();
+  if (mode == "elastic" && argc == 3) return Elastic(argv[2]);
   if (mode == "collectives") {
     Collectives();
     return 0;

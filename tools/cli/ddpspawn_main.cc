@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
   if (absl::Status s = ddpspawn::CheckRun(*config); !s.ok()) return Fail(std::string(s.message()));
   absl::StatusOr<std::string> result = strategy.Launch(run);
   if (!result.ok()) return Fail(std::string(result.status().message()));
-  std::printf("%s", result->c_str());
+  // Under torchrun or srun every rank gets the result; one prints it.
+  if (strategy.is_global_zero()) std::printf("%s", result->c_str());
   return 0;
 }

@@ -162,6 +162,8 @@ def _option_entries(options: Mapping[str, Any]) -> List[Tuple[str, bytes]]:
 
 
 def _check_nprocs(nprocs: Any) -> None:
+    if nprocs is None:
+        return
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise InvalidArgumentError(f"nprocs must be an int >= 1, not {nprocs!r}")
 
@@ -236,14 +238,15 @@ def _run_command(
     command: str,
     model: Model,
     data: List[Tuple[str, bytes]],
-    nprocs: int,
+    nprocs: Optional[int],
     options: Mapping[str, Any],
 ) -> Dict[str, str]:
     _check_nprocs(nprocs)
     option_entries = _option_entries(options)
     with contextlib.ExitStack() as stack:
         entries = [("model", _model_entry(model, stack))] + data
-        entries.append(("nproc_per_node", str(nprocs).encode()))
+        if nprocs is not None:
+            entries.append(("nproc_per_node", str(nprocs).encode()))
         return run(command, entries + option_entries)
 
 
@@ -260,7 +263,7 @@ def fit(
     train: Data,
     *,
     val: Optional[Data] = None,
-    nprocs: int = 1,
+    nprocs: Optional[int] = None,
     **options: Any,
 ) -> FitResult:
     """Trains ``model`` on ``train`` in ``nprocs`` forked ranks (DDP on CPU).
@@ -278,7 +281,9 @@ def fit(
             labels.npy)`` pair.
         val: validation data, the same way; validated every
             ``check_val_every_n_epoch`` epochs.
-        nprocs: number of ranks.
+        nprocs: number of ranks (default 1). Under torchrun or srun this
+            process is one rank of that job, which sets the number; a
+            different ``nprocs`` is an error.
         **options: the ddpspawn CLI's options as Python names, e.g.
             ``max_epochs=5, lr=0.1, batch_size=32, optimizer="adam", seed=0,
             default_root_dir="logs", resume_from=..., timeout=600,
@@ -315,7 +320,7 @@ def _evaluate(
     model: Model,
     data: Data,
     checkpoint: Optional[PathLike],
-    nprocs: int,
+    nprocs: Optional[int],
     options: Mapping[str, Any],
 ) -> Dict[str, str]:
     entries = _data_entries("data", data)
@@ -329,7 +334,7 @@ def validate(
     data: Data,
     *,
     checkpoint: Optional[PathLike] = None,
-    nprocs: int = 1,
+    nprocs: Optional[int] = None,
     **options: Any,
 ) -> Dict[str, float]:
     """Runs ``model``'s validation over ``data``; returns the metrics averaged
@@ -346,7 +351,7 @@ def test(
     data: Data,
     *,
     checkpoint: Optional[PathLike] = None,
-    nprocs: int = 1,
+    nprocs: Optional[int] = None,
     **options: Any,
 ) -> Dict[str, float]:
     """Like :func:`validate` with ``test_step`` (metrics such as ``test_loss``,
@@ -376,7 +381,7 @@ def predict(
     data: Data,
     *,
     checkpoint: Optional[PathLike] = None,
-    nprocs: int = 1,
+    nprocs: Optional[int] = None,
     **options: Any,
 ) -> List[Any]:
     """Every sample's prediction, in dataset order.

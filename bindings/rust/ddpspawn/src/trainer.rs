@@ -177,7 +177,7 @@ impl<A: Into<PathBuf>, B: Into<PathBuf>> From<(A, B)> for Data {
 #[must_use = "a Trainer runs nothing until fit, validate, test or predict"]
 pub struct Trainer {
     model: OsString,
-    nprocs: usize,
+    nprocs: Option<usize>,
     val: Option<Data>,
     options: Vec<(String, OsString)>,
 }
@@ -188,15 +188,17 @@ impl Trainer {
     pub fn new(model: impl AsRef<OsStr>) -> Trainer {
         Trainer {
             model: model.as_ref().to_os_string(),
-            nprocs: 1,
+            nprocs: None,
             val: None,
             options: Vec::new(),
         }
     }
 
     /// Number of ranks (at least 1; 0 is rejected by the terminal methods).
+    /// Under torchrun or srun this process is one rank of that job, which
+    /// sets the number; a different `nprocs` is an error.
     pub fn nprocs(mut self, nprocs: usize) -> Trainer {
-        self.nprocs = nprocs;
+        self.nprocs = Some(nprocs);
         self
     }
 
@@ -295,7 +297,7 @@ impl Trainer {
 
     /// The `key=value` entries of a run, checked.
     fn entries(&self, data: &[(&str, &Data)]) -> Result<Vec<CString>> {
-        if self.nprocs == 0 {
+        if self.nprocs == Some(0) {
             return Err(Error::invalid("nprocs must be at least 1"));
         }
         let mut entries = vec![entry("model", self.model.as_bytes())?];
@@ -308,7 +310,9 @@ impl Trainer {
                 )?);
             }
         }
-        entries.push(entry("nproc_per_node", self.nprocs.to_string().as_bytes())?);
+        if let Some(nprocs) = self.nprocs {
+            entries.push(entry("nproc_per_node", nprocs.to_string().as_bytes())?);
+        }
         for (key, value) in &self.options {
             if key.is_empty() || key.contains('=') {
                 return Err(Error::invalid(format!(

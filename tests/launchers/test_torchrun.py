@@ -1,0 +1,125 @@
+"""ddpspawn started by torchrun (torch 2.11's): the CLI and Python's fit join
+torchrun's job as its ranks instead of launching trainings of their own, refuse
+a shape that disagrees with it, and a restarted attempt forms its group."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+REPO = Path.cwd()
+CLI = REPO / "tools" / "ddpspawn"
+TEST_WORKER = REPO / "tests" / "core" / "test_worker"
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def write_csv(path: Path, rows: int = 96) -> Path:
+    """Four features and a class label in {0, 1, 2}, the same every time."""
+    lines = []
+    for i in range(rows):
+        features = [((i * 7 + j * 13) % 17) / 17.0 for j in range(4)]
+        lines.append(",".join(f"{x:.6f}" for x in features) + f",{i % 3}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def torchrun(*args: str, nproc: int = 2, extra: List[str] = [], timeout: float = 120):
+    """torchrun --nproc-per-node nproc on a free port of its own."""
+    command = TORCHRUN + [
+        "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", "127.0.0.1:0", *extra, *args,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+def parse(text: str) -> Dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+FIT = ["fit", "--model", "mlp:4,8,3", "--max-epochs", "2", "--batch-size", "8", "--seed", "3",
+       "--lr", "0.3"]
+
+
+def test_cli_under_torchrun_trains_one_job_like_its_own_launcher(tmp_path):
+    train = write_csv(tmp_path / "train.csv")
+    own = subprocess.run(
+        [str(CLI), *FIT, "--train", str(train), "--nproc-per-node", "2",
+         "--default-root-dir", str(tmp_path / "own")],
+        capture_output=True, text=True, timeout=120)
+    assert own.returncode == 0, own.stderr
+    joined = torchrun("--no-python", str(CLI), *FIT, "--train", str(train),
+                      "--default-root-dir", str(tmp_path / "torchrun"))
+    assert joined.returncode == 0, joined.stderr
+    # One result, printed once (by rank 0): two ranks of one job, not two
+    # 1-rank trainings (which took 24 steps each instead of 12).
+    assert joined.stdout.count("global_step=") == 1, joined.stdout
+    got, want = parse(joined.stdout), parse(own.stdout)
+    assert got["global_step"] == want["global_step"] == "12"
+    for key in ("metric.train_loss", "metric.train_loss_epoch"):
+        assert got[key] == want[key], (key, got[key], want[key])
+    # The same weights: their loss on the training set agrees to every digit
+    # (checkpoint bytes differ run to run: torch's archive has a random id).
+    assert evaluate(got["checkpoint"], train) == evaluate(want["checkpoint"], train)
+
+
+def evaluate(checkpoint: str, data: Path) -> Dict[str, str]:
+    run = subprocess.run(
+        [str(CLI), "test", "--model", "mlp:4,8,3", "--checkpoint", checkpoint, "--data",
+         str(data)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return parse(run.stdout)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--nproc-per-node", "3"],
+         "job with 2 processes on this node (LOCAL_WORLD_SIZE), but 3 devices/processes"),
+        (["--nnodes", "2"], "option nnodes: this process is rank"),
+        (["--master-port", "1234"], "option master_port: this process is rank"),
+    ],
+)
+def test_cli_refuses_a_shape_torchrun_did_not_start(tmp_path, flags, message):
+    train = write_csv(tmp_path / "train.csv")
+    run = torchrun("--no-python", str(CLI), *FIT, "--train", str(train),
+                   "--default-root-dir", str(tmp_path), *flags)
+    assert run.returncode != 0
+    assert message in run.stderr, run.stderr
+    assert not (tmp_path / "last.ckpt").exists()
+
+
+def test_python_fit_under_torchrun_joins_and_returns_rank0s_result(tmp_path):
+    train = write_csv(tmp_path / "train.csv")
+    script = tmp_path / "fit.py"
+    script.write_text(
+        "import os, sys, ddpspawn\n"
+        f"r = ddpspawn.fit('mlp:4,8,3', {str(train)!r}, max_epochs=2, batch_size=8, seed=3, lr=0.3,\n"
+        f"                 default_root_dir={str(tmp_path / 'py')!r})\n"
+        f"with open({str(tmp_path)!r} + '/rank' + os.environ['RANK'], 'w') as out:\n"
+        "    out.write(f\"{r.global_step} {r.metrics['train_loss_epoch']}\")\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    command = TORCHRUN + ["--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                          "--rdzv-endpoint", "127.0.0.1:0", str(script)]
+    joined = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert joined.returncode == 0, joined.stderr
+    import ddpspawn
+
+    own = ddpspawn.fit("mlp:4,8,3", train, max_epochs=2, batch_size=8, seed=3, lr=0.3, nprocs=2,
+                       default_root_dir=tmp_path / "own")
+    want = f"{own.global_step} {own.metrics['train_loss_epoch']}"
+    for rank in (0, 1):
+        assert (tmp_path / f"rank{rank}").read_text() == want, joined.stdout
+
+
+def test_a_restarted_attempt_forms_its_group_every_time():
+    # Rank 1 exits after the group formed; torchrun restarts both ranks, whose
+    # store (torchrun's agent's) still holds the first attempt's keys.
+    for run in range(5):
+        result = torchrun("--no-python", str(TEST_WORKER), "elastic", "1",
+                          extra=["--max-restarts", "1"])
+        assert result.returncode == 0, f"run {run}: {result.stderr[-3000:]}"
+        assert sorted(result.stdout.split("\n")[:2]) == [
+            "attempt 1 rank 0 sum 6", "attempt 1 rank 1 sum 6"], result.stdout
