@@ -26,11 +26,13 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/comm/guarded.h"
 #include "core/comm/prompt_file_store.h"
 #include "core/comm/shm_collectives.h"
 #include "core/env/flight_recorder.h"
 #include "core/env/run_dir.h"
 #include "core/env/settings.h"
+#include "core/util/local_address.h"
 
 namespace ddpspawn {
 namespace {
@@ -39,28 +41,6 @@ namespace {
 // every rank joins groups in the same order, so the n-th group agrees across
 // ranks.
 std::atomic<int> g_group_generation{0};
-
-absl::Status FromException(absl::string_view what, absl::string_view message) {
-  std::string lower = absl::AsciiStrToLower(message);
-  std::string text = absl::StrCat(what, " failed: ", message);
-  if (absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout")) {
-    return absl::DeadlineExceededError(text);
-  }
-  return absl::InternalError(text);
-}
-
-// Runs `body`, turning any exception into a Status that names `what`.
-template <typename Body>
-absl::Status Guarded(absl::string_view what, Body&& body) {
-  try {
-    body();
-    return absl::OkStatus();
-  } catch (const c10::Error& e) {
-    return FromException(what, e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    return FromException(what, e.what());
-  }
-}
 
 at::ScalarType ToScalarType(DType dtype) {
   switch (dtype) {
@@ -114,9 +94,14 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(const ClusterInfo& cluster
   }
   // A launcher-started or single-node group stays on loopback: nothing off this
   // host can reach it.
-  if (cluster.kind == ClusterKind::kDdpspawn || IsLoopback(cluster.master_addr)) {
+  if ((cluster.kind == ClusterKind::kDdpspawn && !cluster.store_is_external) ||
+      IsLoopback(cluster.master_addr)) {
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   }
+  // Else the address this host reaches the master from (not whatever its
+  // hostname resolves to, which may be loopback or another network).
+  absl::StatusOr<std::string> local = LocalAddressTowards(cluster.master_addr, cluster.master_port);
+  if (local.ok()) return c10d::ProcessGroupGloo::createDeviceForHostname(*local);
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
@@ -126,7 +111,7 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(const ClusterInfo& cluster
 c10::intrusive_ptr<c10d::Store> MakeStore(const ClusterInfo& cluster, int generation,
                                           std::chrono::milliseconds timeout) {
   c10::intrusive_ptr<c10d::Store> store;
-  if (cluster.kind == ClusterKind::kDdpspawn) {
+  if (cluster.kind == ClusterKind::kDdpspawn && !cluster.store_is_external) {
     store = c10::make_intrusive<PromptFileStore>(RunDirStoreFile(cluster.run_dir, generation),
                                                  cluster.world_size);
   } else if (cluster.world_size == 1) {
@@ -456,10 +441,12 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
   effective.debug_checks = effective.debug_checks || *debug;
   const int generation = g_group_generation++;
   impl->generation = generation;
-  absl::StatusOr<std::unique_ptr<FlightRecorder>> recorder =
-      FlightRecorder::Create(cluster.kind == ClusterKind::kDdpspawn && !cluster.run_dir.empty()
-                                 ? RunDirCallsFile(cluster.run_dir, cluster.rank, generation)
-                                 : "");
+  // One launcher's ranks, all on this host: they share a run directory (and
+  // flight records and shared memory through it).
+  const bool one_launcher = cluster.kind == ClusterKind::kDdpspawn && !cluster.store_is_external &&
+                            !cluster.run_dir.empty();
+  absl::StatusOr<std::unique_ptr<FlightRecorder>> recorder = FlightRecorder::Create(
+      one_launcher ? RunDirCallsFile(cluster.run_dir, cluster.rank, generation) : "");
   if (!recorder.ok()) return recorder.status();
   impl->recorder = *std::move(recorder);
   // torchrun's store outlives its attempts: a restarted rank must not read the
@@ -487,7 +474,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
     gloo_options->devices.push_back(GlooDevice(cluster));
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cluster.rank,
                                                               cluster.world_size, gloo_options);
-    if (cluster.kind == ClusterKind::kDdpspawn && cluster.world_size > 1 && *shm_enabled) {
+    if (one_launcher && cluster.world_size > 1 && *shm_enabled) {
       absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> shm = JoinSharedMemory(
           *impl->group, cluster, absl::StrCat(SharedMemoryPrefix(cluster.run_dir), generation),
           options.timeout);
@@ -517,7 +504,7 @@ absl::Status ProcessGroup::FinishRecorded(uint64_t seq, absl::Status status) {
   // A timeout: say which call, and what every rank was last doing.
   std::string text = absl::StrCat(status.message(), "\n(rank ", rank(), "'s call #", seq, ": ",
                                   impl_->recorder->DescribeOwn(seq), ")");
-  if (cluster_.kind == ClusterKind::kDdpspawn) {
+  if (cluster_.kind == ClusterKind::kDdpspawn && !cluster_.store_is_external) {
     absl::StrAppend(&text, "\nwhat every rank was last doing (flight recorder):",
                     DescribeRecordedRanks(
                         ReadFlightRecorders(cluster_.run_dir, world_size(), impl_->generation), seq,

@@ -227,7 +227,11 @@ absl::StatusOr<ClusterInfo> DetectClusterEnvironment(const EnvLookup& env) {
   if (std::optional<std::string> run_dir = env(kRunDirEnv); run_dir.has_value()) {
     info = FromTorchrunVariables(env, ClusterKind::kDdpspawn, "NODE_RANK",
                                  /*all_required=*/true);
-    if (info.ok()) info->run_dir = *run_dir;
+    if (info.ok()) {
+      info->run_dir = *run_dir;
+      // Ranks on other nodes: node 0's launcher serves the store.
+      info->store_is_external = info->world_size != info->local_world_size;
+    }
   } else if (IsTorchElastic(env)) {
     info = FromTorchrunVariables(env, ClusterKind::kTorchElastic, "GROUP_RANK",
                                  /*all_required=*/true);

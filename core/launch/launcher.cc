@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <system_error>
 #include <thread>
 
@@ -330,6 +331,18 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(LaunchSpec spec) {
         absl::StrCat("master port ", spec.master_port, " is not a TCP port"));
   }
   if (spec.master_addr.empty()) spec.master_addr = "127.0.0.1";
+  if (spec.nnodes < 1 || spec.node_rank < 0 || spec.node_rank >= spec.nnodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node rank ", spec.node_rank, " is outside [0, ", spec.nnodes, ")"));
+  }
+  if (spec.nnodes > std::numeric_limits<int>::max() / spec.nprocs) {
+    return absl::InvalidArgumentError(absl::StrCat(spec.nnodes, " nodes of ", spec.nprocs,
+                                                   " ranks are more ranks than an int counts"));
+  }
+  if (spec.nnodes > 1 && spec.master_port == 0) {
+    return absl::InvalidArgumentError(
+        "a job of several nodes needs the master port where its ranks meet");
+  }
   std::unique_ptr<Job> job(new Job(std::move(spec)));
   job->program_path_ = std::move(program_path);
   return job;
@@ -347,12 +360,12 @@ std::vector<std::string> Job::RankEnvironment(int rank) const {
   };
   set("MASTER_ADDR", spec_.master_addr);
   set("MASTER_PORT", spec_.master_port);
-  set("WORLD_SIZE", spec_.nprocs);
-  set("RANK", rank);
+  set("WORLD_SIZE", spec_.nnodes * spec_.nprocs);
+  set("RANK", GlobalRank(rank));
   set("LOCAL_RANK", rank);
   set("LOCAL_WORLD_SIZE", spec_.nprocs);
-  set("NODE_RANK", 0);
-  set("GROUP_RANK", 0);
+  set("NODE_RANK", spec_.node_rank);
+  set("GROUP_RANK", spec_.node_rank);
   set(kRunDirEnv, run_dir_);
   // As torchrun does: unless told otherwise, OpenMP and OpenBLAS use this
   // rank's share of the cores, not all of them in every rank.
@@ -430,8 +443,8 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
     int fork_errno = errno;
     if (spec_.fork_hooks.after_fork_parent) spec_.fork_hooks.after_fork_parent();
     if (pid < 0) {
-      return absl::InternalError(
-          absl::StrCat("fork() for rank ", rank, " failed: ", std::strerror(fork_errno)));
+      return absl::InternalError(absl::StrCat("fork() for rank ", GlobalRank(rank),
+                                              " failed: ", std::strerror(fork_errno)));
     }
     setpgid(pid, pid);
     outcome.pid = pid;
@@ -459,7 +472,7 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
   if (pid < 0) {
     close(exec_error[0]);
     return absl::InternalError(
-        absl::StrCat("fork() for rank ", rank, " failed: ", std::strerror(fork_errno)));
+        absl::StrCat("fork() for rank ", GlobalRank(rank), " failed: ", std::strerror(fork_errno)));
   }
   setpgid(pid, pid);
   outcome.pid = pid;
@@ -477,8 +490,8 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
     waitpid(pid, &status, 0);
     outcome.state = RankState::kExited;
     outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 127;
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " could not exec '", program_path_, "': ", std::strerror(err)));
+    return absl::InvalidArgumentError(absl::StrCat("rank ", GlobalRank(rank), " could not exec '",
+                                                   program_path_, "': ", std::strerror(err)));
   }
   return recorded;
 }
@@ -507,7 +520,7 @@ absl::Status Job::Wait() {
   auto running_ranks = [this]() {
     std::vector<int> ranks;
     for (int r = 0; r < spec_.nprocs; ++r) {
-      if (outcomes_[r].state == RankState::kRunning) ranks.push_back(r);
+      if (outcomes_[r].state == RankState::kRunning) ranks.push_back(GlobalRank(r));
     }
     return ranks;
   };
@@ -552,6 +565,7 @@ absl::Status Job::Wait() {
       // Of ranks found dead in the same poll, a signal is more likely the cause
       // than an exit.
       failed_rank_ = newly_failed.front();
+      failed_at_ = absl::Now();
       for (int r : newly_failed) {
         if (outcomes_[r].state == RankState::kSignaled) {
           failed_rank_ = r;
@@ -592,8 +606,8 @@ absl::Status Job::Wait() {
   RemoveRunDir();
   if (failed_rank_ >= 0) {
     const RankOutcome& failed = outcomes_[failed_rank_];
-    std::string message =
-        absl::StrCat("rank ", failed_rank_, " (pid ", failed.pid, ") ", DescribeOutcome(failed));
+    std::string message = absl::StrCat("rank ", GlobalRank(failed_rank_), " (pid ", failed.pid,
+                                       ") ", DescribeOutcome(failed));
     if (!escalation.empty()) absl::StrAppend(&message, "; ", escalation);
     if (!failed.error_text.empty()) absl::StrAppend(&message, ":\n", failed.error_text);
     status = absl::AbortedError(message);
@@ -605,7 +619,7 @@ absl::Status Job::Wait() {
 
 void Job::CollectReports() {
   for (int r = 0; r < spec_.nprocs; ++r) {
-    if (std::optional<std::string> text = ReadWorkerError(run_dir_, r)) {
+    if (std::optional<std::string> text = ReadWorkerError(run_dir_, GlobalRank(r))) {
       outcomes_[r].error_text = std::move(*text);
     }
   }

@@ -70,6 +70,12 @@ struct LaunchSpec {
   absl::Duration grace_period = absl::Seconds(5);
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: a free port
+  // A job of several nodes (one launcher each): this launcher starts ranks
+  // node_rank * nprocs ... node_rank * nprocs + nprocs - 1 of nnodes * nprocs,
+  // which get those global RANKs, and messages name them so. Its ranks find
+  // each other at master_addr:master_port, which someone must serve.
+  int nnodes = 1;
+  int node_rank = 0;
 };
 
 enum class RankState { kNotStarted, kRunning, kExited, kSignaled };
@@ -105,8 +111,14 @@ class Job {
   absl::Status Wait();
 
   int nprocs() const { return spec_.nprocs; }
+  // One per rank this launcher started, in order (the global rank of
+  // outcomes()[i] is GlobalRank(i)).
   const std::vector<RankOutcome>& outcomes() const { return outcomes_; }
+  // The index in outcomes() of the rank whose failure ended the job; -1: none.
   int failed_rank() const { return failed_rank_; }
+  int GlobalRank(int index) const { return spec_.node_rank * spec_.nprocs + index; }
+  // When the launcher saw that rank fail; nullopt when none failed.
+  std::optional<absl::Time> failed_at() const { return failed_at_; }
   // Rank 0's result, if it set one.
   const std::optional<std::string>& result() const { return result_; }
 
@@ -125,6 +137,7 @@ class Job {
   std::string run_dir_;
   std::vector<RankOutcome> outcomes_;
   int failed_rank_ = -1;
+  std::optional<absl::Time> failed_at_;
   bool started_ = false;
   bool waited_ = false;
   std::optional<std::string> result_;

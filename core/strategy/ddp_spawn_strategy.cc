@@ -125,16 +125,36 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   absl::StatusOr<ClusterInfo> outer = options_.cluster_environment();
   if (!outer.ok()) return outer.status();
   if (CreatesProcessesExternally(*outer)) return RunAsOuterRank(fn);
-  if (options_.num_nodes != 1) {
-    return absl::InvalidArgumentError(
-        "Launch() starts the ranks of one node; for several nodes, start each node's ranks with "
-        "SLURM or torchrun and call RunWorker() in each");
+  if (options_.num_nodes < 1 || options_.node_rank < 0 ||
+      options_.node_rank >= options_.num_nodes) {
+    return absl::InvalidArgumentError(absl::StrCat("node rank ", options_.node_rank,
+                                                   " is outside [0, ", options_.num_nodes, ")"));
   }
   if (absl::Status s = CheckDevices(); !s.ok()) return s;
+  std::unique_ptr<NodeRendezvous> rendezvous;
+  if (options_.num_nodes > 1) {
+    NodeRendezvousOptions node_options;
+    node_options.master_addr = options_.master_addr;
+    node_options.master_port = options_.master_port;
+    node_options.nnodes = options_.num_nodes;
+    node_options.node_rank = options_.node_rank;
+    node_options.job = absl::StrCat(options_.job_description, " nnodes=", options_.num_nodes,
+                                    " nproc_per_node=", num_processes());
+    node_options.timeout = options_.timeout;
+    absl::StatusOr<std::unique_ptr<NodeRendezvous>> joined = NodeRendezvous::Join(node_options);
+    if (!joined.ok()) return joined.status();
+    rendezvous = *std::move(joined);
+  }
   absl::StatusOr<StartMethod> method = ParseStartMethod(options_.start_method);
   if (!method.ok()) return method.status();
   LaunchSpec spec;
   spec.nprocs = num_processes();
+  spec.nnodes = options_.num_nodes;
+  spec.node_rank = options_.node_rank;
+  if (rendezvous != nullptr) {
+    spec.master_addr = options_.master_addr;
+    spec.master_port = options_.master_port;
+  }
   spec.start_method = *method;
   spec.timeout = options_.launch_timeout;
   if (*method == StartMethod::kSpawn) {
@@ -147,12 +167,46 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   }
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(std::move(spec));
   if (!job.ok()) return job.status();
-  if (absl::Status s = (*job)->Start(); !s.ok()) return s;
-  const absl::Status waited = (*job)->Wait();
+  absl::Status waited = (*job)->Start();
+  if (waited.ok()) waited = (*job)->Wait();
   last_failed_rank_ = (*job)->failed_rank();
   last_outcomes_ = (*job)->outcomes();
+  if (rendezvous != nullptr) {
+    waited = EndNode(*rendezvous, waited, (*job)->failed_at().value_or(absl::Now()));
+  }
   if (!waited.ok()) return waited;
   return (*job)->result().value_or("");
+}
+
+// How a node's part of a multi-node job ended: its own failure is shared with
+// the other nodes; a failure that followed another node's (its ranks lost
+// their peers) names that node's first. Node 0 keeps the store up until the
+// other nodes are done with it.
+absl::Status DDPSpawnStrategy::EndNode(NodeRendezvous& rendezvous, absl::Status status,
+                                       absl::Time failed_at) {
+  if (!status.ok()) {
+    rendezvous.ReportFailure(failed_at, std::string(status.message()));
+    // The other nodes' launchers say how they ended within moments; one that
+    // does not is gone.
+    std::optional<NodeFailure> first = rendezvous.FirstFailure(absl::Seconds(3));
+    std::string text;
+    if (first.has_value() && first->node != options_.node_rank) {
+      text = absl::StrCat("the job failed on node ", first->node, " first: ", first->message,
+                          "\nand then on node ", options_.node_rank, ": ", status.message());
+    } else {
+      text = absl::StrCat("node ", options_.node_rank, ": ", status.message());
+    }
+    for (int node : rendezvous.SilentNodes()) {
+      const int first_rank = node * num_processes();
+      absl::StrAppend(&text, "\nnode ", node, " (ranks ", first_rank, "..",
+                      first_rank + num_processes() - 1,
+                      ") never said how it ended: its launcher was killed or its host is "
+                      "unreachable");
+    }
+    return absl::Status(status.code(), text);
+  }
+  rendezvous.Finish(absl::Seconds(30));
+  return status;
 }
 
 // This process is one rank of a job that torchrun, srun or the user started:

@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/comm/node_rendezvous.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/distributed_data_parallel.h"
@@ -51,7 +52,17 @@ struct StrategyOptions {
   // One per local rank: local rank i runs on parallel_devices[i] (its model,
   // buckets and NCCL communicator); "cuda:N" devices for accelerator "cuda".
   std::vector<c10::Device> parallel_devices = {c10::Device(c10::kCPU)};
+  // Several nodes, one Launch() on each (torchrun's --nnodes, --node-rank,
+  // --master-addr, --master-port): node 0's launcher serves the rendezvous at
+  // master_addr:master_port (see core/comm/node_rendezvous.h); ranks are
+  // node_rank * num_processes + local rank.
   int num_nodes = 1;
+  int node_rank = 0;
+  std::string master_addr;
+  int master_port = 29500;
+  // What every node runs (e.g. the command and model): the rendezvous refuses
+  // a node whose description differs.
+  std::string job_description;
   // Reads this rank's place in the world; default: DetectClusterEnvironment().
   std::function<absl::StatusOr<ClusterInfo>()> cluster_environment;
   std::shared_ptr<CheckpointIO> checkpoint_io;        // default: atomic files
@@ -89,11 +100,12 @@ class DDPSpawnStrategy {
   // --- Launching
   // --------------------------------------------------------------------------
   // In the launching process: starts the ranks and returns rank 0's result; a
-  // failing rank's error names it and its cause. In a process that torchrun,
-  // srun (more than one task) or the user (WORLD_SIZE > 1) started as one rank
-  // of a job, it launches nothing: it joins that job as that rank, runs fn
-  // and returns rank 0's result on every rank; the node's process count must
-  // equal num_processes().
+  // failing rank's error names it and its cause. With num_nodes > 1, every
+  // node calls Launch(); node 0 gets the result (the others ""), and a node
+  // whose ranks failed because another node's did says which failed first. In a process that
+  // torchrun, srun (more than one task) or the user (WORLD_SIZE > 1) started as one rank of a job,
+  // it launches nothing: it joins that job as that rank, runs fn and returns rank 0's result on
+  // every rank; the node's process count must equal num_processes().
   absl::StatusOr<std::string> Launch(const WorkerFn& fn);
   // After Launch(): the rank whose failure ended the job (-1: none failed,
   // e.g. success, a timeout or an interrupt) and how every rank ended.
@@ -172,6 +184,9 @@ class DDPSpawnStrategy {
   // Launch() under an outer launcher: SetupDistributed(), fn, rank 0's
   // result to every rank, Teardown().
   absl::StatusOr<std::string> RunAsOuterRank(const WorkerFn& fn);
+  // Launch() of a multi-node job, after this node's ranks ended with `status`.
+  // `failed_at`: when its first rank failed.
+  absl::Status EndNode(NodeRendezvous& rendezvous, absl::Status status, absl::Time failed_at);
   // fn, with an escaping exception turned into an error.
   absl::StatusOr<std::string> RunCaught(const WorkerFn& fn);
   absl::Status RequireSetup(absl::string_view what) const;

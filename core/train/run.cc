@@ -512,9 +512,18 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOp
   if (command != "fit" && config.data.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(command, " needs option data"));
   }
-  if (config.nnodes != 1) {
-    return absl::UnimplementedError(
-        "nnodes > 1 is not supported yet: start each node's ranks with torchrun or SLURM");
+  if (config.node_rank >= config.nnodes) {
+    return absl::InvalidArgumentError(absl::StrCat("option node_rank=", config.node_rank,
+                                                   " is outside [0, nnodes=", config.nnodes, ")"));
+  }
+  if (config.nnodes == 1 && (!config.master_addr.empty() || config.master_port != 0)) {
+    return absl::InvalidArgumentError(
+        "master_addr and master_port are for nnodes > 1: the ranks of one node meet privately "
+        "(a directory only this user can enter)");
+  }
+  if (config.nnodes > 1 && config.master_addr.empty()) {
+    return absl::InvalidArgumentError(
+        "nnodes > 1 needs master_addr: node 0's address, the same on every node");
   }
   return config;
 }
@@ -573,6 +582,11 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   options.process_group_backend = config.process_group_backend;
   options.start_method = config.start_method;
   options.timeout = absl::Seconds(config.timeout_s);
+  options.num_nodes = config.nnodes;
+  options.node_rank = config.node_rank;
+  options.master_addr = config.master_addr;
+  if (config.master_port != 0) options.master_port = config.master_port;
+  options.job_description = absl::StrCat("ddpspawn ", config.command, " model=", config.model);
   // Forked ranks open their data, model and outputs by name: they need none of
   // the caller's descriptors (which would otherwise stay open, e.g. a pipe's
   // write end its reader waits on, for the whole run).
@@ -671,8 +685,10 @@ Optimizer:
   --step-lr-every N (epochs; 0: constant)  --step-lr-gamma X (0.1)
 Distributed (torchrun-style):
   --nproc-per-node N (1..)",
-                      kMaxNprocs, R"(; 1)  --nnodes 1  --node-rank 0  --master-addr A
-  --master-port P (0..65535; 0: a free one)  --start-method spawn|fork (spawn)
+                      kMaxNprocs, R"(; 1)  --start-method spawn|fork (spawn)
+  --nnodes N (1)  --node-rank R (0)  --master-addr A  --master-port P (29500): for N > 1, run
+      ddpspawn on every node with its own R and node 0's address A; node 0's launcher serves
+      the rendezvous on port P (all interfaces). Under torchrun or srun leave them out.
   --timeout SECONDS (1800: each collective's limit; past it the job fails naming the ranks
                      that never arrived and what every rank was last doing)
   --accelerator cpu|cuda (cpu)  --devices N or CUDA indices 0,2 (sets nproc-per-node)

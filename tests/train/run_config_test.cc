@@ -74,13 +74,40 @@ TEST(RunConfigTest, IntegersAtTheirBoundsAreKept) {
   config = ParseWith("num_threads", "1024");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->trainer.num_threads, 1024);
-  for (const char* port : {"0", "65535"}) {
-    config = ParseWith("master_port", port);
+  for (const char* port : {"1", "65535"}) {
+    config = ParseRunConfig("fit", {{"model", "mlp:4,16,3"},
+                                    {"train", "train.csv"},
+                                    {"nnodes", "2"},
+                                    {"master_addr", "10.0.0.1"},
+                                    {"master_port", port}});
     ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->world_size, 2);
   }
   config = ParseWith("seed", "9223372036854775807");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->trainer.seed, 9223372036854775807ull);
+}
+
+// A node's place in a job of several: refused when it cannot work, never
+// ignored (a single node's ranks meet privately, without the master address).
+TEST(RunConfigTest, NodeOptionsThatCannotWorkAreRefused) {
+  const struct {
+    RunOptions extra;
+    std::string expected;
+  } cases[] = {
+      {{{"nnodes", "2"}}, "nnodes > 1 needs master_addr"},
+      {{{"master_port", "29500"}}, "master_addr and master_port are for nnodes > 1"},
+      {{{"master_addr", "10.0.0.1"}}, "master_addr and master_port are for nnodes > 1"},
+      {{{"nnodes", "2"}, {"node_rank", "2"}, {"master_addr", "a"}},
+       "node_rank=2 is outside [0, nnodes=2)"},
+  };
+  for (const auto& c : cases) {
+    RunOptions options = {{"model", "mlp:4,16,3"}, {"train", "train.csv"}};
+    options.insert(options.end(), c.extra.begin(), c.extra.end());
+    absl::StatusOr<RunConfig> config = ParseRunConfig("fit", options);
+    ASSERT_FALSE(config.ok()) << c.expected;
+    EXPECT_THAT(config.status().message(), HasSubstr(c.expected));
+  }
 }
 
 TEST(RunConfigTest, DevicesAreRangeChecked) {

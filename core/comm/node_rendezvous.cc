@@ -1,0 +1,186 @@
+// The launchers' rendezvous on node 0's TCPStore (see node_rendezvous.h).
+#include "core/comm/node_rendezvous.h"
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "core/comm/guarded.h"
+
+namespace ddpspawn {
+namespace {
+
+// The launchers' keys; the ranks' groups use "ddpspawn/attempt<k>/...".
+constexpr char kPrefix[] = "ddpspawn/nodes/";
+
+std::string Key(absl::string_view name) { return absl::StrCat(kPrefix, name); }
+
+std::vector<uint8_t> Bytes(absl::string_view text) {
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
+
+std::string Text(const std::vector<uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
+
+std::chrono::milliseconds Millis(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+}  // namespace
+
+struct NodeRendezvous::Impl {
+  NodeRendezvousOptions options;
+  c10::intrusive_ptr<c10d::TCPStore> store;
+
+  std::string Where() const { return absl::StrCat(options.master_addr, ":", options.master_port); }
+};
+
+NodeRendezvous::NodeRendezvous(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+NodeRendezvous::~NodeRendezvous() = default;
+
+absl::StatusOr<std::unique_ptr<NodeRendezvous>> NodeRendezvous::Join(
+    const NodeRendezvousOptions& options) {
+  if (options.nnodes < 2 || options.node_rank < 0 || options.node_rank >= options.nnodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node rank ", options.node_rank, " is outside [0, ", options.nnodes, ")"));
+  }
+  if (options.master_addr.empty() || options.master_port <= 0 || options.master_port > 65535) {
+    return absl::InvalidArgumentError(
+        "a job of several nodes needs the master address and port (node 0's launcher's)");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  const bool serve = options.node_rank == 0;
+  const std::string where = impl->Where();
+  absl::Status connected = Guarded(
+      serve ? absl::StrCat("serving the rendezvous store at ", where)
+            : absl::StrCat("reaching the rendezvous at ", where, " (node 0's launcher) within ",
+                           absl::FormatDuration(options.timeout)),
+      [&] {
+        c10d::TCPStoreOptions store_options;
+        store_options.port = static_cast<std::uint16_t>(options.master_port);
+        store_options.isServer = serve;
+        store_options.waitWorkers = false;
+        store_options.timeout = Millis(options.timeout);
+        impl->store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+      });
+  if (!connected.ok()) return absl::UnavailableError(connected.message());
+  c10d::Store& store = *impl->store;
+  std::string job;
+  int64_t claims = 0;
+  absl::Status registered = Guarded(absl::StrCat("the rendezvous at ", where), [&] {
+    if (serve) store.set(Key("job"), Bytes(options.job));
+    job = Text(store.get(Key("job")));  // waits until node 0 has said which job this is
+    if (job != options.job) return;
+    claims = store.add(Key(absl::StrCat("node", options.node_rank)), 1);
+    if (claims == 1) store.set(Key(absl::StrCat("node", options.node_rank, "/ready")), Bytes("1"));
+  });
+  if (!registered.ok()) return absl::UnavailableError(registered.message());
+  if (job != options.job) {
+    return absl::FailedPreconditionError(absl::StrCat("the rendezvous at ", where,
+                                                      " belongs to another job (", job,
+                                                      "); this node runs ", options.job));
+  }
+  if (claims != 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node rank ", options.node_rank, " is already taken at ", where,
+                     ": give each node's launcher its own --node-rank"));
+  }
+  // Every node, or the names of those that never came.
+  const absl::Time deadline = absl::Now() + options.timeout;
+  std::vector<int> missing;
+  absl::Status waited = Guarded(absl::StrCat("the rendezvous at ", where), [&] {
+    do {
+      missing.clear();
+      for (int node = 0; node < options.nnodes; ++node) {
+        if (!store.check({Key(absl::StrCat("node", node, "/ready"))})) missing.push_back(node);
+      }
+      if (missing.empty()) return;
+      absl::SleepFor(absl::Milliseconds(20));
+    } while (absl::Now() < deadline);
+  });
+  if (!waited.ok()) return absl::UnavailableError(waited.message());
+  if (!missing.empty()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(missing.size() == 1 ? "node " : "nodes ", absl::StrJoin(missing, ", "),
+                     " did not join the rendezvous at ", where, " within ",
+                     absl::FormatDuration(options.timeout)));
+  }
+  return std::unique_ptr<NodeRendezvous>(new NodeRendezvous(std::move(impl)));
+}
+
+void NodeRendezvous::ReportFailure(absl::Time at, const std::string& message) {
+  const int node = impl_->options.node_rank;
+  try {
+    impl_->store->setTimeout(std::chrono::seconds(2));
+    impl_->store->set(Key(absl::StrCat("node", node, "/failure")),
+                      Bytes(absl::StrCat(absl::ToUnixNanos(at), " ", message)));
+    impl_->store->set(Key(absl::StrCat("node", node, "/ended")), Bytes("1"));
+  } catch (const std::exception&) {
+    // The store went with node 0: nobody is left to tell.
+  }
+}
+
+std::optional<NodeFailure> NodeRendezvous::FirstFailure(absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
+  while (!SilentNodes().empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  std::optional<NodeFailure> first;
+  try {
+    for (int node = 0; node < impl_->options.nnodes; ++node) {
+      const std::string key = Key(absl::StrCat("node", node, "/failure"));
+      if (!impl_->store->check({key})) continue;
+      const std::string text = Text(impl_->store->get(key));
+      const size_t space = text.find(' ');
+      int64_t nanos = 0;
+      if (space == std::string::npos || !absl::SimpleAtoi(text.substr(0, space), &nanos)) continue;
+      NodeFailure failure{node, absl::FromUnixNanos(nanos), text.substr(space + 1)};
+      if (!first.has_value() || failure.at < first->at) first = std::move(failure);
+    }
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  return first;
+}
+
+std::vector<int> NodeRendezvous::SilentNodes() {
+  std::vector<int> silent;
+  try {
+    impl_->store->setTimeout(std::chrono::seconds(2));
+    for (int node = 0; node < impl_->options.nnodes; ++node) {
+      if (node == impl_->options.node_rank) continue;
+      if (!impl_->store->check({Key(absl::StrCat("node", node, "/ended"))})) silent.push_back(node);
+    }
+  } catch (const std::exception&) {
+    return {};
+  }
+  return silent;
+}
+
+void NodeRendezvous::Finish(absl::Duration wait) {
+  const NodeRendezvousOptions& options = impl_->options;
+  try {
+    impl_->store->setTimeout(std::chrono::seconds(2));
+    if (options.node_rank != 0) {
+      impl_->store->set(Key(absl::StrCat("node", options.node_rank, "/ended")), Bytes("1"));
+      return;
+    }
+    const absl::Time deadline = absl::Now() + wait;
+    for (int node = 1; node < options.nnodes; ++node) {
+      const std::string key = Key(absl::StrCat("node", node, "/ended"));
+      while (!impl_->store->check({key}) && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+    }
+  } catch (const std::exception&) {
+  }
+}
+
+}  // namespace ddpspawn

@@ -1,0 +1,81 @@
+// The rendezvous of a job's launchers across nodes (static, torchrun's
+// --nnodes/--node-rank/--master-addr/--master-port): node 0's launcher serves
+// a c10d TCPStore at the master address, which outlives any rank; every
+// launcher joins it, checks that it belongs to the same job, claims its node
+// rank and waits for the other nodes. The ranks later form their process group
+// on the same store. Failures are shared through it, so that each node can say
+// which node failed first.
+//
+// Where the store listens: LibTorch 2.11's TCPStore (libuv) binds the port on
+// every interface (IPv4 and IPv6), whatever the master address says; anyone
+// who reaches the port can read and write it. The job check keeps other
+// ddpspawn jobs out by mistake, not a hostile peer: run multi-node jobs on a
+// network you trust.
+#ifndef DDPSPAWN_CORE_COMM_NODE_RENDEZVOUS_H_
+#define DDPSPAWN_CORE_COMM_NODE_RENDEZVOUS_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace ddpspawn {
+
+struct NodeRendezvousOptions {
+  std::string master_addr;
+  int master_port = 0;
+  int nnodes = 2;
+  int node_rank = 0;
+  // What every node of the job runs (command, model, shape); a launcher that
+  // finds another job's description at the address is refused.
+  std::string job;
+  // How long to wait for the store and for every node to arrive.
+  absl::Duration timeout = absl::Minutes(30);
+};
+
+struct NodeFailure {
+  int node = 0;
+  absl::Time at;
+  std::string message;
+};
+
+// One launcher's place in the rendezvous. Not thread-safe: the launching
+// thread uses it; it must outlive the ranks of this node (node 0's serves
+// the store that every rank joins through).
+class NodeRendezvous {
+ public:
+  // Serves the store (node 0) or connects to it, checks the job, claims the
+  // node rank and waits until every node did. Errors: Unavailable (the store
+  // cannot be reached or served), FailedPrecondition (another job, or a node
+  // rank already taken), DeadlineExceeded (nodes that never arrived, named).
+  static absl::StatusOr<std::unique_ptr<NodeRendezvous>> Join(const NodeRendezvousOptions& options);
+  ~NodeRendezvous();
+
+  // Records that this node's ranks started failing at `at` with `message`.
+  // Best effort, as everything after Join(): a store that is gone (node 0's
+  // launcher died) is ignored.
+  void ReportFailure(absl::Time at, const std::string& message);
+  // The earliest failure any node reported, once every other node said how it
+  // ended or `wait` passed; nullopt when none did (or the store is gone).
+  std::optional<NodeFailure> FirstFailure(absl::Duration wait);
+  // The other nodes that have not said how they ended (a launcher that was
+  // killed, or a host that is gone, never does); empty when the store is gone.
+  std::vector<int> SilentNodes();
+  // Records that this node ended well. Node 0 then waits up to `wait` until
+  // every other node's launcher said how it ended, so that the store outlives
+  // their ranks.
+  void Finish(absl::Duration wait);
+
+ private:
+  struct Impl;
+  explicit NodeRendezvous(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddpspawn
+
+#endif  // DDPSPAWN_CORE_COMM_NODE_RENDEZVOUS_H_

@@ -1,0 +1,217 @@
+"""Jobs of two hosts on one machine: two network namespaces joined by a veth
+pair (10.231.0.1 and 10.231.0.2, addresses that exist only inside them), one
+launcher in each. Needs root to create them; under DDPSPAWN_REQUIRE_ALL_TESTS=1
+(CI) a test that cannot is a failure, not a skip."""
+
+import math
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Dict, Iterator, List, Tuple
+
+import pytest
+
+from test_torchrun import CLI, TEST_WORKER, TORCHRUN, evaluate, parse, write_csv
+
+HOSTS = ("10.231.0.1", "10.231.0.2")
+PORT = "29500"  # inside the namespaces: nothing else listens there
+
+
+def ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+@pytest.fixture
+def hosts() -> Iterator[Tuple[str, str]]:
+    """Two namespaces (names unique to this test) joined by a veth pair."""
+    tag = uuid.uuid4().hex[:6]
+    names = (f"ddps-{tag}-a", f"ddps-{tag}-b")
+    links = (f"ddps{tag}a", f"ddps{tag}b")
+    try:
+        for name in names:
+            ip("netns", "add", name)
+    except (OSError, subprocess.CalledProcessError) as e:
+        for name in names:
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+        why = e.stderr.strip() if isinstance(e, subprocess.CalledProcessError) else e
+        pytest.skip(f"cannot create network namespaces (needs root and iproute2): {why}")
+    try:
+        ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
+        for name, link, address in zip(names, links, HOSTS):
+            ip("link", "set", link, "netns", name)
+            ip("-n", name, "addr", "add", f"{address}/24", "dev", link)
+            ip("-n", name, "link", "set", link, "up")
+            ip("-n", name, "link", "set", "lo", "up")
+        yield names
+    finally:
+        for name in names:
+            pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True,
+                                  text=True).stdout.split()
+            for pid in pids:
+                subprocess.run(["kill", "-9", pid], capture_output=True)
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+
+
+def in_host(namespace: str, *command: str, env: Dict[str, str] = {}) -> subprocess.Popen:
+    return subprocess.Popen(["ip", "netns", "exec", namespace, *command],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, **env))
+
+
+def finish(process: subprocess.Popen, timeout: float = 120) -> Tuple[int, str, str]:
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def node_flags(node: int, master: str = HOSTS[0]) -> List[str]:
+    return ["--nnodes", "2", "--node-rank", str(node), "--master-addr", master,
+            "--master-port", PORT]
+
+
+FIT = ["fit", "--model", "mlp:4,8,3", "--max-epochs", "3", "--batch-size", "4", "--seed", "5",
+       "--lr", "0.3", "--progress", "false"]
+
+
+def fit_on_one_host(train: Path, root: Path, env: Dict[str, str] = {}) -> Dict[str, str]:
+    run = subprocess.run([str(CLI), *FIT, "--train", str(train), "--nproc-per-node", "4",
+                          "--default-root-dir", str(root)],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ, **env))
+    assert run.returncode == 0, run.stderr
+    return parse(run.stdout)
+
+
+def test_collectives_across_two_hosts_of_two_ranks_under_torchrun(hosts):
+    nodes = [in_host(ns, *TORCHRUN, "--nnodes", "2", "--node-rank", str(node), "--master-addr",
+                     HOSTS[0], "--master-port", PORT, "--nproc-per-node", "2", "--no-python",
+                     str(TEST_WORKER), "collectives")
+             for node, ns in enumerate(hosts)]
+    results = [finish(node) for node in nodes]
+    for code, out, err in results:
+        assert code == 0, err[-3000:]
+    lines = sorted(line for _, out, _ in results for line in out.splitlines())
+    assert lines == [f"collectives ok on rank {r} of 4 (gloo)" for r in range(4)]
+
+
+@pytest.mark.parametrize("shared_memory", ["1", "0"])
+def test_fit_on_two_hosts_of_two_trains_like_one_host_of_four(hosts, tmp_path, shared_memory):
+    train = write_csv(tmp_path / "train.csv")
+    nodes = [in_host(ns, str(CLI), *FIT, "--train", str(train), "--nproc-per-node", "2",
+                     "--default-root-dir", str(tmp_path / f"node{node}"), *node_flags(node))
+             for node, ns in enumerate(hosts)]
+    (code0, out0, err0), (code1, out1, err1) = [finish(node) for node in nodes]
+    assert code0 == 0 and code1 == 0, err0[-3000:] + err1[-3000:]
+    assert "global_step=" not in out1  # the result is node 0's
+    two_hosts = parse(out0)
+    one_host = fit_on_one_host(train, tmp_path / "one",
+                               env={"DDPSPAWN_SHM_ALLREDUCE": shared_memory})
+    # 96 samples, batch 4 per rank, 4 ranks: 6 steps an epoch.
+    assert two_hosts["global_step"] == one_host["global_step"] == "18"
+    # The weights are the same to the last bit (the gradients' float32 sums
+    # run in the same order); so is the logged epoch loss through Gloo, while
+    # shared memory sums the ranks' float32 step losses in another order:
+    # 1.2e-8 apart (relative), measured; the bound is 4 times that.
+    assert evaluate(two_hosts["checkpoint"], train) == evaluate(one_host["checkpoint"], train)
+    got, want = (float(r["metric.train_loss_epoch"]) for r in (two_hosts, one_host))
+    if shared_memory == "0":
+        assert got == want
+    else:
+        assert math.isclose(got, want, rel_tol=5e-8, abs_tol=0), (got, want)
+
+
+def test_torchrun_across_two_hosts_trains_one_job(hosts, tmp_path):
+    train = write_csv(tmp_path / "train.csv")
+    nodes = [in_host(ns, *TORCHRUN, "--nnodes", "2", "--node-rank", str(node), "--master-addr",
+                     HOSTS[0], "--master-port", PORT, "--nproc-per-node", "2", "--no-python",
+                     str(CLI), *FIT, "--train", str(train), "--default-root-dir",
+                     str(tmp_path / f"node{node}"))
+             for node, ns in enumerate(hosts)]
+    (code0, out0, err0), (code1, out1, err1) = [finish(node) for node in nodes]
+    assert code0 == 0 and code1 == 0, err0[-3000:] + err1[-3000:]
+    assert "global_step=" not in out1  # printed once, by rank 0
+    got = parse(out0)
+    want = fit_on_one_host(train, tmp_path / "one")
+    assert got["global_step"] == want["global_step"] == "18"
+    assert evaluate(got["checkpoint"], train) == evaluate(want["checkpoint"], train)
+
+
+LONG_FIT = FIT[:FIT.index("--max-epochs")] + ["--max-epochs", "2000"] + FIT[FIT.index("--batch-size"):]
+
+
+def start_long_job(hosts, tmp_path) -> List[subprocess.Popen]:
+    train = write_csv(tmp_path / "train.csv")
+    nodes = [in_host(ns, str(CLI), *LONG_FIT, "--train", str(train), "--nproc-per-node", "2",
+                     "--timeout", "20", "--default-root-dir", str(tmp_path / f"node{node}"),
+                     *node_flags(node))
+             for node, ns in enumerate(hosts)]
+    # Training has begun once node 0's metrics log has rows.
+    deadline = time.monotonic() + 60
+    metrics = tmp_path / "node0" / "metrics.csv"
+    while not (metrics.exists() and metrics.stat().st_size > 100):
+        assert time.monotonic() < deadline and nodes[0].poll() is None, finish(nodes[0])
+        time.sleep(0.05)
+    return nodes
+
+
+def processes_in(namespace: str) -> List[str]:
+    return subprocess.run(["ip", "netns", "pids", namespace], capture_output=True,
+                          text=True).stdout.split()
+
+
+def test_a_killed_remote_launcher_ends_the_job_naming_its_ranks(hosts, tmp_path):
+    nodes = start_long_job(hosts, tmp_path)
+    nodes[1].kill()  # node 1's launcher; its ranks die with it
+    killed = time.monotonic()
+    code, _, err = finish(nodes[0])
+    took = time.monotonic() - killed
+    finish(nodes[1])
+    assert code != 0
+    assert "node 1 (ranks 2..3) never said how it ended" in err, err[-3000:]
+    assert took < 10, f"node 0 took {took:.1f} s to end (timeout 20 s)"
+    deadline = time.monotonic() + 5
+    while any(processes_in(ns) for ns in hosts) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [processes_in(ns) for ns in hosts] == [[], []]
+
+
+def test_a_rank_that_fails_on_another_node_is_named_as_the_first_failure(hosts, tmp_path):
+    nodes = start_long_job(hosts, tmp_path)
+    children = Path(f"/proc/{nodes[1].pid}/task/{nodes[1].pid}/children").read_text().split()
+    rank3 = [pid for pid in children
+             if b"\0RANK=3\0" in Path(f"/proc/{pid}/environ").read_bytes()]
+    assert len(rank3) == 1, children
+    os.kill(int(rank3[0]), 9)
+    (code0, _, err0), (code1, _, err1) = finish(nodes[0]), finish(nodes[1])
+    assert code0 != 0 and code1 != 0
+    assert "node 1: rank 3 (pid" in err1 and "SIGKILL" in err1, err1[-3000:]
+    assert "the job failed on node 1 first: rank 3 (pid" in err0, err0[-3000:]
+    assert "and then on node 0: rank" in err0
+
+
+def test_a_wrong_master_address_is_a_clear_error_within_the_timeout(hosts, tmp_path):
+    train = write_csv(tmp_path / "train.csv")
+    started = time.monotonic()
+    # 10.231.0.9: in the namespaces' own network, where no host has it.
+    code, _, err = finish(in_host(hosts[1], str(CLI), *FIT, "--train", str(train),
+                                  "--nproc-per-node", "2", "--timeout", "5",
+                                  *node_flags(1, master="10.231.0.9")))
+    took = time.monotonic() - started
+    assert code != 0
+    assert ("reaching the rendezvous at 10.231.0.9:29500 (node 0's launcher) within 5s failed"
+            in err), err[-3000:]
+    assert "frame #" not in err.split("ddpspawn: error:")[1]  # no LibTorch backtrace
+    assert took < 5 + 8, f"took {took:.1f} s"
+
+
+def test_a_launcher_of_another_job_is_refused(hosts, tmp_path):
+    train = write_csv(tmp_path / "train.csv")
+    node0 = in_host(hosts[0], str(CLI), *FIT, "--train", str(train), "--nproc-per-node", "2",
+                    "--timeout", "10", "--default-root-dir", str(tmp_path), *node_flags(0))
+    other = finish(in_host(hosts[1], str(CLI), "test", "--model", "mlp:4,8,3", "--data",
+                           str(train), "--nproc-per-node", "2", "--timeout", "10",
+                           *node_flags(1)))
+    node0.kill()
+    finish(node0)
+    assert other[0] != 0
+    assert "belongs to another job (ddpspawn fit model=mlp:4,8,3" in other[2], other[2][-3000:]
