@@ -76,7 +76,8 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command, const char* co
       return absl::InvalidArgumentError(s.message());
     }
     ddpspawn::DDPSpawnStrategy strategy(ddpspawn::StrategyOptionsFor(*config));
-    absl::StatusOr<std::string> text = strategy.Launch(
+    absl::StatusOr<std::string> text = ddpspawn::LaunchWithRestarts(
+        *config, strategy,
         [&config](ddpspawn::DDPSpawnStrategy& s) { return ddpspawn::RunCommand(*config, s); });
     t_last_run.failed_rank = strategy.last_failed_rank();
     t_last_run.outcomes = strategy.last_outcomes();

@@ -17,6 +17,9 @@ constexpr SettingInfo kSettings[] = {
     {Setting::kDebug, "DDPSPAWN_DEBUG", "0 (default) or 1",
      "1 also checks DDP's in-flight all-reduces without shared memory, and NCCL's collectives, "
      "across ranks (debug_checks; the others are always checked)"},
+    {Setting::kResumeFrom, "DDPSPAWN_RESUME_FROM", "a checkpoint (set by the launcher)",
+     "the checkpoint that restarted ranks (max_restarts) continue from, instead of "
+     "resume_from"},
 };
 
 }  // namespace

@@ -24,6 +24,7 @@ enum class Setting {
   kRunDir,        // DDPSPAWN_RUN_DIR
   kShmAllReduce,  // DDPSPAWN_SHM_ALLREDUCE
   kDebug,         // DDPSPAWN_DEBUG
+  kResumeFrom,    // DDPSPAWN_RESUME_FROM
 };
 
 struct SettingInfo {

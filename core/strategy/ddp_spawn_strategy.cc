@@ -149,6 +149,7 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   if (!method.ok()) return method.status();
   LaunchSpec spec;
   spec.nprocs = num_processes();
+  spec.env = options_.worker_env;
   spec.nnodes = options_.num_nodes;
   spec.node_rank = options_.node_rank;
   if (rendezvous != nullptr) {

@@ -79,6 +79,9 @@ struct StrategyOptions {
   // "fork": the ranks close every descriptor of this process above 2 first
   // (for an fn that opens what it uses; see LaunchSpec::fork_close_descriptors).
   bool fork_close_descriptors = false;
+  // NAME=value for every rank's environment besides the launcher's own (e.g.
+  // what a restarted job's ranks continue from).
+  std::vector<std::string> worker_env;
   DdpOptions ddp;  // find_unused_parameters, broadcast_buffers, ...
   absl::Duration launch_timeout = absl::InfiniteDuration();  // whole job, for Launch()
 };
@@ -110,6 +113,8 @@ class DDPSpawnStrategy {
   // After Launch(): the rank whose failure ended the job (-1: none failed,
   // e.g. success, a timeout or an interrupt) and how every rank ended.
   int last_failed_rank() const { return last_failed_rank_; }
+  // Replaces StrategyOptions::worker_env for the next Launch().
+  void set_worker_env(std::vector<std::string> env) { options_.worker_env = std::move(env); }
   const std::vector<RankOutcome>& last_outcomes() const { return last_outcomes_; }
   // In a spawned rank: SetupDistributed(), fn, hand the result back,
   // Teardown(); returns the process exit code.

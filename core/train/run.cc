@@ -6,6 +6,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -26,6 +27,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "core/env/settings.h"
 #include "core/launch/launcher.h"
 #include "core/model/checkpoint.h"
 #include "core/train/mlp_module.h"
@@ -143,6 +146,9 @@ constexpr int64_t kMaxBatchSize = kIntMax;
 constexpr int64_t kMaxNodes = 16384;
 constexpr int64_t kMaxPort = 65535;  // TCP; 0 picks a free port
 
+// More restarts than anyone waits through; a bound keeps the count an int.
+constexpr int64_t kMaxRestarts = 1000;
+
 const std::map<std::string, Setter>& Setters() {
   static const auto* setters = new std::map<std::string, Setter>{
       {"model", Text(&RunConfig::model)},
@@ -184,6 +190,10 @@ const std::map<std::string, Setter>& Setters() {
        Integer<0, kMaxNumThreads>([](RunConfig& c) -> int& { return c.trainer.num_threads; })},
       {"log_every_n_steps",
        Integer<0, kIntMax>([](RunConfig& c) -> int& { return c.trainer.log_every_n_steps; })},
+      {"checkpoint_every_n_steps", Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& {
+         return c.trainer.checkpoint_every_n_steps;
+       })},
+      {"max_restarts", Integer<0, kMaxRestarts>(&RunConfig::max_restarts)},
       {"progress", Flag([](RunConfig& c) -> bool& { return c.trainer.enable_progress; })},
       {"allow_non_finite_loss",
        Flag([](RunConfig& c) -> bool& { return c.trainer.allow_non_finite_loss; })},
@@ -466,7 +476,7 @@ absl::Status AdoptOuterJob(RunConfig& config, const std::set<std::string>& given
   absl::StatusOr<ClusterInfo> outer = DetectClusterEnvironment();
   // A broken environment is reported by Launch(), which reads it again.
   if (!outer.ok() || !CreatesProcessesExternally(*outer)) return absl::OkStatus();
-  for (const char* key : {"nnodes", "node_rank", "master_addr", "master_port"}) {
+  for (const char* key : {"nnodes", "node_rank", "master_addr", "master_port", "max_restarts"}) {
     if (given.count(key) == 0) continue;
     return absl::InvalidArgumentError(
         absl::StrCat("option ", key, ": this process is rank ", outer->rank, " of a ",
@@ -520,6 +530,17 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOp
     return absl::InvalidArgumentError(
         "master_addr and master_port are for nnodes > 1: the ranks of one node meet privately "
         "(a directory only this user can enter)");
+  }
+  if (config.nnodes > 1 && config.max_restarts > 0) {
+    return absl::UnimplementedError(
+        "max_restarts with nnodes > 1 is not supported yet: restart the job's launchers "
+        "yourself, with resume_from");
+  }
+  if (config.max_restarts > 0 && command != "fit") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_restarts is for fit (which writes the checkpoint a restart continues "
+                     "from), not ",
+                     command));
   }
   if (config.nnodes > 1 && config.master_addr.empty()) {
     return absl::InvalidArgumentError(
@@ -600,7 +621,12 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   return options;
 }
 
-absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy& strategy) {
+absl::StatusOr<std::string> RunCommand(const RunConfig& given, DDPSpawnStrategy& strategy) {
+  RunConfig config = given;
+  // A restarted job's ranks continue from what its launcher chose.
+  if (std::optional<std::string> resume = ReadSetting(Setting::kResumeFrom)) {
+    config.trainer.resume_from = *resume;
+  }
   absl::StatusOr<Dataset> data = PrimaryData(config);
   if (!data.ok()) return data.status();
   // The model's initial weights come from the seed (DDP then gives every rank
@@ -653,6 +679,51 @@ absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy
   return text;
 }
 
+namespace {
+
+// When `path` was last written; nullopt when it does not exist.
+std::optional<absl::Time> ModifiedAt(const std::string& path) {
+  struct stat info {};
+  if (stat(path.c_str(), &info) != 0) return std::nullopt;
+  return absl::TimeFromTimespec(info.st_mtim);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> LaunchWithRestarts(const RunConfig& config, DDPSpawnStrategy& strategy,
+                                               const DDPSpawnStrategy::WorkerFn& fn) {
+  const absl::Time started = absl::Now();
+  const std::string checkpoint = LastCheckpointPath(config.trainer);
+  for (int restarts = 0;; ++restarts) {
+    absl::StatusOr<std::string> result = strategy.Launch(fn);
+    if (result.ok()) {
+      if (config.max_restarts == 0) return result;
+      return absl::StrCat(*result, "restarts=", restarts, "\n");
+    }
+    // Only a failed rank is retried: not an interrupt, a timeout of the whole
+    // job or a refusal before any rank ran.
+    if (restarts >= config.max_restarts || !absl::IsAborted(result.status())) {
+      if (restarts == 0) return result;
+      return absl::Status(result.status().code(),
+                          absl::StrCat(result.status().message(), "\n(after ", restarts,
+                                       restarts == 1 ? " restart" : " restarts", ")"));
+    }
+    // This job's own checkpoint, if it wrote one; else where it started.
+    std::optional<absl::Time> written = ModifiedAt(checkpoint);
+    const std::string resume = written.has_value() && *written >= started
+                                   ? std::filesystem::absolute(checkpoint).string()
+                                   : config.trainer.resume_from;
+    const std::string why(result.status().message());
+    std::fprintf(stderr, "ddpspawn: restart %d of %d: %s\nddpspawn: continuing from %s\n",
+                 restarts + 1, config.max_restarts, why.substr(0, why.find('\n')).c_str(),
+                 resume.empty() ? "the start (no checkpoint yet)" : resume.c_str());
+    std::vector<std::string> env;
+    if (!resume.empty())
+      env.push_back(absl::StrCat(SettingName(Setting::kResumeFrom), "=", resume));
+    strategy.set_worker_env(std::move(env));
+  }
+}
+
 std::string RunOptionsHelp() {
   return absl::StrCat(R"(Model and data:
   --model SPEC                mlp:IN,HIDDEN...,OUT (built in: several outputs classify, with
@@ -674,7 +745,7 @@ Trainer:
   --default-root-dir DIR (ddpspawn_logs): metrics.csv, checkpoints/last.ckpt, predictions.csv
   --resume-from FILE  --num-threads N (0: cores / ranks; <= )",
                       kMaxNumThreads, R"()  --log-every-n-steps N (10)
-  --progress BOOL (true)
+  --progress BOOL (true)  --checkpoint-every-n-steps K (0: at each epoch's end only)
   --max-time DD:HH:MM:SS or SECONDS (none): as Lightning's, fit stops after the first
                               optimizer step past it on any rank, saves its checkpoint
                               (resumable mid-epoch) and succeeds
@@ -686,6 +757,9 @@ Optimizer:
 Distributed (torchrun-style):
   --nproc-per-node N (1..)",
                       kMaxNprocs, R"(; 1)  --start-method spawn|fork (spawn)
+  --max-restarts N (0): when a rank fails, start the ranks again, up to N times, continuing
+      from this job's last checkpoint (fit; with --checkpoint-every-n-steps K it is at most K
+      steps old, and the weights end as without the failure)
   --nnodes N (1)  --node-rank R (0)  --master-addr A  --master-port P (29500): for N > 1, run
       ddpspawn on every node with its own R and node 0's address A; node 0's launcher serves
       the rendezvous on port P (all interfaces). Under torchrun or srun leave them out.

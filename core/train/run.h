@@ -40,6 +40,9 @@ struct RunConfig {
   int node_rank = 0;
   std::string master_addr;
   int master_port = 0;
+  // torchrun's --max-restarts: when a rank fails, start the ranks again (up to
+  // this many times), continuing from the checkpoint this job wrote last.
+  int max_restarts = 0;
   std::string start_method = "spawn";
   // The process group's timeout for joining and for each collective
   // (Lightning's DDPStrategy timeout): a rank that does not arrive in time
@@ -67,6 +70,14 @@ absl::Status CheckRun(const RunConfig& config);
 absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy& strategy);
 
 StrategyOptions StrategyOptionsFor(const RunConfig& config);
+
+// In the launching process: strategy.Launch(fn), and when a rank fails, again
+// (config.max_restarts times at most), the new ranks continuing from the
+// checkpoint this job wrote last (or from where it started, if it wrote none).
+// Each restart is announced on stderr with its cause; the result ends with
+// "restarts=N".
+absl::StatusOr<std::string> LaunchWithRestarts(const RunConfig& config, DDPSpawnStrategy& strategy,
+                                               const DDPSpawnStrategy::WorkerFn& fn);
 
 // The help text of the options.
 std::string RunOptionsHelp();

@@ -271,6 +271,10 @@ absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Opti
   return strategy_.SaveCheckpoint(bytes, path);
 }
 
+std::string LastCheckpointPath(const TrainerOptions& options) {
+  return options.default_root_dir + "/checkpoints/last.ckpt";
+}
+
 absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& module,
                                        const Dataset& train, const Dataset* validation) {
   if (absl::Status s = Prepare(module); !s.ok()) return s;
@@ -287,7 +291,7 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
       if (absl::Status s = PrepareOutputDirectory(dir); !s.ok()) return s;
     }
   }
-  const std::string checkpoint = options_.default_root_dir + "/checkpoints/last.ckpt";
+  const std::string checkpoint = LastCheckpointPath(options_);
 
   at::manual_seed(options_.seed + static_cast<uint64_t>(rank));
   OptimizerConfig config = module->ConfigureOptimizers();
@@ -390,6 +394,18 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
         if (absl::Status s = Log(epoch, state.global_step, "train_loss", *mean); !s.ok()) return s;
         window_loss = 0;
         window_batches = 0;
+      }
+      if (options_.checkpoint_every_n_steps > 0 && b + 1 < batches &&
+          state.global_step % options_.checkpoint_every_n_steps == 0) {
+        // Within the epoch (its end writes one anyway): finite weights only.
+        absl::StatusOr<double> checked =
+            watch.Reduce(strategy_, 0.0, &parameters, epoch, state.global_step);
+        if (!checked.ok()) return checked.status();
+        if (absl::Status s = SaveCheckpoint(*module, optimizer->get(), state, checkpoint);
+            !s.ok()) {
+          return s;
+        }
+        watch.Saved(std::filesystem::absolute(checkpoint).string());
       }
       if (bar) {
         std::printf("\repoch %lld [%lld/%lld] loss %.4f", static_cast<long long>(epoch) + 1,

@@ -4,7 +4,8 @@
 // gathered to rank 0 in dataset order). Data is sharded by a
 // DistributedSampler; metrics are averaged across ranks and written by rank 0
 // to <root>/metrics.csv; rank 0 checkpoints to <root>/checkpoints/last.ckpt
-// (atomically) after every epoch and when training stops, and resuming from it
+// (atomically) after every epoch (and every checkpoint_every_n_steps steps)
+// and when training stops, and resuming from it
 // continues exactly where it stopped. A training loss (or weights) that becomes
 // NaN or infinite stops fit with an error on every rank, before any checkpoint
 // of the diverged weights is written, unless allow_non_finite_loss.
@@ -47,6 +48,10 @@ struct TrainerOptions {
   std::string resume_from;  // a checkpoint to continue from
   int num_threads = 0;      // intra-op threads per rank, <= kMaxNumThreads; 0: cores / local ranks
   int log_every_n_steps = 10;
+  // > 0: also write the checkpoint every this many optimizer steps within an
+  // epoch (not only at its end), so that a restart (max_restarts) resumes
+  // from at most that many steps back, to the same weights.
+  int64_t checkpoint_every_n_steps = 0;
   bool enable_progress = true;  // rank 0: a progress bar on a terminal, else a line per epoch
   // false: a NaN or infinite training loss on any rank (or non-finite weights)
   // stops fit on every rank with an error naming the epoch, step and rank,
@@ -70,6 +75,9 @@ struct FitResult {
   std::string Encode() const;
   static absl::StatusOr<FitResult> Decode(const std::string& text);
 };
+
+// Where fit writes its checkpoint: <default_root_dir>/checkpoints/last.ckpt.
+std::string LastCheckpointPath(const TrainerOptions& options);
 
 class Trainer {
  public:

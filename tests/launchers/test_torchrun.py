@@ -66,10 +66,11 @@ def test_cli_under_torchrun_trains_one_job_like_its_own_launcher(tmp_path):
     assert evaluate(got["checkpoint"], train) == evaluate(want["checkpoint"], train)
 
 
-def evaluate(checkpoint: str, data: Path) -> Dict[str, str]:
+def evaluate(checkpoint: str, data: Path, model: str = "mlp:4,8,3") -> Dict[str, str]:
+    """`model`'s test metrics on `data` with the checkpoint's weights."""
     run = subprocess.run(
-        [str(CLI), "test", "--model", "mlp:4,8,3", "--checkpoint", checkpoint, "--data",
-         str(data)], capture_output=True, text=True, timeout=60)
+        [str(CLI), "test", "--model", model, "--checkpoint", checkpoint, "--data", str(data)],
+        capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     return parse(run.stdout)
 

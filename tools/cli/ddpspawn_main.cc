@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   auto run = [&config](ddpspawn::DDPSpawnStrategy& s) { return ddpspawn::RunCommand(*config, s); };
   if (ddpspawn::IsWorkerProcess()) return strategy.RunWorker(run);
   if (absl::Status s = ddpspawn::CheckRun(*config); !s.ok()) return Fail(std::string(s.message()));
-  absl::StatusOr<std::string> result = strategy.Launch(run);
+  absl::StatusOr<std::string> result = ddpspawn::LaunchWithRestarts(*config, strategy, run);
   if (!result.ok()) return Fail(std::string(result.status().message()));
   // Under torchrun or srun every rank gets the result; one prints it.
   if (strategy.is_global_zero()) std::printf("%s", result->c_str());

@@ -1,0 +1,132 @@
+"""--max-restarts with --checkpoint-every-n-steps: a rank SIGKILLed at any step
+restarts the job from its last checkpoint, and training ends with the same
+weights as without the failure."""
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from test_torchrun import CLI, evaluate, parse
+
+MODEL = "mlp:4,64,3"
+
+
+def write_csv(path: Path, rows: int = 2000) -> Path:
+    lines = []
+    for i in range(rows):
+        features = [((i * 7 + j * 13) % 17) / 17.0 for j in range(4)]
+        lines.append(",".join(f"{x:.6f}" for x in features) + f",{int(features[0] * 3)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def fit_args(train: Path, root: Path) -> List[str]:
+    # 2 ranks x batch 4 over 2000 samples: 250 steps an epoch, 750 in all.
+    return [str(CLI), "fit", "--model", MODEL, "--train", str(train), "--max-epochs", "3",
+            "--batch-size", "4", "--seed", "7", "--optimizer", "adam", "--lr", "0.01",
+            "--nproc-per-node", "2", "--checkpoint-every-n-steps", "7",
+            "--log-every-n-steps", "1", "--progress", "false", "--default-root-dir", str(root)]
+
+
+def logged_steps(root: Path) -> List[int]:
+    try:
+        rows = (root / "metrics.csv").read_text().splitlines()[1:]
+    except FileNotFoundError:
+        return []
+    return [int(row.split(",")[1]) for row in rows if ",train_loss," in row]
+
+
+def rank_pid(launcher: int, rank: int) -> int:
+    for child in Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split():
+        try:
+            if f"\0RANK={rank}\0".encode() in Path(f"/proc/{child}/environ").read_bytes():
+                return int(child)
+        except OSError:  # gone meanwhile
+            continue
+    raise AssertionError(f"no rank {rank} under launcher {launcher}")
+
+
+def wait_for_steps(process: subprocess.Popen, root: Path, count: int) -> None:
+    deadline = time.monotonic() + 60
+    while len(logged_steps(root)) < count:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("uninterrupted")
+    train = write_csv(root / "train.csv")
+    run = subprocess.run(fit_args(train, root / "logs"), capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "restarts=" not in run.stdout  # only with max_restarts
+    return train, parse(run.stdout), evaluate(parse(run.stdout)["checkpoint"], train, MODEL)
+
+
+# Kill points: within the first epoch, just before its end (step 250), in the
+# second and the third; rank 1, and once rank 0.
+@pytest.mark.parametrize("after_steps, rank", [(40, 1), (246, 1), (400, 0), (700, 1)])
+def test_a_killed_rank_resumes_to_the_same_weights(tmp_path, uninterrupted, after_steps, rank):
+    train, want, want_metrics = uninterrupted
+    root = tmp_path / "logs"
+    job = subprocess.Popen(fit_args(train, root) + ["--max-restarts", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_steps(job, root, after_steps)
+    os.kill(rank_pid(job.pid, rank), signal.SIGKILL)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    got = parse(out)
+    assert got["restarts"] == "1"
+    assert f"ddpspawn: restart 1 of 1: rank {rank} (pid" in err and "SIGKILL" in err, err
+    assert f"continuing from {root.resolve()}/checkpoints/last.ckpt" in err, err
+    # It continued from a checkpoint: step 1 ran once, and only the steps
+    # after the last checkpoint (every 7 steps and at each epoch's end) ran
+    # again.
+    steps = logged_steps(root)
+    assert steps.count(1) == 1
+    assert 0 <= len(steps) - 750 <= 7, len(steps)
+    assert got["global_step"] == want["global_step"] == "750"
+    # Bit-identical weights: their loss on the training set agrees to every
+    # digit.
+    assert evaluate(got["checkpoint"], train, MODEL) == want_metrics
+
+
+def test_exhausted_restarts_end_with_the_last_failure(tmp_path, uninterrupted):
+    train, _, _ = uninterrupted
+    root = tmp_path / "logs"
+    job = subprocess.Popen(fit_args(train, root) + ["--max-restarts", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_steps(job, root, 30)
+    first = rank_pid(job.pid, 1)
+    os.kill(first, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while True:  # the restarted ranks, once they train
+        try:
+            second = rank_pid(job.pid, 1)
+        except AssertionError:
+            second = first
+        if second != first and len(logged_steps(root)) > 60:
+            break
+        assert job.poll() is None and time.monotonic() < deadline
+        time.sleep(0.005)
+    os.kill(second, signal.SIGKILL)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode != 0
+    assert "global_step=" not in out
+    assert f"rank 1 (pid {second}) was killed by signal SIGKILL" in err, err
+    assert "(after 1 restart)" in err
+
+
+def test_max_restarts_is_refused_where_it_cannot_work(tmp_path):
+    train = write_csv(tmp_path / "train.csv", rows=30)
+    run = subprocess.run([str(CLI), "test", "--model", MODEL, "--data", str(train),
+                          "--max-restarts", "1"], capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0
+    assert "max_restarts is for fit" in run.stderr
