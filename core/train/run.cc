@@ -621,12 +621,10 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   return options;
 }
 
-absl::StatusOr<std::string> RunCommand(const RunConfig& given, DDPSpawnStrategy& strategy) {
-  RunConfig config = given;
-  // A restarted job's ranks continue from what its launcher chose.
-  if (std::optional<std::string> resume = ReadSetting(Setting::kResumeFrom)) {
-    config.trainer.resume_from = *resume;
-  }
+namespace {
+
+absl::StatusOr<std::string> RunResolvedCommand(const RunConfig& config,
+                                               DDPSpawnStrategy& strategy) {
   absl::StatusOr<Dataset> data = PrimaryData(config);
   if (!data.ok()) return data.status();
   // The model's initial weights come from the seed (DDP then gives every rank
@@ -677,6 +675,18 @@ absl::StatusOr<std::string> RunCommand(const RunConfig& given, DDPSpawnStrategy&
     absl::StrAppendFormat(&text, "metric.%s=%.17g\n", name, value);
   }
   return text;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy& strategy) {
+  // A restarted job's ranks continue from what its launcher chose.
+  if (std::optional<std::string> resume = ReadSetting(Setting::kResumeFrom)) {
+    RunConfig resumed = config;
+    resumed.trainer.resume_from = *resume;
+    return RunResolvedCommand(resumed, strategy);
+  }
+  return RunResolvedCommand(config, strategy);
 }
 
 namespace {

@@ -287,9 +287,12 @@ def fit(
         **options: the ddpspawn CLI's options as Python names, e.g.
             ``max_epochs=5, lr=0.1, batch_size=32, optimizer="adam", seed=0,
             default_root_dir="logs", resume_from=..., timeout=600,
-            max_time="00:01:00:00"``. As in Lightning, ``timeout`` is each
-            collective's limit (default 1800 s) and ``max_time`` stops fit
-            gracefully (with its checkpoint) once passed. Bools become
+            max_time="00:01:00:00", max_restarts=1, checkpoint_every_n_steps=50,
+            nnodes=2, node_rank=0, master_addr="10.0.0.1"``. As in Lightning,
+            ``timeout`` is each collective's limit (default 1800 s) and
+            ``max_time`` stops fit gracefully (with its checkpoint) once
+            passed; ``max_restarts`` starts failed ranks again from this
+            fit's last checkpoint (docs/multinode.md). Bools become
             true/false; None means "not given".
 
     Raises:
