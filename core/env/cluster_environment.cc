@@ -190,6 +190,19 @@ std::optional<std::string> ProcessEnv(const char* name) {
   return std::string(value);
 }
 
+std::optional<SlurmJob> DetectSlurmJob(const EnvLookup& env) {
+  std::optional<std::string> id = env("SLURM_JOB_ID");
+  if (!id.has_value() || id->empty()) return std::nullopt;
+  SlurmJob job;
+  job.job_id = *id;
+  int count = 0;
+  if (std::optional<std::string> text = env("SLURM_RESTART_COUNT");
+      text.has_value() && absl::SimpleAtoi(*text, &count) && count > 0) {
+    job.restart_count = count;
+  }
+  return job;
+}
+
 absl::StatusOr<std::string> FirstHostInSlurmNodeList(absl::string_view list) {
   // The first entry ends at the first comma outside brackets.
   size_t end = 0;

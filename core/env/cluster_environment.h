@@ -57,6 +57,14 @@ std::optional<std::string> ProcessEnv(const char* name);
 // size, ...).
 absl::StatusOr<ClusterInfo> DetectClusterEnvironment(const EnvLookup& env = ProcessEnv);
 
+// The SLURM job this process runs in (SLURM_JOB_ID is set), whatever started
+// it: its id and how many times SLURM requeued it (SLURM_RESTART_COUNT).
+struct SlurmJob {
+  std::string job_id;
+  int restart_count = 0;
+};
+std::optional<SlurmJob> DetectSlurmJob(const EnvLookup& env = ProcessEnv);
+
 // The first host of a SLURM node list: "node[003-005,9],gpu1" -> "node003".
 absl::StatusOr<std::string> FirstHostInSlurmNodeList(absl::string_view list);
 

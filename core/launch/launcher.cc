@@ -56,8 +56,14 @@ void RecordSignal(int sig) {
   g_received_count = g_received_count + 1;
 }
 
-// Routes SIGINT and SIGTERM to RecordSignal while alive; restores the old
-// handlers after.
+// SIGUSR1 or SIGUSR2 the launcher received and has not yet passed to the ranks
+// (SLURM's warning before it ends a job; see TrainerOptions::checkpoint_on_signal).
+volatile sig_atomic_t g_passed_on_signal = 0;
+
+void RecordPassedOnSignal(int sig) { g_passed_on_signal = sig; }
+
+// Routes SIGINT and SIGTERM to RecordSignal, SIGUSR1 and SIGUSR2 to
+// RecordPassedOnSignal, while alive; restores the old handlers after.
 class ForwardedSignals {
  public:
   ForwardedSignals() {
@@ -68,15 +74,23 @@ class ForwardedSignals {
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, &old_int_);
     sigaction(SIGTERM, &action, &old_term_);
+    g_passed_on_signal = 0;
+    action.sa_handler = RecordPassedOnSignal;
+    sigaction(SIGUSR1, &action, &old_usr1_);
+    sigaction(SIGUSR2, &action, &old_usr2_);
   }
   ~ForwardedSignals() {
     sigaction(SIGINT, &old_int_, nullptr);
     sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGUSR1, &old_usr1_, nullptr);
+    sigaction(SIGUSR2, &old_usr2_, nullptr);
   }
 
  private:
   struct sigaction old_int_ = {};
   struct sigaction old_term_ = {};
+  struct sigaction old_usr1_ = {};
+  struct sigaction old_usr2_ = {};
 };
 
 bool IsContractVariable(absl::string_view name) {
@@ -576,6 +590,14 @@ absl::Status Job::Wait() {
       begin_stopping(SIGTERM);
     }
     if (!any_running) break;
+    if (const int sig = g_passed_on_signal; sig != 0) {
+      g_passed_on_signal = 0;
+      // To the ranks themselves, not their process groups (whose other
+      // processes may not handle it).
+      for (const RankOutcome& outcome : outcomes_) {
+        if (outcome.state == RankState::kRunning) kill(outcome.pid, sig);
+      }
+    }
     if (!stopping && g_received_signal != 0) {
       int sig = g_received_signal;
       status = absl::CancelledError(

@@ -5,6 +5,9 @@
 // cause. Workers die with the launcher (PR_SET_PDEATHSIG), and so do the
 // processes they forked (RunDirGuard kills each worker's process group).
 //
+// SIGUSR1 and SIGUSR2 that the launcher receives while it waits are passed on
+// to the ranks (SLURM's warning before it ends a job reaches the training).
+//
 // What a worker inherits: the launcher's whole environment (plus the contract's
 // variables and LaunchSpec::env), and descriptors 0, 1 and 2. A spawned rank
 // gets no other descriptor; a forked one keeps every descriptor of the

@@ -6,6 +6,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -194,6 +195,14 @@ const std::map<std::string, Setter>& Setters() {
          return c.trainer.checkpoint_every_n_steps;
        })},
       {"max_restarts", Integer<0, kMaxRestarts>(&RunConfig::max_restarts)},
+      {"checkpoint_on_signal",
+       [](RunConfig& c, const std::string& v) {
+         if (v != "auto" && v != "none" && v != "SIGUSR1" && v != "SIGUSR2") {
+           return Expected("auto, none, SIGUSR1 or SIGUSR2");
+         }
+         c.checkpoint_on_signal = v;
+         return absl::OkStatus();
+       }},
       {"progress", Flag([](RunConfig& c) -> bool& { return c.trainer.enable_progress; })},
       {"allow_non_finite_loss",
        Flag([](RunConfig& c) -> bool& { return c.trainer.allow_non_finite_loss; })},
@@ -513,6 +522,12 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOp
     }
   }
   if (absl::Status s = AdoptOuterJob(config, given); !s.ok()) return s;
+  if (config.checkpoint_on_signal == "SIGUSR1" ||
+      (config.checkpoint_on_signal == "auto" && DetectSlurmJob().has_value())) {
+    config.trainer.checkpoint_on_signal = SIGUSR1;
+  } else if (config.checkpoint_on_signal == "SIGUSR2") {
+    config.trainer.checkpoint_on_signal = SIGUSR2;
+  }
   if (absl::Status s = ResolveDevices(config); !s.ok()) return s;
   if (config.world_size == 0) config.world_size = config.nnodes * config.nproc_per_node;
   if (config.model.empty()) return absl::InvalidArgumentError("option model is required");
@@ -686,6 +701,21 @@ absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy
     resumed.trainer.resume_from = *resume;
     return RunResolvedCommand(resumed, strategy);
   }
+  // A SLURM job that SLURM requeued (after checkpoint_on_signal stopped it,
+  // say) continues from the checkpoint its previous run left.
+  std::optional<SlurmJob> slurm = DetectSlurmJob();
+  const std::string last = LastCheckpointPath(config.trainer);
+  if (config.command == "fit" && config.trainer.resume_from.empty() && slurm.has_value() &&
+      slurm->restart_count > 0 && std::filesystem::exists(last)) {
+    if (strategy.is_global_zero()) {
+      std::fprintf(
+          stderr, "ddpspawn: SLURM requeued job %s (SLURM_RESTART_COUNT=%d): continuing from %s\n",
+          slurm->job_id.c_str(), slurm->restart_count, std::filesystem::absolute(last).c_str());
+    }
+    RunConfig resumed = config;
+    resumed.trainer.resume_from = last;
+    return RunResolvedCommand(resumed, strategy);
+  }
   return RunResolvedCommand(config, strategy);
 }
 
@@ -756,6 +786,9 @@ Trainer:
   --resume-from FILE  --num-threads N (0: cores / ranks; <= )",
                       kMaxNumThreads, R"()  --log-every-n-steps N (10)
   --progress BOOL (true)  --checkpoint-every-n-steps K (0: at each epoch's end only)
+  --checkpoint-on-signal auto|none|SIGUSR1|SIGUSR2 (auto: SIGUSR1 in a SLURM job): fit saves
+      its checkpoint and stops on that signal (stopped_by=SIGUSR1); a job SLURM requeues
+      (SLURM_RESTART_COUNT > 0) continues from that checkpoint
   --max-time DD:HH:MM:SS or SECONDS (none): as Lightning's, fit stops after the first
                               optimizer step past it on any rank, saves its checkpoint
                               (resumable mid-epoch) and succeeds

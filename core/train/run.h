@@ -43,6 +43,10 @@ struct RunConfig {
   // torchrun's --max-restarts: when a rank fails, start the ranks again (up to
   // this many times), continuing from the checkpoint this job wrote last.
   int max_restarts = 0;
+  // fit: on this signal, save the checkpoint and stop ("SIGUSR1", "SIGUSR2",
+  // "none"); "auto": SIGUSR1 inside a SLURM job, else none. Resolved into
+  // trainer.checkpoint_on_signal by ParseRunConfig.
+  std::string checkpoint_on_signal = "auto";
   std::string start_method = "spawn";
   // The process group's timeout for joining and for each collective
   // (Lightning's DDPStrategy timeout): a rank that does not arrive in time

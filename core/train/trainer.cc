@@ -5,11 +5,13 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
+#include <signal.h>
 #include <torch/optim.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -179,12 +181,55 @@ class FiniteWatch {
   double seen_value_ = 0;
 };
 
-// Whether any rank's clock is past `deadline`: the same answer on every rank.
-absl::StatusOr<bool> PastDeadlineOnAnyRank(DDPSpawnStrategy& strategy, absl::Time deadline) {
-  const double mine = absl::Now() >= deadline ? 1.0 : 0.0;
-  absl::StatusOr<at::Tensor> any = strategy.Reduce(at::full({1}, mine, at::kDouble), "max");
+// "SIGUSR1".
+std::string SignalAbbrev(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return absl::StrCat("SIG", abbrev != nullptr ? abbrev : std::to_string(sig));
+}
+
+// The signal TrainerOptions::checkpoint_on_signal names, once received.
+volatile sig_atomic_t g_stop_signal_received = 0;
+
+void RecordStopSignal(int /*sig*/) { g_stop_signal_received = 1; }
+
+// Handles TrainerOptions::checkpoint_on_signal while alive (fit); restores the
+// previous handler after. Nothing for signal 0.
+class StopSignal {
+ public:
+  explicit StopSignal(int sig) : sig_(sig) {
+    g_stop_signal_received = 0;
+    if (sig_ == 0) return;
+    struct sigaction action = {};
+    action.sa_handler = RecordStopSignal;
+    sigemptyset(&action.sa_mask);
+    sigaction(sig_, &action, &old_);
+  }
+  ~StopSignal() {
+    if (sig_ != 0) sigaction(sig_, &old_, nullptr);
+  }
+  StopSignal(const StopSignal&) = delete;
+  StopSignal& operator=(const StopSignal&) = delete;
+
+ private:
+  int sig_;
+  struct sigaction old_ = {};
+};
+
+// Why fit stops early, the same answer on every rank: any rank's clock past
+// `deadline`, or any rank got the stop signal.
+struct StopRequest {
+  bool out_of_time = false;
+  bool signaled = false;
+};
+
+absl::StatusOr<StopRequest> StopRequestedOnAnyRank(DDPSpawnStrategy& strategy,
+                                                   absl::Time deadline) {
+  const std::vector<double> mine = {absl::Now() >= deadline ? 1.0 : 0.0,
+                                    g_stop_signal_received != 0 ? 1.0 : 0.0};
+  absl::StatusOr<at::Tensor> any = strategy.Reduce(at::tensor(mine, at::kDouble), "max");
   if (!any.ok()) return any.status();
-  return any->item<double>() > 0;
+  at::Tensor on_cpu = any->to(at::kCPU);
+  return StopRequest{on_cpu[0].item<double>() > 0, on_cpu[1].item<double>() > 0};
 }
 
 }  // namespace
@@ -333,6 +378,8 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
   FiniteWatch watch(options_.allow_non_finite_loss, options_.resume_from);
   const absl::Time deadline = absl::Now() + options_.max_time;  // infinite: never
   bool out_of_time = false;
+  bool signaled = false;  // checkpoint_on_signal arrived on some rank
+  StopSignal stop_signal(options_.checkpoint_on_signal);
   bool stop = options_.max_steps > 0 && state.global_step >= options_.max_steps;
   while (!stop && state.epoch < max_epochs) {
     const int64_t epoch = state.epoch;
@@ -416,11 +463,13 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
         stop = true;
         break;
       }
-      if (options_.max_time != absl::InfiniteDuration()) {
-        absl::StatusOr<bool> up = PastDeadlineOnAnyRank(strategy_, deadline);
-        if (!up.ok()) return up.status();
-        if (*up) {
-          out_of_time = stop = true;
+      if (options_.max_time != absl::InfiniteDuration() || options_.checkpoint_on_signal != 0) {
+        absl::StatusOr<StopRequest> request = StopRequestedOnAnyRank(strategy_, deadline);
+        if (!request.ok()) return request.status();
+        if (request->signaled || request->out_of_time) {
+          signaled = request->signaled;
+          out_of_time = !signaled;
+          stop = true;
           break;
         }
       }
@@ -462,7 +511,11 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
                   out_of_time ? absl::StrCat("; stopped: max_time (",
                                              absl::FormatDuration(options_.max_time), ") reached")
                                     .c_str()
-                              : "");
+                  : signaled
+                      ? absl::StrCat("; stopped: ", SignalAbbrev(options_.checkpoint_on_signal),
+                                     " received")
+                            .c_str()
+                      : "");
       std::fflush(stdout);
     }
   }
@@ -474,6 +527,7 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
   result.global_step = state.global_step;
   result.metrics = last_metrics_;
   if (out_of_time) result.stopped_by = "max_time";
+  if (signaled) result.stopped_by = SignalAbbrev(options_.checkpoint_on_signal);
   return result;
 }
 

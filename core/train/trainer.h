@@ -62,6 +62,12 @@ struct TrainerOptions {
   // past it on any rank (every rank agrees through one small all-reduce per
   // step), writes its checkpoint and returns as if done.
   absl::Duration max_time = absl::InfiniteDuration();
+  // A signal (SIGUSR1: SLURM's warning before it ends or pre-empts a job, as
+  // Lightning's SLURM requeue uses it) on which fit saves its checkpoint after
+  // the current step, on every rank together (one small all-reduce per step
+  // agrees on it), and returns with stopped_by = the signal's name; 0: none
+  // (the signal keeps its default action).
+  int checkpoint_on_signal = 0;
 };
 
 // What fit hands back to the launcher (through rank 0's result).
@@ -71,7 +77,9 @@ struct FitResult {
   int64_t epoch = 0;
   int64_t global_step = 0;
   std::map<std::string, double> metrics;  // the last value of every logged metric
-  std::string stopped_by;                 // "max_time" when that ended fit early; else empty
+  // "max_time" or the signal's name ("SIGUSR1") when that ended fit early;
+  // else empty.
+  std::string stopped_by;
   std::string Encode() const;
   static absl::StatusOr<FitResult> Decode(const std::string& text);
 };

@@ -130,6 +130,17 @@ TEST(ClusterEnvironmentTest, Slurm) {
   EXPECT_EQ(info->master_port, 15000 + 3456);
 }
 
+TEST(ClusterEnvironmentTest, SlurmJobAndItsRequeues) {
+  EXPECT_FALSE(DetectSlurmJob(FakeEnv({})).has_value());
+  std::optional<SlurmJob> job = DetectSlurmJob(FakeEnv({{"SLURM_JOB_ID", "77"}}));
+  ASSERT_TRUE(job.has_value());
+  EXPECT_EQ(job->job_id, "77");
+  EXPECT_EQ(job->restart_count, 0);
+  job = DetectSlurmJob(FakeEnv({{"SLURM_JOB_ID", "77"}, {"SLURM_RESTART_COUNT", "2"}}));
+  ASSERT_TRUE(job.has_value());
+  EXPECT_EQ(job->restart_count, 2);
+}
+
 TEST(ClusterEnvironmentTest, InteractiveSlurmIsIgnored) {
   absl::StatusOr<ClusterInfo> info = DetectClusterEnvironment(
       FakeEnv({{"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "6"}, {"SLURM_JOB_NAME", "bash"}}));

@@ -130,3 +130,47 @@ def test_max_restarts_is_refused_where_it_cannot_work(tmp_path):
                           "--max-restarts", "1"], capture_output=True, text=True, timeout=60)
     assert run.returncode != 0
     assert "max_restarts is for fit" in run.stderr
+
+
+def test_sigusr1_in_a_slurm_job_checkpoints_and_a_requeued_run_continues(tmp_path, uninterrupted):
+    # A SLURM job (SLURM_JOB_ID set; one task, so ddpspawn launches its ranks):
+    # SLURM's warning signal reaches the launcher, which passes it to the
+    # ranks; fit saves its checkpoint and stops on every rank together.
+    train, want, want_metrics = uninterrupted
+    root = tmp_path / "logs"
+    slurm = dict(os.environ, SLURM_JOB_ID="4242")
+    slurm.pop("SLURM_RESTART_COUNT", None)
+    job = subprocess.Popen(fit_args(train, root), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=slurm)
+    wait_for_steps(job, root, 300)
+    job.send_signal(signal.SIGUSR1)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    first = parse(out)
+    assert first["stopped_by"] == "SIGUSR1"
+    stopped_at = int(first["global_step"])
+    assert 300 <= stopped_at < 750
+    # SLURM requeues the job: the same command, SLURM_RESTART_COUNT=1.
+    requeued = subprocess.run(fit_args(train, root), capture_output=True, text=True, timeout=120,
+                              env=dict(slurm, SLURM_RESTART_COUNT="1"))
+    assert requeued.returncode == 0, requeued.stderr
+    assert ("ddpspawn: SLURM requeued job 4242 (SLURM_RESTART_COUNT=1): continuing from "
+            f"{root.resolve()}/checkpoints/last.ckpt") in requeued.stderr
+    got = parse(requeued.stdout)
+    assert got["global_step"] == "750" and "stopped_by" not in got
+    steps = logged_steps(root)
+    assert steps.count(1) == 1 and len(steps) == 750  # no step ran twice
+    assert evaluate(got["checkpoint"], train, MODEL) == want_metrics
+
+
+def test_without_slurm_sigusr1_keeps_its_default_action(tmp_path, uninterrupted):
+    train, _, _ = uninterrupted
+    root = tmp_path / "logs"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    job = subprocess.Popen(fit_args(train, root), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=env)
+    wait_for_steps(job, root, 100)
+    job.send_signal(signal.SIGUSR1)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode != 0
+    assert "SIGUSR1" in err and "global_step=" not in out, err
