@@ -174,3 +174,39 @@ def test_without_slurm_sigusr1_keeps_its_default_action(tmp_path, uninterrupted)
     out, err = job.communicate(timeout=120)
     assert job.returncode != 0
     assert "SIGUSR1" in err and "global_step=" not in out, err
+
+
+def test_python_fit_restarts_its_forked_ranks(tmp_path, uninterrupted):
+    # ddpspawn_run's path: the ranks are forked from the Python process, and
+    # restarted from it.
+    train, want, want_metrics = uninterrupted
+    root = tmp_path / "logs"
+    script = tmp_path / "fit.py"
+    script.write_text(
+        "import sys, ddpspawn\n"
+        f"r = ddpspawn.fit({MODEL!r}, {str(train)!r}, nprocs=2, max_epochs=3, batch_size=4,\n"
+        "                 seed=7, optimizer='adam', lr=0.01, checkpoint_every_n_steps=7,\n"
+        f"                 log_every_n_steps=1, progress=False, default_root_dir={str(root)!r},\n"
+        "                 max_restarts=1)\n"
+        "print('global_step=%d' % r.global_step)\n"
+        "print('checkpoint=' + r.checkpoint)\n"
+        "print('restarts=' + r.values['restarts'])\n")
+    import sys
+    job = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    wait_for_steps(job, root, 200)
+    # Forked ranks show the environment Python was started with in /proc, so
+    # rank 1 is the last child forked (after the run directory's guard and
+    # rank 0).
+    children = sorted(int(c) for c in
+                      Path(f"/proc/{job.pid}/task/{job.pid}/children").read_text().split())
+    assert len(children) == 3, children
+    os.kill(children[-1], signal.SIGKILL)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    got = parse(out)
+    assert got["restarts"] == "1" and got["global_step"] == "750"
+    assert "ddpspawn: restart 1 of 1: rank 1 (pid" in err, err
+    assert logged_steps(root).count(1) == 1
+    assert evaluate(got["checkpoint"], train, MODEL) == want_metrics
