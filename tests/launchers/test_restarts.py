@@ -11,18 +11,9 @@ from typing import List
 
 import pytest
 
-from test_torchrun import CLI, evaluate, parse
+from test_torchrun import CLI, evaluate, parse, write_csv
 
 MODEL = "mlp:4,64,3"
-
-
-def write_csv(path: Path, rows: int = 2000) -> Path:
-    lines = []
-    for i in range(rows):
-        features = [((i * 7 + j * 13) % 17) / 17.0 for j in range(4)]
-        lines.append(",".join(f"{x:.6f}" for x in features) + f",{int(features[0] * 3)}")
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def fit_args(train: Path, root: Path) -> List[str]:
@@ -62,7 +53,7 @@ def wait_for_steps(process: subprocess.Popen, root: Path, count: int) -> None:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     root = tmp_path_factory.mktemp("uninterrupted")
-    train = write_csv(root / "train.csv")
+    train = write_csv(root / "train.csv", rows=2000)
     run = subprocess.run(fit_args(train, root / "logs"), capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0, run.stderr
