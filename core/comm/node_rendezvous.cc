@@ -164,14 +164,22 @@ std::vector<int> NodeRendezvous::SilentNodes() {
   return silent;
 }
 
-void NodeRendezvous::Finish(absl::Duration wait) {
+absl::StatusOr<std::string> NodeRendezvous::Finish(absl::Duration wait, const std::string& result) {
   const NodeRendezvousOptions& options = impl_->options;
+  if (options.node_rank != 0) {
+    std::string from_node0;
+    absl::Status got = Guarded("waiting for rank 0's result from node 0's launcher", [&] {
+      impl_->store->setTimeout(Millis(wait));
+      from_node0 = Text(impl_->store->get(Key("result")));
+      impl_->store->setTimeout(std::chrono::seconds(2));
+      impl_->store->set(Key(absl::StrCat("node", options.node_rank, "/ended")), Bytes("1"));
+    });
+    if (!got.ok()) return absl::UnavailableError(got.message());
+    return from_node0;
+  }
   try {
     impl_->store->setTimeout(std::chrono::seconds(2));
-    if (options.node_rank != 0) {
-      impl_->store->set(Key(absl::StrCat("node", options.node_rank, "/ended")), Bytes("1"));
-      return;
-    }
+    impl_->store->set(Key("result"), Bytes(result));
     const absl::Time deadline = absl::Now() + wait;
     for (int node = 1; node < options.nnodes; ++node) {
       const std::string key = Key(absl::StrCat("node", node, "/ended"));
@@ -180,7 +188,9 @@ void NodeRendezvous::Finish(absl::Duration wait) {
       }
     }
   } catch (const std::exception&) {
+    // The others' launchers learn it from their own stores' errors.
   }
+  return result;
 }
 
 }  // namespace ddpspawn

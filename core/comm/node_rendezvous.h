@@ -65,10 +65,12 @@ class NodeRendezvous {
   // The other nodes that have not said how they ended (a launcher that was
   // killed, or a host that is gone, never does); empty when the store is gone.
   std::vector<int> SilentNodes();
-  // Records that this node ended well. Node 0 then waits up to `wait` until
-  // every other node's launcher said how it ended, so that the store outlives
-  // their ranks.
-  void Finish(absl::Duration wait);
+  // After this node's ranks ended well: node 0 hands `result` (rank 0's) to
+  // the other nodes and waits up to `wait` until every other launcher said
+  // how it ended, so that the store outlives their ranks; the others wait up
+  // to `wait` for that result and say they ended. Returns rank 0's result;
+  // Unavailable when node 0 never handed it over.
+  absl::StatusOr<std::string> Finish(absl::Duration wait, const std::string& result);
 
  private:
   struct Impl;

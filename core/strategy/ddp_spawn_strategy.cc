@@ -173,41 +173,40 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   last_failed_rank_ = (*job)->failed_rank();
   last_outcomes_ = (*job)->outcomes();
   if (rendezvous != nullptr) {
-    waited = EndNode(*rendezvous, waited, (*job)->failed_at().value_or(absl::Now()));
+    if (!waited.ok()) {
+      return NodeFailed(*rendezvous, waited, (*job)->failed_at().value_or(absl::Now()));
+    }
+    // Every node returns rank 0's result, which node 0 hands over.
+    return rendezvous->Finish(absl::Seconds(30), (*job)->result().value_or(""));
   }
   if (!waited.ok()) return waited;
   return (*job)->result().value_or("");
 }
 
-// How a node's part of a multi-node job ended: its own failure is shared with
-// the other nodes; a failure that followed another node's (its ranks lost
-// their peers) names that node's first. Node 0 keeps the store up until the
-// other nodes are done with it.
-absl::Status DDPSpawnStrategy::EndNode(NodeRendezvous& rendezvous, absl::Status status,
-                                       absl::Time failed_at) {
-  if (!status.ok()) {
-    rendezvous.ReportFailure(failed_at, std::string(status.message()));
-    // The other nodes' launchers say how they ended within moments; one that
-    // does not is gone.
-    std::optional<NodeFailure> first = rendezvous.FirstFailure(absl::Seconds(3));
-    std::string text;
-    if (first.has_value() && first->node != options_.node_rank) {
-      text = absl::StrCat("the job failed on node ", first->node, " first: ", first->message,
-                          "\nand then on node ", options_.node_rank, ": ", status.message());
-    } else {
-      text = absl::StrCat("node ", options_.node_rank, ": ", status.message());
-    }
-    for (int node : rendezvous.SilentNodes()) {
-      const int first_rank = node * num_processes();
-      absl::StrAppend(&text, "\nnode ", node, " (ranks ", first_rank, "..",
-                      first_rank + num_processes() - 1,
-                      ") never said how it ended: its launcher was killed or its host is "
-                      "unreachable");
-    }
-    return absl::Status(status.code(), text);
+// A node's part of a multi-node job failed: the failure is shared with the
+// other nodes; one that followed another node's (its ranks lost their peers)
+// names that node's first.
+absl::Status DDPSpawnStrategy::NodeFailed(NodeRendezvous& rendezvous, const absl::Status& status,
+                                          absl::Time failed_at) {
+  rendezvous.ReportFailure(failed_at, std::string(status.message()));
+  // The other nodes' launchers say how they ended within moments; one that
+  // does not is gone.
+  std::optional<NodeFailure> first = rendezvous.FirstFailure(absl::Seconds(3));
+  std::string text;
+  if (first.has_value() && first->node != options_.node_rank) {
+    text = absl::StrCat("the job failed on node ", first->node, " first: ", first->message,
+                        "\nand then on node ", options_.node_rank, ": ", status.message());
+  } else {
+    text = absl::StrCat("node ", options_.node_rank, ": ", status.message());
   }
-  rendezvous.Finish(absl::Seconds(30));
-  return status;
+  for (int node : rendezvous.SilentNodes()) {
+    const int first_rank = node * num_processes();
+    absl::StrAppend(&text, "\nnode ", node, " (ranks ", first_rank, "..",
+                    first_rank + num_processes() - 1,
+                    ") never said how it ended: its launcher was killed or its host is "
+                    "unreachable");
+  }
+  return absl::Status(status.code(), text);
 }
 
 // This process is one rank of a job that torchrun, srun or the user started:

@@ -104,8 +104,9 @@ class DDPSpawnStrategy {
   // --------------------------------------------------------------------------
   // In the launching process: starts the ranks and returns rank 0's result; a
   // failing rank's error names it and its cause. With num_nodes > 1, every
-  // node calls Launch(); node 0 gets the result (the others ""), and a node
-  // whose ranks failed because another node's did says which failed first. In a process that
+  // node calls Launch() and gets rank 0's result (node 0's launcher hands it
+  // over), and a node whose ranks failed because another node's did says
+  // which failed first. In a process that
   // torchrun, srun (more than one task) or the user (WORLD_SIZE > 1) started as one rank of a job,
   // it launches nothing: it joins that job as that rank, runs fn and returns rank 0's result on
   // every rank; the node's process count must equal num_processes().
@@ -189,9 +190,10 @@ class DDPSpawnStrategy {
   // Launch() under an outer launcher: SetupDistributed(), fn, rank 0's
   // result to every rank, Teardown().
   absl::StatusOr<std::string> RunAsOuterRank(const WorkerFn& fn);
-  // Launch() of a multi-node job, after this node's ranks ended with `status`.
-  // `failed_at`: when its first rank failed.
-  absl::Status EndNode(NodeRendezvous& rendezvous, absl::Status status, absl::Time failed_at);
+  // Launch() of a multi-node job, after this node's ranks failed with
+  // `status`; `failed_at`: when its first rank failed.
+  absl::Status NodeFailed(NodeRendezvous& rendezvous, const absl::Status& status,
+                          absl::Time failed_at);
   // fn, with an escaping exception turned into an error.
   absl::StatusOr<std::string> RunCaught(const WorkerFn& fn);
   absl::Status RequireSetup(absl::string_view what) const;

@@ -6,6 +6,7 @@ launcher in each. Needs root to create them; under DDPSPAWN_REQUIRE_ALL_TESTS=1
 import math
 import os
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -102,8 +103,8 @@ def test_fit_on_two_hosts_of_two_trains_like_one_host_of_four(hosts, tmp_path, s
              for node, ns in enumerate(hosts)]
     (code0, out0, err0), (code1, out1, err1) = [finish(node) for node in nodes]
     assert code0 == 0 and code1 == 0, err0[-3000:] + err1[-3000:]
-    assert "global_step=" not in out1  # the result is node 0's
     two_hosts = parse(out0)
+    assert parse(out1) == two_hosts  # rank 0's result, handed over by node 0's launcher
     one_host = fit_on_one_host(train, tmp_path / "one",
                                env={"DDPSPAWN_SHM_ALLREDUCE": shared_memory})
     # 96 samples, batch 4 per rank, 4 ranks: 6 steps an epoch.
@@ -134,6 +135,26 @@ def test_torchrun_across_two_hosts_trains_one_job(hosts, tmp_path):
     want = fit_on_one_host(train, tmp_path / "one")
     assert got["global_step"] == want["global_step"] == "18"
     assert evaluate(got["checkpoint"], train) == evaluate(want["checkpoint"], train)
+
+
+def test_python_fit_on_two_hosts_returns_rank0s_result_on_both(hosts, tmp_path):
+    # ddpspawn_run's path (forked ranks) with the node options.
+    train = write_csv(tmp_path / "train.csv")
+    nodes = []
+    for node, ns in enumerate(hosts):
+        script = tmp_path / f"fit{node}.py"
+        script.write_text(
+            "import ddpspawn\n"
+            f"r = ddpspawn.fit('mlp:4,8,3', {str(train)!r}, nprocs=2, nnodes=2, node_rank={node},\n"
+            f"                 master_addr={HOSTS[0]!r}, master_port={PORT}, max_epochs=3,\n"
+            "                 batch_size=4, seed=5, lr=0.3, progress=False,\n"
+            f"                 default_root_dir={str(tmp_path / f'node{node}')!r})\n"
+            "print(r.global_step, r.checkpoint, r.metrics['train_loss_epoch'])\n")
+        nodes.append(in_host(ns, sys.executable, str(script),
+                             env={"PYTHONPATH": os.pathsep.join(sys.path)}))
+    (code0, out0, err0), (code1, out1, err1) = [finish(node) for node in nodes]
+    assert code0 == 0 and code1 == 0, err0[-3000:] + err1[-3000:]
+    assert out0 == out1 and out0.startswith("18 "), (out0, out1)
 
 
 LONG_FIT = FIT[:FIT.index("--max-epochs")] + ["--max-epochs", "2000"] + FIT[FIT.index("--batch-size"):]
