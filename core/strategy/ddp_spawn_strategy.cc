@@ -124,7 +124,7 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   last_outcomes_.clear();
   absl::StatusOr<ClusterInfo> outer = options_.cluster_environment();
   if (!outer.ok()) return outer.status();
-  if (CreatesProcessesExternally(*outer)) return RunAsOuterRank(fn);
+  if (CreatesProcessesExternally(*outer)) return RunAsOuterRank(*outer, fn);
   if (options_.num_nodes < 1 || options_.node_rank < 0 ||
       options_.node_rank >= options_.num_nodes) {
     return absl::InvalidArgumentError(absl::StrCat("node rank ", options_.node_rank,
@@ -212,27 +212,24 @@ absl::Status DDPSpawnStrategy::NodeFailed(NodeRendezvous& rendezvous, const absl
 // This process is one rank of a job that torchrun, srun or the user started:
 // it runs fn itself. A mismatch between the job and these options is refused
 // rather than trained around.
-absl::StatusOr<std::string> DDPSpawnStrategy::RunAsOuterRank(const WorkerFn& fn) {
-  absl::StatusOr<ClusterInfo> outer = options_.cluster_environment();
-  if (!outer.ok()) return outer.status();
-  if (outer->local_world_size != num_processes()) {
+absl::StatusOr<std::string> DDPSpawnStrategy::RunAsOuterRank(const ClusterInfo& outer,
+                                                             const WorkerFn& fn) {
+  if (outer.local_world_size != num_processes()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "this process is rank ", outer->rank, " of a ", ClusterKindName(outer->kind), " job with ",
-        outer->local_world_size, " processes on this node (LOCAL_WORLD_SIZE), but ",
-        num_processes(),
+        "this process is rank ", outer.rank, " of a ", ClusterKindName(outer.kind), " job with ",
+        outer.local_world_size, " processes on this node (LOCAL_WORLD_SIZE), but ", num_processes(),
         " devices/processes per node were asked for; give the same number to both (or leave "
         "nproc_per_node out)"));
   }
-  absl::StatusOr<std::string> result = absl::UnknownError("not run");
-  absl::Status status = SetupDistributed();
-  if (status.ok()) {
-    result = RunCaught(fn);
-    // Every rank returns rank 0's result, as a spawned job's caller gets it.
-    if (result.ok()) result = group_->BroadcastBytes(*result, 0);
+  if (absl::Status s = SetupDistributed(); !s.ok()) {
+    (void)Teardown();
+    return s;
   }
+  absl::StatusOr<std::string> result = RunCaught(fn);
+  // Every rank returns rank 0's result, as a spawned job's caller gets it.
+  if (result.ok()) result = group_->BroadcastBytes(*result, 0);
   absl::Status torn_down = Teardown();
   if (!result.ok()) return result.status();
-  if (!status.ok()) return status;
   if (!torn_down.ok()) return torn_down;
   return result;
 }

@@ -189,7 +189,7 @@ class DDPSpawnStrategy {
  private:
   // Launch() under an outer launcher: SetupDistributed(), fn, rank 0's
   // result to every rank, Teardown().
-  absl::StatusOr<std::string> RunAsOuterRank(const WorkerFn& fn);
+  absl::StatusOr<std::string> RunAsOuterRank(const ClusterInfo& outer, const WorkerFn& fn);
   // Launch() of a multi-node job, after this node's ranks failed with
   // `status`; `failed_at`: when its first rank failed.
   absl::Status NodeFailed(NodeRendezvous& rendezvous, const absl::Status& status,
