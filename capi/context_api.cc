@@ -1,5 +1,6 @@
 // The C ABI inside a worker: a context (cluster environment + process group)
 // and the collectives on plain buffers.
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -9,6 +10,7 @@
 #include "core/comm/process_group.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/worker_channel.h"
+#include "core/util/status_macros.h"
 #include "ddpspawn/ddpspawn.h"
 
 using ddpspawn::capi::BytesArgument;
@@ -61,9 +63,9 @@ absl::StatusOr<ddpspawn::ReduceOp> ToReduceOp(int32_t op) {
 // Validates a buffer collective's common arguments.
 absl::StatusOr<ddpspawn::DType> CheckBuffer(const ddpspawn_context* context, const void* data,
                                             size_t count, int32_t dtype) {
-  if (absl::Status s = CheckContext(context); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckContext(context));
   if (count > 0) {
-    if (absl::Status s = NotNull(data, "data"); !s.ok()) return s;
+    RETURN_IF_ERROR(NotNull(data, "data"));
   }
   if (count > static_cast<size_t>(INT64_MAX) / 8) {
     return absl::InvalidArgumentError(absl::StrCat("count ", count, " is too large"));
@@ -73,6 +75,9 @@ absl::StatusOr<ddpspawn::DType> CheckBuffer(const ddpspawn_context* context, con
 
 // Copies `bytes` into memory the caller frees with ddpspawn_free.
 void* CopyOut(absl::string_view bytes) {
+  // Never true (collectives cap their sizes); it tells GCC's allocation-size
+  // check that the size is bounded.
+  if (bytes.size() > static_cast<size_t>(PTRDIFF_MAX)) return nullptr;
   void* out = std::malloc(bytes.empty() ? 1 : bytes.size());
   if (out != nullptr && !bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());
   return out;
@@ -97,25 +102,24 @@ ddpspawn_context_options_init_sized(ddpspawn_context_options* options, uint32_t 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_create(const ddpspawn_context_options* options,
                                                         ddpspawn_context** out_context) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = NotNull(out_context, "out_context"); !s.ok()) return s;
+    RETURN_IF_ERROR(NotNull(out_context, "out_context"));
     ddpspawn_context_options o = DDPSPAWN_CONTEXT_OPTIONS_INIT;
-    if (absl::Status s = ReadOptions(options, "DDPSPAWN_CONTEXT_OPTIONS", &o); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(ReadOptions(options, "DDPSPAWN_CONTEXT_OPTIONS", &o));
     if (!(o.timeout_s >= 0.0)) {
       return absl::InvalidArgumentError("timeout_s must be >= 0 (0: the default, 1800 s)");
     }
     ddpspawn::GroupOptions group_options;
-    if (o.backend != nullptr) group_options.backend = o.backend;
+    if (o.backend != nullptr) {
+      ASSIGN_OR_RETURN(group_options.backend, ddpspawn::ParseBackend(o.backend));
+    }
     if (o.timeout_s > 0.0) group_options.timeout = absl::Seconds(o.timeout_s);
-    absl::StatusOr<ddpspawn::ClusterInfo> cluster = ddpspawn::DetectClusterEnvironment();
-    if (!cluster.ok()) return cluster.status();
+    ASSIGN_OR_RETURN(ddpspawn::ClusterInfo cluster, ddpspawn::DetectClusterEnvironment());
     ddpspawn::InstallTerminateHandler();
     absl::StatusOr<std::unique_ptr<ddpspawn::ProcessGroup>> group =
-        ddpspawn::ProcessGroup::Create(*cluster, group_options);
+        ddpspawn::ProcessGroup::Create(cluster, group_options);
     if (!group.ok()) return group.status();
     *out_context = new ddpspawn_context{*std::move(group),
-                                        std::string(ddpspawn::ClusterKindName(cluster->kind))};
+                                        std::string(ddpspawn::ClusterKindName(cluster.kind))};
     return absl::OkStatus();
   });
 }
@@ -148,7 +152,7 @@ DDPSPAWN_EXPORT const char* ddpspawn_context_environment(const ddpspawn_context*
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_barrier(ddpspawn_context* context, const char* name) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckContext(context); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckContext(context));
     return context->group->Barrier(name ? name : "");
   });
 }
@@ -156,9 +160,8 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_barrier(ddpspawn_context* context, cons
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast(ddpspawn_context* context, void* data,
                                                    size_t count, int32_t dtype, int32_t src) {
   return Guard([&]() -> absl::Status {
-    absl::StatusOr<ddpspawn::DType> type = CheckBuffer(context, data, count, dtype);
-    if (!type.ok()) return type.status();
-    return context->group->Broadcast(data, count, *type, src);
+    ASSIGN_OR_RETURN(ddpspawn::DType type, CheckBuffer(context, data, count, dtype));
+    return context->group->Broadcast(data, count, type, src);
   });
 }
 
@@ -166,20 +169,19 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_bytes(ddpspawn_context* conte
                                                          const void* data, size_t size, int32_t src,
                                                          void** out_data, size_t* out_size) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckContext(context); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckContext(context));
     // Only src's bytes are sent; the other ranks' data and size are ignored.
     absl::StatusOr<absl::string_view> bytes_in =
         context->group->rank() == src ? BytesArgument(data, size, kMaxCollectiveBytes, "size")
                                       : absl::string_view();
     if (!bytes_in.ok()) return bytes_in.status();
-    if (absl::Status s = NotNull(out_data, "out_data"); !s.ok()) return s;
-    if (absl::Status s = NotNull(out_size, "out_size"); !s.ok()) return s;
-    absl::StatusOr<std::string> bytes = context->group->BroadcastBytes(*bytes_in, src);
-    if (!bytes.ok()) return bytes.status();
-    void* copy = CopyOut(*bytes);
+    RETURN_IF_ERROR(NotNull(out_data, "out_data"));
+    RETURN_IF_ERROR(NotNull(out_size, "out_size"));
+    ASSIGN_OR_RETURN(std::string bytes, context->group->BroadcastBytes(*bytes_in, src));
+    void* copy = CopyOut(bytes);
     if (copy == nullptr) return absl::ResourceExhaustedError("out of memory");
     *out_data = copy;
-    *out_size = bytes->size();
+    *out_size = bytes.size();
     return absl::OkStatus();
   });
 }
@@ -187,34 +189,29 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_bytes(ddpspawn_context* conte
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_reduce(ddpspawn_context* context, void* data,
                                                     size_t count, int32_t dtype, int32_t op) {
   return Guard([&]() -> absl::Status {
-    absl::StatusOr<ddpspawn::DType> type = CheckBuffer(context, data, count, dtype);
-    if (!type.ok()) return type.status();
-    absl::StatusOr<ddpspawn::ReduceOp> reduce_op = ToReduceOp(op);
-    if (!reduce_op.ok()) return reduce_op.status();
-    return context->group->AllReduce(data, count, *type, *reduce_op);
+    ASSIGN_OR_RETURN(ddpspawn::DType type, CheckBuffer(context, data, count, dtype));
+    ASSIGN_OR_RETURN(ddpspawn::ReduceOp reduce_op, ToReduceOp(op));
+    return context->group->AllReduce(data, count, type, reduce_op);
   });
 }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce(ddpspawn_context* context, void* data, size_t count,
                                                 int32_t dtype, int32_t op, int32_t dst) {
   return Guard([&]() -> absl::Status {
-    absl::StatusOr<ddpspawn::DType> type = CheckBuffer(context, data, count, dtype);
-    if (!type.ok()) return type.status();
-    absl::StatusOr<ddpspawn::ReduceOp> reduce_op = ToReduceOp(op);
-    if (!reduce_op.ok()) return reduce_op.status();
-    return context->group->Reduce(data, count, *type, *reduce_op, dst);
+    ASSIGN_OR_RETURN(ddpspawn::DType type, CheckBuffer(context, data, count, dtype));
+    ASSIGN_OR_RETURN(ddpspawn::ReduceOp reduce_op, ToReduceOp(op));
+    return context->group->Reduce(data, count, type, reduce_op, dst);
   });
 }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather(ddpspawn_context* context, const void* data,
                                                     size_t count, int32_t dtype, void* out) {
   return Guard([&]() -> absl::Status {
-    absl::StatusOr<ddpspawn::DType> type = CheckBuffer(context, data, count, dtype);
-    if (!type.ok()) return type.status();
+    ASSIGN_OR_RETURN(ddpspawn::DType type, CheckBuffer(context, data, count, dtype));
     if (count > 0) {
-      if (absl::Status s = NotNull(out, "out"); !s.ok()) return s;
+      RETURN_IF_ERROR(NotNull(out, "out"));
     }
-    return context->group->AllGather(data, count, *type, out);
+    return context->group->AllGather(data, count, type, out);
   });
 }
 
@@ -222,19 +219,18 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather_bytes(ddpspawn_context* cont
                                                           const void* data, size_t size,
                                                           void** out_data, size_t* out_sizes) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckContext(context); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckContext(context));
     absl::StatusOr<absl::string_view> bytes_in =
         BytesArgument(data, size, kMaxCollectiveBytes, "size");
     if (!bytes_in.ok()) return bytes_in.status();
-    if (absl::Status s = NotNull(out_data, "out_data"); !s.ok()) return s;
-    if (absl::Status s = NotNull(out_sizes, "out_sizes"); !s.ok()) return s;
-    absl::StatusOr<std::vector<std::string>> gathered = context->group->AllGatherBytes(*bytes_in);
-    if (!gathered.ok()) return gathered.status();
+    RETURN_IF_ERROR(NotNull(out_data, "out_data"));
+    RETURN_IF_ERROR(NotNull(out_sizes, "out_sizes"));
+    ASSIGN_OR_RETURN(std::vector<std::string> gathered, context->group->AllGatherBytes(*bytes_in));
     std::string joined;
-    for (const std::string& part : *gathered) joined += part;
+    for (const std::string& part : gathered) joined += part;
     void* copy = CopyOut(joined);
     if (copy == nullptr) return absl::ResourceExhaustedError("out of memory");
-    for (size_t r = 0; r < gathered->size(); ++r) out_sizes[r] = (*gathered)[r].size();
+    for (size_t r = 0; r < gathered.size(); ++r) out_sizes[r] = gathered[r].size();
     *out_data = copy;
     return absl::OkStatus();
   });

@@ -9,6 +9,7 @@
 #include "core/env/settings.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
+#include "core/util/status_macros.h"
 #include "ddpspawn/ddpspawn.h"
 
 using ddpspawn::capi::Guard;
@@ -68,7 +69,7 @@ absl::StatusOr<ddpspawn::LaunchSpec> ToSpec(const ddpspawn_launch_options& o) {
 }
 
 absl::Status CheckRank(const ddpspawn_job* job, int32_t rank) {
-  if (absl::Status s = NotNull(job, "job"); !s.ok()) return s;
+  RETURN_IF_ERROR(NotNull(job, "job"));
   if (rank < 0 || rank >= job->job->nprocs()) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is outside [0, ", job->job->nprocs(), ")"));
@@ -95,17 +96,13 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_launch_options_init_sized(ddpspawn_laun
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_create(const ddpspawn_launch_options* options,
                                                     ddpspawn_job** out_job) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = NotNull(options, "options"); !s.ok()) return s;
-    if (absl::Status s = NotNull(out_job, "out_job"); !s.ok()) return s;
+    RETURN_IF_ERROR(NotNull(options, "options"));
+    RETURN_IF_ERROR(NotNull(out_job, "out_job"));
     ddpspawn_launch_options o = DDPSPAWN_LAUNCH_OPTIONS_INIT;
-    if (absl::Status s = ReadOptions(options, "DDPSPAWN_LAUNCH_OPTIONS", &o); !s.ok()) {
-      return s;
-    }
-    absl::StatusOr<ddpspawn::LaunchSpec> spec = ToSpec(o);
-    if (!spec.ok()) return spec.status();
-    absl::StatusOr<std::unique_ptr<ddpspawn::Job>> job = ddpspawn::Job::Create(*std::move(spec));
-    if (!job.ok()) return job.status();
-    *out_job = new ddpspawn_job{*std::move(job)};
+    RETURN_IF_ERROR(ReadOptions(options, "DDPSPAWN_LAUNCH_OPTIONS", &o));
+    ASSIGN_OR_RETURN(ddpspawn::LaunchSpec spec, ToSpec(o));
+    ASSIGN_OR_RETURN(std::unique_ptr<ddpspawn::Job> job, ddpspawn::Job::Create(std::move(spec)));
+    *out_job = new ddpspawn_job{std::move(job)};
     return absl::OkStatus();
   });
 }
@@ -114,14 +111,14 @@ DDPSPAWN_EXPORT void ddpspawn_job_destroy(ddpspawn_job* job) { delete job; }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_start(ddpspawn_job* job) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = NotNull(job, "job"); !s.ok()) return s;
+    RETURN_IF_ERROR(NotNull(job, "job"));
     return job->job->Start();
   });
 }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_wait(ddpspawn_job* job) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = NotNull(job, "job"); !s.ok()) return s;
+    RETURN_IF_ERROR(NotNull(job, "job"));
     return job->job->Wait();
   });
 }
@@ -146,7 +143,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_rank_report_init_sized(ddpspawn_rank_re
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_report(const ddpspawn_job* job, int32_t rank,
                                                          ddpspawn_rank_report* out_report) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckRank(job, rank); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckRank(job, rank));
     return ddpspawn::capi::FillRankReport(job->job->outcomes()[rank], out_report);
   });
 }
@@ -158,8 +155,8 @@ DDPSPAWN_EXPORT int32_t ddpspawn_job_failed_rank(const ddpspawn_job* job) {
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(const ddpspawn_job* job, int32_t rank,
                                                         const char** out_text) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckRank(job, rank); !s.ok()) return s;
-    if (absl::Status s = NotNull(out_text, "out_text"); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckRank(job, rank));
+    RETURN_IF_ERROR(NotNull(out_text, "out_text"));
     *out_text = job->job->outcomes()[rank].error_text.c_str();
     return absl::OkStatus();
   });
@@ -168,10 +165,10 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(const ddpspawn_job* job,
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_result(const ddpspawn_job* job, const void** out_data,
                                                     size_t* out_size, int32_t* out_has_result) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = NotNull(job, "job"); !s.ok()) return s;
-    if (absl::Status s = NotNull(out_data, "out_data"); !s.ok()) return s;
-    if (absl::Status s = NotNull(out_size, "out_size"); !s.ok()) return s;
-    if (absl::Status s = NotNull(out_has_result, "out_has_result"); !s.ok()) return s;
+    RETURN_IF_ERROR(NotNull(job, "job"));
+    RETURN_IF_ERROR(NotNull(out_data, "out_data"));
+    RETURN_IF_ERROR(NotNull(out_size, "out_size"));
+    RETURN_IF_ERROR(NotNull(out_has_result, "out_has_result"));
     const std::optional<std::string>& result = job->job->result();
     *out_data = result ? result->data() : nullptr;
     *out_size = result ? result->size() : 0;
@@ -194,7 +191,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_result(const void* data, siz
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_error(const char* text) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = NotNull(text, "text"); !s.ok()) return s;
+    RETURN_IF_ERROR(NotNull(text, "text"));
     return ddpspawn::SetWorkerError(text);
   });
 }

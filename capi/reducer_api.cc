@@ -8,6 +8,7 @@
 #include "capi/status.h"
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/reducer.h"
+#include "core/util/status_macros.h"
 #include "ddpspawn/ddpspawn.h"
 
 using ddpspawn::capi::Guard;
@@ -59,15 +60,15 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create(ddpspawn_context* contex
                                                         const ddpspawn_reducer_options* options,
                                                         ddpspawn_reducer** out_reducer) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = NotNull(context, "context"); !s.ok()) return s;
-    if (absl::Status s = NotNull(out_reducer, "out_reducer"); !s.ok()) return s;
+    RETURN_IF_ERROR(NotNull(context, "context"));
+    RETURN_IF_ERROR(NotNull(out_reducer, "out_reducer"));
     if (num_buffers == 0)
       return absl::InvalidArgumentError("the reducer needs at least one buffer");
-    if (absl::Status s = NotNull(buffers, "buffers"); !s.ok()) return s;
-    if (absl::Status s = NotNull(counts, "counts"); !s.ok()) return s;
-    if (absl::Status s = NotNull(dtypes, "dtypes"); !s.ok()) return s;
+    RETURN_IF_ERROR(NotNull(buffers, "buffers"));
+    RETURN_IF_ERROR(NotNull(counts, "counts"));
+    RETURN_IF_ERROR(NotNull(dtypes, "dtypes"));
     ddpspawn_reducer_options o = DDPSPAWN_REDUCER_OPTIONS_INIT;
-    if (absl::Status s = ReadOptions(options, "DDPSPAWN_REDUCER_OPTIONS", &o); !s.ok()) return s;
+    RETURN_IF_ERROR(ReadOptions(options, "DDPSPAWN_REDUCER_OPTIONS", &o));
     std::vector<at::Tensor> tensors;
     for (size_t i = 0; i < num_buffers; ++i) {
       absl::StatusOr<at::ScalarType> type = ToScalarType(dtypes[i]);
@@ -85,14 +86,14 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create(ddpspawn_context* contex
     reducer_options.bucket_cap_mb = o.bucket_cap_mb;
     reducer_options.first_bucket_cap_mb = o.first_bucket_cap_mb;
     reducer_options.find_unused_parameters = o.find_unused_parameters != 0;
-    absl::StatusOr<std::shared_ptr<ddpspawn::CommHook>> hook = ddpspawn::MakeCommHookByName(
-        o.comm_hook ? o.comm_hook : "", o.powersgd_rank, o.powersgd_start_iteration);
-    if (!hook.ok()) return hook.status();
-    reducer_options.comm_hook = *hook;
-    absl::StatusOr<std::unique_ptr<ddpspawn::Reducer>> reducer = ddpspawn::Reducer::Create(
-        context->group.get(), std::move(tensors), reducer_options, /*autograd_mode=*/false);
-    if (!reducer.ok()) return reducer.status();
-    *out_reducer = new ddpspawn_reducer{context->group, *std::move(reducer)};
+    ASSIGN_OR_RETURN(ddpspawn::CommHookKind hook_kind,
+                     ddpspawn::ParseCommHook(o.comm_hook ? o.comm_hook : ""));
+    ASSIGN_OR_RETURN(reducer_options.comm_hook, ddpspawn::MakeCommHook(hook_kind, o.powersgd_rank,
+                                                                       o.powersgd_start_iteration));
+    ASSIGN_OR_RETURN(std::unique_ptr<ddpspawn::Reducer> reducer,
+                     ddpspawn::Reducer::Create(context->group.get(), std::move(tensors),
+                                               reducer_options, /*autograd_mode=*/false));
+    *out_reducer = new ddpspawn_reducer{context->group, std::move(reducer)};
     return absl::OkStatus();
   });
 }
@@ -102,14 +103,14 @@ DDPSPAWN_EXPORT void ddpspawn_reducer_destroy(ddpspawn_reducer* reducer) { delet
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_mark_ready(ddpspawn_reducer* reducer,
                                                             size_t index) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = NotNull(reducer, "reducer"); !s.ok()) return s;
+    RETURN_IF_ERROR(NotNull(reducer, "reducer"));
     return reducer->reducer->MarkReady(index);
   });
 }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_finalize(ddpspawn_reducer* reducer) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = NotNull(reducer, "reducer"); !s.ok()) return s;
+    RETURN_IF_ERROR(NotNull(reducer, "reducer"));
     return reducer->reducer->Finalize();
   });
 }
@@ -117,7 +118,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_finalize(ddpspawn_reducer* redu
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_set_sync(ddpspawn_reducer* reducer,
                                                           int32_t enabled) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = NotNull(reducer, "reducer"); !s.ok()) return s;
+    RETURN_IF_ERROR(NotNull(reducer, "reducer"));
     reducer->reducer->set_sync_enabled(enabled != 0);
     return absl::OkStatus();
   });

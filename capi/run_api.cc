@@ -1,6 +1,6 @@
 // The C ABI of training runs: the CLI's options as key=value strings, ranks
 // forked from the caller.
-#include <map>
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +10,7 @@
 #include "capi/status.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "core/train/run.h"
+#include "core/util/status_macros.h"
 #include "ddpspawn/ddpspawn.h"
 
 using ddpspawn::capi::Guard;
@@ -17,7 +18,8 @@ using ddpspawn::capi::NotNull;
 
 struct ddpspawn_run_result {
   std::string text;
-  std::map<std::string, std::string> values;
+  // In the run's order; a key given twice keeps its last value.
+  std::vector<std::pair<std::string, std::string>> pairs;
 };
 
 namespace {
@@ -46,8 +48,8 @@ extern "C" {
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command, const char* const* options,
                                              ddpspawn_run_result** out_result) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = NotNull(command, "command"); !s.ok()) return s;
-    if (absl::Status s = NotNull(out_result, "out_result"); !s.ok()) return s;
+    RETURN_IF_ERROR(NotNull(command, "command"));
+    RETURN_IF_ERROR(NotNull(out_result, "out_result"));
     t_last_run = LastRun{};
     ddpspawn::RunOptions parsed;
     bool has_start_method = false;
@@ -70,15 +72,14 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command, const char* co
       parsed.emplace_back(key, entry.substr(eq + 1));
     }
     if (!has_start_method) parsed.emplace_back("start_method", "fork");
-    absl::StatusOr<ddpspawn::RunConfig> config = ddpspawn::ParseRunConfig(command, parsed);
-    if (!config.ok()) return config.status();
-    if (absl::Status s = ddpspawn::CheckRun(*config); !s.ok()) {
+    ASSIGN_OR_RETURN(ddpspawn::RunConfig config, ddpspawn::ParseRunConfig(command, parsed));
+    if (absl::Status s = ddpspawn::CheckRun(config); !s.ok()) {
       return absl::InvalidArgumentError(s.message());
     }
-    ddpspawn::DDPSpawnStrategy strategy(ddpspawn::StrategyOptionsFor(*config));
+    ddpspawn::DDPSpawnStrategy strategy(ddpspawn::StrategyOptionsFor(config));
     absl::StatusOr<std::string> text = ddpspawn::LaunchWithRestarts(
-        *config, strategy,
-        [&config](ddpspawn::DDPSpawnStrategy& s) { return ddpspawn::RunCommand(*config, s); });
+        config, strategy,
+        [&config](ddpspawn::DDPSpawnStrategy& s) { return ddpspawn::RunCommand(config, s); });
     t_last_run.failed_rank = strategy.last_failed_rank();
     t_last_run.outcomes = strategy.last_outcomes();
     if (!text.ok()) return text.status();
@@ -86,8 +87,12 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command, const char* co
     result->text = *text;
     for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
       size_t eq = line.find('=');
-      if (eq == absl::string_view::npos) continue;
-      result->values[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
+      if (eq == absl::string_view::npos || eq == 0) continue;
+      std::string key(line.substr(0, eq));
+      auto same = std::find_if(result->pairs.begin(), result->pairs.end(),
+                               [&key](const auto& pair) { return pair.first == key; });
+      if (same != result->pairs.end()) result->pairs.erase(same);
+      result->pairs.emplace_back(std::move(key), std::string(line.substr(eq + 1)));
     }
     *out_result = result.release();
     return absl::OkStatus();
@@ -99,12 +104,30 @@ DDPSPAWN_EXPORT void ddpspawn_run_result_destroy(ddpspawn_run_result* result) { 
 DDPSPAWN_EXPORT const char* ddpspawn_run_result_get(const ddpspawn_run_result* result,
                                                     const char* key) {
   if (result == nullptr || key == nullptr) return nullptr;
-  auto it = result->values.find(key);
-  return it == result->values.end() ? nullptr : it->second.c_str();
+  for (const auto& [name, value] : result->pairs) {
+    if (name == key) return value.c_str();
+  }
+  return nullptr;
 }
 
 DDPSPAWN_EXPORT const char* ddpspawn_run_result_text(const ddpspawn_run_result* result) {
   return result == nullptr ? "" : result->text.c_str();
+}
+
+DDPSPAWN_EXPORT size_t ddpspawn_run_result_count(const ddpspawn_run_result* result) {
+  return result == nullptr ? 0 : result->pairs.size();
+}
+
+DDPSPAWN_EXPORT const char* ddpspawn_run_result_key(const ddpspawn_run_result* result,
+                                                    size_t index) {
+  if (result == nullptr || index >= result->pairs.size()) return nullptr;
+  return result->pairs[index].first.c_str();
+}
+
+DDPSPAWN_EXPORT const char* ddpspawn_run_result_value(const ddpspawn_run_result* result,
+                                                      size_t index) {
+  if (result == nullptr || index >= result->pairs.size()) return nullptr;
+  return result->pairs[index].second.c_str();
 }
 
 DDPSPAWN_EXPORT int32_t ddpspawn_run_failed_rank(void) { return t_last_run.failed_rank; }
@@ -116,15 +139,15 @@ DDPSPAWN_EXPORT int32_t ddpspawn_run_nprocs(void) {
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_report(int32_t rank,
                                                          ddpspawn_rank_report* out_report) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckLastRunRank(rank); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckLastRunRank(rank));
     return ddpspawn::capi::FillRankReport(t_last_run.outcomes[rank], out_report);
   });
 }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_error(int32_t rank, const char** out_text) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckLastRunRank(rank); !s.ok()) return s;
-    if (absl::Status s = NotNull(out_text, "out_text"); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckLastRunRank(rank));
+    RETURN_IF_ERROR(NotNull(out_text, "out_text"));
     *out_text = t_last_run.outcomes[rank].error_text.c_str();
     return absl::OkStatus();
   });

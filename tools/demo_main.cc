@@ -15,21 +15,20 @@
 #include "core/env/cluster_environment.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
 
 absl::Status Worker(bool fail) {
-  absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
-  if (!cluster.ok()) return cluster.status();
-  absl::StatusOr<std::unique_ptr<ProcessGroup>> joined = ProcessGroup::Create(*cluster);
-  if (!joined.ok()) return joined.status();
-  ProcessGroup& group = **joined;
+  ASSIGN_OR_RETURN(ClusterInfo cluster, DetectClusterEnvironment());
+  ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> joined, ProcessGroup::Create(cluster));
+  ProcessGroup& group = *joined;
   const int rank = group.rank(), world = group.world_size();
 
   // Rank 0 decides the sample count and broadcasts it.
   int64_t samples = rank == 0 ? 4'000'000 : 0;
-  if (absl::Status s = group.Broadcast(&samples, 1, DType::kInt64, 0); !s.ok()) return s;
+  RETURN_IF_ERROR(group.Broadcast(&samples, 1, DType::kInt64, 0));
   if (fail && rank == 1) {
     return absl::InternalError("rank 1 fails on purpose (demo --fail)");
   }
@@ -43,18 +42,12 @@ absl::Status Worker(bool fail) {
               static_cast<long long>(hits), static_cast<long long>(samples), seconds);
 
   int64_t totals[2] = {hits, samples};
-  if (absl::Status s = group.AllReduce(totals, 2, DType::kInt64, ReduceOp::kSum); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(group.AllReduce(totals, 2, DType::kInt64, ReduceOp::kSum));
   double slowest = seconds;
-  if (absl::Status s = group.AllReduce(&slowest, 1, DType::kFloat64, ReduceOp::kMax); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(group.AllReduce(&slowest, 1, DType::kFloat64, ReduceOp::kMax));
   std::vector<double> per_rank(world);
-  if (absl::Status s = group.AllGather(&seconds, 1, DType::kFloat64, per_rank.data()); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = group.Barrier("done"); !s.ok()) return s;
+  RETURN_IF_ERROR(group.AllGather(&seconds, 1, DType::kFloat64, per_rank.data()));
+  RETURN_IF_ERROR(group.Barrier("done"));
   if (rank == 0) {
     double pi = 4.0 * static_cast<double>(totals[0]) / static_cast<double>(totals[1]);
     std::string summary = absl::StrFormat(

@@ -33,6 +33,7 @@
 #include "core/env/run_dir.h"
 #include "core/env/settings.h"
 #include "core/util/local_address.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
@@ -226,22 +227,6 @@ absl::string_view DTypeName(at::ScalarType type) {
   }
 }
 
-absl::string_view OpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kMean:
-      return "mean";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kProduct:
-      return "product";
-  }
-  return "?";
-}
-
 // What this rank is about to run; `tensor` may be undefined (a barrier).
 CallSignature Signature(absl::string_view kind, const at::Tensor& tensor,
                         std::optional<ReduceOp> op = std::nullopt, int root = -1) {
@@ -251,7 +236,7 @@ CallSignature Signature(absl::string_view kind, const at::Tensor& tensor,
     call.dtype = DTypeName(tensor.scalar_type());
     call.count = static_cast<uint64_t>(tensor.numel());
   }
-  if (op.has_value()) call.op = OpName(*op);
+  if (op.has_value()) call.op = ReduceOpName(*op);
   call.root = root;
   return call;
 }
@@ -375,6 +360,43 @@ absl::Status PendingWork::Wait() {
   return impl_->finish ? impl_->finish(status) : status;
 }
 
+absl::string_view ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMean:
+      return "mean";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kProduct:
+      return "product";
+  }
+  return "?";
+}
+
+absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+    if (name == ReduceOpName(op)) return op;
+  }
+  if (name == "avg") return ReduceOp::kMean;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown reduce op '", name, "'; expected 'sum', 'mean', 'min', 'max' or 'product'"));
+}
+
+absl::string_view BackendName(Backend backend) {
+  return backend == Backend::kNccl ? "nccl" : "gloo";
+}
+
+absl::StatusOr<Backend> ParseBackend(absl::string_view name) {
+  if (name == "gloo") return Backend::kGloo;
+  if (name == "nccl") return Backend::kNccl;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown backend '", name, "'; expected 'gloo' or 'nccl'"));
+}
+
 size_t DTypeSize(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kInt32 ? 4 : 8; }
 
 int CudaDeviceCount() {
@@ -402,17 +424,13 @@ bool ProcessGroup::uses_shared_memory() const { return impl_->shm != nullptr; }
 
 absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const ClusterInfo& cluster,
                                                                    const GroupOptions& options) {
-  if (options.backend != "gloo" && options.backend != "nccl") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown backend '", options.backend, "'; expected 'gloo' or 'nccl'"));
-  }
-  if (options.backend == "nccl" && !NcclAvailable()) {
+  if (options.backend == Backend::kNccl && !NcclAvailable()) {
     return absl::UnavailableError(
         "backend 'nccl' needs a CUDA build of LibTorch with NCCL, and this build of ddpspawn has "
         "none; use 'gloo', or rebuild with DDPSPAWN_LIBTORCH set to a CUDA LibTorch");
   }
   const int device_index = options.device_index >= 0 ? options.device_index : cluster.local_rank;
-  if (options.backend == "nccl") {
+  if (options.backend == Backend::kNccl) {
     const int present = CudaDeviceCount();
     if (present == 0) {
       return absl::UnavailableError(
@@ -433,22 +451,21 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
   impl->timeout = absl::ToChronoMilliseconds(options.timeout);
   // DDPSPAWN_DEBUG=1 adds the cross-rank checks; DDPSPAWN_SHM_ALLREDUCE=0 sends everything
   // through Gloo. Other values are refused.
-  absl::StatusOr<bool> debug = ReadSwitch(Setting::kDebug, false);
-  if (!debug.ok()) return debug.status();
-  absl::StatusOr<bool> shm_enabled = ReadSwitch(Setting::kShmAllReduce, true);
-  if (!shm_enabled.ok()) return shm_enabled.status();
+  ASSIGN_OR_RETURN(bool debug, ReadSwitch(Setting::kDebug, false));
+  ASSIGN_OR_RETURN(bool shm_enabled, ReadSwitch(Setting::kShmAllReduce, true));
   GroupOptions effective = options;
-  effective.debug_checks = effective.debug_checks || *debug;
+  effective.debug_checks = effective.debug_checks || debug;
   const int generation = g_group_generation++;
   impl->generation = generation;
   // One launcher's ranks, all on this host: they share a run directory (and
   // flight records and shared memory through it).
   const bool one_launcher = cluster.kind == ClusterKind::kDdpspawn && !cluster.store_is_external &&
                             !cluster.run_dir.empty();
-  absl::StatusOr<std::unique_ptr<FlightRecorder>> recorder = FlightRecorder::Create(
-      one_launcher ? RunDirCallsFile(cluster.run_dir, cluster.rank, generation) : "");
-  if (!recorder.ok()) return recorder.status();
-  impl->recorder = *std::move(recorder);
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<FlightRecorder> recorder,
+      FlightRecorder::Create(
+          one_launcher ? RunDirCallsFile(cluster.run_dir, cluster.rank, generation) : ""));
+  impl->recorder = std::move(recorder);
   // torchrun's store outlives its attempts: a restarted rank must not read the
   // previous attempt's addresses.
   std::string prefix = absl::StrCat("ddpspawn/attempt", cluster.attempt, "/group", generation);
@@ -457,7 +474,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
     auto store = c10::make_intrusive<c10d::PrefixStore>(
         prefix, MakeStore(cluster, generation, impl->timeout));
 #ifdef USE_C10D_NCCL
-    if (options.backend == "nccl") {
+    if (options.backend == Backend::kNccl) {
       impl->device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index));
       c10::cuda::set_device(static_cast<c10::DeviceIndex>(device_index));
       refused = CheckOneGpuPerRank(*store, cluster, device_index);
@@ -474,7 +491,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
     gloo_options->devices.push_back(GlooDevice(cluster));
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cluster.rank,
                                                               cluster.world_size, gloo_options);
-    if (one_launcher && cluster.world_size > 1 && *shm_enabled) {
+    if (one_launcher && cluster.world_size > 1 && shm_enabled) {
       absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> shm = JoinSharedMemory(
           *impl->group, cluster, absl::StrCat(SharedMemoryPrefix(cluster.run_dir), generation),
           options.timeout);
@@ -483,7 +500,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
         return;
       }
       impl->shm = *std::move(shm);
-      if (impl->shm) impl->shm->set_compare_calls(options.check_calls || *debug);
+      if (impl->shm) impl->shm->set_compare_calls(options.check_calls || debug);
     }
     WaitUntilEveryRankJoined(*store, cluster);
   });
@@ -602,7 +619,7 @@ absl::Status ProcessGroup::Barrier(absl::string_view name) {
   return Recorded(call, [&]() -> absl::Status {
     // Through shared memory the check itself is a barrier.
     if (impl_->shm) return impl_->shm->Agree(call);
-    if (absl::Status s = CheckAgreement(call, at::Tensor()); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckAgreement(call, at::Tensor()));
     return Guarded(absl::StrCat("barrier '", name, "'"), [&] {
       c10d::BarrierOptions opts;
       opts.timeout = impl_->timeout;
@@ -612,14 +629,14 @@ absl::Status ProcessGroup::Barrier(absl::string_view name) {
 }
 
 absl::Status ProcessGroup::Broadcast(at::Tensor& tensor, int src) {
-  if (absl::Status valid = CheckRank(src, "broadcast source"); !valid.ok()) return valid;
+  RETURN_IF_ERROR(CheckRank(src, "broadcast source"));
   const CallSignature call = Signature("broadcast", tensor, std::nullopt, src);
   return Recorded(call, [&]() -> absl::Status {
     if (impl_->shm && tensor.device().is_cpu() && tensor.is_contiguous() &&
         tensor.nbytes() <= kShmBroadcastMaxBytes) {
       return impl_->shm->Broadcast(tensor.data_ptr(), tensor.nbytes(), src, call);
     }
-    if (absl::Status s = CheckAgreement(call, tensor); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckAgreement(call, tensor));
     return Guarded("broadcast", [&] {
       impl_->OnDevice(tensor, [&](at::Tensor& t) {
         std::vector<at::Tensor> tensors{t};
@@ -637,7 +654,7 @@ absl::Status ProcessGroup::AllReduce(at::Tensor& tensor, ReduceOp op) {
   return Recorded(call, [&]() -> absl::Status {
     absl::Status shm_status;
     if (impl_->TryShm(tensor, op, world_size(), call, &shm_status)) return shm_status;
-    if (absl::Status s = CheckAgreement(call, tensor); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckAgreement(call, tensor));
     return Guarded("all_reduce", [&] {
       impl_->OnDevice(tensor, [&](at::Tensor& t) {
         std::vector<at::Tensor> tensors{t};
@@ -652,10 +669,10 @@ absl::Status ProcessGroup::AllReduce(at::Tensor& tensor, ReduceOp op) {
 }
 
 absl::Status ProcessGroup::Reduce(at::Tensor& tensor, ReduceOp op, int dst) {
-  if (absl::Status valid = CheckRank(dst, "reduce destination"); !valid.ok()) return valid;
+  RETURN_IF_ERROR(CheckRank(dst, "reduce destination"));
   const CallSignature call = Signature("reduce", tensor, op, dst);
   return Recorded(call, [&]() -> absl::Status {
-    if (absl::Status s = CheckAgreement(call, tensor); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckAgreement(call, tensor));
     return ReduceOnBackend(tensor, op, dst);
   });
 }
@@ -681,7 +698,7 @@ absl::StatusOr<std::vector<at::Tensor>> ProcessGroup::AllGather(const at::Tensor
   const CallSignature call = Signature("all_gather", tensor);
   std::vector<at::Tensor> gathered;
   absl::Status status = Recorded(call, [&]() -> absl::Status {
-    if (absl::Status s = CheckAgreement(call, tensor); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckAgreement(call, tensor));
     return Guarded("all_gather", [&] {
       at::Tensor input = tensor.to(impl_->device).contiguous();
       std::vector<std::vector<at::Tensor>> outputs(1);
@@ -785,42 +802,37 @@ absl::Status ProcessGroup::Reduce(void* data, size_t count, DType dtype, ReduceO
 
 absl::Status ProcessGroup::AllGather(const void* data, size_t count, DType dtype, void* out) {
   if (count == 0) return absl::OkStatus();
-  absl::StatusOr<std::vector<at::Tensor>> gathered = AllGather(WrapBuffer(data, count, dtype));
-  if (!gathered.ok()) return gathered.status();
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> gathered, AllGather(WrapBuffer(data, count, dtype)));
   const size_t bytes = count * DTypeSize(dtype);
-  for (size_t r = 0; r < gathered->size(); ++r) {
-    std::memcpy(static_cast<char*>(out) + r * bytes, (*gathered)[r].data_ptr(), bytes);
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    std::memcpy(static_cast<char*>(out) + r * bytes, gathered[r].data_ptr(), bytes);
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> ProcessGroup::BroadcastBytes(absl::string_view bytes, int src) {
   int64_t size = rank() == src ? static_cast<int64_t>(bytes.size()) : 0;
-  if (absl::Status s = Broadcast(&size, 1, DType::kInt64, src); !s.ok()) return s;
+  RETURN_IF_ERROR(Broadcast(&size, 1, DType::kInt64, src));
   std::string out(static_cast<size_t>(size), '\0');
   if (rank() == src) out.assign(bytes.data(), bytes.size());
   if (size == 0) return out;
   at::Tensor tensor = at::from_blob(out.data(), {size}, at::kByte);
-  if (absl::Status s = Broadcast(tensor, src); !s.ok()) return s;
+  RETURN_IF_ERROR(Broadcast(tensor, src));
   return out;
 }
 
 absl::StatusOr<std::vector<std::string>> ProcessGroup::AllGatherBytes(absl::string_view bytes) {
   std::vector<int64_t> sizes(static_cast<size_t>(world_size()));
   int64_t own_size = static_cast<int64_t>(bytes.size());
-  if (absl::Status s = AllGather(&own_size, 1, DType::kInt64, sizes.data()); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(AllGather(&own_size, 1, DType::kInt64, sizes.data()));
   int64_t longest = *std::max_element(sizes.begin(), sizes.end());
   std::vector<std::string> out(sizes.size());
   if (longest == 0) return out;
   at::Tensor padded = at::zeros({longest}, at::kByte);
   if (!bytes.empty()) std::memcpy(padded.data_ptr(), bytes.data(), bytes.size());
-  absl::StatusOr<std::vector<at::Tensor>> gathered = AllGather(padded);
-  if (!gathered.ok()) return gathered.status();
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> gathered, AllGather(padded));
   for (size_t r = 0; r < out.size(); ++r) {
-    out[r].assign(static_cast<const char*>((*gathered)[r].data_ptr()),
-                  static_cast<size_t>(sizes[r]));
+    out[r].assign(static_cast<const char*>(gathered[r].data_ptr()), static_cast<size_t>(sizes[r]));
   }
   return out;
 }

@@ -28,11 +28,20 @@ namespace ddpspawn {
 
 enum class DType { kFloat32, kFloat64, kInt32, kInt64 };
 enum class ReduceOp { kSum, kMean, kMin, kMax, kProduct };
+// How the ranks talk: Gloo (CPU tensors; TCP, or shared memory within a host) or NCCL (CUDA).
+enum class Backend { kGloo, kNccl };
+
+// The names used at the CLI and the C ABI: "sum", "mean" (or "avg"), "min", "max", "product".
+absl::string_view ReduceOpName(ReduceOp op);
+absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name);
+// "gloo", "nccl".
+absl::string_view BackendName(Backend backend);
+absl::StatusOr<Backend> ParseBackend(absl::string_view name);
 
 size_t DTypeSize(DType dtype);
 
 struct GroupOptions {
-  std::string backend = "gloo";  // "gloo" or "nccl"
+  Backend backend = Backend::kGloo;
   absl::Duration timeout = absl::Minutes(30);
   // Every collective is first compared across ranks (kind, dtype, count, op,
   // root; a mismatch is an error naming each rank's call, where Gloo would
@@ -79,7 +88,7 @@ class ProcessGroup {
   const ClusterInfo& cluster() const { return cluster_; }
   int rank() const { return cluster_.rank; }
   int world_size() const { return cluster_.world_size; }
-  const std::string& backend() const { return options_.backend; }
+  Backend backend() const { return options_.backend; }
   // True when float sums and small broadcasts go through shared memory (a
   // launcher's ranks, unless DDPSPAWN_SHM_ALLREDUCE=0 or /dev/shm is full).
   bool uses_shared_memory() const;

@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/util/process_state.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 
@@ -122,21 +123,20 @@ absl::StatusOr<std::shared_ptr<Segment>> CreateSegment(const std::string& prefix
                                                        size_t header_bytes, size_t slot_bytes,
                                                        int world_size, bool reserve) {
   std::shared_ptr<Segment> segment = NewSegment(header_bytes, slot_bytes, world_size);
-  absl::StatusOr<std::string> name = UnpredictableName(prefix);
-  if (!name.ok()) return name.status();
+  ASSIGN_OR_RETURN(std::string name, UnpredictableName(prefix));
   // glibc's shm_open adds O_NOFOLLOW.
-  int fd = shm_open(name->c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     return absl::UnavailableError(
-        absl::StrCat("creating shared-memory segment ", *name, ": ", std::strerror(errno)));
+        absl::StrCat("creating shared-memory segment ", name, ": ", std::strerror(errno)));
   }
-  segment->name = *name;  // from here on the segment unlinks it
+  segment->name = name;  // from here on the segment unlinks it
   // New pages read as zeros.
   int error = ftruncate(fd, static_cast<off_t>(segment->mapped)) == 0 ? 0 : errno;
   if (error == 0 && reserve) error = posix_fallocate(fd, 0, static_cast<off_t>(segment->mapped));
   if (error != 0) {
     close(fd);
-    return absl::UnavailableError(absl::StrCat("sizing ", *name, " to ", segment->mapped,
+    return absl::UnavailableError(absl::StrCat("sizing ", name, " to ", segment->mapped,
                                                " bytes in /dev/shm: ", std::strerror(error)));
   }
   return MapFd(fd, std::move(segment));
@@ -337,7 +337,7 @@ absl::StatusOr<std::shared_ptr<void>> SharedMemoryCollectives::AllocateShared(si
   call.kind = "allocate";
   call.dtype = "bytes";
   call.count = bytes;
-  if (absl::Status s = Arrive(call, -1, 0); !s.ok()) return s;
+  RETURN_IF_ERROR(Arrive(call, -1, 0));
   if (rank_ != 0) {
     const std::string name(header->allocation_name,
                            strnlen(header->allocation_name, sizeof header->allocation_name));
@@ -351,7 +351,7 @@ absl::StatusOr<std::shared_ptr<void>> SharedMemoryCollectives::AllocateShared(si
     }
   }
   header->mapped[rank_].store(status.ok() ? 1 : 0, std::memory_order_relaxed);
-  if (absl::Status s = Leave("map a new shared buffer"); !s.ok()) return s;
+  RETURN_IF_ERROR(Leave("map a new shared buffer"));
   if (segment != nullptr) segment->Unlink();  // every rank has it mapped, or none needs it
   if (!status.ok()) return status;
   for (int r = 0; r < world_size_; ++r) {
@@ -361,7 +361,7 @@ absl::StatusOr<std::shared_ptr<void>> SharedMemoryCollectives::AllocateShared(si
     }
   }
   segment->index = index;
-  std::lock_guard<std::mutex> lock(shared_mutex_);
+  absl::MutexLock lock(&shared_mutex_);
   shared_.push_back(segment);
   return std::shared_ptr<void>(segment, segment->slot(rank_));
 }
@@ -369,7 +369,7 @@ absl::StatusOr<std::shared_ptr<void>> SharedMemoryCollectives::AllocateShared(si
 std::shared_ptr<SharedMemoryCollectives::Segment> SharedMemoryCollectives::FindShared(
     const void* data, size_t bytes, size_t* offset) {
   const char* begin = static_cast<const char*>(data);
-  std::lock_guard<std::mutex> lock(shared_mutex_);
+  absl::MutexLock lock(&shared_mutex_);
   std::shared_ptr<Segment> found;
   shared_.erase(std::remove_if(shared_.begin(), shared_.end(),
                                [&](const std::weak_ptr<Segment>& weak) {
@@ -428,7 +428,7 @@ absl::Status SharedMemoryCollectives::Arrive(const CallSignature& call, int64_t 
   // Nobody reads our record now: every rank left the previous generation.
   header->call[rank_] = ToRecord(call, segment, offset);
   header->arrived[rank_].store(generation_, std::memory_order_release);
-  if (absl::Status s = WaitForAll("arrive", /*arrived=*/true); !s.ok()) return s;
+  RETURN_IF_ERROR(WaitForAll("arrive", /*arrived=*/true));
   absl::Status agreed = compare_calls_ ? CompareCalls() : absl::OkStatus();
   if (!agreed.ok()) {
     // Every rank sees the same records and leaves here.
@@ -455,7 +455,7 @@ absl::Status SharedMemoryCollectives::Leave(const char* what) {
 }
 
 absl::Status SharedMemoryCollectives::Agree(const CallSignature& call) {
-  if (absl::Status s = Arrive(call, -1, 0); !s.ok()) return s;
+  RETURN_IF_ERROR(Arrive(call, -1, 0));
   return Leave("finish comparing the calls");
 }
 
@@ -478,13 +478,13 @@ absl::Status SharedMemoryCollectives::Sum(T* data, size_t count, int divisor,
   T* copies[kMaxRanks];
   for (int q = 0; q < world_size_; ++q) copies[q] = reinterpret_cast<T*>(segment->slot(q) + offset);
 
-  if (absl::Status s = Arrive(call, staged ? -1 : segment->index, offset); !s.ok()) return s;
+  RETURN_IF_ERROR(Arrive(call, staged ? -1 : segment->index, offset));
   // Our chunk, in cache-line multiples so that no two ranks write one line.
   const size_t per_line = 64 / sizeof(T);
   const size_t chunk = RoundUp((count + world_size_ - 1) / world_size_, per_line);
   const size_t begin = std::min(count, chunk * rank_);
   ReduceRange(copies, world_size_, begin, std::min(count, begin + chunk), divisor);
-  if (absl::Status s = Leave("reduce its share"); !s.ok()) return s;
+  RETURN_IF_ERROR(Leave("reduce its share"));
   if (staged && bytes > 0) std::memcpy(data, segment->slot(rank_), bytes);
   return absl::OkStatus();
 }
@@ -497,7 +497,7 @@ absl::Status SharedMemoryCollectives::Broadcast(void* data, size_t bytes, int sr
   // As in Sum: nobody reads our slot between generations. An empty tensor's data may be null,
   // which memcpy must not see even for 0 bytes (UBSan).
   if (rank_ == src && bytes > 0) std::memcpy(staging_->slot(src), data, bytes);
-  if (absl::Status s = Arrive(call, -1, 0); !s.ok()) return s;
+  RETURN_IF_ERROR(Arrive(call, -1, 0));
   if (rank_ != src && bytes > 0) std::memcpy(data, staging_->slot(src), bytes);
   return Leave("copy the broadcast out");
 }

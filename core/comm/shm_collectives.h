@@ -30,13 +30,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/env/call_signature.h"
 
@@ -126,8 +127,8 @@ class SharedMemoryCollectives {
   const std::shared_ptr<Segment> staging_;  // the header, then one slot per rank
   uint64_t generation_ = 0;
   bool compare_calls_ = true;
-  std::mutex shared_mutex_;  // guards shared_
-  std::vector<std::weak_ptr<Segment>> shared_;
+  absl::Mutex shared_mutex_;
+  std::vector<std::weak_ptr<Segment>> shared_ ABSL_GUARDED_BY(shared_mutex_);
   int64_t shared_allocated_ = 0;  // the collectives' thread only
 };
 

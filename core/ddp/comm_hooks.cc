@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
@@ -34,12 +35,11 @@ class DeferredReduction : public PendingReduction {
 absl::StatusOr<std::unique_ptr<PendingReduction>> StartMean(ProcessGroup& group,
                                                             at::Tensor tensor) {
   const int world = group.world_size();
-  if (tensor.scalar_type() == at::kBFloat16 && group.backend() != "nccl") {
+  if (tensor.scalar_type() == at::kBFloat16 && group.backend() != Backend::kNccl) {
     return std::make_unique<DeferredReduction>([&group, tensor, world]() -> absl::Status {
-      absl::StatusOr<std::vector<at::Tensor>> all = group.AllGather(tensor.view(at::kByte));
-      if (!all.ok()) return all.status();
+      ASSIGN_OR_RETURN(std::vector<at::Tensor> all, group.AllGather(tensor.view(at::kByte)));
       at::Tensor sum = at::zeros(tensor.sizes(), at::kFloat);
-      for (const at::Tensor& bytes : *all) {
+      for (const at::Tensor& bytes : all) {
         sum.add_(bytes.view(at::kBFloat16).view(tensor.sizes()).to(at::kFloat));
       }
       tensor.copy_(sum.div_(world));
@@ -51,9 +51,8 @@ absl::StatusOr<std::unique_ptr<PendingReduction>> StartMean(ProcessGroup& group,
     tensor.div_(world);
     op = ReduceOp::kSum;
   }
-  absl::StatusOr<std::unique_ptr<PendingWork>> work = group.StartAllReduce(tensor, op);
-  if (!work.ok()) return work.status();
-  std::shared_ptr<PendingWork> shared = *std::move(work);
+  ASSIGN_OR_RETURN(std::unique_ptr<PendingWork> work, group.StartAllReduce(tensor, op));
+  std::shared_ptr<PendingWork> shared = std::move(work);
   return std::make_unique<DeferredReduction>([shared] { return shared->Wait(); });
 }
 
@@ -96,9 +95,8 @@ class CompressWrapper : public CommHook {
     compressed->count = bucket.count;
     compressed->buffer = bucket.buffer.to(dtype_);
     compressed->gradients = ViewsLike(bucket.gradients, compressed->buffer);
-    absl::StatusOr<std::unique_ptr<PendingReduction>> inner = inner_->Start(group, *compressed);
-    if (!inner.ok()) return inner.status();
-    std::shared_ptr<PendingReduction> pending = *std::move(inner);
+    ASSIGN_OR_RETURN(std::unique_ptr<PendingReduction> inner, inner_->Start(group, *compressed));
+    std::shared_ptr<PendingReduction> pending = std::move(inner);
     at::Tensor original = bucket.buffer;
     return std::make_unique<DeferredReduction>([pending, compressed, original]() {
       absl::Status status = pending->Wait();
@@ -216,9 +214,8 @@ class PowerSgdHook : public CommHook {
     }
     s.last_sent_elements += p_elements + q_elements;
     if (p_elements > 0) {
-      absl::StatusOr<std::unique_ptr<PendingReduction>> started = StartMean(group, work->p_flat);
-      if (!started.ok()) return started.status();
-      work->p_pending = *std::move(started);
+      ASSIGN_OR_RETURN(std::unique_ptr<PendingReduction> started, StartMean(group, work->p_flat));
+      work->p_pending = std::move(started);
     }
     const bool is_last = bucket.is_last();
     const int index = bucket.index;
@@ -226,7 +223,7 @@ class PowerSgdHook : public CommHook {
     return std::make_unique<DeferredReduction>([&group, work, state, input, input_before, is_last,
                                                 index]() -> absl::Status {
       if (work->dense_pending) {
-        if (absl::Status s = work->dense_pending->Wait(); !s.ok()) return s;
+        RETURN_IF_ERROR(work->dense_pending->Wait());
         int64_t offset = 0;
         for (const at::Tensor& d : work->dense) {
           d.copy_(work->dense_flat.narrow(0, offset, d.numel()).view(d.sizes()));
@@ -234,14 +231,13 @@ class PowerSgdHook : public CommHook {
         }
       }
       if (work->p_pending) {
-        if (absl::Status s = work->p_pending->Wait(); !s.ok()) return s;
+        RETURN_IF_ERROR(work->p_pending->Wait());
         for (size_t i = 0; i < work->matrices.size(); ++i) {
           Orthogonalize(work->ps[i]);
           at::mm_out(work->qs[i], work->matrices[i].t(), work->ps[i]);
         }
-        absl::StatusOr<std::unique_ptr<PendingReduction>> q_mean = StartMean(group, work->q_flat);
-        if (!q_mean.ok()) return q_mean.status();
-        if (absl::Status s = (*q_mean)->Wait(); !s.ok()) return s;
+        ASSIGN_OR_RETURN(std::unique_ptr<PendingReduction> q_mean, StartMean(group, work->q_flat));
+        RETURN_IF_ERROR(q_mean->Wait());
         for (size_t i = 0; i < work->matrices.size(); ++i) {
           at::mm_out(work->matrices[i], work->ps[i], work->qs[i].t());
           state->q[index][i] = work->qs[i].clone();
@@ -288,24 +284,50 @@ std::shared_ptr<CommHook> MakePowerSgdHook(std::shared_ptr<PowerSgdState> state)
   return std::make_shared<PowerSgdHook>(std::move(state));
 }
 
-absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHookByName(const std::string& name,
-                                                             int powersgd_rank,
-                                                             int64_t powersgd_start) {
-  if (name.empty() || name == "allreduce") return MakeAllReduceHook();
-  if (name == "fp16") return MakeFp16CompressHook();
-  if (name == "bf16") return MakeBf16CompressHook();
-  if (name == "powersgd") {
-    if (powersgd_rank < 1 || powersgd_start < 0) {
-      return absl::InvalidArgumentError(
-          "PowerSGD needs a matrix approximation rank >= 1 and a start iteration >= 0");
-    }
-    auto state = std::make_shared<PowerSgdState>();
-    state->options.matrix_approximation_rank = powersgd_rank;
-    state->options.start_iteration = powersgd_start;
-    return MakePowerSgdHook(std::move(state));
+absl::string_view CommHookName(CommHookKind kind) {
+  switch (kind) {
+    case CommHookKind::kAllReduce:
+      return "allreduce";
+    case CommHookKind::kFp16:
+      return "fp16";
+    case CommHookKind::kBf16:
+      return "bf16";
+    case CommHookKind::kPowerSgd:
+      return "powersgd";
+  }
+  return "?";
+}
+
+absl::StatusOr<CommHookKind> ParseCommHook(absl::string_view name) {
+  if (name.empty()) return CommHookKind::kAllReduce;
+  for (CommHookKind kind : {CommHookKind::kAllReduce, CommHookKind::kFp16, CommHookKind::kBf16,
+                            CommHookKind::kPowerSgd}) {
+    if (name == CommHookName(kind)) return kind;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown communication hook '", name,
                                                  "'; expected allreduce, fp16, bf16 or powersgd"));
+}
+
+absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHook(CommHookKind kind, int powersgd_rank,
+                                                       int64_t powersgd_start) {
+  switch (kind) {
+    case CommHookKind::kAllReduce:
+      return MakeAllReduceHook();
+    case CommHookKind::kFp16:
+      return MakeFp16CompressHook();
+    case CommHookKind::kBf16:
+      return MakeBf16CompressHook();
+    case CommHookKind::kPowerSgd:
+      break;
+  }
+  if (powersgd_rank < 1 || powersgd_start < 0) {
+    return absl::InvalidArgumentError(
+        "PowerSGD needs a matrix approximation rank >= 1 and a start iteration >= 0");
+  }
+  auto state = std::make_shared<PowerSgdState>();
+  state->options.matrix_approximation_rank = powersgd_rank;
+  state->options.start_iteration = powersgd_start;
+  return MakePowerSgdHook(std::move(state));
 }
 
 }  // namespace ddpspawn

@@ -93,11 +93,16 @@ struct PowerSgdState {
 // and warm start.
 std::shared_ptr<CommHook> MakePowerSgdHook(std::shared_ptr<PowerSgdState> state);
 
-// "allreduce", "fp16", "bf16", "powersgd" (with default options and the given
-// rank and start).
-absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHookByName(const std::string& name,
-                                                             int powersgd_rank = 1,
-                                                             int64_t powersgd_start = 10);
+// The built-in hooks, named as at the CLI and the C ABI: "allreduce", "fp16", "bf16", "powersgd".
+enum class CommHookKind { kAllReduce, kFp16, kBf16, kPowerSgd };
+absl::string_view CommHookName(CommHookKind kind);
+// "" is "allreduce".
+absl::StatusOr<CommHookKind> ParseCommHook(absl::string_view name);
+
+// A new hook of that kind (PowerSGD with default options and the given rank and
+// start iteration; InvalidArgument for a rank < 1 or a start < 0).
+absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHook(CommHookKind kind, int powersgd_rank = 1,
+                                                       int64_t powersgd_start = 10);
 
 }  // namespace ddpspawn
 

@@ -7,6 +7,8 @@
 
 #include <map>
 
+#include "core/util/status_macros.h"
+
 namespace ddpspawn {
 
 absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Wrap(
@@ -32,13 +34,13 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   }
   ddp->parameters_ = std::move(parameters);
   // Every replica starts from rank 0's state.
-  if (absl::Status s = ddp->BroadcastCoalesced(ddp->parameters_); !s.ok()) return s;
-  if (absl::Status s = ddp->BroadcastCoalesced(ddp->buffers_); !s.ok()) return s;
+  RETURN_IF_ERROR(ddp->BroadcastCoalesced(ddp->parameters_));
+  RETURN_IF_ERROR(ddp->BroadcastCoalesced(ddp->buffers_));
   absl::StatusOr<std::unique_ptr<Reducer>> reducer =
       Reducer::Create(group, std::move(trainable), options.reducer, /*autograd_mode=*/true);
   if (!reducer.ok()) return reducer.status();
   ddp->reducer_ = *std::move(reducer);
-  if (absl::Status s = ddp->reducer_->InstallAutogradHooks(); !s.ok()) return s;
+  RETURN_IF_ERROR(ddp->reducer_->InstallAutogradHooks());
   return ddp;
 }
 
@@ -60,7 +62,7 @@ absl::Status DistributedDataParallel::BroadcastCoalesced(const std::vector<at::T
     std::vector<at::Tensor> flat_parts;
     for (const at::Tensor& t : group) flat_parts.push_back(t.detach().reshape({-1}));
     at::Tensor flat = at::cat(flat_parts);
-    if (absl::Status s = group_->Broadcast(flat, 0); !s.ok()) return s;
+    RETURN_IF_ERROR(group_->Broadcast(flat, 0));
     int64_t offset = 0;
     for (const at::Tensor& t : group) {
       t.detach().copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));

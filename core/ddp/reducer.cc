@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 
@@ -53,7 +54,7 @@ absl::Status CheckSameTensorsOnEveryRank(ProcessGroup& group,
   }
   std::memcpy(&mine[2], &fingerprint, sizeof(fingerprint));
   std::vector<int64_t> all(3 * static_cast<size_t>(group.world_size()));
-  if (absl::Status s = group.AllGather(mine, 3, DType::kInt64, all.data()); !s.ok()) return s;
+  RETURN_IF_ERROR(group.AllGather(mine, 3, DType::kInt64, all.data()));
   bool same = true;
   for (int r = 1; r < group.world_size(); ++r) {
     same =
@@ -146,9 +147,7 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(ProcessGroup* group,
   }
   if (!autograd_mode) options.gradient_as_bucket_view = false;  // caller's buffers
   if (!options.comm_hook) options.comm_hook = MakeAllReduceHook();
-  if (absl::Status same = CheckSameTensorsOnEveryRank(*group, tensors); !same.ok()) {
-    return same;
-  }
+  RETURN_IF_ERROR(CheckSameTensorsOnEveryRank(*group, tensors));
   std::unique_ptr<Reducer> reducer(
       new Reducer(group, std::move(tensors), std::move(options), autograd_mode));
   const auto mb = [](double v) { return static_cast<size_t>(v * 1024 * 1024); };
@@ -161,9 +160,8 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(ProcessGroup* group,
     int64_t elements = 0;
     for (size_t i : bucket.members) elements += reducer->tensors_[i].numel();
     const at::Tensor& first = reducer->tensors_[bucket.members.front()];
-    absl::StatusOr<at::Tensor> buffer = group->NewReductionBuffer(elements, first);
-    if (!buffer.ok()) return buffer.status();
-    bucket.buffer = *std::move(buffer);
+    ASSIGN_OR_RETURN(at::Tensor buffer, group->NewReductionBuffer(elements, first));
+    bucket.buffer = std::move(buffer);
     int64_t offset = 0;
     for (size_t slot = 0; slot < bucket.members.size(); ++slot) {
       const size_t i = bucket.members[slot];
@@ -197,7 +195,7 @@ absl::Status Reducer::InstallAutogradHooks() {
     auto hook = std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [this, i](const torch::autograd::variable_list& outputs,
                   const torch::autograd::variable_list&) {
-          std::lock_guard<std::recursive_mutex> lock(mutex_);
+          absl::MutexLock lock(&mutex_);
           used_[i] = true;
           if (!sync_enabled_) return outputs;
           if (!finalize_queued_) {
@@ -222,7 +220,7 @@ at::Tensor& Reducer::GradientOf(size_t index) {
 }
 
 absl::Status Reducer::MarkReady(size_t index) {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   if (index >= tensors_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient index ", index, " is outside [0, ", tensors_.size(), ")"));
@@ -273,7 +271,7 @@ absl::Status Reducer::StartReadyBuckets() {
 }
 
 absl::Status Reducer::Finalize() {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   return FinalizeLocked();
 }
 
@@ -336,12 +334,17 @@ void Reducer::ResetIteration() {
 }
 
 void Reducer::set_sync_enabled(bool enabled) {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   sync_enabled_ = enabled;
 }
 
+bool Reducer::sync_enabled() const {
+  absl::MutexLock lock(&mutex_);
+  return sync_enabled_;
+}
+
 std::vector<int> Reducer::TakeLaunchLog() {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   std::vector<int> log;
   log.swap(launch_log_);
   return log;

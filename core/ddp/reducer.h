@@ -15,11 +15,12 @@
 
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
 
@@ -49,6 +50,18 @@ struct ReducerOptions {
 std::vector<std::vector<size_t>> AssignBuckets(const std::vector<at::Tensor>& tensors,
                                                size_t first_cap_bytes, size_t cap_bytes);
 
+// Thread safety: MarkReady(), Finalize(), set_sync_enabled(), sync_enabled()
+// and TakeLaunchLog() may be called from any thread, concurrently (autograd
+// runs the gradient hooks on its own threads); one mutex orders them, and a
+// call never re-enters the reducer while holding it. Create() and
+// InstallAutogradHooks() run before any of them, on one thread. The bucket
+// layout (bucket_count(), bucket_members()) is fixed at creation.
+//
+// Ownership: the reducer does not own `group`, which must outlive it. In
+// autograd mode the hooks it installs on the parameters' gradient accumulators
+// capture the reducer: it must outlive every backward() of those parameters
+// (DistributedDataParallel owns it next to the parameters). The communication
+// hook is shared, and captures nothing of the reducer.
 class Reducer {
  public:
   // `tensors`: in autograd mode the parameters (their .grad() is reduced); in
@@ -74,7 +87,7 @@ class Reducer {
   // no_sync: while disabled, gradients accumulate locally and nothing is
   // communicated.
   void set_sync_enabled(bool enabled);
-  bool sync_enabled() const { return sync_enabled_; }
+  bool sync_enabled() const;
 
   size_t bucket_count() const { return buckets_.size(); }
   const std::vector<size_t>& bucket_members(size_t bucket) const {
@@ -93,24 +106,26 @@ class Reducer {
   };
   Reducer(ProcessGroup* group, std::vector<at::Tensor> tensors, ReducerOptions options,
           bool autograd_mode);
-  absl::Status MarkReadyLocked(size_t index, bool used);
-  absl::Status StartReadyBuckets();
-  absl::Status FinalizeLocked();
+  absl::Status MarkReadyLocked(size_t index, bool used) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::Status StartReadyBuckets() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::Status FinalizeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   at::Tensor& GradientOf(size_t index);
-  void ResetIteration();
+  void ResetIteration() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
-  ProcessGroup* group_;
+  ProcessGroup* const group_;
   std::vector<at::Tensor> tensors_;
-  ReducerOptions options_;
-  bool autograd_mode_;
+  const ReducerOptions options_;
+  const bool autograd_mode_;
+  // The layout is fixed at creation; each bucket's pending count, reduction
+  // and buffer contents change under mutex_.
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_, slot_of_;
-  std::vector<bool> ready_, used_;
-  size_t next_bucket_ = 0;
-  bool sync_enabled_ = true;
-  bool finalize_queued_ = false;
-  std::vector<int> launch_log_;
-  std::recursive_mutex mutex_;
+  std::vector<size_t> bucket_of_, slot_of_;  // fixed at creation
+  mutable absl::Mutex mutex_;
+  std::vector<bool> ready_ ABSL_GUARDED_BY(mutex_), used_ ABSL_GUARDED_BY(mutex_);
+  size_t next_bucket_ ABSL_GUARDED_BY(mutex_) = 0;
+  bool sync_enabled_ ABSL_GUARDED_BY(mutex_) = true;
+  bool finalize_queued_ ABSL_GUARDED_BY(mutex_) = false;
+  std::vector<int> launch_log_ ABSL_GUARDED_BY(mutex_);
   struct Hooks;
   std::unique_ptr<Hooks> hooks_;
 };

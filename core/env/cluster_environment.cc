@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
@@ -68,24 +69,18 @@ absl::StatusOr<ClusterInfo> FromTorchrunVariables(const EnvLookup& env, ClusterK
   };
   ClusterInfo info;
   info.kind = kind;
-  absl::StatusOr<int> world = IntVar(env, "WORLD_SIZE", fallback(1));
-  if (!world.ok()) return world.status();
-  absl::StatusOr<int> rank = IntVar(env, "RANK", fallback(0));
-  if (!rank.ok()) return rank.status();
-  absl::StatusOr<int> local_rank = IntVar(env, "LOCAL_RANK", fallback(0));
-  if (!local_rank.ok()) return local_rank.status();
-  absl::StatusOr<int> local_world = IntVar(env, "LOCAL_WORLD_SIZE", fallback(*world));
-  if (!local_world.ok()) return local_world.status();
-  absl::StatusOr<int> node_rank = IntVar(env, node_rank_var, 0);
-  if (!node_rank.ok()) return node_rank.status();
-  absl::StatusOr<int> port = IntVar(env, "MASTER_PORT", fallback(info.master_port));
-  if (!port.ok()) return port.status();
-  info.world_size = *world;
-  info.rank = *rank;
-  info.local_rank = *local_rank;
-  info.local_world_size = *local_world;
-  info.node_rank = *node_rank;
-  info.master_port = *port;
+  ASSIGN_OR_RETURN(int world, IntVar(env, "WORLD_SIZE", fallback(1)));
+  ASSIGN_OR_RETURN(int rank, IntVar(env, "RANK", fallback(0)));
+  ASSIGN_OR_RETURN(int local_rank, IntVar(env, "LOCAL_RANK", fallback(0)));
+  ASSIGN_OR_RETURN(int local_world, IntVar(env, "LOCAL_WORLD_SIZE", fallback(world)));
+  ASSIGN_OR_RETURN(int node_rank, IntVar(env, node_rank_var, 0));
+  ASSIGN_OR_RETURN(int port, IntVar(env, "MASTER_PORT", fallback(info.master_port)));
+  info.world_size = world;
+  info.rank = rank;
+  info.local_rank = local_rank;
+  info.local_world_size = local_world;
+  info.node_rank = node_rank;
+  info.master_port = port;
   info.master_addr = StrVar(env, "MASTER_ADDR", info.master_addr);
   return info;
 }
@@ -93,18 +88,14 @@ absl::StatusOr<ClusterInfo> FromTorchrunVariables(const EnvLookup& env, ClusterK
 absl::StatusOr<ClusterInfo> FromSlurm(const EnvLookup& env) {
   ClusterInfo info;
   info.kind = ClusterKind::kSlurm;
-  absl::StatusOr<int> world = IntVar(env, "SLURM_NTASKS", std::nullopt);
-  if (!world.ok()) return world.status();
-  absl::StatusOr<int> rank = IntVar(env, "SLURM_PROCID", std::nullopt);
-  if (!rank.ok()) return rank.status();
-  absl::StatusOr<int> local_rank = IntVar(env, "SLURM_LOCALID", 0);
-  if (!local_rank.ok()) return local_rank.status();
-  absl::StatusOr<int> node_rank = IntVar(env, "SLURM_NODEID", 0);
-  if (!node_rank.ok()) return node_rank.status();
-  info.world_size = *world;
-  info.rank = *rank;
-  info.local_rank = *local_rank;
-  info.node_rank = *node_rank;
+  ASSIGN_OR_RETURN(int world, IntVar(env, "SLURM_NTASKS", std::nullopt));
+  ASSIGN_OR_RETURN(int rank, IntVar(env, "SLURM_PROCID", std::nullopt));
+  ASSIGN_OR_RETURN(int local_rank, IntVar(env, "SLURM_LOCALID", 0));
+  ASSIGN_OR_RETURN(int node_rank, IntVar(env, "SLURM_NODEID", 0));
+  info.world_size = world;
+  info.rank = rank;
+  info.local_rank = local_rank;
+  info.node_rank = node_rank;
   // SLURM_TASKS_PER_NODE looks like "2(x3),1": this node's count is not named,
   // so use the first group's count, which is exact on homogeneous allocations.
   info.local_world_size = std::max(info.local_rank + 1, 1);
@@ -122,16 +113,14 @@ absl::StatusOr<ClusterInfo> FromSlurm(const EnvLookup& env) {
   if (std::optional<std::string> addr = env("MASTER_ADDR"); addr && !addr->empty()) {
     info.master_addr = *addr;
   } else if (!nodes.empty()) {
-    absl::StatusOr<std::string> host = FirstHostInSlurmNodeList(nodes);
-    if (!host.ok()) return host.status();
-    info.master_addr = *host;
+    ASSIGN_OR_RETURN(std::string host, FirstHostInSlurmNodeList(nodes));
+    info.master_addr = host;
   }
   // Lightning's rule: 15000 + the last four digits of the job id, unless
   // MASTER_PORT is set.
   if (env("MASTER_PORT").has_value()) {
-    absl::StatusOr<int> port = IntVar(env, "MASTER_PORT", std::nullopt);
-    if (!port.ok()) return port.status();
-    info.master_port = *port;
+    ASSIGN_OR_RETURN(int port, IntVar(env, "MASTER_PORT", std::nullopt));
+    info.master_port = port;
   } else {
     std::string job_id = StrVar(env, "SLURM_JOB_ID", "");
     int last_four = 0;

@@ -131,7 +131,7 @@ absl::StatusOr<std::unique_ptr<FlightRecorder>> FlightRecorder::Create(const std
 }
 
 uint64_t FlightRecorder::Start(const CallSignature& call) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   const uint64_t seq = file_->started.load(std::memory_order_relaxed) + 1;
   Entry& entry = file_->entries[seq % kKept];
   entry.seq.store(0, std::memory_order_relaxed);
@@ -150,7 +150,7 @@ uint64_t FlightRecorder::Start(const CallSignature& call) {
 }
 
 void FlightRecorder::Finish(uint64_t seq, bool ok) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   Entry& entry = file_->entries[seq % kKept];
   if (entry.seq.load(std::memory_order_relaxed) != seq) return;  // long overwritten
   entry.end_ns.store(NowNanos(), std::memory_order_relaxed);

@@ -15,12 +15,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/env/call_signature.h"
 
@@ -50,7 +50,7 @@ class FlightRecorder {
   explicit FlightRecorder(File* file, bool mapped);
   File* const file_;  // mapped from the run directory, or in memory
   const bool mapped_;
-  std::mutex mutex_;  // orders writers; readers elsewhere need no lock
+  absl::Mutex mutex_;  // orders writers; readers elsewhere need no lock
 };
 
 // One rank's record as read from its file by any process.

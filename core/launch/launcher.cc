@@ -32,6 +32,7 @@
 #include "core/env/flight_recorder.h"
 #include "core/env/run_dir.h"
 #include "core/launch/worker_channel.h"
+#include "core/util/status_macros.h"
 
 extern char** environ;
 
@@ -287,6 +288,10 @@ std::string SignalName(int signal) {
   return absl::StrCat("SIG", abbrev, " (", description ? description : "unknown", ")");
 }
 
+absl::string_view StartMethodName(StartMethod method) {
+  return method == StartMethod::kFork ? "fork" : "spawn";
+}
+
 absl::StatusOr<StartMethod> ParseStartMethod(absl::string_view name) {
   if (name == "spawn") return StartMethod::kSpawn;
   if (name == "fork") return StartMethod::kFork;
@@ -317,9 +322,8 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(LaunchSpec spec) {
       return absl::InvalidArgumentError(
           "the spawn start method needs argv: the program each rank runs");
     }
-    absl::StatusOr<std::string> resolved = ResolveProgram(spec.argv[0]);
-    if (!resolved.ok()) return resolved.status();
-    program_path = *resolved;
+    ASSIGN_OR_RETURN(std::string resolved, ResolveProgram(spec.argv[0]));
+    program_path = resolved;
   } else if (!spec.worker) {
     return absl::InvalidArgumentError("the fork start method needs a worker function");
   }
@@ -398,9 +402,8 @@ absl::Status Job::Start() {
   if (started_) return absl::FailedPreconditionError("the job was already started");
   started_ = true;
   if (spec_.master_port == 0) {
-    absl::StatusOr<int> port = FreeLoopbackPort();
-    if (!port.ok()) return port.status();
-    spec_.master_port = *port;
+    ASSIGN_OR_RETURN(int port, FreeLoopbackPort());
+    spec_.master_port = port;
   }
   // A private rendezvous: a 0700 directory only this user can enter.
   const char* tmp = std::getenv("TMPDIR");

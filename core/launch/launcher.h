@@ -35,6 +35,7 @@ enum class StartMethod { kSpawn, kFork };
 
 // "spawn" or "fork"; InvalidArgument otherwise.
 absl::StatusOr<StartMethod> ParseStartMethod(absl::string_view name);
+absl::string_view StartMethodName(StartMethod method);
 
 struct ForkHooks {
   std::function<void()> before_fork;        // in the parent, before each fork

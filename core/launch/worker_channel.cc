@@ -13,6 +13,7 @@
 #include "core/env/run_dir.h"
 #include "core/env/settings.h"
 #include "core/util/files.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
@@ -56,20 +57,18 @@ void RecordUncaughtException() {
 }  // namespace
 
 absl::Status SetWorkerResult(absl::string_view bytes) {
-  absl::StatusOr<WorkerIdentity> worker = CurrentWorker();
-  if (!worker.ok()) return worker.status();
-  if (worker->rank != 0) {
+  ASSIGN_OR_RETURN(WorkerIdentity worker, CurrentWorker());
+  if (worker.rank != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "only rank 0 hands a result back to the launcher; this is rank ", worker->rank));
+        "only rank 0 hands a result back to the launcher; this is rank ", worker.rank));
   }
-  return WriteFileAtomically(RunDirResultFile(worker->run_dir), bytes,
+  return WriteFileAtomically(RunDirResultFile(worker.run_dir), bytes,
                              /*durable=*/false);
 }
 
 absl::Status SetWorkerError(absl::string_view text) {
-  absl::StatusOr<WorkerIdentity> worker = CurrentWorker();
-  if (!worker.ok()) return worker.status();
-  return WriteFileAtomically(RunDirErrorFile(worker->run_dir, worker->rank), text,
+  ASSIGN_OR_RETURN(WorkerIdentity worker, CurrentWorker());
+  return WriteFileAtomically(RunDirErrorFile(worker.run_dir, worker.rank), text,
                              /*durable=*/false);
 }
 

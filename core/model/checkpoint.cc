@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/model/checkpoint_envelope.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
@@ -69,21 +70,20 @@ absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module
                                torch::optim::Optimizer* optimizer, TrainingState* state) {
   // Verified whole before anything is read from it: a damaged file changes
   // nothing.
-  absl::StatusOr<UnsealedCheckpoint> unsealed = UnsealCheckpoint(bytes);
-  if (!unsealed.ok()) return unsealed.status();
+  ASSIGN_OR_RETURN(UnsealedCheckpoint unsealed, UnsealCheckpoint(bytes));
   torch::serialize::InputArchive archive;
   absl::Status loaded = Catching("the checkpoint is not a LibTorch archive", [&] {
     // Tensors come back on the module's device (a checkpoint saved on
     // one device loads on another); the RNG states go back to the CPU.
     std::vector<at::Tensor> params = module.parameters();
-    archive.load_from(unsealed->archive.data(), unsealed->archive.size(),
+    archive.load_from(unsealed.archive.data(), unsealed.archive.size(),
                       params.empty() ? c10::optional<c10::Device>()
                                      : c10::optional<c10::Device>(params.front().device()));
     return absl::OkStatus();
   });
   if (!loaded.ok()) return loaded;
   c10::IValue format;
-  const std::string expected = FormatName(unsealed->format);
+  const std::string expected = FormatName(unsealed.format);
   if (!archive.try_read("format", format) || !format.isString()) {
     return absl::InvalidArgumentError(
         absl::StrCat("not a ddpspawn checkpoint (expected format ", expected, ")"));

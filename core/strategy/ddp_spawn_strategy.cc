@@ -11,28 +11,19 @@
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
 #include "core/util/files.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
 
 // This process's own command line, to re-run it as the spawned ranks.
 absl::StatusOr<std::vector<std::string>> OwnCommandLine() {
-  absl::StatusOr<std::string> raw = ReadWholeFile("/proc/self/cmdline");
-  if (!raw.ok()) return raw.status();
-  std::vector<std::string> argv = absl::StrSplit(*raw, '\0', absl::SkipEmpty());
+  ASSIGN_OR_RETURN(std::string raw, ReadWholeFile("/proc/self/cmdline"));
+  std::vector<std::string> argv = absl::StrSplit(raw, '\0', absl::SkipEmpty());
   if (argv.empty()) return absl::InternalError("/proc/self/cmdline is empty");
   argv[0] = "/proc/self/exe";  // the same binary, whatever the PATH or the
                                // working directory
   return argv;
-}
-
-absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
-  if (name == "mean" || name == "avg") return ReduceOp::kMean;
-  if (name == "sum") return ReduceOp::kSum;
-  if (name == "min") return ReduceOp::kMin;
-  if (name == "max") return ReduceOp::kMax;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown reduce_op '", name, "'; expected 'mean', 'sum', 'min' or 'max'"));
 }
 
 // Lightning's batch_to_device: the batch's tensors on the rank's device.
@@ -49,9 +40,21 @@ Batch ToDevice(const Batch& batch, c10::Device device) {
 
 bool IsWorkerProcess() { return IsLaunchedWorker(); }
 
+absl::string_view AcceleratorName(Accelerator accelerator) {
+  return accelerator == Accelerator::kCuda ? "cuda" : "cpu";
+}
+
+absl::StatusOr<Accelerator> ParseAccelerator(absl::string_view name) {
+  if (name == "cpu") return Accelerator::kCpu;
+  if (name == "cuda" || name == "gpu") return Accelerator::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown accelerator '", name, "'; expected 'cpu' or 'cuda'"));
+}
+
 DDPSpawnStrategy::DDPSpawnStrategy(StrategyOptions options) : options_(std::move(options)) {
   if (!options_.checkpoint_io) options_.checkpoint_io = MakeAtomicFileCheckpointIO();
-  if (!options_.precision_plugin) options_.precision_plugin = *MakePrecisionPlugin("32-true");
+  if (!options_.precision_plugin)
+    options_.precision_plugin = MakePrecisionPlugin(Precision::k32True);
   if (!options_.cluster_environment) {
     options_.cluster_environment = [] { return DetectClusterEnvironment(); };
   }
@@ -63,24 +66,20 @@ c10::Device DDPSpawnStrategy::root_device() const {
   if (cluster_.local_rank >= 0 && cluster_.local_rank < num_processes()) {
     return options_.parallel_devices[cluster_.local_rank];
   }
-  return c10::Device(options_.accelerator == "cuda" ? c10::kCUDA : c10::kCPU);
+  return c10::Device(options_.accelerator == Accelerator::kCuda ? c10::kCUDA : c10::kCPU);
 }
 
 absl::Status DDPSpawnStrategy::CheckDevices() const {
-  if (options_.accelerator != "cpu" && options_.accelerator != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown accelerator '", options_.accelerator, "'; expected 'cpu' or 'cuda'"));
-  }
   if (options_.parallel_devices.empty()) {
     return absl::InvalidArgumentError("parallel_devices is empty");
   }
-  const c10::DeviceType want = options_.accelerator == "cuda" ? c10::kCUDA : c10::kCPU;
+  const c10::DeviceType want = options_.accelerator == Accelerator::kCuda ? c10::kCUDA : c10::kCPU;
   for (const c10::Device& device : options_.parallel_devices) {
     if (device.type() != want || (device.is_cuda() && !device.has_index())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("accelerator '", options_.accelerator, "' needs parallel_devices of ",
-                       want == c10::kCUDA ? "indexed CUDA devices (cuda:N)" : "the CPU", "; got ",
-                       device.str()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "accelerator '", AcceleratorName(options_.accelerator), "' needs parallel_devices of ",
+          want == c10::kCUDA ? "indexed CUDA devices (cuda:N)" : "the CPU", "; got ",
+          device.str()));
     }
   }
   if (!options_.precision_plugin->SupportsDevice(want == c10::kCUDA)) {
@@ -114,23 +113,22 @@ absl::Status DDPSpawnStrategy::CheckRankDevice() const {
   return absl::OkStatus();
 }
 
-std::string DDPSpawnStrategy::process_group_backend() const {
-  if (!options_.process_group_backend.empty()) return options_.process_group_backend;
-  return root_device().is_cuda() ? "nccl" : "gloo";
+Backend DDPSpawnStrategy::process_group_backend() const {
+  if (options_.process_group_backend.has_value()) return *options_.process_group_backend;
+  return root_device().is_cuda() ? Backend::kNccl : Backend::kGloo;
 }
 
 absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   last_failed_rank_ = -1;
   last_outcomes_.clear();
-  absl::StatusOr<ClusterInfo> outer = options_.cluster_environment();
-  if (!outer.ok()) return outer.status();
-  if (CreatesProcessesExternally(*outer)) return RunAsOuterRank(*outer, fn);
+  ASSIGN_OR_RETURN(ClusterInfo outer, options_.cluster_environment());
+  if (CreatesProcessesExternally(outer)) return RunAsOuterRank(outer, fn);
   if (options_.num_nodes < 1 || options_.node_rank < 0 ||
       options_.node_rank >= options_.num_nodes) {
     return absl::InvalidArgumentError(absl::StrCat("node rank ", options_.node_rank,
                                                    " is outside [0, ", options_.num_nodes, ")"));
   }
-  if (absl::Status s = CheckDevices(); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckDevices());
   std::unique_ptr<NodeRendezvous> rendezvous;
   if (options_.num_nodes > 1) {
     NodeRendezvousOptions node_options;
@@ -141,12 +139,10 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
     node_options.job = absl::StrCat(options_.job_description, " nnodes=", options_.num_nodes,
                                     " nproc_per_node=", num_processes());
     node_options.timeout = options_.timeout;
-    absl::StatusOr<std::unique_ptr<NodeRendezvous>> joined = NodeRendezvous::Join(node_options);
-    if (!joined.ok()) return joined.status();
-    rendezvous = *std::move(joined);
+    ASSIGN_OR_RETURN(std::unique_ptr<NodeRendezvous> joined, NodeRendezvous::Join(node_options));
+    rendezvous = std::move(joined);
   }
-  absl::StatusOr<StartMethod> method = ParseStartMethod(options_.start_method);
-  if (!method.ok()) return method.status();
+  const StartMethod method = options_.start_method;
   LaunchSpec spec;
   spec.nprocs = num_processes();
   spec.env = options_.worker_env;
@@ -156,31 +152,29 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
     spec.master_addr = options_.master_addr;
     spec.master_port = options_.master_port;
   }
-  spec.start_method = *method;
+  spec.start_method = method;
   spec.timeout = options_.launch_timeout;
-  if (*method == StartMethod::kSpawn) {
-    absl::StatusOr<std::vector<std::string>> argv = OwnCommandLine();
-    if (!argv.ok()) return argv.status();
-    spec.argv = *std::move(argv);
+  if (method == StartMethod::kSpawn) {
+    ASSIGN_OR_RETURN(std::vector<std::string> argv, OwnCommandLine());
+    spec.argv = std::move(argv);
   } else {
     spec.worker = [this, &fn](int) { return RunWorker(fn); };
     spec.fork_close_descriptors = options_.fork_close_descriptors;
   }
-  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(std::move(spec));
-  if (!job.ok()) return job.status();
-  absl::Status waited = (*job)->Start();
-  if (waited.ok()) waited = (*job)->Wait();
-  last_failed_rank_ = (*job)->failed_rank();
-  last_outcomes_ = (*job)->outcomes();
+  ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Job::Create(std::move(spec)));
+  absl::Status waited = job->Start();
+  if (waited.ok()) waited = job->Wait();
+  last_failed_rank_ = job->failed_rank();
+  last_outcomes_ = job->outcomes();
   if (rendezvous != nullptr) {
     if (!waited.ok()) {
-      return NodeFailed(*rendezvous, waited, (*job)->failed_at().value_or(absl::Now()));
+      return NodeFailed(*rendezvous, waited, job->failed_at().value_or(absl::Now()));
     }
     // Every node returns rank 0's result, which node 0 hands over.
-    return rendezvous->Finish(absl::Seconds(30), (*job)->result().value_or(""));
+    return rendezvous->Finish(absl::Seconds(30), job->result().value_or(""));
   }
   if (!waited.ok()) return waited;
-  return (*job)->result().value_or("");
+  return job->result().value_or("");
 }
 
 // A node's part of a multi-node job failed: the failure is shared with the
@@ -261,11 +255,10 @@ int DDPSpawnStrategy::RunWorker(const WorkerFn& fn) {
 }
 
 absl::Status DDPSpawnStrategy::SetupDistributed() {
-  absl::StatusOr<ClusterInfo> cluster = options_.cluster_environment();
-  if (!cluster.ok()) return cluster.status();
-  cluster_ = *cluster;
-  if (absl::Status s = CheckDevices(); !s.ok()) return s;
-  if (absl::Status s = CheckRankDevice(); !s.ok()) return s;
+  ASSIGN_OR_RETURN(ClusterInfo cluster, options_.cluster_environment());
+  cluster_ = cluster;
+  RETURN_IF_ERROR(CheckDevices());
+  RETURN_IF_ERROR(CheckRankDevice());
   GroupOptions group_options;
   group_options.backend = process_group_backend();
   group_options.timeout = options_.timeout;
@@ -298,31 +291,26 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
   }
   if (module == nullptr) return absl::InvalidArgumentError("Setup needs a module");
   module_ = std::move(module);
-  if (absl::Status s = ModelToDevice(); !s.ok()) return s;
+  RETURN_IF_ERROR(ModelToDevice());
   DdpOptions ddp_options = options_.ddp;
   std::shared_ptr<CommHook> hook = options_.ddp_comm_hook_object;
-  if (hook == nullptr && options_.ddp_comm_hook == "powersgd" && options_.ddp_comm_state) {
+  if (hook == nullptr && options_.ddp_comm_hook == CommHookKind::kPowerSgd &&
+      options_.ddp_comm_state) {
     hook = MakePowerSgdHook(options_.ddp_comm_state);
   } else if (hook == nullptr) {
-    absl::StatusOr<std::shared_ptr<CommHook>> named = MakeCommHookByName(options_.ddp_comm_hook);
-    if (!named.ok()) return named.status();
-    hook = *named;
+    ASSIGN_OR_RETURN(hook, MakeCommHook(options_.ddp_comm_hook));
   }
-  if (!options_.ddp_comm_wrapper.empty()) {
-    if (options_.ddp_comm_wrapper != "fp16" && options_.ddp_comm_wrapper != "bf16") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown ddp_comm_wrapper '", options_.ddp_comm_wrapper, "'; expected fp16 or bf16"));
-    }
-    absl::StatusOr<std::shared_ptr<CommHook>> wrapped =
-        MakeCompressWrapper(options_.ddp_comm_wrapper == "fp16" ? at::kHalf : at::kBFloat16, hook);
-    if (!wrapped.ok()) return wrapped.status();
-    hook = *wrapped;
+  if (options_.ddp_comm_wrapper != CommWrapper::kNone) {
+    ASSIGN_OR_RETURN(
+        hook,
+        MakeCompressWrapper(
+            options_.ddp_comm_wrapper == CommWrapper::kFp16 ? at::kHalf : at::kBFloat16, hook));
   }
   ddp_options.reducer.comm_hook = hook;
-  absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp = DistributedDataParallel::Wrap(
-      module_->parameters(), module_->buffers(), group_.get(), ddp_options);
-  if (!ddp.ok()) return ddp.status();
-  ddp_ = *std::move(ddp);
+  ASSIGN_OR_RETURN(std::unique_ptr<DistributedDataParallel> ddp,
+                   DistributedDataParallel::Wrap(module_->parameters(), module_->buffers(),
+                                                 group_.get(), ddp_options));
+  ddp_ = std::move(ddp);
   return absl::OkStatus();
 }
 
@@ -342,23 +330,19 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Broadcast(absl::string_view bytes,
   return group_->BroadcastBytes(bytes, src);
 }
 
-absl::StatusOr<at::Tensor> DDPSpawnStrategy::Reduce(const at::Tensor& tensor,
-                                                    absl::string_view reduce_op) {
-  absl::StatusOr<ReduceOp> op = ParseReduceOp(reduce_op);
-  if (!op.ok()) return op.status();
+absl::StatusOr<at::Tensor> DDPSpawnStrategy::Reduce(const at::Tensor& tensor, ReduceOp op) {
   if (!tensor.defined()) return absl::InvalidArgumentError("Reduce got an undefined tensor");
   at::Tensor reduced = tensor.detach().clone().contiguous();
   if (group_ == nullptr) return reduced;
-  if (absl::Status s = group_->AllReduce(reduced, *op); !s.ok()) return s;
+  RETURN_IF_ERROR(group_->AllReduce(reduced, op));
   return reduced;
 }
 
 absl::StatusOr<at::Tensor> DDPSpawnStrategy::AllGather(const at::Tensor& tensor) {
   if (!tensor.defined()) return absl::InvalidArgumentError("AllGather got an undefined tensor");
   if (group_ == nullptr) return tensor.detach().unsqueeze(0);
-  absl::StatusOr<std::vector<at::Tensor>> gathered = group_->AllGather(tensor.detach());
-  if (!gathered.ok()) return gathered.status();
-  return at::stack(*gathered);
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> gathered, group_->AllGather(tensor.detach()));
+  return at::stack(gathered);
 }
 
 absl::Status DDPSpawnStrategy::PreBackward(const at::Tensor& loss) {
@@ -367,29 +351,29 @@ absl::Status DDPSpawnStrategy::PreBackward(const at::Tensor& loss) {
 }
 
 absl::StatusOr<at::Tensor> DDPSpawnStrategy::TrainingStep(const Batch& batch, int64_t batch_index) {
-  if (absl::Status s = RequireSetup("TrainingStep"); !s.ok()) return s;
+  RETURN_IF_ERROR(RequireSetup("TrainingStep"));
   std::unique_ptr<PrecisionPlugin::StepContext> precision =
       options_.precision_plugin->TrainStepContext(root_device().is_cuda());
-  if (absl::Status s = ddp_->PrepareForward(); !s.ok()) return s;
+  RETURN_IF_ERROR(ddp_->PrepareForward());
   return module_->TrainingStep(ToDevice(batch, root_device()), batch_index);
 }
 
 absl::StatusOr<StepMetrics> DDPSpawnStrategy::ValidationStep(const Batch& batch,
                                                              int64_t batch_index) {
-  if (absl::Status s = RequireSetup("ValidationStep"); !s.ok()) return s;
+  RETURN_IF_ERROR(RequireSetup("ValidationStep"));
   c10::NoGradGuard no_grad;
-  if (absl::Status s = ddp_->PrepareForward(); !s.ok()) return s;  // as DDP's forward would
+  RETURN_IF_ERROR(ddp_->PrepareForward());  // as DDP's forward would
   return module_->ValidationStep(ToDevice(batch, root_device()), batch_index);
 }
 
 absl::StatusOr<StepMetrics> DDPSpawnStrategy::TestStep(const Batch& batch, int64_t batch_index) {
-  if (absl::Status s = RequireSetup("TestStep"); !s.ok()) return s;
+  RETURN_IF_ERROR(RequireSetup("TestStep"));
   c10::NoGradGuard no_grad;
   return module_->TestStep(ToDevice(batch, root_device()), batch_index);
 }
 
 absl::StatusOr<at::Tensor> DDPSpawnStrategy::PredictStep(const Batch& batch, int64_t batch_index) {
-  if (absl::Status s = RequireSetup("PredictStep"); !s.ok()) return s;
+  RETURN_IF_ERROR(RequireSetup("PredictStep"));
   c10::NoGradGuard no_grad;
   return module_->PredictStep(ToDevice(batch, root_device()), batch_index);
 }
@@ -399,7 +383,7 @@ absl::Status DDPSpawnStrategy::SaveCheckpoint(absl::string_view bytes, const std
       is_global_zero() ? options_.checkpoint_io->Save(bytes, path) : absl::OkStatus();
   if (group_ != nullptr && world_size() > 1) {  // every rank learns whether rank 0 succeeded
     int64_t ok = saved.ok() ? 1 : 0;
-    if (absl::Status s = group_->Broadcast(&ok, 1, DType::kInt64, 0); !s.ok()) return s;
+    RETURN_IF_ERROR(group_->Broadcast(&ok, 1, DType::kInt64, 0));
     if (ok == 0 && saved.ok()) {
       return absl::InternalError(absl::StrCat("rank 0 could not save the checkpoint ", path));
     }

@@ -47,8 +47,16 @@ namespace ddpspawn {
 // True in a process that a ddpspawn launcher started.
 bool IsWorkerProcess();
 
+// Lightning's accelerator: where the ranks' models run ("cpu", "cuda"; "gpu" is "cuda").
+enum class Accelerator { kCpu, kCuda };
+absl::string_view AcceleratorName(Accelerator accelerator);
+absl::StatusOr<Accelerator> ParseAccelerator(absl::string_view name);
+
+// A compression wrapped around the communication hook (Lightning's ddp_comm_wrapper).
+enum class CommWrapper { kNone, kFp16, kBf16 };
+
 struct StrategyOptions {
-  std::string accelerator = "cpu";  // "cpu" or "cuda"
+  Accelerator accelerator = Accelerator::kCpu;
   // One per local rank: local rank i runs on parallel_devices[i] (its model,
   // buckets and NCCL communicator); "cuda:N" devices for accelerator "cuda".
   std::vector<c10::Device> parallel_devices = {c10::Device(c10::kCPU)};
@@ -66,16 +74,15 @@ struct StrategyOptions {
   // Reads this rank's place in the world; default: DetectClusterEnvironment().
   std::function<absl::StatusOr<ClusterInfo>()> cluster_environment;
   std::shared_ptr<CheckpointIO> checkpoint_io;        // default: atomic files
-  std::shared_ptr<PrecisionPlugin> precision_plugin;  // default: "32-true"
-  // Communication hook: by name ("allreduce", "fp16", "bf16", "powersgd") or an
-  // object.
-  std::string ddp_comm_hook;
+  std::shared_ptr<PrecisionPlugin> precision_plugin;  // default: Precision::k32True's
+  // Communication hook: a built-in one, or an object (which takes precedence).
+  CommHookKind ddp_comm_hook = CommHookKind::kAllReduce;
   std::shared_ptr<CommHook> ddp_comm_hook_object;
   std::shared_ptr<PowerSgdState> ddp_comm_state;  // PowerSGD's state, when ddp_comm_hook is it
-  std::string ddp_comm_wrapper;                   // "", "fp16" or "bf16"
-  std::string process_group_backend;              // "": nccl on CUDA devices, gloo on CPU
+  CommWrapper ddp_comm_wrapper = CommWrapper::kNone;
+  std::optional<Backend> process_group_backend;  // none: nccl on CUDA devices, gloo on CPU
   absl::Duration timeout = absl::Minutes(30);
-  std::string start_method = "spawn";  // "spawn" or "fork"
+  StartMethod start_method = StartMethod::kSpawn;
   // "fork": the ranks close every descriptor of this process above 2 first
   // (for an fn that opens what it uses; see LaunchSpec::fork_close_descriptors).
   bool fork_close_descriptors = false;
@@ -142,7 +149,7 @@ class DDPSpawnStrategy {
   int num_processes() const { return static_cast<int>(options_.parallel_devices.size()); }
   bool is_global_zero() const { return global_rank() == 0; }
   c10::Device root_device() const;
-  std::string process_group_backend() const;
+  Backend process_group_backend() const;
   DistributedSamplerArgs distributed_sampler_kwargs() const {
     return {world_size(), global_rank()};
   }
@@ -156,11 +163,11 @@ class DDPSpawnStrategy {
   absl::Status Barrier(absl::string_view name = "");
   // Rank `src`'s bytes on every rank (objects: serialize them first).
   absl::StatusOr<std::string> Broadcast(absl::string_view bytes, int src = 0);
-  // A reduced copy of `tensor`: "mean" (default), "sum", "min", "max".
-  absl::StatusOr<at::Tensor> Reduce(const at::Tensor& tensor, absl::string_view reduce_op = "mean");
+  // A reduced copy of `tensor` (mean by default, as Lightning's reduce).
+  absl::StatusOr<at::Tensor> Reduce(const at::Tensor& tensor, ReduceOp reduce_op = ReduceOp::kMean);
   // As in Lightning, anything that is not a tensor passes through unchanged.
   template <typename T>
-  T Reduce(T value, absl::string_view /*reduce_op*/ = "mean") {
+  T Reduce(T value, ReduceOp /*reduce_op*/ = ReduceOp::kMean) {
     return value;
   }
   // Every rank's tensor stacked along a new first dimension (world_size, ...).

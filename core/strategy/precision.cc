@@ -10,7 +10,7 @@ namespace {
 
 class FullPrecision : public PrecisionPlugin {
  public:
-  std::string name() const override { return "32-true"; }
+  std::string name() const override { return std::string(PrecisionName(Precision::k32True)); }
   std::unique_ptr<StepContext> TrainStepContext(bool) override {
     return std::make_unique<StepContext>();
   }
@@ -42,7 +42,7 @@ class Autocast : public PrecisionPlugin::StepContext {
 
 class Bf16Mixed : public PrecisionPlugin {
  public:
-  std::string name() const override { return "bf16-mixed"; }
+  std::string name() const override { return std::string(PrecisionName(Precision::kBf16Mixed)); }
   std::unique_ptr<StepContext> TrainStepContext(bool cuda) override {
     return std::make_unique<Autocast>(cuda ? c10::kCUDA : c10::kCPU, at::kBFloat16);
   }
@@ -50,7 +50,7 @@ class Bf16Mixed : public PrecisionPlugin {
 
 class Fp16Mixed : public PrecisionPlugin {
  public:
-  std::string name() const override { return "16-mixed"; }
+  std::string name() const override { return std::string(PrecisionName(Precision::k16Mixed)); }
   std::unique_ptr<StepContext> TrainStepContext(bool) override {
     return std::make_unique<Autocast>(c10::kCUDA, at::kHalf);
   }
@@ -63,14 +63,37 @@ class Fp16Mixed : public PrecisionPlugin {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<PrecisionPlugin>> MakePrecisionPlugin(const std::string& name) {
-  if (name.empty() || name == "32-true" || name == "32") {
-    return std::shared_ptr<PrecisionPlugin>(std::make_shared<FullPrecision>());
+absl::string_view PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::k32True:
+      return "32-true";
+    case Precision::kBf16Mixed:
+      return "bf16-mixed";
+    case Precision::k16Mixed:
+      return "16-mixed";
   }
-  if (name == "bf16-mixed") return std::shared_ptr<PrecisionPlugin>(std::make_shared<Bf16Mixed>());
-  if (name == "16-mixed") return std::shared_ptr<PrecisionPlugin>(std::make_shared<Fp16Mixed>());
+  return "?";
+}
+
+absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
+  if (name == "32") return Precision::k32True;
+  for (Precision precision : {Precision::k32True, Precision::kBf16Mixed, Precision::k16Mixed}) {
+    if (name == PrecisionName(precision)) return precision;
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown precision '", name, "'; expected '32-true', 'bf16-mixed' or '16-mixed'"));
+}
+
+std::shared_ptr<PrecisionPlugin> MakePrecisionPlugin(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16Mixed:
+      return std::make_shared<Bf16Mixed>();
+    case Precision::k16Mixed:
+      return std::make_shared<Fp16Mixed>();
+    case Precision::k32True:
+      break;
+  }
+  return std::make_shared<FullPrecision>();
 }
 
 }  // namespace ddpspawn

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/strategy/grad_scaler.h"
 
 namespace ddpspawn {
@@ -31,9 +32,13 @@ class PrecisionPlugin {
   virtual GradScaler* grad_scaler() { return nullptr; }
 };
 
-// "32-true" (or "32"), "bf16-mixed", "16-mixed"; anything else is
-// InvalidArgument.
-absl::StatusOr<std::shared_ptr<PrecisionPlugin>> MakePrecisionPlugin(const std::string& name);
+// Lightning's precision settings, named "32-true", "bf16-mixed" and "16-mixed".
+enum class Precision { k32True, kBf16Mixed, k16Mixed };
+absl::string_view PrecisionName(Precision precision);
+// Also "32" for "32-true"; anything else is InvalidArgument.
+absl::StatusOr<Precision> ParsePrecision(absl::string_view name);
+
+std::shared_ptr<PrecisionPlugin> MakePrecisionPlugin(Precision precision);
 
 }  // namespace ddpspawn
 

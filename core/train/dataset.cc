@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "core/util/files.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
@@ -63,19 +64,17 @@ class NpyHeaderParser {
     bool has_descr = false, has_fortran_order = false, has_shape = false;
     if (!Consume('{')) return Error("expected '{'");
     while (!Consume('}')) {
-      absl::StatusOr<std::string> key = ParseString();
-      if (!key.ok()) return key.status();
+      ASSIGN_OR_RETURN(std::string key, ParseString());
       if (!Consume(':')) return Error("expected ':'");
-      if (*key == "descr") {
+      if (key == "descr") {
         SkipSpace();
         if (pos_ < text_.size() && (text_[pos_] == '[' || text_[pos_] == '{'))
           return absl::InvalidArgumentError(absl::StrCat(
               "structured dtypes are not supported (supported: ", kSupportedDtypes, ")"));
-        absl::StatusOr<std::string> descr = ParseString();
-        if (!descr.ok()) return descr.status();
-        header.descr = *descr;
+        ASSIGN_OR_RETURN(std::string descr, ParseString());
+        header.descr = descr;
         has_descr = true;
-      } else if (*key == "fortran_order") {
+      } else if (key == "fortran_order") {
         if (ConsumeWord("True")) {
           header.fortran_order = true;
         } else if (ConsumeWord("False")) {
@@ -84,13 +83,11 @@ class NpyHeaderParser {
           return Error("expected True or False for 'fortran_order'");
         }
         has_fortran_order = true;
-      } else if (*key == "shape") {
-        absl::Status status = ParseShape(&header.shape);
-        if (!status.ok()) return status;
+      } else if (key == "shape") {
+        RETURN_IF_ERROR(ParseShape(&header.shape));
         has_shape = true;
       } else {
-        return absl::InvalidArgumentError(
-            absl::StrCat("unexpected key '", *key, "' in the header"));
+        return absl::InvalidArgumentError(absl::StrCat("unexpected key '", key, "' in the header"));
       }
       if (!Consume(',')) {
         if (!Consume('}')) return Error("expected ',' or '}'");
@@ -378,53 +375,47 @@ absl::StatusOr<at::Tensor> ClassLabels(const std::string& path, const at::Tensor
 }  // namespace
 
 absl::StatusOr<at::Tensor> LoadNpy(const std::string& path) {
-  absl::StatusOr<std::string> bytes = ReadWholeFile(path);
-  if (!bytes.ok()) return bytes.status();
-  return ParseNpy(path, *bytes);
+  ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  return ParseNpy(path, bytes);
 }
 
 absl::StatusOr<Dataset> LoadNpyDataset(const std::string& features_path,
                                        const std::string& labels_path, LabelType label_type) {
-  absl::StatusOr<at::Tensor> features = LoadNpy(features_path);
-  if (!features.ok()) return features.status();
-  absl::StatusOr<at::Tensor> labels = LoadNpy(labels_path);
-  if (!labels.ok()) return labels.status();
-  if (features->dim() < 1)
+  ASSIGN_OR_RETURN(at::Tensor features, LoadNpy(features_path));
+  ASSIGN_OR_RETURN(at::Tensor labels, LoadNpy(labels_path));
+  if (features.dim() < 1)
     return Invalid(features_path,
                    "features must have at least one dimension (one row per sample), not shape ()");
-  if (labels->dim() < 1 || labels->dim() > 2)
+  if (labels.dim() < 1 || labels.dim() > 2)
     return Invalid(labels_path, absl::StrCat("labels must have shape (n,) or (n, k), not ",
-                                             ShapeText(labels->sizes().vec())));
-  if (features->size(0) != labels->size(0))
+                                             ShapeText(labels.sizes().vec())));
+  if (features.size(0) != labels.size(0))
     return absl::InvalidArgumentError(absl::StrCat(
-        "features and labels differ in size: ", features_path, " has ", features->size(0),
-        " rows (shape ", ShapeText(features->sizes().vec()), "), ", labels_path, " has ",
-        labels->size(0), " (shape ", ShapeText(labels->sizes().vec()), ")"));
+        "features and labels differ in size: ", features_path, " has ", features.size(0),
+        " rows (shape ", ShapeText(features.sizes().vec()), "), ", labels_path, " has ",
+        labels.size(0), " (shape ", ShapeText(labels.sizes().vec()), ")"));
 
   Dataset dataset;
-  dataset.features = features->to(at::kFloat);
-  if (absl::Status s = CheckFinite(features_path, *features, dataset.features); !s.ok()) return s;
-  const bool float_labels = at::isFloatingType(labels->scalar_type());
+  dataset.features = features.to(at::kFloat);
+  RETURN_IF_ERROR(CheckFinite(features_path, features, dataset.features));
+  const bool float_labels = at::isFloatingType(labels.scalar_type());
   if (float_labels) {
-    if (absl::Status s = CheckFinite(labels_path, *labels, labels->to(at::kFloat)); !s.ok())
-      return s;
+    RETURN_IF_ERROR(CheckFinite(labels_path, labels, labels.to(at::kFloat)));
   }
   if (label_type == LabelType::kAuto)
     label_type = float_labels ? LabelType::kFloat32 : LabelType::kInt64;
   if (label_type == LabelType::kFloat32) {
-    dataset.labels = labels->to(at::kFloat);
+    dataset.labels = labels.to(at::kFloat);
   } else {
-    absl::StatusOr<at::Tensor> classes = ClassLabels(labels_path, *labels);
-    if (!classes.ok()) return classes.status();
-    dataset.labels = *std::move(classes);
+    ASSIGN_OR_RETURN(at::Tensor classes, ClassLabels(labels_path, labels));
+    dataset.labels = std::move(classes);
   }
   dataset.source = absl::StrCat(features_path, " + ", labels_path);
   return dataset;
 }
 
 absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path, const CsvOptions& options) {
-  absl::StatusOr<std::string> contents = ReadWholeFile(path);
-  if (!contents.ok()) return contents.status();
+  ASSIGN_OR_RETURN(std::string contents, ReadWholeFile(path));
 
   std::vector<std::string> header_names;  // when the file has a header
   size_t columns = 0;
@@ -444,7 +435,7 @@ absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path, const CsvOptions
 
   std::vector<std::string> fields;
   size_t line_number = 0;
-  for (absl::string_view line : absl::StrSplit(*contents, '\n')) {
+  for (absl::string_view line : absl::StrSplit(contents, '\n')) {
     ++line_number;
     absl::ConsumeSuffix(&line, "\r");
     if (absl::StripAsciiWhitespace(line).empty()) continue;

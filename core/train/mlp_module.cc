@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
@@ -75,9 +76,8 @@ absl::StatusOr<std::vector<int64_t>> ParseMlpSpec(const std::string& spec) {
 absl::StatusOr<std::shared_ptr<LightningModule>> MakeMlpModule(const std::string& spec,
                                                                bool classifier,
                                                                const OptimizerConfig& optimizer) {
-  absl::StatusOr<std::vector<int64_t>> parsed = ParseMlpSpec(spec);
-  if (!parsed.ok()) return parsed.status();
-  const std::vector<int64_t>& sizes = *parsed;
+  ASSIGN_OR_RETURN(std::vector<int64_t> parsed, ParseMlpSpec(spec));
+  const std::vector<int64_t>& sizes = parsed;
   torch::nn::Sequential net;
   for (size_t i = 0; i + 1 < sizes.size(); ++i) {
     net->push_back(torch::nn::Linear(sizes[i], sizes[i + 1]));

@@ -36,16 +36,31 @@
 #include "core/train/torchscript_module.h"
 #include "core/util/files.h"
 #include "core/util/output_dir.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
 
-// A setter returns "expected ..." on a bad value; ParseRunConfig names the
-// option and the value.
+// How one option reads its value into a RunConfig and shows its default: `set`
+// returns "expected ..." on a bad value (ParseRunConfig names the option and
+// the value); `show` gives the field's value as text ("" when there is nothing
+// to show).
 using Setter = std::function<absl::Status(RunConfig&, const std::string&)>;
+using Shower = std::function<std::string(const RunConfig&)>;
+struct Access {
+  Setter set;
+  Shower show;
+};
 
 absl::Status Expected(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("expected ", what));
+}
+
+// The field `field` (a member pointer or a function returning a reference)
+// designates in `c`; `show` reads it from a const config.
+template <typename Field>
+auto& FieldOf(Field field, const RunConfig& c) {
+  return std::invoke(field, const_cast<RunConfig&>(c));
 }
 
 // Whether `value` is representable in T.
@@ -60,27 +75,30 @@ constexpr bool Fits(int64_t value) {
 
 // An integer option in [kMin, kMax]: parsed into 64 bits and range-checked
 // before it is narrowed to its field (so 4294967298 is an error, not 2 in an
-// int). `field` is a member pointer or a function returning the field.
+// int).
 template <int64_t kMin, int64_t kMax, typename Field>
-Setter Integer(Field field) {
+Access Integer(Field field) {
   using T = std::remove_reference_t<std::invoke_result_t<Field, RunConfig&>>;
   static_assert(std::is_integral_v<T> && kMin <= kMax, "an integer field and a range");
   static_assert(Fits<T>(kMin) && Fits<T>(kMax), "the range must fit the field's type");
-  return [field](RunConfig& c, const std::string& v) -> absl::Status {
-    int64_t parsed = 0;
-    if (!absl::SimpleAtoi(v, &parsed) || parsed < kMin || parsed > kMax) {
-      return Expected(absl::StrCat("an integer in [", kMin, ", ", kMax, "]"));
-    }
-    std::invoke(field, c) = static_cast<T>(parsed);
-    return absl::OkStatus();
-  };
+  return {[field](RunConfig& c, const std::string& v) -> absl::Status {
+            int64_t parsed = 0;
+            if (!absl::SimpleAtoi(v, &parsed) || parsed < kMin || parsed > kMax) {
+              return Expected(absl::StrCat("an integer in [", kMin, ", ", kMax, "]"));
+            }
+            std::invoke(field, c) = static_cast<T>(parsed);
+            return absl::OkStatus();
+          },
+          [field](const RunConfig& c) { return absl::StrCat(FieldOf(field, c)); }};
 }
 
-Setter Text(std::string RunConfig::*field) {
-  return [field](RunConfig& c, const std::string& v) {
-    c.*field = v;
-    return absl::OkStatus();
-  };
+template <typename Field>
+Access Text(Field field) {
+  return {[field](RunConfig& c, const std::string& v) {
+            std::invoke(field, c) = v;
+            return absl::OkStatus();
+          },
+          [field](const RunConfig& c) { return FieldOf(field, c); }};
 }
 
 absl::StatusOr<bool> ParseBool(const std::string& v) {
@@ -90,18 +108,60 @@ absl::StatusOr<bool> ParseBool(const std::string& v) {
   return Expected("true or false");
 }
 
+template <typename Field>
+Access Flag(Field field) {
+  return {
+      [field](RunConfig& c, const std::string& v) -> absl::Status {
+        ASSIGN_OR_RETURN(std::invoke(field, c), ParseBool(v));
+        return absl::OkStatus();
+      },
+      [field](const RunConfig& c) -> std::string { return FieldOf(field, c) ? "true" : "false"; }};
+}
+
 // A floating-point option: a finite number >= minimum. SimpleAtod reads "inf",
 // "nan" and 1e400 (as inf); no option means any of them.
-template <typename Get>
-Setter Number(Get get, double minimum) {
-  return [get, minimum](RunConfig& c, const std::string& v) -> absl::Status {
-    double parsed = 0;
-    if (!absl::SimpleAtod(v, &parsed) || !std::isfinite(parsed) || parsed < minimum) {
-      return Expected(absl::StrCat("a finite number >= ", minimum));
-    }
-    get(c) = parsed;
-    return absl::OkStatus();
-  };
+template <typename Field>
+Access Number(Field field, double minimum) {
+  return {[field, minimum](RunConfig& c, const std::string& v) -> absl::Status {
+            double parsed = 0;
+            if (!absl::SimpleAtod(v, &parsed) || !std::isfinite(parsed) || parsed < minimum) {
+              return Expected(absl::StrCat("a finite number >= ", minimum));
+            }
+            std::invoke(field, c) = parsed;
+            return absl::OkStatus();
+          },
+          [field](const RunConfig& c) { return absl::StrCat(FieldOf(field, c)); }};
+}
+
+// An option that names one value of an enum: `parse` reads the names, `name`
+// shows them. std::optional fields show nothing while unset.
+template <typename Field, typename Parse, typename Name>
+Access Choice(Field field, Parse parse, Name name) {
+  return {[field, parse](RunConfig& c, const std::string& v) -> absl::Status {
+            ASSIGN_OR_RETURN(std::invoke(field, c), parse(v));
+            return absl::OkStatus();
+          },
+          [field, name](const RunConfig& c) -> std::string {
+            const auto& value = FieldOf(field, c);
+            if constexpr (std::is_constructible_v<bool, decltype(value)>) {
+              return value ? std::string(name(*value)) : "";
+            } else {
+              return std::string(name(value));
+            }
+          }};
+}
+
+// A text option with a fixed set of values.
+template <typename Field>
+Access OneOf(Field field, std::vector<std::string> values) {
+  return {[field, values](RunConfig& c, const std::string& v) -> absl::Status {
+            if (std::find(values.begin(), values.end(), v) == values.end()) {
+              return Expected(absl::StrJoin(values, ", "));
+            }
+            std::invoke(field, c) = v;
+            return absl::OkStatus();
+          },
+          [field](const RunConfig& c) { return FieldOf(field, c); }};
 }
 
 // Lightning's max_time: "DD:HH:MM:SS", or seconds.
@@ -123,16 +183,6 @@ absl::StatusOr<absl::Duration> ParseMaxTime(const std::string& v) {
   return absl::Seconds(seconds);
 }
 
-template <typename Get>
-Setter Flag(Get get) {
-  return [get](RunConfig& c, const std::string& v) -> absl::Status {
-    absl::StatusOr<bool> parsed = ParseBool(v);
-    if (!parsed.ok()) return parsed.status();
-    get(c) = *parsed;
-    return absl::OkStatus();
-  };
-}
-
 // The integer options' ranges. Counters (epochs, steps) and the seed take
 // their field's whole non-negative range: they are only compared, incremented,
 // or (the seed) added to modulo 2^64.
@@ -150,125 +200,159 @@ constexpr int64_t kMaxPort = 65535;  // TCP; 0 picks a free port
 // More restarts than anyone waits through; a bound keeps the count an int.
 constexpr int64_t kMaxRestarts = 1000;
 
-const std::map<std::string, Setter>& Setters() {
-  static const auto* setters = new std::map<std::string, Setter>{
-      {"model", Text(&RunConfig::model)},
-      {"train", Text(&RunConfig::train)},
-      {"train_labels", Text(&RunConfig::train_labels)},
-      {"val", Text(&RunConfig::val)},
-      {"val_labels", Text(&RunConfig::val_labels)},
-      {"data", Text(&RunConfig::data)},
-      {"data_labels", Text(&RunConfig::data_labels)},
+// One run option: its key (a CLI flag with '-' for '_'), the help section it is
+// listed in, what its value looks like, what it does, and how it is read and
+// shown. RunOptionsHelp() lists them in this order, with the default that a
+// fresh RunConfig holds.
+struct RunOption {
+  std::string key;
+  std::string section;
+  std::string value;
+  std::string help;
+  Access access;
+};
+
+const std::vector<RunOption>& RunOptionTable() {
+  const std::string data = "Model and data", trainer = "Trainer", optimizer = "Optimizer",
+                    distributed = "Distributed (torchrun's names)";
+  static const auto* table = new std::vector<RunOption>{
+      {"model", data, "SPEC",
+       "mlp:IN,HIDDEN...,OUT (built in: several outputs classify, with integer labels; one "
+       "output per label column regresses) or a TorchScript file whose exported "
+       "training_step(self, batch: List[Tensor], batch_idx: int) returns the loss (see "
+       "docs/training.md)",
+       Text(&RunConfig::model)},
+      {"train", data, "FILE",
+       "training data: CSV (label in the last column) or .npy features; NaN, infinite or "
+       "out-of-float32 values are errors",
+       Text(&RunConfig::train)},
+      {"train_labels", data, "FILE", "labels .npy, with .npy features",
+       Text(&RunConfig::train_labels)},
+      {"val", data, "FILE", "validation data (fit)", Text(&RunConfig::val)},
+      {"val_labels", data, "FILE", "", Text(&RunConfig::val_labels)},
+      {"data", data, "FILE", "data for validate, test and predict", Text(&RunConfig::data)},
+      {"data_labels", data, "FILE", "", Text(&RunConfig::data_labels)},
       // Any int: the loader checks it against the file's columns.
-      {"label_column", Integer<-kIntMax - 1, kIntMax>(&RunConfig::label_column)},
-      {"checkpoint", Text(&RunConfig::checkpoint)},
-      {"max_epochs",
+      {"label_column", data, "N", "CSV column of the label (-1: the last)",
+       Integer<-kIntMax - 1, kIntMax>(&RunConfig::label_column)},
+      {"checkpoint", data, "FILE", "weights to start from (validate, test, predict)",
+       Text(&RunConfig::checkpoint)},
+      {"max_epochs", trainer, "N", "",
        Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& { return c.trainer.max_epochs; })},
-      {"max_steps",
+      {"max_steps", trainer, "N", "optimizer steps (-1: no limit)",
        Integer<-1, kInt64Max>([](RunConfig& c) -> int64_t& { return c.trainer.max_steps; })},
-      {"batch_size",
+      {"batch_size", trainer, "N", "per rank",
        Integer<1, kMaxBatchSize>([](RunConfig& c) -> int64_t& { return c.trainer.batch_size; })},
-      {"accumulate_grad_batches",
+      {"accumulate_grad_batches", trainer, "N", "",
        Integer<1, kIntMax>([](RunConfig& c) -> int& { return c.trainer.accumulate_grad_batches; })},
-      {"gradient_clip_val",
+      {"gradient_clip_val", trainer, "X", "the gradients' largest global L2 norm (0: off)",
        Number([](RunConfig& c) -> double& { return c.trainer.gradient_clip_val; }, 0)},
-      {"check_val_every_n_epoch",
+      {"check_val_every_n_epoch", trainer, "N", "",
        Integer<0, kIntMax>([](RunConfig& c) -> int& { return c.trainer.check_val_every_n_epoch; })},
-      {"seed", Integer<0, kInt64Max>([](RunConfig& c) -> uint64_t& { return c.trainer.seed; })},
-      {"shuffle", Flag([](RunConfig& c) -> bool& { return c.trainer.shuffle; })},
-      {"drop_last", Flag([](RunConfig& c) -> bool& { return c.trainer.drop_last; })},
-      {"default_root_dir",
-       [](RunConfig& c, const std::string& v) {
-         c.trainer.default_root_dir = v;
-         return absl::OkStatus();
-       }},
-      {"resume_from",
-       [](RunConfig& c, const std::string& v) {
-         c.trainer.resume_from = v;
-         return absl::OkStatus();
-       }},
-      {"num_threads",
+      {"seed", trainer, "N", "",
+       Integer<0, kInt64Max>([](RunConfig& c) -> uint64_t& { return c.trainer.seed; })},
+      {"shuffle", trainer, "BOOL", "",
+       Flag([](RunConfig& c) -> bool& { return c.trainer.shuffle; })},
+      {"drop_last", trainer, "BOOL", "",
+       Flag([](RunConfig& c) -> bool& { return c.trainer.drop_last; })},
+      {"default_root_dir", trainer, "DIR", "metrics.csv, checkpoints/last.ckpt, predictions.csv",
+       Text([](RunConfig& c) -> std::string& { return c.trainer.default_root_dir; })},
+      {"resume_from", trainer, "FILE", "a checkpoint fit continues from",
+       Text([](RunConfig& c) -> std::string& { return c.trainer.resume_from; })},
+      {"num_threads", trainer, "N",
+       absl::StrCat("intra-op threads per rank, at most ", kMaxNumThreads,
+                    " (0: cores / local ranks)"),
        Integer<0, kMaxNumThreads>([](RunConfig& c) -> int& { return c.trainer.num_threads; })},
-      {"log_every_n_steps",
+      {"log_every_n_steps", trainer, "N", "",
        Integer<0, kIntMax>([](RunConfig& c) -> int& { return c.trainer.log_every_n_steps; })},
-      {"checkpoint_every_n_steps", Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& {
-         return c.trainer.checkpoint_every_n_steps;
-       })},
-      {"max_restarts", Integer<0, kMaxRestarts>(&RunConfig::max_restarts)},
-      {"checkpoint_on_signal",
-       [](RunConfig& c, const std::string& v) {
-         if (v != "auto" && v != "none" && v != "SIGUSR1" && v != "SIGUSR2") {
-           return Expected("auto, none, SIGUSR1 or SIGUSR2");
-         }
-         c.checkpoint_on_signal = v;
-         return absl::OkStatus();
-       }},
-      {"progress", Flag([](RunConfig& c) -> bool& { return c.trainer.enable_progress; })},
-      {"allow_non_finite_loss",
-       Flag([](RunConfig& c) -> bool& { return c.trainer.allow_non_finite_loss; })},
-      {"optimizer",
-       [](RunConfig& c, const std::string& v) -> absl::
-                                                  Status {
-                                                    if (v != "sgd" && v != "adam" && v != "adamw")
-                                                      return Expected("sgd, adam or adamw");
-                                                    c.optimizer.name = v;
-                                                    return absl::OkStatus();
-                                                  }},
-      {"lr", Number([](RunConfig& c) -> double& { return c.optimizer.lr; }, 1e-12)},
-      {"momentum", Number([](RunConfig& c) -> double& { return c.optimizer.momentum; }, 0)},
-      {"weight_decay", Number([](RunConfig& c) -> double& { return c.optimizer.weight_decay; }, 0)},
-      {"step_lr_every",
-       Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& { return c.optimizer.step_lr_every; })},
-      {"step_lr_gamma",
-       Number([](RunConfig& c) -> double& { return c.optimizer.step_lr_gamma; }, 0)},
-      {"nproc_per_node", Integer<1, kMaxNprocs>(&RunConfig::nproc_per_node)},
-      {"accelerator",
-       [](RunConfig& c, const std::string& v) -> absl::
-                                                  Status {
-                                                    if (v != "cpu" && v != "cuda" && v != "gpu")
-                                                      return Expected("cpu or cuda");
-                                                    c.accelerator = v == "gpu" ? "cuda" : v;
-                                                    return absl::OkStatus();
-                                                  }},
-      {"devices", Text(&RunConfig::devices)},
-      {"process_group_backend",
-       [](RunConfig& c, const std::string& v) -> absl::
-                                                  Status {
-                                                    if (v != "gloo" && v != "nccl")
-                                                      return Expected("gloo or nccl");
-                                                    c.process_group_backend = v;
-                                                    return absl::OkStatus();
-                                                  }},
-      {"nnodes", Integer<1, kMaxNodes>(&RunConfig::nnodes)},
-      {"node_rank", Integer<0, kMaxNodes - 1>(&RunConfig::node_rank)},
-      {"master_addr", Text(&RunConfig::master_addr)},
-      {"master_port", Integer<0, kMaxPort>(&RunConfig::master_port)},
-      {"start_method",
-       [](RunConfig& c, const std::string& v) -> absl::
-                                                  Status {
-                                                    if (v != "spawn" && v != "fork")
-                                                      return Expected("spawn or fork");
-                                                    c.start_method = v;
-                                                    return absl::OkStatus();
-                                                  }},
-      {"timeout", Number([](RunConfig& c) -> double& { return c.timeout_s; }, 1e-3)},
+      {"progress", trainer, "BOOL", "rank 0: a progress bar on a terminal, else a line per epoch",
+       Flag([](RunConfig& c) -> bool& { return c.trainer.enable_progress; })},
+      {"checkpoint_every_n_steps", trainer, "K",
+       "fit also checkpoints every K steps (0: at each "
+       "epoch's end only)",
+       Integer<0, kInt64Max>(
+           [](RunConfig& c) -> int64_t& { return c.trainer.checkpoint_every_n_steps; })},
+      {"checkpoint_on_signal", trainer, "auto|none|SIGUSR1|SIGUSR2",
+       "fit saves its checkpoint and stops on that signal (stopped_by=SIGUSR1); auto: SIGUSR1 in "
+       "a SLURM job, where a requeued job (SLURM_RESTART_COUNT > 0) continues from that "
+       "checkpoint",
+       OneOf(&RunConfig::checkpoint_on_signal, {"auto", "none", "SIGUSR1", "SIGUSR2"})},
       {"max_time",
-       [](RunConfig& c, const std::string& v) -> absl::
-                                                  Status {
-                                                    absl::StatusOr<absl::Duration> limit =
-                                                        ParseMaxTime(v);
-                                                    if (!limit.ok()) return limit.status();
-                                                    c.trainer.max_time = *limit;
-                                                    return absl::OkStatus();
-                                                  }},
-      {"precision", Text(&RunConfig::precision)},
-      {"ddp_comm_hook", Text(&RunConfig::ddp_comm_hook)},
-      {"find_unused_parameters",
-       Flag([](RunConfig& c) -> bool& { return c.find_unused_parameters; })},
-      {"gradient_as_bucket_view",
-       Flag([](RunConfig& c) -> bool& { return c.gradient_as_bucket_view; })},
+       trainer,
+       "DD:HH:MM:SS|SECONDS",
+       "as Lightning's, fit stops after the first optimizer step past it on any rank, saves its "
+       "checkpoint (resumable mid-epoch) and succeeds (default: none)",
+       {[](RunConfig& c, const std::string& v) -> absl::Status {
+          ASSIGN_OR_RETURN(c.trainer.max_time, ParseMaxTime(v));
+          return absl::OkStatus();
+        },
+        [](const RunConfig&) { return std::string(); }}},
+      {"allow_non_finite_loss", trainer, "BOOL",
+       "false: a nan/inf training loss stops fit with an error, keeping the last good checkpoint",
+       Flag([](RunConfig& c) -> bool& { return c.trainer.allow_non_finite_loss; })},
+      {"optimizer", optimizer, "sgd|adam|adamw", "",
+       OneOf([](RunConfig& c) -> std::string& { return c.optimizer.name; },
+             {"sgd", "adam", "adamw"})},
+      {"lr", optimizer, "X", "",
+       Number([](RunConfig& c) -> double& { return c.optimizer.lr; }, 1e-12)},
+      {"momentum", optimizer, "X", "",
+       Number([](RunConfig& c) -> double& { return c.optimizer.momentum; }, 0)},
+      {"weight_decay", optimizer, "X", "",
+       Number([](RunConfig& c) -> double& { return c.optimizer.weight_decay; }, 0)},
+      {"step_lr_every", optimizer, "N", "epochs between learning-rate steps (0: constant)",
+       Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& { return c.optimizer.step_lr_every; })},
+      {"step_lr_gamma", optimizer, "X", "",
+       Number([](RunConfig& c) -> double& { return c.optimizer.step_lr_gamma; }, 0)},
+      {"nproc_per_node", distributed, "N",
+       absl::StrCat("ranks on this node, at most ", kMaxNprocs,
+                    " (under torchrun or srun: their LOCAL_WORLD_SIZE)"),
+       Integer<1, kMaxNprocs>(&RunConfig::nproc_per_node)},
+      {"start_method", distributed, "spawn|fork", "",
+       Choice(&RunConfig::start_method, ParseStartMethod, StartMethodName)},
+      {"max_restarts", distributed, "N",
+       "when a rank fails, start the ranks again, up to N times, continuing from this job's "
+       "last checkpoint (fit; with --checkpoint-every-n-steps K it is at most K steps old, and "
+       "the weights end as without the failure)",
+       Integer<0, kMaxRestarts>(&RunConfig::max_restarts)},
+      {"nnodes", distributed, "N",
+       "for N > 1, run ddpspawn on every node with its own --node-rank and node 0's "
+       "--master-addr; under torchrun or srun leave the node options out",
+       Integer<1, kMaxNodes>(&RunConfig::nnodes)},
+      {"node_rank", distributed, "R", "", Integer<0, kMaxNodes - 1>(&RunConfig::node_rank)},
+      {"master_addr", distributed, "A", "node 0's address", Text(&RunConfig::master_addr)},
+      {"master_port", distributed, "P",
+       "node 0's launcher serves the rendezvous on port P, on all interfaces (0: 29500)",
+       Integer<0, kMaxPort>(&RunConfig::master_port)},
+      {"timeout", distributed, "SECONDS",
+       "each collective's limit; past it the job fails naming the ranks that never arrived and "
+       "what every rank was last doing",
+       Number([](RunConfig& c) -> double& { return c.timeout_s; }, 1e-3)},
+      {"accelerator", distributed, "cpu|cuda", "",
+       Choice(&RunConfig::accelerator, ParseAccelerator, AcceleratorName)},
+      {"devices", distributed, "N|I,J,...",
+       "a device count, or CUDA indices such as 0,2 (sets --nproc-per-node)",
+       Text(&RunConfig::devices)},
+      {"process_group_backend", distributed, "gloo|nccl", "default: nccl on cuda, gloo on cpu",
+       Choice(&RunConfig::process_group_backend, ParseBackend, BackendName)},
+      {"precision", distributed, "32-true|bf16-mixed|16-mixed", "16-mixed needs cuda",
+       Choice(&RunConfig::precision, ParsePrecision, PrecisionName)},
+      {"ddp_comm_hook", distributed, "allreduce|fp16|bf16|powersgd", "",
+       Choice(&RunConfig::ddp_comm_hook, ParseCommHook, CommHookName)},
+      {"find_unused_parameters", distributed, "BOOL", "", Flag(&RunConfig::find_unused_parameters)},
+      {"gradient_as_bucket_view", distributed, "BOOL", "",
+       Flag(&RunConfig::gradient_as_bucket_view)},
   };
-  return *setters;
+  return *table;
+}
+
+const RunOption* FindRunOption(const std::string& key) {
+  static const auto* by_key = [] {
+    auto* map = new std::map<std::string, const RunOption*>;
+    for (const RunOption& option : RunOptionTable()) (*map)[option.key] = &option;
+    return map;
+  }();
+  auto it = by_key->find(key);
+  return it == by_key->end() ? nullptr : it->second;
 }
 
 // Lightning's devices: "N" devices (cuda:0..N-1, or N CPU ranks) or a list of
@@ -300,7 +384,7 @@ absl::Status ResolveDevices(RunConfig& config) {
     }
     indices.push_back(value);
   }
-  if (list && config.accelerator != "cuda") {
+  if (list && config.accelerator != Accelerator::kCuda) {
     return absl::InvalidArgumentError(
         "option devices: a list of device indices needs --accelerator cuda");
   }
@@ -357,9 +441,8 @@ absl::StatusOr<Dataset> LoadData(const RunConfig& config, const std::string& wha
   absl::StatusOr<Dataset> data =
       LoadFile(what, path, labels, config.label_column, LabelType::kAuto);
   if (!data.ok() || !absl::StartsWith(config.model, "mlp:")) return data;
-  absl::StatusOr<std::vector<int64_t>> sizes = ParseMlpSpec(config.model);
-  if (!sizes.ok()) return sizes.status();
-  const int64_t outputs = sizes->back();
+  ASSIGN_OR_RETURN(std::vector<int64_t> sizes, ParseMlpSpec(config.model));
+  const int64_t outputs = sizes.back();
   const bool one_label = data->labels.dim() == 1 || data->labels.size(1) == 1;
   if (!one_label || outputs == 1) {
     data->labels = data->labels.to(at::kFloat);
@@ -413,7 +496,7 @@ absl::StatusOr<std::shared_ptr<LightningModule>> LoadModel(const RunConfig& conf
     absl::StatusOr<std::shared_ptr<LightningModule>> mlp =
         MakeMlpModule(config.model, classifier, config.optimizer);
     if (!mlp.ok()) return mlp.status();
-    if (absl::Status s = CheckDataFitsMlp(config, **mlp, sample); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckDataFitsMlp(config, **mlp, sample));
     return mlp;
   }
   absl::StatusOr<std::shared_ptr<TorchScriptModule>> script =
@@ -511,24 +594,24 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOp
     std::string key = raw_key;
     std::replace(key.begin(), key.end(), '-', '_');
     given.insert(key);
-    auto setter = Setters().find(key);
-    if (setter == Setters().end()) {
+    const RunOption* option = FindRunOption(key);
+    if (option == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown option '", raw_key, "' (see --help for the options)"));
     }
-    if (absl::Status s = setter->second(config, value); !s.ok()) {
+    if (absl::Status s = option->access.set(config, value); !s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("option ", raw_key, "='", value, "': ", s.message()));
     }
   }
-  if (absl::Status s = AdoptOuterJob(config, given); !s.ok()) return s;
+  RETURN_IF_ERROR(AdoptOuterJob(config, given));
   if (config.checkpoint_on_signal == "SIGUSR1" ||
       (config.checkpoint_on_signal == "auto" && DetectSlurmJob().has_value())) {
     config.trainer.checkpoint_on_signal = SIGUSR1;
   } else if (config.checkpoint_on_signal == "SIGUSR2") {
     config.trainer.checkpoint_on_signal = SIGUSR2;
   }
-  if (absl::Status s = ResolveDevices(config); !s.ok()) return s;
+  RETURN_IF_ERROR(ResolveDevices(config));
   if (config.world_size == 0) config.world_size = config.nnodes * config.nproc_per_node;
   if (config.model.empty()) return absl::InvalidArgumentError("option model is required");
   if (command == "fit" && config.train.empty()) {
@@ -565,45 +648,39 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOp
 }
 
 absl::Status CheckRun(const RunConfig& config) {
-  absl::StatusOr<Dataset> data = PrimaryData(config);
-  if (!data.ok()) return data.status();
-  if (data->size() < config.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(data->source, " has ", data->size(),
+  ASSIGN_OR_RETURN(Dataset data, PrimaryData(config));
+  if (data.size() < config.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(data.source, " has ", data.size(),
                                                    " samples, fewer than the ", config.world_size,
                                                    " ranks"));
   }
   std::optional<Dataset> val;
   if (!config.val.empty()) {
-    absl::StatusOr<Dataset> loaded = LoadData(config, "val", config.val, config.val_labels);
-    if (!loaded.ok()) return loaded.status();
-    val = *std::move(loaded);
+    ASSIGN_OR_RETURN(Dataset loaded, LoadData(config, "val", config.val, config.val_labels));
+    val = std::move(loaded);
   }
-  if (absl::Status s = MakePrecisionPlugin(config.precision).status(); !s.ok()) return s;
-  if (absl::Status s = MakeCommHookByName(config.ddp_comm_hook).status(); !s.ok()) return s;
   for (const std::string* path : {&config.checkpoint, &config.trainer.resume_from}) {
     if (!path->empty() && !std::filesystem::exists(*path)) {
       return absl::NotFoundError(absl::StrCat("checkpoint ", *path, " does not exist"));
     }
   }
-  absl::StatusOr<std::shared_ptr<LightningModule>> module = LoadModel(config, *data);
-  if (!module.ok()) return module.status();
+  ASSIGN_OR_RETURN(std::shared_ptr<LightningModule> module, LoadModel(config, data));
   // Both are verified (checksum, tensor names and shapes) before any rank
   // starts.
   for (const std::string* path : {&config.trainer.resume_from, &config.checkpoint}) {
     if (path->empty()) continue;
-    absl::StatusOr<std::string> bytes = ReadWholeFile(*path);
-    if (!bytes.ok()) return bytes.status();
-    if (absl::Status s = RestoreCheckpoint(*bytes, **module, nullptr, nullptr); !s.ok()) {
+    ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(*path));
+    if (absl::Status s = RestoreCheckpoint(bytes, *module, nullptr, nullptr); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("checkpoint ", *path, ": ", s.message()));
     }
   }
-  if (absl::Status s = DryRun(config, **module, *data, config.command); !s.ok()) return s;
+  RETURN_IF_ERROR(DryRun(config, *module, data, config.command));
   // The validation set must fit the model as well as the training set.
   if (config.command != "fit" || !val.has_value()) return absl::OkStatus();
   if (absl::StartsWith(config.model, "mlp:")) {
-    if (absl::Status s = CheckDataFitsMlp(config, **module, *val); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckDataFitsMlp(config, *module, *val));
   }
-  return DryRun(config, **module, *val, "validate");
+  return DryRun(config, *module, *val, "validate");
 }
 
 StrategyOptions StrategyOptionsFor(const RunConfig& config) {
@@ -612,8 +689,9 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   options.parallel_devices.clear();
   for (int index : config.device_indices) {
     options.parallel_devices.push_back(
-        config.accelerator == "cuda" ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index))
-                                     : c10::Device(c10::kCPU));
+        config.accelerator == Accelerator::kCuda
+            ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index))
+            : c10::Device(c10::kCPU));
   }
   options.process_group_backend = config.process_group_backend;
   options.start_method = config.start_method;
@@ -630,9 +708,7 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   options.ddp_comm_hook = config.ddp_comm_hook;
   options.ddp.reducer.find_unused_parameters = config.find_unused_parameters;
   options.ddp.reducer.gradient_as_bucket_view = config.gradient_as_bucket_view;
-  absl::StatusOr<std::shared_ptr<PrecisionPlugin>> precision =
-      MakePrecisionPlugin(config.precision);
-  if (precision.ok()) options.precision_plugin = *precision;
+  options.precision_plugin = MakePrecisionPlugin(config.precision);
   return options;
 }
 
@@ -640,50 +716,42 @@ namespace {
 
 absl::StatusOr<std::string> RunResolvedCommand(const RunConfig& config,
                                                DDPSpawnStrategy& strategy) {
-  absl::StatusOr<Dataset> data = PrimaryData(config);
-  if (!data.ok()) return data.status();
+  ASSIGN_OR_RETURN(Dataset data, PrimaryData(config));
   // The model's initial weights come from the seed (DDP then gives every rank
   // rank 0's).
   at::manual_seed(config.trainer.seed);
-  absl::StatusOr<std::shared_ptr<LightningModule>> module = LoadModel(config, *data);
-  if (!module.ok()) return module.status();
+  ASSIGN_OR_RETURN(std::shared_ptr<LightningModule> module, LoadModel(config, data));
   if (!config.checkpoint.empty()) {
-    absl::StatusOr<std::string> bytes = strategy.LoadCheckpoint(config.checkpoint);
-    if (!bytes.ok()) return bytes.status();
-    if (absl::Status s = RestoreCheckpoint(*bytes, **module, nullptr, nullptr); !s.ok()) {
+    ASSIGN_OR_RETURN(std::string bytes, strategy.LoadCheckpoint(config.checkpoint));
+    if (absl::Status s = RestoreCheckpoint(bytes, *module, nullptr, nullptr); !s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint ", config.checkpoint, ": ", s.message()));
     }
   }
   // Rank 0 writes every output (and is the rank that reports a bad directory).
   if (strategy.is_global_zero()) {
-    if (absl::Status s = PrepareOutputDirectory(config.trainer.default_root_dir); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(PrepareOutputDirectory(config.trainer.default_root_dir));
   }
   Trainer trainer(strategy, config.trainer);
   if (config.command == "fit") {
     std::optional<Dataset> val;
     if (!config.val.empty()) {
-      absl::StatusOr<Dataset> loaded = LoadData(config, "val", config.val, config.val_labels);
-      if (!loaded.ok()) return loaded.status();
-      val = *std::move(loaded);
+      ASSIGN_OR_RETURN(Dataset loaded, LoadData(config, "val", config.val, config.val_labels));
+      val = std::move(loaded);
     }
-    absl::StatusOr<FitResult> result = trainer.Fit(*module, *data, val ? &*val : nullptr);
-    if (!result.ok()) return result.status();
-    return result->Encode();
+    ASSIGN_OR_RETURN(FitResult result, trainer.Fit(module, data, val ? &*val : nullptr));
+    return result.Encode();
   }
   if (config.command == "predict") {
-    absl::StatusOr<at::Tensor> predictions = trainer.Predict(*module, *data);
-    if (!predictions.ok()) return predictions.status();
+    ASSIGN_OR_RETURN(at::Tensor predictions, trainer.Predict(module, data));
     if (!strategy.is_global_zero()) return std::string();
     const std::string path = config.trainer.default_root_dir + "/predictions.csv";
-    if (absl::Status s = WritePredictions(*predictions, path); !s.ok()) return s;
+    RETURN_IF_ERROR(WritePredictions(predictions, path));
     return absl::StrCat("predictions=", std::filesystem::absolute(path).string(),
-                        "\ncount=", predictions->size(0), "\n");
+                        "\ncount=", predictions.size(0), "\n");
   }
   absl::StatusOr<std::map<std::string, double>> metrics =
-      config.command == "test" ? trainer.Test(*module, *data) : trainer.Validate(*module, *data);
+      config.command == "test" ? trainer.Test(module, data) : trainer.Validate(module, data);
   if (!metrics.ok()) return metrics.status();
   std::string text;
   for (const auto& [name, value] : *metrics) {
@@ -765,55 +833,46 @@ absl::StatusOr<std::string> LaunchWithRestarts(const RunConfig& config, DDPSpawn
 }
 
 std::string RunOptionsHelp() {
-  return absl::StrCat(R"(Model and data:
-  --model SPEC                mlp:IN,HIDDEN...,OUT (built in: several outputs classify, with
-                              integer labels; one output per label column regresses) or a
-                              TorchScript file whose exported training_step(self,
-                              batch: List[Tensor], batch_idx: int) returns the loss
-                              (see docs/training.md)
-  --train FILE                training data: CSV (label in the last column) or .npy features;
-                              NaN, infinite or out-of-float32 values are errors
-  --train-labels FILE         labels .npy, with .npy features
-  --val FILE, --val-labels    validation data (fit)
-  --data FILE, --data-labels  data for validate, test and predict
-  --label-column N            CSV column of the label (default -1: the last)
-  --checkpoint FILE           weights to start from (validate, test, predict)
-Trainer:
-  --max-epochs N (10)  --max-steps N (-1: none)  --batch-size N (32, per rank; <= 2^31-1)
-  --accumulate-grad-batches N (1)  --gradient-clip-val X (0: off)
-  --check-val-every-n-epoch N (1)  --seed N (0)  --shuffle BOOL (true)  --drop-last BOOL
-  --default-root-dir DIR (ddpspawn_logs): metrics.csv, checkpoints/last.ckpt, predictions.csv
-  --resume-from FILE  --num-threads N (0: cores / ranks; <= )",
-                      kMaxNumThreads, R"()  --log-every-n-steps N (10)
-  --progress BOOL (true)  --checkpoint-every-n-steps K (0: at each epoch's end only)
-  --checkpoint-on-signal auto|none|SIGUSR1|SIGUSR2 (auto: SIGUSR1 in a SLURM job): fit saves
-      its checkpoint and stops on that signal (stopped_by=SIGUSR1); a job SLURM requeues
-      (SLURM_RESTART_COUNT > 0) continues from that checkpoint
-  --max-time DD:HH:MM:SS or SECONDS (none): as Lightning's, fit stops after the first
-                              optimizer step past it on any rank, saves its checkpoint
-                              (resumable mid-epoch) and succeeds
-  --allow-non-finite-loss BOOL (false: a nan/inf training loss stops fit with an error,
-                              keeping the last good checkpoint)
-Optimizer:
-  --optimizer sgd|adam|adamw (sgd)  --lr X (0.01)  --momentum X  --weight-decay X
-  --step-lr-every N (epochs; 0: constant)  --step-lr-gamma X (0.1)
-Distributed (torchrun-style):
-  --nproc-per-node N (1..)",
-                      kMaxNprocs, R"(; 1)  --start-method spawn|fork (spawn)
-  --max-restarts N (0): when a rank fails, start the ranks again, up to N times, continuing
-      from this job's last checkpoint (fit; with --checkpoint-every-n-steps K it is at most K
-      steps old, and the weights end as without the failure)
-  --nnodes N (1)  --node-rank R (0)  --master-addr A  --master-port P (29500): for N > 1, run
-      ddpspawn on every node with its own R and node 0's address A; node 0's launcher serves
-      the rendezvous on port P (all interfaces). Under torchrun or srun leave them out.
-  --timeout SECONDS (1800: each collective's limit; past it the job fails naming the ranks
-                     that never arrived and what every rank was last doing)
-  --accelerator cpu|cuda (cpu)  --devices N or CUDA indices 0,2 (sets nproc-per-node)
-  --process-group-backend gloo|nccl (by accelerator: nccl on cuda, gloo on cpu)
-  --precision 32-true|bf16-mixed|16-mixed (cuda)  --ddp-comm-hook allreduce|fp16|bf16|powersgd
-  --find-unused-parameters BOOL  --gradient-as-bucket-view BOOL
-Numbers: integers out of an option's range and non-finite numbers (inf, nan, 1e400) are errors.
-)");
+  constexpr size_t kWidth = 100;  // the column limit of the text
+  constexpr size_t kIndent = 30;  // where descriptions start
+  const RunConfig defaults;
+  std::string text, section;
+  for (const RunOption& option : RunOptionTable()) {
+    if (option.section != section) {
+      section = option.section;
+      absl::StrAppend(&text, section, ":\n");
+    }
+    std::string flag = option.key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    std::string head = absl::StrCat("  --", flag, " ", option.value);
+    std::string help = option.help;
+    const std::string shown = option.access.show(defaults);
+    if (!shown.empty()) absl::StrAppend(&help, help.empty() ? "" : " ", "(default ", shown, ")");
+    if (help.empty()) {
+      absl::StrAppend(&text, head, "\n");
+      continue;
+    }
+    // Wraps the description at word boundaries into the column after the flag.
+    std::string line = head.size() + 1 < kIndent
+                           ? absl::StrCat(head, std::string(kIndent - head.size(), ' '))
+                           : absl::StrCat(head, "\n", std::string(kIndent, ' '));
+    size_t line_start = line.rfind('\n') == std::string::npos ? 0 : line.rfind('\n') + 1;
+    bool first_word = true;
+    for (absl::string_view word : absl::StrSplit(help, ' ', absl::SkipEmpty())) {
+      if (!first_word && line.size() - line_start + 1 + word.size() > kWidth) {
+        absl::StrAppend(&line, "\n", std::string(kIndent, ' '));
+        line_start = line.size() - kIndent;
+        first_word = true;
+      }
+      absl::StrAppend(&line, first_word ? "" : " ", word);
+      first_word = false;
+    }
+    absl::StrAppend(&text, line, "\n");
+  }
+  absl::StrAppend(&text,
+                  "Numbers: integers out of an option's range and non-finite numbers (inf, nan, "
+                  "1e400) are errors.\n");
+  return text;
 }
 
 }  // namespace ddpspawn

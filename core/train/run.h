@@ -5,6 +5,7 @@
 #ifndef DDPSPAWN_CORE_TRAIN_RUN_H_
 #define DDPSPAWN_CORE_TRAIN_RUN_H_
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,12 +27,12 @@ struct RunConfig {
   TrainerOptions trainer;
   OptimizerConfig optimizer;
   int nproc_per_node = 1;
-  std::string accelerator = "cpu";  // cpu or cuda
+  Accelerator accelerator = Accelerator::kCpu;
   // Lightning's devices: a count ("2") or CUDA indices ("0,2"); sets
   // nproc_per_node. Empty: nproc_per_node devices (cuda:0.. on cuda).
   std::string devices;
-  std::string process_group_backend;  // gloo, nccl; empty: by accelerator
-  std::vector<int> device_indices;    // from devices: local rank i's CUDA index
+  std::optional<Backend> process_group_backend;  // none: by accelerator
+  std::vector<int> device_indices;               // from devices: local rank i's CUDA index
   int nnodes = 1;
   // Every rank of the job: nnodes * nproc_per_node, or the outer launcher's
   // WORLD_SIZE when torchrun or srun started this process (set by
@@ -47,13 +48,13 @@ struct RunConfig {
   // "none"); "auto": SIGUSR1 inside a SLURM job, else none. Resolved into
   // trainer.checkpoint_on_signal by ParseRunConfig.
   std::string checkpoint_on_signal = "auto";
-  std::string start_method = "spawn";
+  StartMethod start_method = StartMethod::kSpawn;
   // The process group's timeout for joining and for each collective
   // (Lightning's DDPStrategy timeout): a rank that does not arrive in time
   // fails the job with what every rank was last doing.
   double timeout_s = 1800;
-  std::string precision = "32-true";
-  std::string ddp_comm_hook;
+  Precision precision = Precision::k32True;
+  CommHookKind ddp_comm_hook = CommHookKind::kAllReduce;
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = true;
 };

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
@@ -104,9 +105,7 @@ absl::StatusOr<std::shared_ptr<TorchScriptModule>> TorchScriptModule::Load(
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is not a TorchScript module: ", e.what()));
   }
-  if (absl::Status s = CheckStep(impl->module, path, "training_step", Returns::kTensor); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(CheckStep(impl->module, path, "training_step", Returns::kTensor));
   auto optional_step = [&](const std::string& name, Returns returns, bool* present) {
     absl::Status s = CheckStep(impl->module, path, name, returns);
     *present = s.ok();
@@ -116,9 +115,7 @@ absl::StatusOr<std::shared_ptr<TorchScriptModule>> TorchScriptModule::Load(
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = optional_step("test_step", Returns::kMetrics, &impl->has_test); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(optional_step("test_step", Returns::kMetrics, &impl->has_test));
   if (absl::Status s = optional_step("predict_step", Returns::kTensor, &impl->has_predict);
       !s.ok()) {
     return s;

@@ -23,6 +23,7 @@
 #include "core/train/sampler.h"
 #include "core/util/files.h"
 #include "core/util/output_dir.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
@@ -78,10 +79,9 @@ Batch MakeBatch(const Dataset& data, const std::vector<int64_t>& indices, int64_
 // Every rank's CPU generator state, on every rank (for the checkpoint).
 absl::StatusOr<std::vector<at::Tensor>> GatherRngStates(DDPSpawnStrategy& strategy) {
   at::Tensor mine = at::detail::getDefaultCPUGenerator().get_state();
-  absl::StatusOr<at::Tensor> all = strategy.AllGather(mine);
-  if (!all.ok()) return all.status();
+  ASSIGN_OR_RETURN(at::Tensor all, strategy.AllGather(mine));
   std::vector<at::Tensor> states;
-  for (int64_t r = 0; r < all->size(0); ++r) states.push_back((*all)[r].clone());
+  for (int64_t r = 0; r < all.size(0); ++r) states.push_back(all[r].clone());
   return states;
 }
 
@@ -125,9 +125,9 @@ class FiniteWatch {
     mine[2] = static_cast<double>(seen_step_);
     mine[3] = seen_value_;
     mine[4] = finite_weights ? 1.0 : 0.0;
-    absl::StatusOr<at::Tensor> summed = strategy.Reduce(at::tensor(slots, at::kDouble), "sum");
-    if (!summed.ok()) return summed.status();
-    at::Tensor all = summed->to(at::kCPU).reshape({world, kSlots});
+    ASSIGN_OR_RETURN(at::Tensor summed,
+                     strategy.Reduce(at::tensor(slots, at::kDouble), ReduceOp::kSum));
+    at::Tensor all = summed.to(at::kCPU).reshape({world, kSlots});
     auto a = all.accessor<double, 2>();
     double total = 0;
     for (int r = 0; r < world; ++r) total += a[r][0];
@@ -226,9 +226,8 @@ absl::StatusOr<StopRequest> StopRequestedOnAnyRank(DDPSpawnStrategy& strategy,
                                                    absl::Time deadline) {
   const std::vector<double> mine = {absl::Now() >= deadline ? 1.0 : 0.0,
                                     g_stop_signal_received != 0 ? 1.0 : 0.0};
-  absl::StatusOr<at::Tensor> any = strategy.Reduce(at::tensor(mine, at::kDouble), "max");
-  if (!any.ok()) return any.status();
-  at::Tensor on_cpu = any->to(at::kCPU);
+  ASSIGN_OR_RETURN(at::Tensor any, strategy.Reduce(at::tensor(mine, at::kDouble), ReduceOp::kMax));
+  at::Tensor on_cpu = any.to(at::kCPU);
   return StopRequest{on_cpu[0].item<double>() > 0, on_cpu[1].item<double>() > 0};
 }
 
@@ -304,14 +303,12 @@ absl::Status Trainer::Log(int64_t epoch, int64_t step, const std::string& name, 
 
 absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
                                      TrainingState state, const std::string& path) {
-  absl::StatusOr<std::vector<at::Tensor>> rng = GatherRngStates(strategy_);
-  if (!rng.ok()) return rng.status();
-  state.cpu_rng_per_rank = *std::move(rng);
+  ASSIGN_OR_RETURN(std::vector<at::Tensor> rng, GatherRngStates(strategy_));
+  state.cpu_rng_per_rank = std::move(rng);
   std::string bytes;
   if (strategy_.is_global_zero()) {
-    absl::StatusOr<std::string> serialized = SerializeCheckpoint(module, optimizer, state);
-    if (!serialized.ok()) return serialized.status();
-    bytes = *std::move(serialized);
+    ASSIGN_OR_RETURN(std::string serialized, SerializeCheckpoint(module, optimizer, state));
+    bytes = std::move(serialized);
   }
   return strategy_.SaveCheckpoint(bytes, path);
 }
@@ -322,7 +319,7 @@ std::string LastCheckpointPath(const TrainerOptions& options) {
 
 absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& module,
                                        const Dataset& train, const Dataset* validation) {
-  if (absl::Status s = Prepare(module); !s.ok()) return s;
+  RETURN_IF_ERROR(Prepare(module));
   const int rank = strategy_.global_rank(), world = strategy_.world_size();
   if (options_.accumulate_grad_batches < 1) {
     return absl::InvalidArgumentError("accumulate_grad_batches must be >= 1");
@@ -333,7 +330,7 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
   if (strategy_.is_global_zero()) {  // rank 0 writes the metrics and the checkpoints
     for (const std::string& dir :
          {options_.default_root_dir, options_.default_root_dir + "/checkpoints"}) {
-      if (absl::Status s = PrepareOutputDirectory(dir); !s.ok()) return s;
+      RETURN_IF_ERROR(PrepareOutputDirectory(dir));
     }
   }
   const std::string checkpoint = LastCheckpointPath(options_);
@@ -345,9 +342,8 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
   if (!optimizer.ok()) return optimizer.status();
   TrainingState state;
   if (!options_.resume_from.empty()) {
-    absl::StatusOr<std::string> bytes = strategy_.LoadCheckpoint(options_.resume_from);
-    if (!bytes.ok()) return bytes.status();
-    if (absl::Status s = RestoreCheckpoint(*bytes, *module, optimizer->get(), &state); !s.ok()) {
+    ASSIGN_OR_RETURN(std::string bytes, strategy_.LoadCheckpoint(options_.resume_from));
+    if (absl::Status s = RestoreCheckpoint(bytes, *module, optimizer->get(), &state); !s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot resume from ", options_.resume_from, ": ", s.message()));
     }
@@ -398,10 +394,9 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
       Batch batch = MakeBatch(train, indices, b * options_.batch_size,
                               BatchEnd(b, options_.batch_size, sampler->num_samples()));
       const bool step_now = (b + 1) % accumulate == 0 || b + 1 == batches;
-      absl::StatusOr<at::Tensor> loss = strategy_.TrainingStep(batch, b);
-      if (!loss.ok()) return loss.status();
+      ASSIGN_OR_RETURN(at::Tensor loss, strategy_.TrainingStep(batch, b));
       try {
-        at::Tensor scaled = *loss / static_cast<double>(accumulate);
+        at::Tensor scaled = loss / static_cast<double>(accumulate);
         if (scaler != nullptr) scaled = scaler->Scale(scaled);
         if (step_now) {
           scaled.backward();
@@ -412,7 +407,7 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
       } catch (const std::exception& e) {
         return absl::InternalError(absl::StrCat("backward failed: ", e.what()));
       }
-      const double value = loss->item<double>();
+      const double value = loss.item<double>();
       watch.See(value, epoch, state.global_step + 1);
       epoch_loss += value;
       window_loss += value;
@@ -435,10 +430,9 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
       ++state.global_step;
       state.batch_in_epoch = b + 1;
       if (options_.log_every_n_steps > 0 && state.global_step % options_.log_every_n_steps == 0) {
-        absl::StatusOr<double> mean = watch.Reduce(strategy_, window_loss / window_batches, nullptr,
-                                                   epoch, state.global_step);
-        if (!mean.ok()) return mean.status();
-        if (absl::Status s = Log(epoch, state.global_step, "train_loss", *mean); !s.ok()) return s;
+        ASSIGN_OR_RETURN(double mean, watch.Reduce(strategy_, window_loss / window_batches, nullptr,
+                                                   epoch, state.global_step));
+        RETURN_IF_ERROR(Log(epoch, state.global_step, "train_loss", mean));
         window_loss = 0;
         window_batches = 0;
       }
@@ -464,10 +458,9 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
         break;
       }
       if (options_.max_time != absl::InfiniteDuration() || options_.checkpoint_on_signal != 0) {
-        absl::StatusOr<StopRequest> request = StopRequestedOnAnyRank(strategy_, deadline);
-        if (!request.ok()) return request.status();
-        if (request->signaled || request->out_of_time) {
-          signaled = request->signaled;
+        ASSIGN_OR_RETURN(StopRequest request, StopRequestedOnAnyRank(strategy_, deadline));
+        if (request.signaled || request.out_of_time) {
+          signaled = request.signaled;
           out_of_time = !signaled;
           stop = true;
           break;
@@ -483,27 +476,21 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
         absl::StrFormat("epoch %d/%d step %d", epoch + 1, options_.max_epochs, state.global_step);
     if (epoch_batches > 0) {
       // Before validation and the checkpoint: the weights too.
-      absl::StatusOr<double> mean = watch.Reduce(strategy_, epoch_loss / epoch_batches, &parameters,
-                                                 epoch, state.global_step);
-      if (!mean.ok()) return mean.status();
-      if (absl::Status s = Log(epoch, state.global_step, "train_loss_epoch", *mean); !s.ok()) {
-        return s;
-      }
-      absl::StrAppendFormat(&line, " train_loss %.4f", *mean);
+      ASSIGN_OR_RETURN(double mean, watch.Reduce(strategy_, epoch_loss / epoch_batches, &parameters,
+                                                 epoch, state.global_step));
+      RETURN_IF_ERROR(Log(epoch, state.global_step, "train_loss_epoch", mean));
+      absl::StrAppendFormat(&line, " train_loss %.4f", mean);
     }
     if (epoch_done && validation != nullptr && options_.check_val_every_n_epoch > 0 &&
         (epoch + 1) % options_.check_val_every_n_epoch == 0) {
-      absl::StatusOr<std::map<std::string, double>> metrics = Evaluate(module, *validation, false);
-      if (!metrics.ok()) return metrics.status();
-      for (const auto& [name, value] : *metrics) {
-        if (absl::Status s = Log(epoch, state.global_step, name, value); !s.ok()) return s;
+      ASSIGN_OR_RETURN(auto metrics, Evaluate(module, *validation, false));
+      for (const auto& [name, value] : metrics) {
+        RETURN_IF_ERROR(Log(epoch, state.global_step, name, value));
         absl::StrAppendFormat(&line, " %s %.4f", name, value);
       }
       module->SetTraining(true);
     }
-    if (absl::Status s = SaveCheckpoint(*module, optimizer->get(), state, checkpoint); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(SaveCheckpoint(*module, optimizer->get(), state, checkpoint));
     watch.Saved(std::filesystem::absolute(checkpoint).string());
     if (options_.enable_progress && strategy_.is_global_zero()) {
       std::printf("%s%s (%.2f s)%s\n", bar ? "\r" : "", line.c_str(),
@@ -547,7 +534,7 @@ absl::StatusOr<std::vector<int64_t>> Trainer::ForEachShardBatch(
   for (int64_t b = 0; b < batches; ++b) {
     Batch batch = MakeBatch(data, indices, b * options_.batch_size,
                             BatchEnd(b, options_.batch_size, sampler->num_samples()));
-    if (absl::Status s = step(batch, b); !s.ok()) return s;
+    RETURN_IF_ERROR(step(batch, b));
   }
   return indices;
 }
@@ -575,51 +562,48 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(
   flat.reserve(sums.size() + 1);
   for (const auto& [name, sum] : sums) flat.push_back(sum);
   flat.push_back(samples);
-  absl::StatusOr<at::Tensor> total = strategy_.Reduce(at::tensor(flat, at::kDouble), "sum");
-  if (!total.ok()) return total.status();
+  ASSIGN_OR_RETURN(at::Tensor total,
+                   strategy_.Reduce(at::tensor(flat, at::kDouble), ReduceOp::kSum));
   std::map<std::string, double> means;
   size_t i = 0;
-  const double count = (*total)[total->size(0) - 1].item<double>();
-  for (const auto& [name, sum] : sums) means[name] = (*total)[i++].item<double>() / count;
+  const double count = total[total.size(0) - 1].item<double>();
+  for (const auto& [name, sum] : sums) means[name] = total[i++].item<double>() / count;
   return means;
 }
 
 absl::StatusOr<std::map<std::string, double>> Trainer::Validate(
     const std::shared_ptr<LightningModule>& module, const Dataset& data) {
-  if (absl::Status s = Prepare(module); !s.ok()) return s;
+  RETURN_IF_ERROR(Prepare(module));
   return Evaluate(module, data, false);
 }
 
 absl::StatusOr<std::map<std::string, double>> Trainer::Test(
     const std::shared_ptr<LightningModule>& module, const Dataset& data) {
-  if (absl::Status s = Prepare(module); !s.ok()) return s;
+  RETURN_IF_ERROR(Prepare(module));
   return Evaluate(module, data, true);
 }
 
 absl::StatusOr<at::Tensor> Trainer::Predict(const std::shared_ptr<LightningModule>& module,
                                             const Dataset& data) {
-  if (absl::Status s = Prepare(module); !s.ok()) return s;
+  RETURN_IF_ERROR(Prepare(module));
   std::vector<at::Tensor> outputs;
   absl::StatusOr<std::vector<int64_t>> indices =
       ForEachShardBatch(*module, data, [&](const Batch& batch, int64_t b) -> absl::Status {
-        absl::StatusOr<at::Tensor> out = strategy_.PredictStep(batch, b);
-        if (!out.ok()) return out.status();
-        outputs.push_back(out->detach().cpu().contiguous());
+        ASSIGN_OR_RETURN(at::Tensor out, strategy_.PredictStep(batch, b));
+        outputs.push_back(out.detach().cpu().contiguous());
         return absl::OkStatus();
       });
   if (!indices.ok()) return indices.status();
-  absl::StatusOr<at::Tensor> all = strategy_.AllGather(at::cat(outputs));
-  if (!all.ok()) return all.status();
-  absl::StatusOr<at::Tensor> all_indices = strategy_.AllGather(at::tensor(*indices, at::kLong));
-  if (!all_indices.ok()) return all_indices.status();
+  ASSIGN_OR_RETURN(at::Tensor all, strategy_.AllGather(at::cat(outputs)));
+  ASSIGN_OR_RETURN(at::Tensor all_indices, strategy_.AllGather(at::tensor(*indices, at::kLong)));
   if (!strategy_.is_global_zero()) return at::Tensor();
   // Scatter back into dataset order; padding repeats a sample with the same
   // prediction.
-  at::Tensor flat = all->flatten(0, 1);
+  at::Tensor flat = all.flatten(0, 1);
   std::vector<int64_t> shape = flat.sizes().vec();
   shape[0] = data.size();
   at::Tensor ordered = at::empty(shape, flat.options());
-  ordered.index_copy_(0, all_indices->flatten(), flat);
+  ordered.index_copy_(0, all_indices.flatten(), flat);
   return ordered;
 }
 

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
 #include "core/util/temp_files.h"
 
 namespace ddpspawn {
@@ -68,19 +69,18 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view byte
                                  mode_t mode) {
   // rename() replaces a link rather than following it, so this check is for
   // a clear error, not for safety.
-  if (absl::Status s = CheckReplaceable(path); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckReplaceable(path));
   SweepStaleTempFiles(path);
-  absl::StatusOr<TempFile> temp = CreateTempFileFor(path);
-  if (!temp.ok()) return temp.status();
-  absl::Status status = WriteAll(temp->fd, bytes, temp->path);
-  if (status.ok() && fchmod(temp->fd, mode) != 0) status = Errno("cannot chmod", temp->path);
-  if (status.ok() && durable && fsync(temp->fd) != 0) status = Errno("cannot fsync", temp->path);
+  ASSIGN_OR_RETURN(TempFile temp, CreateTempFileFor(path));
+  absl::Status status = WriteAll(temp.fd, bytes, temp.path);
+  if (status.ok() && fchmod(temp.fd, mode) != 0) status = Errno("cannot chmod", temp.path);
+  if (status.ok() && durable && fsync(temp.fd) != 0) status = Errno("cannot fsync", temp.path);
   // The temporary file stays open (and locked) until it has its final name.
-  if (status.ok() && rename(temp->path.c_str(), path.c_str()) != 0) {
+  if (status.ok() && rename(temp.path.c_str(), path.c_str()) != 0) {
     status = Errno("cannot rename to", path);
   }
-  if (!status.ok()) unlink(temp->path.c_str());
-  close(temp->fd);
+  if (!status.ok()) unlink(temp.path.c_str());
+  close(temp.fd);
   if (status.ok() && durable) {
     std::string dir = DirectoryOf(path);
     int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

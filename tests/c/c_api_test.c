@@ -195,6 +195,24 @@ static void check_training_run(void) {
         strcmp(ddpspawn_run_result_get(result, "global_step"), "40") == 0);
   CHECK(ddpspawn_run_result_get(result, "no.such.key") == NULL);
   CHECK(strstr(ddpspawn_run_result_text(result), "metric.train_loss_epoch=") != NULL);
+  /* Enumerated pairs are the text's lines, in order, and agree with _get. */
+  const size_t pairs = ddpspawn_run_result_count(result);
+  CHECK(pairs >= 3);
+  size_t text_lines = 0;
+  const char* text = ddpspawn_run_result_text(result);
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c != '\n' && (c == text || c[-1] == '\n')) ++text_lines; /* a line starts */
+  }
+  CHECK(pairs == text_lines);
+  for (size_t i = 0; i < pairs; ++i) {
+    const char* key = ddpspawn_run_result_key(result, i);
+    CHECK(key != NULL && ddpspawn_run_result_value(result, i) != NULL);
+    CHECK(key != NULL &&
+          ddpspawn_run_result_get(result, key) == ddpspawn_run_result_value(result, i));
+  }
+  CHECK(ddpspawn_run_result_key(result, pairs) == NULL);
+  CHECK(ddpspawn_run_result_value(result, pairs) == NULL);
+  CHECK(ddpspawn_run_result_count(NULL) == 0 && ddpspawn_run_result_key(NULL, 0) == NULL);
   snprintf(ckpt_opt, sizeof ckpt_opt, "checkpoint=%s", checkpoint ? checkpoint : "");
   ddpspawn_run_result_destroy(result);
 

@@ -76,7 +76,7 @@ std::unique_ptr<ProcessGroup> Join() {
   absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
   CheckOk(cluster.status(), "cluster environment");
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      ProcessGroup::Create(*cluster, {"gloo", absl::Seconds(60)});
+      ProcessGroup::Create(*cluster, {Backend::kGloo, absl::Seconds(60)});
   CheckOk(group.status(), "join");
   return *std::move(group);
 }
@@ -264,7 +264,7 @@ void Stall(int stalled, absl::Duration timeout) {
   absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
   CheckOk(cluster.status(), "cluster environment");
   absl::StatusOr<std::unique_ptr<ProcessGroup>> joined =
-      ProcessGroup::Create(*cluster, {"gloo", timeout});
+      ProcessGroup::Create(*cluster, {Backend::kGloo, timeout});
   CheckOk(joined.status(), "join");
   ProcessGroup& group = **joined;
   std::vector<float> values(4, 1.0f);

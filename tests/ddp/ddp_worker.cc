@@ -161,7 +161,9 @@ absl::StatusOr<std::shared_ptr<CommHook>> MakeHook(const Flags& flags,
     state->options.min_compression_rate = flags.Number("min-compression", 2.0);
     hook = MakePowerSgdHook(state);
   } else {
-    absl::StatusOr<std::shared_ptr<CommHook>> named = MakeCommHookByName(name);
+    absl::StatusOr<CommHookKind> kind = ParseCommHook(name);
+    if (!kind.ok()) return kind.status();
+    absl::StatusOr<std::shared_ptr<CommHook>> named = MakeCommHook(*kind);
     if (!named.ok()) return named.status();
     hook = *named;
   }
@@ -310,7 +312,7 @@ int Run(const Flags& flags) {
   absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
   CheckOk(cluster.status(), "cluster");
   absl::StatusOr<std::unique_ptr<ProcessGroup>> joined =
-      ProcessGroup::Create(*cluster, {"gloo", absl::Seconds(60)});
+      ProcessGroup::Create(*cluster, {Backend::kGloo, absl::Seconds(60)});
   CheckOk(joined.status(), "join");
   ProcessGroup& group = **joined;
   const int rank = group.rank(), world = group.world_size();

@@ -59,7 +59,7 @@ TEST(StrategySingleProcessTest, ErrorsAreStatuses) {
   EXPECT_TRUE(strategy.Teardown().ok());
 
   StrategyOptions nccl = options;
-  nccl.process_group_backend = "nccl";
+  nccl.process_group_backend = Backend::kNccl;
   DDPSpawnStrategy gpu_strategy(nccl);
   absl::Status no_gpu = gpu_strategy.SetupDistributed();
   EXPECT_EQ(no_gpu.code(), absl::StatusCode::kUnavailable);
@@ -67,41 +67,57 @@ TEST(StrategySingleProcessTest, ErrorsAreStatuses) {
 
   // Local rank i runs on parallel_devices[i], whatever its index.
   StrategyOptions cuda = options;
-  cuda.accelerator = "cuda";
+  cuda.accelerator = Accelerator::kCuda;
   cuda.parallel_devices = {c10::Device(c10::kCUDA, 3)};
   DDPSpawnStrategy cuda_strategy(cuda);
   EXPECT_EQ(cuda_strategy.root_device(), c10::Device(c10::kCUDA, 3));
-  EXPECT_EQ(cuda_strategy.process_group_backend(), "nccl");
+  EXPECT_EQ(cuda_strategy.process_group_backend(), Backend::kNccl);
   absl::Status no_cuda = cuda_strategy.SetupDistributed();
   EXPECT_EQ(no_cuda.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(no_cuda.message(), HasSubstr("needs cuda:3"));
   EXPECT_THAT(no_cuda.message(), HasSubstr("no CUDA device is present"));
 
   StrategyOptions mixed_up = options;
-  mixed_up.accelerator = "cuda";  // with the default CPU parallel_devices
+  mixed_up.accelerator = Accelerator::kCuda;  // with the default CPU parallel_devices
   EXPECT_EQ(DDPSpawnStrategy(mixed_up).SetupDistributed().code(),
             absl::StatusCode::kInvalidArgument);
 
   StrategyOptions fp16 = options;
-  fp16.precision_plugin = *MakePrecisionPlugin("16-mixed");
+  fp16.precision_plugin = MakePrecisionPlugin(Precision::k16Mixed);
   absl::Status fp16_on_cpu = DDPSpawnStrategy(fp16).SetupDistributed();
   EXPECT_EQ(fp16_on_cpu.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(fp16_on_cpu.message(), HasSubstr("needs CUDA devices"));
 
-  StrategyOptions bad_method = options;
-  bad_method.start_method = "forkserver";
-  EXPECT_EQ(DDPSpawnStrategy(bad_method).Launch(nullptr).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  ASSERT_TRUE(MakePrecisionPlugin("16-mixed").ok());
-  EXPECT_NE((*MakePrecisionPlugin("16-mixed"))->grad_scaler(), nullptr);
-  EXPECT_EQ((*MakePrecisionPlugin("bf16-mixed"))->grad_scaler(), nullptr);
-  EXPECT_EQ(MakePrecisionPlugin("8-bit").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(MakePrecisionPlugin(Precision::k16Mixed)->grad_scaler(), nullptr);
+  EXPECT_EQ(MakePrecisionPlugin(Precision::kBf16Mixed)->grad_scaler(), nullptr);
+}
+
+TEST(StrategyTest, NamesParseOnceIntoEnums) {
+  EXPECT_EQ(ParsePrecision("8-bit").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseAccelerator("tpu").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseAccelerator("gpu"), Accelerator::kCuda);
+  EXPECT_EQ(*ParsePrecision("32"), Precision::k32True);
+  EXPECT_EQ(*ParseReduceOp("avg"), ReduceOp::kMean);
+  EXPECT_EQ(ParseReduceOp("median").status().code(), absl::StatusCode::kInvalidArgument);
+  for (Precision p : {Precision::k32True, Precision::kBf16Mixed, Precision::k16Mixed}) {
+    EXPECT_EQ(*ParsePrecision(PrecisionName(p)), p);
+    EXPECT_EQ(MakePrecisionPlugin(p)->name(), PrecisionName(p));
+  }
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+    EXPECT_EQ(*ParseReduceOp(ReduceOpName(op)), op);
+  }
+  for (Backend b : {Backend::kGloo, Backend::kNccl}) EXPECT_EQ(*ParseBackend(BackendName(b)), b);
+  for (CommHookKind k : {CommHookKind::kAllReduce, CommHookKind::kFp16, CommHookKind::kBf16,
+                         CommHookKind::kPowerSgd}) {
+    EXPECT_EQ(*ParseCommHook(CommHookName(k)), k);
+  }
 }
 
 TEST(StrategyFailureTest, AFailingRankIsReported) {
   StrategyOptions options;
   options.parallel_devices = {c10::Device(c10::kCPU), c10::Device(c10::kCPU)};
-  options.start_method = "fork";
+  options.start_method = StartMethod::kFork;
   options.launch_timeout = absl::Seconds(60);
   DDPSpawnStrategy strategy(options);
   absl::StatusOr<std::string> result =

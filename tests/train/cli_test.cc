@@ -415,8 +415,8 @@ TEST(CliTest, VersionAndGpuRequestsWithoutAGpu) {
       {"--devices 0,2", "a list of device indices needs --accelerator cuda"},
       {"--devices 3 --nproc-per-node 2", "give one of them"},
       {"--devices two", "neither a device count"},
-      {"--accelerator tpu", "expected cpu or cuda"},
-      {"--process-group-backend mpi", "expected gloo or nccl"},
+      {"--accelerator tpu", "expected 'cpu' or 'cuda'"},
+      {"--process-group-backend mpi", "expected 'gloo' or 'nccl'"},
   };
   for (const auto& c : cases) {
     CliRun run = Cli(absl::StrCat(fit, " ", c.flags));

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/train/run.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -190,11 +192,34 @@ TEST(RunConfigTest, AllowNonFiniteLossIsAnOption) {
   EXPECT_THAT(RunOptionsHelp(), HasSubstr("--allow-non-finite-loss"));
 }
 
+// One table parses the options and writes --help: every flag in the help is
+// accepted (with its documented default as the value), and the defaults shown
+// are a fresh RunConfig's.
+TEST(RunConfigTest, TheHelpListsEveryOptionWithItsDefault) {
+  const std::string help = RunOptionsHelp();
+  EXPECT_THAT(help, HasSubstr("--max-epochs N              (default 10)"));
+  EXPECT_THAT(help, HasSubstr("--precision 32-true|bf16-mixed|16-mixed"));
+  EXPECT_THAT(help, HasSubstr("(default 32-true)"));
+  int flags = 0;
+  for (absl::string_view line : absl::StrSplit(help, '\n')) {
+    if (!absl::StartsWith(line, "  --")) continue;
+    ++flags;
+    std::string flag(line.substr(4, line.find(' ', 4) - 4));
+    const size_t at = line.find("(default ");
+    if (at == absl::string_view::npos || flag == "model" || flag == "train") continue;
+    std::string value(line.substr(at + 9, line.find(')', at) - at - 9));
+    absl::StatusOr<RunConfig> config = ParseWith(flag, value);
+    EXPECT_TRUE(config.ok()) << flag << "=" << value << ": " << config.status();
+  }
+  EXPECT_GE(flags, 45);
+  EXPECT_EQ(ParseWith("no-such-option", "1").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(RunConfigTest, ForkedRanksKeepNoneOfTheCallersDescriptors) {
   absl::StatusOr<RunConfig> config = ParseWith("start_method", "fork");
   ASSERT_TRUE(config.ok()) << config.status();
   const StrategyOptions options = StrategyOptionsFor(*config);
-  EXPECT_EQ(options.start_method, "fork");
+  EXPECT_EQ(options.start_method, StartMethod::kFork);
   EXPECT_TRUE(options.fork_close_descriptors);  // the ranks open everything by name
 }
 

@@ -20,6 +20,7 @@
 #include "core/env/settings.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
@@ -31,8 +32,8 @@ struct Config {
 };
 
 std::vector<Config> Configs() {
-  auto hook = [](const std::string& name) {
-    return [name](DdpOptions& o) { o.reducer.comm_hook = *MakeCommHookByName(name, 4, 0); };
+  auto hook = [](CommHookKind kind) {
+    return [kind](DdpOptions& o) { o.reducer.comm_hook = *MakeCommHook(kind, 4, 0); };
   };
   return {
       {"no sync (ceiling)", [](DdpOptions&) {}, false},
@@ -43,17 +44,15 @@ std::vector<Config> Configs() {
       {"bucket_cap_mb=1", [](DdpOptions& o) { o.reducer.bucket_cap_mb = 1; }},
       {"one bucket (cap 100 MB)",
        [](DdpOptions& o) { o.reducer.bucket_cap_mb = o.reducer.first_bucket_cap_mb = 100; }},
-      {"fp16 compression", hook("fp16")},
-      {"bf16 compression", hook("bf16")},
-      {"PowerSGD rank 4", hook("powersgd")},
+      {"fp16 compression", hook(CommHookKind::kFp16)},
+      {"bf16 compression", hook(CommHookKind::kBf16)},
+      {"PowerSGD rank 4", hook(CommHookKind::kPowerSgd)},
   };
 }
 
 absl::StatusOr<std::string> Worker(int steps) {
-  absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
-  if (!cluster.ok()) return cluster.status();
-  absl::StatusOr<std::unique_ptr<ProcessGroup>> group = ProcessGroup::Create(*cluster);
-  if (!group.ok()) return group.status();
+  ASSIGN_OR_RETURN(ClusterInfo cluster, DetectClusterEnvironment());
+  ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> group, ProcessGroup::Create(cluster));
   torch::set_num_threads(1);
   torch::manual_seed(0);
   torch::Tensor x = torch::randn({64, 784});
@@ -68,14 +67,14 @@ absl::StatusOr<std::string> Worker(int steps) {
     DdpOptions options;
     config.apply(options);
     absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
-        DistributedDataParallel::Wrap(net.ptr(), group->get(), options);
+        DistributedDataParallel::Wrap(net.ptr(), group.get(), options);
     if (!ddp.ok()) return ddp.status();
     torch::optim::SGD optimizer(net->parameters(), 0.01);
     std::vector<double> times;
     for (int step = 0; step < steps + 5; ++step) {
       absl::Time start = absl::Now();
       optimizer.zero_grad();
-      if (absl::Status s = (*ddp)->PrepareForward(); !s.ok()) return s;
+      RETURN_IF_ERROR((*ddp)->PrepareForward());
       torch::Tensor loss = torch::cross_entropy_loss(net->forward(x), y);
       if (config.sync) {
         loss.backward();

@@ -31,6 +31,7 @@
 #include "core/env/settings.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
+#include "core/util/status_macros.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
 #include "torch/csrc/distributed/c10d/reducer.hpp"
@@ -129,19 +130,17 @@ absl::StatusOr<double> C10dReducerStepsPerSecond(const ClusterInfo& cluster,
 }
 
 absl::StatusOr<std::string> Worker(const Flags& flags) {
-  absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
-  if (!cluster.ok()) return cluster.status();
+  ASSIGN_OR_RETURN(ClusterInfo cluster, DetectClusterEnvironment());
   const bool cuda = flags.device == "cuda";
   GroupOptions group_options;
-  group_options.backend = cuda ? "nccl" : "gloo";
+  group_options.backend = cuda ? Backend::kNccl : Backend::kGloo;
   group_options.check_calls = flags.check_calls;
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      ProcessGroup::Create(*cluster, group_options);
+      ProcessGroup::Create(cluster, group_options);
   if (!group.ok()) return group.status();
   torch::set_num_threads(1);
   torch::manual_seed(0);
-  const torch::Device device =
-      cuda ? torch::Device(torch::kCUDA, cluster->local_rank) : torch::kCPU;
+  const torch::Device device = cuda ? torch::Device(torch::kCUDA, cluster.local_rank) : torch::kCPU;
   torch::nn::Sequential net = MakeModel(flags.workload);
   net->to(device);
   int64_t gradient_elements = 0;
@@ -153,13 +152,11 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     const int rounds = flags.steps * 20;
     for (int i = 0; i < flags.warmup + rounds; ++i) {
       if (i == flags.warmup) (void)(*group)->Barrier("timed");
-      absl::Status s = (*group)->AllReduce(&value, 1, DType::kFloat32, ReduceOp::kMean);
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR((*group)->AllReduce(&value, 1, DType::kFloat32, ReduceOp::kMean));
     }
     const double start = NowSeconds();
     for (int i = 0; i < rounds; ++i) {
-      absl::Status s = (*group)->AllReduce(&value, 1, DType::kFloat32, ReduceOp::kMean);
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR((*group)->AllReduce(&value, 1, DType::kFloat32, ReduceOp::kMean));
     }
     return absl::StrFormat("{\"small_allreduce_us\": %.3f}", (NowSeconds() - start) / rounds * 1e6);
   }
@@ -172,29 +169,25 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
       for (int i = 0; i < flags.warmup; ++i) (void)(*group)->AllReduce(buffer, ReduceOp::kSum);
       const double start = NowSeconds();
       for (int i = 0; i < flags.steps; ++i) {
-        if (absl::Status s = (*group)->AllReduce(buffer, ReduceOp::kSum); !s.ok()) return s;
+        RETURN_IF_ERROR((*group)->AllReduce(buffer, ReduceOp::kSum));
       }
       return (NowSeconds() - start) / flags.steps * 1e3;
     };
     at::Tensor plain = torch::ones({gradient_elements});
-    absl::StatusOr<double> staged = milliseconds_per_sum(plain);
-    if (!staged.ok()) return staged.status();
-    absl::StatusOr<at::Tensor> shared = (*group)->NewReductionBuffer(gradient_elements, plain);
-    if (!shared.ok()) return shared.status();
-    absl::StatusOr<double> in_place = milliseconds_per_sum(*shared);
-    if (!in_place.ok()) return in_place.status();
+    ASSIGN_OR_RETURN(double staged, milliseconds_per_sum(plain));
+    ASSIGN_OR_RETURN(at::Tensor shared, (*group)->NewReductionBuffer(gradient_elements, plain));
+    ASSIGN_OR_RETURN(double in_place, milliseconds_per_sum(shared));
     return absl::StrFormat(
         "{\"allreduce_ms\": %.4f, \"allreduce_in_place_ms\": %.4f, \"bytes\": %d, "
         "\"algbw_gb_per_s\": %.4f}",
-        *staged, *in_place, gradient_elements * 4, gradient_elements * 4 / *staged / 1e6);
+        staged, in_place, gradient_elements * 4, gradient_elements * 4 / staged / 1e6);
   }
   if (flags.mode == "c10d_reducer") {
     torch::Tensor x =
         flags.workload == "mlp" ? torch::randn({64, 784}) : torch::randn({64, 1, 28, 28});
     torch::Tensor y = torch::randint(0, 10, {64});
-    absl::StatusOr<double> steps_per_s = C10dReducerStepsPerSecond(*cluster, net, x, y, flags);
-    if (!steps_per_s.ok()) return steps_per_s.status();
-    return absl::StrFormat("{\"steps_per_s\": %.3f}", *steps_per_s);
+    ASSIGN_OR_RETURN(double steps_per_s, C10dReducerStepsPerSecond(cluster, net, x, y, flags));
+    return absl::StrFormat("{\"steps_per_s\": %.3f}", steps_per_s);
   }
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
       DistributedDataParallel::Wrap(net.ptr(), group->get(), {});
@@ -211,7 +204,7 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
       steady_start = NowSeconds();
     }
     optimizer.zero_grad();
-    if (absl::Status s = (*ddp)->PrepareForward(); !s.ok()) return s;
+    RETURN_IF_ERROR((*ddp)->PrepareForward());
     torch::Tensor loss = torch::cross_entropy_loss(net->forward(x), y);
     if (flags.mode == "nosync") {
       DistributedDataParallel::NoSync no_sync = (*ddp)->no_sync();
@@ -225,9 +218,7 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
   if (cuda) torch::cuda::synchronize();
   const double steps_per_s = flags.steps / (NowSeconds() - steady_start);
   double rss = PeakRssMb();
-  if (absl::Status s = (*group)->AllReduce(&rss, 1, DType::kFloat64, ReduceOp::kMax); !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR((*group)->AllReduce(&rss, 1, DType::kFloat64, ReduceOp::kMax));
   return absl::StrFormat(
       "{\"launch_to_first_batch\": %.4f, \"steps_per_s\": %.3f, \"peak_rss_mb\": %.1f}",
       first_batch - flags.launch_time, steps_per_s, rss);

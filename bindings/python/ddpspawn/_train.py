@@ -168,16 +168,6 @@ def _check_nprocs(nprocs: Any) -> None:
         raise InvalidArgumentError(f"nprocs must be an int >= 1, not {nprocs!r}")
 
 
-def _parse_pairs(text: str) -> Dict[str, str]:
-    """``ddpspawn_run_result_text``'s ``key=value`` lines."""
-    pairs = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key:
-            pairs[key] = value
-    return pairs
-
-
 def _worker_failed(message: str) -> WorkerFailedError:
     """A WorkerFailedError from how this thread's last ddpspawn_run ended (the failed rank, its
     exit code or signal and its text come from the library, not from the message)."""
@@ -228,8 +218,12 @@ def run(command: str, entries: List[Tuple[str, bytes]]) -> Dict[str, str]:
             raise _worker_failed(_lib.last_error())
         _lib.check(status)
     try:
-        text = lib.ddpspawn_run_result_text(result) or b""
-        return _parse_pairs(text.decode("utf-8", "replace"))
+        pairs = {}
+        for index in range(lib.ddpspawn_run_result_count(result)):
+            pair_key: bytes = lib.ddpspawn_run_result_key(result, index)
+            pair_value: bytes = lib.ddpspawn_run_result_value(result, index)
+            pairs[pair_key.decode("utf-8", "replace")] = pair_value.decode("utf-8", "replace")
+        return pairs
     finally:
         lib.ddpspawn_run_result_destroy(result)
 

@@ -418,6 +418,15 @@ DDPSPAWN_EXPORT const char* ddpspawn_run_result_get(const ddpspawn_run_result* r
 /* Every pair as "key=value" lines. Owned by the result; "" for NULL. */
 DDPSPAWN_EXPORT const char* ddpspawn_run_result_text(const ddpspawn_run_result* result);
 
+/* The pairs one by one, in the order the run reported them: their number (0
+ * for NULL), and pair `index`'s key and value (NULL when index >= count).
+ * Owned by the result. */
+DDPSPAWN_EXPORT size_t ddpspawn_run_result_count(const ddpspawn_run_result* result);
+DDPSPAWN_EXPORT const char* ddpspawn_run_result_key(const ddpspawn_run_result* result,
+                                                    size_t index);
+DDPSPAWN_EXPORT const char* ddpspawn_run_result_value(const ddpspawn_run_result* result,
+                                                      size_t index);
+
 /* How the ranks of this thread's last ddpspawn_run ended, so that a caller
  * never has to read the error message: the rank whose failure ended it (-1
  * when none failed: success, a bad option, a timeout), the number of ranks

@@ -455,6 +455,18 @@ extern "C" {
     ) -> *const c_char;
     /// Every pair as `"key=value"` lines; owned by the result; `""` for NULL.
     pub fn ddpspawn_run_result_text(result: *const ddpspawn_run_result) -> *const c_char;
+    /// The number of pairs, in the run's order; 0 for NULL.
+    pub fn ddpspawn_run_result_count(result: *const ddpspawn_run_result) -> usize;
+    /// Pair `index`'s key, or NULL when `index >= count`; owned by the result.
+    pub fn ddpspawn_run_result_key(
+        result: *const ddpspawn_run_result,
+        index: usize,
+    ) -> *const c_char;
+    /// Pair `index`'s value, or NULL when `index >= count`; owned by the result.
+    pub fn ddpspawn_run_result_value(
+        result: *const ddpspawn_run_result,
+        index: usize,
+    ) -> *const c_char;
     /// The rank whose failure ended this thread's last `ddpspawn_run`; -1 when none failed.
     pub fn ddpspawn_run_failed_rank() -> i32;
     /// Ranks started by this thread's last `ddpspawn_run` (0 when none was).

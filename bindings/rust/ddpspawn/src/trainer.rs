@@ -362,9 +362,24 @@ impl Trainer {
             .ok_or_else(|| Error::Internal {
                 message: "ddpspawn_run returned OK and no result".to_string(),
             })?;
-        // SAFETY: a live result; the text it owns is copied at once.
-        let text = unsafe { c_str_to_string(sys::ddpspawn_run_result_text(handle.0.as_ptr())) };
-        Ok(RunResult::parse(text))
+        let result = handle.0.as_ptr();
+        // SAFETY: a live result; the strings it owns are copied at once, and
+        // every index is below its count.
+        let (text, pairs) = unsafe {
+            let pairs = (0..sys::ddpspawn_run_result_count(result))
+                .map(|i| {
+                    (
+                        c_str_to_string(sys::ddpspawn_run_result_key(result, i)),
+                        c_str_to_string(sys::ddpspawn_run_result_value(result, i)),
+                    )
+                })
+                .collect();
+            (
+                c_str_to_string(sys::ddpspawn_run_result_text(result)),
+                pairs,
+            )
+        };
+        Ok(RunResult { text, pairs })
     }
 }
 
@@ -400,16 +415,6 @@ pub struct RunResult {
 }
 
 impl RunResult {
-    fn parse(text: String) -> RunResult {
-        let pairs = text
-            .lines()
-            .filter_map(|line| line.split_once('='))
-            .filter(|(key, _)| !key.is_empty())
-            .map(|(key, value)| (key.to_string(), value.to_string()))
-            .collect();
-        RunResult { text, pairs }
-    }
-
     /// The value for `key`, e.g. `"global_step"` or `"metric.val_loss"`.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.pairs
@@ -513,12 +518,21 @@ mod tests {
     use crate::ErrorKind;
 
     #[test]
-    fn parses_pairs() {
-        let result = RunResult::parse(
-            "checkpoint=/tmp/x/last.ckpt\nepoch=3\nglobal_step=21\nmetric.val_loss=0.5\n\
-             metric.val_accuracy=0.75\nnot a pair\n"
-                .to_string(),
-        );
+    fn reads_pairs() {
+        let pairs: Vec<(String, String)> = [
+            ("checkpoint", "/tmp/x/last.ckpt"),
+            ("epoch", "3"),
+            ("global_step", "21"),
+            ("metric.val_loss", "0.5"),
+            ("metric.val_accuracy", "0.75"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let result = RunResult {
+            text: String::new(),
+            pairs,
+        };
         assert_eq!(result.checkpoint(), Some(Path::new("/tmp/x/last.ckpt")));
         assert_eq!((result.epoch(), result.global_step()), (Some(3), Some(21)));
         assert_eq!(result.metric("val_loss"), Some(0.5));
