@@ -153,7 +153,7 @@ Access Choice(Field field, Parse parse, Name name) {
 
 // A text option with a fixed set of values.
 template <typename Field>
-Access OneOf(Field field, std::vector<std::string> values) {
+Access OneOf(Field field, const std::vector<std::string>& values) {
   return {[field, values](RunConfig& c, const std::string& v) -> absl::Status {
             if (std::find(values.begin(), values.end(), v) == values.end()) {
               return Expected(absl::StrJoin(values, ", "));

@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -317,8 +319,58 @@ std::string LastCheckpointPath(const TrainerOptions& options) {
   return options.default_root_dir + "/checkpoints/last.ckpt";
 }
 
+// One Fit() in progress: what its steps share.
+struct Trainer::FitRun {
+  FitRun(std::shared_ptr<LightningModule> trained, const TrainerOptions& options)
+      : module(std::move(trained)), watch(options.allow_non_finite_loss, options.resume_from) {}
+
+  std::shared_ptr<LightningModule> module;
+  OptimizerConfig config;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  TrainingState state;
+  std::optional<DistributedSampler> sampler;
+  std::string checkpoint;  // last.ckpt
+  int64_t batches = 0;     // per epoch, in this rank's shard
+  int64_t max_epochs = 0;
+  bool bar = false;                    // rank 0 redraws a progress line on a terminal
+  GradScaler* scaler = nullptr;        // 16-mixed's loss scaler, or null
+  std::vector<at::Tensor> parameters;  // those that take gradients
+  FiniteWatch watch;
+  absl::Time deadline = absl::InfiniteFuture();  // max_time's
+  bool out_of_time = false;
+  bool signaled = false;  // checkpoint_on_signal arrived on some rank
+  bool stop = false;
+  // The epoch in progress.
+  int64_t epoch = 0;
+  absl::Time epoch_start;
+  double epoch_loss = 0, window_loss = 0;  // the window: since the last logged step
+  int64_t epoch_batches = 0, window_batches = 0;
+};
+
 absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& module,
                                        const Dataset& train, const Dataset* validation) {
+  ASSIGN_OR_RETURN(std::unique_ptr<FitRun> run, StartFit(module, train));
+  StopSignal stop_signal(options_.checkpoint_on_signal);
+  while (!run->stop && run->state.epoch < run->max_epochs) {
+    RETURN_IF_ERROR(TrainEpoch(*run, train));
+    RETURN_IF_ERROR(EndEpoch(*run, validation));
+  }
+  FitResult result;
+  result.checkpoint = std::filesystem::absolute(run->checkpoint).string();
+  result.metrics_csv =
+      std::filesystem::absolute(options_.default_root_dir + "/metrics.csv").string();
+  result.epoch = run->state.epoch;
+  result.global_step = run->state.global_step;
+  result.metrics = last_metrics_;
+  if (run->out_of_time) result.stopped_by = "max_time";
+  if (run->signaled) result.stopped_by = SignalAbbrev(options_.checkpoint_on_signal);
+  return result;
+}
+
+// Checks the options, prepares the output directories, makes the optimizer,
+// restores a checkpoint to resume from, and shards the training set.
+absl::StatusOr<std::unique_ptr<Trainer::FitRun>> Trainer::StartFit(
+    const std::shared_ptr<LightningModule>& module, const Dataset& train) {
   RETURN_IF_ERROR(Prepare(module));
   const int rank = strategy_.global_rank(), world = strategy_.world_size();
   if (options_.accumulate_grad_batches < 1) {
@@ -333,17 +385,16 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
       RETURN_IF_ERROR(PrepareOutputDirectory(dir));
     }
   }
-  const std::string checkpoint = LastCheckpointPath(options_);
+  auto run = std::make_unique<FitRun>(module, options_);
+  run->checkpoint = LastCheckpointPath(options_);
 
   at::manual_seed(options_.seed + static_cast<uint64_t>(rank));
-  OptimizerConfig config = module->ConfigureOptimizers();
-  absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> optimizer =
-      MakeOptimizer(config, module->parameters());
-  if (!optimizer.ok()) return optimizer.status();
-  TrainingState state;
+  run->config = module->ConfigureOptimizers();
+  ASSIGN_OR_RETURN(run->optimizer, MakeOptimizer(run->config, module->parameters()));
+  TrainingState& state = run->state;
   if (!options_.resume_from.empty()) {
     ASSIGN_OR_RETURN(std::string bytes, strategy_.LoadCheckpoint(options_.resume_from));
-    if (absl::Status s = RestoreCheckpoint(bytes, *module, optimizer->get(), &state); !s.ok()) {
+    if (absl::Status s = RestoreCheckpoint(bytes, *module, run->optimizer.get(), &state); !s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot resume from ", options_.resume_from, ": ", s.message()));
     }
@@ -358,164 +409,169 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
     return absl::InvalidArgumentError(
         absl::StrCat("training data ", train.source, ": ", sampler.status().message()));
   }
-  const int64_t batches = BatchCount(sampler->num_samples(), options_.batch_size);
-  const int64_t max_epochs = options_.max_epochs >= 1 ? options_.max_epochs : INT64_MAX;
-  const int accumulate = options_.accumulate_grad_batches;
-  const bool bar = options_.enable_progress && strategy_.is_global_zero() && isatty(1);
-  GradScaler* scaler = strategy_.options().precision_plugin->grad_scaler();
-  if (scaler != nullptr) {
-    scaler->Restore({state.grad_scale, state.grad_scale_growth_tracker});
+  run->sampler = *std::move(sampler);
+  run->batches = BatchCount(run->sampler->num_samples(), options_.batch_size);
+  run->max_epochs = options_.max_epochs >= 1 ? options_.max_epochs : INT64_MAX;
+  run->bar = options_.enable_progress && strategy_.is_global_zero() && isatty(1);
+  run->scaler = strategy_.options().precision_plugin->grad_scaler();
+  if (run->scaler != nullptr) {
+    run->scaler->Restore({state.grad_scale, state.grad_scale_growth_tracker});
   }
-  std::vector<at::Tensor> parameters;
   for (const at::Tensor& p : module->parameters()) {
-    if (p.requires_grad()) parameters.push_back(p);
+    if (p.requires_grad()) run->parameters.push_back(p);
   }
+  run->deadline = absl::Now() + options_.max_time;  // infinite: never
+  run->stop = options_.max_steps > 0 && state.global_step >= options_.max_steps;
+  return run;
+}
 
-  FiniteWatch watch(options_.allow_non_finite_loss, options_.resume_from);
-  const absl::Time deadline = absl::Now() + options_.max_time;  // infinite: never
-  bool out_of_time = false;
-  bool signaled = false;  // checkpoint_on_signal arrived on some rank
-  StopSignal stop_signal(options_.checkpoint_on_signal);
-  bool stop = options_.max_steps > 0 && state.global_step >= options_.max_steps;
-  while (!stop && state.epoch < max_epochs) {
-    const int64_t epoch = state.epoch;
-    const absl::Time epoch_start = absl::Now();
-    if (config.step_lr_every > 0) {
-      const int64_t decays = epoch / config.step_lr_every;  // StepLR: whole periods only
-      const double lr = config.lr * std::pow(config.step_lr_gamma, static_cast<double>(decays));
-      for (auto& group : (*optimizer)->param_groups()) group.options().set_lr(lr);
+// The rest of epoch run.state.epoch: a forward and backward pass per batch,
+// an optimizer step every accumulate_grad_batches.
+absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train) {
+  const int64_t epoch = run.epoch = run.state.epoch;
+  run.epoch_start = absl::Now();
+  run.epoch_loss = run.window_loss = 0;
+  run.epoch_batches = run.window_batches = 0;
+  if (run.config.step_lr_every > 0) {
+    const int64_t decays = epoch / run.config.step_lr_every;  // StepLR: whole periods only
+    const double lr =
+        run.config.lr * std::pow(run.config.step_lr_gamma, static_cast<double>(decays));
+    for (auto& group : run.optimizer->param_groups()) group.options().set_lr(lr);
+  }
+  run.sampler->set_epoch(epoch);
+  const std::vector<int64_t> indices = run.sampler->Indices();
+  run.module->SetTraining(true);
+  const int accumulate = options_.accumulate_grad_batches;
+  for (int64_t b = run.state.batch_in_epoch; b < run.batches; ++b) {
+    Batch batch = MakeBatch(train, indices, b * options_.batch_size,
+                            BatchEnd(b, options_.batch_size, run.sampler->num_samples()));
+    const bool step_now = (b + 1) % accumulate == 0 || b + 1 == run.batches;
+    ASSIGN_OR_RETURN(at::Tensor loss, strategy_.TrainingStep(batch, b));
+    try {
+      at::Tensor scaled = loss / static_cast<double>(accumulate);
+      if (run.scaler != nullptr) scaled = run.scaler->Scale(scaled);
+      if (step_now) {
+        scaled.backward();
+      } else {
+        DistributedDataParallel::NoSync no_sync = strategy_.model()->no_sync();
+        scaled.backward();
+      }
+    } catch (const std::exception& e) {
+      return absl::InternalError(absl::StrCat("backward failed: ", e.what()));
     }
-    sampler->set_epoch(epoch);
-    const std::vector<int64_t> indices = sampler->Indices();
-    module->SetTraining(true);
-    double epoch_loss = 0, window_loss = 0;
-    int64_t epoch_batches = 0, window_batches = 0;
-    for (int64_t b = state.batch_in_epoch; b < batches; ++b) {
-      Batch batch = MakeBatch(train, indices, b * options_.batch_size,
-                              BatchEnd(b, options_.batch_size, sampler->num_samples()));
-      const bool step_now = (b + 1) % accumulate == 0 || b + 1 == batches;
-      ASSIGN_OR_RETURN(at::Tensor loss, strategy_.TrainingStep(batch, b));
-      try {
-        at::Tensor scaled = loss / static_cast<double>(accumulate);
-        if (scaler != nullptr) scaled = scaler->Scale(scaled);
-        if (step_now) {
-          scaled.backward();
-        } else {
-          DistributedDataParallel::NoSync no_sync = strategy_.model()->no_sync();
-          scaled.backward();
-        }
-      } catch (const std::exception& e) {
-        return absl::InternalError(absl::StrCat("backward failed: ", e.what()));
-      }
-      const double value = loss.item<double>();
-      watch.See(value, epoch, state.global_step + 1);
-      epoch_loss += value;
-      window_loss += value;
-      ++epoch_batches;
-      ++window_batches;
-      if (!step_now) continue;
-      // 16-mixed: a step whose (averaged, so equal on every rank) gradients
-      // hold an inf or a NaN is skipped on every rank, and the scale shrinks.
-      const bool finite = scaler == nullptr || scaler->Unscale(parameters);
-      if (scaler != nullptr) {
-        scaler->Update(!finite);
-        state.grad_scale = scaler->state().scale;
-        state.grad_scale_growth_tracker = scaler->state().growth_tracker;
-      }
-      if (finite && options_.gradient_clip_val > 0) {
-        ClipGradNorm(parameters, options_.gradient_clip_val);
-      }
-      if (finite) (*optimizer)->step();
-      (*optimizer)->zero_grad();
-      ++state.global_step;
-      state.batch_in_epoch = b + 1;
-      if (options_.log_every_n_steps > 0 && state.global_step % options_.log_every_n_steps == 0) {
-        ASSIGN_OR_RETURN(double mean, watch.Reduce(strategy_, window_loss / window_batches, nullptr,
-                                                   epoch, state.global_step));
-        RETURN_IF_ERROR(Log(epoch, state.global_step, "train_loss", mean));
-        window_loss = 0;
-        window_batches = 0;
-      }
-      if (options_.checkpoint_every_n_steps > 0 && b + 1 < batches &&
-          state.global_step % options_.checkpoint_every_n_steps == 0) {
-        // Within the epoch (its end writes one anyway): finite weights only.
-        absl::StatusOr<double> checked =
-            watch.Reduce(strategy_, 0.0, &parameters, epoch, state.global_step);
-        if (!checked.ok()) return checked.status();
-        if (absl::Status s = SaveCheckpoint(*module, optimizer->get(), state, checkpoint);
-            !s.ok()) {
-          return s;
-        }
-        watch.Saved(std::filesystem::absolute(checkpoint).string());
-      }
-      if (bar) {
-        std::printf("\repoch %lld [%lld/%lld] loss %.4f", static_cast<long long>(epoch) + 1,
-                    static_cast<long long>(b) + 1, static_cast<long long>(batches), value);
-        std::fflush(stdout);
-      }
-      if (options_.max_steps > 0 && state.global_step >= options_.max_steps) {
-        stop = true;
-        break;
-      }
-      if (options_.max_time != absl::InfiniteDuration() || options_.checkpoint_on_signal != 0) {
-        ASSIGN_OR_RETURN(StopRequest request, StopRequestedOnAnyRank(strategy_, deadline));
-        if (request.signaled || request.out_of_time) {
-          signaled = request.signaled;
-          out_of_time = !signaled;
-          stop = true;
-          break;
-        }
-      }
-    }
-    const bool epoch_done = state.batch_in_epoch >= batches;
-    if (epoch_done) {
-      state.epoch = epoch + 1;
-      state.batch_in_epoch = 0;
-    }
-    std::string line =
-        absl::StrFormat("epoch %d/%d step %d", epoch + 1, options_.max_epochs, state.global_step);
-    if (epoch_batches > 0) {
-      // Before validation and the checkpoint: the weights too.
-      ASSIGN_OR_RETURN(double mean, watch.Reduce(strategy_, epoch_loss / epoch_batches, &parameters,
-                                                 epoch, state.global_step));
-      RETURN_IF_ERROR(Log(epoch, state.global_step, "train_loss_epoch", mean));
-      absl::StrAppendFormat(&line, " train_loss %.4f", mean);
-    }
-    if (epoch_done && validation != nullptr && options_.check_val_every_n_epoch > 0 &&
-        (epoch + 1) % options_.check_val_every_n_epoch == 0) {
-      ASSIGN_OR_RETURN(auto metrics, Evaluate(module, *validation, false));
-      for (const auto& [name, value] : metrics) {
-        RETURN_IF_ERROR(Log(epoch, state.global_step, name, value));
-        absl::StrAppendFormat(&line, " %s %.4f", name, value);
-      }
-      module->SetTraining(true);
-    }
-    RETURN_IF_ERROR(SaveCheckpoint(*module, optimizer->get(), state, checkpoint));
-    watch.Saved(std::filesystem::absolute(checkpoint).string());
-    if (options_.enable_progress && strategy_.is_global_zero()) {
-      std::printf("%s%s (%.2f s)%s\n", bar ? "\r" : "", line.c_str(),
-                  absl::ToDoubleSeconds(absl::Now() - epoch_start),
-                  out_of_time ? absl::StrCat("; stopped: max_time (",
-                                             absl::FormatDuration(options_.max_time), ") reached")
-                                    .c_str()
-                  : signaled
-                      ? absl::StrCat("; stopped: ", SignalAbbrev(options_.checkpoint_on_signal),
-                                     " received")
-                            .c_str()
-                      : "");
-      std::fflush(stdout);
+    const double value = loss.item<double>();
+    run.watch.See(value, epoch, run.state.global_step + 1);
+    run.epoch_loss += value;
+    run.window_loss += value;
+    ++run.epoch_batches;
+    ++run.window_batches;
+    if (!step_now) continue;
+    OptimizerStep(run);
+    run.state.batch_in_epoch = b + 1;
+    ASSIGN_OR_RETURN(run.stop, AfterOptimizerStep(run, b, value));
+    if (run.stop) break;
+  }
+  return absl::OkStatus();
+}
+
+void Trainer::OptimizerStep(FitRun& run) {
+  // 16-mixed: a step whose (averaged, so equal on every rank) gradients hold an
+  // inf or a NaN is skipped on every rank, and the scale shrinks.
+  const bool finite = run.scaler == nullptr || run.scaler->Unscale(run.parameters);
+  if (run.scaler != nullptr) {
+    run.scaler->Update(!finite);
+    run.state.grad_scale = run.scaler->state().scale;
+    run.state.grad_scale_growth_tracker = run.scaler->state().growth_tracker;
+  }
+  if (finite && options_.gradient_clip_val > 0) {
+    ClipGradNorm(run.parameters, options_.gradient_clip_val);
+  }
+  if (finite) run.optimizer->step();
+  run.optimizer->zero_grad();
+  ++run.state.global_step;
+}
+
+// After the optimizer step that ended batch `batch` (whose loss was `loss`):
+// logs the loss, writes a checkpoint, redraws the progress line, as the
+// options say; true when fit must stop (max_steps, max_time or a signal).
+absl::StatusOr<bool> Trainer::AfterOptimizerStep(FitRun& run, int64_t batch, double loss) {
+  TrainingState& state = run.state;
+  if (options_.log_every_n_steps > 0 && state.global_step % options_.log_every_n_steps == 0) {
+    ASSIGN_OR_RETURN(double mean, run.watch.Reduce(strategy_, run.window_loss / run.window_batches,
+                                                   nullptr, run.epoch, state.global_step));
+    RETURN_IF_ERROR(Log(run.epoch, state.global_step, "train_loss", mean));
+    run.window_loss = 0;
+    run.window_batches = 0;
+  }
+  if (options_.checkpoint_every_n_steps > 0 && batch + 1 < run.batches &&
+      state.global_step % options_.checkpoint_every_n_steps == 0) {
+    // Within the epoch (its end writes one anyway): finite weights only.
+    RETURN_IF_ERROR(
+        run.watch.Reduce(strategy_, 0.0, &run.parameters, run.epoch, state.global_step).status());
+    RETURN_IF_ERROR(SaveCheckpoint(*run.module, run.optimizer.get(), state, run.checkpoint));
+    run.watch.Saved(std::filesystem::absolute(run.checkpoint).string());
+  }
+  if (run.bar) {
+    std::printf("\repoch %lld [%lld/%lld] loss %.4f", static_cast<long long>(run.epoch) + 1,
+                static_cast<long long>(batch) + 1, static_cast<long long>(run.batches), loss);
+    std::fflush(stdout);
+  }
+  if (options_.max_steps > 0 && state.global_step >= options_.max_steps) return true;
+  if (options_.max_time != absl::InfiniteDuration() || options_.checkpoint_on_signal != 0) {
+    ASSIGN_OR_RETURN(StopRequest request, StopRequestedOnAnyRank(strategy_, run.deadline));
+    if (request.signaled || request.out_of_time) {
+      run.signaled = request.signaled;
+      run.out_of_time = !run.signaled;
+      return true;
     }
   }
-  FitResult result;
-  result.checkpoint = std::filesystem::absolute(checkpoint).string();
-  result.metrics_csv =
-      std::filesystem::absolute(options_.default_root_dir + "/metrics.csv").string();
-  result.epoch = state.epoch;
-  result.global_step = state.global_step;
-  result.metrics = last_metrics_;
-  if (out_of_time) result.stopped_by = "max_time";
-  if (signaled) result.stopped_by = SignalAbbrev(options_.checkpoint_on_signal);
-  return result;
+  return false;
+}
+
+// After the epoch's batches (all of them, or up to a stop): the epoch's loss,
+// validation when due, the checkpoint, and the epoch's line.
+absl::Status Trainer::EndEpoch(FitRun& run, const Dataset* validation) {
+  TrainingState& state = run.state;
+  const int64_t epoch = run.epoch;
+  const bool epoch_done = state.batch_in_epoch >= run.batches;
+  if (epoch_done) {
+    state.epoch = epoch + 1;
+    state.batch_in_epoch = 0;
+  }
+  std::string line =
+      absl::StrFormat("epoch %d/%d step %d", epoch + 1, options_.max_epochs, state.global_step);
+  if (run.epoch_batches > 0) {
+    // Before validation and the checkpoint: the weights too.
+    ASSIGN_OR_RETURN(double mean, run.watch.Reduce(strategy_, run.epoch_loss / run.epoch_batches,
+                                                   &run.parameters, epoch, state.global_step));
+    RETURN_IF_ERROR(Log(epoch, state.global_step, "train_loss_epoch", mean));
+    absl::StrAppendFormat(&line, " train_loss %.4f", mean);
+  }
+  if (epoch_done && validation != nullptr && options_.check_val_every_n_epoch > 0 &&
+      (epoch + 1) % options_.check_val_every_n_epoch == 0) {
+    ASSIGN_OR_RETURN(auto metrics, Evaluate(run.module, *validation, false));
+    for (const auto& [name, value] : metrics) {
+      RETURN_IF_ERROR(Log(epoch, state.global_step, name, value));
+      absl::StrAppendFormat(&line, " %s %.4f", name, value);
+    }
+    run.module->SetTraining(true);
+  }
+  RETURN_IF_ERROR(SaveCheckpoint(*run.module, run.optimizer.get(), state, run.checkpoint));
+  run.watch.Saved(std::filesystem::absolute(run.checkpoint).string());
+  if (options_.enable_progress && strategy_.is_global_zero()) {
+    std::string stopped;
+    if (run.out_of_time) {
+      stopped = absl::StrCat("; stopped: max_time (", absl::FormatDuration(options_.max_time),
+                             ") reached");
+    } else if (run.signaled) {
+      stopped =
+          absl::StrCat("; stopped: ", SignalAbbrev(options_.checkpoint_on_signal), " received");
+    }
+    std::printf("%s%s (%.2f s)%s\n", run.bar ? "\r" : "", line.c_str(),
+                absl::ToDoubleSeconds(absl::Now() - run.epoch_start), stopped.c_str());
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<int64_t>> Trainer::ForEachShardBatch(

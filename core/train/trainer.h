@@ -105,6 +105,15 @@ class Trainer {
                                      const Dataset& data);
 
  private:
+  // Fit() in steps; FitRun holds what they share (trainer.cc).
+  struct FitRun;
+  absl::StatusOr<std::unique_ptr<FitRun>> StartFit(const std::shared_ptr<LightningModule>& module,
+                                                   const Dataset& train);
+  absl::Status TrainEpoch(FitRun& run, const Dataset& train);
+  void OptimizerStep(FitRun& run);
+  absl::StatusOr<bool> AfterOptimizerStep(FitRun& run, int64_t batch, double loss);
+  absl::Status EndEpoch(FitRun& run, const Dataset* validation);
+
   absl::Status Prepare(const std::shared_ptr<LightningModule>& module);
   absl::StatusOr<std::map<std::string, double>> Evaluate(
       const std::shared_ptr<LightningModule>& module, const Dataset& data, bool test);

@@ -33,9 +33,12 @@
   DDPSPAWN_ASSIGN_OR_RETURN_IMPL_(  \
       DDPSPAWN_STATUS_MACRO_CONCAT_(ddpspawn_status_macro_statusor_, __LINE__), lhs, expr)
 
+// `statusor` is a name and `lhs` a declaration: neither can be parenthesized.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define DDPSPAWN_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
   auto statusor = (expr);                                    \
   if (!statusor.ok()) return std::move(statusor).status();   \
   lhs = *std::move(statusor)
+// NOLINTEND(bugprone-macro-parentheses)
 
 #endif  // DDPSPAWN_CORE_UTIL_STATUS_MACROS_H_
