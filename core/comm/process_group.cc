@@ -4,10 +4,8 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef USE_C10D_NCCL
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -17,7 +15,6 @@
 #endif
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -26,13 +23,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/comm/group_join.h"
 #include "core/comm/guarded.h"
-#include "core/comm/prompt_file_store.h"
 #include "core/comm/shm_collectives.h"
 #include "core/env/flight_recorder.h"
 #include "core/env/run_dir.h"
 #include "core/env/settings.h"
-#include "core/util/local_address.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
@@ -85,121 +81,12 @@ at::Tensor WrapBuffer(const void* data, size_t count, DType dtype) {
                        at::TensorOptions().dtype(ToScalarType(dtype)));
 }
 
-bool IsLoopback(const std::string& addr) {
-  return addr == "localhost" || absl::StartsWith(addr, "127.") || addr == "::1";
-}
-
-std::shared_ptr<::gloo::transport::Device> GlooDevice(const ClusterInfo& cluster) {
-  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
-    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
-  }
-  // A launcher-started or single-node group stays on loopback: nothing off this
-  // host can reach it.
-  if ((cluster.kind == ClusterKind::kDdpspawn && !cluster.store_is_external) ||
-      IsLoopback(cluster.master_addr)) {
-    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-  }
-  // Else the address this host reaches the master from (not whatever its
-  // hostname resolves to, which may be loopback or another network).
-  absl::StatusOr<std::string> local = LocalAddressTowards(cluster.master_addr, cluster.master_port);
-  if (local.ok()) return c10d::ProcessGroupGloo::createDeviceForHostname(*local);
-  return c10d::ProcessGroupGloo::createDefaultDevice();
-}
-
-// The store for this process's `generation`-th group. A launcher's groups each
-// get their own file: FileStore removes its file when the last rank lets go
-// of it, which must not take the keys of a group created after it.
-c10::intrusive_ptr<c10d::Store> MakeStore(const ClusterInfo& cluster, int generation,
-                                          std::chrono::milliseconds timeout) {
-  c10::intrusive_ptr<c10d::Store> store;
-  if (cluster.kind == ClusterKind::kDdpspawn && !cluster.store_is_external) {
-    store = c10::make_intrusive<PromptFileStore>(RunDirStoreFile(cluster.run_dir, generation),
-                                                 cluster.world_size);
-  } else if (cluster.world_size == 1) {
-    store = c10::make_intrusive<c10d::HashStore>();
-  } else {
-    c10d::TCPStoreOptions options;
-    options.port = static_cast<std::uint16_t>(cluster.master_port);
-    options.isServer = cluster.rank == 0 && !cluster.store_is_external;
-    options.numWorkers = cluster.world_size;
-    options.waitWorkers = false;
-    options.timeout = timeout;
-    store = c10::make_intrusive<c10d::TCPStore>(cluster.master_addr, options);
-  }
-  store->setTimeout(timeout);
-  return store;
-}
-
-// Per rank: the largest float buffer that goes through shared memory (bigger
-// ones use Gloo).
-constexpr size_t kShmCapacityBytes = 64 << 20;
-
 // Broadcasts up to this size go through shared memory: small ones (BatchNorm
 // buffers every step, objects) are latency-bound, and Gloo's wake-ups cost
 // milliseconds on busy cores. Larger ones (the initial parameters) cost about
 // the same either way, mostly in first touches of new pages, and through
 // shared memory they would add the slot's pages to every rank's memory.
 constexpr size_t kShmBroadcastMaxBytes = 1 << 20;
-
-// A rank whose side of Gloo's full mesh is connected may go on (and even exit)
-// while a peer is still connecting to it, which fails that peer with
-// "Connection closed by peer". Like torch.distributed's init_process_group,
-// wait on the store until every rank has its group.
-void WaitUntilEveryRankJoined(c10d::Store& store, const ClusterInfo& cluster) {
-  store.set(absl::StrCat("joined/", cluster.rank), std::vector<uint8_t>{1});
-  std::vector<std::string> keys;
-  keys.reserve(cluster.world_size);
-  for (int r = 0; r < cluster.world_size; ++r) keys.push_back(absl::StrCat("joined/", r));
-  store.wait(keys);
-}
-
-// The least of every rank's `value`, through Gloo.
-int64_t MinOverRanks(c10d::Backend& group, int64_t value) {
-  std::vector<at::Tensor> tensors{at::full({1}, value, at::kLong)};
-  c10d::AllreduceOptions opts;
-  opts.reduceOp = c10d::ReduceOp::MIN;
-  group.allreduce(tensors, opts)->wait();
-  return tensors[0].item<int64_t>();
-}
-
-// Rank 0's `value` (at most 255 bytes) on every rank, through Gloo.
-std::string BroadcastFromRank0(c10d::Backend& group, const std::string& value) {
-  std::vector<at::Tensor> tensors{at::zeros({256}, at::kByte)};
-  std::memcpy(tensors[0].data_ptr(), value.data(), std::min<size_t>(value.size(), 255));
-  c10d::BroadcastOptions opts;
-  opts.rootRank = 0;
-  group.broadcast(tensors, opts)->wait();
-  const char* text = static_cast<const char*>(tensors[0].data_ptr());
-  return std::string(text, strnlen(text, 256));
-}
-
-// The shared-memory collectives, when every rank can set them up with the same
-// slot size (/dev/shm may be small or full); null: every rank uses Gloo. A
-// segment that a rank refuses (another user's) fails the group on every rank.
-absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> JoinSharedMemory(
-    c10d::Backend& group, const ClusterInfo& cluster, const std::string& name_prefix,
-    absl::Duration timeout) {
-  const int64_t capacity =
-      MinOverRanks(group, static_cast<int64_t>(SharedMemoryCollectives::AffordableCapacity(
-                              cluster.world_size, kShmCapacityBytes)));
-  SharedMemoryCollectives::SetupChannel channel;
-  channel.broadcast_from_rank0 = [&](const std::string& value) {
-    return BroadcastFromRank0(group, value);
-  };
-  channel.all = [&](bool ok) { return MinOverRanks(group, ok ? 1 : 0) == 1; };
-  absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> shm = SharedMemoryCollectives::Create(
-      name_prefix, cluster.rank, cluster.world_size,
-      static_cast<size_t>(std::max<int64_t>(capacity, 0)), timeout, channel);
-  const bool refused = absl::IsPermissionDenied(shm.status());
-  const int64_t first_refusing = MinOverRanks(group, refused ? cluster.rank : cluster.world_size);
-  if (refused) return shm.status();
-  if (first_refusing < cluster.world_size) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "rank ", first_refusing, " refused the job's shared-memory segment (see its error)"));
-  }
-  if (!shm.ok()) return nullptr;
-  return shm;
-}
 
 // Python's names of the dtypes, for the messages.
 absl::string_view DTypeName(at::ScalarType type) {
@@ -422,28 +309,36 @@ ProcessGroup::~ProcessGroup() = default;
 
 bool ProcessGroup::uses_shared_memory() const { return impl_->shm != nullptr; }
 
-absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const ClusterInfo& cluster,
-                                                                   const GroupOptions& options) {
-  if (options.backend == Backend::kNccl && !NcclAvailable()) {
+namespace {
+
+// NCCL needs a CUDA build with NCCL, and the rank's device on this machine.
+absl::Status CheckNcclDevice(const ClusterInfo& cluster, int device_index) {
+  if (!NcclAvailable()) {
     return absl::UnavailableError(
         "backend 'nccl' needs a CUDA build of LibTorch with NCCL, and this build of ddpspawn has "
         "none; use 'gloo', or rebuild with DDPSPAWN_LIBTORCH set to a CUDA LibTorch");
   }
-  const int device_index = options.device_index >= 0 ? options.device_index : cluster.local_rank;
-  if (options.backend == Backend::kNccl) {
-    const int present = CudaDeviceCount();
-    if (present == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("backend 'nccl' needs a CUDA device, and no CUDA device is present on this "
-                       "machine (rank ",
-                       cluster.rank, "); use 'gloo'"));
-    }
-    if (device_index >= present) {
-      return absl::UnavailableError(absl::StrCat(
-          "rank ", cluster.rank, " needs cuda:", device_index, " for nccl, and this machine has ",
-          present, " CUDA device", present == 1 ? "" : "s"));
-    }
+  const int present = CudaDeviceCount();
+  if (present == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("backend 'nccl' needs a CUDA device, and no CUDA device is present on this "
+                     "machine (rank ",
+                     cluster.rank, "); use 'gloo'"));
   }
+  if (device_index >= present) {
+    return absl::UnavailableError(absl::StrCat("rank ", cluster.rank, " needs cuda:", device_index,
+                                               " for nccl, and this machine has ", present,
+                                               " CUDA device", present == 1 ? "" : "s"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const ClusterInfo& cluster,
+                                                                   const GroupOptions& options) {
+  const int device_index = options.device_index >= 0 ? options.device_index : cluster.local_rank;
+  if (options.backend == Backend::kNccl) RETURN_IF_ERROR(CheckNcclDevice(cluster, device_index));
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the process group timeout must be positive");
   }

@@ -128,11 +128,13 @@ class PowerSgdHook : public CommHook {
   explicit PowerSgdHook(std::shared_ptr<PowerSgdState> state) : state_(std::move(state)) {}
   std::string name() const override { return "powersgd"; }
 
+  // Before start_iteration: a plain mean. After: error feedback, the dense
+  // gradients' mean and P = M Q started now; the rest (orthogonalise P, Q =
+  // M^T P, mean of Q, M = P Q^T) when the reduction is waited for.
   absl::StatusOr<std::unique_ptr<PendingReduction>> Start(ProcessGroup& group,
                                                           GradBucket& bucket) override {
     PowerSgdState& s = *state_;
-    const PowerSgdOptions& o = s.options;
-    if (s.iteration < o.start_iteration) {
+    if (s.iteration < s.options.start_iteration) {
       if (bucket.is_last()) ++s.iteration;
       return StartMean(group, bucket.buffer);
     }
@@ -143,16 +145,41 @@ class PowerSgdHook : public CommHook {
     }
     if (bucket.index == 0) s.last_sent_elements = s.last_dense_elements = 0;
     s.last_dense_elements += bucket.buffer.numel();
-    at::Tensor input = bucket.buffer;
-    at::Tensor input_before;
-    if (o.use_error_feedback) {
+    auto work = std::make_shared<Work>();
+    work->input = bucket.buffer;
+    work->index = bucket.index;
+    work->is_last = bucket.is_last();
+    if (s.options.use_error_feedback) {
       at::Tensor& error = s.error[bucket.index];
-      if (!error.defined() || error.numel() != input.numel()) error = at::zeros_like(input);
-      input.add_(error);
-      input_before = input.clone();
+      if (!error.defined() || error.numel() != work->input.numel()) {
+        error = at::zeros_like(work->input);
+      }
+      work->input.add_(error);
+      work->input_before = work->input.clone();
     }
-    // Matrices worth compressing, and the rest (sent as they are).
-    std::vector<at::Tensor> matrices, dense;
+    SplitGradients(bucket, *work);
+    RETURN_IF_ERROR(StartDense(group, *work));
+    RETURN_IF_ERROR(StartP(group, *work));
+    std::shared_ptr<PowerSgdState> state = state_;
+    return std::make_unique<DeferredReduction>(
+        [&group, work, state]() { return Finish(group, *work, *state); });
+  }
+
+ private:
+  // What one bucket's PowerSGD step keeps between Start() and Wait().
+  struct Work {
+    at::Tensor input, input_before;  // the bucket, and its copy before compression
+    int index = 0;
+    bool is_last = false;
+    std::vector<at::Tensor> matrices, dense, ps, qs;
+    at::Tensor dense_flat, p_flat, q_flat;
+    std::unique_ptr<PendingReduction> dense_pending, p_pending;
+  };
+
+  // The bucket's gradients worth compressing (as matrices), and the rest (sent
+  // as they are).
+  void SplitGradients(const GradBucket& bucket, Work& work) const {
+    const PowerSgdOptions& o = state_->options;
     for (const at::Tensor& g : bucket.gradients) {
       const int64_t rows = g.dim() > 1 ? g.size(0) : 0;
       const int64_t cols = rows > 0 ? g.numel() / rows : 0;
@@ -160,102 +187,98 @@ class PowerSgdHook : public CommHook {
       if (rank > 0 &&
           static_cast<double>(rows * cols) / static_cast<double>((rows + cols) * rank) >=
               o.min_compression_rate) {
-        matrices.push_back(g.view({rows, cols}));
+        work.matrices.push_back(g.view({rows, cols}));
       } else {
-        dense.push_back(g);
+        work.dense.push_back(g);
       }
     }
-    auto work = std::make_shared<Work>();
-    work->matrices = matrices;
-    work->dense = dense;
-    if (!dense.empty()) {
-      std::vector<at::Tensor> flat;
-      flat.reserve(dense.size());
-      for (const at::Tensor& d : dense) flat.push_back(d.reshape({-1}));
-      work->dense_flat = at::cat(flat);
-      s.last_sent_elements += work->dense_flat.numel();
-      absl::StatusOr<std::unique_ptr<PendingReduction>> started =
-          StartMean(group, work->dense_flat);
-      if (!started.ok()) return started.status();
-      work->dense_pending = *std::move(started);
-    }
-    // P = M Q for every matrix, in one flat buffer so that one collective sends
-    // them all.
-    std::vector<at::Tensor>& qs = s.q[bucket.index];
-    if (!o.warm_start || qs.size() != matrices.size()) {
+  }
+
+  // The dense gradients' mean, in one flat buffer.
+  absl::Status StartDense(ProcessGroup& group, Work& work) {
+    if (work.dense.empty()) return absl::OkStatus();
+    std::vector<at::Tensor> flat;
+    flat.reserve(work.dense.size());
+    for (const at::Tensor& d : work.dense) flat.push_back(d.reshape({-1}));
+    work.dense_flat = at::cat(flat);
+    state_->last_sent_elements += work.dense_flat.numel();
+    ASSIGN_OR_RETURN(work.dense_pending, StartMean(group, work.dense_flat));
+    return absl::OkStatus();
+  }
+
+  // P = M Q for every matrix, in one flat buffer so that one collective sends
+  // them all; Q is this bucket's last one (warm start) or a fresh draw.
+  absl::Status StartP(ProcessGroup& group, Work& work) {
+    PowerSgdState& s = *state_;
+    const PowerSgdOptions& o = s.options;
+    std::vector<at::Tensor>& qs = s.q[work.index];
+    if (!o.warm_start || qs.size() != work.matrices.size()) {
       qs.clear();
       at::Generator generator =
-          at::detail::createCPUGenerator(o.seed + 7919 * static_cast<uint64_t>(bucket.index) +
+          at::detail::createCPUGenerator(o.seed + 7919 * static_cast<uint64_t>(work.index) +
                                          (o.warm_start ? 0 : static_cast<uint64_t>(s.iteration)));
-      for (const at::Tensor& m : matrices) {
+      for (const at::Tensor& m : work.matrices) {
         const int64_t rank = std::min<int64_t>({o.matrix_approximation_rank, m.size(0), m.size(1)});
         // Drawn on the CPU (the generator's device), so that every rank gets
         // the same Q whatever its device, then moved to the bucket's.
-        qs.push_back(at::randn({m.size(1), rank}, generator, input.options().device(at::kCPU))
-                         .to(input.device()));
+        qs.push_back(at::randn({m.size(1), rank}, generator, work.input.options().device(at::kCPU))
+                         .to(work.input.device()));
       }
     }
     int64_t p_elements = 0, q_elements = 0;
-    for (const at::Tensor& q : qs) {
-      q_elements += q.numel();
+    for (size_t i = 0; i < work.matrices.size(); ++i) {
+      p_elements += work.matrices[i].size(0) * qs[i].size(1);
+      q_elements += qs[i].numel();
     }
-    for (size_t i = 0; i < matrices.size(); ++i) p_elements += matrices[i].size(0) * qs[i].size(1);
-    work->p_flat = at::empty({p_elements}, input.options());
-    work->q_flat = at::empty({q_elements}, input.options());
+    work.p_flat = at::empty({p_elements}, work.input.options());
+    work.q_flat = at::empty({q_elements}, work.input.options());
     int64_t p_offset = 0, q_offset = 0;
-    for (size_t i = 0; i < matrices.size(); ++i) {
-      const int64_t rows = matrices[i].size(0), cols = matrices[i].size(1), rank = qs[i].size(1);
-      work->ps.push_back(work->p_flat.narrow(0, p_offset, rows * rank).view({rows, rank}));
-      work->qs.push_back(work->q_flat.narrow(0, q_offset, cols * rank).view({cols, rank}));
-      work->qs.back().copy_(qs[i]);
-      at::mm_out(work->ps.back(), matrices[i], work->qs.back());
+    for (size_t i = 0; i < work.matrices.size(); ++i) {
+      const int64_t rows = work.matrices[i].size(0), cols = work.matrices[i].size(1),
+                    rank = qs[i].size(1);
+      work.ps.push_back(work.p_flat.narrow(0, p_offset, rows * rank).view({rows, rank}));
+      work.qs.push_back(work.q_flat.narrow(0, q_offset, cols * rank).view({cols, rank}));
+      work.qs.back().copy_(qs[i]);
+      at::mm_out(work.ps.back(), work.matrices[i], work.qs.back());
       p_offset += rows * rank;
       q_offset += cols * rank;
     }
     s.last_sent_elements += p_elements + q_elements;
-    if (p_elements > 0) {
-      ASSIGN_OR_RETURN(std::unique_ptr<PendingReduction> started, StartMean(group, work->p_flat));
-      work->p_pending = std::move(started);
-    }
-    const bool is_last = bucket.is_last();
-    const int index = bucket.index;
-    std::shared_ptr<PowerSgdState> state = state_;
-    return std::make_unique<DeferredReduction>([&group, work, state, input, input_before, is_last,
-                                                index]() -> absl::Status {
-      if (work->dense_pending) {
-        RETURN_IF_ERROR(work->dense_pending->Wait());
-        int64_t offset = 0;
-        for (const at::Tensor& d : work->dense) {
-          d.copy_(work->dense_flat.narrow(0, offset, d.numel()).view(d.sizes()));
-          offset += d.numel();
-        }
-      }
-      if (work->p_pending) {
-        RETURN_IF_ERROR(work->p_pending->Wait());
-        for (size_t i = 0; i < work->matrices.size(); ++i) {
-          Orthogonalize(work->ps[i]);
-          at::mm_out(work->qs[i], work->matrices[i].t(), work->ps[i]);
-        }
-        ASSIGN_OR_RETURN(std::unique_ptr<PendingReduction> q_mean, StartMean(group, work->q_flat));
-        RETURN_IF_ERROR(q_mean->Wait());
-        for (size_t i = 0; i < work->matrices.size(); ++i) {
-          at::mm_out(work->matrices[i], work->ps[i], work->qs[i].t());
-          state->q[index][i] = work->qs[i].clone();
-        }
-      }
-      if (state->options.use_error_feedback) state->error[index] = input_before - input;
-      if (is_last) ++state->iteration;
-      return absl::OkStatus();
-    });
+    if (p_elements == 0) return absl::OkStatus();
+    ASSIGN_OR_RETURN(work.p_pending, StartMean(group, work.p_flat));
+    return absl::OkStatus();
   }
 
- private:
-  // What one bucket's PowerSGD step keeps between Start() and Wait().
-  struct Work {
-    std::vector<at::Tensor> matrices, dense, ps, qs;
-    at::Tensor dense_flat, p_flat, q_flat;
-    std::unique_ptr<PendingReduction> dense_pending, p_pending;
-  };
+  // When the bucket's reduction is waited for: the dense gradients back in
+  // place, then P's mean orthogonalised, Q = M^T P averaged, and M = P Q^T;
+  // the error feedback and the warm start kept for the next step.
+  static absl::Status Finish(ProcessGroup& group, Work& work, PowerSgdState& state) {
+    if (work.dense_pending) {
+      RETURN_IF_ERROR(work.dense_pending->Wait());
+      int64_t offset = 0;
+      for (const at::Tensor& d : work.dense) {
+        d.copy_(work.dense_flat.narrow(0, offset, d.numel()).view(d.sizes()));
+        offset += d.numel();
+      }
+    }
+    if (work.p_pending) {
+      RETURN_IF_ERROR(work.p_pending->Wait());
+      for (size_t i = 0; i < work.matrices.size(); ++i) {
+        Orthogonalize(work.ps[i]);
+        at::mm_out(work.qs[i], work.matrices[i].t(), work.ps[i]);
+      }
+      ASSIGN_OR_RETURN(std::unique_ptr<PendingReduction> q_mean, StartMean(group, work.q_flat));
+      RETURN_IF_ERROR(q_mean->Wait());
+      for (size_t i = 0; i < work.matrices.size(); ++i) {
+        at::mm_out(work.matrices[i], work.ps[i], work.qs[i].t());
+        state.q[work.index][i] = work.qs[i].clone();
+      }
+    }
+    if (state.options.use_error_feedback) state.error[work.index] = work.input_before - work.input;
+    if (work.is_last) ++state.iteration;
+    return absl::OkStatus();
+  }
+
   std::shared_ptr<PowerSgdState> state_;
 };
 

@@ -513,72 +513,30 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
   return recorded;
 }
 
+// How Wait() stops the ranks once something ended the job: a signal to each
+// running rank's process group, then SIGKILL after the grace period or at a
+// second SIGINT/SIGTERM to the launcher.
+struct Job::Stopping {
+  bool started = false;
+  bool killed = false;
+  int signal = 0;
+  int escalations_seen = 0;  // g_received_count when stopping started
+  absl::Time kill_at = absl::InfiniteFuture();
+  std::string escalation;  // which ranks needed SIGKILL, and why
+};
+
 absl::Status Job::Wait() {
   if (!started_) return absl::FailedPreconditionError("the job was not started");
   if (waited_) return absl::FailedPreconditionError("the job was already waited for");
   waited_ = true;
   ForwardedSignals forwarded;
   const absl::Time deadline = absl::Now() + spec_.timeout;
-  absl::Time kill_at = absl::InfiniteFuture();
   absl::Status status = absl::OkStatus();
-  bool stopping = false;
-  bool killed = false;
-  int escalations_seen = 0;
-  int stop_signal = 0;
-  std::string escalation;  // which ranks needed SIGKILL, and why
-
-  auto signal_running = [this](int sig, bool mark_stopped) {
-    for (RankOutcome& outcome : outcomes_) {
-      if (outcome.state != RankState::kRunning) continue;
-      if (kill(-outcome.pid, sig) != 0) kill(outcome.pid, sig);
-      if (mark_stopped) outcome.stopped_by_launcher = true;
-    }
-  };
-  auto running_ranks = [this]() {
-    std::vector<int> ranks;
-    for (int r = 0; r < spec_.nprocs; ++r) {
-      if (outcomes_[r].state == RankState::kRunning) ranks.push_back(GlobalRank(r));
-    }
-    return ranks;
-  };
-  auto begin_stopping = [&](int sig) {
-    stopping = true;
-    stop_signal = sig;
-    escalations_seen = g_received_count;
-    signal_running(sig, /*mark_stopped=*/true);
-    kill_at = absl::Now() + spec_.grace_period;
-  };
-
+  Stopping stopping;
   while (true) {
-    std::vector<int> newly_failed;
     bool any_running = false;
-    for (int r = 0; r < spec_.nprocs; ++r) {
-      RankOutcome& outcome = outcomes_[r];
-      if (outcome.state != RankState::kRunning) continue;
-      int raw = 0;
-      pid_t got = waitpid(outcome.pid, &raw, WNOHANG);
-      if (got == 0 || (got < 0 && errno == EINTR)) {
-        any_running = true;
-        continue;
-      }
-      if (got < 0) {  // not our child any more (someone else reaped it)
-        outcome.state = RankState::kExited;
-        outcome.exit_code = -1;
-        newly_failed.push_back(r);
-        continue;
-      }
-      if (WIFSIGNALED(raw)) {
-        outcome.state = RankState::kSignaled;
-        outcome.signal = WTERMSIG(raw);
-      } else {
-        outcome.state = RankState::kExited;
-        outcome.exit_code = WEXITSTATUS(raw);
-      }
-      if (outcome.state == RankState::kSignaled || outcome.exit_code != 0) {
-        newly_failed.push_back(r);
-      }
-    }
-    if (!stopping && !newly_failed.empty()) {
+    const std::vector<int> newly_failed = ReapRanks(any_running);
+    if (!stopping.started && !newly_failed.empty()) {
       // Of ranks found dead in the same poll, a signal is more likely the cause
       // than an exit.
       failed_rank_ = newly_failed.front();
@@ -589,55 +547,127 @@ absl::Status Job::Wait() {
           break;
         }
       }
-      status = absl::AbortedError("");  // message filled in below, with the error text
-      begin_stopping(SIGTERM);
+      status = absl::AbortedError("");  // the message is written below, with the error text
+      BeginStopping(stopping, SIGTERM);
     }
     if (!any_running) break;
-    if (const int sig = g_passed_on_signal; sig != 0) {
-      g_passed_on_signal = 0;
-      // To the ranks themselves, not their process groups (whose other
-      // processes may not handle it).
-      for (const RankOutcome& outcome : outcomes_) {
-        if (outcome.state == RankState::kRunning) kill(outcome.pid, sig);
-      }
-    }
-    if (!stopping && g_received_signal != 0) {
-      int sig = g_received_signal;
+    PassOnSignal();
+    if (!stopping.started && g_received_signal != 0) {
+      const int sig = g_received_signal;
       status = absl::CancelledError(
           absl::StrCat("the launcher received ", SignalName(sig),
                        " and forwarded it to the workers; ranks still running then: ",
-                       absl::StrJoin(running_ranks(), ", ")));
-      begin_stopping(sig);
+                       absl::StrJoin(RunningRanks(), ", ")));
+      BeginStopping(stopping, sig);
     }
-    if (!stopping && absl::Now() >= deadline) {
+    if (!stopping.started && absl::Now() >= deadline) {
       status = absl::DeadlineExceededError(
           absl::StrCat("the job ran past its timeout of ", absl::FormatDuration(spec_.timeout),
-                       "; ranks still running then: ", absl::StrJoin(running_ranks(), ", "),
+                       "; ranks still running then: ", absl::StrJoin(RunningRanks(), ", "),
                        " (stopped with SIGTERM)", LastCalls()));
-      begin_stopping(SIGTERM);
+      BeginStopping(stopping, SIGTERM);
     }
-    // A second SIGINT/SIGTERM while stopping, or the grace period's end:
-    // SIGKILL.
-    if (stopping && !killed && (absl::Now() >= kill_at || g_received_count > escalations_seen)) {
-      escalation = DescribeEscalation(running_ranks(), g_received_count > escalations_seen,
-                                      stop_signal, spec_.grace_period);
-      signal_running(SIGKILL, /*mark_stopped=*/true);
-      killed = true;
-    }
+    MaybeEscalate(stopping);
     absl::SleepFor(kPollInterval);
   }
-
   CollectReports();
   RemoveRunDir();
+  return WaitResult(std::move(status), stopping.escalation);
+}
+
+// Reaps the ranks that ended since the last poll; returns those that failed
+// (a signal or a non-zero exit) and says whether any still runs.
+std::vector<int> Job::ReapRanks(bool& any_running) {
+  std::vector<int> newly_failed;
+  for (int r = 0; r < spec_.nprocs; ++r) {
+    RankOutcome& outcome = outcomes_[r];
+    if (outcome.state != RankState::kRunning) continue;
+    int raw = 0;
+    pid_t got = waitpid(outcome.pid, &raw, WNOHANG);
+    if (got == 0 || (got < 0 && errno == EINTR)) {
+      any_running = true;
+      continue;
+    }
+    if (got < 0) {  // not our child any more (someone else reaped it)
+      outcome.state = RankState::kExited;
+      outcome.exit_code = -1;
+      newly_failed.push_back(r);
+      continue;
+    }
+    if (WIFSIGNALED(raw)) {
+      outcome.state = RankState::kSignaled;
+      outcome.signal = WTERMSIG(raw);
+    } else {
+      outcome.state = RankState::kExited;
+      outcome.exit_code = WEXITSTATUS(raw);
+    }
+    if (outcome.state == RankState::kSignaled || outcome.exit_code != 0) {
+      newly_failed.push_back(r);
+    }
+  }
+  return newly_failed;
+}
+
+void Job::SignalRunning(int sig) {
+  for (RankOutcome& outcome : outcomes_) {
+    if (outcome.state != RankState::kRunning) continue;
+    if (kill(-outcome.pid, sig) != 0) kill(outcome.pid, sig);
+    outcome.stopped_by_launcher = true;
+  }
+}
+
+std::vector<int> Job::RunningRanks() const {
+  std::vector<int> ranks;
+  for (int r = 0; r < spec_.nprocs; ++r) {
+    if (outcomes_[r].state == RankState::kRunning) ranks.push_back(GlobalRank(r));
+  }
+  return ranks;
+}
+
+// A signal the launcher passes on (SIGUSR1/SIGUSR2) goes to the ranks
+// themselves, not their process groups (whose other processes may not handle
+// it).
+void Job::PassOnSignal() {
+  const int sig = g_passed_on_signal;
+  if (sig == 0) return;
+  g_passed_on_signal = 0;
+  for (const RankOutcome& outcome : outcomes_) {
+    if (outcome.state == RankState::kRunning) kill(outcome.pid, sig);
+  }
+}
+
+void Job::BeginStopping(Stopping& stopping, int sig) {
+  stopping.started = true;
+  stopping.signal = sig;
+  stopping.escalations_seen = g_received_count;
+  SignalRunning(sig);
+  stopping.kill_at = absl::Now() + spec_.grace_period;
+}
+
+// A second SIGINT/SIGTERM while stopping, or the grace period's end: SIGKILL.
+void Job::MaybeEscalate(Stopping& stopping) {
+  if (!stopping.started || stopping.killed) return;
+  const bool again = g_received_count > stopping.escalations_seen;
+  if (absl::Now() < stopping.kill_at && !again) return;
+  stopping.escalation =
+      DescribeEscalation(RunningRanks(), again, stopping.signal, spec_.grace_period);
+  SignalRunning(SIGKILL);
+  stopping.killed = true;
+}
+
+// The job's status once every rank ended: the failed rank's, with its error
+// text, or `status` (OK, cancelled, or past the timeout), with the escalation.
+absl::Status Job::WaitResult(absl::Status status, const std::string& escalation) const {
   if (failed_rank_ >= 0) {
     const RankOutcome& failed = outcomes_[failed_rank_];
     std::string message = absl::StrCat("rank ", GlobalRank(failed_rank_), " (pid ", failed.pid,
                                        ") ", DescribeOutcome(failed));
     if (!escalation.empty()) absl::StrAppend(&message, "; ", escalation);
     if (!failed.error_text.empty()) absl::StrAppend(&message, ":\n", failed.error_text);
-    status = absl::AbortedError(message);
-  } else if (!status.ok() && !escalation.empty()) {
-    status = absl::Status(status.code(), absl::StrCat(status.message(), "; ", escalation));
+    return absl::AbortedError(message);
+  }
+  if (!status.ok() && !escalation.empty()) {
+    return absl::Status(status.code(), absl::StrCat(status.message(), "; ", escalation));
   }
   return status;
 }

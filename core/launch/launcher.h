@@ -130,6 +130,15 @@ class Job {
   explicit Job(LaunchSpec spec);
   absl::Status StartRank(int rank, const std::vector<std::string>& env);
   std::vector<std::string> RankEnvironment(int rank) const;
+  // Wait() in steps (launcher.cc).
+  struct Stopping;
+  std::vector<int> ReapRanks(bool& any_running);
+  void SignalRunning(int sig);
+  std::vector<int> RunningRanks() const;
+  void PassOnSignal();
+  void BeginStopping(Stopping& stopping, int sig);
+  void MaybeEscalate(Stopping& stopping);
+  absl::Status WaitResult(absl::Status status, const std::string& escalation) const;
   void CollectReports();
   // The ranks' flight records of their newest group, as text for an error;
   // empty when none recorded anything.
