@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/env/cluster_environment.h"
 
 namespace ddpspawn {
 
@@ -34,7 +35,7 @@ struct NodeRendezvousOptions {
   // finds another job's description at the address is refused.
   std::string job;
   // How long to wait for the store and for every node to arrive.
-  absl::Duration timeout = absl::Minutes(30);
+  absl::Duration timeout = kDefaultTimeout;
 };
 
 struct NodeFailure {

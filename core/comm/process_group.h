@@ -42,7 +42,7 @@ size_t DTypeSize(DType dtype);
 
 struct GroupOptions {
   Backend backend = Backend::kGloo;
-  absl::Duration timeout = absl::Minutes(30);
+  absl::Duration timeout = kDefaultTimeout;
   // Every collective is first compared across ranks (kind, dtype, count, op,
   // root; a mismatch is an error naming each rank's call, where Gloo would
   // hang or abort a rank): through shared memory for free, or with one small

@@ -75,7 +75,9 @@ namespace {
 
 using Segment = SharedMemoryCollectives::Segment;
 
-constexpr size_t kHeaderBytes = 8192;
+// Segments and slots are sized in whole pages.
+constexpr size_t kPageBytes = 4096;
+constexpr size_t kHeaderBytes = 2 * kPageBytes;
 static_assert(sizeof(SharedMemoryCollectives::Header) <= kHeaderBytes, "header too large");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "needs lock-free atomics");
 
@@ -265,7 +267,7 @@ SharedMemoryCollectives::~SharedMemoryCollectives() = default;
 absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> SharedMemoryCollectives::Create(
     const std::string& name_prefix, int rank, int world_size, size_t capacity_bytes,
     absl::Duration timeout, const SetupChannel& channel) {
-  capacity_bytes = capacity_bytes / 4096 * 4096;
+  capacity_bytes = capacity_bytes / kPageBytes * kPageBytes;
   absl::Status status = absl::OkStatus();
   if (world_size > kMaxRanks) {
     status = absl::UnavailableError(absl::StrCat("more than ", kMaxRanks, " ranks"));
@@ -308,12 +310,12 @@ size_t SharedMemoryCollectives::AffordableCapacity(int world_size, size_t wanted
   // The staging slots stay sparse (pages appear as buffers use them): keep
   // them to half of what /dev/shm has free, so that a small one (a container's
   // 64 MB) means smaller slots rather than a SIGBUS.
-  return std::min(wanted_bytes, FreeShmBytes() / 2 / world_size) / 4096 * 4096;
+  return std::min(wanted_bytes, FreeShmBytes() / 2 / world_size) / kPageBytes * kPageBytes;
 }
 
 absl::StatusOr<std::shared_ptr<void>> SharedMemoryCollectives::AllocateShared(size_t bytes) {
   auto* header = reinterpret_cast<Header*>(staging_->base);
-  const size_t slot_bytes = RoundUp(std::max<size_t>(bytes, 1), 4096);
+  const size_t slot_bytes = RoundUp(std::max<size_t>(bytes, 1), kPageBytes);
   const int64_t index = shared_allocated_++;
   absl::Status status = absl::OkStatus();
   std::shared_ptr<Segment> segment;

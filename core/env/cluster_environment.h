@@ -11,9 +11,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "core/env/settings.h"  // kRunDirEnv
 
 namespace ddpspawn {
+
+// How long a rank waits for the others (joining, each collective) unless told
+// otherwise: torch.distributed's default.
+inline constexpr absl::Duration kDefaultTimeout = absl::Minutes(30);
 
 enum class ClusterKind { kDdpspawn, kTorchElastic, kSlurm, kEnv };
 

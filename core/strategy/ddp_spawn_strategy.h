@@ -81,7 +81,7 @@ struct StrategyOptions {
   std::shared_ptr<PowerSgdState> ddp_comm_state;  // PowerSGD's state, when ddp_comm_hook is it
   CommWrapper ddp_comm_wrapper = CommWrapper::kNone;
   std::optional<Backend> process_group_backend;  // none: nccl on CUDA devices, gloo on CPU
-  absl::Duration timeout = absl::Minutes(30);
+  absl::Duration timeout = kDefaultTimeout;
   StartMethod start_method = StartMethod::kSpawn;
   // "fork": the ranks close every descriptor of this process above 2 first
   // (for an fn that opens what it uses; see LaunchSpec::fork_close_descriptors).

@@ -52,7 +52,7 @@ struct RunConfig {
   // The process group's timeout for joining and for each collective
   // (Lightning's DDPStrategy timeout): a rank that does not arrive in time
   // fails the job with what every rank was last doing.
-  double timeout_s = 1800;
+  double timeout_s = absl::ToDoubleSeconds(kDefaultTimeout);
   Precision precision = Precision::k32True;
   CommHookKind ddp_comm_hook = CommHookKind::kAllReduce;
   bool find_unused_parameters = false;
