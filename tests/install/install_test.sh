@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # tools/install to a temporary prefix, then the C hello example built by a pkg-config consumer and
-# by a CMake consumer, and the Rust one by a cargo consumer, against that prefix; each runs with an
-# empty environment (no LD_LIBRARY_PATH, no DDPSPAWN_* variable) from another directory.
+# by a CMake consumer, the C++ DDPSpawnStrategy example by a CMake consumer of ddpspawn::core, and
+# the Rust one by a cargo consumer, against that prefix; each runs with an empty environment (no
+# LD_LIBRARY_PATH, no DDPSPAWN_* variable) from another directory.
 set -euo pipefail
 work="${TEST_TMPDIR:-$(mktemp -d)}"
 prefix="$work/prefix"
-tools/install --from capi/dist "$prefix"
+tools/install --from capi/dist --core-from core/cpp_dist "$prefix"
 hello="$PWD/examples/c/hello.c"
 expected="sum over 2 ranks of rank + 1 = 3"
 
-check() {  # check NAME BINARY
-  local out
+check() {  # check NAME BINARY [EXPECTED]
+  local out want="${3:-$expected}"
   out=$(cd / && env -i PATH=/usr/bin:/bin "$2")
-  if [[ "$out" != *"$expected"* ]]; then
-    echo "FAIL: the $1 consumer printed '$out', expected '$expected'" >&2
+  if [[ "$out" != *"$want"* ]]; then
+    echo "FAIL: the $1 consumer printed '$out', expected '$want'" >&2
     exit 1
   fi
   echo "ok: $1 consumer: $out"
@@ -36,6 +37,20 @@ CMAKE
 cmake -S "$work/cmake_project" -B "$work/cmake_build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$work/cmake_build" >/dev/null
 check CMake "$work/cmake_build/hello"
+
+# C++ and CMake: the DDPSpawnStrategy example against ddpspawn::core (the static core and the
+# LibTorch it was built with), spawning its 2 ranks from an empty environment.
+mkdir -p "$work/cpp_project"
+cat > "$work/cpp_project/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.16)
+project(train_ddp CXX)
+find_package(ddpspawn 0.1 REQUIRED)
+add_executable(train_ddp "$PWD/examples/cpp/train_ddp.cc")
+target_link_libraries(train_ddp PRIVATE ddpspawn::core)
+CMAKE
+cmake -S "$work/cpp_project" -B "$work/cpp_build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$work/cpp_build" >/dev/null
+check "C++ CMake" "$work/cpp_build/train_ddp" "rank 0 learned: weights 2.000 -1.000 0.500, bias 3.000"
 
 # Cargo: a binary crate outside the workspace that depends on the ddpspawn crates, finds the
 # library through the installed pkg-config file, and puts it in its RUNPATH with the two-line
