@@ -9,6 +9,7 @@
 #include <torch/optim.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -575,22 +576,32 @@ absl::Status Trainer::EndEpoch(FitRun& run, const Dataset* validation) {
 }
 
 absl::StatusOr<std::vector<int64_t>> Trainer::ForEachShardBatch(
-    LightningModule& module, const Dataset& data,
-    const std::function<absl::Status(const Batch&, int64_t)>& step) {
+    LightningModule& module, const Dataset& data, bool exactly_once,
+    const std::function<absl::Status(const Batch&, int64_t, bool)>& step) {
+  const int world = strategy_.world_size(), rank = strategy_.global_rank();
   absl::StatusOr<DistributedSampler> sampler =
-      DistributedSampler::Create(data.size(), strategy_.world_size(), strategy_.global_rank(),
+      DistributedSampler::Create(data.size(), world, rank,
                                  /*shuffle=*/false, 0, /*drop_last=*/false);
   if (!sampler.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("data ", data.source, ": ", sampler.status().message()));
   }
   module.SetTraining(false);
-  const std::vector<int64_t> indices = sampler->Indices();
-  const int64_t batches = BatchCount(sampler->num_samples(), options_.batch_size);
+  std::vector<int64_t> indices = sampler->Indices();
+  bool counted = true;
+  if (exactly_once) {
+    // Without shuffling, rank r's k-th sample is position r + k * world of the
+    // padded order, which repeats a sample from position data.size() on.
+    const int64_t own = rank < data.size() ? (data.size() - rank + world - 1) / world : 0;
+    indices.resize(static_cast<size_t>(std::max<int64_t>(own, 1)));
+    counted = own > 0;
+  }
+  const int64_t samples = static_cast<int64_t>(indices.size());
+  const int64_t batches = BatchCount(samples, options_.batch_size);
   for (int64_t b = 0; b < batches; ++b) {
     Batch batch = MakeBatch(data, indices, b * options_.batch_size,
-                            BatchEnd(b, options_.batch_size, sampler->num_samples()));
-    RETURN_IF_ERROR(step(batch, b));
+                            BatchEnd(b, options_.batch_size, samples));
+    RETURN_IF_ERROR(step(batch, b, counted));
   }
   return indices;
 }
@@ -599,16 +610,18 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(
     const std::shared_ptr<LightningModule>& module, const Dataset& data, bool test) {
   std::map<std::string, double> sums;
   double samples = 0;
-  absl::StatusOr<std::vector<int64_t>> done =
-      ForEachShardBatch(*module, data, [&](const Batch& batch, int64_t b) -> absl::Status {
+  absl::StatusOr<std::vector<int64_t>> done = ForEachShardBatch(
+      *module, data, /*exactly_once=*/true,
+      [&](const Batch& batch, int64_t b, bool counted) -> absl::Status {
         absl::StatusOr<StepMetrics> metrics =
             test ? strategy_.TestStep(batch, b) : strategy_.ValidationStep(batch, b);
         if (!metrics.ok()) return metrics.status();
+        // An uncounted batch only names the metrics (its value may be anything).
         const double size = static_cast<double>(batch[0].size(0));
         for (const auto& [name, value] : *metrics) {
-          sums[name] += value.item<double>() * size;
+          sums[name] += counted ? value.item<double>() * size : 0.0;
         }
-        samples += size;
+        if (counted) samples += size;
         return absl::OkStatus();
       });
   if (!done.ok()) return done.status();
@@ -644,11 +657,12 @@ absl::StatusOr<at::Tensor> Trainer::Predict(const std::shared_ptr<LightningModul
   RETURN_IF_ERROR(Prepare(module));
   std::vector<at::Tensor> outputs;
   absl::StatusOr<std::vector<int64_t>> indices =
-      ForEachShardBatch(*module, data, [&](const Batch& batch, int64_t b) -> absl::Status {
-        ASSIGN_OR_RETURN(at::Tensor out, strategy_.PredictStep(batch, b));
-        outputs.push_back(out.detach().cpu().contiguous());
-        return absl::OkStatus();
-      });
+      ForEachShardBatch(*module, data, /*exactly_once=*/false,
+                        [&](const Batch& batch, int64_t b, bool) -> absl::Status {
+                          ASSIGN_OR_RETURN(at::Tensor out, strategy_.PredictStep(batch, b));
+                          outputs.push_back(out.detach().cpu().contiguous());
+                          return absl::OkStatus();
+                        });
   if (!indices.ok()) return indices.status();
   ASSIGN_OR_RETURN(at::Tensor all, strategy_.AllGather(at::cat(outputs)));
   ASSIGN_OR_RETURN(at::Tensor all_indices, strategy_.AllGather(at::tensor(*indices, at::kLong)));

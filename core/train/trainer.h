@@ -118,10 +118,15 @@ class Trainer {
   absl::StatusOr<std::map<std::string, double>> Evaluate(
       const std::shared_ptr<LightningModule>& module, const Dataset& data, bool test);
   // Runs `step` on each batch of this rank's shard of `data`, in order (no
-  // shuffle, padded), in eval mode; returns the shard's indices.
+  // shuffle), in eval mode; returns the shard's indices. Padded: every rank
+  // gets as many samples, the last ones repeating the first samples of the
+  // dataset. Unpadded (exactly_once): every sample is in one shard only, so a
+  // shard may be one sample shorter; one left with none runs a single batch of
+  // a sample that `step` is told not to count (`counted` false), so that every
+  // rank still learns the metrics' names.
   absl::StatusOr<std::vector<int64_t>> ForEachShardBatch(
-      LightningModule& module, const Dataset& data,
-      const std::function<absl::Status(const Batch&, int64_t)>& step);
+      LightningModule& module, const Dataset& data, bool exactly_once,
+      const std::function<absl::Status(const Batch&, int64_t, bool counted)>& step);
   absl::Status Log(int64_t epoch, int64_t step, const std::string& name, double value);
   absl::Status SaveCheckpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
                               TrainingState state, const std::string& path);
