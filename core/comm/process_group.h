@@ -77,6 +77,12 @@ bool NcclAvailable();
 // CUDA devices visible to this process (0 without a CUDA build or a GPU).
 int CudaDeviceCount();
 
+// Thread safety: thread-compatible. Collectives must reach the group in the
+// same order on every rank, so a rank issues them from one thread at a time
+// (DDP's reducer issues its bucket all-reduces under its own mutex); the const
+// accessors may be called from any thread. Ownership: owns its c10d backend,
+// store and shared memory; the PendingWork it returns, and the reducers and
+// hooks that keep a pointer to it, must not outlive it.
 class ProcessGroup {
  public:
   // Joins the group every rank of `cluster` joins. All ranks must call this the

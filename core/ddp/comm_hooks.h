@@ -37,6 +37,10 @@ class PendingReduction {
   virtual absl::Status Wait() = 0;
 };
 
+// Thread safety: the reducer calls Start() and the reductions' Wait() under its
+// mutex, so one reducer never calls a hook concurrently. The built-in hooks keep
+// no state of their own except PowerSGD's PowerSgdState, which belongs to one
+// reducer: do not share a PowerSGD hook between reducers.
 class CommHook {
  public:
   virtual ~CommHook() = default;

@@ -28,6 +28,11 @@ struct DdpOptions {
   bool broadcast_buffers = true;
 };
 
+// Thread safety: one training loop at a time (forward, backward and no_sync
+// from one thread; autograd's own threads run the reducer's hooks, which it
+// guards). Ownership: does not own the group, which must outlive it; owns the
+// reducer whose autograd hooks capture it, so it must outlive every backward()
+// through the parameters it wraps.
 class DistributedDataParallel {
  public:
   // Broadcasts parameters and buffers from rank 0, then hooks the parameters

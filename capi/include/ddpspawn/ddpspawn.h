@@ -10,6 +10,14 @@
  *   matching *_INIT macro (or *_init function) and set only what you need, so
  *   that fields appended in later versions keep their defaults.
  * - No C++ exception and no abort crosses this boundary.
+ * - Threads: calls on one handle (a context, a reducer, a job, a run result)
+ *   must not overlap; different handles may be used from different threads at
+ *   once. A context's collectives must be issued in the same order on every
+ *   rank, so a rank issues them from one thread at a time. The last error and
+ *   how ddpspawn_run's ranks ended are kept per thread.
+ * - Ownership: a reducer shares its context's process group, so a context may
+ *   be destroyed before its reducers; the buffers given to a reducer must
+ *   outlive it.
  *
  * Valid C99 and C++. */
 #ifndef DDPSPAWN_DDPSPAWN_H_
