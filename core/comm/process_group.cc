@@ -303,7 +303,7 @@ bool NcclAvailable() {
 }
 
 ProcessGroup::ProcessGroup(ClusterInfo cluster, GroupOptions options, std::unique_ptr<Impl> impl)
-    : cluster_(std::move(cluster)), options_(std::move(options)), impl_(std::move(impl)) {}
+    : cluster_(std::move(cluster)), options_(options), impl_(std::move(impl)) {}
 
 ProcessGroup::~ProcessGroup() = default;
 
