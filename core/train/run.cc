@@ -245,8 +245,14 @@ const std::vector<RunOption>& RunOptionTable() {
        Integer<1, kMaxBatchSize>([](RunConfig& c) -> int64_t& { return c.trainer.batch_size; })},
       {"accumulate_grad_batches", trainer, "N", "",
        Integer<1, kIntMax>([](RunConfig& c) -> int& { return c.trainer.accumulate_grad_batches; })},
-      {"gradient_clip_val", trainer, "X", "the gradients' largest global L2 norm (0: off)",
+      {"gradient_clip_val", trainer, "X",
+       "the gradients' largest global L2 norm, or largest element with --gradient-clip-algorithm "
+       "value (0: off)",
        Number([](RunConfig& c) -> double& { return c.trainer.gradient_clip_val; }, 0)},
+      {"gradient_clip_algorithm", trainer, "norm|value", "",
+       Choice(
+           [](RunConfig& c) -> GradientClipAlgorithm& { return c.trainer.gradient_clip_algorithm; },
+           ParseGradientClipAlgorithm, GradientClipAlgorithmName)},
       {"check_val_every_n_epoch", trainer, "N", "",
        Integer<0, kIntMax>([](RunConfig& c) -> int& { return c.trainer.check_val_every_n_epoch; })},
       {"seed", trainer, "N", "",

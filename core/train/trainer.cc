@@ -236,6 +236,17 @@ absl::StatusOr<StopRequest> StopRequestedOnAnyRank(DDPSpawnStrategy& strategy,
 
 }  // namespace
 
+absl::string_view GradientClipAlgorithmName(GradientClipAlgorithm algorithm) {
+  return algorithm == GradientClipAlgorithm::kValue ? "value" : "norm";
+}
+
+absl::StatusOr<GradientClipAlgorithm> ParseGradientClipAlgorithm(absl::string_view name) {
+  if (name == "norm") return GradientClipAlgorithm::kNorm;
+  if (name == "value") return GradientClipAlgorithm::kValue;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown gradient clip algorithm '", name, "'; expected 'norm' or 'value'"));
+}
+
 std::string FitResult::Encode() const {
   std::string text = absl::StrCat("checkpoint=", checkpoint, "\nmetrics_csv=", metrics_csv,
                                   "\nepoch=", epoch, "\nglobal_step=", global_step, "\n");
@@ -485,7 +496,15 @@ void Trainer::OptimizerStep(FitRun& run) {
     run.state.grad_scale_growth_tracker = run.scaler->state().growth_tracker;
   }
   if (finite && options_.gradient_clip_val > 0) {
-    ClipGradNorm(run.parameters, options_.gradient_clip_val);
+    if (options_.gradient_clip_algorithm == GradientClipAlgorithm::kValue) {
+      c10::NoGradGuard no_grad;
+      for (const at::Tensor& p : run.parameters) {
+        if (p.grad().defined())
+          p.grad().clamp_(-options_.gradient_clip_val, options_.gradient_clip_val);
+      }
+    } else {
+      ClipGradNorm(run.parameters, options_.gradient_clip_val);
+    }
   }
   if (finite) run.optimizer->step();
   run.optimizer->zero_grad();

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/model/checkpoint.h"
 #include "core/model/module.h"
@@ -34,11 +35,19 @@ namespace ddpspawn {
 // rank).
 inline constexpr int kMaxNumThreads = 1024;
 
+// Lightning's gradient_clip_algorithm: "norm" scales the gradients so that
+// their global L2 norm is at most gradient_clip_val; "value" clamps each
+// element to [-gradient_clip_val, gradient_clip_val].
+enum class GradientClipAlgorithm { kNorm, kValue };
+absl::string_view GradientClipAlgorithmName(GradientClipAlgorithm algorithm);
+absl::StatusOr<GradientClipAlgorithm> ParseGradientClipAlgorithm(absl::string_view name);
+
 struct TrainerOptions {
   int64_t max_epochs = 10;
   int64_t max_steps = -1;  // > 0: stop after this many optimizer steps
   int accumulate_grad_batches = 1;
-  double gradient_clip_val = 0.0;  // max global L2 norm of the gradients; 0: off
+  double gradient_clip_val = 0.0;  // 0: off
+  GradientClipAlgorithm gradient_clip_algorithm = GradientClipAlgorithm::kNorm;
   int check_val_every_n_epoch = 1;
   int64_t batch_size = 32;  // per rank
   bool shuffle = true;

@@ -149,6 +149,46 @@ TEST(CliTest, EvaluationCountsEverySampleOnceOnAnyNumberOfRanks) {
   }
 }
 
+// One SGD step of lr 1 moves each weight by its clipped gradient: by value,
+// every element moves at most 1e-3 and many move exactly that much; by norm,
+// the whole move has an L2 norm of at most 1e-3; unclipped, more.
+TEST(CliTest, GradientsAreClippedByValueOrByNorm) {
+  const std::string train = WriteClassification("clip.csv", 64);
+  const std::string common =
+      absl::StrCat("fit --model ", kModel, " --train ", train,
+                   " --nproc-per-node 2 --max-steps 1 --batch-size 32 --seed 5 --momentum 0");
+  CliRun start = Cli(absl::StrCat(common, " --lr 1e-12 --default-root-dir ", Dir("clip_start")));
+  ASSERT_EQ(start.exit_code, 0) << start.output;
+  const NamedTensors before = LoadWeights(start.values["checkpoint"]);
+  auto moved = [&](const std::string& options, const std::string& dir) {
+    CliRun run = Cli(absl::StrCat(common, " --lr 1 ", options, " --default-root-dir ", Dir(dir)));
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    std::vector<at::Tensor> deltas;
+    for (const auto& [name, weight] : LoadWeights(run.values["checkpoint"])) {
+      for (const auto& [other, start_weight] : before) {
+        if (other == name) deltas.push_back((weight - start_weight).flatten());
+      }
+    }
+    return at::cat(deltas).abs();
+  };
+  const at::Tensor unclipped = moved("", "clip_none");
+  const at::Tensor by_value =
+      moved("--gradient-clip-val 1e-3 --gradient-clip-algorithm value", "clip_value");
+  const at::Tensor by_norm = moved("--gradient-clip-val 1e-3", "clip_norm");
+  std::printf(
+      "max move: unclipped %.9g, by value %.9g (%lld at the clip), by norm %.9g (L2 %.9g)\n",
+      unclipped.max().item<double>(), by_value.max().item<double>(),
+      static_cast<long long>(by_value.gt(0.999e-3).sum().item<int64_t>()),
+      by_norm.max().item<double>(), by_norm.norm().item<double>());
+  EXPECT_GT(unclipped.max().item<double>(), 2e-3);
+  // At most one float32 rounding (6e-8 for weights below 0.5) past the clip;
+  // 2e-9 seen.
+  EXPECT_LE(by_value.max().item<double>(), 1e-3 + 6e-8);
+  EXPECT_GE(by_value.gt(0.999e-3).sum().item<int64_t>(), 10);
+  EXPECT_LE(by_norm.norm().item<double>(), 1e-3 * (1 + 1e-5));
+  EXPECT_LT(by_norm.gt(0.999e-3).sum().item<int64_t>(), 2);
+}
+
 TEST(CliTest, ResumingIsBitForBitTheSameAsNotStopping) {
   const std::string train = WriteClassification("resume.csv", 100);
   const std::string common =
