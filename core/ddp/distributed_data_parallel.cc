@@ -7,6 +7,8 @@
 
 #include <map>
 
+#include "absl/strings/str_cat.h"
+#include "core/ddp/sync_batch_norm.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
@@ -16,7 +18,15 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   if (module == nullptr) return absl::InvalidArgumentError("the module must not be null");
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
       Wrap(module->parameters(), module->buffers(), group, options);
-  if (ddp.ok()) (*ddp)->module_ = std::move(module);
+  if (!ddp.ok()) return ddp;
+  // Every SyncBatchNorm normalizes over this group's ranks.
+  for (const std::shared_ptr<torch::nn::Module>& child : module->modules()) {
+    if (auto sync = std::dynamic_pointer_cast<SyncBatchNormImpl>(child)) {
+      sync->set_process_group(group);
+      (*ddp)->has_sync_batch_norm_ = true;
+    }
+  }
+  (*ddp)->module_ = std::move(module);
   return ddp;
 }
 
@@ -49,9 +59,47 @@ absl::Status DistributedDataParallel::PrepareForward() {
   return BroadcastCoalesced(buffers_);
 }
 
+absl::StatusOr<int> DistributedDataParallel::ActiveRanks(bool has_batch) {
+  float active = has_batch ? 1.0F : 0.0F;  // a float sum takes shared memory
+  RETURN_IF_ERROR(group_->AllReduce(&active, 1, DType::kFloat32, ReduceOp::kSum));
+  const int count = static_cast<int>(active);
+  if (count == 0) {
+    reducer_->set_gradient_scale(1.0);
+    RETURN_IF_ERROR(SyncFinalModel());
+    return 0;
+  }
+  if (count < group_->world_size() && has_sync_batch_norm_) {
+    return absl::UnimplementedError(absl::StrCat(
+        "uneven inputs (", group_->world_size() - count,
+        " ranks have no batch left) with SyncBatchNorm: its forward collectives cannot be "
+        "shadowed; give every rank as many batches"));
+  }
+  if (has_batch) ++iterations_;
+  reducer_->set_gradient_scale(options_.divide_by_initial_world_size
+                                   ? 1.0
+                                   : static_cast<double>(group_->world_size()) / count);
+  return count;
+}
+
+absl::Status DistributedDataParallel::ShadowIteration() {
+  RETURN_IF_ERROR(PrepareForward());  // the active ranks' buffer broadcast
+  return reducer_->ShadowIteration();
+}
+
+absl::Status DistributedDataParallel::SyncFinalModel() {
+  // The rank with the most iterations, the highest among equals: one max.
+  double key = static_cast<double>(iterations_) * group_->world_size() + group_->rank();
+  RETURN_IF_ERROR(group_->AllReduce(&key, 1, DType::kFloat64, ReduceOp::kMax));
+  const int last = static_cast<int>(static_cast<int64_t>(key) % group_->world_size());
+  iterations_ = 0;
+  RETURN_IF_ERROR(BroadcastCoalesced(parameters_, last));
+  return BroadcastCoalesced(buffers_, last);
+}
+
 // One broadcast per dtype: the tensors are flattened into one buffer,
 // broadcast, and copied back.
-absl::Status DistributedDataParallel::BroadcastCoalesced(const std::vector<at::Tensor>& tensors) {
+absl::Status DistributedDataParallel::BroadcastCoalesced(const std::vector<at::Tensor>& tensors,
+                                                         int root) {
   if (group_->world_size() == 1) return absl::OkStatus();
   std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const at::Tensor& t : tensors) {
@@ -62,7 +110,7 @@ absl::Status DistributedDataParallel::BroadcastCoalesced(const std::vector<at::T
     std::vector<at::Tensor> flat_parts;
     for (const at::Tensor& t : group) flat_parts.push_back(t.detach().reshape({-1}));
     at::Tensor flat = at::cat(flat_parts);
-    RETURN_IF_ERROR(group_->Broadcast(flat, 0));
+    RETURN_IF_ERROR(group_->Broadcast(flat, root));
     int64_t offset = 0;
     for (const at::Tensor& t : group) {
       t.detach().copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));

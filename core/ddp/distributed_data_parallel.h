@@ -9,6 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -26,6 +27,10 @@ namespace ddpspawn {
 struct DdpOptions {
   ReducerOptions reducer;
   bool broadcast_buffers = true;
+  // Uneven inputs (ActiveRanks): true, as PyTorch's Join, averages each
+  // iteration's gradients over every rank, a joined one counting zeros; false
+  // averages over the ranks that still have a batch.
+  bool divide_by_initial_world_size = true;
 };
 
 // Thread safety: one training loop at a time (forward, backward and no_sync
@@ -63,19 +68,38 @@ class DistributedDataParallel {
   };
   NoSync no_sync() { return NoSync(reducer_.get()); }
 
+  // Uneven inputs (PyTorch's Join): ranks with different numbers of batches.
+  // Every rank calls ActiveRanks(has_batch) before each iteration, and gets
+  // how many ranks still have a batch. A rank with a batch trains as usual;
+  // one without calls ShadowIteration() instead, which runs the collectives of
+  // one backward with zero gradients, so that the others never wait for it.
+  // When it returns 0, every rank is done, and every rank has taken the
+  // parameters and buffers of the rank that trained longest (its optimizer
+  // stepped every iteration; the others' optimizer state stays behind). Not
+  // with SyncBatchNorm layers while ranks are uneven (their forward
+  // collectives cannot be shadowed). Buffers keep following rank 0, joined or
+  // not.
+  absl::StatusOr<int> ActiveRanks(bool has_batch);
+  absl::Status ShadowIteration();
+
   const std::shared_ptr<torch::nn::Module>& module() const { return module_; }
   Reducer& reducer() { return *reducer_; }
   ProcessGroup& group() { return *group_; }
 
  private:
   DistributedDataParallel() = default;
-  absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors);
+  absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors, int root = 0);
+  // When every rank has joined: the parameters and buffers of the rank with
+  // the most iterations (the highest such rank), everywhere.
+  absl::Status SyncFinalModel();
 
   std::shared_ptr<torch::nn::Module> module_;
   ProcessGroup* group_ = nullptr;
   DdpOptions options_;
   std::vector<at::Tensor> parameters_, buffers_;
   std::unique_ptr<Reducer> reducer_;
+  int64_t iterations_ = 0;  // ActiveRanks calls with a batch
+  bool has_sync_batch_norm_ = false;
 };
 
 }  // namespace ddpspawn

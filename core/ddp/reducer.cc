@@ -289,9 +289,15 @@ absl::Status Reducer::FinalizeLocked() {
   // all-reduce would cost milliseconds of wake-ups on busy cores.
   std::vector<float> globally_used;
   if (status.ok() && options_.find_unused_parameters) {
-    globally_used.assign(used_.begin(), used_.end());
-    status = group_->AllReduce(globally_used.data(), globally_used.size(), DType::kFloat32,
-                               ReduceOp::kSum);
+    if (!static_globally_used_.empty()) {
+      globally_used = static_globally_used_;
+      status = CheckStaticGraph(globally_used);
+    } else {
+      globally_used.assign(used_.begin(), used_.end());
+      status = group_->AllReduce(globally_used.data(), globally_used.size(), DType::kFloat32,
+                                 ReduceOp::kSum);
+      if (status.ok() && options_.static_graph) static_globally_used_ = globally_used;
+    }
   }
   for (Bucket& bucket : buckets_) {
     if (bucket.reduction == nullptr) continue;
@@ -304,6 +310,9 @@ absl::Status Reducer::FinalizeLocked() {
     }
     bucket.reduction.reset();
     if (status.ok()) status = waited;
+  }
+  if (status.ok() && gradient_scale_ != 1.0) {
+    for (Bucket& bucket : buckets_) bucket.buffer.mul_(gradient_scale_);
   }
   if (status.ok()) {
     for (size_t i = 0; i < tensors_.size(); ++i) {
@@ -323,6 +332,19 @@ absl::Status Reducer::FinalizeLocked() {
   return status;
 }
 
+absl::Status Reducer::CheckStaticGraph(const std::vector<float>& first_used) const {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (used_[i] && first_used[i] == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("static_graph: rank ", group_->rank(), " used parameter ", i, " (",
+                       c10::str(tensors_[i].sizes()),
+                       "), which no rank used in the first iteration: the graph "
+                       "changed; turn static_graph off for a model whose used parameters vary"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void Reducer::ResetIteration() {
   std::fill(ready_.begin(), ready_.end(), false);
   std::fill(used_.begin(), used_.end(), false);
@@ -331,6 +353,20 @@ void Reducer::ResetIteration() {
     bucket.reduction.reset();
   }
   next_bucket_ = 0;
+}
+
+absl::Status Reducer::ShadowIteration() {
+  absl::MutexLock lock(&mutex_);
+  if (!sync_enabled_) {
+    return absl::FailedPreconditionError("a shadow iteration under no_sync communicates nothing");
+  }
+  std::fill(used_.begin(), used_.end(), false);  // this rank used no parameter
+  return FinalizeLocked();
+}
+
+void Reducer::set_gradient_scale(double scale) {
+  absl::MutexLock lock(&mutex_);
+  gradient_scale_ = scale;
 }
 
 void Reducer::set_sync_enabled(bool enabled) {

@@ -34,6 +34,12 @@ struct ReducerOptions {
   // iteration. Without it, such a parameter still never hangs the ranks, but
   // gets a zero gradient.
   bool find_unused_parameters = false;
+  // PyTorch's static_graph: every iteration uses the same parameters. With
+  // find_unused_parameters, the first synchronized iteration learns which
+  // parameters some rank uses and later ones reuse that, saving the
+  // all-reduce; a rank that later uses a parameter no rank used then gets an
+  // error naming it. (Buckets keep their reverse registration order.)
+  bool static_graph = false;
   // Gradients live in the bucket buffers: no copy in or out (on by default,
   // unlike PyTorch: the copies cost ~12% of an MLP step here, docs/ddp.md).
   // They alias the buffer without being autograd views, so Optimizer::zero_grad
@@ -84,6 +90,14 @@ class Reducer {
   // waits for every bucket, and writes the averaged gradients back.
   absl::Status Finalize();
 
+  // Uneven inputs: one iteration's collectives with every gradient zero, for a
+  // rank that has no batch while others train (DistributedDataParallel::
+  // ShadowIteration).
+  absl::Status ShadowIteration();
+  // Multiplies the averaged gradients of the next iterations (1: the plain
+  // mean over the ranks).
+  void set_gradient_scale(double scale);
+
   // no_sync: while disabled, gradients accumulate locally and nothing is
   // communicated.
   void set_sync_enabled(bool enabled);
@@ -111,6 +125,10 @@ class Reducer {
   absl::Status FinalizeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   at::Tensor& GradientOf(size_t index);
   void ResetIteration() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // static_graph: an error when this rank used a parameter that no rank used
+  // in the first iteration.
+  absl::Status CheckStaticGraph(const std::vector<float>& first_used) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   ProcessGroup* const group_;
   std::vector<at::Tensor> tensors_;
@@ -126,6 +144,10 @@ class Reducer {
   bool sync_enabled_ ABSL_GUARDED_BY(mutex_) = true;
   bool finalize_queued_ ABSL_GUARDED_BY(mutex_) = false;
   std::vector<int> launch_log_ ABSL_GUARDED_BY(mutex_);
+  double gradient_scale_ ABSL_GUARDED_BY(mutex_) = 1.0;
+  // static_graph: how many ranks used each parameter in the first iteration
+  // (empty before it).
+  std::vector<float> static_globally_used_ ABSL_GUARDED_BY(mutex_);
   struct Hooks;
   std::unique_ptr<Hooks> hooks_;
 };

@@ -8,6 +8,7 @@
 
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/model/checkpoint_envelope.h"
 #include "core/util/status_macros.h"
@@ -18,6 +19,11 @@ namespace {
 // What the archive says it is ("format"); the file around it says the same
 // (checkpoint_envelope.h).
 std::string FormatName(int format) { return absl::StrCat("ddpspawn-checkpoint-", format); }
+
+// Keys of the weights (model.<name>) and of the callbacks' states
+// (callback.<name>).
+constexpr absl::string_view kModelPrefix = "model.";
+constexpr absl::string_view kCallbackPrefix = "callback.";
 
 template <typename Body>
 absl::Status Catching(const std::string& what, Body&& body) {
@@ -40,7 +46,7 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
     torch::serialize::OutputArchive archive;
     archive.write("format", c10::IValue(FormatName(kCheckpointFormat)));
     for (const auto& [name, tensor] : module.named_state()) {
-      archive.write("model." + name, tensor.detach().cpu());
+      archive.write(absl::StrCat(kModelPrefix, name), tensor.detach().cpu());
     }
     if (optimizer != nullptr) {
       torch::serialize::OutputArchive optimizer_archive;
@@ -57,6 +63,9 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
       archive.write("grad_scaler.scale", c10::IValue(state.grad_scale));
       archive.write("grad_scaler.growth_tracker", c10::IValue(state.grad_scale_growth_tracker));
     }
+    for (const auto& [name, callback_state] : state.callback_states) {
+      archive.write(absl::StrCat(kCallbackPrefix, name), c10::IValue(callback_state));
+    }
     std::ostringstream out;
     archive.save_to(out);
     bytes = SealCheckpoint(out.str());
@@ -66,22 +75,17 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
   return bytes;
 }
 
-absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module,
-                               torch::optim::Optimizer* optimizer, TrainingState* state) {
-  // Verified whole before anything is read from it: a damaged file changes
-  // nothing.
+namespace {
+
+// Verifies `bytes` whole (a damaged file is refused before anything is read
+// from it) and opens its archive; tensors load onto `device` (none: the CPU).
+absl::Status OpenCheckpointArchive(const std::string& bytes, c10::optional<c10::Device> device,
+                                   torch::serialize::InputArchive& archive) {
   ASSIGN_OR_RETURN(UnsealedCheckpoint unsealed, UnsealCheckpoint(bytes));
-  torch::serialize::InputArchive archive;
-  absl::Status loaded = Catching("the checkpoint is not a LibTorch archive", [&] {
-    // Tensors come back on the module's device (a checkpoint saved on
-    // one device loads on another); the RNG states go back to the CPU.
-    std::vector<at::Tensor> params = module.parameters();
-    archive.load_from(unsealed.archive.data(), unsealed.archive.size(),
-                      params.empty() ? c10::optional<c10::Device>()
-                                     : c10::optional<c10::Device>(params.front().device()));
+  RETURN_IF_ERROR(Catching("the checkpoint is not a LibTorch archive", [&] {
+    archive.load_from(unsealed.archive.data(), unsealed.archive.size(), device);
     return absl::OkStatus();
-  });
-  if (!loaded.ok()) return loaded;
+  }));
   c10::IValue format;
   const std::string expected = FormatName(unsealed.format);
   if (!archive.try_read("format", format) || !format.isString()) {
@@ -94,10 +98,42 @@ absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module
         "the archive says ", format.toStringRef(), " but the file around it is ", expected,
         " (its checksum header is missing or was stripped); it was not loaded"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<NamedTensors> ReadCheckpointWeights(const std::string& bytes) {
+  torch::serialize::InputArchive archive;
+  RETURN_IF_ERROR(OpenCheckpointArchive(bytes, c10::Device(c10::kCPU), archive));
+  NamedTensors weights;
+  for (const std::string& key : archive.keys()) {
+    if (!absl::StartsWith(key, kModelPrefix)) continue;
+    at::Tensor tensor;  // a fresh one each time (see RestoreCheckpoint)
+    if (!archive.try_read(key, tensor)) {
+      return absl::InvalidArgumentError(absl::StrCat("the checkpoint's '", key, "' is unreadable"));
+    }
+    weights.emplace_back(key.substr(kModelPrefix.size()), tensor);
+  }
+  if (weights.empty()) return absl::InvalidArgumentError("the checkpoint holds no weights");
+  return weights;
+}
+
+absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module,
+                               torch::optim::Optimizer* optimizer, TrainingState* state) {
+  // Tensors come back on the module's device (a checkpoint saved on one
+  // device loads on another); the RNG states go back to the CPU.
+  std::vector<at::Tensor> params = module.parameters();
+  torch::serialize::InputArchive archive;
+  RETURN_IF_ERROR(OpenCheckpointArchive(bytes,
+                                        params.empty()
+                                            ? c10::optional<c10::Device>()
+                                            : c10::optional<c10::Device>(params.front().device()),
+                                        archive));
   c10::NoGradGuard no_grad;
   for (const auto& [name, tensor] : module.named_state()) {
     at::Tensor saved;
-    if (!archive.try_read("model." + name, saved)) {
+    if (!archive.try_read(absl::StrCat(kModelPrefix, name), saved)) {
       return absl::InvalidArgumentError(absl::StrCat("the checkpoint has no tensor '", name,
                                                      "': was it saved from another model?"));
     }
@@ -137,6 +173,13 @@ absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module
       at::Tensor rng;
       if (!archive.try_read(absl::StrCat("rng.cpu.", state->cpu_rng_per_rank.size()), rng)) break;
       state->cpu_rng_per_rank.push_back(rng.cpu());
+    }
+    state->callback_states.clear();
+    for (const std::string& key : archive.keys()) {
+      if (absl::StartsWith(key, kCallbackPrefix) && archive.try_read(key, value) &&
+          value.isString()) {
+        state->callback_states[key.substr(kCallbackPrefix.size())] = value.toStringRef();
+      }
     }
     state->grad_scale = 0;
     state->grad_scale_growth_tracker = 0;

@@ -6,6 +6,7 @@
 #define DDPSPAWN_CORE_MODEL_CHECKPOINT_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,8 @@ struct TrainingState {
   // "16-mixed"'s loss scale and its good steps in a row (0: no loss scaler).
   double grad_scale = 0;
   int64_t grad_scale_growth_tracker = 0;
+  // Each fit callback's state (Callback::OnSaveCheckpoint), by its name.
+  std::map<std::string, std::string> callback_states;
 };
 
 // `optimizer` may be null (model only).
@@ -41,6 +44,10 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
 // another shape, is an error that names it.
 absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module,
                                torch::optim::Optimizer* optimizer, TrainingState* state);
+
+// The weights a checkpoint holds (its model's parameters and buffers by
+// name, on the CPU), without a module to restore them into.
+absl::StatusOr<NamedTensors> ReadCheckpointWeights(const std::string& bytes);
 
 }  // namespace ddpspawn
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/ddp/sync_batch_norm.h"
 #include "core/env/settings.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
@@ -291,7 +292,23 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
   }
   if (module == nullptr) return absl::InvalidArgumentError("Setup needs a module");
   module_ = std::move(module);
+  auto* network = dynamic_cast<NnModule*>(module_.get());
+  if (options_.sync_batchnorm) {
+    if (network == nullptr) {
+      return absl::InvalidArgumentError(
+          "sync_batchnorm converts LibTorch nn::Module models (NnModule), not TorchScript ones: "
+          "use torch.nn.SyncBatchNorm in the scripted model");
+    }
+    RETURN_IF_ERROR(ConvertSyncBatchNorm(network->network()).status());
+  }
   RETURN_IF_ERROR(ModelToDevice());
+  if (network != nullptr) {  // every SyncBatchNorm normalizes over the group
+    for (const std::shared_ptr<torch::nn::Module>& child : network->network()->modules()) {
+      if (auto sync = std::dynamic_pointer_cast<SyncBatchNormImpl>(child)) {
+        sync->set_process_group(group_.get());
+      }
+    }
+  }
   DdpOptions ddp_options = options_.ddp;
   std::shared_ptr<CommHook> hook = options_.ddp_comm_hook_object;
   if (hook == nullptr && options_.ddp_comm_hook == CommHookKind::kPowerSgd &&
@@ -379,16 +396,24 @@ absl::StatusOr<at::Tensor> DDPSpawnStrategy::PredictStep(const Batch& batch, int
 }
 
 absl::Status DDPSpawnStrategy::SaveCheckpoint(absl::string_view bytes, const std::string& path) {
-  absl::Status saved =
-      is_global_zero() ? options_.checkpoint_io->Save(bytes, path) : absl::OkStatus();
+  return AgreeOnRankZero(
+      is_global_zero() ? options_.checkpoint_io->Save(bytes, path) : absl::OkStatus(),
+      absl::StrCat("rank 0 could not save the checkpoint ", path));
+}
+
+absl::Status DDPSpawnStrategy::RemoveCheckpoint(const std::string& path) {
+  return AgreeOnRankZero(is_global_zero() ? options_.checkpoint_io->Remove(path) : absl::OkStatus(),
+                         absl::StrCat("rank 0 could not remove the checkpoint ", path));
+}
+
+absl::Status DDPSpawnStrategy::AgreeOnRankZero(absl::Status status,
+                                               const std::string& failed_on_rank_zero) {
   if (group_ != nullptr && world_size() > 1) {  // every rank learns whether rank 0 succeeded
-    int64_t ok = saved.ok() ? 1 : 0;
+    int64_t ok = status.ok() ? 1 : 0;
     RETURN_IF_ERROR(group_->Broadcast(&ok, 1, DType::kInt64, 0));
-    if (ok == 0 && saved.ok()) {
-      return absl::InternalError(absl::StrCat("rank 0 could not save the checkpoint ", path));
-    }
+    if (ok == 0 && status.ok()) return absl::InternalError(failed_on_rank_zero);
   }
-  return saved;
+  return status;
 }
 
 absl::StatusOr<std::string> DDPSpawnStrategy::LoadCheckpoint(const std::string& path) {

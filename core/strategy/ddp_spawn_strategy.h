@@ -90,6 +90,11 @@ struct StrategyOptions {
   // what a restarted job's ranks continue from).
   std::vector<std::string> worker_env;
   DdpOptions ddp;  // find_unused_parameters, broadcast_buffers, ...
+  // Lightning's sync_batchnorm: Setup() replaces the BatchNorm layers of an
+  // NnModule's Sequential containers with SyncBatchNorm (core/ddp/
+  // sync_batch_norm.h). SyncBatchNorm layers a module declares itself
+  // normalize over the group either way.
+  bool sync_batchnorm = false;
   absl::Duration launch_timeout = absl::InfiniteDuration();  // whole job, for Launch()
 };
 
@@ -192,8 +197,14 @@ class DDPSpawnStrategy {
   absl::Status SaveCheckpoint(absl::string_view bytes, const std::string& path);
   // The checkpoint's bytes, on the calling rank.
   absl::StatusOr<std::string> LoadCheckpoint(const std::string& path);
+  // Rank 0 removes a checkpoint (one already gone is no error); every rank
+  // returns the same status, as with SaveCheckpoint.
+  absl::Status RemoveCheckpoint(const std::string& path);
 
  private:
+  // Rank 0's `status` on every rank (a collective): the others return an
+  // error saying `failed_on_rank_zero` when it failed.
+  absl::Status AgreeOnRankZero(absl::Status status, const std::string& failed_on_rank_zero);
   // Launch() under an outer launcher: SetupDistributed(), fn, rank 0's
   // result to every rank, Teardown().
   absl::StatusOr<std::string> RunAsOuterRank(const ClusterInfo& outer, const WorkerFn& fn);

@@ -32,6 +32,7 @@
 #include "core/env/settings.h"
 #include "core/launch/launcher.h"
 #include "core/model/checkpoint.h"
+#include "core/model/weights_io.h"
 #include "core/train/mlp_module.h"
 #include "core/train/torchscript_module.h"
 #include "core/util/files.h"
@@ -214,6 +215,9 @@ struct RunOption {
 
 const std::vector<RunOption>& RunOptionTable() {
   const std::string data = "Model and data", trainer = "Trainer", optimizer = "Optimizer",
+                    callbacks =
+                        "Callbacks (Lightning's EarlyStopping, ModelCheckpoint, "
+                        "LearningRateMonitor)",
                     distributed = "Distributed (torchrun's names)";
   static const auto* table = new std::vector<RunOption>{
       {"model", data, "SPEC",
@@ -235,7 +239,9 @@ const std::vector<RunOption>& RunOptionTable() {
       // Any int: the loader checks it against the file's columns.
       {"label_column", data, "N", "CSV column of the label (-1: the last)",
        Integer<-kIntMax - 1, kIntMax>(&RunConfig::label_column)},
-      {"checkpoint", data, "FILE", "weights to start from (validate, test, predict)",
+      {"checkpoint", data, "FILE",
+       "weights to start from (validate, test, predict): a ddpspawn checkpoint, a state dict "
+       "torch.save wrote, or safetensors (see ddpspawn export --help)",
        Text(&RunConfig::checkpoint)},
       {"max_epochs", trainer, "N", "",
        Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& { return c.trainer.max_epochs; })},
@@ -296,6 +302,44 @@ const std::vector<RunOption>& RunOptionTable() {
       {"allow_non_finite_loss", trainer, "BOOL",
        "false: a nan/inf training loss stops fit with an error, keeping the last good checkpoint",
        Flag([](RunConfig& c) -> bool& { return c.trainer.allow_non_finite_loss; })},
+      {"early_stopping_monitor", callbacks, "METRIC",
+       "stop fit when METRIC (e.g. val_loss) has not improved for --early-stopping-patience "
+       "checks (one per epoch that logs it); empty: never",
+       Text([](RunConfig& c) -> std::string& { return c.early_stopping.monitor; })},
+      {"early_stopping_mode", callbacks, "auto|min|max",
+       "auto: max for *accuracy, min for *loss, else set it",
+       Choice([](RunConfig& c) -> MonitorMode& { return c.early_stopping.mode; }, ParseMonitorMode,
+              MonitorModeName)},
+      {"early_stopping_patience", callbacks, "N", "",
+       Integer<0, kIntMax>([](RunConfig& c) -> int& { return c.early_stopping.patience; })},
+      {"early_stopping_min_delta", callbacks, "X", "a smaller change is no improvement",
+       Number([](RunConfig& c) -> double& { return c.early_stopping.min_delta; }, 0)},
+      {"early_stopping_check_finite", callbacks, "BOOL", "stop at once when METRIC is nan or inf",
+       Flag([](RunConfig& c) -> bool& { return c.early_stopping.check_finite; })},
+      {"monitor", callbacks, "METRIC",
+       "ModelCheckpoint: keep the --save-top-k best checkpoints by METRIC (e.g. val_accuracy) "
+       "in checkpoints/, beside last.ckpt",
+       Text([](RunConfig& c) -> std::string& { return c.model_checkpoint.monitor; })},
+      {"mode", callbacks, "auto|min|max", "as --early-stopping-mode, for --monitor",
+       Choice([](RunConfig& c) -> MonitorMode& { return c.model_checkpoint.mode; },
+              ParseMonitorMode, MonitorModeName)},
+      {"save_top_k", callbacks, "K",
+       "-1: keep every checkpoint; without --monitor, 1 is last.ckpt alone",
+       Integer<-1, kIntMax>([](RunConfig& c) -> int& { return c.model_checkpoint.save_top_k; })},
+      {"every_n_epochs", callbacks, "N", "ModelCheckpoint checks every N epochs",
+       Integer<0, kIntMax>([](RunConfig& c) -> int& { return c.model_checkpoint.every_n_epochs; })},
+      {"every_n_train_steps", callbacks, "N",
+       "ModelCheckpoint checks every N optimizer steps instead (0: at epoch ends)",
+       Integer<0, kInt64Max>(
+           [](RunConfig& c) -> int64_t& { return c.model_checkpoint.every_n_train_steps; })},
+      {"checkpoint_filename", callbacks, "TEMPLATE",
+       "Lightning's filename: {epoch}, {step}, {METRIC} or {METRIC:.4f}, each written name=value "
+       "(default: {epoch}-{step}, and -{MONITOR:.4f} with --monitor)",
+       Text([](RunConfig& c) -> std::string& { return c.model_checkpoint.filename; })},
+      {"lr_monitor", callbacks, "none|epoch|step",
+       "log the learning rate as lr-SGD (lr-Adam, lr-AdamW) at each epoch's start or every "
+       "--log-every-n-steps steps",
+       Choice(&RunConfig::lr_monitor, ParseLoggingInterval, LoggingIntervalName)},
       {"optimizer", optimizer, "sgd|adam|adamw", "",
        OneOf([](RunConfig& c) -> std::string& { return c.optimizer.name; },
              {"sgd", "adam", "adamw"})},
@@ -309,6 +353,33 @@ const std::vector<RunOption>& RunOptionTable() {
        Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& { return c.optimizer.step_lr_every; })},
       {"step_lr_gamma", optimizer, "X", "",
        Number([](RunConfig& c) -> double& { return c.optimizer.step_lr_gamma; }, 0)},
+      {"lr_scheduler", optimizer, "none|cosine|onecycle|plateau",
+       "cosine: to --lr-min over fit's steps; onecycle: torch's OneCycleLR peaking at --lr; "
+       "plateau: times --lr-plateau-factor after --lr-plateau-patience epochs without a better "
+       "--lr-plateau-monitor (not with --step-lr-every)",
+       Choice([](RunConfig& c) -> LrSchedule& { return c.lr_scheduler.schedule; }, ParseLrSchedule,
+              LrScheduleName)},
+      {"lr_scheduler_interval", optimizer, "step|epoch",
+       "cosine and onecycle: set the rate before every step, or at each epoch's start (over "
+       "--max-epochs; --lr-warmup-steps then counts epochs)",
+       Choice([](RunConfig& c) -> LrInterval& { return c.lr_scheduler.interval; }, ParseLrInterval,
+              LrIntervalName)},
+      {"lr_warmup_steps", optimizer, "N",
+       "a linear rise to --lr over the first N optimizer steps (cosine, plateau)",
+       Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& { return c.lr_scheduler.warmup_steps; })},
+      {"lr_min", optimizer, "X", "",
+       Number([](RunConfig& c) -> double& { return c.lr_scheduler.min_lr; }, 0)},
+      {"lr_onecycle_pct_start", optimizer, "X", "the share of steps spent rising",
+       Number([](RunConfig& c) -> double& { return c.lr_scheduler.onecycle_pct_start; }, 0)},
+      {"lr_plateau_monitor", optimizer, "METRIC", "",
+       Text([](RunConfig& c) -> std::string& { return c.lr_scheduler.plateau_monitor; })},
+      {"lr_plateau_mode", optimizer, "auto|min|max", "",
+       Choice([](RunConfig& c) -> MonitorMode& { return c.lr_scheduler.plateau_mode; },
+              ParseMonitorMode, MonitorModeName)},
+      {"lr_plateau_factor", optimizer, "X", "",
+       Number([](RunConfig& c) -> double& { return c.lr_scheduler.plateau_factor; }, 0)},
+      {"lr_plateau_patience", optimizer, "N", "",
+       Integer<0, kIntMax>([](RunConfig& c) -> int& { return c.lr_scheduler.plateau_patience; })},
       {"nproc_per_node", distributed, "N",
        absl::StrCat("ranks on this node, at most ", kMaxNprocs,
                     " (under torchrun or srun: their LOCAL_WORLD_SIZE)"),
@@ -345,6 +416,13 @@ const std::vector<RunOption>& RunOptionTable() {
       {"ddp_comm_hook", distributed, "allreduce|fp16|bf16|powersgd", "",
        Choice(&RunConfig::ddp_comm_hook, ParseCommHook, CommHookName)},
       {"find_unused_parameters", distributed, "BOOL", "", Flag(&RunConfig::find_unused_parameters)},
+      {"sync_batchnorm", distributed, "BOOL",
+       "BatchNorm statistics over every rank's batch (LibTorch modules; TorchScript models are "
+       "refused)",
+       Flag(&RunConfig::sync_batchnorm)},
+      {"static_graph", distributed, "BOOL",
+       "the same parameters every step: --find-unused-parameters learns them once",
+       Flag(&RunConfig::static_graph)},
       {"gradient_as_bucket_view", distributed, "BOOL", "",
        Flag(&RunConfig::gradient_as_bucket_view)},
   };
@@ -618,6 +696,19 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOp
     config.trainer.checkpoint_on_signal = SIGUSR2;
   }
   RETURN_IF_ERROR(ResolveDevices(config));
+  RETURN_IF_ERROR(CheckEarlyStoppingOptions(config.early_stopping));
+  RETURN_IF_ERROR(CheckModelCheckpointOptions(config.model_checkpoint));
+  RETURN_IF_ERROR(CheckLrSchedulerOptions(config.lr_scheduler));
+  if (config.lr_scheduler.interval == LrInterval::kEpoch && config.trainer.max_epochs < 1 &&
+      (config.lr_scheduler.schedule == LrSchedule::kCosine ||
+       config.lr_scheduler.schedule == LrSchedule::kOneCycle)) {
+    return absl::InvalidArgumentError(
+        "lr_scheduler_interval epoch needs max_epochs >= 1 to spread the schedule over");
+  }
+  if (config.lr_scheduler.schedule != LrSchedule::kNone && config.optimizer.step_lr_every > 0) {
+    return absl::InvalidArgumentError(
+        "lr_scheduler and step_lr_every are two schedules for one rate: choose one");
+  }
   if (config.world_size == 0) config.world_size = config.nnodes * config.nproc_per_node;
   if (config.model.empty()) return absl::InvalidArgumentError("option model is required");
   if (command == "fit" && config.train.empty()) {
@@ -676,7 +767,11 @@ absl::Status CheckRun(const RunConfig& config) {
   for (const std::string* path : {&config.trainer.resume_from, &config.checkpoint}) {
     if (path->empty()) continue;
     ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(*path));
-    if (absl::Status s = RestoreCheckpoint(bytes, *module, nullptr, nullptr); !s.ok()) {
+    // Weights only (--checkpoint) may come from torch or safetensors too.
+    absl::Status s = path == &config.checkpoint
+                         ? LoadWeightsFromAnyFormat(bytes, *module)
+                         : RestoreCheckpoint(bytes, *module, nullptr, nullptr);
+    if (!s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("checkpoint ", *path, ": ", s.message()));
     }
   }
@@ -713,6 +808,8 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   options.fork_close_descriptors = true;
   options.ddp_comm_hook = config.ddp_comm_hook;
   options.ddp.reducer.find_unused_parameters = config.find_unused_parameters;
+  options.ddp.reducer.static_graph = config.static_graph;
+  options.sync_batchnorm = config.sync_batchnorm;
   options.ddp.reducer.gradient_as_bucket_view = config.gradient_as_bucket_view;
   options.precision_plugin = MakePrecisionPlugin(config.precision);
   return options;
@@ -729,7 +826,7 @@ absl::StatusOr<std::string> RunResolvedCommand(const RunConfig& config,
   ASSIGN_OR_RETURN(std::shared_ptr<LightningModule> module, LoadModel(config, data));
   if (!config.checkpoint.empty()) {
     ASSIGN_OR_RETURN(std::string bytes, strategy.LoadCheckpoint(config.checkpoint));
-    if (absl::Status s = RestoreCheckpoint(bytes, *module, nullptr, nullptr); !s.ok()) {
+    if (absl::Status s = LoadWeightsFromAnyFormat(bytes, *module); !s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint ", config.checkpoint, ": ", s.message()));
     }
@@ -738,16 +835,45 @@ absl::StatusOr<std::string> RunResolvedCommand(const RunConfig& config,
   if (strategy.is_global_zero()) {
     RETURN_IF_ERROR(PrepareOutputDirectory(config.trainer.default_root_dir));
   }
-  Trainer trainer(strategy, config.trainer);
   if (config.command == "fit") {
+    TrainerOptions options = config.trainer;
+    std::shared_ptr<ModelCheckpoint> model_checkpoint;
+    if (ModelCheckpointEnabled(config.model_checkpoint)) {
+      model_checkpoint = std::make_shared<ModelCheckpoint>(config.model_checkpoint);
+      options.callbacks.push_back(model_checkpoint);
+    }
+    if (!config.early_stopping.monitor.empty()) {
+      options.callbacks.push_back(std::make_shared<EarlyStopping>(config.early_stopping));
+    }
+    // The schedule before the monitor: at an epoch's start it sets the rate
+    // the monitor then logs.
+    if (config.lr_scheduler.schedule != LrSchedule::kNone) {
+      options.callbacks.push_back(std::make_shared<LrScheduler>(config.lr_scheduler));
+    }
+    if (config.lr_monitor != LoggingInterval::kNone) {
+      options.callbacks.push_back(std::make_shared<LearningRateMonitor>(
+          config.lr_monitor, config.trainer.log_every_n_steps));
+    }
     std::optional<Dataset> val;
     if (!config.val.empty()) {
       ASSIGN_OR_RETURN(Dataset loaded, LoadData(config, "val", config.val, config.val_labels));
       val = std::move(loaded);
     }
+    Trainer trainer(strategy, std::move(options));
     ASSIGN_OR_RETURN(FitResult result, trainer.Fit(module, data, val ? &*val : nullptr));
-    return result.Encode();
+    std::string text = result.Encode();
+    if (model_checkpoint != nullptr && !model_checkpoint->best_model_path().empty()) {
+      absl::StrAppend(&text, "best_model_path=",
+                      std::filesystem::absolute(model_checkpoint->best_model_path()).string(),
+                      "\n");
+      if (!config.model_checkpoint.monitor.empty()) {
+        absl::StrAppendFormat(&text, "best_model_score=%.17g\n",
+                              model_checkpoint->best_model_score());
+      }
+    }
+    return text;
   }
+  Trainer trainer(strategy, config.trainer);
   if (config.command == "predict") {
     ASSIGN_OR_RETURN(at::Tensor predictions, trainer.Predict(module, data));
     if (!strategy.is_global_zero()) return std::string();

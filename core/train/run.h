@@ -12,6 +12,10 @@
 
 #include "absl/status/statusor.h"
 #include "core/strategy/ddp_spawn_strategy.h"
+#include "core/train/early_stopping.h"
+#include "core/train/lr_monitor.h"
+#include "core/train/lr_scheduler.h"
+#include "core/train/model_checkpoint.h"
 #include "core/train/trainer.h"
 
 namespace ddpspawn {
@@ -25,7 +29,12 @@ struct RunConfig {
   int label_column = -1;
   std::string checkpoint;
   TrainerOptions trainer;
+  // Fit's callbacks, made from these (their defaults add none).
+  EarlyStoppingOptions early_stopping;
+  ModelCheckpointOptions model_checkpoint;
+  LoggingInterval lr_monitor = LoggingInterval::kNone;
   OptimizerConfig optimizer;
+  LrSchedulerOptions lr_scheduler;  // beside optimizer.step_lr_every, not with it
   int nproc_per_node = 1;
   Accelerator accelerator = Accelerator::kCpu;
   // Lightning's devices: a count ("2") or CUDA indices ("0,2"); sets
@@ -56,6 +65,8 @@ struct RunConfig {
   Precision precision = Precision::k32True;
   CommHookKind ddp_comm_hook = CommHookKind::kAllReduce;
   bool find_unused_parameters = false;
+  bool static_graph = false;
+  bool sync_batchnorm = false;
   bool gradient_as_bucket_view = true;
 };
 

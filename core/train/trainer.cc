@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -308,6 +309,7 @@ absl::Status Trainer::Prepare(const std::shared_ptr<LightningModule>& module) {
 
 absl::Status Trainer::Log(int64_t epoch, int64_t step, const std::string& name, double value) {
   last_metrics_[name] = value;
+  epoch_metrics_[name] = value;
   if (!strategy_.is_global_zero()) return absl::OkStatus();
   // Never through a link (a metrics.csv planted in a shared directory).
   return AppendToFile(options_.default_root_dir + "/metrics.csv",
@@ -319,6 +321,11 @@ absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Opti
                                      TrainingState state, const std::string& path) {
   ASSIGN_OR_RETURN(std::vector<at::Tensor> rng, GatherRngStates(strategy_));
   state.cpu_rng_per_rank = std::move(rng);
+  for (const std::shared_ptr<Callback>& callback : options_.callbacks) {
+    std::string callback_state = callback->OnSaveCheckpoint();
+    if (!callback_state.empty())
+      state.callback_states[callback->name()] = std::move(callback_state);
+  }
   std::string bytes;
   if (strategy_.is_global_zero()) {
     ASSIGN_OR_RETURN(std::string serialized, SerializeCheckpoint(module, optimizer, state));
@@ -329,6 +336,13 @@ absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Opti
 
 std::string LastCheckpointPath(const TrainerOptions& options) {
   return options.default_root_dir + "/checkpoints/last.ckpt";
+}
+
+absl::Status Trainer::CallHooks(const std::function<absl::Status(Callback&)>& hook) {
+  for (const std::shared_ptr<Callback>& callback : options_.callbacks) {
+    RETURN_IF_ERROR(hook(*callback));
+  }
+  return absl::OkStatus();
 }
 
 // One Fit() in progress: what its steps share.
@@ -352,6 +366,11 @@ struct Trainer::FitRun {
   bool out_of_time = false;
   bool signaled = false;  // checkpoint_on_signal arrived on some rank
   bool stop = false;
+  // A callback's RequestStop(): FitResult::stopped_by and the epoch line's end.
+  std::string stopped_by, stop_why;
+  bool validates = false;         // given validation data, checked every n > 0 epochs
+  bool validated = false;         // in the epoch in progress
+  FitContext* context = nullptr;  // FitAndReport's, while it runs
   // The epoch in progress.
   int64_t epoch = 0;
   absl::Time epoch_start;
@@ -359,14 +378,99 @@ struct Trainer::FitRun {
   int64_t epoch_batches = 0, window_batches = 0;
 };
 
+// The callbacks' view of a FitRun (callback.h).
+class Trainer::FitContext : public CallbackContext {
+ public:
+  FitContext(Trainer& trainer, FitRun& run) : trainer_(trainer), run_(run) {}
+
+  int global_rank() const override { return trainer_.strategy_.global_rank(); }
+  int world_size() const override { return trainer_.strategy_.world_size(); }
+  int64_t epoch() const override { return run_.epoch; }
+  int64_t global_step() const override { return run_.state.global_step; }
+  const std::map<std::string, double>& metrics() const override { return trainer_.last_metrics_; }
+  const std::map<std::string, double>& epoch_metrics() const override {
+    return trainer_.epoch_metrics_;
+  }
+  bool validates() const override { return run_.validates; }
+  bool validated_this_epoch() const override { return run_.validated; }
+  double learning_rate() const override {
+    return run_.optimizer->param_groups().front().options().get_lr();
+  }
+  std::string optimizer_name() const override {
+    if (run_.config.name == "adam") return "Adam";
+    if (run_.config.name == "adamw") return "AdamW";
+    return "SGD";
+  }
+  double base_learning_rate() const override { return run_.config.lr; }
+  int64_t total_steps() const override {
+    const int64_t per_epoch = (run_.batches + trainer_.options_.accumulate_grad_batches - 1) /
+                              trainer_.options_.accumulate_grad_batches;
+    const int64_t by_epochs =
+        trainer_.options_.max_epochs >= 1 ? trainer_.options_.max_epochs * per_epoch : INT64_MAX;
+    return trainer_.options_.max_steps > 0 ? std::min(trainer_.options_.max_steps, by_epochs)
+                                           : by_epochs;
+  }
+  int64_t total_epochs() const override {
+    return std::max<int64_t>(trainer_.options_.max_epochs, 0);
+  }
+  void set_learning_rate(double lr) override {
+    for (auto& group : run_.optimizer->param_groups()) group.options().set_lr(lr);
+  }
+  std::string checkpoint_dir() const override {
+    return trainer_.options_.default_root_dir + "/checkpoints";
+  }
+  absl::Status Log(const std::string& name, double value) override {
+    return trainer_.Log(run_.epoch, run_.state.global_step, name, value);
+  }
+  absl::Status SaveCheckpoint(const std::string& path) override {
+    return trainer_.SaveCheckpoint(*run_.module, run_.optimizer.get(), run_.state, path);
+  }
+  absl::Status RemoveCheckpoint(const std::string& path) override {
+    return trainer_.strategy_.RemoveCheckpoint(path);
+  }
+  absl::StatusOr<bool> AnyRank(bool mine) override {
+    ASSIGN_OR_RETURN(
+        at::Tensor any,
+        trainer_.strategy_.Reduce(at::tensor({mine ? 1.0 : 0.0}, at::kDouble), ReduceOp::kMax));
+    return any.to(at::kCPU).item<double>() > 0;
+  }
+  void RequestStop(const std::string& by, const std::string& why) override {
+    run_.stop = true;
+    if (run_.stopped_by.empty()) {
+      run_.stopped_by = by;
+      run_.stop_why = why;
+    }
+  }
+
+ private:
+  Trainer& trainer_;
+  FitRun& run_;
+};
+
 absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& module,
                                        const Dataset& train, const Dataset* validation) {
+  absl::StatusOr<FitResult> result = FitAndReport(module, train, validation);
+  if (!result.ok()) {
+    for (const std::shared_ptr<Callback>& callback : options_.callbacks) {
+      callback->OnException(result.status());
+    }
+  }
+  return result;
+}
+
+absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningModule>& module,
+                                                const Dataset& train, const Dataset* validation) {
   ASSIGN_OR_RETURN(std::unique_ptr<FitRun> run, StartFit(module, train));
+  run->validates = validation != nullptr && options_.check_val_every_n_epoch > 0;
   StopSignal stop_signal(options_.checkpoint_on_signal);
+  FitContext context(*this, *run);
+  run->context = &context;
+  RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnFitStart(context); }));
   while (!run->stop && run->state.epoch < run->max_epochs) {
     RETURN_IF_ERROR(TrainEpoch(*run, train));
     RETURN_IF_ERROR(EndEpoch(*run, validation));
   }
+  RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnFitEnd(context); }));
   FitResult result;
   result.checkpoint = std::filesystem::absolute(run->checkpoint).string();
   result.metrics_csv =
@@ -376,6 +480,7 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
   result.metrics = last_metrics_;
   if (run->out_of_time) result.stopped_by = "max_time";
   if (run->signaled) result.stopped_by = SignalAbbrev(options_.checkpoint_on_signal);
+  if (!run->stopped_by.empty()) result.stopped_by = run->stopped_by;
   return result;
 }
 
@@ -397,6 +502,14 @@ absl::StatusOr<std::unique_ptr<Trainer::FitRun>> Trainer::StartFit(
       RETURN_IF_ERROR(PrepareOutputDirectory(dir));
     }
   }
+  std::set<std::string> names;
+  for (const std::shared_ptr<Callback>& callback : options_.callbacks) {
+    if (callback == nullptr) return absl::InvalidArgumentError("a callback is null");
+    if (!names.insert(callback->name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("two callbacks are named '", callback->name(),
+                                                     "'; their checkpoint states would collide"));
+    }
+  }
   auto run = std::make_unique<FitRun>(module, options_);
   run->checkpoint = LastCheckpointPath(options_);
 
@@ -413,6 +526,14 @@ absl::StatusOr<std::unique_ptr<Trainer::FitRun>> Trainer::StartFit(
     if (rank < static_cast<int>(state.cpu_rng_per_rank.size())) {
       at::Generator generator = at::detail::getDefaultCPUGenerator();
       generator.set_state(state.cpu_rng_per_rank[rank]);
+    }
+    for (const std::shared_ptr<Callback>& callback : options_.callbacks) {
+      const auto saved = state.callback_states.find(callback->name());
+      if (saved == state.callback_states.end()) continue;  // a fresh start for it
+      if (absl::Status s = callback->OnLoadCheckpoint(saved->second); !s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cannot resume from ", options_.resume_from, ": ", s.message()));
+      }
     }
   }
   absl::StatusOr<DistributedSampler> sampler = DistributedSampler::Create(
@@ -450,6 +571,9 @@ absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train) {
         run.config.lr * std::pow(run.config.step_lr_gamma, static_cast<double>(decays));
     for (auto& group : run.optimizer->param_groups()) group.options().set_lr(lr);
   }
+  epoch_metrics_.clear();
+  run.validated = false;
+  RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnTrainEpochStart(*run.context); }));
   run.sampler->set_epoch(epoch);
   const std::vector<int64_t> indices = run.sampler->Indices();
   run.module->SetTraining(true);
@@ -458,6 +582,7 @@ absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train) {
     Batch batch = MakeBatch(train, indices, b * options_.batch_size,
                             BatchEnd(b, options_.batch_size, run.sampler->num_samples()));
     const bool step_now = (b + 1) % accumulate == 0 || b + 1 == run.batches;
+    RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnTrainBatchStart(*run.context, b); }));
     ASSIGN_OR_RETURN(at::Tensor loss, strategy_.TrainingStep(batch, b));
     try {
       at::Tensor scaled = loss / static_cast<double>(accumulate);
@@ -477,11 +602,17 @@ absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train) {
     run.window_loss += value;
     ++run.epoch_batches;
     ++run.window_batches;
-    if (!step_now) continue;
-    OptimizerStep(run);
-    run.state.batch_in_epoch = b + 1;
-    ASSIGN_OR_RETURN(run.stop, AfterOptimizerStep(run, b, value));
-    if (run.stop) break;
+    if (step_now) {
+      OptimizerStep(run);
+      run.state.batch_in_epoch = b + 1;
+      ASSIGN_OR_RETURN(const bool done, AfterOptimizerStep(run, b, value));
+      run.stop = run.stop || done;
+    }
+    RETURN_IF_ERROR(
+        CallHooks([&](Callback& c) { return c.OnTrainBatchEnd(*run.context, b, step_now); }));
+    // Between optimizer steps only: a stop asked for within an accumulation
+    // takes effect at its step.
+    if (run.stop && step_now) break;
   }
   return absl::OkStatus();
 }
@@ -567,14 +698,19 @@ absl::Status Trainer::EndEpoch(FitRun& run, const Dataset* validation) {
     RETURN_IF_ERROR(Log(epoch, state.global_step, "train_loss_epoch", mean));
     absl::StrAppendFormat(&line, " train_loss %.4f", mean);
   }
-  if (epoch_done && validation != nullptr && options_.check_val_every_n_epoch > 0 &&
-      (epoch + 1) % options_.check_val_every_n_epoch == 0) {
+  if (epoch_done && run.validates && (epoch + 1) % options_.check_val_every_n_epoch == 0) {
+    RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnValidationStart(*run.context); }));
     ASSIGN_OR_RETURN(auto metrics, Evaluate(run.module, *validation, false));
     for (const auto& [name, value] : metrics) {
       RETURN_IF_ERROR(Log(epoch, state.global_step, name, value));
       absl::StrAppendFormat(&line, " %s %.4f", name, value);
     }
+    run.validated = true;
     run.module->SetTraining(true);
+    RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnValidationEnd(*run.context); }));
+  }
+  if (epoch_done) {
+    RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnTrainEpochEnd(*run.context); }));
   }
   RETURN_IF_ERROR(SaveCheckpoint(*run.module, run.optimizer.get(), state, run.checkpoint));
   run.watch.Saved(std::filesystem::absolute(run.checkpoint).string());
@@ -586,10 +722,16 @@ absl::Status Trainer::EndEpoch(FitRun& run, const Dataset* validation) {
     } else if (run.signaled) {
       stopped =
           absl::StrCat("; stopped: ", SignalAbbrev(options_.checkpoint_on_signal), " received");
+    } else if (!run.stop_why.empty()) {
+      stopped = absl::StrCat("; stopped: ", run.stop_why);
     }
     std::printf("%s%s (%.2f s)%s\n", run.bar ? "\r" : "", line.c_str(),
                 absl::ToDoubleSeconds(absl::Now() - run.epoch_start), stopped.c_str());
     std::fflush(stdout);
+  } else if (!run.stop_why.empty() && strategy_.is_global_zero()) {
+    // Without the epoch lines, a callback's stop is still said once.
+    std::fprintf(stderr, "ddpspawn: fit stopped after epoch %lld: %s\n",
+                 static_cast<long long>(epoch) + 1, run.stop_why.c_str());
   }
   return absl::OkStatus();
 }

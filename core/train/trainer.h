@@ -1,6 +1,6 @@
 // The training loops, run inside every rank on a DDPSpawnStrategy: fit (epochs
 // or steps, gradient accumulation with no_sync, gradient clipping, validation
-// every n epochs, a step LR schedule), validate, test and predict (predictions
+// every n epochs, a step LR schedule, callbacks), validate, test and predict (predictions
 // gathered to rank 0 in dataset order). Data is sharded by a
 // DistributedSampler; metrics are averaged across ranks and written by rank 0
 // to <root>/metrics.csv; rank 0 checkpoints to <root>/checkpoints/last.ckpt
@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -24,6 +25,7 @@
 #include "core/model/checkpoint.h"
 #include "core/model/module.h"
 #include "core/strategy/ddp_spawn_strategy.h"
+#include "core/train/callback.h"
 #include "core/train/dataset.h"
 
 namespace ddpspawn {
@@ -77,6 +79,9 @@ struct TrainerOptions {
   // agrees on it), and returns with stopped_by = the signal's name; 0: none
   // (the signal keeps its default action).
   int checkpoint_on_signal = 0;
+  // Fit calls their hooks in this order on every rank (callback.h); their
+  // names must differ.
+  std::vector<std::shared_ptr<Callback>> callbacks;
 };
 
 // What fit hands back to the launcher (through rank 0's result).
@@ -86,8 +91,8 @@ struct FitResult {
   int64_t epoch = 0;
   int64_t global_step = 0;
   std::map<std::string, double> metrics;  // the last value of every logged metric
-  // "max_time" or the signal's name ("SIGUSR1") when that ended fit early;
-  // else empty.
+  // "max_time", the signal's name ("SIGUSR1") or what a callback said
+  // ("early_stopping") when that ended fit early; else empty.
   std::string stopped_by;
   std::string Encode() const;
   static absl::StatusOr<FitResult> Decode(const std::string& text);
@@ -116,6 +121,10 @@ class Trainer {
  private:
   // Fit() in steps; FitRun holds what they share (trainer.cc).
   struct FitRun;
+  class FitContext;  // what callbacks see of a FitRun
+  // Fit() but for telling the callbacks of an error.
+  absl::StatusOr<FitResult> FitAndReport(const std::shared_ptr<LightningModule>& module,
+                                         const Dataset& train, const Dataset* validation);
   absl::StatusOr<std::unique_ptr<FitRun>> StartFit(const std::shared_ptr<LightningModule>& module,
                                                    const Dataset& train);
   absl::Status TrainEpoch(FitRun& run, const Dataset& train);
@@ -137,12 +146,16 @@ class Trainer {
       LightningModule& module, const Dataset& data, bool exactly_once,
       const std::function<absl::Status(const Batch&, int64_t, bool counted)>& step);
   absl::Status Log(int64_t epoch, int64_t step, const std::string& name, double value);
+  // With every callback's state.
   absl::Status SaveCheckpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
                               TrainingState state, const std::string& path);
+  // Calls `hook` on each callback, in order; the first error stops.
+  absl::Status CallHooks(const std::function<absl::Status(Callback&)>& hook);
 
   DDPSpawnStrategy& strategy_;
   TrainerOptions options_;
   std::map<std::string, double> last_metrics_;
+  std::map<std::string, double> epoch_metrics_;  // those logged in fit's current epoch
 };
 
 }  // namespace ddpspawn

@@ -2,16 +2,17 @@
 // of every global batch; rank 0 also trains a single-process reference on the
 // whole batch (N*b) from the same initial weights, and checks that both reach
 // the same parameters, and that every rank holds rank 0's parameters and
-// buffers. With a comm hook it also checks what the hook did to the first
-// step's gradients (see CheckFirstStep), and with --expect-sent=N that PowerSGD
-// sent N elements per step once compressing. Usage:
+// buffers (its own buffers with --no-broadcast-buffers). With a comm hook it also checks what the
+// hook did to the first step's gradients (see CheckFirstStep), and with --expect-sent=N that
+// PowerSGD sent N elements per step once compressing. Usage:
 //   ddp_worker MODEL [--steps=N] [--batch=B] [--view] [--cap-mb=X]
-//              [--first-cap-mb=X] [--find-unused] [--no-broadcast-buffers]
+//              [--first-cap-mb=X] [--find-unused] [--static-graph]
+//              [--no-broadcast-buffers]
 //              [--accum=K] [--hook=NAME] [--wrap=fp16|bf16] [--powersgd-rank=R]
 //              [--powersgd-start=S] [--min-compression=X] [--expect-sent=N]
-//              [--tol=X] [--expect-diverge]
-// MODEL: mlp | cnn_bn | unused | buckets. The result (rank 0) is "max_diff=<x>
-// buckets=<n>", then what the first-step check measured, if it ran.
+//              [--tol=X] [--expect-diverge] [--uneven [--divide-by-active]]
+// MODEL: mlp | cnn_bn | cnn_sync_bn | unused | static_unused | buckets. The result (rank 0) is
+// "max_diff=<x> buckets=<n>", then what the first-step check measured, if it ran.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/distributed_data_parallel.h"
+#include "core/ddp/sync_batch_norm.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/worker_channel.h"
 
@@ -103,6 +105,9 @@ struct Model {
   // block's rank).
   std::function<torch::Tensor(const torch::Tensor&, int step, int rank)> forward;
   std::vector<int64_t> input_shape;
+  // The reference runs each step's whole batch in one forward (SyncBatchNorm:
+  // statistics over every rank's samples), not one forward per rank's block.
+  bool whole_batch = false;
 };
 
 Model MakeModel(const std::string& name) {
@@ -122,6 +127,18 @@ Model MakeModel(const std::string& name) {
             [net](const torch::Tensor& x, int, int) mutable { return net->forward(x); },
             {1, 6, 6}};
   }
+  if (name == "cnn_sync_bn") {
+    auto net = torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)),
+                                     torch::nn::BatchNorm2d(4), torch::nn::ReLU(),
+                                     torch::nn::Flatten(), torch::nn::Linear(4 * 4 * 4, 4));
+    absl::StatusOr<int> converted = ConvertSyncBatchNorm(net.ptr());
+    CheckOk(converted.status(), "convert");
+    if (*converted != 1) Fail(absl::StrCat("converted ", *converted, " BatchNorm layers, not 1"));
+    return {net.ptr(),
+            [net](const torch::Tensor& x, int, int) mutable { return net->forward(x); },
+            {1, 6, 6},
+            /*whole_batch=*/true};
+  }
   if (name == "unused") {
     TwoHead net;
     // Head b: only rank 1's block uses it, only on odd steps.
@@ -129,6 +146,13 @@ Model MakeModel(const std::string& name) {
             [net](const torch::Tensor& x, int step, int rank) mutable {
               return net->forward(x, step % 2 == 1 && rank == 1);
             },
+            {8}};
+  }
+  if (name == "static_unused") {
+    TwoHead net;
+    // The same parameters every step: head b and never stay unused.
+    return {net.ptr(),
+            [net](const torch::Tensor& x, int, int) mutable { return net->forward(x, false); },
             {8}};
   }
   if (name == "buckets") {
@@ -308,6 +332,71 @@ std::string CheckFirstStep(const Flags& flags, int world, const std::vector<torc
                       " dense_of_bound=", worst_dense);
 }
 
+// Uneven inputs: rank r has 3 + 2 * (r % 2) batches (3 and 5 with 2 ranks)
+// of the `steps` (5) generated, and trains through ActiveRanks and
+// ShadowIteration. The reference trains on each step's batches of the ranks
+// that have one, averaged over every rank (--divide-by-active: over those
+// ranks), as DDP promises; afterwards every rank must hold its parameters.
+template <typename Block>
+int RunUneven(const Flags& flags, ProcessGroup& group, DistributedDataParallel& ddp, Model& model,
+              Model& reference, torch::optim::Optimizer& optimizer,
+              torch::optim::Optimizer& reference_optimizer, const torch::Tensor& inputs,
+              const torch::Tensor& targets, const Block& block) {
+  const int rank = group.rank(), world = group.world_size();
+  auto batches_of = [](int r) { return 3 + 2 * (r % 2); };
+  int iterations = 0;
+  for (int step = 0;; ++step) {
+    absl::StatusOr<int> active = ddp.ActiveRanks(step < batches_of(rank));
+    CheckOk(active.status(), "active ranks");
+    if (*active == 0) break;
+    int expected_active = 0;
+    for (int r = 0; r < world; ++r) expected_active += step < batches_of(r) ? 1 : 0;
+    if (*active != expected_active) {
+      Fail(absl::StrCat("step ", step, ": ", *active, " active ranks, not ", expected_active));
+    }
+    if (step < batches_of(rank)) {
+      optimizer.zero_grad(/*set_to_none=*/false);
+      CheckOk(ddp.PrepareForward(), "prepare forward");
+      torch::Tensor out = model.forward(block(inputs, step, 0, rank), step, rank);
+      try {
+        torch::mse_loss(out, block(targets, step, 0, rank)).backward();
+      } catch (const std::exception& e) {
+        Fail(absl::StrCat("backward: ", e.what()));
+      }
+      optimizer.step();
+      ++iterations;
+    } else {
+      CheckOk(ddp.ShadowIteration(), "shadow iteration");
+    }
+    if (rank == 0) {
+      reference_optimizer.zero_grad(/*set_to_none=*/false);
+      const double divisor = flags.Has("divide-by-active") ? expected_active : world;
+      for (int r = 0; r < world; ++r) {
+        if (step >= batches_of(r)) continue;
+        torch::Tensor out = reference.forward(block(inputs, step, 0, r), step, r);
+        (torch::mse_loss(out, block(targets, step, 0, r)) / divisor).backward();
+      }
+      reference_optimizer.step();
+    }
+  }
+  if (iterations != batches_of(rank)) Fail("a rank trained the wrong number of iterations");
+  torch::Tensor mine = Flatten(model.module->parameters());
+  torch::Tensor rank0 = mine.clone();
+  CheckOk(group.Broadcast(rank0, 0), "broadcast");
+  if (!mine.equal(rank0)) Fail(absl::StrCat("rank ", rank, " ended with other parameters"));
+  if (rank == 0) {
+    const double diff = (mine - Flatten(reference.module->parameters())).abs().max().item<double>();
+    const double tol = flags.Number("tol", 1e-5);
+    if (!(diff <= tol)) {
+      Fail(absl::StrCat("DDP and the single-process reference differ by ", diff, " > ", tol));
+    }
+    CheckOk(
+        SetWorkerResult(absl::StrCat("max_diff=", diff, " buckets=", ddp.reducer().bucket_count())),
+        "result");
+  }
+  return 0;
+}
+
 int Run(const Flags& flags) {
   absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
   CheckOk(cluster.status(), "cluster");
@@ -332,9 +421,11 @@ int Run(const Flags& flags) {
   DdpOptions options;
   options.reducer.gradient_as_bucket_view = flags.Has("view");
   options.reducer.find_unused_parameters = flags.Has("find-unused");
+  options.reducer.static_graph = flags.Has("static-graph");
   options.reducer.bucket_cap_mb = flags.Number("cap-mb", 25.0);
   options.reducer.first_bucket_cap_mb = flags.Number("first-cap-mb", 1.0);
   options.broadcast_buffers = !flags.Has("no-broadcast-buffers");
+  options.divide_by_initial_world_size = !flags.Has("divide-by-active");
   std::shared_ptr<PowerSgdState> powersgd;
   absl::StatusOr<std::shared_ptr<CommHook>> hook = MakeHook(flags, &powersgd);
   CheckOk(hook.status(), "hook");
@@ -365,6 +456,11 @@ int Run(const Flags& flags) {
     return all[step][micro].narrow(0, static_cast<int64_t>(r) * batch, batch);
   };
 
+  if (flags.Has("uneven")) {
+    return RunUneven(flags, group, ddp, model, reference, optimizer, reference_optimizer, inputs,
+                     targets, block);
+  }
+
   const bool check_first_step = !flags.Text("hook").empty() && rank == 0;
   std::vector<torch::Tensor> first_ddp, first_exact, first_abs_sum;
   std::string first_step_result;
@@ -384,11 +480,15 @@ int Run(const Flags& flags) {
       torch::Tensor out = model.forward(block(inputs, step, micro, rank), step, rank);
       torch::Tensor loss = torch::mse_loss(out, block(targets, step, micro, rank)) / accum;
       step_loss += loss.item<double>();
-      if (micro + 1 < accum) {
-        DistributedDataParallel::NoSync no_sync = ddp.no_sync();
-        loss.backward();
-      } else {
-        loss.backward();
+      try {  // the reducer's errors surface from backward()
+        if (micro + 1 < accum) {
+          DistributedDataParallel::NoSync no_sync = ddp.no_sync();
+          loss.backward();
+        } else {
+          loss.backward();
+        }
+      } catch (const std::exception& e) {
+        Fail(absl::StrCat("backward: ", e.what()));
       }
     }
     losses.push_back(step_loss);
@@ -443,8 +543,14 @@ int Run(const Flags& flags) {
       }
       for (int micro = 0; micro < accum; ++micro) {
         for (int r = 0; r < world; ++r) {
-          torch::Tensor out = reference.forward(block(inputs, step, micro, r), step, r);
-          (torch::mse_loss(out, block(targets, step, micro, r)) / (accum * world)).backward();
+          if (reference.whole_batch && r > 0) break;
+          // The mean over the whole batch is the mean of the blocks' means.
+          torch::Tensor out = reference.whole_batch
+                                  ? reference.forward(inputs[step][micro], step, 0)
+                                  : reference.forward(block(inputs, step, micro, r), step, r);
+          torch::Tensor target =
+              reference.whole_batch ? targets[step][micro] : block(targets, step, micro, r);
+          (torch::mse_loss(out, target) / (accum * (reference.whole_batch ? 1 : world))).backward();
           if (step == 0 && check_first_step) {
             std::vector<torch::Tensor> after = Gradients(*reference.module);
             for (size_t i = 0; i < after.size(); ++i) {
@@ -459,7 +565,7 @@ int Run(const Flags& flags) {
           }
         }
       }
-      if (options.broadcast_buffers) {
+      if (options.broadcast_buffers && !reference.whole_batch) {
         torch::NoGradGuard no_grad;
         std::vector<torch::Tensor> buffers = reference.module->buffers();
         for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(buffers_after_block0[i]);
@@ -472,21 +578,26 @@ int Run(const Flags& flags) {
   }
 
   // Every rank must hold rank 0's parameters (bit for bit) and, with
-  // broadcast_buffers after a final PrepareForward, rank 0's buffers.
+  // broadcast_buffers after a final PrepareForward, rank 0's buffers; without
+  // it, buffers of its own (running statistics of other data).
   CheckOk(ddp.PrepareForward(), "prepare forward");
-  for (const auto& [what, tensors] :
-       {std::make_pair("parameters", model.module->parameters()),
-        std::make_pair("buffers", options.broadcast_buffers ? model.module->buffers()
-                                                            : std::vector<torch::Tensor>{})}) {
+  for (const auto& [what, tensors] : {std::make_pair("parameters", model.module->parameters()),
+                                      std::make_pair("buffers", model.module->buffers())}) {
     torch::Tensor mine = Flatten(tensors);
     torch::Tensor rank0 = mine.clone();
     CheckOk(group.Broadcast(rank0, 0), "broadcast");
-    if (!mine.equal(rank0)) {
+    const bool shared = std::string(what) == "parameters" || options.broadcast_buffers;
+    if (shared && !mine.equal(rank0)) {
       Fail(absl::StrCat("rank ", rank, "'s ", what, " differ from rank 0's by ",
                         (mine - rank0).abs().max().item<double>()));
     }
+    if (!shared && rank != 0 && mine.numel() > 0 && mine.equal(rank0)) {
+      Fail(
+          absl::StrCat("rank ", rank, "'s buffers are rank 0's although broadcast_buffers is off"));
+    }
   }
-  if (options.reducer.find_unused_parameters && flags.model == "unused") {
+  if (options.reducer.find_unused_parameters &&
+      (flags.model == "unused" || flags.model == "static_unused")) {
     // A copy: named_parameters() returns a temporary dictionary (ASan found the dangling
     // reference).
     const at::Tensor never = model.module->named_parameters()["never.weight"];
@@ -513,6 +624,17 @@ int Run(const Flags& flags) {
       }
     } else if (!(diff <= tol)) {
       Fail(absl::StrCat("DDP and the single-process reference differ by ", diff, " > ", tol));
+    }
+    if (reference.whole_batch) {  // the running statistics too
+      const double buffers_diff =
+          (Flatten(model.module->buffers()) - Flatten(reference.module->buffers()))
+              .abs()
+              .max()
+              .item<double>();
+      if (!(buffers_diff <= tol)) {
+        Fail(absl::StrCat("the running statistics differ from the reference's by ", buffers_diff,
+                          " > ", tol));
+      }
     }
     CheckOk(SetWorkerResult(absl::StrCat(
                 "max_diff=", diff, " buckets=", ddp.reducer().bucket_count(), first_step_result)),

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/ddp/sync_batch_norm.h"
 #include "core/model/checkpoint.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 
@@ -133,6 +134,18 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
   EXPECT(torch::cat(flat).equal(saved));
   EXPECT(!s.LoadCheckpoint(path + ".missing").ok());
   EXPECT(!RestoreCheckpoint("not a checkpoint", *module, nullptr, nullptr).ok());
+
+  // A SyncBatchNorm the model declares normalizes over both ranks' batches
+  // (Setup gives it the group): rank 0's batch is all 0 and rank 1's all 1,
+  // so one step moves the running mean by momentum x 0.5 on both ranks.
+  auto normalized =
+      std::make_shared<Regressor>(torch::nn::Sequential(SyncBatchNorm(4), torch::nn::Linear(4, 1)));
+  EXPECT_OK(s.Setup(normalized));
+  const at::Tensor own = torch::full({8, 4}, static_cast<float>(rank));
+  EXPECT_OK(s.TrainingStep({own, own.sum(1, true)}, 0).status());
+  auto sync = normalized->network()->modules()[1]->as<SyncBatchNormImpl>();
+  EXPECT(sync != nullptr && sync->process_group() == s.group());
+  EXPECT(torch::allclose(sync->running_mean, torch::full({4}, 0.05f)));
   return absl::StrCat("ok: loss ", first_loss, " -> ", last_loss);
 }
 

@@ -24,67 +24,13 @@
 #include "core/util/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/train/cli_testing.h"
 
 namespace ddpspawn {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-struct CliRun {
-  int exit_code;
-  std::string output;
-  std::map<std::string, std::string> values;  // key=value lines
-  double Number(const std::string& key) const {
-    double v = -1;
-    auto it = values.find(key);
-    if (it == values.end() || !absl::SimpleAtod(it->second, &v)) return -1;
-    return v;
-  }
-};
-
-CliRun Cli(const std::string& args) {
-  static int counter = 0;
-  const std::string out = absl::StrCat(testing::TempDir(), "/cli-", ++counter, ".txt");
-  const std::string command =
-      absl::StrCat("tools/ddpspawn ", args, " --progress false > ", out, " 2>&1");
-  const int status = std::system(command.c_str());
-  CliRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadWholeFile(out).value_or(""), {}};
-  for (absl::string_view line : absl::StrSplit(run.output, '\n')) {
-    size_t eq = line.find('=');
-    if (eq != absl::string_view::npos && !absl::StrContains(line, ' ')) {
-      run.values[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
-    }
-  }
-  return run;
-}
-
-// A learnable 3-class problem: the class is which of three features is largest.
-std::string WriteClassification(const std::string& name, int rows) {
-  std::string path = absl::StrCat(testing::TempDir(), "/", name);
-  std::ofstream out(path);
-  at::manual_seed(rows);
-  at::Tensor x = at::rand({rows, 4});
-  at::Tensor y = x.narrow(1, 0, 3).argmax(1);
-  for (int i = 0; i < rows; ++i) {
-    for (int j = 0; j < 4; ++j) out << x[i][j].item<float>() << ",";
-    out << y[i].item<int64_t>() << "\n";
-  }
-  return path;
-}
-
-const std::string kModel = "mlp:4,16,3";
-
-std::string Dir(const std::string& name) { return absl::StrCat(testing::TempDir(), "/", name); }
-
-NamedTensors LoadWeights(const std::string& checkpoint) {
-  std::shared_ptr<LightningModule> module = *MakeMlpModule(kModel, true, {});
-  absl::StatusOr<std::string> bytes = ReadWholeFile(checkpoint);
-  EXPECT_TRUE(bytes.ok()) << checkpoint;
-  absl::Status restored = RestoreCheckpoint(bytes.value_or(""), *module, nullptr, nullptr);
-  EXPECT_TRUE(restored.ok()) << restored;
-  return module->named_state();
-}
 
 TEST(CliTest, FitLearnsAndItsCheckpointHoldsTheFinalWeights) {
   const std::string train = WriteClassification("train.csv", 240);

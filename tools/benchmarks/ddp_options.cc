@@ -41,6 +41,8 @@ std::vector<Config> Configs() {
       {"gradient_as_bucket_view=false",
        [](DdpOptions& o) { o.reducer.gradient_as_bucket_view = false; }},
       {"find_unused_parameters", [](DdpOptions& o) { o.reducer.find_unused_parameters = true; }},
+      {"find_unused + static_graph",
+       [](DdpOptions& o) { o.reducer.find_unused_parameters = o.reducer.static_graph = true; }},
       {"bucket_cap_mb=1", [](DdpOptions& o) { o.reducer.bucket_cap_mb = 1; }},
       {"one bucket (cap 100 MB)",
        [](DdpOptions& o) { o.reducer.bucket_cap_mb = o.reducer.first_bucket_cap_mb = 100; }},

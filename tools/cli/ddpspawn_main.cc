@@ -7,8 +7,10 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "core/comm/process_group.h"
 #include "core/strategy/ddp_spawn_strategy.h"
+#include "core/train/export.h"
 #include "core/train/run.h"
 #include "core/version/build_info.h"
 
@@ -16,6 +18,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: ddpspawn fit|validate|test|predict --model SPEC [options]\n"
+    "       ddpspawn export --checkpoint FILE --format torch|safetensors --output FILE\n"
     "\n"
     "Trains (fit) or evaluates a model with DistributedDataParallel across\n"
     "--nproc-per-node spawned ranks. Options take --name VALUE or --name=VALUE.\n"
@@ -49,11 +52,14 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::printf("%s%s", kUsage, ddpspawn::RunOptionsHelp().c_str());
+      const bool exporting = std::strcmp(argv[1], "export") == 0;
+      std::printf("%s", exporting ? ddpspawn::ExportHelp().c_str()
+                                  : absl::StrCat(kUsage, ddpspawn::RunOptionsHelp()).c_str());
       return 0;
     }
   }
   const std::string command = argv[1];
+  const bool exporting = command == "export";
   ddpspawn::RunOptions options;
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
@@ -67,6 +73,12 @@ int main(int argc, char** argv) {
     } else {
       options.emplace_back(arg, "");  // a bare flag: true
     }
+  }
+  if (exporting) {  // in this process: no ranks
+    absl::StatusOr<std::string> exported = ddpspawn::RunExport(options);
+    if (!exported.ok()) return Fail(std::string(exported.status().message()));
+    std::printf("%s", exported->c_str());
+    return 0;
   }
   absl::StatusOr<ddpspawn::RunConfig> config = ddpspawn::ParseRunConfig(command, options);
   if (!config.ok()) return Fail(std::string(config.status().message()));

@@ -397,8 +397,11 @@ DDPSPAWN_EXPORT int32_t ddpspawn_reducer_bucket_count(const ddpspawn_reducer* re
 /* The result of a run: key=value pairs from rank 0. fit: "checkpoint" (the
  * final checkpoint: weights, optimizer state, position, RNG; give it as
  * "resume_from" to continue), "metrics_csv", "epoch", "global_step" and
- * "metric.<name>" (e.g. metric.val_accuracy); validate/test: metric.<name>;
- * predict: "predictions" (a CSV in dataset order) and "count". */
+ * "metric.<name>" (e.g. metric.val_accuracy), and when they apply
+ * "stopped_by" (early_stopping, max_time or a signal's name) and, with a
+ * checkpoint "monitor", "best_model_path" and "best_model_score";
+ * validate/test: metric.<name>; predict: "predictions" (a CSV in dataset
+ * order) and "count". */
 typedef struct ddpspawn_run_result ddpspawn_run_result;
 
 /* Runs `command` ("fit", "validate", "test" or "predict") with `options`, a

@@ -1,0 +1,50 @@
+// The learning-rate monitor (see lr_monitor.h).
+#include "core/train/lr_monitor.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace ddpspawn {
+
+absl::string_view LoggingIntervalName(LoggingInterval interval) {
+  switch (interval) {
+    case LoggingInterval::kEpoch:
+      return "epoch";
+    case LoggingInterval::kStep:
+      return "step";
+    case LoggingInterval::kNone:
+      break;
+  }
+  return "none";
+}
+
+absl::StatusOr<LoggingInterval> ParseLoggingInterval(absl::string_view name) {
+  if (name == "none") return LoggingInterval::kNone;
+  if (name == "epoch") return LoggingInterval::kEpoch;
+  if (name == "step") return LoggingInterval::kStep;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown logging interval '", name, "'; expected none, epoch or step"));
+}
+
+LearningRateMonitor::LearningRateMonitor(LoggingInterval interval, int every_n_steps)
+    : interval_(interval), every_n_steps_(std::max(1, every_n_steps)) {}
+
+absl::Status LearningRateMonitor::OnTrainEpochStart(CallbackContext& context) {
+  return interval_ == LoggingInterval::kEpoch ? LogRate(context) : absl::OkStatus();
+}
+
+absl::Status LearningRateMonitor::OnTrainBatchEnd(CallbackContext& context, int64_t /*batch*/,
+                                                  bool stepped) {
+  if (interval_ != LoggingInterval::kStep || !stepped ||
+      context.global_step() % every_n_steps_ != 0) {
+    return absl::OkStatus();
+  }
+  return LogRate(context);
+}
+
+absl::Status LearningRateMonitor::LogRate(CallbackContext& context) {
+  return context.Log(absl::StrCat("lr-", context.optimizer_name()), context.learning_rate());
+}
+
+}  // namespace ddpspawn

@@ -1,0 +1,49 @@
+// Helpers for tests that run the ddpspawn CLI (tools/ddpspawn) as a user
+// would: run it and read its key=value result, write a small classification
+// CSV, load a checkpoint's weights into the built-in MLP.
+#ifndef DDPSPAWN_TESTS_TRAIN_CLI_TESTING_H_
+#define DDPSPAWN_TESTS_TRAIN_CLI_TESTING_H_
+
+#include <map>
+#include <string>
+
+#include "core/model/module.h"
+
+namespace ddpspawn {
+
+struct CliRun {
+  int exit_code;
+  std::string output;                         // stdout and stderr together
+  std::map<std::string, std::string> values;  // key=value lines
+  // A value read as a number; -1 when missing or not a number.
+  double Number(const std::string& key) const;
+};
+
+// `tools/ddpspawn ARGS --progress false` (export: without the flag), waited
+// for.
+CliRun Cli(const std::string& args);
+
+// <TempDir>/<name>.
+std::string Dir(const std::string& name);
+
+// A learnable 3-class problem in <TempDir>/<name>: the class is which of the
+// first three of four features is largest.
+std::string WriteClassification(const std::string& name, int rows);
+
+// The built-in model that fits WriteClassification's data.
+inline constexpr char kModel[] = "mlp:4,16,3";
+
+// A kModel checkpoint's weights (a failed load is a test failure).
+NamedTensors LoadWeights(const std::string& checkpoint);
+
+// Runs `script` (saved as <TempDir>/<name>.py) with the torch 2.11 Python in
+// /opt/ddpspawn/venv (torch, numpy, safetensors); its key=value lines. A
+// failing script is a test failure that shows its output.
+std::map<std::string, std::string> RunPython(const std::string& name, const std::string& script);
+
+// values[key] as a number (a missing or bad one is a test failure, and -1).
+double NumberOf(const std::map<std::string, std::string>& values, const std::string& key);
+
+}  // namespace ddpspawn
+
+#endif  // DDPSPAWN_TESTS_TRAIN_CLI_TESTING_H_
