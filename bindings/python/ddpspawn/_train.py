@@ -54,6 +54,12 @@ class FitResult:
         metrics: the last value of every logged metric, e.g. ``train_loss_epoch``,
             ``val_loss``, ``val_accuracy``.
         values: every key=value pair of the result, as text.
+        stopped_by: what ended fit before max_epochs or max_steps:
+            ``"early_stopping"``, ``"max_time"`` or a signal's name
+            (``"SIGUSR1"``); empty when nothing did.
+        best_model_path: with ``monitor`` (or ``checkpoint_filename``), the
+            best checkpoint kept beside ``last.ckpt``; else empty.
+        best_model_score: with ``monitor``, its value there; else None.
     """
 
     checkpoint: str
@@ -62,6 +68,9 @@ class FitResult:
     global_step: int
     metrics: Dict[str, float]
     values: Dict[str, str] = field(default_factory=dict, repr=False)
+    stopped_by: str = ""
+    best_model_path: str = ""
+    best_model_score: Optional[float] = None
 
     def resume_options(self) -> Dict[str, str]:
         """Options that make a :func:`fit` continue from this one.
@@ -309,6 +318,11 @@ def fit(
         global_step=int(values.get("global_step", "0")),
         metrics=_metrics(values),
         values=values,
+        stopped_by=values.get("stopped_by", ""),
+        best_model_path=values.get("best_model_path", ""),
+        best_model_score=(
+            float(values["best_model_score"]) if "best_model_score" in values else None
+        ),
     )
 
 

@@ -115,6 +115,35 @@ def test_fit_learns_and_writes_checkpoint_and_metrics(data_dir, trained, tmp_pat
     assert losses[-1] == pytest.approx(trained.metrics["train_loss_epoch"], rel=1e-6)
 
 
+def test_fit_callbacks_stop_early_and_keep_the_best(data_dir, tmp_path):
+    result = ddpspawn.fit(
+        MLP,
+        data_dir / "train.csv",
+        val=data_dir / "val.csv",
+        **common(
+            tmp_path,
+            lr=1e-9,
+            max_epochs=10,
+            early_stopping_monitor="val_loss",
+            early_stopping_patience=2,
+            early_stopping_min_delta=0.01,
+            monitor="val_accuracy",
+            save_top_k=2,
+            lr_monitor="epoch",
+        ),
+    )
+    # The first check sets the best val_loss; two more without a 0.01 gain.
+    assert (result.epoch, result.stopped_by) == (3, "early_stopping")
+    kept = sorted(os.listdir(tmp_path / "checkpoints"))
+    assert len(kept) == 3 and "last.ckpt" in kept, kept
+    assert os.path.basename(result.best_model_path) in kept
+    assert "val_accuracy=" in result.best_model_path
+    assert result.best_model_score == pytest.approx(result.metrics["val_accuracy"], abs=0.05)
+    with open(result.metrics_csv) as f:
+        rates = [l for l in f.read().splitlines() if ",lr-SGD," in l]
+    assert [float(l.split(",")[3]) for l in rates] == [1e-9] * 3
+
+
 def checkpoint_tensors(torch, path):
     """The weights (model.*) and every rank's RNG state (rng.cpu.<rank>) in a
     ddpspawn checkpoint, read with torch. A format-2 file's header line

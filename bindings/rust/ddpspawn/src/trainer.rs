@@ -405,8 +405,9 @@ impl Drop for ResultHandle {
 /// What a run hands back: rank 0's `key=value` pairs, copied out of the
 /// library.
 ///
-/// fit: `checkpoint`, `metrics_csv`, `epoch`, `global_step` and
-/// `metric.<name>`; validate and test: `metric.<name>`; predict:
+/// fit: `checkpoint`, `metrics_csv`, `epoch`, `global_step`,
+/// `metric.<name>`, and `stopped_by`, `best_model_path`, `best_model_score`
+/// when they apply; validate and test: `metric.<name>`; predict:
 /// `predictions` (a CSV path) and `count`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunResult {
@@ -467,6 +468,24 @@ impl RunResult {
     /// fit: optimizer steps taken.
     pub fn global_step(&self) -> Option<u64> {
         self.get("global_step")?.parse().ok()
+    }
+
+    /// fit: what ended it before `max_epochs`/`max_steps`, if anything:
+    /// `"early_stopping"`, `"max_time"` or a signal's name (`"SIGUSR1"`).
+    pub fn stopped_by(&self) -> Option<&str> {
+        self.get("stopped_by")
+    }
+
+    /// fit with a checkpoint monitor (option `monitor`) or a checkpoint
+    /// filename: the best checkpoint kept (the latest, without a monitor).
+    pub fn best_model_path(&self) -> Option<&Path> {
+        self.get("best_model_path").map(Path::new)
+    }
+
+    /// fit with option `monitor`: the monitored metric's value in
+    /// [`best_model_path`](RunResult::best_model_path).
+    pub fn best_model_score(&self) -> Option<f64> {
+        self.get("best_model_score")?.parse().ok()
     }
 
     /// predict: the CSV of predictions, one row per sample in dataset order.

@@ -37,6 +37,10 @@ fn main() {
         ),
         ("nul_and_reserved_keys", nul_and_reserved_keys),
         (
+            "callbacks_stop_early_and_keep_the_best",
+            callbacks_stop_early_and_keep_the_best,
+        ),
+        (
             "checkpoint_of_another_model_is_invalid_argument",
             checkpoint_of_another_model_is_invalid_argument,
         ),
@@ -185,6 +189,32 @@ fn fit_learns_and_checkpoints(dir: &Path) {
     assert_eq!(losses.len(), 10);
     assert!(losses[9] < losses[0]);
     assert!(ten.metrics().contains_key("val_accuracy"));
+}
+
+fn callbacks_stop_early_and_keep_the_best(dir: &Path) {
+    let (train, val) = data(dir);
+    let fit = ok(trainer(dir, MLP)
+        .val(&val)
+        .option("lr", 1e-9)
+        .option("max_epochs", 10)
+        .option("early_stopping_monitor", "val_loss")
+        .option("early_stopping_patience", 2)
+        .option("early_stopping_min_delta", 0.01)
+        .option("monitor", "val_loss")
+        .fit(&train));
+    // The first check sets the best val_loss; two more without a 0.01 gain.
+    assert_eq!(fit.epoch(), Some(3), "{}", fit.text());
+    assert_eq!(fit.stopped_by(), Some("early_stopping"));
+    let best = fit.best_model_path().unwrap();
+    assert!(best.is_file(), "{}", best.display());
+    let name = best.file_name().unwrap().to_str().unwrap();
+    assert!(
+        name.starts_with("epoch=") && name.contains("-val_loss="),
+        "{name}"
+    );
+    let kept: Vec<_> = fs::read_dir(dir.join("checkpoints")).unwrap().collect();
+    assert_eq!(kept.len(), 2, "save_top_k 1 beside last.ckpt");
+    assert!(fit.best_model_score().unwrap() >= fit.metric("val_loss").unwrap() - 0.01);
 }
 
 fn resume_continues(dir: &Path) {
