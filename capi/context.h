@@ -3,9 +3,11 @@
 #ifndef DDPSPAWN_CAPI_CONTEXT_H_
 #define DDPSPAWN_CAPI_CONTEXT_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "core/comm/process_group.h"
 #include "ddpspawn/ddpspawn.h"
 
@@ -16,5 +18,12 @@ struct ddpspawn_context {
   std::shared_ptr<ddpspawn::ProcessGroup> group;
   std::string environment;
 };
+
+namespace ddpspawn::capi {
+
+// DDPSPAWN_SUM, ... as a ReduceOp; anything else is InvalidArgument.
+absl::StatusOr<ReduceOp> ToReduceOp(int32_t op);
+
+}  // namespace ddpspawn::capi
 
 #endif  // DDPSPAWN_CAPI_CONTEXT_H_

@@ -17,6 +17,7 @@ using ddpspawn::capi::BytesArgument;
 using ddpspawn::capi::Guard;
 using ddpspawn::capi::NotNull;
 using ddpspawn::capi::ReadOptions;
+using ddpspawn::capi::ToReduceOp;
 
 namespace {
 
@@ -43,23 +44,6 @@ absl::StatusOr<ddpspawn::DType> ToDType(int32_t dtype) {
       "; expected DDPSPAWN_FLOAT32, DDPSPAWN_FLOAT64, DDPSPAWN_INT32 or DDPSPAWN_INT64"));
 }
 
-absl::StatusOr<ddpspawn::ReduceOp> ToReduceOp(int32_t op) {
-  switch (op) {
-    case DDPSPAWN_SUM:
-      return ddpspawn::ReduceOp::kSum;
-    case DDPSPAWN_MEAN:
-      return ddpspawn::ReduceOp::kMean;
-    case DDPSPAWN_MIN:
-      return ddpspawn::ReduceOp::kMin;
-    case DDPSPAWN_MAX:
-      return ddpspawn::ReduceOp::kMax;
-    case DDPSPAWN_PRODUCT:
-      return ddpspawn::ReduceOp::kProduct;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown reduce op ", op, "; expected DDPSPAWN_SUM, _MEAN, _MIN, _MAX or _PRODUCT"));
-}
-
 // Validates a buffer collective's common arguments.
 absl::StatusOr<ddpspawn::DType> CheckBuffer(const ddpspawn_context* context, const void* data,
                                             size_t count, int32_t dtype) {
@@ -84,6 +68,27 @@ void* CopyOut(absl::string_view bytes) {
 }
 
 }  // namespace
+
+namespace ddpspawn::capi {
+
+absl::StatusOr<ReduceOp> ToReduceOp(int32_t op) {
+  switch (op) {
+    case DDPSPAWN_SUM:
+      return ReduceOp::kSum;
+    case DDPSPAWN_MEAN:
+      return ReduceOp::kMean;
+    case DDPSPAWN_MIN:
+      return ReduceOp::kMin;
+    case DDPSPAWN_MAX:
+      return ReduceOp::kMax;
+    case DDPSPAWN_PRODUCT:
+      return ReduceOp::kProduct;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown reduce op ", op, "; expected DDPSPAWN_SUM, _MEAN, _MIN, _MAX or _PRODUCT"));
+}
+
+}  // namespace ddpspawn::capi
 
 extern "C" {
 

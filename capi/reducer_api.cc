@@ -1,10 +1,11 @@
 // The C ABI of the gradient reducer: core/ddp's Reducer in manual mode over
-// caller buffers.
+// caller buffers (and the handle's creation, shared with dlpack_api.cc).
 #include <ATen/ATen.h>
 
 #include <memory>
 
 #include "capi/context.h"
+#include "capi/reducer.h"
 #include "capi/status.h"
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/reducer.h"
@@ -13,14 +14,6 @@
 
 using ddpspawn::capi::Guard;
 using ddpspawn::capi::NotNull;
-using ddpspawn::capi::ReadOptions;
-
-// Keeps its context's group alive (declared first, so it is released after
-// the reducer that uses it).
-struct ddpspawn_reducer {
-  std::shared_ptr<ddpspawn::ProcessGroup> group;
-  std::unique_ptr<ddpspawn::Reducer> reducer;
-};
 
 namespace {
 
@@ -39,6 +32,36 @@ absl::StatusOr<at::ScalarType> ToScalarType(int32_t dtype) {
 }
 
 }  // namespace
+
+namespace ddpspawn::capi {
+
+absl::Status CreateReducer(ddpspawn_context* context, std::vector<at::Tensor> gradients,
+                           const ddpspawn_reducer_options* options,
+                           ddpspawn_reducer** out_reducer) {
+  ddpspawn_reducer_options o = DDPSPAWN_REDUCER_OPTIONS_INIT;
+  RETURN_IF_ERROR(ReadOptions(options, "DDPSPAWN_REDUCER_OPTIONS", &o));
+  ReducerOptions reducer_options;
+  reducer_options.bucket_cap_mb = o.bucket_cap_mb;
+  reducer_options.first_bucket_cap_mb = o.first_bucket_cap_mb;
+  reducer_options.find_unused_parameters = o.find_unused_parameters != 0;
+  ASSIGN_OR_RETURN(CommHookKind hook_kind, ParseCommHook(o.comm_hook ? o.comm_hook : ""));
+  ASSIGN_OR_RETURN(reducer_options.comm_hook,
+                   MakeCommHook(hook_kind, o.powersgd_rank, o.powersgd_start_iteration));
+  std::shared_ptr<PowerSgdState> powersgd;
+  if (hook_kind == CommHookKind::kPowerSgd) {  // the same hook, with a state we can read
+    powersgd = std::make_shared<PowerSgdState>();
+    powersgd->options.matrix_approximation_rank = o.powersgd_rank;
+    powersgd->options.start_iteration = o.powersgd_start_iteration;
+    reducer_options.comm_hook = MakePowerSgdHook(powersgd);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
+                   Reducer::Create(context->group.get(), std::move(gradients), reducer_options,
+                                   /*autograd_mode=*/false));
+  *out_reducer = new ddpspawn_reducer{context->group, std::move(reducer), std::move(powersgd)};
+  return absl::OkStatus();
+}
+
+}  // namespace ddpspawn::capi
 
 extern "C" {
 
@@ -67,8 +90,6 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create(ddpspawn_context* contex
     RETURN_IF_ERROR(NotNull(buffers, "buffers"));
     RETURN_IF_ERROR(NotNull(counts, "counts"));
     RETURN_IF_ERROR(NotNull(dtypes, "dtypes"));
-    ddpspawn_reducer_options o = DDPSPAWN_REDUCER_OPTIONS_INIT;
-    RETURN_IF_ERROR(ReadOptions(options, "DDPSPAWN_REDUCER_OPTIONS", &o));
     std::vector<at::Tensor> tensors;
     for (size_t i = 0; i < num_buffers; ++i) {
       absl::StatusOr<at::ScalarType> type = ToScalarType(dtypes[i]);
@@ -82,19 +103,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create(ddpspawn_context* contex
       tensors.push_back(at::from_blob(buffers[i], {static_cast<int64_t>(counts[i])},
                                       at::TensorOptions().dtype(*type)));
     }
-    ddpspawn::ReducerOptions reducer_options;
-    reducer_options.bucket_cap_mb = o.bucket_cap_mb;
-    reducer_options.first_bucket_cap_mb = o.first_bucket_cap_mb;
-    reducer_options.find_unused_parameters = o.find_unused_parameters != 0;
-    ASSIGN_OR_RETURN(ddpspawn::CommHookKind hook_kind,
-                     ddpspawn::ParseCommHook(o.comm_hook ? o.comm_hook : ""));
-    ASSIGN_OR_RETURN(reducer_options.comm_hook, ddpspawn::MakeCommHook(hook_kind, o.powersgd_rank,
-                                                                       o.powersgd_start_iteration));
-    ASSIGN_OR_RETURN(std::unique_ptr<ddpspawn::Reducer> reducer,
-                     ddpspawn::Reducer::Create(context->group.get(), std::move(tensors),
-                                               reducer_options, /*autograd_mode=*/false));
-    *out_reducer = new ddpspawn_reducer{context->group, std::move(reducer)};
-    return absl::OkStatus();
+    return ddpspawn::capi::CreateReducer(context, std::move(tensors), options, out_reducer);
   });
 }
 
@@ -126,6 +135,19 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_set_sync(ddpspawn_reducer* redu
 
 DDPSPAWN_EXPORT int32_t ddpspawn_reducer_bucket_count(const ddpspawn_reducer* reducer) {
   return reducer == nullptr ? -1 : static_cast<int32_t>(reducer->reducer->bucket_count());
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_compression(const ddpspawn_reducer* reducer,
+                                                             int64_t* out_sent,
+                                                             int64_t* out_dense) {
+  return Guard([&]() -> absl::Status {
+    RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+    RETURN_IF_ERROR(NotNull(out_sent, "out_sent"));
+    RETURN_IF_ERROR(NotNull(out_dense, "out_dense"));
+    *out_sent = reducer->powersgd ? reducer->powersgd->last_sent_elements : 0;
+    *out_dense = reducer->powersgd ? reducer->powersgd->last_dense_elements : 0;
+    return absl::OkStatus();
+  });
 }
 
 }  // extern "C"

@@ -19,11 +19,20 @@ gcc -std=c99 -Wall -Werror -o "$work/hello_c" examples/c/hello.c -I capi/dist/in
   -L "$lib" -lddpspawn -Wl,-rpath,"$lib"
 expect C "sum over 2 ranks of rank + 1 = 3" "$("$work/hello_c")"
 
+gcc -std=c99 -Wall -Werror -o "$work/all_reduce_dlpack" examples/c/all_reduce_dlpack.c \
+  -I capi/dist/include -L "$lib" -lddpspawn -Wl,-rpath,"$lib"
+expect "C (DLPack)" "summed 2x3 matrix: [[0 3 6] [9 12 15]]" "$("$work/all_reduce_dlpack")"
+
 expect C++ "rank 0 learned: weights 2.000 -1.000 0.500, bias 3.000" "$(examples/train_ddp)"
 
 out=$(DDPSPAWN_LIBRARY="$lib/libddpspawn.so.1" PYTHONPATH="$PWD/bindings/python" \
   PYTHONDONTWRITEBYTECODE=1 "${DDPSPAWN_PYTHON:-/opt/ddpspawn/venv/bin/python3}" examples/python/hello.py)
 expect Python "{'total': [30], 'names': ['rank 0 of 2', 'rank 1 of 2']}" "$out"
+
+out=$(DDPSPAWN_LIBRARY="$lib/libddpspawn.so.1" PYTHONPATH="$PWD/bindings/python" \
+  PYTHONDONTWRITEBYTECODE=1 "${DDPSPAWN_PYTHON:-/opt/ddpspawn/venv/bin/python3}" \
+  examples/python/torch_model.py)
+expect "Python (torch)" "(match)" "$out"
 
 cp -rL bindings/rust "$work/rust"
 out=$(PATH="$PATH:$HOME/.cargo/bin" DDPSPAWN_LIB_DIR="$lib" CARGO_TARGET_DIR="$work/target" \

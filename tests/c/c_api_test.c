@@ -6,6 +6,7 @@
 /* mkdtemp, nftw. NOLINTNEXTLINE(bugprone-reserved-identifier): POSIX's feature-test macro */
 #define _XOPEN_SOURCE 700
 #include <ddpspawn/ddpspawn.h>
+#include <ddpspawn/ddpspawn_dlpack.h>
 #include <dirent.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -100,6 +101,155 @@ static int check_reducer(ddpspawn_context* ctx, int rank, int world) {
   return ok;
 }
 
+/* A DLTensor over a caller's CPU memory; strides NULL (row-major). */
+static DLTensor cpu_tensor(void* data, int32_t ndim, int64_t* shape, uint8_t code, uint8_t bits) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.ndim = ndim;
+  t.shape = shape;
+  t.dtype.code = code;
+  t.dtype.bits = bits;
+  t.dtype.lanes = 1;
+  return t;
+}
+
+/* The DLPack collectives on every rank, in place on the caller's memory. */
+static int check_dlpack(ddpspawn_context* ctx, int rank, int world) {
+  float matrix[2][3];
+  int64_t matrix_shape[2] = {2, 3};
+  for (int i = 0; i < 6; i++) matrix[i / 3][i % 3] = (float)((rank + 1) * i);
+  DLTensor t = cpu_tensor(matrix, 2, matrix_shape, kDLFloat, 32);
+  int ok = ddpspawn_all_reduce_dlpack(ctx, &t, DDPSPAWN_SUM) == DDPSPAWN_OK;
+  for (int i = 0; i < 6; i++)
+    ok = ok && matrix[i / 3][i % 3] == (float)(world * (world + 1) / 2 * i);
+  /* Explicit row-major strides; a max over int64. */
+  int64_t longs[2][2] = {{rank, -rank}, {10 * rank, 7}};
+  int64_t longs_shape[2] = {2, 2};
+  int64_t longs_strides[2] = {2, 1};
+  t = cpu_tensor(longs, 2, longs_shape, kDLInt, 64);
+  t.strides = longs_strides;
+  ok = ok && ddpspawn_all_reduce_dlpack(ctx, &t, DDPSPAWN_MAX) == DDPSPAWN_OK;
+  ok = ok && longs[0][0] == world - 1 && longs[0][1] == 0 && longs[1][0] == 10 * (world - 1) &&
+       longs[1][1] == 7;
+  /* A 0-dimensional float64 broadcast from rank 1. */
+  double scalar = rank == 1 ? 2.5 : -1.0;
+  t = cpu_tensor(&scalar, 0, NULL, kDLFloat, 64);
+  ok = ok && ddpspawn_broadcast_dlpack(ctx, &t, 1) == DDPSPAWN_OK && scalar == 2.5;
+  /* A mean on rank 0 only. */
+  double mean[2] = {rank, 2.0 * rank};
+  int64_t two = 2;
+  t = cpu_tensor(mean, 1, &two, kDLFloat, 64);
+  ok = ok && ddpspawn_reduce_dlpack(ctx, &t, DDPSPAWN_MEAN, 0) == DDPSPAWN_OK;
+  ok = ok && (rank == 0 ? mean[0] == (world - 1) / 2.0 && mean[1] == world - 1.0
+                        : mean[0] == rank && mean[1] == 2.0 * rank);
+  /* all_gather of [2] int32 into [world, 2]. */
+  int32_t pair[2] = {100 + rank, -rank};
+  int32_t gathered[16][2];
+  int64_t gathered_shape[2] = {world, 2};
+  DLTensor in = cpu_tensor(pair, 1, &two, kDLInt, 32);
+  DLTensor out = cpu_tensor(gathered, 2, gathered_shape, kDLInt, 32);
+  ok = ok && world <= 16 && ddpspawn_all_gather_dlpack(ctx, &in, &out) == DDPSPAWN_OK;
+  for (int r = 0; r < world && ok; r++) ok = gathered[r][0] == 100 + r && gathered[r][1] == -r;
+  /* A reducer over a 16x8 weight and a bias of 8 as DLPack tensors: PowerSGD
+   * (rank 1, from the first iteration) sends the weight as 16 + 8 factors. */
+  float weight[16][8], bias[8];
+  int64_t weight_shape[2] = {16, 8}, bias_shape[1] = {8};
+  for (int i = 0; i < 128; i++) weight[i / 8][i % 8] = (float)((i % 7) * (rank + 1));
+  for (int i = 0; i < 8; i++) bias[i] = (float)(rank + i);
+  DLTensor weight_tensor = cpu_tensor(weight, 2, weight_shape, kDLFloat, 32);
+  DLTensor bias_tensor = cpu_tensor(bias, 1, bias_shape, kDLFloat, 32);
+  DLTensor* gradients[2] = {&weight_tensor, &bias_tensor};
+  ddpspawn_reducer_options options = DDPSPAWN_REDUCER_OPTIONS_INIT;
+  options.comm_hook = "powersgd";
+  options.powersgd_start_iteration = 0;
+  ddpspawn_reducer* reducer = NULL;
+  ok = ok && ddpspawn_reducer_create_dlpack(ctx, gradients, 2, &options, &reducer) == DDPSPAWN_OK;
+  ok = ok && ddpspawn_reducer_mark_ready(reducer, 1) == DDPSPAWN_OK &&
+       ddpspawn_reducer_mark_ready(reducer, 0) == DDPSPAWN_OK &&
+       ddpspawn_reducer_finalize(reducer) == DDPSPAWN_OK;
+  int64_t sent = -1, dense = -1;
+  ok = ok && ddpspawn_reducer_compression(reducer, &sent, &dense) == DDPSPAWN_OK;
+  ok = ok && dense == 128 + 8 && sent > 0 && sent < dense / 2;
+  /* The bias is sent as it is: the exact mean. */
+  for (int i = 0; i < 8 && ok; i++) ok = bias[i] == (float)((world - 1) / 2.0 + i);
+  ddpspawn_reducer_destroy(reducer);
+  return ok;
+}
+
+/* What the DLPack collectives refuse, on a group of one, before communicating. */
+static void check_dlpack_refusals(ddpspawn_context* ctx) {
+  float data[4] = {1, 2, 3, 4};
+  int64_t shape[2] = {2, 2};
+  DLTensor t = cpu_tensor(data, 2, shape, kDLFloat, 32);
+  CHECK(ddpspawn_all_reduce_dlpack(ctx, &t, DDPSPAWN_SUM) == DDPSPAWN_OK);
+  CHECK(data[3] == 4.0f);
+  int64_t transposed[2] = {1, 2}; /* a transpose's strides */
+  t.strides = transposed;
+  CHECK(ddpspawn_all_reduce_dlpack(ctx, &t, DDPSPAWN_SUM) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(ddpspawn_last_error(), "tensor is not C-contiguous (dimension 1 has stride 2") !=
+        NULL);
+  t.strides = NULL;
+  t.dtype.code = kDLComplex;
+  t.dtype.bits = 64;
+  CHECK(ddpspawn_all_reduce_dlpack(ctx, &t, DDPSPAWN_SUM) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(ddpspawn_last_error(), "unsupported element type") != NULL);
+  t.dtype.code = kDLFloat;
+  t.dtype.bits = 32;
+  t.dtype.lanes = 4;
+  CHECK(ddpspawn_broadcast_dlpack(ctx, &t, 0) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  t.dtype.lanes = 1;
+  t.device.device_type = kDLOpenCL;
+  CHECK(ddpspawn_all_reduce_dlpack(ctx, &t, DDPSPAWN_SUM) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(ddpspawn_last_error(), "DLPack device type 4") != NULL);
+  if (!cuda_device_visible()) {
+    t.device.device_type = kDLCUDA;
+    CHECK(ddpspawn_all_reduce_dlpack(ctx, &t, DDPSPAWN_SUM) == DDPSPAWN_ERR_UNAVAILABLE);
+    CHECK(strstr(ddpspawn_last_error(), "sees no CUDA device") != NULL);
+  }
+  t.device.device_type = kDLCPU;
+  t.data = NULL;
+  CHECK(ddpspawn_all_reduce_dlpack(ctx, &t, DDPSPAWN_SUM) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  t.data = data;
+  shape[1] = -2;
+  CHECK(ddpspawn_all_reduce_dlpack(ctx, &t, DDPSPAWN_SUM) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  shape[1] = 2;
+  CHECK(ddpspawn_all_reduce_dlpack(ctx, &t, 42) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_all_reduce_dlpack(ctx, NULL, DDPSPAWN_SUM) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_all_reduce_dlpack(NULL, &t, DDPSPAWN_SUM) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  /* all_gather's output: world_size (1) times the input's elements, same dtype. */
+  double wrong_type[4];
+  DLTensor out = cpu_tensor(wrong_type, 2, shape, kDLFloat, 64);
+  CHECK(ddpspawn_all_gather_dlpack(ctx, &t, &out) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(ddpspawn_last_error(), "input is float32 on cpu with 4 elements, output float64") !=
+        NULL);
+  float too_small[2];
+  out = cpu_tensor(too_small, 1, shape, kDLFloat, 32);
+  CHECK(ddpspawn_all_gather_dlpack(ctx, &t, &out) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  float copy[4] = {0};
+  out = cpu_tensor(copy, 2, shape, kDLFloat, 32);
+  CHECK(ddpspawn_all_gather_dlpack(ctx, &t, &out) == DDPSPAWN_OK);
+  CHECK(copy[0] == 1.0f && copy[3] == 4.0f);
+  /* The reducer names the gradient it refuses; the flat path reports no compression. */
+  ddpspawn_reducer* reducer = NULL;
+  DLTensor transposed_view = t;
+  transposed_view.strides = transposed;
+  DLTensor* gradients[2] = {&t, &transposed_view};
+  CHECK(ddpspawn_reducer_create_dlpack(ctx, gradients, 2, NULL, &reducer) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(ddpspawn_last_error(), "gradients[1] is not C-contiguous") != NULL);
+  CHECK(ddpspawn_reducer_create_dlpack(ctx, gradients, 0, NULL, &reducer) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(reducer == NULL);
+  CHECK(ddpspawn_reducer_create_dlpack(ctx, gradients, 1, NULL, &reducer) == DDPSPAWN_OK);
+  int64_t sent = -1, dense = -1;
+  CHECK(ddpspawn_reducer_compression(reducer, &sent, &dense) == DDPSPAWN_OK);
+  CHECK(sent == 0 && dense == 0);
+  CHECK(ddpspawn_reducer_compression(reducer, NULL, &dense) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  ddpspawn_reducer_destroy(reducer);
+}
+
 /* The collectives a worker runs; returns 0 when every value is as expected. */
 static int run_collectives(void) {
   ddpspawn_context* ctx = NULL;
@@ -128,6 +278,7 @@ static int run_collectives(void) {
        memcmp(received, "hello from rank 1", received_size) == 0;
   ddpspawn_free(received);
   ok = ok && check_reducer(ctx, rank, world);
+  ok = ok && check_dlpack(ctx, rank, world);
   ok = ok && ddpspawn_barrier(ctx, "end") == DDPSPAWN_OK;
   if (ok && rank == 0) {
     char result[64];
@@ -423,6 +574,7 @@ int main(int argc, char** argv) {
   CHECK(ddpspawn_all_reduce(ctx, &one, 1, 99, DDPSPAWN_SUM) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(ddpspawn_all_reduce(ctx, &one, 1, DDPSPAWN_FLOAT32, 42) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(ddpspawn_broadcast(ctx, &one, 1, DDPSPAWN_FLOAT32, 5) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  check_dlpack_refusals(ctx);
   ddpspawn_context_destroy(ctx);
 
   check_byte_sizes();

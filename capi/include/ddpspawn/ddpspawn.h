@@ -340,8 +340,8 @@ typedef struct ddpspawn_reducer_options {
   double first_bucket_cap_mb; /* default 1: the first bucket starts early */
   /* How a bucket is averaged: "allreduce" (default when NULL), "fp16" or
    * "bf16" (compressed), or "powersgd" (low rank, with error feedback; only
-   * buffers that are matrices compress, so flat buffers are sent as they
-   * are). */
+   * matrices compress, so flat buffers are sent as they are: give shaped
+   * gradients with ddpspawn_reducer_create_dlpack, ddpspawn_dlpack.h). */
   const char* comm_hook;
   int32_t powersgd_rank;            /* default 1 */
   int32_t powersgd_start_iteration; /* plain all-reduce before it; default 10 */
@@ -389,6 +389,13 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_set_sync(ddpspawn_reducer* redu
 
 /* Number of buckets; -1 for NULL. */
 DDPSPAWN_EXPORT int32_t ddpspawn_reducer_bucket_count(const ddpspawn_reducer* reducer);
+
+/* With the "powersgd" hook: the elements the last compressed iteration sent
+ * and the elements of the gradients they stood for (*out_sent < *out_dense
+ * when it compressed). Both 0 before powersgd_start_iteration, and with the
+ * other hooks. Read it between iterations. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_compression(const ddpspawn_reducer* reducer,
+                                                             int64_t* out_sent, int64_t* out_dense);
 
 /* ------------------------------------------------------------------------ */
 /* Training runs: fit, validate, test, predict                              */

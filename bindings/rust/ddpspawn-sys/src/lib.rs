@@ -13,7 +13,8 @@
 //! `*_INIT` constants (and `Default`) mirror the header's macros, i.e. the
 //! defaults of the header this crate was written against.
 //!
-//! The safe API lives in the `ddpspawn` crate.
+//! The safe API lives in the `ddpspawn` crate. The DLPack functions of
+//! `ddpspawn/ddpspawn_dlpack.h` are not declared here yet.
 
 // The declarations keep the header's C names (`ddpspawn_job`,
 // `ddpspawn_status`, ...), one for one, so that the header's documentation
@@ -436,6 +437,14 @@ extern "C" {
     ) -> ddpspawn_status;
     /// Number of buckets; -1 for NULL.
     pub fn ddpspawn_reducer_bucket_count(reducer: *const ddpspawn_reducer) -> i32;
+    /// With the `"powersgd"` hook: the elements the last compressed iteration
+    /// sent and the gradient elements they stood for; both 0 before
+    /// `powersgd_start_iteration` and with the other hooks.
+    pub fn ddpspawn_reducer_compression(
+        reducer: *const ddpspawn_reducer,
+        out_sent: *mut i64,
+        out_dense: *mut i64,
+    ) -> ddpspawn_status;
 
     // Training runs.
     /// Runs `command` (`"fit"`, `"validate"`, `"test"` or `"predict"`) with
