@@ -7,7 +7,7 @@ import pickle
 import weakref
 from typing import Any, List, Optional, Sequence
 
-from . import _lib
+from . import _dlpack, _lib
 from ._closable import Closable
 from ._buffers import Buffer
 from ._errors import InvalidArgumentError
@@ -159,6 +159,10 @@ class Context(Closable):
 
         Returns the data: a new list for a list, else ``data`` itself.
         """
+        if _dlpack.is_tensor(data):
+            tensor = _dlpack.Borrowed(data)
+            _lib.check(self._lib.ddpspawn_broadcast_dlpack(self._live(), tensor.pointer, src))
+            return data
         buffer = Buffer(data, writable=True)
         _lib.check(
             self._lib.ddpspawn_broadcast(
@@ -174,8 +178,14 @@ class Context(Closable):
         Buffers (``array.array``, numpy arrays, memoryviews) are reduced in
         place and returned; a list gives a new list (int64 when every element
         is an int, else float64). Integer "mean" truncates toward zero.
+        Tensors with ``__dlpack__`` (torch, on CPU or, with nccl, CUDA) are
+        reduced in place without a copy and returned.
         """
         code = _op_code(op)
+        if _dlpack.is_tensor(data):
+            tensor = _dlpack.Borrowed(data)
+            _lib.check(self._lib.ddpspawn_all_reduce_dlpack(self._live(), tensor.pointer, code))
+            return data
         buffer = Buffer(data, writable=True)
         _lib.check(
             self._lib.ddpspawn_all_reduce(
@@ -188,6 +198,12 @@ class Context(Closable):
         """Like :meth:`all_reduce`, but only rank ``dst`` gets the result;
         the other ranks' data is left as it was."""
         code = _op_code(op)
+        if _dlpack.is_tensor(data):
+            tensor = _dlpack.Borrowed(data)
+            _lib.check(
+                self._lib.ddpspawn_reduce_dlpack(self._live(), tensor.pointer, code, dst)
+            )
+            return data
         buffer = Buffer(data, writable=True)
         _lib.check(
             self._lib.ddpspawn_reduce(
@@ -200,8 +216,18 @@ class Context(Closable):
         """Every rank's ``data``, in rank order, as new objects of its kind.
 
         ``data`` must have the same element type and count on every rank; it
-        is only read, so read-only and non-contiguous buffers are fine.
+        is only read, so read-only and non-contiguous buffers are fine. A
+        tensor with ``__dlpack__`` (contiguous) gives views of one new tensor
+        of shape ``[world_size, *data.shape]``.
         """
+        if _dlpack.is_tensor(data):
+            source = _dlpack.Borrowed(data)
+            output = _dlpack.gather_output(data, self.world_size)
+            target = _dlpack.Borrowed(output)
+            _lib.check(
+                self._lib.ddpspawn_all_gather_dlpack(self._live(), source.pointer, target.pointer)
+            )
+            return _dlpack.split(output, self.world_size)
         buffer = Buffer(data, writable=False)
         out, split = buffer.gather_output(self.world_size)
         _lib.check(
@@ -248,16 +274,17 @@ class Context(Closable):
         Args:
             buffers: the gradient buffers, in parameter order: writable,
                 C-contiguous numpy arrays, ``array.array`` or memoryviews of
-                float32, float64, int32 or int64 (a torch CPU tensor as
-                ``tensor.numpy()``). Not lists: the means are written into the
-                buffers in place. Every rank passes the same sizes and types.
+                float32, float64, int32 or int64; or torch tensors (anything
+                with ``__dlpack__``), which keep their shapes. Not lists: the
+                means are written into the buffers in place. Every rank passes
+                the same sizes and types.
             bucket_cap_mb: size cap of a bucket, in MiB.
             first_bucket_cap_mb: size cap of the first bucket (the buffers at
                 the end of the list), so communication starts early.
             comm_hook: "allreduce", "fp16" or "bf16" (compressed; lossy), or
                 "powersgd" (low rank with error feedback; only matrices
-                compress, and buffers cross the C ABI flat, so through this
-                API they are sent as they are).
+                compress: tensors of two or more dimensions, while flat
+                buffers are sent as they are; see ``Reducer.compression``).
             powersgd_rank: PowerSGD's matrix approximation rank.
             powersgd_start_iteration: PowerSGD runs plain all-reduce before it.
             find_unused_parameters: True leaves a buffer that no rank marked

@@ -1,4 +1,5 @@
-"""Loads libddpspawn once and declares the C ABI of ``ddpspawn.h`` for ctypes.
+"""Loads libddpspawn once and declares the C ABI of ``ddpspawn.h`` (and
+``ddpspawn_dlpack.h``) for ctypes.
 
 Where the library is looked for, in order:
 
@@ -266,6 +267,11 @@ SIGNATURES: Dict[str, Tuple[Optional[_CType], List[_CType]]] = {
         _Status,
         [ContextPtr, c_void_p, c_size_t, POINTER(c_void_p), POINTER(c_size_t)],
     ),
+    # Collectives on DLPack tensors (ddpspawn_dlpack.h): a DLTensor* as c_void_p.
+    "ddpspawn_all_reduce_dlpack": (_Status, [ContextPtr, c_void_p, c_int32]),
+    "ddpspawn_reduce_dlpack": (_Status, [ContextPtr, c_void_p, c_int32, c_int32]),
+    "ddpspawn_broadcast_dlpack": (_Status, [ContextPtr, c_void_p, c_int32]),
+    "ddpspawn_all_gather_dlpack": (_Status, [ContextPtr, c_void_p, c_void_p]),
     # Gradient reducer.
     "ddpspawn_reducer_options_init": (None, [POINTER(ReducerOptions)]),
     "ddpspawn_reducer_create": (
@@ -285,6 +291,14 @@ SIGNATURES: Dict[str, Tuple[Optional[_CType], List[_CType]]] = {
     "ddpspawn_reducer_finalize": (_Status, [ReducerPtr]),
     "ddpspawn_reducer_set_sync": (_Status, [ReducerPtr, c_int32]),
     "ddpspawn_reducer_bucket_count": (c_int32, [ReducerPtr]),
+    "ddpspawn_reducer_compression": (
+        _Status,
+        [ReducerPtr, POINTER(c_int64), POINTER(c_int64)],
+    ),
+    "ddpspawn_reducer_create_dlpack": (
+        _Status,
+        [ContextPtr, POINTER(c_void_p), c_size_t, POINTER(ReducerOptions), POINTER(ReducerPtr)],
+    ),
     # Training runs.
     "ddpspawn_run": (
         _Status,

@@ -1,6 +1,6 @@
 """``Reducer``: DistributedDataParallel-style gradient averaging over the
-caller's own buffers, for frameworks that are not LibTorch (numpy code, or
-torch through ``tensor.numpy()`` views)."""
+caller's own buffers, for frameworks that are not LibTorch (numpy code), or
+over torch tensors (through DLPack, shapes included)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import contextlib
 import ctypes
 import numbers
 import operator
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tuple
 
-from . import _lib
+from . import _dlpack, _lib
 from ._closable import Closable
 from ._buffers import DTYPE_NAMES, reducer_buffer
 from ._errors import InvalidArgumentError
@@ -87,9 +87,17 @@ class Reducer(Closable):
                 "buffers must be a sequence (e.g. a list) of gradient buffers, "
                 f"not {type(buffers).__name__}"
             )
-        checked = [reducer_buffer(data, i) for i, data in enumerate(buffers)]
-        if not checked:
+        if not buffers:
             raise InvalidArgumentError("the reducer needs at least one buffer")
+        tensors = [_dlpack.is_tensor(data) for data in buffers]
+        if any(tensors) and not all(tensors):
+            raise TypeError(
+                f"gradient buffer {tensors.index(not tensors[0])} is "
+                f"{'not ' if tensors[0] else ''}a tensor, but buffer 0 "
+                f"{'is' if tensors[0] else 'is not'}: pass tensors with __dlpack__ "
+                "(torch) for every gradient, or buffers (numpy) for every one"
+            )
+        checked = [] if tensors[0] else [reducer_buffer(d, i) for i, d in enumerate(buffers)]
         options = _lib.reducer_options()
         options.bucket_cap_mb = _positive_megabytes("bucket_cap_mb", bucket_cap_mb)
         options.first_bucket_cap_mb = _positive_megabytes(
@@ -103,31 +111,48 @@ class Reducer(Closable):
         )
         options.find_unused_parameters = 1 if find_unused_parameters else 0
 
-        # The ctypes arrays hold a buffer export of each object: the memory
-        # can neither be freed nor resized while they live.
-        pointers = [b.shared() for b in checked]
-        count = len(checked)
-        addresses = (ctypes.c_void_p * count)(*[ctypes.addressof(p) for p in pointers])
-        counts = (ctypes.c_size_t * count)(*[b.count for b in checked])
-        dtypes = (ctypes.c_int32 * count)(*[b.dtype for b in checked])
         handle = _lib.ReducerPtr()
         lib = _lib.lib()
-        _lib.check(
-            lib.ddpspawn_reducer_create(
-                context._live(),
-                addresses,
-                counts,
-                dtypes,
-                count,
-                ctypes.byref(options),
-                ctypes.byref(handle),
+        count = len(buffers)
+        pointers: List[Any]
+        if checked:
+            # The ctypes arrays hold a buffer export of each object: the memory
+            # can neither be freed nor resized while they live.
+            pointers = [b.shared() for b in checked]
+            addresses = (ctypes.c_void_p * count)(*[ctypes.addressof(p) for p in pointers])
+            counts = (ctypes.c_size_t * count)(*[b.count for b in checked])
+            dtypes = (ctypes.c_int32 * count)(*[b.dtype for b in checked])
+            _lib.check(
+                lib.ddpspawn_reducer_create(
+                    context._live(),
+                    addresses,
+                    counts,
+                    dtypes,
+                    count,
+                    ctypes.byref(options),
+                    ctypes.byref(handle),
+                )
             )
-        )
+            dtype_names = tuple(DTYPE_NAMES[b.dtype] for b in checked)
+        else:
+            # Each DLPack capsule keeps its tensor's memory alive while held.
+            pointers = [_dlpack.Borrowed(data) for data in buffers]
+            tensor_addresses = (ctypes.c_void_p * count)(*[p.pointer.value for p in pointers])
+            _lib.check(
+                lib.ddpspawn_reducer_create_dlpack(
+                    context._live(),
+                    tensor_addresses,
+                    count,
+                    ctypes.byref(options),
+                    ctypes.byref(handle),
+                )
+            )
+            dtype_names = tuple(str(data.dtype).replace("torch.", "") for data in buffers)
         self._lib = lib
         self._context = context
         self._buffers: Tuple[Any, ...] = tuple(buffers)
         self._pointers = pointers
-        self._dtypes = tuple(b.dtype for b in checked)
+        self._dtypes = dtype_names
         self._comm_hook = comm_hook
         self._sync = True
         self._handle = handle
@@ -148,7 +173,7 @@ class Reducer(Closable):
     def __repr__(self) -> str:
         if self.closed:
             return "<ddpspawn.Reducer closed>"
-        dtypes = sorted({DTYPE_NAMES[d] for d in self._dtypes})
+        dtypes = sorted(set(self._dtypes))
         return (
             f"<ddpspawn.Reducer buffers={len(self._buffers)} "
             f"buckets={self.bucket_count} dtypes={','.join(dtypes)} "
@@ -175,6 +200,21 @@ class Reducer(Closable):
     def bucket_count(self) -> int:
         """The number of buckets the buffers were grouped into."""
         return int(self._lib.ddpspawn_reducer_bucket_count(self._live()))
+
+    @property
+    def compression(self) -> Tuple[int, int]:
+        """With ``comm_hook="powersgd"``: the elements its last compressed
+        iteration sent, and the gradient elements they stood for (the first
+        is smaller when it compressed); ``(0, 0)`` before
+        ``powersgd_start_iteration`` and with the other hooks."""
+        sent = ctypes.c_int64()
+        dense = ctypes.c_int64()
+        _lib.check(
+            self._lib.ddpspawn_reducer_compression(
+                self._live(), ctypes.byref(sent), ctypes.byref(dense)
+            )
+        )
+        return sent.value, dense.value
 
     @property
     def sync(self) -> bool:

@@ -221,9 +221,10 @@ def _train(model, x, y, steps, lr, after_backward=None):
         optimizer.step()
 
 
-def torch_linear_regression(ctx, steps=5, lr=0.1):
+def torch_linear_regression(ctx, steps=5, lr=0.1, tensors=False):
     """Trains a linear regression on this rank's shard of the batch with the
-    gradients averaged by a Reducer over p.grad.numpy(); rank 0 also trains a
+    gradients averaged by a Reducer over p.grad.numpy() (or, with tensors,
+    over the p.grad tensors themselves, through DLPack); rank 0 also trains a
     single-process model on the whole batch and returns the largest
     parameter difference and whether every rank ended with the same
     parameters."""
@@ -238,7 +239,7 @@ def torch_linear_regression(ctx, steps=5, lr=0.1):
     for p in params:
         p.grad = torch.zeros_like(p)
     grad_storage = [p.grad.data_ptr() for p in params]
-    reducer = ctx.reducer([p.grad.numpy() for p in params])
+    reducer = ctx.reducer([p.grad if tensors else p.grad.numpy() for p in params])
 
     def sync_gradients():
         # The autograd engine accumulated into the very tensors (no new grads).
@@ -266,3 +267,34 @@ def torch_linear_regression(ctx, steps=5, lr=0.1):
         "moved": moved,
         "ranks_agree": all(p == everyone[0] for p in everyone),
     }
+
+
+def reducer_torch_powersgd(ctx, shaped):
+    """PowerSGD (rank 1, from iteration 1) over a 32x16 weight and a bias of
+    16, as torch tensors (shaped) or as flat numpy views of them. Per
+    iteration: the reducer's compression figures, the weight's distance from
+    the exact mean relative to the mean's norm, and the bias's largest error."""
+    import torch
+
+    generator = torch.Generator().manual_seed(100 + ctx.rank)
+    weight = torch.zeros(32, 16)
+    bias = torch.zeros(16)
+    gradients = [weight, bias] if shaped else [weight.view(-1).numpy(), bias.numpy()]
+    seen = []
+    with ctx.reducer(gradients, comm_hook="powersgd", powersgd_start_iteration=1) as reducer:
+        for _ in range(3):
+            weight.copy_(torch.randn(32, 16, generator=generator))
+            bias.copy_(torch.randn(16, generator=generator))
+            exact_weight = ctx.all_reduce(weight.clone(), "mean")
+            exact_bias = ctx.all_reduce(bias.clone(), "mean")
+            reducer.mark_ready(1)
+            reducer.mark_ready(0)
+            reducer.finalize()
+            seen.append(
+                (
+                    reducer.compression,
+                    ((weight - exact_weight).norm() / exact_weight.norm()).item(),
+                    (bias - exact_bias).abs().max().item(),
+                )
+            )
+    return ctx.all_gather_object(seen)

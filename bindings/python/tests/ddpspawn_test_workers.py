@@ -198,3 +198,55 @@ def touch_and_hang(ctx, directory):
 
 def write_marker(ctx, path):
     Path(path).write_text("ran")
+
+
+def torch_tensor_collectives(ctx):
+    """torch tensors straight into the collectives (DLPack); what each rank saw."""
+    import torch
+
+    rank = ctx.rank
+    seen = {}
+    matrix = torch.arange(6, dtype=torch.float32).reshape(2, 3) * (rank + 1)
+    address = matrix.data_ptr()
+    returned = ctx.all_reduce(matrix)
+    seen["matrix"] = (returned is matrix, matrix.data_ptr() == address, matrix.tolist())
+    for dtype in (torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+                  torch.int8, torch.uint8):
+        values = torch.tensor([rank + 1, 2 * rank + 1], dtype=dtype)
+        ctx.all_reduce(values)
+        seen[str(dtype)] = values.tolist()
+    # A contiguous slice of a larger tensor: only that row changes.
+    rows = torch.zeros(3, 2)
+    rows[1] = rank + 1.0
+    ctx.all_reduce(rows[1], "max")
+    seen["row"] = rows.tolist()
+    broadcast = torch.full((3,), float(rank))
+    ctx.broadcast(broadcast, src=1)
+    flags = torch.tensor([rank == 1, False])
+    ctx.broadcast(flags, src=1)
+    seen["broadcast"] = (broadcast.tolist(), flags.tolist())
+    to_zero = torch.tensor([float(rank), 1.0], dtype=torch.float64)
+    ctx.reduce(to_zero, "mean", dst=0)
+    seen["reduce"] = to_zero.tolist()
+    gathered = ctx.all_gather(torch.tensor([[rank, 10 + rank]]))
+    seen["gather"] = [(tuple(g.shape), str(g.dtype), g.tolist()) for g in gathered]
+    refused = {}
+    for name, tensor in (
+        ("transposed", torch.ones(2, 3).t()),
+        ("complex", torch.ones(2, dtype=torch.complex64)),
+        ("requires_grad", torch.ones(2, requires_grad=True)),
+    ):
+        try:
+            ctx.all_reduce(tensor)
+            refused[name] = None
+        except ValueError as error:  # InvalidArgumentError is one too
+            refused[name] = (type(error).__name__, str(error))
+    seen["refused"] = refused
+    per_rank = ctx.all_gather_object(seen)
+    # Different dtypes on the ranks: an error on every rank, naming both calls.
+    try:
+        ctx.all_reduce(torch.ones(4, dtype=torch.float32 if rank == 0 else torch.float64))
+        mismatch = None
+    except ddpspawn.DdpspawnError as error:
+        mismatch = str(error)
+    return per_rank, mismatch

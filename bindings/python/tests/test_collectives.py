@@ -139,3 +139,32 @@ def test_barrier(tmp_path, start_method):
         workers.barrier_orders, args=(str(tmp_path),), nprocs=2, start_method=start_method
     )
     assert seen == [True, True]
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_torch_tensors_go_through_dlpack_in_place(start_method):
+    per_rank, mismatch = ddpspawn.spawn(
+        workers.torch_tensor_collectives, nprocs=2, start_method=start_method, timeout=120
+    )
+    assert len(per_rank) == 2
+    for rank, seen in enumerate(per_rank):
+        where = f"rank {rank}"
+        # The caller's tensor itself, at the same address: no copy in or out.
+        assert seen["matrix"] == (True, True, [[0.0, 3.0, 6.0], [9.0, 12.0, 15.0]]), where
+        for dtype in ("torch.float64", "torch.float16", "torch.bfloat16", "torch.int64",
+                      "torch.int32", "torch.int8", "torch.uint8"):
+            assert seen[dtype] == [3, 4], (where, dtype)
+        assert seen["row"] == [[0.0, 0.0], [2.0, 2.0], [0.0, 0.0]], where
+        assert seen["broadcast"] == ([1.0, 1.0, 1.0], [True, False]), where
+        assert seen["reduce"] == ([0.5, 1.0] if rank == 0 else [1.0, 1.0]), where
+        assert seen["gather"] == [((1, 2), "torch.int64", [[0, 10]]),
+                                  ((1, 2), "torch.int64", [[1, 11]])], where
+        refused = seen["refused"]
+        assert refused["transposed"][0] == "InvalidArgumentError", where
+        assert "tensor is not C-contiguous (dimension 1 has stride 3" in refused["transposed"][1]
+        assert refused["complex"][0] == "InvalidArgumentError", where
+        assert "unsupported element type (DLPack code 5, 64 bits" in refused["complex"][1]
+        assert refused["requires_grad"][0] == "ValueError", where
+        assert "could not be passed through DLPack" in refused["requires_grad"][1]
+    # Rank 0's error for a call whose dtype differs between the ranks names both.
+    assert "float32" in mismatch and "float64" in mismatch, mismatch

@@ -13,7 +13,8 @@ import ddpspawn
 from ddpspawn import _lib
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-HEADER = PACKAGE_ROOT.parent.parent / "capi" / "include" / "ddpspawn" / "ddpspawn.h"
+HEADERS = PACKAGE_ROOT.parent.parent / "capi" / "include" / "ddpspawn"
+HEADER = HEADERS / "ddpspawn.h"
 
 
 def run_python(code, env, cwd):
@@ -61,7 +62,8 @@ def test_launcher_is_not_a_worker():
 
 @pytest.mark.skipif(not HEADER.exists(), reason="public header not in this tree")
 def test_every_header_function_is_declared():
-    declared = set(re.findall(r"\b(ddpspawn_\w+)\s*\(", HEADER.read_text()))
+    text = HEADER.read_text() + (HEADERS / "ddpspawn_dlpack.h").read_text()
+    declared = set(re.findall(r"\b(ddpspawn_\w+)\s*\(", text))
     declared -= {"ddpspawn_worker_fn", "ddpspawn_fork_hook"}  # typedefs
     assert declared == set(_lib.SIGNATURES)
     library = _lib.lib()
