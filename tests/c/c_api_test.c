@@ -123,16 +123,16 @@ static int check_dlpack(ddpspawn_context* ctx, int rank, int world) {
   DLTensor t = cpu_tensor(matrix, 2, matrix_shape, kDLFloat, 32);
   int ok = ddpspawn_all_reduce_dlpack(ctx, &t, DDPSPAWN_SUM) == DDPSPAWN_OK;
   for (int i = 0; i < 6; i++)
-    ok = ok && matrix[i / 3][i % 3] == (float)(world * (world + 1) / 2 * i);
+    ok = ok && matrix[i / 3][i % 3] == (float)(world * (world + 1) * i) / 2.0f;
   /* Explicit row-major strides; a max over int64. */
-  int64_t longs[2][2] = {{rank, -rank}, {10 * rank, 7}};
+  int64_t longs[2][2] = {{rank, -rank}, {10 * (int64_t)rank, 7}};
   int64_t longs_shape[2] = {2, 2};
   int64_t longs_strides[2] = {2, 1};
   t = cpu_tensor(longs, 2, longs_shape, kDLInt, 64);
   t.strides = longs_strides;
   ok = ok && ddpspawn_all_reduce_dlpack(ctx, &t, DDPSPAWN_MAX) == DDPSPAWN_OK;
-  ok = ok && longs[0][0] == world - 1 && longs[0][1] == 0 && longs[1][0] == 10 * (world - 1) &&
-       longs[1][1] == 7;
+  ok = ok && longs[0][0] == world - 1 && longs[0][1] == 0 &&
+       longs[1][0] == 10 * (int64_t)(world - 1) && longs[1][1] == 7;
   /* A 0-dimensional float64 broadcast from rank 1. */
   double scalar = rank == 1 ? 2.5 : -1.0;
   t = cpu_tensor(&scalar, 0, NULL, kDLFloat, 64);
