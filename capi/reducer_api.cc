@@ -137,6 +137,17 @@ DDPSPAWN_EXPORT int32_t ddpspawn_reducer_bucket_count(const ddpspawn_reducer* re
   return reducer == nullptr ? -1 : static_cast<int32_t>(reducer->reducer->bucket_count());
 }
 
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_written(const ddpspawn_reducer* reducer,
+                                                         size_t index, int32_t* out_written) {
+  return Guard([&]() -> absl::Status {
+    RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+    RETURN_IF_ERROR(NotNull(out_written, "out_written"));
+    ASSIGN_OR_RETURN(bool written, reducer->reducer->WrittenByLastFinalize(index));
+    *out_written = written ? 1 : 0;
+    return absl::OkStatus();
+  });
+}
+
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_compression(const ddpspawn_reducer* reducer,
                                                              int64_t* out_sent,
                                                              int64_t* out_dense) {

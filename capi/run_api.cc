@@ -9,6 +9,7 @@
 #include "capi/rank_report.h"
 #include "capi/status.h"
 #include "core/strategy/ddp_spawn_strategy.h"
+#include "core/train/export.h"
 #include "core/train/run.h"
 #include "core/util/status_macros.h"
 #include "ddpspawn/ddpspawn.h"
@@ -41,6 +42,22 @@ absl::Status CheckLastRunRank(int32_t rank) {
   return absl::OkStatus();
 }
 
+// A run's key=value lines as a result; a key given twice keeps its last value.
+std::unique_ptr<ddpspawn_run_result> ParseResult(const std::string& text) {
+  auto result = std::make_unique<ddpspawn_run_result>();
+  result->text = text;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    size_t eq = line.find('=');
+    if (eq == absl::string_view::npos || eq == 0) continue;
+    std::string key(line.substr(0, eq));
+    auto same = std::find_if(result->pairs.begin(), result->pairs.end(),
+                             [&key](const auto& pair) { return pair.first == key; });
+    if (same != result->pairs.end()) result->pairs.erase(same);
+    result->pairs.emplace_back(std::move(key), std::string(line.substr(eq + 1)));
+  }
+  return result;
+}
+
 }  // namespace
 
 extern "C" {
@@ -71,6 +88,11 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command, const char* co
       }
       parsed.emplace_back(key, entry.substr(eq + 1));
     }
+    if (absl::string_view(command) == "export") {  // in this process: no ranks
+      ASSIGN_OR_RETURN(std::string exported, ddpspawn::RunExport(parsed));
+      *out_result = ParseResult(exported).release();
+      return absl::OkStatus();
+    }
     if (!has_start_method) parsed.emplace_back("start_method", "fork");
     ASSIGN_OR_RETURN(ddpspawn::RunConfig config, ddpspawn::ParseRunConfig(command, parsed));
     if (absl::Status s = ddpspawn::CheckRun(config); !s.ok()) {
@@ -83,18 +105,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command, const char* co
     t_last_run.failed_rank = strategy.last_failed_rank();
     t_last_run.outcomes = strategy.last_outcomes();
     if (!text.ok()) return text.status();
-    auto result = std::make_unique<ddpspawn_run_result>();
-    result->text = *text;
-    for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
-      size_t eq = line.find('=');
-      if (eq == absl::string_view::npos || eq == 0) continue;
-      std::string key(line.substr(0, eq));
-      auto same = std::find_if(result->pairs.begin(), result->pairs.end(),
-                               [&key](const auto& pair) { return pair.first == key; });
-      if (same != result->pairs.end()) result->pairs.erase(same);
-      result->pairs.emplace_back(std::move(key), std::string(line.substr(eq + 1)));
-    }
-    *out_result = result.release();
+    *out_result = ParseResult(*text).release();
     return absl::OkStatus();
   });
 }

@@ -116,7 +116,8 @@ Reducer::Reducer(ProcessGroup* group, std::vector<at::Tensor> tensors, ReducerOp
       bucket_of_(tensors_.size()),
       slot_of_(tensors_.size()),
       ready_(tensors_.size(), false),
-      used_(tensors_.size(), false) {}
+      used_(tensors_.size(), false),
+      written_(tensors_.size(), false) {}
 
 Reducer::~Reducer() {
   if (hooks_) {
@@ -277,6 +278,7 @@ absl::Status Reducer::Finalize() {
 
 absl::Status Reducer::FinalizeLocked() {
   finalize_queued_ = false;
+  std::fill(written_.begin(), written_.end(), false);
   if (!sync_enabled_) return absl::OkStatus();
   absl::Status status = absl::OkStatus();
   // Gradients that never became ready (unused parameters) count as zero, unless
@@ -317,6 +319,7 @@ absl::Status Reducer::FinalizeLocked() {
   if (status.ok()) {
     for (size_t i = 0; i < tensors_.size(); ++i) {
       if (!globally_used.empty() && globally_used[i] == 0) continue;  // untouched, as in PyTorch
+      written_[i] = true;
       at::Tensor& view = buckets_[bucket_of_[i]].views[slot_of_[i]];
       at::Tensor& grad = GradientOf(i);
       if (autograd_mode_ && options_.gradient_as_bucket_view) {
@@ -362,6 +365,15 @@ absl::Status Reducer::ShadowIteration() {
   }
   std::fill(used_.begin(), used_.end(), false);  // this rank used no parameter
   return FinalizeLocked();
+}
+
+absl::StatusOr<bool> Reducer::WrittenByLastFinalize(size_t index) const {
+  absl::MutexLock lock(&mutex_);
+  if (index >= written_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient index ", index, " is outside [0, ", written_.size(), ")"));
+  }
+  return written_[index];
 }
 
 void Reducer::set_gradient_scale(double scale) {

@@ -103,6 +103,13 @@ class Reducer {
   void set_sync_enabled(bool enabled);
   bool sync_enabled() const;
 
+  // Whether the last Finalize() wrote gradient `index`: false under no_sync,
+  // before the first Finalize(), and, with find_unused_parameters, for a
+  // gradient that no rank used (left untouched). A caller that keeps
+  // gradients of its own (the C ABI's) needs it for gradients that this rank
+  // did not use but another one did. An index out of range is an error.
+  absl::StatusOr<bool> WrittenByLastFinalize(size_t index) const;
+
   size_t bucket_count() const { return buckets_.size(); }
   const std::vector<size_t>& bucket_members(size_t bucket) const {
     return buckets_[bucket].members;
@@ -140,6 +147,7 @@ class Reducer {
   std::vector<size_t> bucket_of_, slot_of_;  // fixed at creation
   mutable absl::Mutex mutex_;
   std::vector<bool> ready_ ABSL_GUARDED_BY(mutex_), used_ ABSL_GUARDED_BY(mutex_);
+  std::vector<bool> written_ ABSL_GUARDED_BY(mutex_);  // by the last Finalize()
   size_t next_bucket_ ABSL_GUARDED_BY(mutex_) = 0;
   bool sync_enabled_ ABSL_GUARDED_BY(mutex_) = true;
   bool finalize_queued_ ABSL_GUARDED_BY(mutex_) = false;

@@ -72,6 +72,13 @@ static int check_reducer(ddpspawn_context* ctx, int rank, int world) {
     ok = ok && a[4] == iteration * (world + 1) / 2.0f && b[0] == 10.0 * (world + 1) / 2.0;
     ok = ok && never[0] == 7 && never[1] == 7;
   }
+  int32_t written[3] = {-1, -1, -1};
+  for (size_t i = 0; i < 3; i++) {
+    ok = ok && ddpspawn_reducer_written(reducer, i, &written[i]) == DDPSPAWN_OK;
+  }
+  ok = ok && written[0] == 1 && written[1] == 1 && written[2] == 0;
+  ok = ok && ddpspawn_reducer_written(reducer, 3, &written[0]) == DDPSPAWN_ERR_INVALID_ARGUMENT;
+  ok = ok && ddpspawn_reducer_written(reducer, 0, NULL) == DDPSPAWN_ERR_INVALID_ARGUMENT;
   ok = ok && ddpspawn_reducer_mark_ready(reducer, 3) == DDPSPAWN_ERR_INVALID_ARGUMENT;
   ddpspawn_reducer_destroy(reducer);
   /* Integer buffers go uncompressed under a compressing hook. */

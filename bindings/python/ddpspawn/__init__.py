@@ -25,7 +25,7 @@ from ._errors import (
 )
 from ._launch import spawn
 from ._reducer import Reducer
-from ._train import FitResult, fit, predict, test, validate
+from ._train import FitResult, export, fit, predict, test, validate
 
 __version__ = "0.1.0"
 
@@ -43,6 +43,7 @@ __all__ = [
     "WorkerFailedError",
     "abi_version",
     "build_info",
+    "export",
     "fit",
     "is_worker",
     "library_path",

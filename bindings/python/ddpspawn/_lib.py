@@ -291,6 +291,7 @@ SIGNATURES: Dict[str, Tuple[Optional[_CType], List[_CType]]] = {
     "ddpspawn_reducer_finalize": (_Status, [ReducerPtr]),
     "ddpspawn_reducer_set_sync": (_Status, [ReducerPtr, c_int32]),
     "ddpspawn_reducer_bucket_count": (c_int32, [ReducerPtr]),
+    "ddpspawn_reducer_written": (_Status, [ReducerPtr, c_size_t, POINTER(c_int32)]),
     "ddpspawn_reducer_compression": (
         _Status,
         [ReducerPtr, POINTER(c_int64), POINTER(c_int64)],

@@ -230,6 +230,9 @@ class Reducer(Closable):
         :class:`FailedPreconditionError`.
         """
         handle = self._live()
+        _lib.check(self._lib.ddpspawn_reducer_mark_ready(handle, self._position(index)))
+
+    def _position(self, index: Any) -> int:
         if isinstance(index, bool):
             raise InvalidArgumentError(f"buffer index must be an int, not {index!r}")
         try:
@@ -240,13 +243,27 @@ class Reducer(Closable):
             raise InvalidArgumentError(
                 f"buffer index {position} is outside [0, {len(self._buffers)})"
             )
-        _lib.check(self._lib.ddpspawn_reducer_mark_ready(handle, position))
+        return position
 
     def finalize(self) -> None:
         """Starts the buckets still waiting (buffers never marked count as
         zeros, or are left untouched with ``find_unused_parameters``), waits
         for all of them, and writes the means into the buffers."""
         _lib.check(self._lib.ddpspawn_reducer_finalize(self._live()))
+
+    def written(self, index: int) -> bool:
+        """Whether the last :meth:`finalize` wrote the mean into buffer
+        ``index``: False under :meth:`no_sync` and, with
+        ``find_unused_parameters``, for a buffer that no rank marked (left
+        as it was). True for a buffer this rank did not mark when another
+        rank did: its mean arrived here too."""
+        written = ctypes.c_int32()
+        _lib.check(
+            self._lib.ddpspawn_reducer_written(
+                self._live(), self._position(index), ctypes.byref(written)
+            )
+        )
+        return bool(written.value)
 
     def set_sync(self, enabled: bool) -> None:
         """``False`` is no_sync: :meth:`mark_ready` and :meth:`finalize` do

@@ -371,6 +371,26 @@ def test(
     return _metrics(_evaluate("test", model, data, checkpoint, nprocs, options))
 
 
+def export(checkpoint: PathLike, output: PathLike, *, format: str = "torch") -> int:
+    """Writes the weights of ``checkpoint`` (a ddpspawn checkpoint, or an
+    exported file to convert) to ``output`` as a state dict for
+    ``torch.load`` (``format="torch"``) or as safetensors
+    (``"safetensors"``), like ``ddpspawn export``; ``output`` is replaced
+    atomically and never written through a link. No process is started.
+    Returns the number of tensors written."""
+    if not isinstance(format, str):
+        raise InvalidArgumentError(f"format must be a str, not {type(format).__name__}")
+    result = run(
+        "export",
+        [
+            ("checkpoint", _encode_path("checkpoint", checkpoint)),
+            ("output", _encode_path("output", output)),
+            ("format", _encode_value("format", format)),
+        ],
+    )
+    return int(result["tensors"])
+
+
 def _read_predictions(path: str) -> List[Any]:
     rows: List[List[str]] = []
     with open(path, encoding="utf-8") as file:

@@ -82,7 +82,7 @@ def reducer_means(ctx, orders, caps, iterations=3):
 def reducer_unused(ctx, find_unused):
     """Buffer 0 is marked by every rank, buffer 1 by none, buffer 2 by rank 1
     only; then one iteration marks everything. Returns each rank's buffers
-    after both iterations."""
+    after both iterations, and which buffers each finalize wrote."""
     rank = ctx.rank
     used = numpy.full(3, rank + 1.0, dtype=numpy.float32)
     unused = numpy.full(4, 100.0 + rank, dtype=numpy.float64)
@@ -94,6 +94,7 @@ def reducer_unused(ctx, find_unused):
             reducer.mark_ready(2)
         reducer.finalize()
         first = [b.tolist() for b in buffers]
+        first_written = [reducer.written(k) for k in range(len(buffers))]
         # Next iteration: everything used, every buffer gets the mean.
         for b in buffers:
             b[:] = rank + 1
@@ -101,7 +102,8 @@ def reducer_unused(ctx, find_unused):
             reducer.mark_ready(k)
         reducer.finalize()
         second = [b.tolist() for b in buffers]
-    return ctx.all_gather_object((first, second))
+        second_written = [reducer.written(k) for k in range(len(buffers))]
+    return ctx.all_gather_object((first, second, first_written, second_written))
 
 
 def reducer_no_sync(ctx):
@@ -120,6 +122,7 @@ def reducer_no_sync(ctx):
                 reducer.mark_ready(1)
                 reducer.mark_ready(0)
                 reducer.finalize()  # does nothing under no_sync
+            inside = (inside, reducer.written(0))
         local = (grad.tolist(), other.tolist())
         after = reducer.sync
         grad += rank + 1

@@ -280,8 +280,10 @@ def test_find_unused_parameters(world_size):
         workers.reducer_unused, args=(True,), nprocs=world_size, timeout=120
     )
     mean = (world_size + 1) / 2
-    for rank, (first, second) in enumerate(per_rank):
+    for rank, (first, second, first_written, second_written) in enumerate(per_rank):
         used, unused, partly = first
+        assert first_written == [True, False, True], rank
+        assert second_written == [True, True, True], rank
         assert used == [mean] * 3, rank
         assert unused == [100.0 + rank] * 4, rank  # no rank marked it: untouched
         # Only rank 1 marked it; the others count as zeros.
@@ -291,7 +293,8 @@ def test_find_unused_parameters(world_size):
 
 def test_without_find_unused_parameters_unmarked_buffers_count_as_zeros():
     per_rank = ddpspawn.spawn(workers.reducer_unused, args=(False,), nprocs=2, timeout=120)
-    for rank, (first, second) in enumerate(per_rank):
+    for rank, (first, second, first_written, second_written) in enumerate(per_rank):
+        assert first_written == second_written == [True, True, True], rank
         used, unused, partly = first
         assert used == [1.5] * 3, rank
         assert unused == [0.0] * 4, rank
@@ -307,7 +310,7 @@ def test_no_sync_accumulates_locally(world_size, start_method):
     )
     mean = (world_size + 1) / 2  # of rank + 1
     for rank, (local, inside, after, synced, plain) in enumerate(per_rank):
-        assert inside is False and after is True, rank
+        assert inside == (False, False) and after is True, rank  # sync, and written
         # Nothing was communicated under no_sync.
         assert local == ([2.0 * (rank + 1)] * 5, [4.0 * (rank + 1)] * 3), rank
         # The synced iteration averages the whole accumulated sum.

@@ -387,6 +387,14 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_finalize(ddpspawn_reducer* redu
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_set_sync(ddpspawn_reducer* reducer,
                                                           int32_t enabled);
 
+/* *out_written = 1 when the last ddpspawn_reducer_finalize() wrote the mean
+ * into buffer `index`, 0 when it left the buffer as it was: under no_sync,
+ * and, with find_unused_parameters, when no rank marked it. A caller whose
+ * gradient for a buffer it did not mark is unset (torch's None) reads it to
+ * know whether another rank's gradient arrived there. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_written(const ddpspawn_reducer* reducer,
+                                                         size_t index, int32_t* out_written);
+
 /* Number of buckets; -1 for NULL. */
 DDPSPAWN_EXPORT int32_t ddpspawn_reducer_bucket_count(const ddpspawn_reducer* reducer);
 
@@ -411,7 +419,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_compression(const ddpspawn_redu
  * order) and "count". */
 typedef struct ddpspawn_run_result ddpspawn_run_result;
 
-/* Runs `command` ("fit", "validate", "test" or "predict") with `options`, a
+/* Runs `command` ("fit", "validate", "test", "predict" or "export") with `options`, a
  * NULL-terminated list of "key=value" strings whose keys are the ddpspawn
  * CLI's flags (e.g. "model=mlp:64,128,10" or "model=net.pt" for TorchScript,
  * "train=train.csv", "val=val.csv", "nproc_per_node=2", "max_epochs=5",
@@ -423,7 +431,10 @@ typedef struct ddpspawn_run_result ddpspawn_run_result;
  * the result then has "restarts"). Under torchrun or srun (more than one
  * task) the calling process is one rank of that job: nothing is forked, and
  * every rank gets rank 0's result. With "nnodes=N" every node's call gets
- * rank 0's result too (docs/multinode.md). */
+ * rank 0's result too (docs/multinode.md). "export" starts no process: it
+ * writes a checkpoint's weights as a file for torch.load or as safetensors
+ * ("checkpoint=", "format=torch|safetensors", "output="; `ddpspawn export
+ * --help`), and its result has "output", "format" and "tensors". */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command, const char* const* options,
                                              ddpspawn_run_result** out_result);
 DDPSPAWN_EXPORT void ddpspawn_run_result_destroy(ddpspawn_run_result* result);

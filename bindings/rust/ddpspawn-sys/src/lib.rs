@@ -435,6 +435,14 @@ extern "C" {
         reducer: *mut ddpspawn_reducer,
         enabled: i32,
     ) -> ddpspawn_status;
+    /// `*out_written` = 1 when the last finalize wrote the mean into buffer
+    /// `index`; 0 under no_sync and, with find_unused_parameters, when no rank
+    /// marked it (left as it was).
+    pub fn ddpspawn_reducer_written(
+        reducer: *const ddpspawn_reducer,
+        index: usize,
+        out_written: *mut i32,
+    ) -> ddpspawn_status;
     /// Number of buckets; -1 for NULL.
     pub fn ddpspawn_reducer_bucket_count(reducer: *const ddpspawn_reducer) -> i32;
     /// With the `"powersgd"` hook: the elements the last compressed iteration
@@ -653,6 +661,11 @@ mod tests {
             );
             assert_eq!(
                 ddpspawn_reducer_set_sync(ptr::null_mut(), 0),
+                DDPSPAWN_ERR_INVALID_ARGUMENT
+            );
+            let mut written = 0i32;
+            assert_eq!(
+                ddpspawn_reducer_written(ptr::null(), 0, &mut written),
                 DDPSPAWN_ERR_INVALID_ARGUMENT
             );
             assert_eq!(ddpspawn_reducer_bucket_count(ptr::null()), -1);

@@ -1,0 +1,185 @@
+"""Worker functions for test_torch_ddp.py: torch models trained with
+ddpspawn.torch.DistributedDataParallel in spawned ranks (importable by module
+name in the workers)."""
+
+import torch
+
+import ddpspawn.torch
+
+PER_RANK = 6
+STEPS = 4
+
+
+def make_model():
+    torch.manual_seed(3)  # the same initial parameters everywhere
+    return torch.nn.Sequential(
+        torch.nn.Linear(5, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8), torch.nn.Tanh(),
+        torch.nn.Linear(8, 2),
+    )
+
+
+def make_data(world_size):
+    generator = torch.Generator().manual_seed(11)
+    x = torch.randn(world_size * PER_RANK, 5, generator=generator)
+    y = torch.stack([x.sum(1).sin(), x[:, 0] * x[:, 1]], dim=1)
+    return x, y
+
+
+def flat(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def train(model, x, y, micro_batches=1, accumulate=None):
+    """STEPS optimizer steps (SGD with momentum, zero_grad to None); each step
+    runs `micro_batches` backward passes over equal slices of x (the last
+    synchronized, the others inside `accumulate`, e.g. no_sync). Returns how
+    many gradients were already handed over when backward reached the input
+    (the first step's), or None for a model that is not wrapped."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    handed_over = None
+    for step in range(STEPS):
+        optimizer.zero_grad()
+        for part, (xs, ys) in enumerate(zip(x.chunk(micro_batches), y.chunk(micro_batches))):
+            xs = xs.clone().requires_grad_(True)
+            if step == 0 and part == micro_batches - 1 and hasattr(model, "_marked"):
+                # The input's gradient is computed last in backward: by then
+                # the later layers' gradients are with the reducer.
+                def seen(_grad, model=model):
+                    nonlocal handed_over
+                    handed_over = sum(model._marked)
+
+                xs.register_hook(seen)
+            loss = torch.nn.functional.mse_loss(model(xs), ys) / micro_batches
+            if part < micro_batches - 1 and accumulate is not None:
+                with accumulate():
+                    loss.backward()
+            else:
+                loss.backward()
+        optimizer.step()
+    return handed_over
+
+
+def ddp_matches(ctx, store_dir, micro_batches):
+    """Rank r trains its contiguous shard with ddpspawn's DDP and, for
+    comparison, with PyTorch's own DDP (gloo, file store); rank 0 also trains
+    one process on the whole batch. Returns rank 0's comparison."""
+    torch.set_num_threads(1)
+    rank, world = ctx.rank, ctx.world_size
+    x, y = make_data(world)
+    shard = slice(rank * PER_RANK, (rank + 1) * PER_RANK)
+
+    model = ddpspawn.torch.DistributedDataParallel(make_model(), ctx, bucket_cap_mb=0.0002)
+    handed_over = train(model, x[shard], y[shard], micro_batches, model.no_sync)
+    buckets = model.reducer.bucket_count
+    ours = flat(model.module)
+    model.close()
+
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"file://{store_dir}/store", rank=rank, world_size=world
+    )
+    theirs_model = torch.nn.parallel.DistributedDataParallel(make_model())
+    train(theirs_model, x[shard], y[shard], micro_batches, theirs_model.no_sync)
+    theirs = flat(theirs_model.module)
+    torch.distributed.destroy_process_group()
+
+    everyone = ctx.all_gather_object(ours.tolist())
+    if rank != 0:
+        return None
+    alone = make_model()
+    train(alone, x, y, micro_batches)
+    return {
+        "vs_single_process": float((ours - flat(alone)).abs().max()),
+        "vs_torch_ddp": float((ours - theirs).abs().max()),
+        "moved": float((flat(alone) - flat(make_model())).abs().max()),
+        "ranks_agree": all(p == everyone[0] for p in everyone),
+        "buckets": buckets,
+        "handed_over": handed_over,
+        "parameters": len(list(model.module.parameters())),
+    }
+
+
+class Branches(torch.nn.Module):
+    """`shared` is used by every rank, `odd` by rank 1 only, `never` by none."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.shared = torch.nn.Linear(3, 1)
+        self.odd = torch.nn.Linear(3, 1)
+        self.never = torch.nn.Linear(3, 1)
+
+    def forward(self, x, rank):
+        out = self.shared(x)
+        return out + self.odd(x) if rank == 1 else out
+
+
+def unused_parameters(ctx, find_unused):
+    """One backward per rank after zero_grad(set_to_none=True); returns each
+    rank's gradients (None where a parameter has none) and what rank 1
+    alone computed for `odd`."""
+    rank = ctx.rank
+    model = ddpspawn.torch.DistributedDataParallel(
+        Branches(), ctx, find_unused_parameters=find_unused
+    )
+    x = torch.arange(6.0).reshape(2, 3) / (rank + 1)
+    for p in model.parameters():
+        p.grad = None
+    model(x, rank).sum().backward()
+    grads = {
+        name: None if p.grad is None else p.grad.flatten().tolist()
+        for name, p in model.module.named_parameters()
+    }
+    local_odd = None
+    if rank == 1:
+        alone = Branches()
+        alone(x, 1).sum().backward()
+        local_odd = alone.odd.weight.grad.flatten().tolist()
+    model.close()
+    return ctx.all_gather_object((grads, local_odd))
+
+
+class WithOffset(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 1)
+        self.register_buffer("offset", torch.zeros(1))
+
+    def forward(self, x):
+        return self.linear(x) + self.offset
+
+
+def rank_zero_state(ctx, broadcast_buffers):
+    """Every rank starts with its own weights; after wrapping, rank 1 changes
+    its buffer. Returns each rank's weights after wrapping, and the buffer
+    that a training forward saw."""
+    torch.manual_seed(ctx.rank)
+    module = WithOffset()
+    model = ddpspawn.torch.DistributedDataParallel(
+        module, ctx, broadcast_buffers=broadcast_buffers
+    )
+    weights = flat(module).tolist()
+    if ctx.rank == 1:
+        module.offset.fill_(5.0)
+    model(torch.ones(1, 2))
+    seen = module.offset.item()
+    model.close()
+    return ctx.all_gather_object((weights, seen))
+
+
+def refusals(ctx):
+    """The wrapper's refusals: (exception type, whether it names the cause)."""
+    cases = [
+        (lambda: (torch.nn.Linear(2, 2), {"gradient_as_bucket_view": True}),
+         "gradient_as_bucket_view"),
+        (lambda: (torch.nn.Linear(2, 2).requires_grad_(False), {}), "no parameter that requires"),
+        (lambda: ((lambda x: x), {}), "torch.nn.Module"),
+    ]
+    errors = []
+    for make, cause in cases:
+        module, options = make()
+        try:
+            ddpspawn.torch.DistributedDataParallel(module, ctx, **options)
+            errors.append(None)
+        except Exception as error:  # noqa: BLE001 - the test reads the type
+            errors.append((type(error).__name__, cause in str(error)))
+    return errors
