@@ -6,6 +6,8 @@ gradient sync), raw all-reduce time for the workload's gradient size (shared mem
 in place, and Gloo), what comparing every collective's call across ranks costs (the same runs
 with the comparison off), and what a bare process start that loads LibTorch costs (the floor under
 any spawned rank's launch).
+ddpspawn.torch.DistributedDataParallel (Python, ddpspawn.spawn) is measured against
+mp.spawn + PyTorch's DDP on the same model and loop.
 Launch to first batch runs from the launch call in an already started launcher (ddpspawn's Job,
 or mp.spawn with torch imported) to rank 0's first finished step; ddpspawn is measured with the
 spawn start method like the reference, and with fork.
@@ -24,6 +26,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DDPSPAWN = os.path.join(ROOT, "bazel-bin", "tools", "benchmarks", "ddpspawn_bench")
 REFERENCE = os.path.join(ROOT, "tools", "benchmarks", "reference_ddp.py")
 LIGHTNING = os.path.join(ROOT, "tools", "benchmarks", "reference_lightning.py")
+PYTHON_DDP = os.path.join(ROOT, "tools", "benchmarks", "python_ddp.py")
+# ddpspawn's Python binding from this checkout, on the library Bazel built.
+PYTHON_DDP_ENV = {"PYTHONPATH": os.path.join(ROOT, "bindings", "python"),
+                  "DDPSPAWN_LIBRARY": os.path.join(ROOT, "bazel-bin", "capi", "libddpspawn.so.1")}
 METRICS = ("launch_to_first_batch", "steps_per_s", "peak_rss_mb")
 
 
@@ -80,7 +86,7 @@ def main():
               "workloads": []}
     for workload in args.workloads.split(","):
         w = ["--workload", workload]
-        results = {"ddpspawn": [], "reference": [], "lightning": [], "no_sync": [],
+        results = {"ddpspawn": [], "reference": [], "lightning": [], "no_sync": [], "python": [],
                    "ddpspawn_fork": [], "c10d_reducer": [], "ddpspawn_gloo": [],
                    "allreduce": [], "allreduce_gloo": [], "startup": [],
                    "ddpspawn_unchecked": [], "small": [], "small_unchecked": [],
@@ -92,6 +98,8 @@ def main():
             results["reference"].append(
                 run([sys.executable, REFERENCE] + w + ["--mode", "ddp"] + common))
             results["lightning"].append(run([sys.executable, LIGHTNING] + w + common))
+            results["python"].append(
+                run([sys.executable, PYTHON_DDP] + w + common, env=PYTHON_DDP_ENV))
             results["no_sync"].append(run([DDPSPAWN] + w + ["--mode", "nosync"] + common))
             # Reducer against reducer on the same transport: PyTorch's c10d::Reducer and ours,
             # both over Gloo (ours without its shared-memory all-reduce).
@@ -118,6 +126,7 @@ def main():
             median_of(results[k]) for k in
             ("ddpspawn", "reference", "lightning", "no_sync", "ddpspawn_fork", "startup",
              "c10d_reducer", "ddpspawn_gloo"))
+        python = median_of(results["python"])
         unchecked_ddp, small, small_unchecked, small_gloo, small_gloo_unchecked = (
             median_of(results[k]) for k in
             ("ddpspawn_unchecked", "small", "small_unchecked", "small_gloo",
@@ -127,6 +136,7 @@ def main():
             "ddpspawn": ours,
             "reference": ref,
             "lightning": lightning,
+            "python_ddp": python,
             "no_sync": ceiling,
             "ddpspawn_fork": forked,
             "c10d_reducer": c10d,
@@ -156,6 +166,11 @@ def main():
                 "lightning_steps_per_s": ours["steps_per_s"] / lightning["steps_per_s"],
                 "lightning_peak_rss": ours["peak_rss_mb"] / lightning["peak_rss_mb"],
                 "vs_no_sync_ceiling": ours["steps_per_s"] / ceiling["steps_per_s"],
+                # ddpspawn.torch.DistributedDataParallel against mp.spawn + torch's DDP.
+                "python_launch_to_first_batch":
+                    python["launch_to_first_batch"] / ref["launch_to_first_batch"],
+                "python_steps_per_s": python["steps_per_s"] / ref["steps_per_s"],
+                "python_peak_rss": python["peak_rss_mb"] / ref["peak_rss_mb"],
                 # ours over Gloo against c10d's Reducer over Gloo: the reducers alone.
                 "gloo_reducer_vs_c10d_reducer": ours_gloo["steps_per_s"] / c10d["steps_per_s"],
                 "c10d_reducer_vs_no_sync_ceiling": c10d["steps_per_s"] / ceiling["steps_per_s"],
@@ -194,6 +209,12 @@ def main():
                 w["workload"] if i == 0 else "", label, o[key], f[key], r[key], lt[key], c[key],
                 ratio, fork_ratio, lightning_ratio))
         print("%-6s %-26s %10.2f" % ("", "spawn steps/s / no-sync", q["vs_no_sync_ceiling"]))
+        p = w["python_ddp"]
+        print("%-6s %-26s %10.1f steps/s (%.2fx torch DDP), launch %.3f s (%.2fx), %.0f MB "
+              "(%.2fx)" % ("", "Python ddpspawn.torch DDP", p["steps_per_s"],
+                           q["python_steps_per_s"], p["launch_to_first_batch"],
+                           q["python_launch_to_first_batch"], p["peak_rss_mb"],
+                           q["python_peak_rss"]))
         print("%-6s %-26s %10.1f steps/s ddpspawn's, %.1f c10d::Reducer's (%.2fx; c10d's is "
               "%.2fx the no-sync ceiling)" % (
                   "", "reducers over Gloo", w["ddpspawn_gloo"]["steps_per_s"],
