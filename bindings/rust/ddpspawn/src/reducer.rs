@@ -375,6 +375,18 @@ impl<'ctx> Reducer<'ctx> {
         check(unsafe { sys::ddpspawn_reducer_finalize(self.raw.as_ptr()) })
     }
 
+    /// Whether the last `finalize` wrote the mean into buffer `index`: false
+    /// under no_sync and, with `find_unused_parameters`, for a buffer that no
+    /// rank marked (left as it was); true for a buffer this rank did not mark
+    /// when another rank did. An index out of range is
+    /// [`Error::InvalidArgument`].
+    pub fn written(&self, index: usize) -> Result<bool> {
+        let mut written = 0i32;
+        // SAFETY: a live reducer and a valid out-pointer.
+        check(unsafe { sys::ddpspawn_reducer_written(self.raw.as_ptr(), index, &mut written) })?;
+        Ok(written != 0)
+    }
+
     /// `false` is no_sync: `mark_ready` and `finalize` do nothing, so
     /// gradients accumulate locally; the first `finalize` after
     /// `set_sync(true)` averages what accumulated. See also
