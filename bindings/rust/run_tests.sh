@@ -6,7 +6,8 @@ set -euo pipefail
 work="${TEST_TMPDIR:-$(mktemp -d)}"
 mkdir -p "$work/lib" "$work/include/ddpspawn" "$work/src"
 cp -L capi/dist/lib/libddpspawn.so capi/dist/lib/libddpspawn.so.1 "$work/lib/"
-cp -L capi/dist/include/ddpspawn/ddpspawn.h "$work/include/ddpspawn/"
+cp -L capi/dist/include/ddpspawn/ddpspawn.h capi/dist/include/ddpspawn/ddpspawn_dlpack.h \
+  "$work/include/ddpspawn/"
 cp -rL bindings/rust/. "$work/src/"
 export DDPSPAWN_LIB_DIR="$work/lib"
 # ddpspawn-sys's tests/layout.rs compiles a C program against the header (the copy above is

@@ -13,8 +13,9 @@
 //! `*_INIT` constants (and `Default`) mirror the header's macros, i.e. the
 //! defaults of the header this crate was written against.
 //!
-//! The safe API lives in the `ddpspawn` crate. The DLPack functions of
-//! `ddpspawn/ddpspawn_dlpack.h` are not declared here yet.
+//! The safe API lives in the `ddpspawn` crate. The functions of
+//! `ddpspawn/ddpspawn_dlpack.h`, with the DLPack structs they take, are in
+//! the `dlpack` module (re-exported here; checked by `tests/dlpack.rs`).
 
 // The declarations keep the header's C names (`ddpspawn_job`,
 // `ddpspawn_status`, ...), one for one, so that the header's documentation
@@ -25,6 +26,9 @@ use std::marker::{PhantomData, PhantomPinned};
 use std::mem::size_of;
 use std::os::raw::{c_char, c_double, c_int, c_void};
 use std::ptr;
+
+mod dlpack;
+pub use dlpack::*;
 
 /// The ABI major version this crate declares; the library's SONAME is
 /// `libddpspawn.so.1`.
@@ -493,11 +497,13 @@ extern "C" {
         out_report: *mut ddpspawn_rank_report,
     ) -> ddpspawn_status;
     pub fn ddpspawn_run_rank_error(rank: i32, out_text: *mut *const c_char) -> ddpspawn_status;
+
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use std::ffi::CStr;
 
     /// The library's own `*_init` functions agree with the constants (same

@@ -52,6 +52,7 @@ mod element;
 mod error;
 mod launcher;
 mod reducer;
+mod tensor;
 mod trainer;
 mod worker;
 
@@ -60,6 +61,7 @@ pub use element::{DType, Element, ReduceOp};
 pub use error::{Error, ErrorKind, Result};
 pub use launcher::{Launcher, RankReport, RankState, Report};
 pub use reducer::{GradBuffer, GradBufferMut, NoSync, Reducer, ReducerBuilder};
+pub use tensor::{Device, TensorReducer, TensorRef, TensorType};
 pub use trainer::{Data, RunResult, Trainer};
 pub use worker::{is_worker, set_error, set_result};
 

@@ -3,6 +3,7 @@
 // it lives), hands the C reducer pointers into them once, and lends the caller
 // slices between calls. It borrows the `Context` whose process group it uses.
 
+use std::ffi::CString;
 use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
@@ -243,30 +244,7 @@ impl ReducerBuilder {
         I: IntoIterator,
         I::Item: Into<GradBuffer>,
     {
-        let comm_hook = match &self.comm_hook {
-            Some(name) => Some(to_c_string("comm_hook", name.as_str())?),
-            None => None,
-        };
-        let mut options: sys::ddpspawn_reducer_options = library_defaults()?;
-        if let Some(mb) = self.bucket_cap_mb {
-            options.bucket_cap_mb = mb;
-        }
-        if let Some(mb) = self.first_bucket_cap_mb {
-            options.first_bucket_cap_mb = mb;
-        }
-        if let Some(name) = &comm_hook {
-            options.comm_hook = name.as_ptr();
-        }
-        if let Some(rank) = self.powersgd_rank {
-            options.powersgd_rank = to_i32("powersgd_rank", rank)?;
-        }
-        if let Some(iteration) = self.powersgd_start_iteration {
-            options.powersgd_start_iteration = to_i32("powersgd_start_iteration", iteration)?;
-        }
-        if let Some(enabled) = self.find_unused_parameters {
-            options.find_unused_parameters = i32::from(enabled);
-        }
-
+        let (options, _comm_hook) = self.options()?;
         let mut buffers: Vec<GradBuffer> = buffers.into_iter().map(Into::into).collect();
         // Pointers to the vectors' heap blocks: moving `buffers` (the outer
         // vector) into the Reducer below does not move them, and the Reducer
@@ -290,15 +268,99 @@ impl ReducerBuilder {
                 &mut raw,
             )
         })?;
-        let raw = NonNull::new(raw).ok_or_else(|| Error::Internal {
-            message: "ddpspawn_reducer_create returned OK and no reducer".to_string(),
-        })?;
         Ok(Reducer {
-            raw,
+            handle: Handle::new(raw)?,
             buffers,
             sync: true,
             _context: PhantomData,
         })
+    }
+
+    /// The C options, and the hook name they point into (keep it alive while
+    /// the options are used).
+    pub(crate) fn options(&self) -> Result<(sys::ddpspawn_reducer_options, Option<CString>)> {
+        let comm_hook = match &self.comm_hook {
+            Some(name) => Some(to_c_string("comm_hook", name.as_str())?),
+            None => None,
+        };
+        let mut options: sys::ddpspawn_reducer_options = library_defaults()?;
+        if let Some(mb) = self.bucket_cap_mb {
+            options.bucket_cap_mb = mb;
+        }
+        if let Some(mb) = self.first_bucket_cap_mb {
+            options.first_bucket_cap_mb = mb;
+        }
+        if let Some(name) = &comm_hook {
+            options.comm_hook = name.as_ptr();
+        }
+        if let Some(rank) = self.powersgd_rank {
+            options.powersgd_rank = to_i32("powersgd_rank", rank)?;
+        }
+        if let Some(iteration) = self.powersgd_start_iteration {
+            options.powersgd_start_iteration = to_i32("powersgd_start_iteration", iteration)?;
+        }
+        if let Some(enabled) = self.find_unused_parameters {
+            options.find_unused_parameters = i32::from(enabled);
+        }
+        Ok((options, comm_hook))
+    }
+}
+
+/// A C reducer, destroyed on drop (shared by [`Reducer`] and
+/// [`TensorReducer`](crate::TensorReducer)). Declare it before the memory
+/// the C reducer points into, so that it is dropped first.
+pub(crate) struct Handle(NonNull<sys::ddpspawn_reducer>);
+
+impl Handle {
+    pub(crate) fn new(raw: *mut sys::ddpspawn_reducer) -> Result<Handle> {
+        NonNull::new(raw)
+            .map(Handle)
+            .ok_or_else(|| Error::Internal {
+                message: "ddpspawn_reducer_create returned OK and no reducer".to_string(),
+            })
+    }
+
+    pub(crate) fn mark_ready(&self, index: usize) -> Result<()> {
+        // SAFETY: a live reducer.
+        check(unsafe { sys::ddpspawn_reducer_mark_ready(self.0.as_ptr(), index) })
+    }
+
+    pub(crate) fn finalize(&self) -> Result<()> {
+        // SAFETY: a live reducer.
+        check(unsafe { sys::ddpspawn_reducer_finalize(self.0.as_ptr()) })
+    }
+
+    pub(crate) fn written(&self, index: usize) -> Result<bool> {
+        let mut written = 0i32;
+        // SAFETY: a live reducer and a valid out-pointer.
+        check(unsafe { sys::ddpspawn_reducer_written(self.0.as_ptr(), index, &mut written) })?;
+        Ok(written != 0)
+    }
+
+    pub(crate) fn set_sync(&self, enabled: bool) -> Result<()> {
+        // SAFETY: a live reducer.
+        check(unsafe { sys::ddpspawn_reducer_set_sync(self.0.as_ptr(), i32::from(enabled)) })
+    }
+
+    pub(crate) fn bucket_count(&self) -> usize {
+        // SAFETY: a live reducer (-1 only for NULL).
+        usize::try_from(unsafe { sys::ddpspawn_reducer_bucket_count(self.0.as_ptr()) }).unwrap_or(0)
+    }
+
+    pub(crate) fn compression(&self) -> Result<(i64, i64)> {
+        let (mut sent, mut dense) = (0i64, 0i64);
+        // SAFETY: a live reducer and valid out-pointers.
+        check(unsafe {
+            sys::ddpspawn_reducer_compression(self.0.as_ptr(), &mut sent, &mut dense)
+        })?;
+        Ok((sent, dense))
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: created by ddpspawn_reducer_create*, destroyed once.
+        unsafe { sys::ddpspawn_reducer_destroy(self.0.as_ptr()) }
     }
 }
 
@@ -339,9 +401,9 @@ impl ReducerBuilder {
 /// It is neither `Send` nor `Sync`: use it on the thread that uses the
 /// context.
 pub struct Reducer<'ctx> {
-    raw: NonNull<sys::ddpspawn_reducer>,
-    // Declared after `raw` and dropped after Drop::drop destroyed the C
-    // reducer, which points into them.
+    handle: Handle,
+    // Declared after `handle` and dropped after it destroyed the C reducer,
+    // which points into them.
     buffers: Vec<GradBuffer>,
     sync: bool,
     _context: PhantomData<&'ctx Context>,
@@ -361,18 +423,17 @@ impl<'ctx> Reducer<'ctx> {
     /// out of range is [`Error::InvalidArgument`]; marking a buffer twice
     /// before `finalize` is [`Error::FailedPrecondition`].
     pub fn mark_ready(&self, index: usize) -> Result<()> {
-        // SAFETY: a live reducer; it reads buffer `index`, which no `&mut`
-        // borrow can alias while `self` is borrowed.
-        check(unsafe { sys::ddpspawn_reducer_mark_ready(self.raw.as_ptr(), index) })
+        // It reads buffer `index`, which no `&mut` borrow can alias while
+        // `self` is borrowed.
+        self.handle.mark_ready(index)
     }
 
     /// Starts the buckets still waiting (buffers never marked count as
     /// zeros, or stay untouched with `find_unused_parameters`), waits for
     /// all of them, and writes the means into the buffers.
     pub fn finalize(&mut self) -> Result<()> {
-        // SAFETY: a live reducer; it writes the buffers, which `&mut self`
-        // keeps unborrowed.
-        check(unsafe { sys::ddpspawn_reducer_finalize(self.raw.as_ptr()) })
+        // It writes the buffers, which `&mut self` keeps unborrowed.
+        self.handle.finalize()
     }
 
     /// Whether the last `finalize` wrote the mean into buffer `index`: false
@@ -381,10 +442,7 @@ impl<'ctx> Reducer<'ctx> {
     /// when another rank did. An index out of range is
     /// [`Error::InvalidArgument`].
     pub fn written(&self, index: usize) -> Result<bool> {
-        let mut written = 0i32;
-        // SAFETY: a live reducer and a valid out-pointer.
-        check(unsafe { sys::ddpspawn_reducer_written(self.raw.as_ptr(), index, &mut written) })?;
-        Ok(written != 0)
+        self.handle.written(index)
     }
 
     /// `false` is no_sync: `mark_ready` and `finalize` do nothing, so
@@ -392,8 +450,7 @@ impl<'ctx> Reducer<'ctx> {
     /// `set_sync(true)` averages what accumulated. See also
     /// [`no_sync`](Reducer::no_sync).
     pub fn set_sync(&mut self, enabled: bool) -> Result<()> {
-        // SAFETY: a live reducer.
-        check(unsafe { sys::ddpspawn_reducer_set_sync(self.raw.as_ptr(), i32::from(enabled)) })?;
+        self.handle.set_sync(enabled)?;
         self.sync = enabled;
         Ok(())
     }
@@ -432,9 +489,7 @@ impl<'ctx> Reducer<'ctx> {
 
     /// The number of buckets the buffers were grouped into.
     pub fn bucket_count(&self) -> usize {
-        // SAFETY: a live reducer (-1 only for NULL).
-        usize::try_from(unsafe { sys::ddpspawn_reducer_bucket_count(self.raw.as_ptr()) })
-            .unwrap_or(0)
+        self.handle.bucket_count()
     }
 
     /// The number of buffers.
@@ -482,11 +537,13 @@ impl<'ctx> Reducer<'ctx> {
 
     /// Ends the reducer and gives its buffers back, in order, with what the
     /// last `finalize` left in them.
-    pub fn into_buffers(mut self) -> Vec<GradBuffer> {
-        // The vectors' heap blocks stay where they are; `self` (and with it
-        // the C reducer) is destroyed before they are handed out.
-        let buffers = std::mem::take(&mut self.buffers);
-        drop(self);
+    pub fn into_buffers(self) -> Vec<GradBuffer> {
+        // The vectors' heap blocks stay where they are; the C reducer is
+        // destroyed before they are handed out.
+        let Reducer {
+            handle, buffers, ..
+        } = self;
+        drop(handle);
         buffers
     }
 
@@ -497,14 +554,6 @@ impl<'ctx> Reducer<'ctx> {
                 self.buffers.len()
             ))
         })
-    }
-}
-
-impl Drop for Reducer<'_> {
-    fn drop(&mut self) {
-        // SAFETY: created by ddpspawn_reducer_create, destroyed once, before
-        // the buffers it points into are dropped.
-        unsafe { sys::ddpspawn_reducer_destroy(self.raw.as_ptr()) }
     }
 }
 

@@ -244,6 +244,16 @@ fn find_unused_parameters_four_ranks() {
 }
 
 #[test]
+fn borrowed_tensors_keep_their_shapes_and_powersgd_compresses() {
+    // 528 gradient elements sent as 64: rank-1 factors of the 32x16 weight
+    // (32 + 16) and the bias of 16.
+    assert_eq!(
+        reducer_case(2, "tensors"),
+        "tensors ok world=2 sent=64 dense=528"
+    );
+}
+
+#[test]
 fn no_sync_accumulation_two_ranks() {
     assert_eq!(reducer_case(2, "no-sync"), "no-sync ok world=2");
 }

@@ -1,0 +1,88 @@
+//! The functions of `ddpspawn/ddpspawn_dlpack.h` and the DLPack declarations
+//! (`dlpack/dlpack.h`) they take, laid out as in every DLPack release since
+//! 0.6. `tests/dlpack.rs` checks them against the C compiler's view of both
+//! headers.
+
+// DLPack's own C names, so that its documentation applies as it is.
+#![allow(non_upper_case_globals)]
+
+use std::os::raw::c_void;
+
+use crate::{ddpspawn_context, ddpspawn_reducer, ddpspawn_reducer_options, ddpspawn_status};
+
+/// `DLDeviceType`: CPU memory.
+pub const kDLCPU: i32 = 1;
+/// `DLDeviceType`: CUDA device memory.
+pub const kDLCUDA: i32 = 2;
+/// `DLDataTypeCode`s.
+pub const kDLInt: u8 = 0;
+pub const kDLUInt: u8 = 1;
+pub const kDLFloat: u8 = 2;
+pub const kDLBfloat: u8 = 4;
+/// (DLPack 0.8 and later; the library's LibTorch reads it.)
+pub const kDLBool: u8 = 6;
+
+/// Where a tensor's memory is.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DLDevice {
+    pub device_type: i32,
+    pub device_id: i32,
+}
+
+/// An element type: `code` (`kDLFloat` ...), `bits`, `lanes` (1).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DLDataType {
+    pub code: u8,
+    pub bits: u8,
+    pub lanes: u16,
+}
+
+/// A tensor the caller owns: `shape` (and `strides`, NULL for compact
+/// row-major) point to `ndim` values and must stay valid during the call.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DLTensor {
+    pub data: *mut c_void,
+    pub device: DLDevice,
+    pub ndim: i32,
+    pub dtype: DLDataType,
+    pub shape: *mut i64,
+    pub strides: *mut i64,
+    pub byte_offset: u64,
+}
+
+extern "C" {
+    // Tensors are borrowed for the call.
+    pub fn ddpspawn_all_reduce_dlpack(
+        context: *mut ddpspawn_context,
+        tensor: *mut DLTensor,
+        op: i32,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_reduce_dlpack(
+        context: *mut ddpspawn_context,
+        tensor: *mut DLTensor,
+        op: i32,
+        dst: i32,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_broadcast_dlpack(
+        context: *mut ddpspawn_context,
+        tensor: *mut DLTensor,
+        src: i32,
+    ) -> ddpspawn_status;
+    pub fn ddpspawn_all_gather_dlpack(
+        context: *mut ddpspawn_context,
+        input: *const DLTensor,
+        output: *mut DLTensor,
+    ) -> ddpspawn_status;
+    /// The tensors' memory must outlive the reducer; the `DLTensor` structs
+    /// and their shape arrays need not.
+    pub fn ddpspawn_reducer_create_dlpack(
+        context: *mut ddpspawn_context,
+        gradients: *const *mut DLTensor,
+        num_gradients: usize,
+        options: *const ddpspawn_reducer_options,
+        out_reducer: *mut *mut ddpspawn_reducer,
+    ) -> ddpspawn_status;
+}
