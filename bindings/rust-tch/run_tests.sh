@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Bazel's entry to ddpspawn-tch's checks: rustfmt (--check), clippy (-D warnings), the doc and unit
+# tests, then the two examples as tests: `matches` (2 ranks against one process on the whole
+# batch, to 1e-6) and `digits` (2 ranks on the handwritten digits, held-out accuracy >= 0.95).
+# Builds against tools/setup's LibTorch (the torch wheel, through its Python) in release only; the
+# target directory stays in the home directory (tch's C++ wrapper takes minutes to compile, once).
+# Offline: tools/setup fetched the crates of Cargo.lock.
+set -euo pipefail
+work="${TEST_TMPDIR:-$(mktemp -d)}"
+mkdir -p "$work/lib" "$work/src/bindings"
+cp -L capi/dist/lib/libddpspawn.so capi/dist/lib/libddpspawn.so.1 "$work/lib/"
+cp -rL bindings/rust bindings/rust-tch "$work/src/bindings/"
+fetch_digits="$PWD/tools/fetch_digits"
+export DDPSPAWN_LIB_DIR="$work/lib"
+export CARGO_TARGET_DIR="${DDPSPAWN_TCH_TARGET_DIR:-$HOME/.cache/ddpspawn-cargo-tch}"
+# torch-sys finds LibTorch through this Python's torch.
+export LIBTORCH_USE_PYTORCH=1
+export PATH="$(dirname "${DDPSPAWN_PYTHON:-/opt/ddpspawn/venv/bin/python3}"):$PATH:$HOME/.cargo/bin"
+cd "$work/src/bindings/rust-tch"
+cargo=(cargo --offline --locked)
+echo "run_tests.sh: cargo fmt --check" >&2
+cargo fmt --all --check
+echo "run_tests.sh: cargo clippy -D warnings" >&2
+"${cargo[@]}" clippy --release --all-targets -- -D warnings
+"${cargo[@]}" test --release
+"${cargo[@]}" build --release --examples
+examples="$CARGO_TARGET_DIR/release/examples"
+"$examples/matches"
+"$examples/matches" powersgd | tee "$work/powersgd.txt"
+# PowerSGD sends fewer elements than the gradients hold: "sent S of D".
+read -r sent dense < <(sed -n 's/.*sent \([0-9]*\) of \([0-9]*\) .*/\1 \2/p' "$work/powersgd.txt")
+((sent > 0 && sent < dense)) || { echo "run_tests.sh: PowerSGD did not compress" >&2; exit 1; }
+"$fetch_digits" "$work/digits" >&2
+"$examples/digits" "$work/digits" | tee "$work/digits.txt"
+accuracy=$(sed -n 's/.*held-out accuracy \([0-9.]*\) .*/\1/p' "$work/digits.txt")
+awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.95) }' ||
+  { echo "run_tests.sh: held-out accuracy '$accuracy' is below 0.95" >&2; exit 1; }
