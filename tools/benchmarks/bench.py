@@ -35,8 +35,11 @@ METRICS = ("launch_to_first_batch", "steps_per_s", "peak_rss_mb")
 
 def run(command, env=None):
     """Runs one measurement (each program times its own launch call)."""
-    out = subprocess.run(command, check=True, capture_output=True, text=True,
+    out = subprocess.run(command, capture_output=True, text=True,
                          env=dict(os.environ, **(env or {})))
+    if out.returncode != 0:
+        sys.exit("tools/bench: %s exited with %d:\n%s" % (" ".join(command), out.returncode,
+                                                          out.stderr[-4000:]))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -2,14 +2,13 @@
 ranks, checked against one process on the whole batch and against PyTorch's
 own DDP; load_weights and export of a checkpoint into a torch module."""
 
-from typing import List
-
 import pytest
 import torch
 
 import ddpspawn
 import ddpspawn.torch
 import ddpspawn_torch_workers as workers
+from test_train import script_classes
 
 
 @pytest.mark.parametrize("micro_batches", [1, 3], ids=["one_backward", "no_sync_accumulation"])
@@ -65,21 +64,8 @@ def test_refusals():
     assert errors[2] == ("TypeError", True), errors
 
 
-class Regression(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 1)
-
-    def forward(self, x):
-        return self.linear(x).squeeze(-1)
-
-    @torch.jit.export
-    def training_step(self, batch: List[torch.Tensor], batch_idx: int) -> torch.Tensor:
-        return torch.nn.functional.mse_loss(self.forward(batch[0]), batch[1].reshape(-1))
-
-    @torch.jit.export
-    def predict_step(self, batch: List[torch.Tensor], batch_idx: int) -> torch.Tensor:
-        return self.forward(batch[0])
+# The TorchScript regression module of test_train.py (forward, training_step, predict_step).
+Regression = script_classes(torch)[0]
 
 
 def test_load_weights_puts_a_trained_checkpoint_into_the_module(tmp_path):
