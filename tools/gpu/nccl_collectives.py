@@ -54,6 +54,8 @@ def cuda_tensors(ctx):
     alone(x).square().sum().backward()
     wrapped(x).square().sum().backward()
     gap = (wrapped.module.weight.grad - alone.weight.grad).abs().max().item()
+    # The end-of-backward finalize ran (a world of 1 would show no gap without it).
+    assert all(wrapped.reducer.written(i) for i in range(2)), "finalize did not run"
     wrapped.close()
     return {"cuda_in_place": same_place, "cuda_values": tensor.tolist(), "cuda_ddp_gap": gap}
 

@@ -55,8 +55,14 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
     run the same number of backward passes. The model's parameters must be
     CPU tensors (CUDA ones need a GPU, checked by ``tools/gpu_check``).
 
+    Not supported yet: reentrant activation checkpointing
+    (``use_reentrant=True``), and a backward pass that raises halfway (the
+    next ``forward`` says so; create the wrapper again). Every backward that
+    reaches the parameters communicates, as the hooks decide, not forward.
+
     Thread safety: one training loop at a time, as with PyTorch's. Close it
-    with :meth:`close` (it also closes with its context).
+    with :meth:`close`; closing its context closes its reducer, after which a
+    backward through the module raises.
     """
 
     def __init__(
@@ -86,9 +92,12 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
         parameters = [p for p in module.parameters() if p.requires_grad]
         if not parameters:
             raise InvalidArgumentError("the module has no parameter that requires a gradient")
-        for index, parameter in enumerate(parameters):
-            if parameter.is_sparse:
-                raise InvalidArgumentError(f"parameter {index} is sparse; only dense ones are")
+        for name, submodule in module.named_modules():
+            if getattr(submodule, "sparse", False) is True:
+                raise InvalidArgumentError(
+                    f"{name or 'the module'} has sparse gradients (sparse=True); the reducer "
+                    "averages dense ones only"
+                )
         with torch.no_grad():
             for tensor in list(module.parameters()) + list(module.buffers()):
                 context.broadcast(tensor.detach(), 0)
@@ -113,13 +122,20 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
 
     @staticmethod
     def _fixed_gradient(parameter: torch.Tensor) -> torch.Tensor:
+        # A gradient that is None stays None until backward gives one.
         gradient = torch.zeros_like(parameter, memory_format=torch.contiguous_format)
         if parameter.grad is not None:
             gradient.copy_(parameter.grad)
-        parameter.grad = gradient
+            parameter.grad = gradient
         return gradient
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        if self._in_backward:
+            raise RuntimeError(
+                "the previous backward pass through this DistributedDataParallel did not "
+                "finish (it raised after some gradients were handed over), so the ranks' "
+                "reducers disagree: create the wrapper again"
+            )
         if self._broadcast_buffers and self.module.training and torch.is_grad_enabled():
             with torch.no_grad():
                 for buffer in self.module.buffers():
@@ -137,7 +153,8 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
             )
         fixed = self._gradients[index]
         if parameter.grad is not fixed:  # a new tensor after zero_grad(set_to_none=True)
-            fixed.copy_(parameter.grad)
+            with torch.no_grad():  # never part of a double-backward graph
+                fixed.copy_(parameter.grad.detach())
             parameter.grad = fixed
         self._marked[index] = True
         self.reducer.mark_ready(index)

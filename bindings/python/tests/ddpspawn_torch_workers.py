@@ -173,6 +173,7 @@ def refusals(ctx):
          "gradient_as_bucket_view"),
         (lambda: (torch.nn.Linear(2, 2).requires_grad_(False), {}), "no parameter that requires"),
         (lambda: ((lambda x: x), {}), "torch.nn.Module"),
+        (lambda: (torch.nn.Embedding(4, 2, sparse=True), {}), "sparse gradients"),
     ]
     errors = []
     for make, cause in cases:

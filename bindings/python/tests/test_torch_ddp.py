@@ -62,6 +62,7 @@ def test_refusals():
     assert errors[0] == ("InvalidArgumentError", True), errors
     assert errors[1] == ("InvalidArgumentError", True), errors
     assert errors[2] == ("TypeError", True), errors
+    assert errors[3] == ("InvalidArgumentError", True), errors
 
 
 # The TorchScript regression module of test_train.py (forward, training_step, predict_step).

@@ -165,8 +165,10 @@ impl<'ctx> DistributedDataParallel<'ctx> {
 
     /// After `backward()`: averages every gradient over the ranks, in place
     /// (under no_sync, does nothing). A variable without a gradient (not
-    /// used in this backward pass) is [`Error::FailedPrecondition`] naming
-    /// it, before anything is communicated.
+    /// used in this backward pass, after tch's `zero_grad`) is
+    /// [`Error::FailedPrecondition`] naming it, before anything is
+    /// communicated; after [`zero_grad`](Self::zero_grad) an unused
+    /// variable's gradient stays zeros and counts as such in the mean.
     pub fn sync_gradients(&mut self) -> Result<()> {
         // Gradients that LibTorch allocated anew since zero_grad(set_to_none).
         let mut replaced = Vec::new();
