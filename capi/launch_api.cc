@@ -43,6 +43,13 @@ absl::StatusOr<ddpspawn::LaunchSpec> ToSpec(const ddpspawn_launch_options& o) {
   absl::StatusOr<ddpspawn::StartMethod> method =
       ddpspawn::ParseStartMethod(o.start_method ? o.start_method : "spawn");
   if (!method.ok()) return method.status();
+  if (*method == ddpspawn::StartMethod::kForkserver) {
+    // The server is an exec of argv[0], whose main() must serve forks first;
+    // the C ABI offers no call for that yet.
+    return absl::InvalidArgumentError(
+        "ddpspawn_job offers the spawn and fork start methods; forkserver is the ddpspawn CLI's "
+        "and C++'s (DDPSpawnStrategy) for now");
+  }
   spec.start_method = *method;
   spec.argv = StringList(o.argv);
   spec.env = StringList(o.env);

@@ -82,8 +82,8 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command, const char* co
         has_start_method = true;
         if (entry.substr(eq + 1) != "fork") {
           return absl::InvalidArgumentError(
-              "ddpspawn_run forks its ranks (start_method=fork): spawn would re-run the calling "
-              "program; use the ddpspawn CLI for spawned ranks");
+              "ddpspawn_run forks its ranks (start_method=fork): spawn and forkserver would run "
+              "the calling program again; use the ddpspawn CLI for those start methods");
         }
       }
       parsed.emplace_back(key, entry.substr(eq + 1));

@@ -31,6 +31,8 @@
 #include "core/env/cluster_environment.h"
 #include "core/env/flight_recorder.h"
 #include "core/env/run_dir.h"
+#include "core/launch/child_process.h"
+#include "core/launch/forkserver.h"
 #include "core/launch/worker_channel.h"
 #include "core/util/status_macros.h"
 
@@ -46,6 +48,9 @@ constexpr const char* kContractVariables[] = {"MASTER_ADDR", "MASTER_PORT", "WOR
                                               "NODE_RANK",   "GROUP_RANK",  kRunDirEnv};
 
 constexpr absl::Duration kPollInterval = absl::Milliseconds(2);
+// How long a rank's failing exit waits for a peer killed by a signal, the more
+// likely cause, before the launcher stops the others (see Wait()).
+constexpr absl::Duration kCauseWindow = absl::Milliseconds(100);
 
 // The signal (SIGINT/SIGTERM) the launcher received while waiting, and how
 // many.
@@ -101,6 +106,37 @@ bool IsContractVariable(absl::string_view name) {
   return false;
 }
 
+// The launcher's environment without the contract's variables.
+std::vector<std::string> InheritedEnvironment() {
+  std::vector<std::string> env;
+  for (char** entry = environ; entry && *entry; ++entry) {
+    absl::string_view text(*entry);
+    if (!IsContractVariable(text.substr(0, text.find('=')))) env.emplace_back(text);
+  }
+  return env;
+}
+
+constexpr const char* kThreadCountVariables[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"};
+
+bool IsThreadCount(absl::string_view entry) {
+  for (const char* name : kThreadCountVariables) {
+    if (absl::StartsWith(entry, absl::StrCat(name, "="))) return true;
+  }
+  return false;
+}
+
+// As torchrun does: unless `env` says otherwise, OpenMP and OpenBLAS use one
+// rank's share of the cores, not all of them in every rank.
+void AddThreadShares(int nprocs, std::vector<std::string>& env) {
+  const int share = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / nprocs);
+  for (const char* name : kThreadCountVariables) {
+    const std::string prefix = absl::StrCat(name, "=");
+    bool given = false;
+    for (const std::string& entry : env) given = given || absl::StartsWith(entry, prefix);
+    if (!given) env.push_back(absl::StrCat(prefix, share));
+  }
+}
+
 absl::StatusOr<std::string> ResolveProgram(const std::string& program) {
   auto executable = [](const std::string& path) {
     return access(path.c_str(), X_OK) == 0 && !std::filesystem::is_directory(path);
@@ -139,30 +175,6 @@ absl::StatusOr<int> FreeLoopbackPort() {
   return ntohs(addr.sin_port);
 }
 
-// NULL-terminated char* views of strings that outlive the fork.
-std::vector<char*> CStringArray(const std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  out.reserve(strings.size() + 1);
-  for (const std::string& s : strings) out.push_back(const_cast<char*>(s.c_str()));
-  out.push_back(nullptr);
-  return out;
-}
-
-// In the child, before anything else: its own process group (so the launcher
-// can signal it and its descendants together), death with the launcher, default
-// signal dispositions.
-void PrepareChild(pid_t parent, bool reset_signals) {
-  setpgid(0, 0);
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(1);  // the launcher died before prctl
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (reset_signals) {
-    for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD, SIGHUP}) signal(sig, SIG_DFL);
-  }
-}
-
 // A forked rank inherits the launcher's OpenBLAS, already sized for every core;
 // give it this rank's share, as the environment does for spawned ranks
 // (OPENBLAS_NUM_THREADS is read only when OpenBLAS starts). A no-op without
@@ -172,58 +184,6 @@ void LimitBlasThreads(int nprocs) {
   if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr && nprocs > 0) {
     auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
     if (set != nullptr) set(std::atoi(std::getenv("OPENBLAS_NUM_THREADS")));
-  }
-}
-
-struct LinuxDirent64 {  // what getdents64 returns
-  ino64_t d_ino;
-  off64_t d_off;
-  unsigned short d_reclen;
-  unsigned char d_type;
-  char d_name[];
-};
-
-// Closes every descriptor above 2 except `keep` (-1: none), whether or not it
-// is close-on-exec (Gloo's sockets, a caller's files are not). In a child
-// forked from a multithreaded process: system calls only, no allocation.
-void CloseDescriptorsAbove2(int keep) {
-  auto close_span = [](unsigned first, unsigned last) {
-    return first > last || close_range(first, last, 0) == 0;
-  };
-  const bool closed = keep < 3 ? close_span(3, ~0U)
-                               : close_span(3, static_cast<unsigned>(keep) - 1) &&
-                                     close_span(static_cast<unsigned>(keep) + 1, ~0U);
-  if (closed) return;
-  // Kernels before 5.9 lack close_range: close what /proc/self/fd lists, again
-  // until a pass finds nothing (closing changes the listing under getdents).
-  bool listed = false;
-  for (bool found = true; found;) {
-    found = false;
-    const int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir < 0) break;
-    listed = true;
-    alignas(LinuxDirent64) char buffer[4096];
-    for (long n; (n = syscall(SYS_getdents64, dir, buffer, sizeof buffer)) > 0;) {
-      for (long offset = 0; offset < n;) {
-        const auto* entry = reinterpret_cast<const LinuxDirent64*>(buffer + offset);
-        offset += entry->d_reclen;
-        int fd = 0;
-        const char* c = entry->d_name;
-        for (; *c >= '0' && *c <= '9' && fd < (1 << 27); ++c) fd = fd * 10 + (*c - '0');
-        if (c == entry->d_name || *c != '\0' || fd < 3 || fd == keep || fd == dir) continue;
-        found = close(fd) == 0 || found;
-      }
-    }
-    close(dir);
-  }
-  if (listed) return;
-  // Without /proc: every number below the descriptor limit.
-  struct rlimit limit = {};
-  const rlim_t end = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
-                         ? limit.rlim_cur
-                         : 65536;
-  for (rlim_t fd = 3; fd < end; ++fd) {
-    if (static_cast<int>(fd) != keep) close(static_cast<int>(fd));
   }
 }
 
@@ -289,26 +249,45 @@ std::string SignalName(int signal) {
 }
 
 absl::string_view StartMethodName(StartMethod method) {
-  return method == StartMethod::kFork ? "fork" : "spawn";
+  switch (method) {
+    case StartMethod::kFork:
+      return "fork";
+    case StartMethod::kForkserver:
+      return "forkserver";
+    case StartMethod::kSpawn:
+      break;
+  }
+  return "spawn";
 }
 
 absl::StatusOr<StartMethod> ParseStartMethod(absl::string_view name) {
   if (name == "spawn") return StartMethod::kSpawn;
   if (name == "fork") return StartMethod::kFork;
+  if (name == "forkserver") return StartMethod::kForkserver;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown start method '", name, "'; expected 'spawn' or 'fork'"));
+      absl::StrCat("unknown start method '", name, "'; expected 'spawn', 'fork' or 'forkserver'"));
 }
 
 Job::Job(LaunchSpec spec) : spec_(std::move(spec)), outcomes_(static_cast<size_t>(spec_.nprocs)) {}
 
 Job::~Job() {
-  for (RankOutcome& outcome : outcomes_) {
-    if (outcome.state != RankState::kRunning) continue;
-    kill(-outcome.pid, SIGKILL);
-    kill(outcome.pid, SIGKILL);
-    waitpid(outcome.pid, nullptr, 0);
-  }
+  for (RankOutcome& outcome : outcomes_) KillAndReap(outcome);
   RemoveRunDir();
+}
+
+// SIGKILL for a running rank and its process group, and its end collected.
+void Job::KillAndReap(RankOutcome& outcome) {
+  if (outcome.state != RankState::kRunning) return;
+  kill(-outcome.pid, SIGKILL);
+  kill(outcome.pid, SIGKILL);
+  if (forkserver_ == nullptr) {
+    waitpid(outcome.pid, nullptr, 0);
+  } else {  // the server reaps it and says so
+    while (!forkserver_->TakeEnd(outcome.pid).has_value()) absl::SleepFor(kPollInterval);
+  }
+  outcome.state = RankState::kSignaled;
+  outcome.signal = SIGKILL;
+  outcome.stopped_by_launcher = true;
 }
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Create(LaunchSpec spec) {
@@ -317,10 +296,11 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(LaunchSpec spec) {
         absl::StrCat("nprocs must be between 1 and ", kMaxNprocs, ", got ", spec.nprocs));
   }
   std::string program_path;
-  if (spec.start_method == StartMethod::kSpawn) {
+  if (spec.start_method != StartMethod::kFork) {
     if (spec.argv.empty() || spec.argv[0].empty()) {
-      return absl::InvalidArgumentError(
-          "the spawn start method needs argv: the program each rank runs");
+      return absl::InvalidArgumentError(absl::StrCat("the ", StartMethodName(spec.start_method),
+                                                     " start method needs argv: the program "
+                                                     "each rank runs"));
     }
     ASSIGN_OR_RETURN(std::string resolved, ResolveProgram(spec.argv[0]));
     program_path = resolved;
@@ -367,11 +347,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(LaunchSpec spec) {
 }
 
 std::vector<std::string> Job::RankEnvironment(int rank) const {
-  std::vector<std::string> env;
-  for (char** entry = environ; entry && *entry; ++entry) {
-    absl::string_view text(*entry);
-    if (!IsContractVariable(text.substr(0, text.find('=')))) env.emplace_back(text);
-  }
+  std::vector<std::string> env = InheritedEnvironment();
   env.insert(env.end(), spec_.env.begin(), spec_.env.end());
   auto set = [&env](absl::string_view name, auto value) {
     env.push_back(absl::StrCat(name, "=", value));
@@ -385,22 +361,51 @@ std::vector<std::string> Job::RankEnvironment(int rank) const {
   set("NODE_RANK", spec_.node_rank);
   set("GROUP_RANK", spec_.node_rank);
   set(kRunDirEnv, run_dir_);
-  // As torchrun does: unless told otherwise, OpenMP and OpenBLAS use this
-  // rank's share of the cores, not all of them in every rank.
-  const int share =
-      std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / spec_.nprocs);
-  for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}) {
-    const std::string prefix = absl::StrCat(name, "=");
-    bool given = false;
-    for (const std::string& entry : env) given = given || absl::StartsWith(entry, prefix);
-    if (!given) set(name, share);
-  }
+  AddThreadShares(spec_.nprocs, env);
   return env;
+}
+
+namespace {
+
+std::vector<std::string> ForkserverEnvironment(const LaunchSpec& spec) {
+  std::vector<std::string> env = InheritedEnvironment();
+  for (const std::string& entry : spec.env) {
+    if (IsThreadCount(entry)) env.push_back(entry);
+  }
+  AddThreadShares(spec.nprocs, env);
+  return env;
+}
+
+absl::StatusOr<std::shared_ptr<Forkserver>> SharedForkserver(const LaunchSpec& spec,
+                                                             const std::string& program) {
+  // The server's environment holds what libraries read as they load (the
+  // thread counts among it); the rest of LaunchSpec::env goes with each
+  // rank's request, so that a restart with a new DDPSPAWN_RESUME_FROM still
+  // finds the server ready.
+  return Forkserver::Shared(program, spec.argv, ForkserverEnvironment(spec),
+                            std::min(spec.timeout, absl::Minutes(5)));
+}
+
+}  // namespace
+
+absl::Status Job::PrestartForkserver(const LaunchSpec& spec) {
+  if (spec.start_method != StartMethod::kForkserver) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Create(spec));
+  return SharedForkserver(job->spec_, job->program_path_).status();
 }
 
 absl::Status Job::Start() {
   if (started_) return absl::FailedPreconditionError("the job was already started");
   started_ = true;
+  if (std::getenv(kForkserverFdEnv) != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this process was started as a forkserver (", kForkserverFdEnv,
+                     " is set), but its main() launched a job instead of calling "
+                     "ddpspawn::ServeForksIfForkserver() first"));
+  }
+  if (spec_.start_method == StartMethod::kForkserver) {
+    ASSIGN_OR_RETURN(forkserver_, SharedForkserver(spec_, program_path_));
+  }
   if (spec_.master_port == 0) {
     ASSIGN_OR_RETURN(int port, FreeLoopbackPort());
     spec_.master_port = port;
@@ -423,15 +428,7 @@ absl::Status Job::Start() {
   for (int rank = 0; rank < spec_.nprocs; ++rank) {
     absl::Status started = StartRank(rank, RankEnvironment(rank));
     if (!started.ok()) {
-      for (RankOutcome& outcome : outcomes_) {
-        if (outcome.state != RankState::kRunning) continue;
-        kill(-outcome.pid, SIGKILL);
-        kill(outcome.pid, SIGKILL);
-        waitpid(outcome.pid, nullptr, 0);
-        outcome.state = RankState::kSignaled;
-        outcome.signal = SIGKILL;
-        outcome.stopped_by_launcher = true;
-      }
+      for (RankOutcome& outcome : outcomes_) KillAndReap(outcome);
       RemoveRunDir();
       return started;
     }
@@ -440,8 +437,18 @@ absl::Status Job::Start() {
 }
 
 absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
-  std::vector<char*> envp = CStringArray(env);
   RankOutcome& outcome = outcomes_[rank];
+  if (spec_.start_method == StartMethod::kForkserver) {
+    absl::StatusOr<pid_t> pid = forkserver_->StartRank(env);
+    if (!pid.ok()) {
+      return absl::Status(pid.status().code(),
+                          absl::StrCat("rank ", GlobalRank(rank), ": ", pid.status().message()));
+    }
+    outcome.pid = *pid;
+    outcome.state = RankState::kRunning;
+    return run_dir_guard_.AddProcessGroup(*pid);
+  }
+  std::vector<char*> envp = CStringArray(env);
   const pid_t parent = getpid();
   if (spec_.start_method == StartMethod::kFork) {
     if (spec_.fork_hooks.before_fork) spec_.fork_hooks.before_fork();
@@ -536,19 +543,27 @@ absl::Status Job::Wait() {
   while (true) {
     bool any_running = false;
     const std::vector<int> newly_failed = ReapRanks(any_running);
-    if (!stopping.started && !newly_failed.empty()) {
-      // Of ranks found dead in the same poll, a signal is more likely the cause
-      // than an exit.
-      failed_rank_ = newly_failed.front();
-      failed_at_ = absl::Now();
+    if (!stopping.started) {
+      // A signal is more likely the cause than an exit. A rank that exits
+      // because a peer was killed can be reaped before that peer, whose
+      // threads may still be ending (a killed process is reapable only once
+      // all have), so an exit waits kCauseWindow for such a peer before the
+      // others are stopped.
       for (int r : newly_failed) {
-        if (outcomes_[r].state == RankState::kSignaled) {
+        if (failed_rank_ < 0) {
           failed_rank_ = r;
-          break;
+          failed_at_ = absl::Now();
+        }
+        if (outcomes_[r].state == RankState::kSignaled &&
+            outcomes_[failed_rank_].state != RankState::kSignaled) {
+          failed_rank_ = r;
         }
       }
-      status = absl::AbortedError("");  // the message is written below, with the error text
-      BeginStopping(stopping, SIGTERM);
+      if (failed_rank_ >= 0 && (outcomes_[failed_rank_].state == RankState::kSignaled ||
+                                absl::Now() >= *failed_at_ + kCauseWindow)) {
+        status = absl::AbortedError("");  // the message is written below, with the error text
+        BeginStopping(stopping, SIGTERM);
+      }
     }
     if (!any_running) break;
     PassOnSignal();
@@ -583,7 +598,19 @@ std::vector<int> Job::ReapRanks(bool& any_running) {
     RankOutcome& outcome = outcomes_[r];
     if (outcome.state != RankState::kRunning) continue;
     int raw = 0;
-    pid_t got = waitpid(outcome.pid, &raw, WNOHANG);
+    pid_t got = 0;
+    if (forkserver_ != nullptr) {
+      if (std::optional<ForkedRankEnd> end = forkserver_->TakeEnd(outcome.pid)) {
+        got = outcome.pid;
+        raw = end->wait_status;
+        if (end->server_died) {
+          outcome.error_text = absl::StrCat("the forkserver that started it (pid ",
+                                            forkserver_->pid(), ") died, and the rank with it");
+        }
+      }
+    } else {
+      got = waitpid(outcome.pid, &raw, WNOHANG);
+    }
     if (got == 0 || (got < 0 && errno == EINTR)) {
       any_running = true;
       continue;

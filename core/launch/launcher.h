@@ -1,5 +1,6 @@
 // The launcher: starts N worker processes (spawn: fork+exec of a program; fork:
-// a callback in a forked child), gives each the torchrun-compatible environment
+// a callback in a forked child; forkserver: forked by a server that is itself
+// an exec of the program, see forkserver.h), gives each the torchrun-compatible environment
 // and a private rendezvous, and joins them. The first failing rank stops the
 // others (SIGTERM, a grace period, SIGKILL); the failure names the rank and its
 // cause. Workers die with the launcher (PR_SET_PDEATHSIG), and so do the
@@ -31,9 +32,9 @@
 
 namespace ddpspawn {
 
-enum class StartMethod { kSpawn, kFork };
+enum class StartMethod { kSpawn, kFork, kForkserver };
 
-// "spawn" or "fork"; InvalidArgument otherwise.
+// "spawn", "fork" or "forkserver"; InvalidArgument otherwise.
 absl::StatusOr<StartMethod> ParseStartMethod(absl::string_view name);
 absl::string_view StartMethodName(StartMethod method);
 
@@ -51,7 +52,7 @@ inline constexpr int kMaxNprocs = 65536;
 struct LaunchSpec {
   int nprocs = 1;  // in [1, kMaxNprocs]
   StartMethod start_method = StartMethod::kSpawn;
-  std::vector<std::string> argv;        // spawn: program and arguments
+  std::vector<std::string> argv;        // spawn, forkserver: program and arguments
   std::vector<std::string> env;         // extra NAME=value for every rank
   std::function<int(int rank)> worker;  // fork: returns the exit code
   ForkHooks fork_hooks;
@@ -93,11 +94,19 @@ struct RankOutcome {
   std::string error_text;  // what the rank reported, if anything
 };
 
+class Forkserver;
+
 // A job: launched once, joined once. Not thread-safe; one thread drives it.
 class Job {
  public:
   // Validates the spec; nothing starts yet.
   static absl::StatusOr<std::unique_ptr<Job>> Create(LaunchSpec spec);
+
+  // Starts the forkserver that a job of `spec` (start method forkserver) would
+  // use, so that its launch finds it ready: the launch then costs about what
+  // fork's does. Every later job with the same program, arguments and extra
+  // environment reuses it. A no-op for the other start methods.
+  static absl::Status PrestartForkserver(const LaunchSpec& spec);
 
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
@@ -130,6 +139,10 @@ class Job {
   explicit Job(LaunchSpec spec);
   absl::Status StartRank(int rank, const std::vector<std::string>& env);
   std::vector<std::string> RankEnvironment(int rank) const;
+  // What every rank's environment has in common: the launcher's, the spec's
+  // and the thread counts (the forkserver runs with it).
+  std::vector<std::string> CommonEnvironment() const;
+  void KillAndReap(RankOutcome& outcome);
   // Wait() in steps (launcher.cc).
   struct Stopping;
   std::vector<int> ReapRanks(bool& any_running);
@@ -146,7 +159,8 @@ class Job {
   void RemoveRunDir();
 
   LaunchSpec spec_;
-  std::string program_path_;  // spawn: argv[0] resolved on PATH
+  std::string program_path_;                // spawn, forkserver: argv[0] resolved on PATH
+  std::shared_ptr<Forkserver> forkserver_;  // forkserver: the server forking the ranks
   std::string run_dir_;
   std::vector<RankOutcome> outcomes_;
   int failed_rank_ = -1;

@@ -155,7 +155,7 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   }
   spec.start_method = method;
   spec.timeout = options_.launch_timeout;
-  if (method == StartMethod::kSpawn) {
+  if (method != StartMethod::kFork) {  // spawn, forkserver: this program again
     ASSIGN_OR_RETURN(std::vector<std::string> argv, OwnCommandLine());
     spec.argv = std::move(argv);
   } else {

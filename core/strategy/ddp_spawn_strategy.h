@@ -1,5 +1,5 @@
 // DDPSpawnStrategy: PyTorch Lightning's strategy of the same name, in C++. It
-// has a launcher (spawn or fork), a cluster environment, a checkpoint IO and a
+// has a launcher (spawn, fork or forkserver), a cluster environment, a checkpoint IO and a
 // precision plugin; it joins the process group (nccl on CUDA devices, gloo on
 // CPU), wraps the module in DistributedDataParallel (with the DDP options and
 // comm hooks), runs the steps through it, and offers the collectives a training
@@ -12,6 +12,10 @@
 //   DDPSpawnStrategy strategy(options);
 //   if (IsWorkerProcess()) return strategy.RunWorker(fn);
 //   absl::StatusOr<std::string> result = strategy.Launch(fn);
+//
+// With "forkserver" the program's command line runs once more, as a server that
+// forks the ranks (core/launch/forkserver.h), so main() must also begin with
+// ServeForksIfForkserver(), before it reads its arguments or environment.
 //
 // With "fork", fn runs in forked children, on a new thread there (so that
 // OpenMP work this process did before does not hang it; see
@@ -37,6 +41,7 @@
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/distributed_data_parallel.h"
 #include "core/env/cluster_environment.h"
+#include "core/launch/forkserver.h"
 #include "core/launch/launcher.h"
 #include "core/model/module.h"
 #include "core/strategy/checkpoint_io.h"

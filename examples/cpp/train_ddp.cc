@@ -49,6 +49,7 @@ absl::StatusOr<std::string> Train(ddpspawn::DDPSpawnStrategy& strategy) {
 }
 
 int main() {
+  ddpspawn::ServeForksIfForkserver();  // needed for start_method forkserver only
   ddpspawn::StrategyOptions options;
   options.parallel_devices = {c10::kCPU, c10::kCPU};  // 2 ranks
   ddpspawn::DDPSpawnStrategy strategy(options);

@@ -1,5 +1,6 @@
-// Launcher tests with real processes: results, each failure kind in both start
-// methods (the reported rank and cause, and no process left behind), timeouts,
+// Launcher tests with real processes: results, each failure kind in every start
+// method (spawn, fork, forkserver; the forkserver's reuse, its death, a
+// program that does not serve) (the reported rank and cause, and no process left behind), timeouts,
 // a SIGKILLed launcher (its ranks and their children die with it), SIGKILL for
 // a rank that ignores SIGTERM, SIGINT/SIGTERM forwarded to the ranks, the
 // descriptors workers inherit, and forked ranks after OpenMP work in the
@@ -24,9 +25,11 @@
 #include <stdexcept>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "core/launch/worker_channel.h"
 #include "gmock/gmock.h"
@@ -96,6 +99,22 @@ LaunchSpec SpawnSpec(int nprocs, std::vector<std::string> args) {
   spec.grace_period = absl::Seconds(1);
   spec.timeout = absl::Seconds(60);
   return spec;
+}
+
+LaunchSpec ForkserverSpec(int nprocs, std::vector<std::string> args) {
+  LaunchSpec spec = SpawnSpec(nprocs, std::move(args));
+  spec.start_method = StartMethod::kForkserver;
+  return spec;
+}
+
+// The parent's pid of `pid`, from /proc (-1 if gone).
+pid_t ParentOf(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t name_end = text.rfind(')');  // "pid (name) state ppid ..."
+  if (name_end == std::string::npos) return -1;
+  std::vector<std::string> fields = absl::StrSplit(text.substr(name_end + 2), ' ');
+  return fields.size() > 1 ? std::atoi(fields[1].c_str()) : -1;
 }
 
 LaunchSpec ForkSpec(int nprocs, std::function<int(int)> worker) {
@@ -214,7 +233,11 @@ TEST(LauncherSpawnTest, BadSpecsAreRejectedBeforeAnythingStarts) {
   LaunchSpec no_worker;
   no_worker.start_method = StartMethod::kFork;
   EXPECT_EQ(Job::Create(no_worker).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseStartMethod("forkserver").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseStartMethod("thread").status().code(), absl::StatusCode::kInvalidArgument);
+  LaunchSpec no_program = ForkserverSpec(2, {});
+  no_program.argv.clear();
+  EXPECT_THAT(Job::Create(no_program).status().message(),
+              HasSubstr("the forkserver start method needs argv"));
 }
 
 TEST(LauncherSpawnTest, EnvironmentFollowsTheTorchrunContract) {
@@ -230,6 +253,92 @@ TEST(LauncherSpawnTest, EnvironmentFollowsTheTorchrunContract) {
   absl::Status status;
   std::unique_ptr<Job> job = RunJob(std::move(spec), &status);
   EXPECT_TRUE(status.ok()) << status;
+}
+
+// The ranks' parent is a server that is an exec of the worker program (not a
+// fork of this test), a child of this launcher, and the next launch with the
+// same program, arguments and environment reuses it.
+TEST(LauncherForkserverTest, AnExecedServerForksTheRanksAndServesTheNextLaunchToo) {
+  absl::Status status;
+  std::unique_ptr<Job> first = RunJob(ForkserverSpec(3, {"parent"}), &status);
+  ASSERT_TRUE(status.ok()) << status;
+  const std::string result = first->result().value_or("");
+  pid_t server = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripPrefix(result, "parent "), &server)) << result;
+  EXPECT_NE(server, getpid());
+  EXPECT_EQ(ParentOf(server), getpid());
+  const std::filesystem::path exe =
+      std::filesystem::read_symlink(absl::StrCat("/proc/", server, "/exe"));
+  EXPECT_EQ(exe.filename(), "test_worker") << exe;  // this test's binary is launcher_test
+  for (const RankOutcome& outcome : first->outcomes()) EXPECT_EQ(outcome.state, RankState::kExited);
+
+  std::unique_ptr<Job> second = RunJob(ForkserverSpec(3, {"parent"}), &status);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(second->result().value_or(""), result) << "the second launch started a new server";
+  ExpectNoWorkerLeft(*second);
+}
+
+TEST(LauncherForkserverTest, FailuresNameTheRankAndCause) {
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(ForkserverSpec(3, {"exit", "2", "7"}), &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(status.message(), HasSubstr("rank 2"));
+  EXPECT_THAT(status.message(), HasSubstr("exited with code 7"));
+  ExpectNoWorkerLeft(*job);
+
+  job = RunJob(ForkserverSpec(2, {"signal", "0", "11"}), &status);
+  EXPECT_THAT(status.message(), HasSubstr("rank 0"));
+  EXPECT_THAT(status.message(), HasSubstr("SIGSEGV"));
+  ExpectNoWorkerLeft(*job);
+
+  job = RunJob(ForkserverSpec(2, {"throw", "1"}), &status);
+  EXPECT_THAT(status.message(), HasSubstr("rank 1"));
+  EXPECT_THAT(status.message(), HasSubstr("deliberate failure in the test worker"));
+  ExpectNoWorkerLeft(*job);
+
+  LaunchSpec hanging = ForkserverSpec(2, {"hang", "1"});
+  hanging.timeout = absl::Seconds(1);
+  job = RunJob(std::move(hanging), &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  ExpectNoWorkerLeft(*job);
+}
+
+TEST(LauncherForkserverTest, AProgramThatDoesNotServeIsRefusedWithTheReason) {
+  absl::Status status;
+  LaunchSpec spec = ForkserverSpec(2, {});
+  spec.argv = {"/bin/true"};
+  std::unique_ptr<Job> job = RunJob(std::move(spec), &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(status.message(), HasSubstr("ServeForksIfForkserver()"));
+}
+
+// A server that dies takes its ranks with it; the job says so, and the next
+// launch starts a new server.
+TEST(LauncherForkserverTest, ADeadServerFailsItsJobAndIsReplaced) {
+  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(ForkserverSpec(2, {"hang"}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*job)->Start().ok());
+  const pid_t server = ParentOf((*job)->outcomes()[0].pid);
+  ASSERT_GT(server, 1);
+  ASSERT_EQ(ParentOf(server), getpid());
+  kill(server, SIGKILL);
+  absl::Status status = (*job)->Wait();
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_THAT(status.message(),
+              HasSubstr(absl::StrCat("the forkserver that started it (pid ", server, ") died")));
+  for (const RankOutcome& outcome : (*job)->outcomes()) {
+    bool dead = false;
+    for (int i = 0; i < 500 && !dead; ++i) {
+      dead = ProcessDead(outcome.pid);
+      if (!dead) absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_TRUE(dead) << "rank pid " << outcome.pid << " outlived its forkserver";
+  }
+
+  absl::Status next_status;
+  std::unique_ptr<Job> next = RunJob(ForkserverSpec(2, {"parent"}), &next_status);
+  ASSERT_TRUE(next_status.ok()) << next_status;
+  EXPECT_NE(next->result().value_or(""), absl::StrCat("parent ", server));
 }
 
 TEST(LauncherForkTest, ResultAndExceptionInForkedChildren) {
@@ -324,16 +433,20 @@ class InheritableFile {
   int fd_;
 };
 
-TEST(LauncherDescriptorTest, SpawnedRanksGetOnlyTheStandardStreams) {
+TEST(LauncherDescriptorTest, SpawnedAndForkserverRanksGetOnlyTheStandardStreams) {
   InheritableFile file;
   ASSERT_GE(file.fd(), 3);
-  absl::Status status;
-  std::unique_ptr<Job> job = RunJob(SpawnSpec(2, {"descriptors"}), &status);
-  ASSERT_TRUE(status.ok()) << status;
-  const std::string list = job->result().value_or("");
-  const std::set<int> fds = DescriptorSet(list);
-  EXPECT_EQ(fds.count(file.fd()), 0u) << "rank 0 has " << list;
-  for (int fd : fds) EXPECT_LE(fd, 2) << "rank 0 has " << list;
+  for (bool forkserver : {false, true}) {
+    absl::Status status;
+    std::unique_ptr<Job> job = RunJob(
+        forkserver ? ForkserverSpec(2, {"descriptors"}) : SpawnSpec(2, {"descriptors"}), &status);
+    ASSERT_TRUE(status.ok()) << status;
+    const std::string list = job->result().value_or("");
+    const std::set<int> fds = DescriptorSet(list);
+    EXPECT_EQ(fds.count(file.fd()), 0u) << "rank 0 has " << list;
+    for (int fd : fds)
+      EXPECT_LE(fd, 2) << "rank 0 has " << list << " (forkserver " << forkserver << ")";
+  }
 }
 
 TEST(LauncherDescriptorTest, ForkedRanksCloseDescriptorsOnlyWhenAsked) {
@@ -387,7 +500,7 @@ TEST(LauncherForkTest, RanksForkedAfterOpenMpWorkDoNotHang) {
 // methods, and the children the workers forked, and its run directory goes too
 // (its guardian removes it).
 TEST(LauncherOrphanTest, WorkersAndTheirChildrenDieWithAKilledLauncher) {
-  for (const char* method : {"spawn", "fork"}) {
+  for (const char* method : {"spawn", "fork", "forkserver"}) {
     std::string pid_file = absl::StrCat(testing::TempDir(), "/pids-", method);
     const std::string tmp = absl::StrCat(testing::TempDir(), "/tmp-", method);
     ASSERT_TRUE(std::filesystem::create_directories(tmp));

@@ -17,9 +17,10 @@
 // - collectives: checks every collective, op and dtype against expected values
 //   (under any launcher: ddpspawn's, torchrun, several nodes); prints
 //   "collectives ok on rank R of N (shared memory|gloo)".
-// - launch <method> <pid-file>: is itself a launcher: starts 2 ranks that
-//   each fork a sleeping child (hang_with_child; in fork mode the same in the
-//   forked rank), writes the ranks' pids to <pid-file>, and waits.
+// - launch <method> <pid-file>: is itself a launcher: starts 2 ranks (spawn,
+//   fork or forkserver) that each fork a sleeping child (hang_with_child; in
+//   fork mode the same in the forked rank), writes the ranks' pids to <pid-file>, and waits.
+// - parent: rank 0 hands back "parent <its parent's pid>".
 // - descriptors: rank 0 hands back its open descriptors ("0 1 2").
 // - elastic <rank>: for a worker of torchrun: joins the group and all-reduces;
 //   on the first attempt (TORCHELASTIC_RESTART_COUNT 0) that rank then exits
@@ -52,6 +53,7 @@
 #include "core/comm/process_group.h"
 #include "core/env/cluster_environment.h"
 #include "core/env/run_dir.h"
+#include "core/launch/forkserver.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
 
@@ -311,7 +313,9 @@ void WriteAtomically(const std::string& path, const std::string& text) {
 int Launch(const std::string& method, const std::string& pid_file, const char* self) {
   LaunchSpec spec;
   spec.nprocs = 2;
-  spec.start_method = method == "fork" ? StartMethod::kFork : StartMethod::kSpawn;
+  absl::StatusOr<StartMethod> start_method = ParseStartMethod(method);
+  if (!start_method.ok()) return 2;
+  spec.start_method = *start_method;
   spec.argv = {self, "hang_with_child", pid_file};
   spec.worker = [pid_file](int rank) -> int { HangWithChild(pid_file, rank); };
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
@@ -379,6 +383,12 @@ int Elastic(const char* failing_rank) {
 int Main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "launch" && argc == 4) return Launch(argv[2], argv[3], argv[0]);
+  if (mode == "parent") {
+    if (std::atoi(std::getenv("RANK")) == 0) {
+      CheckOk(SetWorkerResult(absl::StrCat("parent ", getppid())), "result");
+    }
+    return 0;
+  }
   if (mode == "ok") {
     if (std::atoi(std::getenv("RANK")) == 0) {
       CheckOk(SetWorkerResult(absl::StrCat("result from rank 0 of ", std::getenv("WORLD_SIZE"))),
@@ -449,4 +459,7 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace ddpspawn
 
-int main(int argc, char** argv) { return ddpspawn::Main(argc, argv); }
+int main(int argc, char** argv) {
+  ddpspawn::ServeForksIfForkserver();
+  return ddpspawn::Main(argc, argv);
+}

@@ -32,13 +32,31 @@ def logged_steps(root: Path) -> List[int]:
     return [int(row.split(",")[1]) for row in rows if ",train_loss," in row]
 
 
+def children(pid: int) -> List[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:  # gone meanwhile
+        return []
+
+
+def parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
 def rank_pid(launcher: int, rank: int) -> int:
-    for child in Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split():
+    for child in children(launcher):  # spawned ranks
         try:
             if f"\0RANK={rank}\0".encode() in Path(f"/proc/{child}/environ").read_bytes():
-                return int(child)
+                return child
         except OSError:  # gone meanwhile
             continue
+    # A forkserver's ranks show the server's environment in /proc (it set
+    # theirs after the fork); they are its children, forked in rank order.
+    for child in children(launcher):
+        ranks = sorted(children(child))
+        if len(ranks) > rank:
+            return ranks[rank]
     raise AssertionError(f"no rank {rank} under launcher {launcher}")
 
 
@@ -89,6 +107,40 @@ def test_a_killed_rank_resumes_to_the_same_weights(tmp_path, uninterrupted, afte
     assert evaluate(got["checkpoint"], train, MODEL) == want_metrics
 
 
+def test_forkserver_trains_like_spawn_and_restarts_from_the_same_server(tmp_path, uninterrupted):
+    # --start-method forkserver: one exec of the CLI forks the ranks, and the
+    # restarted ranks too; the weights are those of the spawned, uninterrupted
+    # run.
+    train, want, want_metrics = uninterrupted
+    root = tmp_path / "logs"
+    job = subprocess.Popen(fit_args(train, root) + ["--start-method", "forkserver",
+                                                    "--max-restarts", "1"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_steps(job, root, 246)
+    victim = rank_pid(job.pid, 1)
+    server = parent_of(victim)
+    assert server != job.pid and parent_of(server) == job.pid
+    assert Path(f"/proc/{server}/exe").resolve() == CLI.resolve()  # an exec, not a fork
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    restarted = victim
+    while restarted == victim:  # the next generation's rank 1
+        try:
+            restarted = rank_pid(job.pid, 1)
+        except AssertionError:
+            pass
+        assert job.poll() is None and time.monotonic() < deadline
+        time.sleep(0.002)
+    assert parent_of(restarted) == server
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    got = parse(out)
+    assert got["restarts"] == "1"
+    assert f"ddpspawn: restart 1 of 1: rank 1 (pid {victim})" in err, err
+    assert got["global_step"] == want["global_step"] == "750"
+    assert evaluate(got["checkpoint"], train, MODEL) == want_metrics
+
+
 def test_exhausted_restarts_end_with_the_last_failure(tmp_path, uninterrupted):
     train, _, _ = uninterrupted
     root = tmp_path / "logs"
@@ -123,7 +175,9 @@ def test_max_restarts_is_refused_where_it_cannot_work(tmp_path):
     assert "max_restarts is for fit" in run.stderr
 
 
-def test_sigusr1_in_a_slurm_job_checkpoints_and_a_requeued_run_continues(tmp_path, uninterrupted):
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_sigusr1_in_a_slurm_job_checkpoints_and_a_requeued_run_continues(tmp_path, uninterrupted,
+                                                                       start_method):
     # A SLURM job (SLURM_JOB_ID set; one task, so ddpspawn launches its ranks):
     # SLURM's warning signal reaches the launcher, which passes it to the
     # ranks; fit saves its checkpoint and stops on every rank together.
@@ -131,8 +185,8 @@ def test_sigusr1_in_a_slurm_job_checkpoints_and_a_requeued_run_continues(tmp_pat
     root = tmp_path / "logs"
     slurm = dict(os.environ, SLURM_JOB_ID="4242")
     slurm.pop("SLURM_RESTART_COUNT", None)
-    job = subprocess.Popen(fit_args(train, root), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, env=slurm)
+    job = subprocess.Popen(fit_args(train, root) + ["--start-method", start_method],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm)
     wait_for_steps(job, root, 300)
     job.send_signal(signal.SIGUSR1)
     out, err = job.communicate(timeout=120)

@@ -2,7 +2,7 @@
 // ranks (start method from argv[1]: spawn or fork; precision from argv[2]) and,
 // in each rank, exercises every part of the strategy's API against expected
 // values. Prints rank 0's report and exits 0 when every check passed. Usage:
-// strategy_main spawn|fork 32-true|bf16-mixed CHECKPOINT_DIR
+// strategy_main spawn|fork|forkserver 32-true|bf16-mixed CHECKPOINT_DIR
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -153,8 +153,10 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
 }  // namespace ddpspawn
 
 int main(int argc, char** argv) {
+  ddpspawn::ServeForksIfForkserver();
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s spawn|fork 32-true|bf16-mixed CHECKPOINT_DIR\n", argv[0]);
+    std::fprintf(stderr, "usage: %s spawn|fork|forkserver 32-true|bf16-mixed CHECKPOINT_DIR\n",
+                 argv[0]);
     return 64;
   }
   ddpspawn::g_checkpoint_dir = argv[3];

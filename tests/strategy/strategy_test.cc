@@ -42,7 +42,7 @@ TEST_P(StrategyApiTest, EveryMethodInTwoRanks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Methods, StrategyApiTest,
-                         testing::Combine(testing::Values("spawn", "fork"),
+                         testing::Combine(testing::Values("spawn", "fork", "forkserver"),
                                           testing::Values("32-true", "bf16-mixed")));
 
 TEST(StrategySingleProcessTest, ErrorsAreStatuses) {

@@ -10,7 +10,9 @@ ddpspawn.torch.DistributedDataParallel (Python, ddpspawn.spawn) is measured agai
 mp.spawn + PyTorch's DDP on the same model and loop.
 Launch to first batch runs from the launch call in an already started launcher (ddpspawn's Job,
 or mp.spawn with torch imported) to rank 0's first finished step; ddpspawn is measured with the
-spawn start method like the reference, and with fork.
+spawn start method like the reference, with fork, and with forkserver: once with the server
+started by the launch itself (a first launch) and once with it started before (prestarted: a
+restart, a later launch of the same process).
 
 Usage: tools/bench [--json] [--rounds N] [--steps N] [--workloads mlp,conv]
 """
@@ -93,7 +95,8 @@ def main():
                    "ddpspawn_fork": [], "c10d_reducer": [], "ddpspawn_gloo": [],
                    "allreduce": [], "allreduce_gloo": [], "startup": [],
                    "ddpspawn_unchecked": [], "small": [], "small_unchecked": [],
-                   "small_gloo": [], "small_gloo_unchecked": []}
+                   "small_gloo": [], "small_gloo_unchecked": [], "forkserver_cold": [],
+                   "forkserver_prestarted": []}
         gloo = {"DDPSPAWN_SHM_ALLREDUCE": "0"}
         unchecked = ["--check-calls", "0"]
         for _ in range(args.rounds):  # interleaved, so drift hits every variant alike
@@ -112,6 +115,9 @@ def main():
                                                 env={"DDPSPAWN_SHM_ALLREDUCE": "0"}))
             results["ddpspawn_fork"].append(
                 run([DDPSPAWN] + w + ["--mode", "ddp", "--start-method", "fork"] + common))
+            forkserver = [DDPSPAWN] + w + ["--mode", "ddp", "--start-method", "forkserver"]
+            results["forkserver_cold"].append(run(forkserver + common))
+            results["forkserver_prestarted"].append(run(forkserver + ["--prestart", "1"] + common))
             results["startup"].append(startup_floor())
             # What comparing every collective's call across ranks costs: the same runs with
             # the comparison off (GroupOptions::check_calls).
@@ -130,6 +136,8 @@ def main():
             ("ddpspawn", "reference", "lightning", "no_sync", "ddpspawn_fork", "startup",
              "c10d_reducer", "ddpspawn_gloo"))
         python = median_of(results["python"])
+        cold, prestarted = (median_of(results[k])
+                            for k in ("forkserver_cold", "forkserver_prestarted"))
         unchecked_ddp, small, small_unchecked, small_gloo, small_gloo_unchecked = (
             median_of(results[k]) for k in
             ("ddpspawn_unchecked", "small", "small_unchecked", "small_gloo",
@@ -142,6 +150,8 @@ def main():
             "python_ddp": python,
             "no_sync": ceiling,
             "ddpspawn_fork": forked,
+            "forkserver_cold": cold,
+            "forkserver_prestarted": prestarted,
             "c10d_reducer": c10d,
             "ddpspawn_gloo": ours_gloo,
             "allreduce": results["allreduce"][0],
@@ -181,6 +191,12 @@ def main():
                     forked["launch_to_first_batch"] / ref["launch_to_first_batch"],
                 "fork_steps_per_s": forked["steps_per_s"] / ref["steps_per_s"],
                 "fork_peak_rss": forked["peak_rss_mb"] / ref["peak_rss_mb"],
+                "forkserver_cold_launch_to_first_batch":
+                    cold["launch_to_first_batch"] / ref["launch_to_first_batch"],
+                "forkserver_prestarted_launch_to_first_batch":
+                    prestarted["launch_to_first_batch"] / ref["launch_to_first_batch"],
+                "forkserver_steps_per_s": prestarted["steps_per_s"] / ref["steps_per_s"],
+                "forkserver_peak_rss": prestarted["peak_rss_mb"] / ref["peak_rss_mb"],
                 # A spawned rank cannot start faster or smaller than this: the floor of spawn.
                 "process_start_vs_reference_launch":
                     startup["ddpspawn_process_s"] / ref["launch_to_first_batch"],
@@ -212,6 +228,13 @@ def main():
                 w["workload"] if i == 0 else "", label, o[key], f[key], r[key], lt[key], c[key],
                 ratio, fork_ratio, lightning_ratio))
         print("%-6s %-26s %10.2f" % ("", "spawn steps/s / no-sync", q["vs_no_sync_ceiling"]))
+        fc, fp = w["forkserver_cold"], w["forkserver_prestarted"]
+        print("%-6s %-26s launch %.3f s (%.2fx torch DDP) first, %.3f s (%.2fx) prestarted; "
+              "%.1f steps/s (%.2fx); %.0f MB (%.2fx)" % (
+                  "", "forkserver", fc["launch_to_first_batch"],
+                  q["forkserver_cold_launch_to_first_batch"], fp["launch_to_first_batch"],
+                  q["forkserver_prestarted_launch_to_first_batch"], fp["steps_per_s"],
+                  q["forkserver_steps_per_s"], fp["peak_rss_mb"], q["forkserver_peak_rss"]))
         p = w["python_ddp"]
         print("%-6s %-26s %10.1f steps/s (%.2fx torch DDP), launch %.3f s (%.2fx), %.0f MB "
               "(%.2fx)" % ("", "Python ddpspawn.torch DDP", p["steps_per_s"],

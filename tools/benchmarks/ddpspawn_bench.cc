@@ -1,17 +1,18 @@
-// ddpspawn's side of tools/bench: launches 2 ranks (spawned, or forked with
-// --start-method fork) that train a workload with DistributedDataParallel (or
-// without gradient sync: the ceiling), and prints one JSON object: launch to
-// first batch (s, from before the launch to rank 0's first finished step),
-// steady steps/s per rank (after a warm-up), peak RSS per rank (MB, the largest
-// over the ranks). Mode "allreduce" instead times one all-reduce of the
-// workload's gradient size (shared memory, or Gloo with
+// ddpspawn's side of tools/bench: launches 2 ranks (spawned, forked with
+// --start-method fork, or forked by a forkserver with --start-method
+// forkserver, started during the launch or, with --prestart 1, before it) that train a workload
+// with DistributedDataParallel (or without gradient sync: the ceiling), and prints one JSON object:
+// launch to first batch (s, from before the launch to rank 0's first finished step), steady steps/s
+// per rank (after a warm-up), peak RSS per rank (MB, the largest over the ranks). Mode "allreduce"
+// instead times one all-reduce of the workload's gradient size (shared memory, or Gloo with
 // DDPSPAWN_SHM_ALLREDUCE=0; staged and in place); mode "startup" exits at once
 // (tools/bench times what starting a LibTorch process costs); mode
 // "c10d_reducer" trains with PyTorch's own c10d::Reducer over Gloo instead of
 // ddpspawn's (steps/s only). --device cuda trains on cuda:local_rank over NCCL.
 // Usage: ddpspawn_bench --workload mlp|conv|conv_bn
 //            --mode ddp|nosync|allreduce|startup|c10d_reducer
-//            [--steps N] [--warmup N] [--nprocs N] [--start-method spawn|fork]
+//            [--steps N] [--warmup N] [--nprocs N] [--start-method spawn|fork|forkserver]
+//            [--prestart 0|1]
 //            [--device cpu|cuda]
 #include <sys/resource.h>
 #include <torch/torch.h>
@@ -29,12 +30,16 @@
 #include "core/ddp/distributed_data_parallel.h"
 #include "core/env/cluster_environment.h"
 #include "core/env/settings.h"
+#include "core/launch/forkserver.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
 #include "core/util/status_macros.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
 #include "torch/csrc/distributed/c10d/reducer.hpp"
+
+// When the launch began (seconds since the epoch), for the ranks.
+constexpr char kLaunchTimeEnv[] = "DDPSPAWN_BENCH_LAUNCH_TIME";
 
 namespace ddpspawn {
 namespace {
@@ -228,7 +233,9 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
 }  // namespace ddpspawn
 
 int main(int argc, char** argv) {
+  ddpspawn::ServeForksIfForkserver();
   ddpspawn::Flags flags;
+  bool prestart = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string key = argv[i], value = argv[i + 1];
     if (key == "--workload") flags.workload = value;
@@ -239,7 +246,12 @@ int main(int argc, char** argv) {
     if (key == "--start-method") flags.start_method = value;
     if (key == "--device") flags.device = value;
     if (key == "--check-calls") flags.check_calls = value != "0";
-    if (key == "--launch-time") (void)absl::SimpleAtod(value, &flags.launch_time);
+    if (key == "--prestart") prestart = value != "0";
+  }
+  // When the launch began: in the environment, so that the forkserver's
+  // command line is the same whatever the time.
+  if (const char* launched = std::getenv(kLaunchTimeEnv)) {
+    (void)absl::SimpleAtod(launched, &flags.launch_time);
   }
   if (flags.mode == "startup") return 0;  // tools/bench times a bare start
   if (ddpspawn::IsLaunchedWorker()) {
@@ -265,10 +277,20 @@ int main(int argc, char** argv) {
       return 0;
     };
   }
-  flags.launch_time = ddpspawn::NowSeconds();  // the launch starts here
   for (int i = 0; i < argc; ++i) spec.argv.emplace_back(argv[i]);
-  spec.argv.emplace_back("--launch-time");
-  spec.argv.push_back(absl::StrFormat("%.6f", flags.launch_time));
+  if (flags.start_method == "forkserver") {
+    spec.start_method = ddpspawn::StartMethod::kForkserver;
+    // --prestart 1: the server is up before the launch, as in a process that
+    // launches again (a restart, the next fit), or one that started it early.
+    if (absl::Status started =
+            prestart ? ddpspawn::Job::PrestartForkserver(spec) : absl::OkStatus();
+        !started.ok()) {
+      std::fprintf(stderr, "%s\n", started.ToString().c_str());
+      return 1;
+    }
+  }
+  flags.launch_time = ddpspawn::NowSeconds();  // the launch starts here
+  spec.env.push_back(absl::StrFormat("%s=%.6f", kLaunchTimeEnv, flags.launch_time));
   absl::StatusOr<std::unique_ptr<ddpspawn::Job>> job = ddpspawn::Job::Create(spec);
   absl::Status status = job.ok() ? (*job)->Start() : job.status();
   if (status.ok()) status = (*job)->Wait();

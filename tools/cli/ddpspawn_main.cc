@@ -1,6 +1,7 @@
 // The ddpspawn command line: fit, validate, test or predict a model on CSV/.npy
 // data across N spawned ranks, with torchrun-style flags. The launcher re-runs
-// this command line as each rank. It prints rank 0's result as key=value lines
+// this command line as each rank (or, with --start-method forkserver, once, as
+// the server that forks the ranks). It prints rank 0's result as key=value lines
 // (checkpoint=..., metric.val_loss=...).
 #include <cstdio>
 #include <cstring>
@@ -39,6 +40,7 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ddpspawn::ServeForksIfForkserver();  // --start-method forkserver: returns in each rank
   if (argc < 2) {
     std::fprintf(stderr, "%s%s", kUsage, ddpspawn::RunOptionsHelp().c_str());
     return 2;

@@ -107,7 +107,8 @@ typedef struct ddpspawn_launch_options {
   uint32_t struct_size; /* sizeof(ddpspawn_launch_options) */
   int32_t nprocs;       /* number of worker processes, >= 1 */
   /* "spawn": each rank execs argv in a fresh process (default when NULL).
-   * "fork":  each rank runs worker_fn in a forked child. */
+   * "fork":  each rank runs worker_fn in a forked child.
+   * ("forkserver", the CLI's and C++'s, is refused here.) */
   const char* start_method;
   /* spawn: program (searched on PATH) and arguments, NULL-terminated. */
   const char* const* argv;
