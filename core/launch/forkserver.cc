@@ -97,9 +97,15 @@ bool Send(int fd, MessageKind kind, pid_t pid, int value) {
   std::_Exit(0);
 }
 
+// A rank's request and its environ array, kept for the process's life (and
+// reachable, for LeakSanitizer).
+std::string* g_rank_request = nullptr;
+std::vector<char*>* g_rank_environ = nullptr;
+
 // In the new rank: it leaves the server's loop with the request's environment
 // and working directory. `request` stays allocated for the process's life.
 void BecomeRank(pid_t server, std::string* request, const sigset_t& old_mask) {
+  g_rank_request = request;
   PrepareChild(server, /*reset_signals=*/true);
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   CloseDescriptorsAbove2(/*keep=*/-1);
@@ -115,9 +121,9 @@ void BecomeRank(pid_t server, std::string* request, const sigset_t& old_mask) {
                  std::strerror(errno));
     std::_Exit(1);
   }
-  auto* env = new std::vector<char*>(entries.begin() + 1, entries.end());  // for the process's life
-  env->push_back(nullptr);
-  environ = env->data();
+  g_rank_environ = new std::vector<char*>(entries.begin() + 1, entries.end());
+  g_rank_environ->push_back(nullptr);
+  environ = g_rank_environ->data();
 }
 
 }  // namespace

@@ -385,9 +385,9 @@ const std::vector<RunOption>& RunOptionTable() {
                     " (under torchrun or srun: their LOCAL_WORLD_SIZE)"),
        Integer<1, kMaxNprocs>(&RunConfig::nproc_per_node)},
       {"start_method", distributed, "spawn|fork|forkserver",
-       "spawn: each rank execs this program; fork: the launcher forks each rank; forkserver: "
-       "one exec of this program loads it and LibTorch, then forks the ranks (and later "
-       "restarts' ranks)",
+       "forkserver (the CLI's default): one exec of this program loads it and LibTorch, then "
+       "forks the ranks (and a restart's); spawn: each rank execs this program; fork: the "
+       "launcher forks each rank",
        Choice(&RunConfig::start_method, ParseStartMethod, StartMethodName)},
       {"max_restarts", distributed, "N",
        "when a rank fails, start the ranks again, up to N times, continuing from this job's "

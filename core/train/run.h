@@ -57,7 +57,10 @@ struct RunConfig {
   // "none"); "auto": SIGUSR1 inside a SLURM job, else none. Resolved into
   // trainer.checkpoint_on_signal by ParseRunConfig.
   std::string checkpoint_on_signal = "auto";
-  StartMethod start_method = StartMethod::kSpawn;
+  // The CLI's default (ddpspawn_run forks): the launch costs what spawn's does,
+  // each rank about 0.65x spawn's memory, and a restart reuses the server
+  // (docs/performance.md).
+  StartMethod start_method = StartMethod::kForkserver;
   // The process group's timeout for joining and for each collective
   // (Lightning's DDPStrategy timeout): a rank that does not arrive in time
   // fails the job with what every rank was last doing.

@@ -14,7 +14,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
-from test_torchrun import CLI, TEST_WORKER, TORCHRUN, evaluate, parse, write_csv
+from test_torchrun import CLI, TEST_WORKER, TORCHRUN, evaluate, parse, rank_pid, write_csv
 
 HOSTS = ("10.231.0.1", "10.231.0.2")
 PORT = "29500"  # inside the namespaces: nothing else listens there
@@ -198,11 +198,7 @@ def test_a_killed_remote_launcher_ends_the_job_naming_its_ranks(hosts, tmp_path)
 
 def test_a_rank_that_fails_on_another_node_is_named_as_the_first_failure(hosts, tmp_path):
     nodes = start_long_job(hosts, tmp_path)
-    children = Path(f"/proc/{nodes[1].pid}/task/{nodes[1].pid}/children").read_text().split()
-    rank3 = [pid for pid in children
-             if b"\0RANK=3\0" in Path(f"/proc/{pid}/environ").read_bytes()]
-    assert len(rank3) == 1, children
-    os.kill(int(rank3[0]), 9)
+    os.kill(rank_pid(nodes[1].pid, 3, local_rank=1), 9)
     (code0, _, err0), (code1, _, err1) = finish(nodes[0]), finish(nodes[1])
     assert code0 != 0 and code1 != 0
     assert "node 1: rank 3 (pid" in err1 and "SIGKILL" in err1, err1[-3000:]

@@ -11,7 +11,7 @@ from typing import List
 
 import pytest
 
-from test_torchrun import CLI, evaluate, parse, write_csv
+from test_torchrun import CLI, evaluate, parent_of, parse, rank_pid, write_csv
 
 MODEL = "mlp:4,64,3"
 
@@ -30,34 +30,6 @@ def logged_steps(root: Path) -> List[int]:
     except FileNotFoundError:
         return []
     return [int(row.split(",")[1]) for row in rows if ",train_loss," in row]
-
-
-def children(pid: int) -> List[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:  # gone meanwhile
-        return []
-
-
-def parent_of(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2:].split()[1])
-
-
-def rank_pid(launcher: int, rank: int) -> int:
-    for child in children(launcher):  # spawned ranks
-        try:
-            if f"\0RANK={rank}\0".encode() in Path(f"/proc/{child}/environ").read_bytes():
-                return child
-        except OSError:  # gone meanwhile
-            continue
-    # A forkserver's ranks show the server's environment in /proc (it set
-    # theirs after the fork); they are its children, forked in rank order.
-    for child in children(launcher):
-        ranks = sorted(children(child))
-        if len(ranks) > rank:
-            return ranks[rank]
-    raise AssertionError(f"no rank {rank} under launcher {launcher}")
 
 
 def wait_for_steps(process: subprocess.Popen, root: Path, count: int) -> None:

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -14,6 +14,36 @@ REPO = Path.cwd()
 CLI = REPO / "tools" / "ddpspawn"
 TEST_WORKER = REPO / "tests" / "core" / "test_worker"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def children(pid: int) -> List[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:  # gone meanwhile
+        return []
+
+
+def parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def rank_pid(launcher: int, rank: int, local_rank: Optional[int] = None) -> int:
+    """The pid of RANK `rank` (local rank `local_rank`, default `rank`) of a ddpspawn launcher."""
+    for child in children(launcher):  # spawned ranks
+        try:
+            if f"\0RANK={rank}\0".encode() in Path(f"/proc/{child}/environ").read_bytes():
+                return child
+        except OSError:  # gone meanwhile
+            continue
+    # A forkserver's ranks show the server's environment in /proc (it set
+    # theirs after the fork); they are its children, forked in rank order.
+    for child in children(launcher):
+        ranks = sorted(children(child))
+        local = rank if local_rank is None else local_rank
+        if len(ranks) > local:
+            return ranks[local]
+    raise AssertionError(f"no rank {rank} under launcher {launcher}")
 
 
 def write_csv(path: Path, rows: int = 96) -> Path:
