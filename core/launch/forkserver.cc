@@ -249,6 +249,7 @@ absl::StatusOr<std::unique_ptr<Forkserver>> Forkserver::Start(const std::string&
   if (waited_ms == 1 && ReadAll(sockets[0], &message, sizeof(message)) && message.kind == kReady) {
     return server;
   }
+  kill(pid, SIGKILL);  // not serving: whatever it does instead, it stops (and is reaped)
   if (message.kind == kExecFailed) {
     return absl::InvalidArgumentError(absl::StrCat("cannot start the forkserver: exec of '",
                                                    program,

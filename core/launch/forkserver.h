@@ -5,9 +5,10 @@
 // libraries (LibTorch) once, before any launch asked for ranks.
 //
 // The worker program's side: main() calls ServeForksIfForkserver() before
-// anything else. In the server it never returns; in each rank it returns with
-// the rank's environment and working directory; in any other process it
-// returns at once.
+// anything else (in particular before anything touches CUDA, which a forked
+// child cannot use after its parent did). In the server it never returns; in
+// each rank it returns with the rank's environment and working directory; in
+// any other process it returns at once.
 //
 // The launcher's side: Forkserver::Shared() starts one server per program,
 // arguments and environment, and every later launch of this process with the
