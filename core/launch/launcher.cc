@@ -381,9 +381,10 @@ absl::StatusOr<std::shared_ptr<Forkserver>> SharedForkserver(const LaunchSpec& s
   // The server's environment holds what libraries read as they load (the
   // thread counts among it); the rest of LaunchSpec::env goes with each
   // rank's request, so that a restart with a new DDPSPAWN_RESUME_FROM still
-  // finds the server ready.
-  return Forkserver::Shared(program, spec.argv, ForkserverEnvironment(spec),
-                            std::min(spec.timeout, absl::Minutes(5)));
+  // finds the server ready. Like a spawned rank's exec, the server's start is
+  // not the job's time (LaunchSpec::timeout runs from Wait()); loading
+  // LibTorch takes about a second, far longer under a sanitizer.
+  return Forkserver::Shared(program, spec.argv, ForkserverEnvironment(spec), absl::Minutes(2));
 }
 
 }  // namespace

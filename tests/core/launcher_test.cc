@@ -87,6 +87,7 @@ class DefaultDisposition {
 void ExpectNoWorkerLeft(const Job& job) {
   for (const RankOutcome& outcome : job.outcomes()) {
     EXPECT_NE(outcome.state, RankState::kRunning);
+    EXPECT_GT(outcome.pid, 0) << "a rank never started";
     EXPECT_TRUE(ProcessGone(outcome.pid)) << "pid " << outcome.pid << " is still there";
   }
 }
@@ -300,6 +301,7 @@ TEST(LauncherForkserverTest, FailuresNameTheRankAndCause) {
   hanging.timeout = absl::Seconds(1);
   job = RunJob(std::move(hanging), &status);
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(status.message(), HasSubstr("ran past its timeout of 1s"));
   ExpectNoWorkerLeft(*job);
 }
 
