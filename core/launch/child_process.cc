@@ -42,6 +42,17 @@ void PrepareChild(pid_t parent, bool reset_signals) {
   }
 }
 
+void ForEachDirectoryEntry(int dir, absl::FunctionRef<void(const char* name)> visit) {
+  alignas(LinuxDirent64) char buffer[4096];
+  for (long n; (n = syscall(SYS_getdents64, dir, buffer, sizeof buffer)) > 0;) {
+    for (long offset = 0; offset < n;) {
+      const auto* entry = reinterpret_cast<const LinuxDirent64*>(buffer + offset);
+      offset += entry->d_reclen;
+      visit(entry->d_name);
+    }
+  }
+}
+
 void CloseDescriptorsAbove2(int keep) {
   auto close_span = [](unsigned first, unsigned last) {
     return first > last || close_range(first, last, 0) == 0;
@@ -58,18 +69,13 @@ void CloseDescriptorsAbove2(int keep) {
     const int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir < 0) break;
     listed = true;
-    alignas(LinuxDirent64) char buffer[4096];
-    for (long n; (n = syscall(SYS_getdents64, dir, buffer, sizeof buffer)) > 0;) {
-      for (long offset = 0; offset < n;) {
-        const auto* entry = reinterpret_cast<const LinuxDirent64*>(buffer + offset);
-        offset += entry->d_reclen;
-        int fd = 0;
-        const char* c = entry->d_name;
-        for (; *c >= '0' && *c <= '9' && fd < (1 << 27); ++c) fd = fd * 10 + (*c - '0');
-        if (c == entry->d_name || *c != '\0' || fd < 3 || fd == keep || fd == dir) continue;
-        found = close(fd) == 0 || found;
-      }
-    }
+    ForEachDirectoryEntry(dir, [&](const char* name) {
+      int fd = 0;
+      const char* c = name;
+      for (; *c >= '0' && *c <= '9' && fd < (1 << 27); ++c) fd = fd * 10 + (*c - '0');
+      if (c == name || *c != '\0' || fd < 3 || fd == keep || fd == dir) return;
+      found = close(fd) == 0 || found;
+    });
     close(dir);
   }
   if (listed) return;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
+
 namespace ddpspawn {
 
 // NULL-terminated char* views of `strings`, which must outlive the result (and
@@ -22,6 +24,10 @@ std::vector<char*> CStringArray(const std::vector<std::string>& strings);
 // `reset_signals`, the default action for the signals a launcher handles or
 // ignores.
 void PrepareChild(pid_t parent, bool reset_signals);
+
+// Calls `visit` with the name of each entry ("." and ".." too) of the open
+// directory `dir`, read with getdents64 into a stack buffer.
+void ForEachDirectoryEntry(int dir, absl::FunctionRef<void(const char* name)> visit);
 
 // Closes every descriptor above 2 except `keep` (-1: none), whether or not it
 // is close-on-exec (Gloo's sockets, a caller's files are not).

@@ -17,17 +17,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/env/run_dir.h"
+#include "core/launch/child_process.h"
 
 namespace ddpspawn {
 namespace {
-
-struct LinuxDirent64 {  // what getdents64 returns
-  ino64_t d_ino;
-  off64_t d_off;
-  unsigned short d_reclen;
-  unsigned char d_type;
-  char d_name[];
-};
 
 // Unlinks the entries of `directory` whose names start with `prefix` (every
 // entry for an empty prefix). Passes again until one removes nothing, since a
@@ -38,19 +31,13 @@ void UnlinkEntries(const char* directory, const char* prefix) {
     removed = false;
     const int fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return;
-    alignas(LinuxDirent64) char buffer[4096];
-    for (long n; (n = syscall(SYS_getdents64, fd, buffer, sizeof buffer)) > 0;) {
-      for (long offset = 0; offset < n;) {
-        const auto* entry = reinterpret_cast<LinuxDirent64*>(buffer + offset);
-        offset += entry->d_reclen;
-        const char* name = entry->d_name;
-        if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0 ||
-            std::strncmp(name, prefix, prefix_length) != 0) {
-          continue;
-        }
-        removed = unlinkat(fd, name, 0) == 0 || removed;
+    ForEachDirectoryEntry(fd, [&](const char* name) {
+      if (std::strcmp(name, ".") == 0 || std::strcmp(name, "..") == 0 ||
+          std::strncmp(name, prefix, prefix_length) != 0) {
+        return;
       }
-    }
+      removed = unlinkat(fd, name, 0) == 0 || removed;
+    });
     close(fd);
   }
 }
