@@ -108,7 +108,9 @@ void BecomeRank(pid_t server, std::string* request, const sigset_t& old_mask) {
   g_rank_request = request;
   PrepareChild(server, /*reset_signals=*/true);
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-  CloseDescriptorsAbove2(/*keep=*/-1);
+  // The server's other descriptors stay: what its libraries opened as they
+  // loaded is the rank's as much as the server's. Nothing of the launcher's
+  // reached the server (its exec kept only the socket).
   std::vector<char*> entries;
   for (size_t begin = 0; begin < request->size();) {
     const size_t end = request->find('\0', begin);
@@ -170,6 +172,7 @@ void ServeForksIfForkserver() {
     if (!ReadAll(fd, &size, sizeof(size)) || size > kMaxRequestBytes) KillRanksAndExit(ranks);
     auto* request = new std::string(size, '\0');
     if (!ReadAll(fd, request->data(), size)) KillRanksAndExit(ranks);
+    std::fflush(nullptr);  // a rank must not print the server's buffered output again
     const pid_t pid = fork();
     if (pid == 0) {
       close(fd);
@@ -194,9 +197,17 @@ absl::StatusOr<std::shared_ptr<Forkserver>> Forkserver::Shared(const std::string
   static absl::Mutex mu(absl::kConstInit);
   // Never destroyed: the server dies with this process.
   static auto* current = new std::shared_ptr<Forkserver>();
+  static pid_t owner = 0;  // the process whose server `current` is
   std::string key =
       absl::StrCat(program, "\n", absl::StrJoin(argv, "\1"), "\n", absl::StrJoin(env, "\1"));
   absl::MutexLock lock(&mu);
+  if (owner != getpid()) {
+    // A copy of another process's handle, inherited through fork: using or
+    // closing it would disturb that process's server. Left alone, for good.
+    if (*current != nullptr) new std::shared_ptr<Forkserver>(std::move(*current));
+    current->reset();
+    owner = getpid();
+  }
   if (*current != nullptr && (*current)->key_ == key && (*current)->alive()) return *current;
   current->reset();  // a different or dead server: its jobs keep their handle
   absl::StatusOr<std::unique_ptr<Forkserver>> started =
@@ -245,7 +256,11 @@ absl::StatusOr<std::unique_ptr<Forkserver>> Forkserver::Start(const std::string&
   // Ready, or why not.
   Message message;
   pollfd ready = {sockets[0], POLLIN, 0};
-  const int waited_ms = poll(&ready, 1, PollMilliseconds(ready_timeout));
+  const absl::Time deadline = absl::Now() + ready_timeout;
+  int waited_ms = 0;
+  do {
+    waited_ms = poll(&ready, 1, PollMilliseconds(deadline - absl::Now()));
+  } while (waited_ms < 0 && errno == EINTR);
   if (waited_ms == 1 && ReadAll(sockets[0], &message, sizeof(message)) && message.kind == kReady) {
     return server;
   }
@@ -270,6 +285,9 @@ Forkserver::Forkserver(int fd, pid_t pid, std::string key)
     : fd_(fd), pid_(pid), key_(std::move(key)) {}
 
 Forkserver::~Forkserver() {
+  // shutdown() reaches the server even while a forked child of this process
+  // still holds a copy of the descriptor; close() alone would not.
+  shutdown(fd_, SHUT_RDWR);
   close(fd_);
   int status = 0;
   while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
@@ -341,6 +359,10 @@ absl::StatusOr<pid_t> Forkserver::StartRank(const std::vector<std::string>& env)
           absl::StrCat("the forkserver (pid ", pid_, ") died while starting a rank"));
     }
     if (started_.empty() && absl::Now() >= deadline) {
+      // A late answer would be taken for the next request's: this server is
+      // done (its ranks die with it).
+      gone_ = true;
+      kill(pid_, SIGKILL);
       return absl::DeadlineExceededError(
           absl::StrCat("the forkserver (pid ", pid_, ") did not start a rank within 60 s"));
     }

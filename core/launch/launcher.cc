@@ -282,8 +282,12 @@ void Job::KillAndReap(RankOutcome& outcome) {
   kill(outcome.pid, SIGKILL);
   if (forkserver_ == nullptr) {
     waitpid(outcome.pid, nullptr, 0);
-  } else {  // the server reaps it and says so
-    while (!forkserver_->TakeEnd(outcome.pid).has_value()) absl::SleepFor(kPollInterval);
+  } else {  // the server reaps it and says so; a server that does not is killed
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (!forkserver_->TakeEnd(outcome.pid).has_value()) {
+      if (absl::Now() >= give_up) kill(forkserver_->pid(), SIGKILL);
+      absl::SleepFor(kPollInterval);
+    }
   }
   outcome.state = RankState::kSignaled;
   outcome.signal = SIGKILL;
