@@ -21,6 +21,10 @@ std::string RunDirErrorFile(const std::string& run_dir, int rank) {
   return absl::StrCat(run_dir, "/rank", rank, ".error");
 }
 
+std::string RunDirFailureOrderFile(const std::string& run_dir) {
+  return absl::StrCat(run_dir, "/failure_order");
+}
+
 std::string RunDirCallsFile(const std::string& run_dir, int rank, int generation) {
   return absl::StrCat(run_dir, "/rank", rank, ".group", generation, ".calls");
 }

@@ -22,6 +22,9 @@ std::string RunDirResultFile(const std::string& run_dir);
 // A rank's report of why it failed.
 std::string RunDirErrorFile(const std::string& run_dir, int rank);
 
+// The ranks that reported a failure, one line each, in the order they did.
+std::string RunDirFailureOrderFile(const std::string& run_dir);
+
 // A rank's flight recorder of its `generation`-th group's collectives.
 std::string RunDirCallsFile(const std::string& run_dir, int rank, int generation);
 

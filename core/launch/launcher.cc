@@ -24,6 +24,7 @@
 #include <system_error>
 #include <thread>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -711,6 +712,33 @@ void Job::CollectReports() {
     }
   }
   result_ = ReadWorkerResult(run_dir_);
+  AttributeToFirstReport();
+}
+
+// A rank that fails because a peer exited can be reaped first: the peer's
+// exit may still be under way (its threads ending, a sanitizer's checks) when
+// the rank saw it gone. A peer reports before it exits, so a failed rank that
+// reported before the one chosen is the cause. Not applied when the one chosen
+// was killed by a signal (the likelier cause, and one that cannot report) or
+// did not report (then nothing orders it against the others). The stop began
+// after the chosen rank was reaped, so after its report: an earlier report
+// was not a rank answering the launcher's stop.
+void Job::AttributeToFirstReport() {
+  if (failed_rank_ < 0 || outcomes_[failed_rank_].state == RankState::kSignaled) return;
+  const std::vector<int> order = ReadFailureReportOrder(run_dir_);
+  if (absl::c_find(order, GlobalRank(failed_rank_)) == order.end()) return;
+  for (const int global : order) {
+    const int r = global - GlobalRank(0);
+    if (r == failed_rank_) return;
+    if (r < 0 || r >= spec_.nprocs) continue;
+    const RankOutcome& outcome = outcomes_[r];
+    const bool failed = outcome.state == RankState::kSignaled ||
+                        (outcome.state == RankState::kExited && outcome.exit_code != 0);
+    if (failed) {
+      failed_rank_ = r;
+      return;
+    }
+  }
 }
 
 std::string Job::LastCalls() const {

@@ -153,6 +153,7 @@ class Job {
   void MaybeEscalate(Stopping& stopping);
   absl::Status WaitResult(absl::Status status, const std::string& escalation) const;
   void CollectReports();
+  void AttributeToFirstReport();
   // The ranks' flight records of their newest group, as text for an error;
   // empty when none recorded anything.
   std::string LastCalls() const;

@@ -5,10 +5,13 @@
 #include <cstdlib>
 #include <exception>
 #include <optional>
+#include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/env/cluster_environment.h"
 #include "core/env/run_dir.h"
 #include "core/env/settings.h"
@@ -68,8 +71,9 @@ absl::Status SetWorkerResult(absl::string_view bytes) {
 
 absl::Status SetWorkerError(absl::string_view text) {
   ASSIGN_OR_RETURN(WorkerIdentity worker, CurrentWorker());
-  return WriteFileAtomically(RunDirErrorFile(worker.run_dir, worker.rank), text,
-                             /*durable=*/false);
+  RETURN_IF_ERROR(WriteFileAtomically(RunDirErrorFile(worker.run_dir, worker.rank), text,
+                                      /*durable=*/false));
+  return AppendToFile(RunDirFailureOrderFile(worker.run_dir), absl::StrCat(worker.rank, "\n"));
 }
 
 void InstallTerminateHandler() {
@@ -82,6 +86,19 @@ std::optional<std::string> ReadWorkerResult(const std::string& run_dir) {
 
 std::optional<std::string> ReadWorkerError(const std::string& run_dir, int rank) {
   return ReadFile(RunDirErrorFile(run_dir, rank));
+}
+
+std::vector<int> ReadFailureReportOrder(const std::string& run_dir) {
+  std::vector<int> order;
+  const std::optional<std::string> text = ReadFile(RunDirFailureOrderFile(run_dir));
+  if (!text.has_value()) return order;
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    int rank = 0;
+    if (absl::SimpleAtoi(line, &rank) && absl::c_find(order, rank) == order.end()) {
+      order.push_back(rank);
+    }
+  }
+  return order;
 }
 
 }  // namespace ddpspawn

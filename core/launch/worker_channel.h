@@ -1,12 +1,15 @@
 // The channel between workers and their launcher: files in the launcher's
 // private run directory. Rank 0 leaves a result (bytes); any rank can leave the
 // text of its failure. Both are written atomically (temporary file, then
-// rename), so the launcher never reads half a file.
+// rename), so the launcher never reads half a file. A failing rank also appends
+// its rank to one shared file (O_APPEND, one short write), which orders the
+// reports: a rank failing because a peer did reports after that peer.
 #ifndef DDPSPAWN_CORE_LAUNCH_WORKER_CHANNEL_H_
 #define DDPSPAWN_CORE_LAUNCH_WORKER_CHANNEL_H_
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -17,7 +20,8 @@ namespace ddpspawn {
 // ddpspawn worker; FailedPrecondition on another rank.
 absl::Status SetWorkerResult(absl::string_view bytes);
 
-// In a worker: records why this rank is failing.
+// In a worker: records why this rank is failing, and that it reported after
+// the ranks that already had.
 absl::Status SetWorkerError(absl::string_view text);
 
 // In a worker: makes an uncaught C++ exception record its message
@@ -27,6 +31,8 @@ void InstallTerminateHandler();
 // In the launcher: what the workers left in `run_dir`.
 std::optional<std::string> ReadWorkerResult(const std::string& run_dir);
 std::optional<std::string> ReadWorkerError(const std::string& run_dir, int rank);
+// The global ranks that reported a failure, each once, first reporter first.
+std::vector<int> ReadFailureReportOrder(const std::string& run_dir);
 
 }  // namespace ddpspawn
 

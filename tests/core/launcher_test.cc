@@ -176,6 +176,19 @@ TEST(LauncherSpawnTest, ExitCodeIsReported) {
   ExpectNoWorkerLeft(*job);
 }
 
+// The rank that failed first is named even when a peer that failed because
+// of it is reaped first (its own exit is slower).
+TEST(LauncherSpawnTest, TheFirstRankToReportIsTheCauseThoughReapedLast) {
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(SpawnSpec(3, {"slow_exit", "0"}), &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(job->failed_rank(), 0) << status;
+  EXPECT_THAT(status.message(), HasSubstr("rank 0"));
+  EXPECT_THAT(status.message(), HasSubstr("the failure that ended the job"));
+  EXPECT_THAT(job->outcomes()[1].error_text, HasSubstr("rank 0 failed, so this rank stops"));
+  ExpectNoWorkerLeft(*job);
+}
+
 TEST(LauncherSpawnTest, SegfaultIsReportedBySignalName) {
   absl::Status status;
   std::unique_ptr<Job> job = RunJob(SpawnSpec(2, {"signal", "0", "11"}), &status);

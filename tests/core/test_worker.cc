@@ -4,6 +4,10 @@
 // - throw <rank>: that rank throws a C++ exception after joining the group.
 // - exit <rank> <code>: that rank exits with the code.
 // - signal <rank> <sig>: that rank raises the signal (11: SIGSEGV, 9: SIGKILL).
+// - slow_exit <rank>: that rank reports a failure, then takes 500 ms to exit
+//   (code 1, ignoring SIGTERM), as a rank whose exit is slow (its threads
+//   ending, a sanitizer's checks); the others report that they saw it fail
+//   once its report is there, and exit with code 1 at once.
 // - hang [<rank>]: that rank (or every rank) sleeps forever.
 // - ignore_term <rank>: that rank ignores SIGTERM; once every rank is ready
 //   (a file each in the run directory), the last rank exits with code 3 and
@@ -296,6 +300,21 @@ void WriteAtomically(const std::string& path, const std::string& text) {
   SleepForever();
 }
 
+[[noreturn]] void SlowExit(const char* failing_rank) {
+  if (ThisRank(failing_rank)) {
+    signal(SIGTERM, SIG_IGN);
+    CheckOk(SetWorkerError("the failure that ended the job"), "error report");
+    absl::SleepFor(absl::Milliseconds(500));
+    std::exit(1);
+  }
+  const std::string report =
+      RunDirErrorFile(std::getenv("DDPSPAWN_RUN_DIR"), std::atoi(failing_rank));
+  while (!std::filesystem::exists(report)) absl::SleepFor(absl::Milliseconds(1));
+  CheckOk(SetWorkerError(absl::StrCat("rank ", failing_rank, " failed, so this rank stops")),
+          "error report");
+  std::exit(1);
+}
+
 [[noreturn]] void IgnoreTerm(const char* ignoring_rank) {
   if (ThisRank(ignoring_rank)) signal(SIGTERM, SIG_IGN);
   const std::string run_dir = std::getenv("DDPSPAWN_RUN_DIR");
@@ -412,6 +431,7 @@ int Main(int argc, char** argv) {
     if (ThisRank(argv[2])) raise(std::atoi(argv[3]));
     SleepForever();
   }
+  if (mode == "slow_exit" && argc == 3) SlowExit(argv[2]);
   if (mode == "hang") {
     if (argc == 2 || ThisRank(argv[2])) SleepForever();
     return 0;
