@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -57,6 +58,8 @@ constexpr absl::Duration kCauseWindow = absl::Milliseconds(100);
 // many.
 volatile sig_atomic_t g_received_signal = 0;
 volatile sig_atomic_t g_received_count = 0;
+// The signal that stopped the latest job (SignalThatStoppedLastJob()).
+std::atomic<int> g_stopping_signal{0};
 
 void RecordSignal(int sig) {
   g_received_signal = sig;
@@ -74,6 +77,7 @@ void RecordPassedOnSignal(int sig) { g_passed_on_signal = sig; }
 class ForwardedSignals {
  public:
   ForwardedSignals() {
+    g_stopping_signal = 0;
     g_received_signal = 0;
     g_received_count = 0;
     struct sigaction action = {};
@@ -248,6 +252,8 @@ std::string SignalName(int signal) {
   if (abbrev == nullptr) return absl::StrCat("signal ", signal);
   return absl::StrCat("SIG", abbrev, " (", description ? description : "unknown", ")");
 }
+
+int SignalThatStoppedLastJob() { return g_stopping_signal; }
 
 absl::string_view StartMethodName(StartMethod method) {
   switch (method) {
@@ -575,6 +581,7 @@ absl::Status Job::Wait() {
     PassOnSignal();
     if (!stopping.started && g_received_signal != 0) {
       const int sig = g_received_signal;
+      g_stopping_signal = sig;
       status = absl::CancelledError(
           absl::StrCat("the launcher received ", SignalName(sig),
                        " and forwarded it to the workers; ranks still running then: ",

@@ -177,6 +177,11 @@ class Job {
 // "SIGSEGV (Segmentation fault)".
 std::string SignalName(int signal);
 
+// The signal (SIGINT or SIGTERM) that made the latest Job::Wait() in this
+// process stop its ranks, ending it Cancelled; 0 when none did. A program can
+// end the way that signal asks once it has cleaned up (tools/cli does).
+int SignalThatStoppedLastJob();
+
 }  // namespace ddpspawn
 
 #endif  // DDPSPAWN_CORE_LAUNCH_LAUNCHER_H_

@@ -2,7 +2,10 @@
 // data across N spawned ranks, with torchrun-style flags. The launcher re-runs
 // this command line as each rank (or, with --start-method forkserver, once, as
 // the server that forks the ranks). It prints rank 0's result as key=value lines
-// (checkpoint=..., metric.val_loss=...).
+// (checkpoint=..., metric.val_loss=...). Exit status: 0 done, 1 a rank failed, 2 the
+// launcher refused the command or could not start the job; SIGINT and SIGTERM
+// end it by that signal once the ranks are stopped.
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -10,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/comm/process_group.h"
+#include "core/launch/launcher.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "core/train/export.h"
 #include "core/train/run.h"
@@ -32,9 +36,34 @@ constexpr char kUsage[] =
     "devices visible.\n"
     "\n";
 
-int Fail(const std::string& message) {
+// The exit status when a rank failed (its exit code or signal is in the
+// message), as torchrun's.
+constexpr int kRankFailed = 1;
+// The exit status when the launcher refused the command or could not start
+// the job (usage, an option, an input, a node that never came), as argparse's
+// for a usage error. No rank failed.
+constexpr int kRefused = 2;
+
+int Fail(const std::string& message, int exit_code = kRefused) {
   std::fprintf(stderr, "ddpspawn: error: %s\n", message.c_str());
-  return 2;
+  return exit_code;
+}
+
+// How a launch that failed ends the CLI, so that a script can tell the cases
+// apart without reading the message. A run stopped by SIGINT or SIGTERM ends
+// by that signal once its ranks are stopped and cleaned up, as a shell
+// expects (which shows 130 and 143).
+int FailedLaunch(const absl::Status& status) {
+  const std::string message(status.message());
+  if (absl::IsAborted(status)) return Fail(message, kRankFailed);
+  if (const int sig = ddpspawn::SignalThatStoppedLastJob(); absl::IsCancelled(status) && sig != 0) {
+    Fail(message);
+    std::fflush(stderr);
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return 128 + sig;  // only if the signal is blocked
+  }
+  return Fail(message, kRefused);
 }
 
 }  // namespace
@@ -89,7 +118,7 @@ int main(int argc, char** argv) {
   if (ddpspawn::IsWorkerProcess()) return strategy.RunWorker(run);
   if (absl::Status s = ddpspawn::CheckRun(*config); !s.ok()) return Fail(std::string(s.message()));
   absl::StatusOr<std::string> result = ddpspawn::LaunchWithRestarts(*config, strategy, run);
-  if (!result.ok()) return Fail(std::string(result.status().message()));
+  if (!result.ok()) return FailedLaunch(result.status());
   // Under torchrun or srun every rank gets the result; one prints it.
   if (strategy.is_global_zero()) std::printf("%s", result->c_str());
   return 0;
