@@ -681,6 +681,10 @@ void Job::BeginStopping(Stopping& stopping, int sig) {
   stopping.signal = sig;
   stopping.escalations_seen = g_received_count;
   SignalRunning(sig);
+  // A stopped rank (SIGSTOP, a terminal's ^Z) acts on nothing but SIGKILL
+  // until it is continued. Continuing every rank after the stop signal, as
+  // systemd does, ends a stopped one now rather than at the grace period.
+  SignalRunning(SIGCONT);
   stopping.kill_at = absl::Now() + spec_.grace_period;
 }
 

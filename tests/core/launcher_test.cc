@@ -39,6 +39,7 @@ namespace ddpspawn {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kWorker[] = "tests/core/test_worker";
 
@@ -233,6 +234,11 @@ TEST(LauncherSpawnTest, TheJobTimeoutSaysWhatEveryRankWasDoing) {
                                           "running for"));
   EXPECT_THAT(status.message(), HasSubstr("rank 1: never reached call #3"));
   EXPECT_THAT(status.message(), HasSubstr("is stopped"));
+  // The stopped rank was continued, so it ended by the SIGTERM, not by a
+  // SIGKILL at the grace period's end.
+  EXPECT_EQ(job->outcomes()[1].state, RankState::kSignaled);
+  EXPECT_EQ(job->outcomes()[1].signal, SIGTERM);
+  EXPECT_THAT(status.message(), Not(HasSubstr("grace period")));
   ExpectNoWorkerLeft(*job);
 }
 
