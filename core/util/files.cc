@@ -50,6 +50,22 @@ absl::Status CheckReplaceable(const std::string& path) {
   return absl::OkStatus();
 }
 
+// What AppendToFile refuses in the file `info` describes (the link is refused
+// before: lstat, or O_NOFOLLOW).
+absl::Status CheckAppendableStat(const std::string& path, const struct stat& info) {
+  if (!S_ISREG(info.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is not a regular file; ddpspawn appends only to its own files"));
+  }
+  if (info.st_nlink > 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " has ", info.st_nlink - 1,
+                     " other name(s) (hard links); ddpspawn appends only to its own files: "
+                     "remove it, or choose another output directory"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& path) {
   const char* data = bytes.data();
   size_t left = bytes.size();
@@ -99,23 +115,19 @@ absl::Status AppendToFile(const std::string& path, absl::string_view text,
       open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
   if (fd < 0) return errno == ELOOP ? LinkRefused(path) : Errno("cannot open", path);
   struct stat info {};
-  absl::Status status;
-  if (fstat(fd, &info) != 0) {
-    status = Errno("cannot inspect", path);
-  } else if (!S_ISREG(info.st_mode)) {
-    status = absl::FailedPreconditionError(
-        absl::StrCat(path, " is not a regular file; ddpspawn appends only to its own files"));
-  } else if (info.st_nlink > 1) {
-    status = absl::FailedPreconditionError(
-        absl::StrCat(path, " has ", info.st_nlink - 1,
-                     " other name(s) (hard links); ddpspawn appends only to its own files: "
-                     "remove it, or choose another output directory"));
-  } else if (info.st_size == 0 && !header.empty()) {
-    status = WriteAll(fd, header, path);
-  }
+  absl::Status status =
+      fstat(fd, &info) != 0 ? Errno("cannot inspect", path) : CheckAppendableStat(path, info);
+  if (status.ok() && info.st_size == 0 && !header.empty()) status = WriteAll(fd, header, path);
   if (status.ok()) status = WriteAll(fd, text, path);
   close(fd);
   return status;
+}
+
+absl::Status CheckAppendable(const std::string& path) {
+  struct stat info {};
+  if (lstat(path.c_str(), &info) != 0) return absl::OkStatus();  // AppendToFile will say
+  if (S_ISLNK(info.st_mode)) return LinkRefused(path);
+  return CheckAppendableStat(path, info);
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {

@@ -30,6 +30,12 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view byte
 absl::Status AppendToFile(const std::string& path, absl::string_view text,
                           absl::string_view header = "");
 
+// What AppendToFile(path) would refuse in what is at `path` now (a link,
+// anything but a regular file, a file with other hard links), checked ahead of
+// time, as before a job starts; Ok when nothing is there yet. AppendToFile
+// checks again when it opens the file.
+absl::Status CheckAppendable(const std::string& path);
+
 // NotFound when the file does not exist.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 

@@ -121,6 +121,21 @@ TEST(FilesTest, AppendWritesTheHeaderOnceAndRefusesHardLinks) {
   EXPECT_EQ(Read(other), "precious\n");
 }
 
+// The same refusals, ahead of time (before a job starts), without writing.
+TEST(FilesTest, CheckAppendableRefusesWhatAppendWouldAndAcceptsNothingYet) {
+  const std::string dir = NewDir("appendable");
+  EXPECT_TRUE(CheckAppendable(dir + "/metrics.csv").ok());
+  EXPECT_TRUE(CheckAppendable(dir + "/missing/metrics.csv").ok());
+  ASSERT_TRUE(AppendToFile(dir + "/metrics.csv", "a\n").ok());
+  EXPECT_TRUE(CheckAppendable(dir + "/metrics.csv").ok());
+  ASSERT_EQ(symlink((dir + "/metrics.csv").c_str(), (dir + "/soft.csv").c_str()), 0);
+  EXPECT_THAT(CheckAppendable(dir + "/soft.csv").message(), HasSubstr("is a symbolic link"));
+  ASSERT_EQ(link((dir + "/metrics.csv").c_str(), (dir + "/hard.csv").c_str()), 0);
+  EXPECT_THAT(CheckAppendable(dir + "/hard.csv").message(), HasSubstr("hard link"));
+  EXPECT_THAT(CheckAppendable(dir).message(), HasSubstr("is not a regular file"));
+  EXPECT_EQ(Read(dir + "/metrics.csv"), "a\n");
+}
+
 TEST(FilesTest, TemporaryFilesOfDeadWritersAreSweptAndNoOthers) {
   const std::string dir = NewDir("sweep");
   const std::string path = dir + "/last.ckpt";
