@@ -742,11 +742,12 @@ void Job::AttributeToFirstReport() {
     const int r = global - GlobalRank(0);
     if (r == failed_rank_) return;
     if (r < 0 || r >= spec_.nprocs) continue;
-    const RankOutcome& outcome = outcomes_[r];
+    RankOutcome& outcome = outcomes_[r];
     const bool failed = outcome.state == RankState::kSignaled ||
                         (outcome.state == RankState::kExited && outcome.exit_code != 0);
     if (failed) {
       failed_rank_ = r;
+      outcome.stopped_by_launcher = false;  // it failed first; the stop came after
       return;
     }
   }

@@ -71,9 +71,11 @@ absl::Status SetWorkerResult(absl::string_view bytes) {
 
 absl::Status SetWorkerError(absl::string_view text) {
   ASSIGN_OR_RETURN(WorkerIdentity worker, CurrentWorker());
-  RETURN_IF_ERROR(WriteFileAtomically(RunDirErrorFile(worker.run_dir, worker.rank), text,
-                                      /*durable=*/false));
-  return AppendToFile(RunDirFailureOrderFile(worker.run_dir), absl::StrCat(worker.rank, "\n"));
+  // The order first: a peer that sees this report has its place recorded.
+  RETURN_IF_ERROR(
+      AppendToFile(RunDirFailureOrderFile(worker.run_dir), absl::StrCat(worker.rank, "\n")));
+  return WriteFileAtomically(RunDirErrorFile(worker.run_dir, worker.rank), text,
+                             /*durable=*/false);
 }
 
 void InstallTerminateHandler() {

@@ -748,8 +748,11 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOp
 }
 
 absl::Status CheckRun(const RunConfig& config) {
-  // Rank 0 appends to it; a planted link is refused now, not once the ranks run.
-  RETURN_IF_ERROR(CheckAppendable(absl::StrCat(config.trainer.default_root_dir, "/metrics.csv")));
+  // fit's rank 0 appends to it; a planted link is refused now, not once the
+  // ranks run.
+  if (config.command == "fit") {
+    RETURN_IF_ERROR(CheckAppendable(absl::StrCat(config.trainer.default_root_dir, "/metrics.csv")));
+  }
   ASSIGN_OR_RETURN(Dataset data, PrimaryData(config));
   if (data.size() < config.world_size) {
     return absl::InvalidArgumentError(absl::StrCat(data.source, " has ", data.size(),

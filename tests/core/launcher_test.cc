@@ -187,6 +187,7 @@ TEST(LauncherSpawnTest, TheFirstRankToReportIsTheCauseThoughReapedLast) {
   EXPECT_THAT(status.message(), HasSubstr("rank 0"));
   EXPECT_THAT(status.message(), HasSubstr("the failure that ended the job"));
   EXPECT_THAT(job->outcomes()[1].error_text, HasSubstr("rank 0 failed, so this rank stops"));
+  EXPECT_FALSE(job->outcomes()[0].stopped_by_launcher);  // it failed before the stop
   ExpectNoWorkerLeft(*job);
 }
 

@@ -5,6 +5,8 @@
 // (checkpoint=..., metric.val_loss=...). Exit status: 0 done, 1 a rank failed, 2 the
 // launcher refused the command or could not start the job; SIGINT and SIGTERM
 // end it by that signal once the ranks are stopped.
+#include <pthread.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/comm/process_group.h"
+#include "core/env/cluster_environment.h"
 #include "core/launch/launcher.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "core/train/export.h"
@@ -53,15 +56,21 @@ int Fail(const std::string& message, int exit_code = kRefused) {
 // apart without reading the message. A run stopped by SIGINT or SIGTERM ends
 // by that signal once its ranks are stopped and cleaned up, as a shell
 // expects (which shows 130 and 143).
-int FailedLaunch(const absl::Status& status) {
+// A rank of a job that torchrun or srun started (`outer_rank`) fails as a
+// rank, whatever the status.
+int FailedLaunch(const absl::Status& status, bool outer_rank) {
   const std::string message(status.message());
-  if (absl::IsAborted(status)) return Fail(message, kRankFailed);
+  if (outer_rank || absl::IsAborted(status)) return Fail(message, kRankFailed);
   if (const int sig = ddpspawn::SignalThatStoppedLastJob(); absl::IsCancelled(status) && sig != 0) {
     Fail(message);
     std::fflush(stderr);
     std::signal(sig, SIG_DFL);
+    sigset_t only;
+    sigemptyset(&only);
+    sigaddset(&only, sig);
+    pthread_sigmask(SIG_UNBLOCK, &only, nullptr);
     std::raise(sig);
-    return 128 + sig;  // only if the signal is blocked
+    return 128 + sig;  // not reached
   }
   return Fail(message, kRefused);
 }
@@ -118,7 +127,11 @@ int main(int argc, char** argv) {
   if (ddpspawn::IsWorkerProcess()) return strategy.RunWorker(run);
   if (absl::Status s = ddpspawn::CheckRun(*config); !s.ok()) return Fail(std::string(s.message()));
   absl::StatusOr<std::string> result = ddpspawn::LaunchWithRestarts(*config, strategy, run);
-  if (!result.ok()) return FailedLaunch(result.status());
+  if (!result.ok()) {
+    absl::StatusOr<ddpspawn::ClusterInfo> outer = ddpspawn::DetectClusterEnvironment();
+    return FailedLaunch(result.status(),
+                        outer.ok() && ddpspawn::CreatesProcessesExternally(*outer));
+  }
   // Under torchrun or srun every rank gets the result; one prints it.
   if (strategy.is_global_zero()) std::printf("%s", result->c_str());
   return 0;

@@ -69,7 +69,12 @@ def run_rank(
     """
     try:
         with Context(backend=backend, timeout=timeout) as ctx:
-            value = fn(ctx, *args)
+            try:
+                value = fn(ctx, *args)
+            except BaseException:
+                # Reported before the group closes: the peers that this rank's
+                # leaving fails report after it, so the launcher names it.
+                return report_exception()
             if ctx.rank == 0:
                 _set_result(value)
         return 0

@@ -147,7 +147,9 @@ impl Launcher {
     /// The children start as copies of this process, so the closure can use
     /// anything it captured. A panic in the closure is caught in the child:
     /// its message becomes the rank's error text
-    /// ([`set_error`](crate::set_error)) and the exit code is 101. Rust
+    /// ([`set_error`](crate::set_error)), recorded by a panic hook at the
+    /// panic (so before unwinding drops the rank's `Context`), and the exit
+    /// code is 101. A panic the closure catches itself is recorded too. Rust
     /// destructors of the parent's values do not run in the children.
     ///
     /// # Safety
@@ -290,21 +292,37 @@ where
     // child owns its copy of it.
     let worker = &mut *(user_data as *mut F);
     let rank_index = usize::try_from(rank).unwrap_or(0);
+    // Reported at the panic, before unwinding drops this rank's `Context`
+    // (closing its group): the peers that its leaving fails report after it,
+    // so the launcher names this rank.
+    let previous_hook = panic::take_hook();
+    panic::set_hook(Box::new(move |info| {
+        let _ = crate::set_error(&format!(
+            "rank {rank} panicked: {}",
+            panic_text(info.payload())
+        ));
+        previous_hook(info);
+    }));
     let code = match panic::catch_unwind(AssertUnwindSafe(|| worker(rank_index))) {
         Ok(code) => code,
         Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-string payload".to_string());
-            let _ = crate::set_error(&format!("rank {rank} panicked: {what}"));
+            // Again, for a closure that replaced the hook (the first report
+            // keeps its place).
+            let _ = crate::set_error(&format!("rank {rank} panicked: {}", panic_text(&*payload)));
             101
         }
     };
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
     code
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string payload".to_string())
 }
 
 /// How a rank ended (`DDPSPAWN_RANK_*`).
