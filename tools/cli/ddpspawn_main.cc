@@ -53,11 +53,10 @@ int Fail(const std::string& message, int exit_code = kRefused) {
 }
 
 // How a launch that failed ends the CLI, so that a script can tell the cases
-// apart without reading the message. A run stopped by SIGINT or SIGTERM ends
-// by that signal once its ranks are stopped and cleaned up, as a shell
-// expects (which shows 130 and 143).
-// A rank of a job that torchrun or srun started (`outer_rank`) fails as a
-// rank, whatever the status.
+// apart without reading the message. A rank of a job that torchrun or srun
+// started (`outer_rank`) fails as a rank, whatever the status. A run stopped
+// by SIGINT or SIGTERM ends by that signal once its ranks are stopped and
+// cleaned up, as a shell expects (which shows 130 and 143).
 int FailedLaunch(const absl::Status& status, bool outer_rank) {
   const std::string message(status.message());
   if (outer_rank || absl::IsAborted(status)) return Fail(message, kRankFailed);

@@ -297,10 +297,7 @@ where
     // so the launcher names this rank.
     let previous_hook = panic::take_hook();
     panic::set_hook(Box::new(move |info| {
-        let _ = crate::set_error(&format!(
-            "rank {rank} panicked: {}",
-            panic_text(info.payload())
-        ));
+        report_panic(rank, info.payload());
         previous_hook(info);
     }));
     let code = match panic::catch_unwind(AssertUnwindSafe(|| worker(rank_index))) {
@@ -308,7 +305,7 @@ where
         Err(payload) => {
             // Again, for a closure that replaced the hook (the first report
             // keeps its place).
-            let _ = crate::set_error(&format!("rank {rank} panicked: {}", panic_text(&*payload)));
+            report_panic(rank, &*payload);
             101
         }
     };
@@ -317,12 +314,14 @@ where
     code
 }
 
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
+/// Records a panic's message as the rank's error text.
+fn report_panic(rank: i32, payload: &(dyn std::any::Any + Send)) {
+    let what = payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string payload".to_string())
+        .unwrap_or_else(|| "a non-string payload".to_string());
+    let _ = crate::set_error(&format!("rank {rank} panicked: {what}"));
 }
 
 /// How a rank ended (`DDPSPAWN_RANK_*`).
