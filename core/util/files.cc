@@ -88,15 +88,14 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view byte
   RETURN_IF_ERROR(CheckReplaceable(path));
   SweepStaleTempFiles(path);
   ASSIGN_OR_RETURN(TempFile temp, CreateTempFileFor(path));
-  absl::Status status = WriteAll(temp.fd, bytes, temp.path);
-  if (status.ok() && fchmod(temp.fd, mode) != 0) status = Errno("cannot chmod", temp.path);
-  if (status.ok() && durable && fsync(temp.fd) != 0) status = Errno("cannot fsync", temp.path);
+  const std::string what =
+      temp.path.empty() ? absl::StrCat("a temporary file for ", path) : temp.path;
+  absl::Status status = WriteAll(temp.fd, bytes, what);
+  if (status.ok() && fchmod(temp.fd, mode) != 0) status = Errno("cannot chmod", what);
+  if (status.ok() && durable && fsync(temp.fd) != 0) status = Errno("cannot fsync", what);
   // The temporary file stays open (and locked) until it has its final name.
-  if (status.ok() && rename(temp.path.c_str(), path.c_str()) != 0) {
-    status = Errno("cannot rename to", path);
-  }
-  if (!status.ok()) unlink(temp.path.c_str());
-  close(temp.fd);
+  if (status.ok()) status = CommitTempFile(temp, path);
+  DiscardTempFile(temp);
   if (status.ok() && durable) {
     std::string dir = DirectoryOf(path);
     int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

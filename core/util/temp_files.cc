@@ -5,11 +5,13 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -21,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "core/util/process_state.h"
 
 namespace ddpspawn {
@@ -39,6 +42,21 @@ Split SplitPath(const std::string& path) {
   const size_t slash = path.rfind('/');
   if (slash == std::string::npos) return {".", path};
   return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+// kRandomChars letters and digits from the kernel's random source (the
+// clock's bits if it fails; the name is taken exclusively either way).
+std::string RandomNameChars() {
+  constexpr absl::string_view kAlphabet =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  unsigned char bytes[kRandomChars] = {};
+  if (getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes))) {
+    uint64_t clock = static_cast<uint64_t>(absl::GetCurrentTimeNanos());
+    for (unsigned char& byte : bytes) byte = static_cast<unsigned char>(clock >>= 8);
+  }
+  std::string chars;
+  for (unsigned char byte : bytes) chars += kAlphabet[byte % kAlphabet.size()];
+  return chars;
 }
 
 // The writer's pid when `name` is one of our temporary files for `base`.
@@ -80,6 +98,20 @@ bool RemoveIfStale(int dir_fd, const char* name, pid_t pid) {
 }  // namespace
 
 absl::StatusOr<TempFile> CreateTempFileFor(const std::string& path) {
+  const std::string directory = SplitPath(path).directory;
+  const int fd = open(directory.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) return CreateNamedTempFileFor(path);  // which says why, if it fails too
+  // Locked before it has a name, so a sweeper never finds it unlocked.
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    close(fd);
+    return absl::InternalError(
+        absl::StrCat("cannot lock a temporary file in ", directory, ": ", std::strerror(error)));
+  }
+  return TempFile{fd, ""};
+}
+
+absl::StatusOr<TempFile> CreateNamedTempFileFor(const std::string& path) {
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     std::string name = absl::StrCat(path, kInfix, getpid(), ".", std::string(kRandomChars, 'X'));
     // mkostemp: O_CREAT | O_EXCL, mode 0600, a fresh random name on EEXIST.
@@ -99,6 +131,37 @@ absl::StatusOr<TempFile> CreateTempFileFor(const std::string& path) {
   return absl::InternalError(
       absl::StrCat("cannot create a temporary file beside ", path, ": it vanished ", kAttempts,
                    " times (is another process sweeping ", SplitPath(path).directory, "?)"));
+}
+
+absl::Status CommitTempFile(TempFile& temp, const std::string& path) {
+  for (int attempt = 0; temp.path.empty(); ++attempt) {
+    if (attempt == kAttempts) {
+      return absl::InternalError(absl::StrCat("cannot name a temporary file beside ", path, ": ",
+                                              kAttempts, " random names were taken"));
+    }
+    std::string name = absl::StrCat(path, kInfix, getpid(), ".", RandomNameChars());
+    // Through /proc: linking an open file by its descriptor alone
+    // (AT_EMPTY_PATH) needs CAP_DAC_READ_SEARCH.
+    const std::string self = absl::StrCat("/proc/self/fd/", temp.fd);
+    if (linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+      temp.path = std::move(name);
+    } else if (errno != EEXIST) {
+      return absl::InternalError(
+          absl::StrCat("cannot name a temporary file ", name, ": ", std::strerror(errno)));
+    }
+  }
+  if (rename(temp.path.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", temp.path, " to ", path, ": ", std::strerror(errno)));
+  }
+  temp.path.clear();  // it is `path` now
+  return absl::OkStatus();
+}
+
+void DiscardTempFile(TempFile& temp) {
+  if (!temp.path.empty()) unlink(temp.path.c_str());
+  if (temp.fd >= 0) close(temp.fd);
+  temp = TempFile{};
 }
 
 int SweepStaleTempFiles(const std::string& path) {

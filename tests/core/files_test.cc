@@ -4,6 +4,7 @@
 // and output directories another user controls refused.
 #include "core/util/files.h"
 
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/util/output_dir.h"
@@ -23,6 +25,7 @@
 namespace ddpspawn {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // A fresh directory of this test's own.
@@ -139,10 +142,11 @@ TEST(FilesTest, CheckAppendableRefusesWhatAppendWouldAndAcceptsNothingYet) {
 TEST(FilesTest, TemporaryFilesOfDeadWritersAreSweptAndNoOthers) {
   const std::string dir = NewDir("sweep");
   const std::string path = dir + "/last.ckpt";
-  // A writer killed half way: its temporary file stays behind.
+  // A writer killed half way with a named temporary file (where O_TMPFILE is
+  // not available): its file stays behind.
   const pid_t killed = fork();
   if (killed == 0) {
-    absl::StatusOr<TempFile> temp = CreateTempFileFor(path);
+    absl::StatusOr<TempFile> temp = CreateNamedTempFileFor(path);
     _exit(temp.ok() && write(temp->fd, "half", 4) == 4 ? 0 : 1);
   }
   int exit_status = -1;
@@ -178,6 +182,44 @@ TEST(FilesTest, TemporaryFilesOfDeadWritersAreSweptAndNoOthers) {
   close(lock_fd);
   EXPECT_EQ(SweepStaleTempFiles(path), 1);  // the lock is gone: now it is stale
   EXPECT_FALSE(Exists(locked));
+}
+
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename());
+  }
+  return names;
+}
+
+// The test directory's file system (ext4 or tmpfs) has unnamed temporary
+// files (O_TMPFILE): a writer killed before it commits leaves nothing there,
+// and one that commits leaves only the target.
+TEST(FilesTest, AWriterKilledBeforeItCommitsLeavesNothing) {
+  const std::string dir = NewDir("unnamed");
+  const std::string path = dir + "/last.ckpt";
+  Write(path, "previous");
+  const pid_t killed = fork();
+  if (killed == 0) {
+    absl::StatusOr<TempFile> temp = CreateTempFileFor(path);
+    if (!temp.ok() || !temp->path.empty() || write(temp->fd, "half", 4) != 4) _exit(1);
+    raise(SIGKILL);
+  }
+  int wait_status = 0;
+  ASSERT_EQ(waitpid(killed, &wait_status, 0), killed);
+  ASSERT_TRUE(WIFSIGNALED(wait_status))
+      << "the writer got no unnamed temporary file in " << dir << " (O_TMPFILE)";
+  EXPECT_THAT(Names(dir), ElementsAre("last.ckpt"));
+  EXPECT_EQ(Read(path), "previous");
+
+  absl::StatusOr<TempFile> temp = CreateTempFileFor(path);
+  ASSERT_TRUE(temp.ok()) << temp.status();
+  ASSERT_EQ(write(temp->fd, "next", 4), 4);
+  EXPECT_THAT(Names(dir), ElementsAre("last.ckpt"));
+  ASSERT_TRUE(CommitTempFile(*temp, path).ok());
+  DiscardTempFile(*temp);
+  EXPECT_THAT(Names(dir), ElementsAre("last.ckpt"));
+  EXPECT_EQ(Read(path), "next");
 }
 
 TEST(FilesTest, OutputDirectoriesOthersCouldSwapAreRefused) {
