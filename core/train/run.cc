@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -640,6 +641,46 @@ absl::Status DryRun(const RunConfig& config, LightningModule& module, const Data
                                                  data.source, ": ", status.message()));
 }
 
+// The shortest text that reads back as `value`.
+std::string ShortestText(double value) {
+  char text[32];
+  const std::to_chars_result end = std::to_chars(text, text + sizeof(text), value);
+  return std::string(text, end.ptr);
+}
+
+// A resumed fit keeps the learning rate, momentum and weight decay of the
+// optimizer state it restores: one given now with another value would be
+// ignored, so it is refused. (A schedule sets the rate from lr again, so
+// there lr is used.)
+absl::Status CheckNothingGivenIsOverridden(const RunConfig& config,
+                                           const OptimizerConfig& resumed) {
+  const bool scheduled =
+      config.lr_scheduler.schedule != LrSchedule::kNone || config.optimizer.step_lr_every > 0;
+  struct Overridden {
+    const char* key;
+    double given;
+    double saved;
+  };
+  for (const Overridden& option :
+       {Overridden{"lr", config.optimizer.lr, resumed.lr},
+        {"momentum", config.optimizer.momentum, resumed.momentum},
+        {"weight_decay", config.optimizer.weight_decay, resumed.weight_decay}}) {
+    if (config.given.count(option.key) == 0 || option.given == option.saved) continue;
+    if (absl::string_view(option.key) == "lr" && scheduled) continue;
+    const std::string& path = config.trainer.resume_from;
+    const std::string saved = ShortestText(option.saved);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "option ", option.key, "=", ShortestText(option.given), ": the optimizer state in ", path,
+        " has ", option.key, " ", saved,
+        ", and a resumed fit keeps it (as torch's load_state_dict does). Resume with ", option.key,
+        "=", saved,
+        " or without the option, or start a new fit from the checkpoint's weights alone with "
+        "checkpoint=",
+        path, " instead of resume_from (a fresh optimizer)"));
+  }
+  return absl::OkStatus();
+}
+
 // The dataset a command works on.
 absl::StatusOr<Dataset> PrimaryData(const RunConfig& c) {
   if (c.command == "fit") return LoadData(c, "train", c.train, c.train_labels);
@@ -676,7 +717,7 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOp
         absl::StrCat("unknown command '", command, "'; expected fit, validate, test or predict"));
   }
   config.command = command;
-  std::set<std::string> given;
+  std::set<std::string>& given = config.given;
   for (const auto& [raw_key, value] : options) {
     std::string key = raw_key;
     std::replace(key.begin(), key.end(), '-', '_');
@@ -776,12 +817,18 @@ absl::Status CheckRun(const RunConfig& config) {
     if (path->empty()) continue;
     ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(*path));
     // Weights only (--checkpoint) may come from torch or safetensors too.
-    absl::Status s = path == &config.checkpoint
-                         ? LoadWeightsFromAnyFormat(bytes, *module)
-                         : RestoreCheckpoint(bytes, *module, nullptr, nullptr);
-    if (!s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint ", *path, ": ", s.message()));
+    if (path == &config.checkpoint) {
+      if (absl::Status s = LoadWeightsFromAnyFormat(bytes, *module); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("checkpoint ", *path, ": ", s.message()));
+      }
+      continue;
     }
+    absl::StatusOr<OptimizerConfig> resumed = ResumedOptimizerConfig(bytes, *module);
+    if (!resumed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint ", *path, ": ", resumed.status().message()));
+    }
+    RETURN_IF_ERROR(CheckNothingGivenIsOverridden(config, *resumed));
   }
   RETURN_IF_ERROR(DryRun(config, *module, data, config.command));
   // The validation set must fit the model as well as the training set.

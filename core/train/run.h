@@ -6,6 +6,7 @@
 #define DDPSPAWN_CORE_TRAIN_RUN_H_
 
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,6 +72,9 @@ struct RunConfig {
   bool static_graph = false;
   bool sync_batchnorm = false;
   bool gradient_as_bucket_view = true;
+  // The keys the options named (set by ParseRunConfig), so that a value given
+  // can be told from a default.
+  std::set<std::string> given;
 };
 
 // Unknown keys, bad values and missing required ones are errors that name the

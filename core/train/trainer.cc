@@ -334,6 +334,36 @@ absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Opti
   return strategy_.SaveCheckpoint(bytes, path);
 }
 
+absl::StatusOr<OptimizerConfig> ResumedOptimizerConfig(const std::string& checkpoint_bytes,
+                                                       LightningModule& module) {
+  OptimizerConfig config = module.ConfigureOptimizers();
+  ASSIGN_OR_RETURN(std::unique_ptr<torch::optim::Optimizer> optimizer,
+                   MakeOptimizer(config, module.parameters()));
+  // The weights alone first, so that what is wrong with them is said as it is.
+  RETURN_IF_ERROR(RestoreCheckpoint(checkpoint_bytes, module, nullptr, nullptr));
+  TrainingState state;
+  if (absl::Status s = RestoreCheckpoint(checkpoint_bytes, module, optimizer.get(), &state);
+      !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "its optimizer state cannot be restored into optimizer=", config.name,
+        " (a resumed fit goes on with the optimizer that wrote the checkpoint; for another, "
+        "start a new fit from its weights alone with checkpoint= instead of resume_from): ",
+        s.message()));
+  }
+  // Every group has the configured options; a checkpoint's are all restored.
+  const torch::optim::OptimizerOptions& saved = optimizer->param_groups().front().options();
+  config.lr = saved.get_lr();
+  if (const auto* sgd = dynamic_cast<const torch::optim::SGDOptions*>(&saved)) {
+    config.momentum = sgd->momentum();
+    config.weight_decay = sgd->weight_decay();
+  } else if (const auto* adam = dynamic_cast<const torch::optim::AdamOptions*>(&saved)) {
+    config.weight_decay = adam->weight_decay();
+  } else if (const auto* adamw = dynamic_cast<const torch::optim::AdamWOptions*>(&saved)) {
+    config.weight_decay = adamw->weight_decay();
+  }
+  return config;
+}
+
 std::string LastCheckpointPath(const TrainerOptions& options) {
   return options.default_root_dir + "/checkpoints/last.ckpt";
 }

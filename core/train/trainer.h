@@ -101,6 +101,16 @@ struct FitResult {
 // Where fit writes its checkpoint: <default_root_dir>/checkpoints/last.ckpt.
 std::string LastCheckpointPath(const TrainerOptions& options);
 
+// The optimizer options a fit resumed from `checkpoint_bytes` goes on with:
+// `module`'s ConfigureOptimizers(), with the learning rate, momentum and
+// weight decay of the optimizer state saved there, which replace the
+// configured ones when fit restores it (as torch's load_state_dict does; a
+// learning-rate schedule then sets the rate from the configured one again).
+// Restores the checkpoint into `module`; an optimizer state that does not fit
+// the configured optimizer (another kind) is an error that says so.
+absl::StatusOr<OptimizerConfig> ResumedOptimizerConfig(const std::string& checkpoint_bytes,
+                                                       LightningModule& module);
+
 class Trainer {
  public:
   Trainer(DDPSpawnStrategy& strategy, TrainerOptions options);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -366,6 +367,49 @@ TEST(CliTest, AValidationSetThatDoesNotFitIsRefusedBeforeAnyRankStarts) {
 // A checkpoint with 16 flipped bytes is refused by test and by resume, naming
 // the file, before any rank starts (it used to load and test to a loss of
 // 1e22); the untouched one still works.
+// A resumed fit keeps the learning rate, momentum and weight decay of the
+// optimizer state it restores, so one given with another value is refused
+// before any rank starts (it used to be ignored without a word). Under a
+// schedule the rate comes from --lr, and a new fit from the weights alone
+// (--checkpoint) takes every option.
+TEST(CliTest, AnOptimizerOptionTheCheckpointWouldOverrideIsRefused) {
+  const std::string train = WriteClassification("overridden.csv", 40);
+  const std::string common = absl::StrCat("fit --model ", kModel, " --train ", train,
+                                          " --optimizer sgd --default-root-dir ");
+  CliRun fit = Cli(absl::StrCat(common, Dir("overridden"),
+                                " --max-epochs 1 --lr 0.1 --momentum 0.9 --weight-decay 0.001"));
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  const std::string checkpoint = fit.values["checkpoint"];
+  const std::string resume =
+      absl::StrCat(common, Dir("resumed"), " --max-epochs 2 --resume-from ", checkpoint);
+  for (const auto& [option, saved] :
+       std::map<std::string, std::string>{{"lr=1e+30", "lr 0.1"},
+                                          {"momentum=0.5", "momentum 0.9"},
+                                          {"weight_decay=0", "weight_decay 0.001"}}) {
+    std::string flag = option;
+    std::replace(flag.begin(), flag.end(), '=', ' ');
+    CliRun refused = Cli(absl::StrCat(resume, " --", flag));
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
+    EXPECT_THAT(refused.output,
+                HasSubstr(absl::StrCat("option ", option, ": the optimizer state in ", checkpoint,
+                                       " has ", saved)));
+    EXPECT_THAT(refused.output, Not(HasSubstr("rank 0")));
+  }
+  CliRun adam = Cli(absl::StrCat(resume, " --optimizer adam"));
+  EXPECT_EQ(adam.exit_code, 2) << adam.output;
+  EXPECT_THAT(adam.output, HasSubstr(absl::StrCat("checkpoint ", checkpoint,
+                                                  ": its optimizer state cannot be restored into "
+                                                  "optimizer=adam")));
+  for (const std::string& accepted :
+       {absl::StrCat(resume, " --lr 0.1 --momentum 0.9 --weight-decay 0.001"), resume,
+        absl::StrCat(resume, " --lr 0.05 --lr-scheduler cosine"),
+        absl::StrCat(common, Dir("fresh"), " --max-epochs 1 --lr 1e-3 --checkpoint ",
+                     checkpoint)}) {
+    CliRun run = Cli(accepted);
+    EXPECT_EQ(run.exit_code, 0) << accepted << "\n" << run.output;
+  }
+}
+
 TEST(CliTest, CorruptCheckpointsAreRefused) {
   const std::string train = WriteClassification("corrupt.csv", 40);
   CliRun fit = Cli(absl::StrCat("fit --model mlp:4,256,3 --train ", train,
