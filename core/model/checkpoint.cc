@@ -6,10 +6,12 @@
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/archive.h>
 
+#include <cstdint>
 #include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/model/bounded_read.h"
 #include "core/model/checkpoint_envelope.h"
 #include "core/util/status_macros.h"
 
@@ -83,7 +85,10 @@ absl::Status OpenCheckpointArchive(const std::string& bytes, c10::optional<c10::
                                    torch::serialize::InputArchive& archive) {
   ASSIGN_OR_RETURN(UnsealedCheckpoint unsealed, UnsealCheckpoint(bytes));
   RETURN_IF_ERROR(Catching("the checkpoint is not a LibTorch archive", [&] {
-    archive.load_from(unsealed.archive.data(), unsealed.archive.size(), device);
+    const absl::string_view bytes = unsealed.archive;
+    archive.load_from(
+        [bytes](uint64_t pos, void* out, size_t n) { return ReadWithin(bytes, pos, out, n); },
+        [bytes] { return bytes.size(); }, device);
     return absl::OkStatus();
   }));
   c10::IValue format;

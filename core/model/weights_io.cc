@@ -5,18 +5,20 @@
 #include <c10/core/GradMode.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
-#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/model/bounded_read.h"
 #include "core/model/checkpoint.h"
 #include "core/util/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -162,10 +164,28 @@ absl::Status BadTorchFile(absl::string_view why) {
       "save safetensors"));
 }
 
+// torch::jit::VectorReader, but never past the end (see bounded_read.h).
+class BoundedReader : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BoundedReader(absl::string_view bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    return ReadWithin(bytes_, pos, buf, n);
+  }
+
+ private:
+  absl::string_view bytes_;
+};
+
 absl::StatusOr<NamedTensors> DecodeTorch(const std::string& bytes) {
   c10::IValue value;
   try {
-    value = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+    // What torch::jit::pickle_load does, with a reader that stays in bounds.
+    caffe2::serialize::PyTorchStreamReader reader(std::make_unique<BoundedReader>(bytes));
+    value = torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
+                                              /*type_resolver=*/std::nullopt,
+                                              /*obj_loader=*/std::nullopt,
+                                              /*device=*/std::nullopt, reader);
   } catch (const c10::Error& e) {
     return BadTorchFile(e.what_without_backtrace());
   } catch (const std::exception& e) {

@@ -10,9 +10,11 @@
 #include <torch/serialize/archive.h>
 
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/model/weights_io.h"
 #include "core/strategy/checkpoint_io.h"
 #include "core/train/mlp_module.h"
 #include "gmock/gmock.h"
@@ -129,6 +131,21 @@ TEST(CheckpointTest, FormatOneWithoutAChecksumStillLoads) {
   absl::Status status = RestoreCheckpoint(out.str(), *target, nullptr, nullptr);
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_TRUE(SameState(*target, *saved));
+}
+
+// A damaged torch.save file whose zip directory points past its end (the
+// input tools/fuzz found) is an error, as foreign weights and as a format-1
+// checkpoint (an archive without a checksum). LibTorch's own in-memory readers
+// copied past the end of the buffer there, which ASan reports (--config=asan).
+TEST(CheckpointTest, AnArchiveThatPointsPastItsEndIsAnError) {
+  std::ifstream in("fuzz/corpus/weights/regression_zip_directory_past_end", std::ios::binary);
+  ASSERT_TRUE(in) << "the fuzz corpus file is missing from the test's data";
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 4096u);
+  EXPECT_EQ(ReadWeightsFromAnyFormat(bytes).status().code(), absl::StatusCode::kInvalidArgument);
+  std::shared_ptr<LightningModule> target = Mlp(3);
+  EXPECT_EQ(RestoreCheckpoint(bytes, *target, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Resuming gives each rank the generator state it saved: reading the states
