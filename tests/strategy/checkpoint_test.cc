@@ -148,6 +148,18 @@ TEST(CheckpointTest, AnArchiveThatPointsPastItsEndIsAnError) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A torch.save file holding a tensor of a dtype no operation here supports
+// (UInt5, found by tools/fuzz) is refused by name; it used to be returned,
+// and copying it into a model threw through the launcher.
+TEST(CheckpointTest, WeightsOfAnExoticDtypeAreRefused) {
+  std::ifstream in("fuzz/corpus/weights/regression_uint5_tensor", std::ios::binary);
+  ASSERT_TRUE(in) << "the fuzz corpus file is missing from the test's data";
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  absl::StatusOr<NamedTensors> weights = ReadWeightsFromAnyFormat(bytes);
+  EXPECT_EQ(weights.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(weights.status().message(), HasSubstr("' is UInt5 (Strided); weights are dense"));
+}
+
 // Resuming gives each rank the generator state it saved: reading the states
 // into one tensor made every rank's the last rank's.
 TEST(CheckpointTest, EveryRanksRngStateComesBackAsItsOwn) {
