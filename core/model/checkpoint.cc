@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/model/bounded_read.h"
 #include "core/model/checkpoint_envelope.h"
+#include "core/model/weights_io.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
@@ -85,10 +86,10 @@ absl::Status OpenCheckpointArchive(const std::string& bytes, c10::optional<c10::
                                    torch::serialize::InputArchive& archive) {
   ASSIGN_OR_RETURN(UnsealedCheckpoint unsealed, UnsealCheckpoint(bytes));
   RETURN_IF_ERROR(Catching("the checkpoint is not a LibTorch archive", [&] {
-    const absl::string_view bytes = unsealed.archive;
-    archive.load_from(
-        [bytes](uint64_t pos, void* out, size_t n) { return ReadWithin(bytes, pos, out, n); },
-        [bytes] { return bytes.size(); }, device);
+    const absl::string_view archive_bytes = unsealed.archive;
+    archive.load_from([archive_bytes](uint64_t pos, void* out,
+                                      size_t n) { return ReadWithin(archive_bytes, pos, out, n); },
+                      [archive_bytes] { return archive_bytes.size(); }, device);
     return absl::OkStatus();
   }));
   c10::IValue format;
@@ -118,7 +119,9 @@ absl::StatusOr<NamedTensors> ReadCheckpointWeights(const std::string& bytes) {
     if (!archive.try_read(key, tensor)) {
       return absl::InvalidArgumentError(absl::StrCat("the checkpoint's '", key, "' is unreadable"));
     }
-    weights.emplace_back(key.substr(kModelPrefix.size()), tensor);
+    const std::string name = key.substr(kModelPrefix.size());
+    RETURN_IF_ERROR(CheckWeightTensor(name, tensor));
+    weights.emplace_back(name, tensor);
   }
   if (weights.empty()) return absl::InvalidArgumentError("the checkpoint holds no weights");
   return weights;
@@ -147,7 +150,13 @@ absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module
           absl::StrCat("tensor '", name, "' has shape ", c10::str(saved.sizes()),
                        " in the checkpoint but ", c10::str(tensor.sizes()), " in the model"));
     }
-    tensor.copy_(saved);
+    // A tensor of an exotic dtype (a format-1 file has no checksum to stop
+    // one) may not copy: an error, not an exception through the caller.
+    at::Tensor target = tensor;  // a handle: a lambda cannot capture a binding in C++17
+    RETURN_IF_ERROR(Catching(absl::StrCat("restoring tensor '", name, "'"), [&target, &saved] {
+      target.copy_(saved);
+      return absl::OkStatus();
+    }));
   }
   if (optimizer != nullptr) {
     absl::Status restored = Catching("restoring the optimizer state", [&] {

@@ -46,7 +46,8 @@ absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module
                                torch::optim::Optimizer* optimizer, TrainingState* state);
 
 // The weights a checkpoint holds (its model's parameters and buffers by
-// name, on the CPU), without a module to restore them into.
+// name, on the CPU), without a module to restore them into; each must pass
+// CheckWeightTensor (weights_io.h).
 absl::StatusOr<NamedTensors> ReadCheckpointWeights(const std::string& bytes);
 
 }  // namespace ddpspawn

@@ -156,23 +156,6 @@ absl::StatusOr<NamedTensors> DecodeSafetensors(const std::string& bytes) {
   return weights;
 }
 
-// A torch file may hold any tensor LibTorch has (complex, quantized, sparse,
-// 1- to 7-bit integers); weights are dense tensors of safetensors' dtypes,
-// which every operation ddpspawn applies to them supports.
-absl::Status CheckPlainTensor(const std::string& name, const at::Tensor& tensor) {
-  const bool plain_dtype =
-      std::any_of(SafetensorsDtypes().begin(), SafetensorsDtypes().end(),
-                  [&tensor](const auto& dtype) { return dtype.second == tensor.scalar_type(); });
-  if (plain_dtype && tensor.layout() == at::kStrided) return absl::OkStatus();
-  std::string plain;
-  for (const auto& [dtype_name, type] : SafetensorsDtypes()) {
-    absl::StrAppend(&plain, plain.empty() ? "" : ", ", c10::toString(type));
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("tensor '", name, "' is ", c10::toString(tensor.scalar_type()), " (",
-                   c10::str(tensor.layout()), "); weights are dense tensors of ", plain));
-}
-
 // LibTorch's unpickler reads an OrderedDict as None, and so
 // torch.save(model.state_dict()) as it is; every error says what to do.
 absl::Status BadTorchFile(absl::string_view why) {
@@ -222,7 +205,7 @@ absl::StatusOr<NamedTensors> DecodeTorch(const std::string& bytes) {
       return BadTorchFile("its dict maps something other than names to tensors");
     }
     const at::Tensor tensor = item.value().toTensor();
-    RETURN_IF_ERROR(CheckPlainTensor(item.key().toStringRef(), tensor));
+    RETURN_IF_ERROR(CheckWeightTensor(item.key().toStringRef(), tensor));
     weights.emplace_back(item.key().toStringRef(), tensor);
   }
   return weights;
@@ -297,6 +280,20 @@ absl::StatusOr<std::string> EncodeWeights(const NamedTensors& weights, WeightsFo
 absl::StatusOr<NamedTensors> DecodeWeights(const std::string& bytes) {
   if (LooksLikeSafetensors(bytes)) return DecodeSafetensors(bytes);
   return DecodeTorch(bytes);
+}
+
+absl::Status CheckWeightTensor(const std::string& name, const at::Tensor& tensor) {
+  const bool plain_dtype =
+      std::any_of(SafetensorsDtypes().begin(), SafetensorsDtypes().end(),
+                  [&tensor](const auto& dtype) { return dtype.second == tensor.scalar_type(); });
+  if (plain_dtype && tensor.layout() == at::kStrided) return absl::OkStatus();
+  std::string plain;
+  for (const auto& [dtype_name, type] : SafetensorsDtypes()) {
+    absl::StrAppend(&plain, plain.empty() ? "" : ", ", c10::toString(type));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("tensor '", name, "' is ", c10::toString(tensor.scalar_type()), " (",
+                   c10::str(tensor.layout()), "); weights are dense tensors of ", plain));
 }
 
 absl::Status LoadWeights(const NamedTensors& weights, LightningModule& module) {

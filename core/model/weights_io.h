@@ -30,6 +30,13 @@ absl::StatusOr<std::string> EncodeWeights(const NamedTensors& weights, WeightsFo
 // a tensor) is an error that says what.
 absl::StatusOr<NamedTensors> DecodeWeights(const std::string& bytes);
 
+// What a tensor read from a file must be to count as a weight: dense, of one
+// of safetensors' dtypes (float64/32/16, bfloat16, int64/32/16/8, uint8,
+// bool), which every operation ddpspawn applies to weights supports. A file
+// may hold any tensor LibTorch has (complex, quantized, sparse, 1- to 7-bit
+// integers); such a one is an error naming `name` and what it is.
+absl::Status CheckWeightTensor(const std::string& name, const at::Tensor& tensor);
+
 // Copies `weights` into the module's tensors by name; a name missing on
 // either side, or another shape, is an error naming it, and then nothing is
 // changed.

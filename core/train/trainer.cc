@@ -341,8 +341,7 @@ absl::StatusOr<OptimizerConfig> ResumedOptimizerConfig(const std::string& checkp
                    MakeOptimizer(config, module.parameters()));
   // The weights alone first, so that what is wrong with them is said as it is.
   RETURN_IF_ERROR(RestoreCheckpoint(checkpoint_bytes, module, nullptr, nullptr));
-  TrainingState state;
-  if (absl::Status s = RestoreCheckpoint(checkpoint_bytes, module, optimizer.get(), &state);
+  if (absl::Status s = RestoreCheckpoint(checkpoint_bytes, module, optimizer.get(), nullptr);
       !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "its optimizer state cannot be restored into optimizer=", config.name,

@@ -107,7 +107,8 @@ std::string LastCheckpointPath(const TrainerOptions& options);
 // configured ones when fit restores it (as torch's load_state_dict does; a
 // learning-rate schedule then sets the rate from the configured one again).
 // Restores the checkpoint into `module`; an optimizer state that does not fit
-// the configured optimizer (another kind) is an error that says so.
+// the configured optimizer (SGD's and Adam's differ; Adam's and AdamW's have
+// the same fields) is an error that says so.
 absl::StatusOr<OptimizerConfig> ResumedOptimizerConfig(const std::string& checkpoint_bytes,
                                                        LightningModule& module);
 

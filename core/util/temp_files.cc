@@ -98,6 +98,10 @@ bool RemoveIfStale(int dir_fd, const char* name, pid_t pid) {
 }  // namespace
 
 absl::StatusOr<TempFile> CreateTempFileFor(const std::string& path) {
+  // Naming an unnamed file takes /proc (see CommitTempFile), which a minimal
+  // container or chroot may lack.
+  static const bool proc_mounted = access("/proc/self/fd", X_OK) == 0;
+  if (!proc_mounted) return CreateNamedTempFileFor(path);
   const std::string directory = SplitPath(path).directory;
   const int fd = open(directory.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
   if (fd < 0) return CreateNamedTempFileFor(path);  // which says why, if it fails too

@@ -23,7 +23,7 @@
 
 namespace ddpspawn {
 
-// Owns nothing by itself: CommitTempFile or DiscardTempFile ends it.
+// Owns nothing by itself: DiscardTempFile ends it, after CommitTempFile too.
 struct TempFile {
   int fd = -1;  // open for writing, close-on-exec, locked, mode 0600
   // Empty while the file has no name (O_TMPFILE).
@@ -31,7 +31,7 @@ struct TempFile {
 };
 
 // Creates a new temporary file for `path`, in its directory: unnamed where
-// the file system allows, else named by the pattern above (O_CREAT|O_EXCL: an
+// the file system allows and /proc is mounted, else named by the pattern above (O_CREAT|O_EXCL: an
 // existing file or symbolic link of that name is never opened).
 absl::StatusOr<TempFile> CreateTempFileFor(const std::string& path);
 

@@ -4,6 +4,7 @@
 // and output directories another user controls refused.
 #include "core/util/files.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -198,6 +199,13 @@ std::vector<std::string> Names(const std::string& dir) {
 TEST(FilesTest, AWriterKilledBeforeItCommitsLeavesNothing) {
   const std::string dir = NewDir("unnamed");
   const std::string path = dir + "/last.ckpt";
+  const int probe = open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  if (probe < 0) {
+    DDPSPAWN_SKIP_OR_FAIL(absl::StrCat("the file system of ", dir,
+                                       " has no O_TMPFILE: atomic writes name their temporary "
+                                       "file there (the named kind is tested below)"));
+  }
+  close(probe);
   Write(path, "previous");
   const pid_t killed = fork();
   if (killed == 0) {
@@ -220,6 +228,32 @@ TEST(FilesTest, AWriterKilledBeforeItCommitsLeavesNothing) {
   DiscardTempFile(*temp);
   EXPECT_THAT(Names(dir), ElementsAre("last.ckpt"));
   EXPECT_EQ(Read(path), "next");
+}
+
+// The named kind (no O_TMPFILE): committing leaves only the target; a commit
+// that fails (the target is a directory) leaves no temporary file once
+// discarded.
+TEST(FilesTest, ANamedTemporaryFileCommitsOrIsDiscarded) {
+  const std::string dir = NewDir("named");
+  const std::string path = dir + "/last.ckpt";
+  absl::StatusOr<TempFile> temp = CreateNamedTempFileFor(path);
+  ASSERT_TRUE(temp.ok()) << temp.status();
+  ASSERT_FALSE(temp->path.empty());
+  ASSERT_EQ(write(temp->fd, "next", 4), 4);
+  ASSERT_TRUE(CommitTempFile(*temp, path).ok());
+  DiscardTempFile(*temp);
+  EXPECT_THAT(Names(dir), ElementsAre("last.ckpt"));
+  EXPECT_EQ(Read(path), "next");
+
+  const std::string taken = dir + "/taken";
+  std::filesystem::create_directories(taken + "/inside");
+  for (auto create : {&CreateNamedTempFileFor, &CreateTempFileFor}) {
+    absl::StatusOr<TempFile> refused = create(taken);
+    ASSERT_TRUE(refused.ok()) << refused.status();
+    EXPECT_FALSE(CommitTempFile(*refused, taken).ok());
+    DiscardTempFile(*refused);
+    EXPECT_THAT(Names(dir), testing::UnorderedElementsAre("last.ckpt", "taken"));
+  }
 }
 
 TEST(FilesTest, OutputDirectoriesOthersCouldSwapAreRefused) {

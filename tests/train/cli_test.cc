@@ -364,9 +364,6 @@ TEST(CliTest, AValidationSetThatDoesNotFitIsRefusedBeforeAnyRankStarts) {
   }
 }
 
-// A checkpoint with 16 flipped bytes is refused by test and by resume, naming
-// the file, before any rank starts (it used to load and test to a loss of
-// 1e22); the untouched one still works.
 // A resumed fit keeps the learning rate, momentum and weight decay of the
 // optimizer state it restores, so one given with another value is refused
 // before any rank starts (it used to be ignored without a word). Under a
@@ -410,6 +407,9 @@ TEST(CliTest, AnOptimizerOptionTheCheckpointWouldOverrideIsRefused) {
   }
 }
 
+// A checkpoint with 16 flipped bytes is refused by test and by resume, naming
+// the file, before any rank starts (it used to load and test to a loss of
+// 1e22); the untouched one still works.
 TEST(CliTest, CorruptCheckpointsAreRefused) {
   const std::string train = WriteClassification("corrupt.csv", 40);
   CliRun fit = Cli(absl::StrCat("fit --model mlp:4,256,3 --train ", train,
