@@ -339,10 +339,11 @@ absl::StatusOr<OptimizerConfig> ResumedOptimizerConfig(const std::string& checkp
   OptimizerConfig config = module.ConfigureOptimizers();
   ASSIGN_OR_RETURN(std::unique_ptr<torch::optim::Optimizer> optimizer,
                    MakeOptimizer(config, module.parameters()));
-  // The weights alone first, so that what is wrong with them is said as it is.
-  RETURN_IF_ERROR(RestoreCheckpoint(checkpoint_bytes, module, nullptr, nullptr));
   if (absl::Status s = RestoreCheckpoint(checkpoint_bytes, module, optimizer.get(), nullptr);
       !s.ok()) {
+    // What is wrong with the weights is said as it is; else it is the
+    // optimizer state.
+    RETURN_IF_ERROR(RestoreCheckpoint(checkpoint_bytes, module, nullptr, nullptr));
     return absl::InvalidArgumentError(absl::StrCat(
         "its optimizer state cannot be restored into optimizer=", config.name,
         " (a resumed fit goes on with the optimizer that wrote the checkpoint; for another, "

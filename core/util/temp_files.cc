@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -23,8 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "absl/time/clock.h"
 #include "core/util/process_state.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
@@ -44,15 +43,13 @@ Split SplitPath(const std::string& path) {
   return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
 }
 
-// kRandomChars letters and digits from the kernel's random source (the
-// clock's bits if it fails; the name is taken exclusively either way).
-std::string RandomNameChars() {
+// kRandomChars letters and digits from the kernel's random source.
+absl::StatusOr<std::string> RandomNameChars() {
   constexpr absl::string_view kAlphabet =
       "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   unsigned char bytes[kRandomChars] = {};
   if (getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes))) {
-    uint64_t clock = static_cast<uint64_t>(absl::GetCurrentTimeNanos());
-    for (unsigned char& byte : bytes) byte = static_cast<unsigned char>(clock >>= 8);
+    return absl::InternalError(absl::StrCat("getrandom: ", std::strerror(errno)));
   }
   std::string chars;
   for (unsigned char byte : bytes) chars += kAlphabet[byte % kAlphabet.size()];
@@ -143,7 +140,8 @@ absl::Status CommitTempFile(TempFile& temp, const std::string& path) {
       return absl::InternalError(absl::StrCat("cannot name a temporary file beside ", path, ": ",
                                               kAttempts, " random names were taken"));
     }
-    std::string name = absl::StrCat(path, kInfix, getpid(), ".", RandomNameChars());
+    ASSIGN_OR_RETURN(const std::string random, RandomNameChars());
+    std::string name = absl::StrCat(path, kInfix, getpid(), ".", random);
     // Through /proc: linking an open file by its descriptor alone
     // (AT_EMPTY_PATH) needs CAP_DAC_READ_SEARCH.
     const std::string self = absl::StrCat("/proc/self/fd/", temp.fd);
