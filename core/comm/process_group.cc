@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -23,6 +24,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/comm/connection_check.h"
 #include "core/comm/group_join.h"
 #include "core/comm/guarded.h"
 #include "core/comm/shm_collectives.h"
@@ -87,6 +89,11 @@ at::Tensor WrapBuffer(const void* data, size_t count, DType dtype) {
 // the same either way, mostly in first touches of new pages, and through
 // shared memory they would add the slot's pages to every rank's memory.
 constexpr size_t kShmBroadcastMaxBytes = 1 << 20;
+
+// How long a new group's ranks wait for each peer's token (at most the group's timeout). A peer
+// sends its tokens as soon as its own connections are up, so only a connection that a stranger
+// holds keeps one away this long.
+constexpr absl::Duration kConnectionCheckDeadline = absl::Seconds(60);
 
 // Python's names of the dtypes, for the messages.
 absl::string_view DTypeName(at::ScalarType type) {
@@ -386,6 +393,11 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
     gloo_options->devices.push_back(GlooDevice(cluster));
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cluster.rank,
                                                               cluster.world_size, gloo_options);
+    if (one_launcher) {  // its store is private: the tokens prove who is at each end
+      refused = CheckEveryConnection(*impl->group, *store, cluster.rank, cluster.world_size,
+                                     std::min(options.timeout, kConnectionCheckDeadline));
+      if (!refused.ok()) return;
+    }
     if (one_launcher && cluster.world_size > 1 && shm_enabled) {
       absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> shm = JoinSharedMemory(
           *impl->group, cluster, absl::StrCat(SharedMemoryPrefix(cluster.run_dir), generation),
