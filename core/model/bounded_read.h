@@ -9,6 +9,8 @@
 #ifndef DDPSPAWN_CORE_MODEL_BOUNDED_READ_H_
 #define DDPSPAWN_CORE_MODEL_BOUNDED_READ_H_
 
+#include <caffe2/serialize/read_adapter_interface.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +29,20 @@ inline size_t ReadWithin(absl::string_view bytes, uint64_t pos, void* out, size_
   std::memset(static_cast<char*>(out) + count, 0, n - count);
   return count;
 }
+
+// An in-memory archive for caffe2::serialize::PyTorchStreamReader, through ReadWithin.
+// Borrows `bytes`, which must outlive it; const, so any thread may read.
+class BoundedReader : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BoundedReader(absl::string_view bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    return ReadWithin(bytes_, pos, buf, n);
+  }
+
+ private:
+  absl::string_view bytes_;
+};
 
 }  // namespace ddpspawn
 

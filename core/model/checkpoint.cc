@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/model/bounded_read.h"
 #include "core/model/checkpoint_envelope.h"
+#include "core/model/pickle_sizes.h"
 #include "core/model/weights_io.h"
 #include "core/util/status_macros.h"
 
@@ -85,6 +86,7 @@ namespace {
 absl::Status OpenCheckpointArchive(const std::string& bytes, c10::optional<c10::Device> device,
                                    torch::serialize::InputArchive& archive) {
   ASSIGN_OR_RETURN(UnsealedCheckpoint unsealed, UnsealCheckpoint(bytes));
+  RETURN_IF_ERROR(CheckArchivePickles(unsealed.archive));
   RETURN_IF_ERROR(Catching("the checkpoint is not a LibTorch archive", [&] {
     const absl::string_view archive_bytes = unsealed.archive;
     archive.load_from([archive_bytes](uint64_t pos, void* out,

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/model/bounded_read.h"
 #include "core/model/checkpoint.h"
+#include "core/model/pickle_sizes.h"
 #include "core/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -165,20 +166,8 @@ absl::Status BadTorchFile(absl::string_view why) {
       "save safetensors"));
 }
 
-// torch::jit::VectorReader, but never past the end (see bounded_read.h).
-class BoundedReader : public caffe2::serialize::ReadAdapterInterface {
- public:
-  explicit BoundedReader(absl::string_view bytes) : bytes_(bytes) {}
-  size_t size() const override { return bytes_.size(); }
-  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
-    return ReadWithin(bytes_, pos, buf, n);
-  }
-
- private:
-  absl::string_view bytes_;
-};
-
 absl::StatusOr<NamedTensors> DecodeTorch(const std::string& bytes) {
+  RETURN_IF_ERROR(CheckArchivePickles(bytes));
   c10::IValue value;
   try {
     // What torch::jit::pickle_load does, with a reader that stays in bounds.

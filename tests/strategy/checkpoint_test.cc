@@ -160,6 +160,24 @@ TEST(CheckpointTest, WeightsOfAnExoticDtypeAreRefused) {
   EXPECT_THAT(weights.status().message(), HasSubstr("' is UInt5 (Strided); weights are dense"));
 }
 
+// Damaged torch.save files (found by tools/fuzz) whose pickle states a 4 GB string or a memo
+// index of 1.9 billion: LibTorch's unpickler allocated that much (the memo table 28 GB) before
+// it found the bytes missing. Each is refused before it reads the pickle, naming the size.
+TEST(CheckpointTest, APickleStatingSizesBeyondItsBytesIsRefusedUnread) {
+  for (const auto& [file, size] :
+       {std::pair<std::string, std::string>{"regression_pickle_string_of_4gb", "a length of"},
+        std::pair<std::string, std::string>{"regression_pickle_memo_index_of_28gb",
+                                            "memo index 1869874021"}}) {
+    std::ifstream in("fuzz/corpus/weights/" + file, std::ios::binary);
+    ASSERT_TRUE(in) << file << " is missing from the test's data";
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    absl::StatusOr<NamedTensors> weights = ReadWeightsFromAnyFormat(bytes);
+    EXPECT_EQ(weights.status().code(), absl::StatusCode::kInvalidArgument) << file;
+    EXPECT_THAT(weights.status().message(), HasSubstr("the archive's data.pkl is damaged")) << file;
+    EXPECT_THAT(weights.status().message(), HasSubstr(size)) << file;
+  }
+}
+
 // Resuming gives each rank the generator state it saved: reading the states
 // into one tensor made every rank's the last rank's.
 TEST(CheckpointTest, EveryRanksRngStateComesBackAsItsOwn) {
