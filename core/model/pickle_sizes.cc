@@ -6,14 +6,15 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/model/bounded_read.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
@@ -132,34 +133,45 @@ absl::Status CheckPickleSizes(absl::string_view pickle, absl::string_view name) 
   return absl::OkStatus();
 }
 
+namespace {
+
+// CheckPickleSizes on `reader`'s data.pkl and constants.pkl; `archive_size`: the file's bytes.
+absl::Status CheckReaderPickles(caffe2::serialize::PyTorchStreamReader& reader,
+                                size_t archive_size) {
+  // The records LibTorch unpickles (not getAllRecords, which throws on a stray record that
+  // LibTorch's loaders never look at).
+  for (const std::string record : {"data.pkl", "constants.pkl"}) {
+    if (!reader.hasRecord(record)) continue;
+    if (const size_t stated = reader.getRecordSize(record); stated > archive_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the archive's ", record, " states ", stated, " bytes, more than the file's ",
+          archive_size, " (a compressed pickle, which torch.save never writes); it was not read"));
+    }
+    auto [data, size] = reader.getRecord(record);
+    RETURN_IF_ERROR(CheckPickleSizes(absl::string_view(static_cast<const char*>(data.get()), size),
+                                     absl::StrCat("the archive's ", record)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CheckArchivePickles(absl::string_view archive) {
-  std::vector<std::pair<std::string, std::string>> pickles;
   try {
     caffe2::serialize::PyTorchStreamReader reader(std::make_unique<BoundedReader>(archive));
-    // The records LibTorch unpickles (not getAllRecords, which throws on a stray record that
-    // LibTorch's loaders never look at).
-    for (const std::string record : {"data.pkl", "constants.pkl"}) {
-      if (!reader.hasRecord(record)) continue;
-      if (const size_t stated = reader.getRecordSize(record); stated > archive.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the archive's ", record, " states ", stated,
-                         " bytes, more than the file's ", archive.size(),
-                         " (a compressed pickle, which torch.save never writes); it was not "
-                         "read"));
-      }
-      auto [data, size] = reader.getRecord(record);
-      pickles.emplace_back(record, std::string(static_cast<const char*>(data.get()), size));
-    }
+    return CheckReaderPickles(reader, archive.size());
   } catch (const std::exception&) {
     return absl::OkStatus();  // not an archive LibTorch opens: its reader says why next
   }
-  for (const auto& [record, pickle] : pickles) {
-    if (absl::Status status = CheckPickleSizes(pickle, absl::StrCat("the archive's ", record));
-        !status.ok()) {
-      return status;
-    }
+}
+
+absl::Status CheckArchiveFilePickles(const std::string& path) {
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    return CheckReaderPickles(reader, std::filesystem::file_size(path));
+  } catch (const std::exception&) {
+    return absl::OkStatus();  // as above
   }
-  return absl::OkStatus();
 }
 
 }  // namespace ddpspawn

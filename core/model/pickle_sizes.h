@@ -6,6 +6,8 @@
 #ifndef DDPSPAWN_CORE_MODEL_PICKLE_SIZES_H_
 #define DDPSPAWN_CORE_MODEL_PICKLE_SIZES_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
@@ -21,6 +23,9 @@ absl::Status CheckPickleSizes(absl::string_view pickle, absl::string_view name);
 // (torch.save's and a LibTorch archive's) and constants.pkl (a LibTorch archive's). An archive
 // LibTorch cannot open passes: its own reader refuses it next.
 absl::Status CheckArchivePickles(absl::string_view archive);
+
+// The same for the archive in the file at `path` (a TorchScript module), reading only its pickles.
+absl::Status CheckArchiveFilePickles(const std::string& path);
 
 }  // namespace ddpspawn
 

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/model/pickle_sizes.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
@@ -93,6 +94,9 @@ absl::StatusOr<std::shared_ptr<TorchScriptModule>> TorchScriptModule::Load(
     const std::string& path, const OptimizerConfig& optimizer) {
   if (!std::ifstream(path).good()) {
     return absl::NotFoundError(absl::StrCat("cannot open the model file ", path));
+  }
+  if (absl::Status sizes = CheckArchiveFilePickles(path); !sizes.ok()) {
+    return absl::Status(sizes.code(), absl::StrCat(path, ": ", sizes.message()));
   }
   auto impl = std::make_unique<Impl>();
   impl->path = path;

@@ -556,6 +556,23 @@ TEST(CliTest, TorchScriptModulesTrainAndAreChecked) {
   CliRun bad_signature = Cli(absl::StrCat("fit --model ", wrong, " --train ", train));
   EXPECT_EQ(bad_signature.exit_code, 2);
   EXPECT_THAT(bad_signature.output, HasSubstr("'training_step' has the signature"));
+
+  // The good module with a data.pkl whose LONG_BINPUT asks for memo entry 2^31 - 1: LibTorch's
+  // unpickler would allocate 32 GB for it; it is refused unread.
+  const std::string bomb = Dir("memo_bomb.pt");
+  const std::string rewrite = Dir("rewrite.py");
+  std::ofstream(rewrite) << "import zipfile\n"
+                         << "src = zipfile.ZipFile('" << good << "')\n"
+                         << "with zipfile.ZipFile('" << bomb << "', 'w') as out:\n"
+                         << "    for info in src.infolist():\n"
+                         << "        data = src.read(info)\n"
+                         << "        if info.filename.endswith('/data.pkl'):\n"
+                         << "            data = b'\\x80\\x02r\\xff\\xff\\xff\\x7f.'\n"
+                         << "        out.writestr(info.filename, data)\n";
+  ASSERT_EQ(std::system(absl::StrCat("python3 ", rewrite).c_str()), 0);
+  CliRun memo_bomb = Cli(absl::StrCat("fit --model ", bomb, " --train ", train));
+  EXPECT_EQ(memo_bomb.exit_code, 2);
+  EXPECT_THAT(memo_bomb.output, HasSubstr("memo index 2147483647"));
 }
 
 }  // namespace
