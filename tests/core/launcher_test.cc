@@ -47,11 +47,23 @@ bool ProcessGone(pid_t pid) {
   return kill(pid, 0) == -1 && errno == ESRCH && kill(-pid, 0) == -1 && errno == ESRCH;
 }
 
+// /proc/<pid>/stat's text; empty once the process is gone. Read with read(2): a
+// process reaped between open and read fails the read with ESRCH, which
+// libstdc++'s filebuf turns into an exception.
+std::string ProcStat(pid_t pid) {
+  std::string text;
+  const int fd = open(absl::StrCat("/proc/", pid, "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return text;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fd, buffer, sizeof buffer)) > 0;) text.append(buffer, n);
+  close(fd);
+  return text;
+}
+
 // Gone or dead: a zombie counts, since its reaper may not be this process.
 bool ProcessDead(pid_t pid) {
   if (kill(pid, 0) == -1 && errno == ESRCH) return true;
-  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const std::string text = ProcStat(pid);
   const size_t name_end = text.rfind(')');  // "pid (name) state ..."
   return name_end != std::string::npos && name_end + 2 < text.size() &&
          (text[name_end + 2] == 'Z' || text[name_end + 2] == 'X');
@@ -111,8 +123,7 @@ LaunchSpec ForkserverSpec(int nprocs, std::vector<std::string> args) {
 
 // The parent's pid of `pid`, from /proc (-1 if gone).
 pid_t ParentOf(pid_t pid) {
-  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const std::string text = ProcStat(pid);
   const size_t name_end = text.rfind(')');  // "pid (name) state ppid ..."
   if (name_end == std::string::npos) return -1;
   std::vector<std::string> fields = absl::StrSplit(text.substr(name_end + 2), ' ');
