@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -34,13 +35,26 @@ std::chrono::milliseconds Millis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
+// A node's answer to the next generation: kReady, or kRefused and why.
+constexpr char kReady[] = "ready";
+constexpr char kRefused[] = "refused ";
+
 }  // namespace
 
 struct NodeRendezvous::Impl {
   NodeRendezvousOptions options;
   c10::intrusive_ptr<c10d::TCPStore> store;
+  int generation = 0;
 
   std::string Where() const { return absl::StrCat(options.master_addr, ":", options.master_port); }
+  // A key of generation `of` (the current one by default): each generation's
+  // failures and result are its own.
+  std::string GenerationKey(absl::string_view name, int of = -1) const {
+    return Key(absl::StrCat("gen", of < 0 ? generation : of, "/", name));
+  }
+  std::string NodeKey(int node, absl::string_view name, int of = -1) const {
+    return GenerationKey(absl::StrCat("node", node, "/", name), of);
+  }
 };
 
 NodeRendezvous::NodeRendezvous(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -121,9 +135,9 @@ void NodeRendezvous::ReportFailure(absl::Time at, const std::string& message) {
   const int node = impl_->options.node_rank;
   try {
     impl_->store->setTimeout(std::chrono::seconds(2));
-    impl_->store->set(Key(absl::StrCat("node", node, "/failure")),
+    impl_->store->set(impl_->NodeKey(node, "failure"),
                       Bytes(absl::StrCat(absl::ToUnixNanos(at), " ", message)));
-    impl_->store->set(Key(absl::StrCat("node", node, "/ended")), Bytes("1"));
+    impl_->store->set(impl_->NodeKey(node, "ended"), Bytes("1"));
   } catch (const std::exception&) {
     // The store went with node 0: nobody is left to tell.
   }
@@ -135,7 +149,7 @@ std::optional<NodeFailure> NodeRendezvous::FirstFailure(absl::Duration wait) {
   std::optional<NodeFailure> first;
   try {
     for (int node = 0; node < impl_->options.nnodes; ++node) {
-      const std::string key = Key(absl::StrCat("node", node, "/failure"));
+      const std::string key = impl_->NodeKey(node, "failure");
       if (!impl_->store->check({key})) continue;
       const std::string text = Text(impl_->store->get(key));
       const size_t space = text.find(' ');
@@ -156,7 +170,7 @@ std::vector<int> NodeRendezvous::SilentNodes() {
     impl_->store->setTimeout(std::chrono::seconds(2));
     for (int node = 0; node < impl_->options.nnodes; ++node) {
       if (node == impl_->options.node_rank) continue;
-      if (!impl_->store->check({Key(absl::StrCat("node", node, "/ended"))})) silent.push_back(node);
+      if (!impl_->store->check({impl_->NodeKey(node, "ended")})) silent.push_back(node);
     }
   } catch (const std::exception&) {
     return {};
@@ -170,19 +184,19 @@ absl::StatusOr<std::string> NodeRendezvous::Finish(absl::Duration wait, const st
     std::string from_node0;
     absl::Status got = Guarded("waiting for rank 0's result from node 0's launcher", [&] {
       impl_->store->setTimeout(Millis(wait));
-      from_node0 = Text(impl_->store->get(Key("result")));
+      from_node0 = Text(impl_->store->get(impl_->GenerationKey("result")));
       impl_->store->setTimeout(std::chrono::seconds(2));
-      impl_->store->set(Key(absl::StrCat("node", options.node_rank, "/ended")), Bytes("1"));
+      impl_->store->set(impl_->NodeKey(options.node_rank, "ended"), Bytes("1"));
     });
     if (!got.ok()) return absl::UnavailableError(got.message());
     return from_node0;
   }
   try {
     impl_->store->setTimeout(std::chrono::seconds(2));
-    impl_->store->set(Key("result"), Bytes(result));
+    impl_->store->set(impl_->GenerationKey("result"), Bytes(result));
     const absl::Time deadline = absl::Now() + wait;
     for (int node = 1; node < options.nnodes; ++node) {
-      const std::string key = Key(absl::StrCat("node", node, "/ended"));
+      const std::string key = impl_->NodeKey(node, "ended");
       while (!impl_->store->check({key}) && absl::Now() < deadline) {
         absl::SleepFor(absl::Milliseconds(20));
       }
@@ -192,5 +206,72 @@ absl::StatusOr<std::string> NodeRendezvous::Finish(absl::Duration wait, const st
   }
   return result;
 }
+
+absl::StatusOr<std::string> NodeRendezvous::Restart(
+    const std::string& resume_from,
+    const std::function<std::string(const std::string& resume_from)>& refusal) {
+  const NodeRendezvousOptions& options = impl_->options;
+  const int next = impl_->generation + 1;
+  c10d::Store& store = *impl_->store;
+  std::string resume;
+  std::vector<int> missing;
+  std::vector<std::string> refused;
+  absl::Status agreed = Guarded(
+      absl::StrCat("restarting with the other nodes through the rendezvous at ", impl_->Where()),
+      [&] {
+        impl_->store->setTimeout(std::chrono::seconds(2));
+        const std::string resume_key = impl_->GenerationKey("resume_from", next);
+        if (options.node_rank == 0) store.set(resume_key, Bytes(resume_from));
+        // Node 0's choice, unless it declined.
+        const absl::Time deadline = absl::Now() + options.timeout;
+        const std::string node0_answer = impl_->NodeKey(0, "answer", next);
+        while (!store.check({resume_key}) && !store.check({node0_answer}) &&
+               absl::Now() < deadline) {
+          absl::SleepFor(absl::Milliseconds(20));
+        }
+        if (store.check({resume_key})) {
+          resume = Text(store.get(resume_key));
+          const std::string why_not = refusal(resume);
+          store.set(impl_->NodeKey(options.node_rank, "answer", next),
+                    Bytes(why_not.empty() ? kReady : absl::StrCat(kRefused, why_not)));
+        }
+        for (int node = 0; node < options.nnodes; ++node) {
+          const std::string key = impl_->NodeKey(node, "answer", next);
+          while (!store.check({key}) && absl::Now() < deadline) {
+            absl::SleepFor(absl::Milliseconds(20));
+          }
+          if (!store.check({key})) {
+            missing.push_back(node);
+            continue;
+          }
+          const std::string answer = Text(store.get(key));
+          if (answer != kReady) {
+            refused.push_back(absl::StrCat("node ", node, " does not restart: ",
+                                           absl::string_view(answer).substr(strlen(kRefused))));
+          }
+        }
+      });
+  if (!agreed.ok()) return absl::UnavailableError(agreed.message());
+  if (!refused.empty()) return absl::FailedPreconditionError(absl::StrJoin(refused, "; "));
+  if (!missing.empty()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        missing.size() == 1 ? "node " : "nodes ", absl::StrJoin(missing, ", "),
+        " did not say within ", absl::FormatDuration(options.timeout), " whether they restart"));
+  }
+  impl_->generation = next;
+  return resume;
+}
+
+void NodeRendezvous::DeclineRestart(const std::string& why) {
+  try {
+    impl_->store->setTimeout(std::chrono::seconds(2));
+    impl_->store->set(impl_->NodeKey(impl_->options.node_rank, "answer", impl_->generation + 1),
+                      Bytes(absl::StrCat(kRefused, why)));
+  } catch (const std::exception&) {
+    // The store went with node 0: nobody is left to tell.
+  }
+}
+
+int NodeRendezvous::generation() const { return impl_->generation; }
 
 }  // namespace ddpspawn

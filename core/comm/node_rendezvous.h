@@ -4,7 +4,8 @@
 // launcher joins it, checks that it belongs to the same job, claims its node
 // rank and waits for the other nodes. The ranks later form their process group
 // on the same store. Failures are shared through it, so that each node can say
-// which node failed first.
+// which node failed first. A job whose ranks failed can start again on every
+// node (max_restarts): each start is a generation, with keys of its own.
 //
 // Where the store listens: LibTorch 2.11's TCPStore (libuv) binds the port on
 // every interface (IPv4 and IPv6), whatever the master address says; anyone
@@ -14,6 +15,7 @@
 #ifndef DDPSPAWN_CORE_COMM_NODE_RENDEZVOUS_H_
 #define DDPSPAWN_CORE_COMM_NODE_RENDEZVOUS_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,6 +74,23 @@ class NodeRendezvous {
   // to `wait` for that result and say they ended. Returns rank 0's result;
   // Unavailable when node 0 never handed it over.
   absl::StatusOr<std::string> Finish(absl::Duration wait, const std::string& result);
+
+  // After a generation whose every node reported its failure: starts the next
+  // one on every node, or on none. Node 0 names the checkpoint the next ranks
+  // continue from (its `resume_from`; empty: the start); every node learns it,
+  // asks `refusal` whether it can start from it (empty: yes; else why not), and
+  // waits up to the timeout for the others' answers. Returns node 0's
+  // `resume_from`. FailedPrecondition names a node that refused or declined,
+  // DeadlineExceeded nodes that never answered, Unavailable a store that is
+  // gone (node 0's launcher ended).
+  absl::StatusOr<std::string> Restart(
+      const std::string& resume_from,
+      const std::function<std::string(const std::string& resume_from)>& refusal);
+  // This node does not start the next generation, because `why`: the others'
+  // Restart() fails at once naming it. Best effort.
+  void DeclineRestart(const std::string& why);
+  // 0 for the ranks Join() started; one more after each Restart().
+  int generation() const;
 
  private:
   struct Impl;

@@ -144,6 +144,17 @@ bool IsTorchElastic(const EnvLookup& env) {
   return true;
 }
 
+// Which start of the job this is, for a launcher's ranks (a ddpspawn launcher
+// restarting its ranks sets it as torchrun does); an error replaces `info`.
+void ReadAttempt(const EnvLookup& env, absl::StatusOr<ClusterInfo>& info) {
+  absl::StatusOr<int> attempt = IntVar(env, "TORCHELASTIC_RESTART_COUNT", 0);
+  if (attempt.ok()) {
+    info->attempt = *attempt;
+  } else {
+    info = attempt.status();
+  }
+}
+
 }  // namespace
 
 absl::string_view ClusterKindName(ClusterKind kind) {
@@ -233,18 +244,14 @@ absl::StatusOr<ClusterInfo> DetectClusterEnvironment(const EnvLookup& env) {
       info->run_dir = *run_dir;
       // Ranks on other nodes: node 0's launcher serves the store.
       info->store_is_external = info->world_size != info->local_world_size;
+      ReadAttempt(env, info);
     }
   } else if (IsTorchElastic(env)) {
     info = FromTorchrunVariables(env, ClusterKind::kTorchElastic, "GROUP_RANK",
                                  /*all_required=*/true);
     if (info.ok()) {
       info->store_is_external = env("TORCHELASTIC_USE_AGENT_STORE") == "True";
-      absl::StatusOr<int> attempt = IntVar(env, "TORCHELASTIC_RESTART_COUNT", 0);
-      if (attempt.ok()) {
-        info->attempt = *attempt;
-      } else {
-        info = attempt.status();
-      }
+      ReadAttempt(env, info);
     }
   } else if (IsSlurmBatchJob(env)) {
     info = FromSlurm(env);

@@ -41,8 +41,9 @@ struct ClusterInfo {
   // agent, a ddpspawn launcher of a multi-node job), so rank 0 connects to it
   // instead of serving it.
   bool store_is_external = false;
-  // Which start of the job this is (torchrun's TORCHELASTIC_RESTART_COUNT):
-  // each attempt rendezvouses under keys of its own, because torchrun's store
+  // Which start of the job this is (torchrun's TORCHELASTIC_RESTART_COUNT,
+  // which a ddpspawn launcher sets too): each attempt rendezvouses under keys
+  // of its own, because torchrun's store, and a multi-node launcher's,
   // outlives its attempts.
   int attempt = 0;
 };

@@ -4,6 +4,10 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -130,8 +134,15 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
                                                    " is outside [0, ", options_.num_nodes, ")"));
   }
   RETURN_IF_ERROR(CheckDevices());
-  std::unique_ptr<NodeRendezvous> rendezvous;
-  if (options_.num_nodes > 1) {
+  // A new job, unless PrepareRestart() made this the next generation of the
+  // last one.
+  if (!restart_prepared_) {
+    rendezvous_.reset();
+    restart_count_ = 0;
+  }
+  restart_prepared_ = false;
+  restart_refusal_.clear();
+  if (options_.num_nodes > 1 && rendezvous_ == nullptr) {
     NodeRendezvousOptions node_options;
     node_options.master_addr = options_.master_addr;
     node_options.master_port = options_.master_port;
@@ -140,16 +151,18 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
     node_options.job = absl::StrCat(options_.job_description, " nnodes=", options_.num_nodes,
                                     " nproc_per_node=", num_processes());
     node_options.timeout = options_.timeout;
-    ASSIGN_OR_RETURN(std::unique_ptr<NodeRendezvous> joined, NodeRendezvous::Join(node_options));
-    rendezvous = std::move(joined);
+    ASSIGN_OR_RETURN(rendezvous_, NodeRendezvous::Join(node_options));
   }
   const StartMethod method = options_.start_method;
   LaunchSpec spec;
   spec.nprocs = num_processes();
   spec.env = options_.worker_env;
+  // Which start of the job this is, as torchrun says it: the ranks' groups use
+  // keys of their own on a store that outlives generations.
+  spec.env.push_back(absl::StrCat("TORCHELASTIC_RESTART_COUNT=", restart_count_));
   spec.nnodes = options_.num_nodes;
   spec.node_rank = options_.node_rank;
-  if (rendezvous != nullptr) {
+  if (rendezvous_ != nullptr) {
     spec.master_addr = options_.master_addr;
     spec.master_port = options_.master_port;
   }
@@ -167,22 +180,58 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   if (waited.ok()) waited = job->Wait();
   last_failed_rank_ = job->failed_rank();
   last_outcomes_ = job->outcomes();
-  if (rendezvous != nullptr) {
-    if (!waited.ok()) {
-      return NodeFailed(*rendezvous, waited, job->failed_at().value_or(absl::Now()));
-    }
+  if (rendezvous_ != nullptr) {
+    // The rendezvous stays for PrepareRestart() after a failure.
+    if (!waited.ok()) return NodeFailed(waited, job->failed_at().value_or(absl::Now()));
     // Every node returns rank 0's result, which node 0 hands over.
-    return rendezvous->Finish(absl::Seconds(30), job->result().value_or(""));
+    absl::StatusOr<std::string> result =
+        rendezvous_->Finish(absl::Seconds(30), job->result().value_or(""));
+    rendezvous_.reset();
+    return result;
   }
   if (!waited.ok()) return waited;
   return job->result().value_or("");
 }
 
+absl::StatusOr<std::string> DDPSpawnStrategy::PrepareRestart(const std::string& resume_from) {
+  if (options_.num_nodes > 1) {
+    absl::StatusOr<std::string> agreed =
+        rendezvous_ == nullptr || !restart_refusal_.empty()
+            ? absl::FailedPreconditionError(restart_refusal_.empty()
+                                                ? "the last launch did not fail as a job of "
+                                                  "several nodes that can restart"
+                                                : restart_refusal_)
+            : rendezvous_->Restart(resume_from, [](const std::string& path) -> std::string {
+                if (path.empty() || access(path.c_str(), R_OK) == 0) return "";
+                return absl::StrCat("it cannot read ", path, " (", std::strerror(errno),
+                                    "), the checkpoint node 0 continues from: a restart of "
+                                    "several nodes needs default_root_dir on a filesystem "
+                                    "every node shares");
+              });
+    if (!agreed.ok()) {
+      rendezvous_.reset();
+      return agreed.status();
+    }
+    ++restart_count_;
+    restart_prepared_ = true;
+    return agreed;
+  }
+  ++restart_count_;
+  restart_prepared_ = true;
+  return resume_from;
+}
+
+void DDPSpawnStrategy::DeclineRestart(const std::string& why) {
+  if (rendezvous_ != nullptr) rendezvous_->DeclineRestart(why);
+  rendezvous_.reset();
+  restart_prepared_ = false;
+}
+
 // A node's part of a multi-node job failed: the failure is shared with the
 // other nodes; one that followed another node's (its ranks lost their peers)
 // names that node's first.
-absl::Status DDPSpawnStrategy::NodeFailed(NodeRendezvous& rendezvous, const absl::Status& status,
-                                          absl::Time failed_at) {
+absl::Status DDPSpawnStrategy::NodeFailed(const absl::Status& status, absl::Time failed_at) {
+  NodeRendezvous& rendezvous = *rendezvous_;
   rendezvous.ReportFailure(failed_at, std::string(status.message()));
   // The other nodes' launchers say how they ended within moments; one that
   // does not is gone.
@@ -196,10 +245,12 @@ absl::Status DDPSpawnStrategy::NodeFailed(NodeRendezvous& rendezvous, const absl
   }
   for (int node : rendezvous.SilentNodes()) {
     const int first_rank = node * num_processes();
-    absl::StrAppend(&text, "\nnode ", node, " (ranks ", first_rank, "..",
-                    first_rank + num_processes() - 1,
-                    ") never said how it ended: its launcher was killed or its host is "
-                    "unreachable");
+    const std::string silent =
+        absl::StrCat("node ", node, " (ranks ", first_rank, "..", first_rank + num_processes() - 1,
+                     ") never said how it ended: its launcher was killed or its host is "
+                     "unreachable");
+    absl::StrAppend(&text, "\n", silent);
+    if (restart_refusal_.empty()) restart_refusal_ = silent;
   }
   return absl::Status(status.code(), text);
 }

@@ -133,6 +133,20 @@ class DDPSpawnStrategy {
   int last_failed_rank() const { return last_failed_rank_; }
   // Replaces StrategyOptions::worker_env for the next Launch().
   void set_worker_env(std::vector<std::string> env) { options_.worker_env = std::move(env); }
+  // After a failed Launch(), to run the ranks again (max_restarts): the next
+  // Launch() starts the next generation, whose ranks see it in
+  // TORCHELASTIC_RESTART_COUNT. Returns the checkpoint they continue from:
+  // `resume_from` on one node. With several nodes every node's launcher calls
+  // it (or DeclineRestart()), and all restart or none: node 0's `resume_from`
+  // is every node's (each checks that it can read it). A multi-node Launch()
+  // that failed keeps node 0's rendezvous served until one of the two is
+  // called, or the next Launch(). FailedPrecondition when the job cannot
+  // restart (a node that never reported, refused or declined), else the
+  // rendezvous' error.
+  absl::StatusOr<std::string> PrepareRestart(const std::string& resume_from);
+  // After a failed Launch() that this launcher does not restart, because
+  // `why`: the other nodes' PrepareRestart() fails at once naming it.
+  void DeclineRestart(const std::string& why);
   const std::vector<RankOutcome>& last_outcomes() const { return last_outcomes_; }
   // In a spawned rank: SetupDistributed(), fn, hand the result back,
   // Teardown(); returns the process exit code.
@@ -215,8 +229,7 @@ class DDPSpawnStrategy {
   absl::StatusOr<std::string> RunAsOuterRank(const ClusterInfo& outer, const WorkerFn& fn);
   // Launch() of a multi-node job, after this node's ranks failed with
   // `status`; `failed_at`: when its first rank failed.
-  absl::Status NodeFailed(NodeRendezvous& rendezvous, const absl::Status& status,
-                          absl::Time failed_at);
+  absl::Status NodeFailed(const absl::Status& status, absl::Time failed_at);
   // fn, with an escaping exception turned into an error.
   absl::StatusOr<std::string> RunCaught(const WorkerFn& fn);
   absl::Status RequireSetup(absl::string_view what) const;
@@ -231,6 +244,13 @@ class DDPSpawnStrategy {
   std::unique_ptr<DistributedDataParallel> ddp_;
   int last_failed_rank_ = -1;
   std::vector<RankOutcome> last_outcomes_;
+  // Launching (the launcher's thread): the multi-node rendezvous, kept after a
+  // failed Launch() for PrepareRestart(); how many restarts the next Launch()
+  // continues (0: a new job); and why the last launch cannot be restarted.
+  std::unique_ptr<NodeRendezvous> rendezvous_;
+  int restart_count_ = 0;
+  bool restart_prepared_ = false;
+  std::string restart_refusal_;
 };
 
 }  // namespace ddpspawn

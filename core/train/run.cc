@@ -770,11 +770,6 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOp
         "master_addr and master_port are for nnodes > 1: the ranks of one node meet privately "
         "(a directory only this user can enter)");
   }
-  if (config.nnodes > 1 && config.max_restarts > 0) {
-    return absl::UnimplementedError(
-        "max_restarts with nnodes > 1 is not supported yet: restart the job's launchers "
-        "yourself, with resume_from");
-  }
   if (config.max_restarts > 0 && command != "fit") {
     return absl::InvalidArgumentError(
         absl::StrCat("max_restarts is for fit (which writes the checkpoint a restart continues "
@@ -856,7 +851,9 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   options.node_rank = config.node_rank;
   options.master_addr = config.master_addr;
   if (config.master_port != 0) options.master_port = config.master_port;
-  options.job_description = absl::StrCat("ddpspawn ", config.command, " model=", config.model);
+  // Every node restarts alike, or the rendezvous refuses the mismatch.
+  options.job_description = absl::StrCat("ddpspawn ", config.command, " model=", config.model,
+                                         " max_restarts=", config.max_restarts);
   // Forked ranks open their data, model and outputs by name: they need none of
   // the caller's descriptors (which would otherwise stay open, e.g. a pipe's
   // write end its reader waits on, for the whole run).
@@ -995,26 +992,39 @@ absl::StatusOr<std::string> LaunchWithRestarts(const RunConfig& config, DDPSpawn
       if (config.max_restarts == 0) return result;
       return absl::StrCat(*result, "restarts=", restarts, "\n");
     }
+    const absl::Status& failed = result.status();
+    const std::string after =
+        restarts == 0
+            ? ""
+            : absl::StrCat("\n(after ", restarts, restarts == 1 ? " restart" : " restarts", ")");
     // Only a failed rank is retried: not an interrupt, a timeout of the whole
     // job or a refusal before any rank ran.
-    if (restarts >= config.max_restarts || !absl::IsAborted(result.status())) {
+    if (restarts >= config.max_restarts || !absl::IsAborted(failed)) {
+      // The other nodes' launchers, if any, stop waiting for this one.
+      strategy.DeclineRestart(restarts >= config.max_restarts && config.max_restarts > 0
+                                  ? "its restarts are used up"
+                                  : "its ranks did not fail in a way a restart retries");
       if (restarts == 0) return result;
-      return absl::Status(result.status().code(),
-                          absl::StrCat(result.status().message(), "\n(after ", restarts,
-                                       restarts == 1 ? " restart" : " restarts", ")"));
+      return absl::Status(failed.code(), absl::StrCat(failed.message(), after));
     }
-    // This job's own checkpoint, if it wrote one; else where it started.
+    // This job's own checkpoint, if it wrote one; else where it started. With
+    // several nodes, node 0's choice (rank 0 writes the checkpoints there).
     std::optional<absl::Time> written = ModifiedAt(checkpoint);
-    const std::string resume = written.has_value() && *written >= started
-                                   ? std::filesystem::absolute(checkpoint).string()
-                                   : config.trainer.resume_from;
-    const std::string why(result.status().message());
+    absl::StatusOr<std::string> resume = strategy.PrepareRestart(
+        written.has_value() && *written >= started ? std::filesystem::absolute(checkpoint).string()
+                                                   : config.trainer.resume_from);
+    if (!resume.ok()) {
+      return absl::Status(
+          failed.code(),
+          absl::StrCat(failed.message(), after, "\nnot restarted: ", resume.status().message()));
+    }
+    const std::string why(failed.message());
     std::fprintf(stderr, "ddpspawn: restart %d of %d: %s\nddpspawn: continuing from %s\n",
                  restarts + 1, config.max_restarts, why.substr(0, why.find('\n')).c_str(),
-                 resume.empty() ? "the start (no checkpoint yet)" : resume.c_str());
+                 resume->empty() ? "the start (no checkpoint yet)" : resume->c_str());
     std::vector<std::string> env;
-    if (!resume.empty())
-      env.push_back(absl::StrCat(SettingName(Setting::kResumeFrom), "=", resume));
+    if (!resume->empty())
+      env.push_back(absl::StrCat(SettingName(Setting::kResumeFrom), "=", *resume));
     strategy.set_worker_env(std::move(env));
   }
 }

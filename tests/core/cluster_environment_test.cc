@@ -63,6 +63,28 @@ TEST(ClusterEnvironmentTest, DdpspawnLauncherWins) {
   EXPECT_EQ(info->kind, ClusterKind::kDdpspawn);
   EXPECT_EQ(info->run_dir, "/tmp/x");
   EXPECT_EQ(info->rank, 1);
+  EXPECT_EQ(info->attempt, 0);
+}
+
+// A launcher's restarted ranks (max_restarts) are told their generation as
+// torchrun tells its attempts: a multi-node job's store outlives generations.
+TEST(ClusterEnvironmentTest, DdpspawnRanksReadTheirGeneration) {
+  std::map<std::string, std::string> vars = {{"DDPSPAWN_RUN_DIR", "/tmp/x"},
+                                             {"MASTER_PORT", "1"},
+                                             {"WORLD_SIZE", "4"},
+                                             {"RANK", "3"},
+                                             {"LOCAL_RANK", "1"},
+                                             {"LOCAL_WORLD_SIZE", "2"},
+                                             {"NODE_RANK", "1"},
+                                             {"TORCHELASTIC_RESTART_COUNT", "2"}};
+  absl::StatusOr<ClusterInfo> info = DetectClusterEnvironment(FakeEnv(vars));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->kind, ClusterKind::kDdpspawn);
+  EXPECT_EQ(info->attempt, 2);
+  EXPECT_TRUE(info->store_is_external);
+  vars["TORCHELASTIC_RESTART_COUNT"] = "-1";
+  EXPECT_THAT(DetectClusterEnvironment(FakeEnv(vars)).status().message(),
+              HasSubstr("restart count must be >= 0"));
 }
 
 TEST(ClusterEnvironmentTest, TorchElastic) {

@@ -14,6 +14,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
+from test_restarts import logged_steps, wait_for_steps
 from test_torchrun import CLI, TEST_WORKER, TORCHRUN, evaluate, parse, rank_pid, write_csv
 
 HOSTS = ("10.231.0.1", "10.231.0.2")
@@ -160,11 +161,11 @@ def test_python_fit_on_two_hosts_returns_rank0s_result_on_both(hosts, tmp_path):
 LONG_FIT = FIT[:FIT.index("--max-epochs")] + ["--max-epochs", "2000"] + FIT[FIT.index("--batch-size"):]
 
 
-def start_long_job(hosts, tmp_path) -> List[subprocess.Popen]:
+def start_long_job(hosts, tmp_path, flags: List[str] = []) -> List[subprocess.Popen]:
     train = write_csv(tmp_path / "train.csv")
     nodes = [in_host(ns, str(CLI), *LONG_FIT, "--train", str(train), "--nproc-per-node", "2",
                      "--timeout", "20", "--default-root-dir", str(tmp_path / f"node{node}"),
-                     *node_flags(node))
+                     *node_flags(node), *flags)
              for node, ns in enumerate(hosts)]
     # Training has begun once node 0's metrics log has rows.
     deadline = time.monotonic() + 60
@@ -180,8 +181,10 @@ def processes_in(namespace: str) -> List[str]:
                           text=True).stdout.split()
 
 
-def test_a_killed_remote_launcher_ends_the_job_naming_its_ranks(hosts, tmp_path):
-    nodes = start_long_job(hosts, tmp_path)
+# With restarts left, too: a node whose launcher is gone cannot start again.
+@pytest.mark.parametrize("restarts", [[], ["--max-restarts", "1"]])
+def test_a_killed_remote_launcher_ends_the_job_naming_its_ranks(hosts, tmp_path, restarts):
+    nodes = start_long_job(hosts, tmp_path, restarts)
     nodes[1].kill()  # node 1's launcher; its ranks die with it
     killed = time.monotonic()
     code, _, err = finish(nodes[0])
@@ -189,6 +192,9 @@ def test_a_killed_remote_launcher_ends_the_job_naming_its_ranks(hosts, tmp_path)
     finish(nodes[1])
     assert code != 0
     assert "node 1 (ranks 2..3) never said how it ended" in err, err[-3000:]
+    if restarts:
+        assert "not restarted: node 1 (ranks 2..3) never said how it ended" in err, err[-3000:]
+        assert "restart 1 of 1" not in err
     assert took < 10, f"node 0 took {took:.1f} s to end (timeout 20 s)"
     deadline = time.monotonic() + 5
     while any(processes_in(ns) for ns in hosts) and time.monotonic() < deadline:
@@ -232,3 +238,60 @@ def test_a_launcher_of_another_job_is_refused(hosts, tmp_path):
     finish(node0)
     assert other[0] != 0
     assert "belongs to another job (ddpspawn fit model=mlp:4,8,3" in other[2], other[2][-3000:]
+
+
+# 800 samples, batch 4 per rank, 4 ranks: 50 steps an epoch, 150 in all; a
+# checkpoint every 5 steps.
+RESTART_FIT = (LONG_FIT[:LONG_FIT.index("--max-epochs")] + ["--max-epochs", "3"]
+               + LONG_FIT[LONG_FIT.index("--batch-size"):]
+               + ["--checkpoint-every-n-steps", "5", "--log-every-n-steps", "1"])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_on_one_host(tmp_path_factory):
+    root = tmp_path_factory.mktemp("one_host")
+    train = write_csv(root / "train.csv", rows=800)
+    # Through Gloo, whose sums run in the order they do across hosts (shared
+    # memory's order differs: over these 150 steps the test loss differs by
+    # 1e-7, relative).
+    run = subprocess.run([str(CLI), *RESTART_FIT, "--train", str(train), "--nproc-per-node", "4",
+                          "--default-root-dir", str(root / "logs")],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, DDPSPAWN_SHM_ALLREDUCE="0"))
+    assert run.returncode == 0, run.stderr
+    return train, evaluate(parse(run.stdout)["checkpoint"], train)
+
+
+# A rank of node 1 in the second epoch, and rank 0 (node 0's, which writes the
+# checkpoints) in the third.
+@pytest.mark.parametrize("node, rank, after_steps", [(1, 3, 60), (0, 0, 110)])
+def test_a_killed_rank_restarts_every_node_to_the_same_weights(hosts, tmp_path,
+                                                              uninterrupted_on_one_host, node,
+                                                              rank, after_steps):
+    train, want = uninterrupted_on_one_host
+    roots = [tmp_path / f"node{n}" for n in range(2)]
+    nodes = [in_host(ns, str(CLI), *RESTART_FIT, "--train", str(train), "--nproc-per-node", "2",
+                     "--timeout", "30", "--default-root-dir", str(roots[n]), *node_flags(n),
+                     "--max-restarts", "1")
+             for n, ns in enumerate(hosts)]
+    wait_for_steps(nodes[0], roots[0], after_steps)
+    victim = rank_pid(nodes[node].pid, rank, local_rank=rank % 2)
+    os.kill(victim, 9)
+    (code0, out0, err0), (code1, out1, err1) = [finish(n) for n in nodes]
+    assert code0 == 0 and code1 == 0, err0[-3000:] + err1[-3000:]
+    got = parse(out0)
+    assert parse(out1) == got and got["restarts"] == "1"
+    # Both launchers restarted, from node 0's checkpoint (node 1 reads it
+    # through the filesystem both "hosts" share).
+    checkpoint = f"continuing from {roots[0].resolve()}/checkpoints/last.ckpt"
+    for err in (err0, err1):
+        assert "ddpspawn: restart 1 of 1: " in err and checkpoint in err, err[-3000:]
+    assert f"rank {rank} (pid {victim}) was killed by signal SIGKILL" in (err0 + err1)
+    # It resumed: step 1 ran once, and at most the 5 steps since the last
+    # checkpoint (the next one may not have been written) ran again.
+    steps = logged_steps(roots[0])
+    assert steps.count(1) == 1 and 0 <= len(steps) - 150 <= 5, steps
+    # The weights are those of one uninterrupted host of 4 ranks, to the last
+    # bit (their loss on the training set agrees to every digit).
+    assert got["global_step"] == "150"
+    assert evaluate(got["checkpoint"], train) == want
