@@ -295,3 +295,27 @@ def test_a_killed_rank_restarts_every_node_to_the_same_weights(hosts, tmp_path,
     # bit (their loss on the training set agrees to every digit).
     assert got["global_step"] == "150"
     assert evaluate(got["checkpoint"], train) == want
+
+
+def test_a_node_that_cannot_read_node0s_checkpoint_refuses_to_restart(hosts, tmp_path):
+    # Node 1 sees an empty directory where node 0 keeps its checkpoints (a
+    # mount of its own), as a host without the shared filesystem would.
+    train = write_csv(tmp_path / "train.csv", rows=800)
+    roots = [tmp_path / f"node{n}" for n in range(2)]
+    roots[0].mkdir()
+    flags = ["--nproc-per-node", "2", "--timeout", "30", "--max-restarts", "1", "--train",
+             str(train)]
+    node0 = in_host(hosts[0], str(CLI), *RESTART_FIT, *flags, "--default-root-dir",
+                    str(roots[0]), *node_flags(0))
+    node1 = in_host(hosts[1], "unshare", "--mount", "sh", "-c",
+                    'mount -t tmpfs none "$0" && exec "$@"', str(roots[0]), str(CLI),
+                    *RESTART_FIT, *flags, "--default-root-dir", str(roots[1]), *node_flags(1))
+    wait_for_steps(node0, roots[0], 20)
+    os.kill(rank_pid(node1.pid, 3, local_rank=1), 9)
+    (code0, _, err0), (code1, _, err1) = finish(node0), finish(node1)
+    assert code0 != 0 and code1 != 0
+    refusal = (f"not restarted: node 1 does not restart: it cannot read "
+               f"{roots[0].resolve()}/checkpoints/last.ckpt (No such file or directory)")
+    for err in (err0, err1):
+        assert refusal in err, err[-3000:]
+        assert "restart 1 of 1" not in err
