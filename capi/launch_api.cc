@@ -1,10 +1,15 @@
-// The C ABI of the launcher: jobs, their reports, and the worker side's result
+// The C ABI of the launcher: jobs (of one node, or one node's part of several
+// through node 0's rendezvous), their reports, and the worker side's result
 // and error.
+#include <cstddef>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "capi/rank_report.h"
 #include "capi/status.h"
+#include "core/comm/node_rendezvous.h"
 #include "core/env/cluster_environment.h"
 #include "core/env/settings.h"
 #include "core/launch/launcher.h"
@@ -16,11 +21,32 @@ using ddpspawn::capi::Guard;
 using ddpspawn::capi::NotNull;
 using ddpspawn::capi::ReadOptions;
 
+namespace ddpspawn::capi {
+
+// The first release's struct ended at unused0 (master_port and its padding).
+template <>
+struct ReleasedSizes<ddpspawn_launch_options> {
+  static constexpr size_t kSizes[] = {sizeof(ddpspawn_launch_options),
+                                      offsetof(ddpspawn_launch_options, nnodes)};
+};
+
+}  // namespace ddpspawn::capi
+
+// Owned by the caller; one thread uses it at a time.
 struct ddpspawn_job {
   std::unique_ptr<ddpspawn::Job> job;
+  // Several nodes: what joins node 0's rendezvous (from ddpspawn_job_start),
+  // and rank 0's result as node 0 handed it over (a node's own when node 0).
+  std::optional<ddpspawn::NodeRendezvousOptions> node_options;
+  std::unique_ptr<ddpspawn::NodeRendezvous> rendezvous;
+  std::optional<std::string> job_result;
 };
 
 namespace {
+
+// Rank 0's result crosses the rendezvous tagged, so that "none" and empty
+// bytes stay apart.
+constexpr char kHasResult = 'r';
 
 std::vector<std::string> StringList(const char* const* list) {
   std::vector<std::string> out;
@@ -72,7 +98,57 @@ absl::StatusOr<ddpspawn::LaunchSpec> ToSpec(const ddpspawn_launch_options& o) {
   spec.grace_period = absl::Seconds(o.grace_period_s);
   if (o.master_addr != nullptr) spec.master_addr = o.master_addr;
   spec.master_port = o.master_port;
+  spec.nnodes = o.nnodes;
+  spec.node_rank = o.node_rank;
   return spec;
+}
+
+// With nnodes > 1: how this launcher joins node 0's rendezvous. The job it
+// checks the others against: the start method, the program and the shape.
+absl::StatusOr<std::optional<ddpspawn::NodeRendezvousOptions>> ToNodeOptions(
+    const ddpspawn_launch_options& o, const ddpspawn::LaunchSpec& spec) {
+  if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node_rank ", o.node_rank, " is outside [0, nnodes=", o.nnodes, ")"));
+  }
+  if (o.nnodes == 1) return std::nullopt;
+  if (o.master_addr == nullptr || o.master_port <= 0 || o.master_port > 65535) {
+    return absl::InvalidArgumentError(
+        "nnodes > 1 needs master_addr and master_port (1..65535): node 0's launcher's, the same "
+        "on every node");
+  }
+  ddpspawn::NodeRendezvousOptions node;
+  node.master_addr = o.master_addr;
+  node.master_port = o.master_port;
+  node.nnodes = o.nnodes;
+  node.node_rank = o.node_rank;
+  node.nprocs_per_node = o.nprocs;
+  node.timeout =
+      spec.timeout == absl::InfiniteDuration() ? ddpspawn::kDefaultTimeout : spec.timeout;
+  const std::string program =
+      spec.argv.empty() ? "worker_fn" : std::filesystem::path(spec.argv[0]).filename().string();
+  node.job = absl::StrCat("ddpspawn_job ", ddpspawn::StartMethodName(spec.start_method), " ",
+                          program, " nnodes=", o.nnodes, " nprocs=", o.nprocs);
+  return node;
+}
+
+// After this node's ranks ended: a failure told for the whole job, or rank 0's
+// result from node 0.
+absl::Status FinishNode(ddpspawn_job& job, const absl::Status& waited) {
+  ddpspawn::NodeRendezvous& rendezvous = *job.rendezvous;
+  if (!waited.ok()) {
+    std::string unreported;
+    return rendezvous.ShareFailure(waited, job.job->failed_at().value_or(absl::Now()), &unreported);
+  }
+  const std::optional<std::string>& own = job.job->result();
+  ASSIGN_OR_RETURN(
+      std::string handed,
+      rendezvous.Finish(absl::Seconds(30), own.has_value()
+                                               ? absl::StrCat(std::string(1, kHasResult), *own)
+                                               : std::string()));
+  job.job_result.reset();
+  if (!handed.empty()) job.job_result = handed.substr(1);
+  return absl::OkStatus();
 }
 
 absl::Status CheckRank(const ddpspawn_job* job, int32_t rank) {
@@ -108,8 +184,10 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_create(const ddpspawn_launch_option
     ddpspawn_launch_options o = DDPSPAWN_LAUNCH_OPTIONS_INIT;
     RETURN_IF_ERROR(ReadOptions(options, "DDPSPAWN_LAUNCH_OPTIONS", &o));
     ASSIGN_OR_RETURN(ddpspawn::LaunchSpec spec, ToSpec(o));
+    ASSIGN_OR_RETURN(std::optional<ddpspawn::NodeRendezvousOptions> node_options,
+                     ToNodeOptions(o, spec));
     ASSIGN_OR_RETURN(std::unique_ptr<ddpspawn::Job> job, ddpspawn::Job::Create(std::move(spec)));
-    *out_job = new ddpspawn_job{std::move(job)};
+    *out_job = new ddpspawn_job{std::move(job), std::move(node_options), nullptr, std::nullopt};
     return absl::OkStatus();
   });
 }
@@ -119,6 +197,10 @@ DDPSPAWN_EXPORT void ddpspawn_job_destroy(ddpspawn_job* job) { delete job; }
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_start(ddpspawn_job* job) {
   return Guard([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(job, "job"));
+    // Node 0's store must serve before any rank looks for it.
+    if (job->node_options.has_value() && job->rendezvous == nullptr) {
+      ASSIGN_OR_RETURN(job->rendezvous, ddpspawn::NodeRendezvous::Join(*job->node_options));
+    }
     return job->job->Start();
   });
 }
@@ -126,7 +208,9 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_start(ddpspawn_job* job) {
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_wait(ddpspawn_job* job) {
   return Guard([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(job, "job"));
-    return job->job->Wait();
+    absl::Status waited = job->job->Wait();
+    if (job->rendezvous == nullptr) return waited;
+    return FinishNode(*job, waited);
   });
 }
 
@@ -176,7 +260,8 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_result(const ddpspawn_job* job, con
     RETURN_IF_ERROR(NotNull(out_data, "out_data"));
     RETURN_IF_ERROR(NotNull(out_size, "out_size"));
     RETURN_IF_ERROR(NotNull(out_has_result, "out_has_result"));
-    const std::optional<std::string>& result = job->job->result();
+    const std::optional<std::string>& result =
+        job->rendezvous != nullptr ? job->job_result : job->job->result();
     *out_data = result ? result->data() : nullptr;
     *out_size = result ? result->size() : 0;
     *out_has_result = result ? 1 : 0;

@@ -164,6 +164,32 @@ std::optional<NodeFailure> NodeRendezvous::FirstFailure(absl::Duration wait) {
   return first;
 }
 
+absl::Status NodeRendezvous::ShareFailure(const absl::Status& status, absl::Time failed_at,
+                                          std::string* unreported) {
+  const NodeRendezvousOptions& options = impl_->options;
+  ReportFailure(failed_at, std::string(status.message()));
+  // The other nodes' launchers say how they ended within moments; one that
+  // does not is gone.
+  std::optional<NodeFailure> first = FirstFailure(absl::Seconds(3));
+  std::string text;
+  if (first.has_value() && first->node != options.node_rank) {
+    text = absl::StrCat("the job failed on node ", first->node, " first: ", first->message,
+                        "\nand then on node ", options.node_rank, ": ", status.message());
+  } else {
+    text = absl::StrCat("node ", options.node_rank, ": ", status.message());
+  }
+  unreported->clear();
+  for (int node : SilentNodes()) {
+    const int first_rank = node * options.nprocs_per_node;
+    const std::string silent = absl::StrCat(
+        "node ", node, " (ranks ", first_rank, "..", first_rank + options.nprocs_per_node - 1,
+        ") never said how it ended: its launcher was killed or its host is unreachable");
+    absl::StrAppend(&text, "\n", silent);
+    if (unreported->empty()) *unreported = silent;
+  }
+  return absl::Status(status.code(), text);
+}
+
 std::vector<int> NodeRendezvous::SilentNodes() {
   std::vector<int> silent;
   try {

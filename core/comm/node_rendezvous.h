@@ -33,6 +33,7 @@ struct NodeRendezvousOptions {
   int master_port = 0;
   int nnodes = 2;
   int node_rank = 0;
+  int nprocs_per_node = 1;  // ranks per node (messages name a node's ranks)
   // What every node of the job runs (command, model, shape); a launcher that
   // finds another job's description at the address is refused.
   std::string job;
@@ -58,16 +59,15 @@ class NodeRendezvous {
   static absl::StatusOr<std::unique_ptr<NodeRendezvous>> Join(const NodeRendezvousOptions& options);
   ~NodeRendezvous();
 
-  // Records that this node's ranks started failing at `at` with `message`.
-  // Best effort, as everything after Join(): a store that is gone (node 0's
-  // launcher died) is ignored.
-  void ReportFailure(absl::Time at, const std::string& message);
-  // The earliest failure any node reported, once every other node said how it
-  // ended or `wait` passed; nullopt when none did (or the store is gone).
-  std::optional<NodeFailure> FirstFailure(absl::Duration wait);
-  // The other nodes that have not said how they ended (a launcher that was
-  // killed, or a host that is gone, never does); empty when the store is gone.
-  std::vector<int> SilentNodes();
+  // This node's ranks failed with `status`, the first at `failed_at`: records
+  // it for the other nodes, gives them a moment to record theirs, and returns
+  // `status` told for the whole job: the node that failed first, when another
+  // did, and each node that never said how it ended (its launcher was killed
+  // or its host is gone), whose text also goes to `unreported` (empty: every
+  // node reported, or the store is gone). Best effort, as everything after
+  // Join(): a store that is gone (node 0's launcher ended) is ignored.
+  absl::Status ShareFailure(const absl::Status& status, absl::Time failed_at,
+                            std::string* unreported);
   // After this node's ranks ended well: node 0 hands `result` (rank 0's) to
   // the other nodes and waits up to `wait` until every other launcher said
   // how it ended, so that the store outlives their ranks; the others wait up
@@ -95,6 +95,13 @@ class NodeRendezvous {
  private:
   struct Impl;
   explicit NodeRendezvous(std::unique_ptr<Impl> impl);
+  // ShareFailure() in steps: record this node's failure; the earliest any
+  // node reported, once every other node said how it ended or `wait` passed;
+  // the other nodes that have not said it (empty when the store is gone).
+  void ReportFailure(absl::Time at, const std::string& message);
+  std::optional<NodeFailure> FirstFailure(absl::Duration wait);
+  std::vector<int> SilentNodes();
+
   std::unique_ptr<Impl> impl_;
 };
 

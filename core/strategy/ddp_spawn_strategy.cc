@@ -148,6 +148,7 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
     node_options.master_port = options_.master_port;
     node_options.nnodes = options_.num_nodes;
     node_options.node_rank = options_.node_rank;
+    node_options.nprocs_per_node = num_processes();
     node_options.job = absl::StrCat(options_.job_description, " nnodes=", options_.num_nodes,
                                     " nproc_per_node=", num_processes());
     node_options.timeout = options_.timeout;
@@ -182,7 +183,10 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   last_outcomes_ = job->outcomes();
   if (rendezvous_ != nullptr) {
     // The rendezvous stays for PrepareRestart() after a failure.
-    if (!waited.ok()) return NodeFailed(waited, job->failed_at().value_or(absl::Now()));
+    if (!waited.ok()) {
+      return rendezvous_->ShareFailure(waited, job->failed_at().value_or(absl::Now()),
+                                       &restart_refusal_);
+    }
     // Every node returns rank 0's result, which node 0 hands over.
     absl::StatusOr<std::string> result =
         rendezvous_->Finish(absl::Seconds(30), job->result().value_or(""));
@@ -225,34 +229,6 @@ void DDPSpawnStrategy::DeclineRestart(const std::string& why) {
   if (rendezvous_ != nullptr) rendezvous_->DeclineRestart(why);
   rendezvous_.reset();
   restart_prepared_ = false;
-}
-
-// A node's part of a multi-node job failed: the failure is shared with the
-// other nodes; one that followed another node's (its ranks lost their peers)
-// names that node's first.
-absl::Status DDPSpawnStrategy::NodeFailed(const absl::Status& status, absl::Time failed_at) {
-  NodeRendezvous& rendezvous = *rendezvous_;
-  rendezvous.ReportFailure(failed_at, std::string(status.message()));
-  // The other nodes' launchers say how they ended within moments; one that
-  // does not is gone.
-  std::optional<NodeFailure> first = rendezvous.FirstFailure(absl::Seconds(3));
-  std::string text;
-  if (first.has_value() && first->node != options_.node_rank) {
-    text = absl::StrCat("the job failed on node ", first->node, " first: ", first->message,
-                        "\nand then on node ", options_.node_rank, ": ", status.message());
-  } else {
-    text = absl::StrCat("node ", options_.node_rank, ": ", status.message());
-  }
-  for (int node : rendezvous.SilentNodes()) {
-    const int first_rank = node * num_processes();
-    const std::string silent =
-        absl::StrCat("node ", node, " (ranks ", first_rank, "..", first_rank + num_processes() - 1,
-                     ") never said how it ended: its launcher was killed or its host is "
-                     "unreachable");
-    absl::StrAppend(&text, "\n", silent);
-    if (restart_refusal_.empty()) restart_refusal_ = silent;
-  }
-  return absl::Status(status.code(), text);
 }
 
 // This process is one rank of a job that torchrun, srun or the user started:

@@ -227,9 +227,6 @@ class DDPSpawnStrategy {
   // Launch() under an outer launcher: SetupDistributed(), fn, rank 0's
   // result to every rank, Teardown().
   absl::StatusOr<std::string> RunAsOuterRank(const ClusterInfo& outer, const WorkerFn& fn);
-  // Launch() of a multi-node job, after this node's ranks failed with
-  // `status`; `failed_at`: when its first rank failed.
-  absl::Status NodeFailed(const absl::Status& status, absl::Time failed_at);
   // fn, with an escaping exception turned into an error.
   absl::StatusOr<std::string> RunCaught(const WorkerFn& fn);
   absl::Status RequireSetup(absl::string_view what) const;

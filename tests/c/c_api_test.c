@@ -1,6 +1,7 @@
 /* Drives ddpspawn from plain C99 through the public header only: a 2-rank spawn
- * job (this program re-executed as the workers), a 2-rank fork job, and the
- * argument errors, the byte-size limits and the length of the last error.
+ * job (this program re-executed as the workers), a job of 2 nodes x 2 ranks
+ * (two launchers on this host), a 2-rank fork job, and the argument errors, the
+ * byte-size limits and the length of the last error.
  * Exits 0 when every check passes; prints each failed check.
  */
 /* mkdtemp, nftw. NOLINTNEXTLINE(bugprone-reserved-identifier): POSIX's feature-test macro */
@@ -9,9 +10,14 @@
 #include <ddpspawn/ddpspawn_dlpack.h>
 #include <dirent.h>
 #include <ftw.h>
+#include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int failures = 0;
 
@@ -311,6 +317,90 @@ static void check_result(ddpspawn_job* job, const char* expected) {
   CHECK(has == 1 && size == strlen(expected) && memcmp(data, expected, size) == 0);
 }
 
+/* A port no one listens on now (the kernel's choice). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in address;
+  memset(&address, 0, sizeof address);
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  int port = -1;
+  if (fd >= 0 && bind(fd, (struct sockaddr*)&address, sizeof address) == 0 &&
+      getsockname(fd, (struct sockaddr*)&address, &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+/* One node's launcher of a 2 x 2 job at 127.0.0.1:port: exits 0 when its job
+ * ran and it got rank 0's result, which node 0 hands to node 1. */
+static void run_node(const char* const* worker_argv, int node, int port) {
+  ddpspawn_launch_options options = DDPSPAWN_LAUNCH_OPTIONS_INIT;
+  options.nprocs = 2;
+  options.argv = worker_argv;
+  options.timeout_s = 60;
+  options.nnodes = 2;
+  options.node_rank = node;
+  options.master_addr = "127.0.0.1";
+  options.master_port = port;
+  ddpspawn_job* job = NULL;
+  CHECK(ddpspawn_job_create(&options, &job) == DDPSPAWN_OK);
+  CHECK(ddpspawn_job_run(job) == DDPSPAWN_OK);
+  check_result(job, "sum=10 world=4"); /* ranks 0..3 added 1..4 */
+  ddpspawn_rank_report report = DDPSPAWN_RANK_REPORT_INIT;
+  CHECK(ddpspawn_job_rank_report(job, 1, &report) == DDPSPAWN_OK);
+  CHECK(report.state == DDPSPAWN_RANK_EXITED && report.exit_code == 0);
+  ddpspawn_job_destroy(job);
+  if (failures != 0) fprintf(stderr, "node %d: %s\n", node, ddpspawn_last_error());
+  _exit(failures == 0 ? 0 : 1);
+}
+
+/* Two launchers, one per node, in child processes of this one. */
+static void check_two_nodes(const char* const* worker_argv) {
+  const int port = free_port();
+  CHECK(port > 0);
+  pid_t nodes[2];
+  for (int node = 0; node < 2; node++) {
+    nodes[node] = fork();
+    if (nodes[node] == 0) run_node(worker_argv, node, port);
+    CHECK(nodes[node] > 0);
+  }
+  for (int node = 0; node < 2; node++) {
+    int status = 0;
+    CHECK(nodes[node] > 0 && waitpid(nodes[node], &status, 0) == nodes[node]);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  /* A struct of the first release (it ended before nnodes) is one node's job,
+   * whatever lies beyond its size. */
+  ddpspawn_launch_options old = DDPSPAWN_LAUNCH_OPTIONS_INIT;
+  old.struct_size = (uint32_t)offsetof(ddpspawn_launch_options, nnodes);
+  old.nprocs = 2;
+  old.argv = worker_argv;
+  old.timeout_s = 60;
+  old.nnodes = 7;
+  old.node_rank = 3;
+  ddpspawn_job* job = NULL;
+  CHECK(ddpspawn_job_create(&old, &job) == DDPSPAWN_OK);
+  CHECK(ddpspawn_job_run(job) == DDPSPAWN_OK);
+  check_result(job, "sum=3 world=2");
+  ddpspawn_job_destroy(job);
+  /* Several nodes need node 0's address and port, and a node rank among them. */
+  ddpspawn_launch_options bad = DDPSPAWN_LAUNCH_OPTIONS_INIT;
+  bad.argv = worker_argv;
+  bad.nnodes = 2;
+  job = NULL;
+  CHECK(ddpspawn_job_create(&bad, &job) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(ddpspawn_last_error(), "nnodes > 1 needs master_addr and master_port") != NULL);
+  bad.master_addr = "127.0.0.1";
+  bad.master_port = port;
+  bad.node_rank = 2;
+  CHECK(ddpspawn_job_create(&bad, &job) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(ddpspawn_last_error(), "node_rank 2 is outside [0, nnodes=2)") != NULL);
+  CHECK(job == NULL);
+}
+
 static int remove_entry(const char* path, const struct stat* info, int type, struct FTW* where) {
   (void)info;
   (void)type;
@@ -510,6 +600,8 @@ int main(int argc, char** argv) {
   CHECK(report.state == DDPSPAWN_RANK_EXITED && report.exit_code == 0 && report.pid > 0);
   CHECK(ddpspawn_job_failed_rank(job) == -1);
   ddpspawn_job_destroy(job);
+
+  check_two_nodes(worker_argv);
 
   /* fork: the same collectives in forked children. */
   ddpspawn_launch_options fork_options = DDPSPAWN_LAUNCH_OPTIONS_INIT;

@@ -127,16 +127,29 @@ typedef struct ddpspawn_launch_options {
    * other ranks. Default 5. */
   double grace_period_s;
   /* MASTER_ADDR / MASTER_PORT given to the workers. NULL / 0: 127.0.0.1 and
-   * a free port. ddpspawn's own rendezvous does not use them (it uses a
-   * private FileStore); they are there for programs that run their own. */
+   * a free port. One node's ranks meet through a private FileStore, not
+   * these; with nnodes > 1 they are node 0's launcher's address and port,
+   * both required. */
   const char* master_addr;
   int32_t master_port;
+  int32_t unused0; /* the first release's struct ended here (its padding); ignored */
+  /* A job of several hosts, one launcher each (torchrun's --nnodes and
+   * --node-rank): this launcher starts ranks node_rank * nprocs to
+   * node_rank * nprocs + nprocs - 1 of nnodes * nprocs (ddpspawn_job_rank_report
+   * and ddpspawn_job_rank_error still take 0 .. nprocs - 1). Node 0's launcher
+   * serves the rendezvous, a c10d TCPStore on every interface at master_port;
+   * every launcher joins it from ddpspawn_job_start, until every node did or
+   * timeout_s passed (0: 30 minutes). A failure names the node that failed
+   * first, and nodes whose launchers are gone; after success
+   * ddpspawn_job_result gives every node rank 0's result. Default 1 and 0. */
+  int32_t nnodes;
+  int32_t node_rank;
 } ddpspawn_launch_options;
 
 #define DDPSPAWN_LAUNCH_OPTIONS_INIT                                                              \
   {                                                                                               \
     sizeof(ddpspawn_launch_options), 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0.0, 5.0, \
-        NULL, 0                                                                                   \
+        NULL, 0, 0, 1, 0                                                                          \
   }
 
 DDPSPAWN_EXPORT void ddpspawn_launch_options_init(ddpspawn_launch_options* options);
