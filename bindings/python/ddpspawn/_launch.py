@@ -202,6 +202,10 @@ def spawn(
     grace_period: float = 5.0,
     backend: str = "gloo",
     env: Optional[Mapping[str, str]] = None,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: Optional[str] = None,
+    master_port: Optional[int] = None,
 ) -> Any:
     """Runs ``fn(ctx, *args)`` in ``nprocs`` worker processes and waits for them.
 
@@ -225,6 +229,12 @@ def spawn(
             once one failed.
         backend: "gloo" or "nccl".
         env: extra environment variables for every rank.
+        nnodes, node_rank, master_addr, master_port: a job of several hosts,
+            one launcher each (torchrun's names): this call runs ranks
+            ``node_rank * nprocs`` to ``node_rank * nprocs + nprocs - 1`` of
+            ``nnodes * nprocs``; node 0's launcher serves the rendezvous at
+            ``master_addr:master_port`` (both needed). Every node returns rank
+            0's value.
 
     Raises:
         WorkerFailedError: a rank failed; carries its rank and traceback.
@@ -244,6 +254,12 @@ def spawn(
     options.start_method = start_method.encode()
     options.timeout_s = float(timeout or 0.0)
     options.grace_period_s = float(grace_period)
+    options.nnodes = nnodes
+    options.node_rank = node_rank
+    if master_addr is not None:
+        options.master_addr = master_addr.encode()
+    if master_port is not None:
+        options.master_port = master_port
     keep_alive: List[object] = []  # what the C side points into, until the job ends
     payload_path = None
     try:

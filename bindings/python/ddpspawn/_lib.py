@@ -115,6 +115,9 @@ class LaunchOptions(Structure):
         ("grace_period_s", c_double),
         ("master_addr", c_char_p),
         ("master_port", c_int32),
+        ("unused0", c_int32),
+        ("nnodes", c_int32),
+        ("node_rank", c_int32),
     ]
 
 

@@ -3,6 +3,7 @@ workers defined in a launcher's main script."""
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -112,6 +113,41 @@ def test_worker_defined_in_the_main_script(tmp_path, start_method):
     assert launcher.returncode == 0, err
     main_name = "__mp_main__" if start_method == "spawn" else "__main__"
     assert out.split() == ["Point", "21", main_name]
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_two_launchers_run_one_job_of_two_nodes(tmp_path, start_method):
+    # Two launchers on this host, as two nodes would run them: one job of 4
+    # ranks whose rank 0's value every launcher returns.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    launchers = []
+    for node in range(2):
+        directory = tmp_path / f"node{node}"
+        directory.mkdir()
+        launchers.append(run_script(
+            directory,
+            f"""
+            import ddpspawn
+            import ddpspawn_test_workers as workers
+
+            if __name__ == "__main__":
+                seen = ddpspawn.spawn(
+                    workers.describe, nprocs=2, start_method={start_method!r}, nnodes=2,
+                    node_rank={node}, master_addr="127.0.0.1", master_port={port}
+                )
+                print(sorted((s["rank"], s["node_rank"], s["local_rank"], s["world_size"])
+                             for s in seen))
+            """,
+        ))
+    outputs = []
+    for launcher in launchers:
+        out, err = launcher.communicate(timeout=120)
+        assert launcher.returncode == 0, err
+        outputs.append(out.strip())
+    want = "[(0, 0, 0, 4), (1, 0, 1, 4), (2, 1, 0, 4), (3, 1, 1, 4)]"
+    assert outputs == [want, want]
 
 
 def test_main_script_without_name_guard_is_explained(tmp_path):

@@ -103,6 +103,13 @@ pub struct ddpspawn_launch_options {
     pub master_addr: *const c_char,
     /// MASTER_PORT given to the workers; 0 = a free port.
     pub master_port: i32,
+    /// Where the first release's struct ended (its padding); ignored.
+    pub unused0: i32,
+    /// Nodes of the job, one launcher each; node 0's serves the rendezvous
+    /// at `master_addr:master_port` (both required when > 1). Default 1.
+    pub nnodes: i32,
+    /// This launcher's node: its ranks are `node_rank * nprocs ..`. Default 0.
+    pub node_rank: i32,
 }
 
 /// The header's `DDPSPAWN_LAUNCH_OPTIONS_INIT`.
@@ -121,6 +128,9 @@ pub const DDPSPAWN_LAUNCH_OPTIONS_INIT: ddpspawn_launch_options = ddpspawn_launc
     grace_period_s: 5.0,
     master_addr: ptr::null(),
     master_port: 0,
+    unused0: 0,
+    nnodes: 1,
+    node_rank: 0,
 };
 
 impl Default for ddpspawn_launch_options {
@@ -521,6 +531,7 @@ mod tests {
             assert_eq!(o.grace_period_s, 5.0);
             assert_eq!(o.timeout_s, 0.0);
             assert_eq!(o.master_port, 0);
+            assert_eq!((o.nnodes, o.node_rank), (1, 0));
             assert!(o.start_method.is_null() && o.worker_fn.is_none());
         }
         let mut buf = [0u64; 64];

@@ -185,6 +185,9 @@ fn rust_side() -> RustSide {
             grace_period_s,
             master_addr,
             master_port,
+            unused0,
+            nnodes,
+            node_rank,
         },
         DDPSPAWN_LAUNCH_OPTIONS_INIT
     );

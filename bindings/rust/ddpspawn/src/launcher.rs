@@ -48,6 +48,8 @@ pub struct Launcher {
     env: Vec<(OsString, OsString)>,
     master_addr: Option<String>,
     master_port: Option<u16>,
+    nnodes: usize,
+    node_rank: usize,
 }
 
 impl Launcher {
@@ -61,6 +63,8 @@ impl Launcher {
             env: Vec::new(),
             master_addr: None,
             master_port: None,
+            nnodes: 1,
+            node_rank: 0,
         }
     }
 
@@ -93,9 +97,9 @@ impl Launcher {
         self
     }
 
-    /// `MASTER_ADDR` given to the workers (default 127.0.0.1). ddpspawn's
-    /// own rendezvous does not use it; it is there for programs that run
-    /// their own.
+    /// `MASTER_ADDR` given to the workers (default 127.0.0.1). One node's
+    /// ranks meet privately, not there; with [`nnodes`](Launcher::nnodes)
+    /// above 1 it is node 0's launcher's address, which every node needs.
     pub fn master_addr(mut self, addr: impl Into<String>) -> Launcher {
         self.master_addr = Some(addr.into());
         self
@@ -105,6 +109,23 @@ impl Launcher {
     /// default too).
     pub fn master_port(mut self, port: u16) -> Launcher {
         self.master_port = Some(port);
+        self
+    }
+
+    /// A job of `nnodes` hosts, one launcher each (torchrun's `--nnodes`;
+    /// default 1): node 0's launcher serves the rendezvous at
+    /// [`master_addr`](Launcher::master_addr):[`master_port`](Launcher::master_port),
+    /// both required, and every node's report carries rank 0's result.
+    pub fn nnodes(mut self, nnodes: usize) -> Launcher {
+        self.nnodes = nnodes;
+        self
+    }
+
+    /// This launcher's node in [0, nnodes) (torchrun's `--node-rank`; default
+    /// 0): it starts ranks `node_rank * nprocs` to `node_rank * nprocs +
+    /// nprocs - 1`; the report's ranks are still numbered from 0.
+    pub fn node_rank(mut self, node_rank: usize) -> Launcher {
+        self.node_rank = node_rank;
         self
     }
 
@@ -189,6 +210,10 @@ impl Launcher {
         crate::check_abi_version()?;
         let nprocs = i32::try_from(self.nprocs)
             .map_err(|_| Error::invalid(format!("nprocs {} is too large", self.nprocs)))?;
+        let nnodes = i32::try_from(self.nnodes)
+            .map_err(|_| Error::invalid(format!("nnodes {} is too large", self.nnodes)))?;
+        let node_rank = i32::try_from(self.node_rank)
+            .map_err(|_| Error::invalid(format!("node_rank {} is too large", self.node_rank)))?;
 
         let mut env = Vec::with_capacity(self.env.len());
         for (key, value) in &self.env {
@@ -235,6 +260,8 @@ impl Launcher {
         if let Some(port) = self.master_port {
             options.master_port = i32::from(port);
         }
+        options.nnodes = nnodes;
+        options.node_rank = node_rank;
 
         let mut job: *mut sys::ddpspawn_job = ptr::null_mut();
         // SAFETY: every pointer in `options` is valid until this returns.

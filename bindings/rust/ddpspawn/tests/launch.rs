@@ -142,6 +142,36 @@ fn collectives_four_ranks() {
 }
 
 #[test]
+fn two_launchers_run_one_job_of_two_nodes() {
+    // Two launchers on this host, as two nodes would run them (the worker
+    // fixture's `node` mode): one job of 4 ranks, whose rank 0's result both
+    // launchers report.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .unwrap()
+        .port()
+        .to_string();
+    let nodes: Vec<_> = ["0", "1"]
+        .iter()
+        .map(|node| {
+            std::process::Command::new(worker())
+                .args(["node", node, &port])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for node in nodes {
+        let output = node.wait_with_output().unwrap();
+        assert!(output.status.success(), "{:?}", output.status);
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            "collectives ok world=4\n"
+        );
+    }
+}
+
+#[test]
 fn env_and_master_address_reach_the_workers() {
     let report = launcher(2)
         .env("DDPSPAWN_TEST_VALUE", "replaced")
