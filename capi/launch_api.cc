@@ -40,6 +40,7 @@ struct ddpspawn_job {
   std::optional<ddpspawn::NodeRendezvousOptions> node_options;
   std::unique_ptr<ddpspawn::NodeRendezvous> rendezvous;
   std::optional<std::string> job_result;
+  bool failure_shared = false;  // told the other nodes once
 };
 
 namespace {
@@ -98,7 +99,7 @@ absl::StatusOr<ddpspawn::LaunchSpec> ToSpec(const ddpspawn_launch_options& o) {
   spec.grace_period = absl::Seconds(o.grace_period_s);
   if (o.master_addr != nullptr) spec.master_addr = o.master_addr;
   spec.master_port = o.master_port;
-  spec.nnodes = o.nnodes;
+  spec.nnodes = o.nnodes == 0 ? 1 : o.nnodes;  // 0: the default, as for the other fields
   spec.node_rank = o.node_rank;
   return spec;
 }
@@ -107,11 +108,11 @@ absl::StatusOr<ddpspawn::LaunchSpec> ToSpec(const ddpspawn_launch_options& o) {
 // checks the others against: the start method, the program and the shape.
 absl::StatusOr<std::optional<ddpspawn::NodeRendezvousOptions>> ToNodeOptions(
     const ddpspawn_launch_options& o, const ddpspawn::LaunchSpec& spec) {
-  if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes) {
+  if (spec.nnodes < 1 || o.node_rank < 0 || o.node_rank >= spec.nnodes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("node_rank ", o.node_rank, " is outside [0, nnodes=", o.nnodes, ")"));
+        absl::StrCat("node_rank ", o.node_rank, " is outside [0, nnodes=", spec.nnodes, ")"));
   }
-  if (o.nnodes == 1) return std::nullopt;
+  if (spec.nnodes == 1) return std::nullopt;
   if (o.master_addr == nullptr || o.master_port <= 0 || o.master_port > 65535) {
     return absl::InvalidArgumentError(
         "nnodes > 1 needs master_addr and master_port (1..65535): node 0's launcher's, the same "
@@ -120,7 +121,7 @@ absl::StatusOr<std::optional<ddpspawn::NodeRendezvousOptions>> ToNodeOptions(
   ddpspawn::NodeRendezvousOptions node;
   node.master_addr = o.master_addr;
   node.master_port = o.master_port;
-  node.nnodes = o.nnodes;
+  node.nnodes = spec.nnodes;
   node.node_rank = o.node_rank;
   node.nprocs_per_node = o.nprocs;
   node.timeout =
@@ -128,24 +129,29 @@ absl::StatusOr<std::optional<ddpspawn::NodeRendezvousOptions>> ToNodeOptions(
   const std::string program =
       spec.argv.empty() ? "worker_fn" : std::filesystem::path(spec.argv[0]).filename().string();
   node.job = absl::StrCat("ddpspawn_job ", ddpspawn::StartMethodName(spec.start_method), " ",
-                          program, " nnodes=", o.nnodes, " nprocs=", o.nprocs);
+                          program, " nnodes=", spec.nnodes, " nprocs=", o.nprocs);
   return node;
 }
 
 // After this node's ranks ended: a failure told for the whole job, or rank 0's
 // result from node 0.
-absl::Status FinishNode(ddpspawn_job& job, const absl::Status& waited) {
+// `ranks_ran`: else the other nodes' ranks wait to form their group until its
+// timeout, and this node says why at once.
+absl::Status FinishNode(ddpspawn_job& job, const absl::Status& waited, bool ranks_ran) {
   ddpspawn::NodeRendezvous& rendezvous = *job.rendezvous;
   if (!waited.ok()) {
     std::string unreported;
-    return rendezvous.ShareFailure(waited, job.job->failed_at().value_or(absl::Now()), &unreported);
+    job.failure_shared = true;
+    return rendezvous.ShareFailure(waited, job.job->failed_at().value_or(absl::Now()),
+                                   ranks_ran ? job.node_options->timeout : absl::Seconds(1),
+                                   &unreported);
   }
   const std::optional<std::string>& own = job.job->result();
   ASSIGN_OR_RETURN(
       std::string handed,
-      rendezvous.Finish(absl::Seconds(30), own.has_value()
-                                               ? absl::StrCat(std::string(1, kHasResult), *own)
-                                               : std::string()));
+      rendezvous.Finish(
+          job.node_options->timeout,
+          own.has_value() ? absl::StrCat(std::string(1, kHasResult), *own) : std::string()));
   job.job_result.reset();
   if (!handed.empty()) job.job_result = handed.substr(1);
   return absl::OkStatus();
@@ -201,7 +207,12 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_start(ddpspawn_job* job) {
     if (job->node_options.has_value() && job->rendezvous == nullptr) {
       ASSIGN_OR_RETURN(job->rendezvous, ddpspawn::NodeRendezvous::Join(*job->node_options));
     }
-    return job->job->Start();
+    absl::Status started = job->job->Start();
+    // The other nodes' ranks would wait for this node's.
+    if (!started.ok() && job->rendezvous != nullptr) {
+      return FinishNode(*job, started, /*ranks_ran=*/false);
+    }
+    return started;
   });
 }
 
@@ -209,8 +220,8 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_wait(ddpspawn_job* job) {
   return Guard([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(job, "job"));
     absl::Status waited = job->job->Wait();
-    if (job->rendezvous == nullptr) return waited;
-    return FinishNode(*job, waited);
+    if (job->rendezvous == nullptr || job->failure_shared) return waited;
+    return FinishNode(*job, waited, /*ranks_ran=*/true);
   });
 }
 

@@ -60,29 +60,32 @@ class NodeRendezvous {
   ~NodeRendezvous();
 
   // This node's ranks failed with `status`, the first at `failed_at`: records
-  // it for the other nodes, gives them a moment to record theirs, and returns
-  // `status` told for the whole job: the node that failed first, when another
-  // did, and each node that never said how it ended (its launcher was killed
-  // or its host is gone), whose text also goes to `unreported` (empty: every
-  // node reported, or the store is gone). Best effort, as everything after
-  // Join(): a store that is gone (node 0's launcher ended) is ignored.
-  absl::Status ShareFailure(const absl::Status& status, absl::Time failed_at,
+  // it for the other nodes, waits up to `wait` for each other node to record
+  // how its ranks ended (unless its launcher is gone: see Liveness in the .cc),
+  // and returns `status` told for the whole job: the node that failed first,
+  // when another did, and each node that did not say how it ended, whose
+  // text also goes to `unreported` (empty: every node reported, or the store
+  // is gone). Best effort, as everything after Join(): a store that is gone
+  // (node 0's launcher ended) is ignored.
+  absl::Status ShareFailure(const absl::Status& status, absl::Time failed_at, absl::Duration wait,
                             std::string* unreported);
   // After this node's ranks ended well: node 0 hands `result` (rank 0's) to
-  // the other nodes and waits up to `wait` until every other launcher said
-  // how it ended, so that the store outlives their ranks; the others wait up
-  // to `wait` for that result and say they ended. Returns rank 0's result;
-  // Unavailable when node 0 never handed it over.
+  // the other nodes and keeps the store up to `wait` until each has read it
+  // (or is gone); the others wait up to `wait` for it while node 0's launcher
+  // lives. Returns rank 0's result; Aborted when another node's ranks failed
+  // after this node's ended (the rendezvous may then Restart()), Unavailable
+  // when node 0's launcher is gone, DeadlineExceeded when `wait` passed.
   absl::StatusOr<std::string> Finish(absl::Duration wait, const std::string& result);
 
   // After a generation whose every node reported its failure: starts the next
   // one on every node, or on none. Node 0 names the checkpoint the next ranks
   // continue from (its `resume_from`; empty: the start); every node learns it,
   // asks `refusal` whether it can start from it (empty: yes; else why not), and
-  // waits up to the timeout for the others' answers. Returns node 0's
-  // `resume_from`. FailedPrecondition names a node that refused or declined,
-  // DeadlineExceeded nodes that never answered, Unavailable a store that is
-  // gone (node 0's launcher ended).
+  // waits up to the timeout for the others' answers, ending at the first
+  // refusal. Returns node 0's `resume_from`. FailedPrecondition names a node
+  // that refused or declined (node 0 gone or silent counts as refusing),
+  // DeadlineExceeded nodes that never answered (gone, or the timeout passed),
+  // Unavailable a store that is gone (node 0's launcher ended).
   absl::StatusOr<std::string> Restart(
       const std::string& resume_from,
       const std::function<std::string(const std::string& resume_from)>& refusal);
@@ -96,8 +99,9 @@ class NodeRendezvous {
   struct Impl;
   explicit NodeRendezvous(std::unique_ptr<Impl> impl);
   // ShareFailure() in steps: record this node's failure; the earliest any
-  // node reported, once every other node said how it ended or `wait` passed;
-  // the other nodes that have not said it (empty when the store is gone).
+  // node reported, once every other node said how it ended, is gone, or
+  // `wait` passed; the other nodes that have not said it (empty when the
+  // store is gone).
   void ReportFailure(absl::Time at, const std::string& message);
   std::optional<NodeFailure> FirstFailure(absl::Duration wait);
   std::vector<int> SilentNodes();

@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <set>
 #include <system_error>
 #include <thread>
 
@@ -111,12 +112,17 @@ bool IsContractVariable(absl::string_view name) {
   return false;
 }
 
-// The launcher's environment without the contract's variables.
-std::vector<std::string> InheritedEnvironment() {
+// The launcher's environment without the contract's variables and without
+// the variables `overrides` (NAME=value entries) sets again: a process's
+// getenv finds a name's first entry, which must be the override.
+std::vector<std::string> InheritedEnvironment(const std::vector<std::string>& overrides) {
+  std::set<std::string, std::less<>> overridden;
+  for (const std::string& entry : overrides) overridden.insert(entry.substr(0, entry.find('=')));
   std::vector<std::string> env;
   for (char** entry = environ; entry && *entry; ++entry) {
     absl::string_view text(*entry);
-    if (!IsContractVariable(text.substr(0, text.find('=')))) env.emplace_back(text);
+    const absl::string_view name = text.substr(0, text.find('='));
+    if (!IsContractVariable(name) && overridden.count(name) == 0) env.emplace_back(text);
   }
   return env;
 }
@@ -358,7 +364,7 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(LaunchSpec spec) {
 }
 
 std::vector<std::string> Job::RankEnvironment(int rank) const {
-  std::vector<std::string> env = InheritedEnvironment();
+  std::vector<std::string> env = InheritedEnvironment(spec_.env);
   env.insert(env.end(), spec_.env.begin(), spec_.env.end());
   auto set = [&env](absl::string_view name, auto value) {
     env.push_back(absl::StrCat(name, "=", value));
@@ -379,10 +385,12 @@ std::vector<std::string> Job::RankEnvironment(int rank) const {
 namespace {
 
 std::vector<std::string> ForkserverEnvironment(const LaunchSpec& spec) {
-  std::vector<std::string> env = InheritedEnvironment();
+  std::vector<std::string> thread_counts;
   for (const std::string& entry : spec.env) {
-    if (IsThreadCount(entry)) env.push_back(entry);
+    if (IsThreadCount(entry)) thread_counts.push_back(entry);
   }
+  std::vector<std::string> env = InheritedEnvironment(thread_counts);
+  env.insert(env.end(), thread_counts.begin(), thread_counts.end());
   AddThreadShares(spec.nprocs, env);
   return env;
 }

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/comm/node_rendezvous.h"
 #include "core/ddp/sync_batch_norm.h"
 #include "core/env/settings.h"
 #include "core/launch/launcher.h"
@@ -123,6 +124,9 @@ Backend DDPSpawnStrategy::process_group_backend() const {
   return root_device().is_cuda() ? Backend::kNccl : Backend::kGloo;
 }
 
+// How long a node whose ranks never started waits for the others' word.
+constexpr absl::Duration kNoRanksWait = absl::Seconds(1);
+
 absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   last_failed_rank_ = -1;
   last_outcomes_.clear();
@@ -169,32 +173,45 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   }
   spec.start_method = method;
   spec.timeout = options_.launch_timeout;
+  absl::Status prepared = absl::OkStatus();
   if (method != StartMethod::kFork) {  // spawn, forkserver: this program again
-    ASSIGN_OR_RETURN(std::vector<std::string> argv, OwnCommandLine());
-    spec.argv = std::move(argv);
+    absl::StatusOr<std::vector<std::string>> argv = OwnCommandLine();
+    prepared = argv.status();
+    if (argv.ok()) spec.argv = *std::move(argv);
   } else {
     spec.worker = [this, &fn](int) { return RunWorker(fn); };
     spec.fork_close_descriptors = options_.fork_close_descriptors;
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Job> job, Job::Create(std::move(spec)));
-  absl::Status waited = job->Start();
-  if (waited.ok()) waited = job->Wait();
-  last_failed_rank_ = job->failed_rank();
-  last_outcomes_ = job->outcomes();
+  absl::StatusOr<std::unique_ptr<Job>> job =
+      prepared.ok() ? Job::Create(std::move(spec)) : absl::StatusOr<std::unique_ptr<Job>>(prepared);
+  absl::Status waited = job.ok() ? (*job)->Start() : job.status();
+  const bool ranks_ran = waited.ok();
+  if (waited.ok()) waited = (*job)->Wait();
+  if (job.ok()) {
+    last_failed_rank_ = (*job)->failed_rank();
+    last_outcomes_ = (*job)->outcomes();
+  }
   if (rendezvous_ != nullptr) {
-    // The rendezvous stays for PrepareRestart() after a failure.
+    // A failure, even one before any rank ran, goes to the other nodes; the
+    // rendezvous stays for PrepareRestart().
     if (!waited.ok()) {
-      return rendezvous_->ShareFailure(waited, job->failed_at().value_or(absl::Now()),
-                                       &restart_refusal_);
+      const absl::Time failed_at =
+          job.ok() ? (*job)->failed_at().value_or(absl::Now()) : absl::Now();
+      // The other nodes' ranks end soon after this node's; when this node's
+      // never ran, theirs wait to form their group until its timeout.
+      return rendezvous_->ShareFailure(
+          waited, failed_at, ranks_ran ? options_.timeout : kNoRanksWait, &restart_refusal_);
     }
-    // Every node returns rank 0's result, which node 0 hands over.
+    // Every node returns rank 0's result, which node 0 hands over; should
+    // node 0's ranks fail after this node's ended, the nodes may restart
+    // together.
     absl::StatusOr<std::string> result =
-        rendezvous_->Finish(absl::Seconds(30), job->result().value_or(""));
-    rendezvous_.reset();
+        rendezvous_->Finish(options_.timeout, (*job)->result().value_or(""));
+    if (result.ok()) rendezvous_.reset();
     return result;
   }
   if (!waited.ok()) return waited;
-  return job->result().value_or("");
+  return (*job)->result().value_or("");
 }
 
 absl::StatusOr<std::string> DDPSpawnStrategy::PrepareRestart(const std::string& resume_from) {
@@ -213,6 +230,10 @@ absl::StatusOr<std::string> DDPSpawnStrategy::PrepareRestart(const std::string& 
                                     "every node shares");
               });
     if (!agreed.ok()) {
+      // The others, if waiting for this node's answer, stop at once.
+      if (rendezvous_ != nullptr && !restart_refusal_.empty()) {
+        rendezvous_->DeclineRestart(restart_refusal_);
+      }
       rendezvous_.reset();
       return agreed.status();
     }

@@ -36,7 +36,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "core/comm/node_rendezvous.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/distributed_data_parallel.h"
@@ -48,6 +47,8 @@
 #include "core/strategy/precision.h"
 
 namespace ddpspawn {
+
+class NodeRendezvous;
 
 // True in a process that a ddpspawn launcher started.
 bool IsWorkerProcess();

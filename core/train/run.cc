@@ -1001,9 +1001,12 @@ absl::StatusOr<std::string> LaunchWithRestarts(const RunConfig& config, DDPSpawn
     // job or a refusal before any rank ran.
     if (restarts >= config.max_restarts || !absl::IsAborted(failed)) {
       // The other nodes' launchers, if any, stop waiting for this one.
-      strategy.DeclineRestart(restarts >= config.max_restarts && config.max_restarts > 0
-                                  ? "its restarts are used up"
-                                  : "its ranks did not fail in a way a restart retries");
+      const absl::string_view first_line(failed.message().substr(0, failed.message().find('\n')));
+      strategy.DeclineRestart(
+          !absl::IsAborted(failed)
+              ? absl::StrCat("its job ended in a way a restart does not retry (",
+                             absl::StatusCodeToString(failed.code()), ": ", first_line, ")")
+              : absl::StrCat("it has no restart left (max_restarts=", config.max_restarts, ")"));
       if (restarts == 0) return result;
       return absl::Status(failed.code(), absl::StrCat(failed.message(), after));
     }

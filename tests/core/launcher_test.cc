@@ -280,10 +280,15 @@ TEST(LauncherSpawnTest, EnvironmentFollowsTheTorchrunContract) {
       "\"$LOCAL_RANK\" && test \"$NODE_RANK\" = 0 && test \"$MASTER_ADDR\" = 127.0.0.1 && test "
       "\"$MASTER_PORT\" -gt 0 && test \"$EXTRA\" = yes && test -d \"$DDPSPAWN_RUN_DIR\" && test "
       "\"$OPENBLAS_NUM_THREADS\" -ge 1 && test \"$OMP_NUM_THREADS\" = 3 && test \"$(stat -c %a "
-      "\"$DDPSPAWN_RUN_DIR\")\" = 700 && test \"$(ls /proc/self/fd | wc -l)\" -le 5"};
+      "\"$DDPSPAWN_RUN_DIR\")\" = 700 && test \"$(ls /proc/self/fd | wc -l)\" -le 5 && "
+      // spec.env replaces what the launcher inherited (getenv finds a name's
+      // first entry): one EXTRA reaches the rank.
+      "test \"$(tr '\\0' '\\n' < /proc/$$/environ | grep -c '^EXTRA=')\" = 1"};
   spec.env = {"EXTRA=yes", "OMP_NUM_THREADS=3"};
+  setenv("EXTRA", "inherited", 1);
   absl::Status status;
   std::unique_ptr<Job> job = RunJob(std::move(spec), &status);
+  unsetenv("EXTRA");
   EXPECT_TRUE(status.ok()) << status;
 }
 

@@ -5,6 +5,7 @@ launcher in each. Needs root to create them; under DDPSPAWN_REQUIRE_ALL_TESTS=1
 
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -319,3 +320,19 @@ def test_a_node_that_cannot_read_node0s_checkpoint_refuses_to_restart(hosts, tmp
     for err in (err0, err1):
         assert refusal in err, err[-3000:]
         assert "restart 1 of 1" not in err
+
+
+def test_a_node_that_declines_ends_the_restart_on_every_node(hosts, tmp_path):
+    # An interrupt is not retried: node 0's launcher, stopped by SIGINT,
+    # declines, and node 1, whose ranks failed for it, ends naming why instead
+    # of waiting for node 0's answer.
+    nodes = start_long_job(hosts, tmp_path, ["--max-restarts", "1"])
+    nodes[0].send_signal(signal.SIGINT)
+    interrupted = time.monotonic()
+    (code0, _, err0), (code1, _, err1) = finish(nodes[0]), finish(nodes[1])
+    took = time.monotonic() - interrupted
+    assert code0 != 0 and code1 != 0
+    assert ("not restarted: node 0 does not restart: its job ended in a way a restart does not "
+            "retry (CANCELLED: ") in err1, err1[-3000:]
+    assert "restart 1 of 1" not in err0 + err1
+    assert took < 15, f"the nodes took {took:.1f} s to end (timeout 20 s)"

@@ -243,6 +243,14 @@ def spawn(
         InvalidArgumentError: bad arguments, found before any process starts.
     """
     _check_arguments(fn, nprocs, start_method, timeout, grace_period, backend, env)
+    # What fits the C fields; the library checks that they describe a job.
+    for name, value, low, high in (("nnodes", nnodes, 1, 2**31 - 1),
+                                   ("node_rank", node_rank, 0, 2**31 - 1),
+                                   ("master_port", master_port or 0, 0, 65535)):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise InvalidArgumentError(f"{name} must be an int in [{low}, {high}], not {value!r}")
+    if master_addr is not None and not isinstance(master_addr, str):
+        raise InvalidArgumentError(f"master_addr must be a str, not {master_addr!r}")
     if _payload.loading_main():
         raise DdpspawnError(
             "ddpspawn.spawn was called while a spawn-mode worker was loading the "

@@ -150,6 +150,14 @@ def test_two_launchers_run_one_job_of_two_nodes(tmp_path, start_method):
     assert outputs == [want, want]
 
 
+def test_node_options_are_checked_before_any_process_starts():
+    with pytest.raises(ddpspawn.InvalidArgumentError, match=r"node_rank must be an int"):
+        ddpspawn.spawn(workers.return_nothing, nprocs=2, nnodes=2, node_rank=2**32)
+    # The library's own check: several nodes need node 0's address and port.
+    with pytest.raises(ddpspawn.InvalidArgumentError, match="nnodes > 1 needs master_addr"):
+        ddpspawn.spawn(workers.return_nothing, nprocs=2, nnodes=2, node_rank=1)
+
+
 def test_main_script_without_name_guard_is_explained(tmp_path):
     launcher = run_script(
         tmp_path,

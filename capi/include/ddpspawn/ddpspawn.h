@@ -141,7 +141,7 @@ typedef struct ddpspawn_launch_options {
    * every launcher joins it from ddpspawn_job_start, until every node did or
    * timeout_s passed (0: 30 minutes). A failure names the node that failed
    * first, and nodes whose launchers are gone; after success
-   * ddpspawn_job_result gives every node rank 0's result. Default 1 and 0. */
+   * ddpspawn_job_result gives every node rank 0's result. Default 1 (0 too) and 0. */
   int32_t nnodes;
   int32_t node_rank;
 } ddpspawn_launch_options;
