@@ -12,6 +12,7 @@
 #include "core/comm/node_rendezvous.h"
 #include "core/env/cluster_environment.h"
 #include "core/env/settings.h"
+#include "core/launch/forkserver.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
 #include "core/util/status_macros.h"
@@ -70,13 +71,6 @@ absl::StatusOr<ddpspawn::LaunchSpec> ToSpec(const ddpspawn_launch_options& o) {
   absl::StatusOr<ddpspawn::StartMethod> method =
       ddpspawn::ParseStartMethod(o.start_method ? o.start_method : "spawn");
   if (!method.ok()) return method.status();
-  if (*method == ddpspawn::StartMethod::kForkserver) {
-    // The server is an exec of argv[0], whose main() must serve forks first;
-    // the C ABI offers no call for that yet.
-    return absl::InvalidArgumentError(
-        "ddpspawn_job offers the spawn and fork start methods; forkserver is the ddpspawn CLI's "
-        "and C++'s (DDPSpawnStrategy) for now");
-  }
   spec.start_method = *method;
   spec.argv = StringList(o.argv);
   spec.env = StringList(o.env);
@@ -278,6 +272,13 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_result(const ddpspawn_job* job, con
     *out_has_result = result ? 1 : 0;
     return absl::OkStatus();
   });
+}
+
+DDPSPAWN_EXPORT int32_t ddpspawn_serve_forks_if_forkserver(void) {
+  // The server's own variable is gone from a rank's environment.
+  const bool was_server = std::getenv(ddpspawn::kForkserverFdEnv) != nullptr;
+  ddpspawn::ServeForksIfForkserver();
+  return was_server ? 1 : 0;
 }
 
 DDPSPAWN_EXPORT int32_t ddpspawn_is_worker(void) { return ddpspawn::IsLaunchedWorker() ? 1 : 0; }

@@ -278,7 +278,8 @@ absl::StatusOr<std::unique_ptr<Forkserver>> Forkserver::Start(const std::string&
   return absl::FailedPreconditionError(absl::StrCat(
       "the forkserver ('", program, "', pid ", pid,
       ") ended before it was ready: the program's main() must call "
-      "ddpspawn::ServeForksIfForkserver() before anything else (see its stderr above)"));
+      "ddpspawn::ServeForksIfForkserver() (C: ddpspawn_serve_forks_if_forkserver()) before "
+      "anything else (see its stderr above)"));
 }
 
 Forkserver::Forkserver(int fd, pid_t pid, std::string key)

@@ -1,6 +1,7 @@
 /* Drives ddpspawn from plain C99 through the public header only: a 2-rank spawn
  * job (this program re-executed as the workers), a job of 2 nodes x 2 ranks
- * (two launchers on this host), a 2-rank fork job, and the argument errors, the
+ * (two launchers on this host), a 2-rank fork job, two forkserver jobs (this
+ * program serves their forks), and the argument errors, the
  * byte-size limits and the length of the last error.
  * Exits 0 when every check passes; prints each failed check.
  */
@@ -309,6 +310,24 @@ static int fork_worker(int32_t rank, void* user_data) {
   return run_collectives();
 }
 
+/* A forkserver rank: rank 0 says which process forked it and what
+ * ddpspawn_serve_forks_if_forkserver() returned in it. */
+static int report_parent(int served) {
+  ddpspawn_context* ctx = NULL;
+  if (ddpspawn_context_create(NULL, &ctx) != DDPSPAWN_OK) {
+    ddpspawn_worker_set_error(ddpspawn_last_error());
+    return 1;
+  }
+  int ok = ddpspawn_barrier(ctx, "parent") == DDPSPAWN_OK;
+  if (ok && ddpspawn_context_rank(ctx) == 0) {
+    char result[64];
+    snprintf(result, sizeof result, "parent=%ld served=%d", (long)getppid(), served);
+    ok = ddpspawn_worker_set_result(result, strlen(result)) == DDPSPAWN_OK;
+  }
+  ddpspawn_context_destroy(ctx);
+  return ok ? 0 : 1;
+}
+
 static void check_result(ddpspawn_job* job, const char* expected) {
   const void* data = NULL;
   size_t size = 0;
@@ -562,8 +581,71 @@ static void check_long_error(void) {
   free(backend);
 }
 
+/* The pid of the process that forked rank 0 of a forkserver job of 2 ranks
+ * running `argv`; 0 when the job failed. */
+static long forkserver_parent(const char* const* argv) {
+  ddpspawn_launch_options options = DDPSPAWN_LAUNCH_OPTIONS_INIT;
+  options.nprocs = 2;
+  options.start_method = "forkserver";
+  options.argv = argv;
+  options.timeout_s = 60;
+  ddpspawn_job* job = NULL;
+  long parent = 0;
+  CHECK(ddpspawn_job_create(&options, &job) == DDPSPAWN_OK);
+  if (job == NULL) return 0;
+  if (ddpspawn_job_run(job) == DDPSPAWN_OK) {
+    const void* data = NULL;
+    size_t size = 0;
+    int32_t has = 0;
+    char text[64] = {0};
+    CHECK(ddpspawn_job_result(job, &data, &size, &has) == DDPSPAWN_OK && has == 1);
+    if (has == 1 && size < sizeof text) memcpy(text, data, size);
+    int served = 0;
+    CHECK(sscanf(text, "parent=%ld served=%d", &parent, &served) == 2 && served == 1);
+  } else {
+    fprintf(stderr, "forkserver job failed: %s\n", ddpspawn_last_error());
+  }
+  ddpspawn_job_destroy(job);
+  return parent;
+}
+
+/* forkserver: the ranks are forked by a server (this program, exec'd once),
+ * not by the launcher, and a second job reuses it; the collectives work
+ * there; a program that does not serve is a clear error. */
+static void check_forkserver(const char* self) {
+  const char* parent_argv[] = {self, "parent", NULL};
+  long first = forkserver_parent(parent_argv);
+  long second = forkserver_parent(parent_argv);
+  CHECK(first > 0 && first != (long)getpid());
+  CHECK(second == first); /* the same server, still serving */
+
+  const char* worker_argv[] = {self, "worker", NULL};
+  ddpspawn_launch_options options = DDPSPAWN_LAUNCH_OPTIONS_INIT;
+  options.nprocs = 2;
+  options.start_method = "forkserver";
+  options.argv = worker_argv;
+  options.timeout_s = 60;
+  ddpspawn_job* job = NULL;
+  CHECK(ddpspawn_job_create(&options, &job) == DDPSPAWN_OK);
+  CHECK(ddpspawn_job_run(job) == DDPSPAWN_OK);
+  check_result(job, "sum=3 world=2");
+  ddpspawn_job_destroy(job);
+
+  const char* no_server[] = {"true", NULL};
+  options.argv = no_server;
+  job = NULL;
+  CHECK(ddpspawn_job_create(&options, &job) == DDPSPAWN_OK);
+  CHECK(ddpspawn_job_run(job) == DDPSPAWN_ERR_FAILED_PRECONDITION);
+  CHECK(strstr(ddpspawn_last_error(), "ddpspawn_serve_forks_if_forkserver()") != NULL);
+  ddpspawn_job_destroy(job);
+}
+
 int main(int argc, char** argv) {
+  /* First of all: a forkserver's exec of this program serves here. */
+  const int served = ddpspawn_serve_forks_if_forkserver();
   if (argc > 1 && strcmp(argv[1], "worker") == 0) return run_collectives();
+  if (argc > 1 && strcmp(argv[1], "parent") == 0) return report_parent(served);
+  CHECK(served == 0);
 
   CHECK(ddpspawn_abi_version() == DDPSPAWN_ABI_VERSION);
   /* *_init_sized: the library's defaults, only up to the caller's size. */
@@ -602,6 +684,7 @@ int main(int argc, char** argv) {
   ddpspawn_job_destroy(job);
 
   check_two_nodes(worker_argv);
+  check_forkserver(self);
 
   /* fork: the same collectives in forked children. */
   ddpspawn_launch_options fork_options = DDPSPAWN_LAUNCH_OPTIONS_INIT;

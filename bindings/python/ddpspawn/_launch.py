@@ -9,7 +9,7 @@ import pickle
 import signal as signal_module
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import _lib, _payload, _run
 from ._errors import (
@@ -22,8 +22,14 @@ from ._errors import (
 if TYPE_CHECKING:  # pragma: no cover
     from ._lib import FunctionPointer
 
-START_METHODS = ("spawn", "fork")
+START_METHODS = ("spawn", "fork", "forkserver")
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+# The forkserver's program (``python -c``): argv[1] is where ddpspawn is,
+# argv[2] the library the launcher loaded ("" for the default search).
+_SERVER_CODE = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from ddpspawn import _worker; sys.exit(_worker.serve(sys.argv[2]))"
+)
 
 
 def _check_arguments(
@@ -41,7 +47,7 @@ def _check_arguments(
         raise InvalidArgumentError(f"nprocs must be an int >= 1, not {nprocs!r}")
     if start_method not in START_METHODS:
         raise InvalidArgumentError(
-            f"unknown start_method {start_method!r}; expected 'spawn' or 'fork'"
+            f"unknown start_method {start_method!r}; expected 'spawn', 'fork' or 'forkserver'"
         )
     if timeout is not None and not timeout > 0:
         raise InvalidArgumentError(f"timeout must be positive or None, not {timeout!r}")
@@ -59,9 +65,10 @@ def _check_arguments(
 def _worker_env(start_method: str, env: Optional[Mapping[str, str]]) -> Dict[str, str]:
     """The variables every rank gets on top of the launcher's environment."""
     entries = dict(env or {})
-    if start_method == "spawn":
+    if start_method in ("spawn", "forkserver"):
         # The fresh interpreter must import ddpspawn before it reads the
-        # payload, and must load the very library the launcher loaded.
+        # payload, and must load the very library the launcher loaded (a
+        # forkserver's ranks have done so; their own children may not).
         inherited = entries.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
         entries["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, inherited) if p)
         library = _lib.library_path()
@@ -150,6 +157,32 @@ def _configure_spawn(
     return _lib.lib().ddpspawn_job_start
 
 
+def _configure_forkserver(
+    options: _lib.LaunchOptions, payload_path: str, keep_alive: List[object]
+) -> Tuple[FunctionPointer, Dict[str, str]]:
+    """Forkserver mode: one interpreter (the server) imports ddpspawn and loads
+    the library once, then forks each rank, which runs the payload named in its
+    environment (:func:`ddpspawn._worker.serve`). The server's command line
+    names no payload, so later calls of this process share it.
+
+    Returns the ``ddpspawn_job_start`` to call (GIL released, as for spawn) and
+    the variables each rank gets.
+    """
+    if not sys.executable:
+        raise InvalidArgumentError("start_method='forkserver' needs sys.executable, which is unset")
+    library = _lib.library_path()
+    argv = _c_strings([
+        sys.executable,
+        "-c",
+        _SERVER_CODE,
+        _PACKAGE_PARENT,
+        library if os.sep in library else "",
+    ])
+    options.argv = ctypes.cast(argv, ctypes.POINTER(ctypes.c_char_p))
+    keep_alive.append(argv)
+    return _lib.lib().ddpspawn_job_start, {_payload.PAYLOAD_ENV: payload_path}
+
+
 def _configure_fork(
     options: _lib.LaunchOptions,
     fn: Callable[..., Any],
@@ -214,16 +247,22 @@ def spawn(
     pickled and returned here.
 
     Args:
-        fn: the worker function. With ``start_method="spawn"`` it must be
-            importable by module and qualified name (no lambdas or nested
-            functions); ``"fork"`` takes any callable.
-        args: extra positional arguments for fn (pickled in spawn mode).
+        fn: the worker function. With ``start_method="spawn"`` or
+            ``"forkserver"`` it must be importable by module and qualified
+            name (no lambdas or nested functions); ``"fork"`` takes any
+            callable.
+        args: extra positional arguments for fn (pickled unless forked).
         nprocs: number of worker processes, >= 1.
-        start_method: "spawn" (a fresh interpreter per rank) or "fork". A
-            forked rank keeps this process's open descriptors and runs fn on
-            the thread that called spawn: if that thread ran multithreaded
-            torch CPU work before (GNU OpenMP's pool does not survive fork),
-            fn's own multithreaded torch work hangs; use "spawn" there.
+        start_method: "spawn" (a fresh interpreter per rank), "fork" or
+            "forkserver". A forked rank keeps this process's open descriptors
+            and runs fn on the thread that called spawn: if that thread ran
+            multithreaded torch CPU work before (GNU OpenMP's pool does not
+            survive fork), fn's own multithreaded torch work hangs; use
+            "spawn" or "forkserver" there. "forkserver" starts one fresh
+            interpreter (the server) that imports ddpspawn and loads its
+            library, then forks every rank from it: spawn's isolation from
+            this process, and later calls with the same environment fork
+            from the same server without loading anything again.
         timeout: whole-job limit in seconds; None for none.
         grace_period: seconds between SIGTERM and SIGKILL for the other ranks
             once one failed.
@@ -271,12 +310,17 @@ def spawn(
     keep_alive: List[object] = []  # what the C side points into, until the job ends
     payload_path = None
     try:
+        rank_env = _worker_env(start_method, env)
         if start_method == "spawn":
             payload_path = _payload.write(fn, args, backend)
             start = _configure_spawn(options, payload_path, keep_alive)
+        elif start_method == "forkserver":
+            payload_path = _payload.write(fn, args, backend)
+            start, payload_env = _configure_forkserver(options, payload_path, keep_alive)
+            rank_env.update(payload_env)
         else:
             start = _configure_fork(options, fn, args, backend, keep_alive)
-        env_entries = [f"{k}={v}" for k, v in _worker_env(start_method, env).items()]
+        env_entries = [f"{k}={v}" for k, v in rank_env.items()]
         if env_entries:
             env_array = _c_strings(env_entries)
             options.env = ctypes.cast(env_array, ctypes.POINTER(ctypes.c_char_p))

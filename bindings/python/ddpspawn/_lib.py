@@ -229,6 +229,7 @@ SIGNATURES: Dict[str, Tuple[Optional[_CType], List[_CType]]] = {
         [JobPtr, POINTER(c_void_p), POINTER(c_size_t), POINTER(c_int32)],
     ),
     # Inside a worker.
+    "ddpspawn_serve_forks_if_forkserver": (c_int32, []),
     "ddpspawn_is_worker": (c_int32, []),
     "ddpspawn_worker_set_result": (_Status, [c_void_p, c_size_t]),
     "ddpspawn_worker_set_error": (_Status, [c_char_p]),

@@ -1,4 +1,5 @@
-"""The spawn start method's payload: what a fresh interpreter needs to run fn.
+"""The spawn and forkserver start methods' payload: what a fresh interpreter
+needs to run fn.
 
 The launcher writes it (:func:`write`) to a private temporary file; each
 worker reads it (:func:`read`) and rebuilds fn and its arguments
@@ -19,6 +20,8 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 from ._errors import InvalidArgumentError
 
 _FORMAT = 1  # bump when the payload's keys change
+# A forkserver's rank finds its payload's path here (a spawned rank, in argv).
+PAYLOAD_ENV = "DDPSPAWN_PYTHON_PAYLOAD"
 _MAIN_NAMES = ("__main__", "__mp_main__")  # a worker knows its main by both
 
 # True while a spawn-mode worker runs the launcher's main script.

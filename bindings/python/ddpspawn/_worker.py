@@ -1,30 +1,87 @@
-"""Entry point of a spawn-mode worker: ``python -m ddpspawn._worker PAYLOAD``.
+"""Entry points of the workers that are not forked from the launcher.
 
-The launcher starts one such interpreter per rank. It reads the payload the
-launcher wrote, imports fn, and runs it through :func:`ddpspawn._run.run_rank`.
-Nothing here may run on import: this module is executed as ``__main__``.
+``python -m ddpspawn._worker PAYLOAD``: a spawn-mode rank. The launcher starts
+one such interpreter per rank; it reads the payload the launcher wrote, imports
+fn, and runs it through :func:`ddpspawn._run.run_rank`.
+
+:func:`serve`: the forkserver, which the launcher starts once (``python -c``);
+it loads the library, then forks each rank, which runs the payload its
+environment names. Nothing here may run on import: this module is executed as
+``__main__``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
 import sys
 from typing import List
 
-from ddpspawn import _payload, _run
+from ddpspawn import _lib, _payload, _run
 
 
-def main(argv: List[str]) -> int:
-    """Runs this rank; returns the process exit code."""
-    if len(argv) != 2:
-        sys.stderr.write("usage: python -m ddpspawn._worker PAYLOAD\n")
-        return 2
+def _run_payload(path: str) -> int:
+    """Runs this rank from the payload at ``path``; returns the exit code."""
     try:
-        fn, args, backend = _payload.load_target(_payload.read(argv[1]))
+        fn, args, backend = _payload.load_target(_payload.read(path))
     except BaseException:
         code = _run.report_exception()
         _run.flush_std_streams()
         return code
     return _run.run_rank(fn, args, backend)
+
+
+def _become_rank() -> None:
+    """Makes the interpreter of a rank the server forked whole again.
+
+    The fork happened inside the library, so CPython's own after-fork work
+    (threading, locks, ``os.register_at_fork`` hooks) runs here; the library
+    gave the rank the default signal actions, so Python's own handlers (its
+    KeyboardInterrupt on SIGINT, SIGPIPE ignored) go back in place, as a
+    spawned interpreter has them; ``os.environ`` takes the rank's environment.
+    """
+    after_fork = ctypes.pythonapi.PyOS_AfterFork_Child
+    after_fork.restype = None
+    after_fork.argtypes = []
+    after_fork()
+    for number in signal.valid_signals():
+        handler = signal.getsignal(number)
+        if handler not in (None, signal.SIG_DFL):
+            signal.signal(number, handler)
+    _run._sync_environ()
+
+
+def serve(library: str) -> int:
+    """The forkserver: serves forks until the launcher goes; returns in each
+    rank with its exit code. ``library``: the path the launcher loaded, or ""."""
+    if library:
+        os.environ[_lib.LIBRARY_ENV] = library
+    try:
+        served = _lib.lib().ddpspawn_serve_forks_if_forkserver()
+    except BaseException:
+        # The server could not load the library: the launcher reports that it
+        # ended before it was ready, and this text is on its stderr.
+        return _run.report_exception()
+    if not served:
+        sys.stderr.write("ddpspawn._worker.serve runs only as a forkserver a launcher started\n")
+        return 2
+    _become_rank()
+    path = os.environ.get(_payload.PAYLOAD_ENV)
+    if not path:
+        _lib.lib().ddpspawn_worker_set_error(
+            f"the forkserver's rank has no {_payload.PAYLOAD_ENV}".encode()
+        )
+        return 1
+    return _run_payload(path)
+
+
+def main(argv: List[str]) -> int:
+    """Runs this spawned rank; returns the process exit code."""
+    if len(argv) != 2:
+        sys.stderr.write("usage: python -m ddpspawn._worker PAYLOAD\n")
+        return 2
+    return _run_payload(argv[1])
 
 
 if __name__ == "__main__":

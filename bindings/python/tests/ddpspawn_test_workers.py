@@ -88,6 +88,26 @@ def return_nothing(ctx):
     return None
 
 
+def process_facts(ctx):
+    """Who forked this rank, and whether the interpreter's signal handling is
+    its own (KeyboardInterrupt on SIGINT, SIGPIPE ignored at the C level)."""
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)  # the signal arrives at once; without a handler it kills
+        interrupted = False
+    except KeyboardInterrupt:
+        interrupted = True
+    ignored = 0
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            ignored = int(line.split()[1], 16)
+    return {
+        "parent": os.getppid(),
+        "keyboard_interrupt": interrupted,
+        "sigpipe_ignored": bool(ignored & (1 << (signal.SIGPIPE - 1))),
+    }
+
+
 def all_reduce_kinds(ctx, kinds):
     """For each kind and op: the result as a list, and whether a buffer was
     reduced in place (the returned object is the one passed in)."""

@@ -8,7 +8,7 @@ import pytest
 import ddpspawn
 import ddpspawn_test_workers as workers
 
-START_METHODS = ["spawn", "fork"]
+START_METHODS = ["spawn", "fork", "forkserver"]
 
 LIST_KINDS = ["list:int", "list:float"]
 ARRAY_KINDS = ["array:f", "array:d", "array:i", "array:l", "array:q"]

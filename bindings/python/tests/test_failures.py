@@ -11,7 +11,7 @@ import pytest
 import ddpspawn
 import ddpspawn_test_workers as workers
 
-START_METHODS = ["spawn", "fork"]
+START_METHODS = ["spawn", "fork", "forkserver"]
 
 # The other ranks of a failing job sleep 60 s (ddpspawn_test_workers.py) or
 # more: a failure reported within this bound was reported because the launcher

@@ -16,7 +16,7 @@ import pytest
 import ddpspawn
 import ddpspawn_test_workers as workers
 
-START_METHODS = ["spawn", "fork"]
+START_METHODS = ["spawn", "fork", "forkserver"]
 TESTS_DIR = Path(__file__).resolve().parent
 PACKAGE_ROOT = TESTS_DIR.parent
 
@@ -58,6 +58,23 @@ def test_each_rank_sees_its_place_and_environment(start_method):
             "extra_env": "from the launcher",
             "value": "payload",
         }
+
+
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_ranks_handle_signals_as_a_fresh_interpreter_does(start_method):
+    facts = ddpspawn.spawn(workers.process_facts, nprocs=2, start_method=start_method)
+    assert facts["keyboard_interrupt"] and facts["sigpipe_ignored"]
+
+
+def test_forkserver_ranks_come_from_one_server_that_later_calls_reuse():
+    first = ddpspawn.spawn(workers.process_facts, nprocs=2, start_method="forkserver")
+    second = ddpspawn.spawn(workers.process_facts, nprocs=2, start_method="forkserver")
+    server = first["parent"]
+    assert server != os.getpid() and second["parent"] == server
+    # An interpreter of its own (exec'd, not a fork of this one) that serves.
+    command = Path(f"/proc/{server}/cmdline").read_bytes().split(b"\0")
+    assert command[1] == b"-c" and b"_worker.serve" in command[2]
+    assert Path(f"/proc/{server}/exe").resolve() == Path(sys.executable).resolve()
 
 
 def test_fork_takes_any_callable():
@@ -111,7 +128,7 @@ def test_worker_defined_in_the_main_script(tmp_path, start_method):
     )
     out, err = launcher.communicate(timeout=120)
     assert launcher.returncode == 0, err
-    main_name = "__mp_main__" if start_method == "spawn" else "__main__"
+    main_name = "__main__" if start_method == "fork" else "__mp_main__"
     assert out.split() == ["Point", "21", main_name]
 
 

@@ -108,9 +108,13 @@ typedef struct ddpspawn_launch_options {
   int32_t nprocs;       /* number of worker processes, >= 1 */
   /* "spawn": each rank execs argv in a fresh process (default when NULL).
    * "fork":  each rank runs worker_fn in a forked child.
-   * ("forkserver", the CLI's and C++'s, is refused here.) */
+   * "forkserver": one exec of argv (the server) loads the program and its
+   *          libraries once, then forks each rank; later jobs of this
+   *          process with the same argv and environment reuse it. argv's
+   *          main() must call ddpspawn_serve_forks_if_forkserver() first. */
   const char* start_method;
-  /* spawn: program (searched on PATH) and arguments, NULL-terminated. */
+  /* spawn, forkserver: program (searched on PATH) and arguments,
+   * NULL-terminated. */
   const char* const* argv;
   /* Extra "NAME=value" entries for every rank's environment,
    * NULL-terminated; may be NULL. Applied in both start methods. */
@@ -230,6 +234,14 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_result(const ddpspawn_job* job, con
 /* ------------------------------------------------------------------------ */
 /* Inside a worker                                                          */
 /* ------------------------------------------------------------------------ */
+
+/* For the forkserver start method: the first call of a worker program's
+ * main(), before it starts threads or touches CUDA. In the server a launcher
+ * started, it serves forks and never returns (it exits with the launcher); in
+ * each rank the server forks, it returns 1, with the rank's environment and
+ * working directory; in any other process it returns 0 at once. A server
+ * that cannot serve exits with code 2 and a message on stderr. */
+DDPSPAWN_EXPORT int32_t ddpspawn_serve_forks_if_forkserver(void);
 
 /* 1 when this process was started by a ddpspawn launcher, else 0. */
 DDPSPAWN_EXPORT int32_t ddpspawn_is_worker(void);
