@@ -43,6 +43,10 @@ struct Message {
   int32_t value = 0;
 };
 
+// How many servers (of different programs, arguments or environments) a
+// process keeps for later launches.
+constexpr size_t kMaxSharedServers = 4;
+
 // A request is a 4-byte length, then the working directory and each NAME=value
 // of the environment, each ending in '\0'. Larger ones are refused.
 constexpr uint32_t kMaxRequestBytes = 16u << 20;
@@ -195,26 +199,35 @@ absl::StatusOr<std::shared_ptr<Forkserver>> Forkserver::Shared(const std::string
                                                                const std::vector<std::string>& env,
                                                                absl::Duration ready_timeout) {
   static absl::Mutex mu(absl::kConstInit);
-  // Never destroyed: the server dies with this process.
-  static auto* current = new std::shared_ptr<Forkserver>();
-  static pid_t owner = 0;  // the process whose server `current` is
+  // Never destroyed: the servers die with this process. The most recently
+  // used last.
+  static auto* servers = new std::vector<std::shared_ptr<Forkserver>>();
+  static pid_t owner = 0;  // the process whose servers these are
   std::string key =
       absl::StrCat(program, "\n", absl::StrJoin(argv, "\1"), "\n", absl::StrJoin(env, "\1"));
   absl::MutexLock lock(&mu);
   if (owner != getpid()) {
-    // A copy of another process's handle, inherited through fork: using or
-    // closing it would disturb that process's server. Left alone, for good.
-    if (*current != nullptr) new std::shared_ptr<Forkserver>(std::move(*current));
-    current->reset();
+    // Copies of another process's handles, inherited through fork: using or
+    // closing them would disturb that process's servers. Left alone, for good.
+    new std::vector<std::shared_ptr<Forkserver>>(std::move(*servers));
+    servers->clear();
     owner = getpid();
   }
-  if (*current != nullptr && (*current)->key_ == key && (*current)->alive()) return *current;
-  current->reset();  // a different or dead server: its jobs keep their handle
+  auto same = std::find_if(servers->begin(), servers->end(),
+                           [&key](const std::shared_ptr<Forkserver>& s) { return s->key_ == key; });
+  if (same != servers->end()) {
+    std::shared_ptr<Forkserver> server = std::move(*same);
+    servers->erase(same);  // a dead one is replaced; a live one moves to the end
+    if (server->alive()) return servers->emplace_back(std::move(server));
+  }
   absl::StatusOr<std::unique_ptr<Forkserver>> started =
       Start(program, argv, env, ready_timeout, std::move(key));
   if (!started.ok()) return started.status();
-  *current = std::shared_ptr<Forkserver>(std::move(*started));
-  return *current;
+  std::shared_ptr<Forkserver> server(std::move(*started));
+  servers->push_back(server);
+  // The least recently used goes; its jobs keep their handle.
+  if (servers->size() > kMaxSharedServers) servers->erase(servers->begin());
+  return server;
 }
 
 absl::StatusOr<std::unique_ptr<Forkserver>> Forkserver::Start(const std::string& program,

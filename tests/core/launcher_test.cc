@@ -294,7 +294,8 @@ TEST(LauncherSpawnTest, EnvironmentFollowsTheTorchrunContract) {
 
 // The ranks' parent is a server that is an exec of the worker program (not a
 // fork of this test), a child of this launcher, and the next launch with the
-// same program, arguments and environment reuses it.
+// same program, arguments and environment reuses it, though another
+// program's launch came between.
 TEST(LauncherForkserverTest, AnExecedServerForksTheRanksAndServesTheNextLaunchToo) {
   absl::Status status;
   std::unique_ptr<Job> first = RunJob(ForkserverSpec(3, {"parent"}), &status);
@@ -308,6 +309,12 @@ TEST(LauncherForkserverTest, AnExecedServerForksTheRanksAndServesTheNextLaunchTo
       std::filesystem::read_symlink(absl::StrCat("/proc/", server, "/exe"));
   EXPECT_EQ(exe.filename(), "test_worker") << exe;  // this test's binary is launcher_test
   for (const RankOutcome& outcome : first->outcomes()) EXPECT_EQ(outcome.state, RankState::kExited);
+
+  // Another program's arguments get a server of their own, and the first
+  // stays for its next launch.
+  std::unique_ptr<Job> other = RunJob(ForkserverSpec(2, {"parent", "other arguments"}), &status);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_NE(other->result().value_or(""), result);
 
   std::unique_ptr<Job> second = RunJob(ForkserverSpec(3, {"parent"}), &status);
   ASSERT_TRUE(status.ok()) << status;

@@ -350,6 +350,7 @@ extern "C" {
     ) -> ddpspawn_status;
 
     // Inside a worker.
+    pub fn ddpspawn_serve_forks_if_forkserver() -> i32;
     pub fn ddpspawn_is_worker() -> i32;
     pub fn ddpspawn_worker_set_result(data: *const c_void, size: usize) -> ddpspawn_status;
     pub fn ddpspawn_worker_set_error(text: *const c_char) -> ddpspawn_status;

@@ -1,5 +1,6 @@
 // The launching side: the `Launcher` builder that starts N workers (spawn a
-// program, re-run the current executable, or fork and run a closure) and the
+// program, re-run the current executable, fork them from a server program, or
+// fork and run a closure) and the
 // `Report` of how each rank ended.
 
 use std::ffi::{OsStr, OsString};
@@ -20,6 +21,8 @@ use crate::error::{c_str_to_string, check, last_error, to_c_string, Error, Resul
 /// The builder methods only record settings; every check happens in the
 /// terminal methods ([`spawn_command`](Launcher::spawn_command),
 /// [`spawn_current_exe`](Launcher::spawn_current_exe),
+/// [`forkserver_command`](Launcher::forkserver_command),
+/// [`forkserver_current_exe`](Launcher::forkserver_current_exe),
 /// [`fork`](Launcher::fork)), which return before starting any process when
 /// an argument is invalid. A `Launcher` can run any number of jobs.
 ///
@@ -40,7 +43,8 @@ use crate::error::{c_str_to_string, check, last_error, to_c_string, Error, Resul
 /// # }
 /// ```
 #[derive(Debug, Clone)]
-#[must_use = "a Launcher starts nothing until spawn_command, spawn_current_exe or fork runs it"]
+#[must_use = "a Launcher starts nothing until one of its terminal methods (spawn_command, \
+              forkserver_command, fork ...) runs it"]
 pub struct Launcher {
     nprocs: usize,
     timeout: Option<Duration>,
@@ -137,14 +141,7 @@ impl Launcher {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let mut argv = vec![to_c_string("program", program.as_ref().as_bytes())?];
-        for arg in args {
-            argv.push(to_c_string("argument", arg.as_ref().as_bytes())?);
-        }
-        let mut argv_ptrs: Vec<*const c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-        argv_ptrs.push(ptr::null());
-        let job = self.create_job(b"spawn\0", argv_ptrs.as_ptr(), None, ptr::null_mut())?;
-        run(&job)
+        self.run_program(b"spawn\0", program.as_ref(), args)
     }
 
     /// Starts every rank as the current executable
@@ -159,6 +156,52 @@ impl Launcher {
             message: format!("cannot find the current executable: {e}"),
         })?;
         self.spawn_command(exe, args)
+    }
+
+    /// Starts one server process as `program args...` (searched on `PATH`),
+    /// which forks every rank, and waits for all of them. The server loads
+    /// the program and its libraries (LibTorch) once; the ranks get spawn's
+    /// isolation from this process at close to fork's cost, and later jobs of
+    /// this process with the same program, arguments and environment fork
+    /// from the same server (it ends with the thread that started it). The program's `main` must call
+    /// [`serve_forks_if_forkserver`](crate::serve_forks_if_forkserver) first;
+    /// a program that does not is an [`Error::FailedPrecondition`] naming it.
+    pub fn forkserver_command<P, I, S>(&self, program: P, args: I) -> Result<Report>
+    where
+        P: AsRef<OsStr>,
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.run_program(b"forkserver\0", program.as_ref(), args)
+    }
+
+    /// [`forkserver_command`](Launcher::forkserver_command) with the current
+    /// executable as the server.
+    pub fn forkserver_current_exe<I, S>(&self, args: I) -> Result<Report>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let exe = std::env::current_exe().map_err(|e| Error::Internal {
+            message: format!("cannot find the current executable: {e}"),
+        })?;
+        self.forkserver_command(exe, args)
+    }
+
+    /// Runs a job whose ranks run `program args...`, started by `method`.
+    fn run_program<I, S>(&self, method: &'static [u8], program: &OsStr, args: I) -> Result<Report>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut argv = vec![to_c_string("program", program.as_bytes())?];
+        for arg in args {
+            argv.push(to_c_string("argument", arg.as_ref().as_bytes())?);
+        }
+        let mut argv_ptrs: Vec<*const c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+        argv_ptrs.push(ptr::null());
+        let job = self.create_job(method, argv_ptrs.as_ptr(), None, ptr::null_mut())?;
+        run(&job)
     }
 
     /// Forks every rank from this process; each child runs `worker(rank)`

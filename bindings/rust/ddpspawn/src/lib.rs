@@ -63,7 +63,7 @@ pub use launcher::{Launcher, RankReport, RankState, Report};
 pub use reducer::{GradBuffer, GradBufferMut, NoSync, Reducer, ReducerBuilder};
 pub use tensor::{Device, TensorReducer, TensorRef, TensorType};
 pub use trainer::{Data, RunResult, Trainer};
-pub use worker::{is_worker, set_error, set_result};
+pub use worker::{is_worker, serve_forks_if_forkserver, set_error, set_result};
 
 /// Re-export of the raw declarations.
 pub use ddpspawn_sys as sys;

@@ -7,6 +7,18 @@ use ddpspawn_sys as sys;
 
 use crate::error::{check, to_c_string, Result};
 
+/// For the forkserver start method ([`Launcher::forkserver_command`](crate::Launcher::forkserver_command)):
+/// call it first in `main`, before starting threads or touching CUDA. In the
+/// server a launcher started it serves forks and never returns (it exits
+/// with the launcher); in each rank the server forks it returns `true`, with
+/// the rank's environment and working directory; in any other process it
+/// returns `false` at once. A server that cannot serve exits with code 2.
+pub fn serve_forks_if_forkserver() -> bool {
+    // SAFETY: no arguments; it forks only in a process started as a server,
+    // whose main thread is the only one when main() calls this first.
+    unsafe { sys::ddpspawn_serve_forks_if_forkserver() != 0 }
+}
+
 /// Whether this process was started by a ddpspawn launcher (spawn or fork).
 pub fn is_worker() -> bool {
     // SAFETY: no arguments.

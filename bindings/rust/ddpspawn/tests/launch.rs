@@ -142,6 +142,53 @@ fn collectives_four_ranks() {
 }
 
 #[test]
+fn forkserver_ranks_come_from_one_server_that_a_second_job_reuses() {
+    let parent = || {
+        let report = launcher(2)
+            .forkserver_command(worker(), ["parent"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        String::from_utf8(report.into_result().unwrap()).unwrap()
+    };
+    let (first, second) = (parent(), parent());
+    assert_eq!(first, second);
+    let server: u32 = first
+        .strip_suffix(" served=true")
+        .and_then(|t| t.strip_prefix("parent="))
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("{first}"));
+    assert_ne!(server, std::process::id());
+    // The server is an exec of the fixture, not a fork of this test.
+    let exe = std::fs::read_link(format!("/proc/{server}/exe")).unwrap();
+    assert_eq!(exe, worker().canonicalize().unwrap());
+}
+
+#[test]
+fn forkserver_ranks_run_collectives_and_report_failures() {
+    let report = launcher(3)
+        .forkserver_command(worker(), ["collectives"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.result(), Some(&b"collectives ok world=3"[..]));
+    let started = Instant::now();
+    let err = launcher(2)
+        .forkserver_command(worker(), ["fail"])
+        .unwrap_err();
+    common::assert_well_before_the_sleepers(started);
+    assert_eq!(err.kind(), ErrorKind::WorkerFailed, "{err}");
+    assert!(err.message().contains("rank 1 failed on purpose"), "{err}");
+    assert_eq!(err.report().unwrap().failed_rank(), Some(1));
+}
+
+#[test]
+fn forkserver_program_that_does_not_serve_is_named() {
+    let err = launcher(2).forkserver_command("true", [""; 0]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::FailedPrecondition, "{err}");
+    assert!(
+        err.message().contains("serve_forks_if_forkserver()"),
+        "{err}"
+    );
+}
+
+#[test]
 fn two_launchers_run_one_job_of_two_nodes() {
     // Two launchers on this host, as two nodes would run them (the worker
     // fixture's `node` mode): one job of 4 ranks, whose rank 0's result both
