@@ -7,7 +7,8 @@ in place, and Gloo), what comparing every collective's call across ranks costs (
 with the comparison off), and what a bare process start that loads LibTorch costs (the floor under
 any spawned rank's launch).
 ddpspawn.torch.DistributedDataParallel (Python, ddpspawn.spawn) is measured against
-mp.spawn + PyTorch's DDP on the same model and loop.
+mp.spawn + PyTorch's DDP on the same model and loop, with each of spawn()'s start methods
+(forkserver first and prestarted, as above).
 Launch to first batch runs from the launch call in an already started launcher (ddpspawn's Job,
 or mp.spawn with torch imported) to rank 0's first finished step; ddpspawn is measured with the
 spawn start method like the reference, with fork, and with forkserver: once with the server
@@ -96,7 +97,8 @@ def main():
                    "allreduce": [], "allreduce_gloo": [], "startup": [],
                    "ddpspawn_unchecked": [], "small": [], "small_unchecked": [],
                    "small_gloo": [], "small_gloo_unchecked": [], "forkserver_cold": [],
-                   "forkserver_prestarted": []}
+                   "forkserver_prestarted": [], "python_fork": [],
+                   "python_forkserver_cold": [], "python_forkserver_prestarted": []}
         gloo = {"DDPSPAWN_SHM_ALLREDUCE": "0"}
         unchecked = ["--check-calls", "0"]
         for _ in range(args.rounds):  # interleaved, so drift hits every variant alike
@@ -104,8 +106,14 @@ def main():
             results["reference"].append(
                 run([sys.executable, REFERENCE] + w + ["--mode", "ddp"] + common))
             results["lightning"].append(run([sys.executable, LIGHTNING] + w + common))
-            results["python"].append(
-                run([sys.executable, PYTHON_DDP] + w + common, env=PYTHON_DDP_ENV))
+            python_ddp = [sys.executable, PYTHON_DDP] + w + common
+            results["python"].append(run(python_ddp, env=PYTHON_DDP_ENV))
+            results["python_fork"].append(
+                run(python_ddp + ["--start-method", "fork"], env=PYTHON_DDP_ENV))
+            python_forkserver = python_ddp + ["--start-method", "forkserver"]
+            results["python_forkserver_cold"].append(run(python_forkserver, env=PYTHON_DDP_ENV))
+            results["python_forkserver_prestarted"].append(
+                run(python_forkserver + ["--prestart", "1"], env=PYTHON_DDP_ENV))
             results["no_sync"].append(run([DDPSPAWN] + w + ["--mode", "nosync"] + common))
             # Reducer against reducer on the same transport: PyTorch's c10d::Reducer and ours,
             # both over Gloo (ours without its shared-memory all-reduce).
@@ -136,6 +144,8 @@ def main():
             ("ddpspawn", "reference", "lightning", "no_sync", "ddpspawn_fork", "startup",
              "c10d_reducer", "ddpspawn_gloo"))
         python = median_of(results["python"])
+        python_methods = {k: median_of(results["python_" + k])
+                          for k in ("fork", "forkserver_cold", "forkserver_prestarted")}
         cold, prestarted = (median_of(results[k])
                             for k in ("forkserver_cold", "forkserver_prestarted"))
         unchecked_ddp, small, small_unchecked, small_gloo, small_gloo_unchecked = (
@@ -148,6 +158,7 @@ def main():
             "reference": ref,
             "lightning": lightning,
             "python_ddp": python,
+            "python_ddp_start_methods": python_methods,
             "no_sync": ceiling,
             "ddpspawn_fork": forked,
             "forkserver_cold": cold,
@@ -184,6 +195,8 @@ def main():
                     python["launch_to_first_batch"] / ref["launch_to_first_batch"],
                 "python_steps_per_s": python["steps_per_s"] / ref["steps_per_s"],
                 "python_peak_rss": python["peak_rss_mb"] / ref["peak_rss_mb"],
+                **{f"python_{k}_{m}": v[m] / ref[m]
+                   for k, v in python_methods.items() for m in METRICS},
                 # ours over Gloo against c10d's Reducer over Gloo: the reducers alone.
                 "gloo_reducer_vs_c10d_reducer": ours_gloo["steps_per_s"] / c10d["steps_per_s"],
                 "c10d_reducer_vs_no_sync_ceiling": c10d["steps_per_s"] / ceiling["steps_per_s"],
@@ -241,6 +254,11 @@ def main():
                            q["python_steps_per_s"], p["launch_to_first_batch"],
                            q["python_launch_to_first_batch"], p["peak_rss_mb"],
                            q["python_peak_rss"]))
+        for k, m in w["python_ddp_start_methods"].items():
+            print("%-6s %-26s %10.1f steps/s (%.2fx), launch %.3f s (%.2fx), %.0f MB (%.2fx)" % (
+                "", "  Python, " + k, m["steps_per_s"], q[f"python_{k}_steps_per_s"],
+                m["launch_to_first_batch"], q[f"python_{k}_launch_to_first_batch"],
+                m["peak_rss_mb"], q[f"python_{k}_peak_rss_mb"]))
         print("%-6s %-26s %10.1f steps/s ddpspawn's, %.1f c10d::Reducer's (%.2fx; c10d's is "
               "%.2fx the no-sync ceiling)" % (
                   "", "reducers over Gloo", w["ddpspawn_gloo"]["steps_per_s"],

@@ -3,7 +3,10 @@
 workloads and loop as reference_ddp.py (mp.spawn + PyTorch's DDP), printing the same JSON object.
 
 Usage: python3 python_ddp.py --workload mlp|conv [--steps N] [--warmup N] [--nprocs N]
-       [--start-method spawn|fork]
+       [--start-method spawn|fork|forkserver] [--prestart 1]
+
+--prestart 1 (forkserver): a first launch starts the server before the measured one, as a later
+launch of the same process finds it.
 
 launch_to_first_batch runs from the ddpspawn.spawn call to rank 0's first finished step.
 """
@@ -46,6 +49,10 @@ def worker(ctx, args):
             "steps_per_s": steps_per_s, "peak_rss_mb": rss}
 
 
+def started(ctx):
+    return None
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="mlp")
@@ -53,7 +60,10 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--nprocs", type=int, default=2)
     parser.add_argument("--start-method", default="spawn")
+    parser.add_argument("--prestart", type=int, default=0)
     args = parser.parse_args()
+    if args.prestart:
+        ddpspawn.spawn(started, nprocs=args.nprocs, start_method=args.start_method)
     args.launch_time = time.time()  # the launch starts here (torch is already imported)
     result = ddpspawn.spawn(worker, args=(args,), nprocs=args.nprocs,
                             start_method=args.start_method)

@@ -25,10 +25,11 @@ if TYPE_CHECKING:  # pragma: no cover
 START_METHODS = ("spawn", "fork", "forkserver")
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 # The forkserver's program (``python -c``): argv[1] is where ddpspawn is,
-# argv[2] the library the launcher loaded ("" for the default search).
+# argv[2] the library the launcher loaded ("" for the default search), argv[3]
+# what it loads before it serves.
 _SERVER_CODE = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from ddpspawn import _worker; sys.exit(_worker.serve(sys.argv[2]))"
+    "from ddpspawn import _worker; sys.exit(_worker.serve(sys.argv[2], sys.argv[3]))"
 )
 
 
@@ -160,10 +161,11 @@ def _configure_spawn(
 def _configure_forkserver(
     options: _lib.LaunchOptions, payload_path: str, keep_alive: List[object]
 ) -> Tuple[FunctionPointer, Dict[str, str]]:
-    """Forkserver mode: one interpreter (the server) imports ddpspawn and loads
-    the library once, then forks each rank, which runs the payload named in its
-    environment (:func:`ddpspawn._worker.serve`). The server's command line
-    names no payload, so later calls of this process share it.
+    """Forkserver mode: one interpreter (the server) imports ddpspawn, loads
+    the library and this process's main script once, then forks each rank,
+    which runs the payload named in its environment
+    (:func:`ddpspawn._worker.serve`). The server's command line names no
+    payload, so later calls of this process share it.
 
     Returns the ``ddpspawn_job_start`` to call (GIL released, as for spawn) and
     the variables each rank gets.
@@ -177,6 +179,7 @@ def _configure_forkserver(
         _SERVER_CODE,
         _PACKAGE_PARENT,
         library if os.sep in library else "",
+        _payload.server_preload(),
     ])
     options.argv = ctypes.cast(argv, ctypes.POINTER(ctypes.c_char_p))
     keep_alive.append(argv)
@@ -259,10 +262,14 @@ def spawn(
             multithreaded torch CPU work before (GNU OpenMP's pool does not
             survive fork), fn's own multithreaded torch work hangs; use
             "spawn" or "forkserver" there. "forkserver" starts one fresh
-            interpreter (the server) that imports ddpspawn and loads its
-            library, then forks every rank from it: spawn's isolation from
-            this process, and later calls with the same environment fork
-            from the same server without loading anything again.
+            interpreter (the server) that loads ddpspawn's library and this
+            process's main script (as ``__mp_main__``, like a spawned rank;
+            so its imports, torch say, are loaded once), then forks every rank
+            from it: spawn's isolation from this process, and later calls
+            with the same environment and ``sys.path`` fork from the same
+            server without loading anything again. As with
+            multiprocessing's forkserver, the main script must not start
+            threads or initialize CUDA at import.
         timeout: whole-job limit in seconds; None for none.
         grace_period: seconds between SIGTERM and SIGKILL for the other ranks
             once one failed.

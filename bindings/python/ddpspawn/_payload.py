@@ -9,6 +9,7 @@ never pickled by value, so it must be importable from the worker.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import runpy
@@ -26,6 +27,8 @@ _MAIN_NAMES = ("__main__", "__mp_main__")  # a worker knows its main by both
 
 # True while a spawn-mode worker runs the launcher's main script.
 _loading_main = False
+# A forkserver's rank: the main its server loaded (main_path or main_module).
+_preloaded_main: Optional[Dict[str, str]] = None
 
 
 def loading_main() -> bool:
@@ -48,6 +51,37 @@ def _main_module_source() -> Dict[str, str]:
         "session or stdin), so spawned workers cannot load it; define fn in a "
         "module or use start_method='fork'"
     )
+
+
+def server_preload() -> str:
+    """What a forkserver loads before it serves, as JSON: this process's
+    ``sys.path`` and its main script or module (as multiprocessing's
+    forkserver does), so that ranks fork with the main's imports (torch, say)
+    already loaded."""
+    preload: Dict[str, Any] = {"sys_path": list(sys.path)}
+    try:
+        preload.update(_main_module_source())
+    except InvalidArgumentError:
+        pass  # an interactive main: nothing to load
+    return json.dumps(preload)
+
+
+def preload(text: str) -> None:
+    """In a forkserver: loads what :func:`server_preload` described. A main
+    that fails to load is left to the ranks, which load it again and report
+    the error as their own."""
+    global _preloaded_main
+    description = json.loads(text)
+    sys.path[:] = description["sys_path"]
+    source = {k: v for k, v in description.items() if k in ("main_path", "main_module")}
+    if not source:
+        return
+    try:
+        _load_main(source)
+    except BaseException:  # SystemExit too: the script is not the server's to end
+        sys.modules.pop("__mp_main__", None)
+        return
+    _preloaded_main = source
 
 
 def _lookup(module_name: str, qualname: str) -> Any:
@@ -153,7 +187,9 @@ def load_target(payload: Dict[str, Any]) -> Tuple[Callable[..., Any], Tuple[Any,
     """
     sys.path[:] = payload["sys_path"]
     if payload["module"] in _MAIN_NAMES:
-        _load_main(payload)
+        source = {k: v for k, v in payload.items() if k in ("main_path", "main_module")}
+        if source != _preloaded_main:
+            _load_main(payload)
     else:
         __import__(payload["module"])
     fn = _lookup(payload["module"], payload["qualname"])

@@ -52,13 +52,17 @@ def _become_rank() -> None:
     _run._sync_environ()
 
 
-def serve(library: str) -> int:
+def serve(library: str, preload: str) -> int:
     """The forkserver: serves forks until the launcher goes; returns in each
-    rank with its exit code. ``library``: the path the launcher loaded, or ""."""
+    rank with its exit code. ``library``: the path the launcher loaded, or "";
+    ``preload``: what to load first (:func:`ddpspawn._payload.server_preload`)."""
     if library:
         os.environ[_lib.LIBRARY_ENV] = library
     try:
-        served = _lib.lib().ddpspawn_serve_forks_if_forkserver()
+        lib = _lib.lib()
+        if os.environ.get("DDPSPAWN_FORKSERVER_FD"):  # only a server preloads
+            _payload.preload(preload)
+        served = lib.ddpspawn_serve_forks_if_forkserver()
     except BaseException:
         # The server could not load the library: the launcher reports that it
         # ended before it was ready, and this text is on its stderr.

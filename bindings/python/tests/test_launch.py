@@ -132,6 +132,31 @@ def test_worker_defined_in_the_main_script(tmp_path, start_method):
     assert out.split() == ["Point", "21", main_name]
 
 
+def test_forkserver_loads_the_main_script_once_for_every_later_launch(tmp_path):
+    # The server loads the main script (and so its imports) before it serves;
+    # its ranks, forked from it, do not load it again.
+    launcher = run_script(
+        tmp_path,
+        """
+        import os, ddpspawn
+        with open("loads.txt", "a") as loads:
+            loads.write(__name__ + "\\n")
+
+        def work(ctx):
+            return os.getppid()
+
+        if __name__ == "__main__":
+            first = ddpspawn.spawn(work, nprocs=2, start_method="forkserver")
+            second = ddpspawn.spawn(work, nprocs=2, start_method="forkserver")
+            print(first == second)
+        """,
+    )
+    out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, err
+    assert out.split() == ["True"]
+    assert (tmp_path / "loads.txt").read_text().split() == ["__main__", "__mp_main__"]
+
+
 @pytest.mark.parametrize("start_method", START_METHODS)
 def test_two_launchers_run_one_job_of_two_nodes(tmp_path, start_method):
     # Two launchers on this host, as two nodes would run them: one job of 4
@@ -175,17 +200,18 @@ def test_node_options_are_checked_before_any_process_starts():
         ddpspawn.spawn(workers.return_nothing, nprocs=2, nnodes=2, node_rank=1)
 
 
-def test_main_script_without_name_guard_is_explained(tmp_path):
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_main_script_without_name_guard_is_explained(tmp_path, start_method):
     launcher = run_script(
         tmp_path,
-        """
+        f"""
         import ddpspawn
 
         def work(ctx):
             return ctx.rank
 
         try:
-            ddpspawn.spawn(work, nprocs=1)
+            ddpspawn.spawn(work, nprocs=1, start_method={start_method!r})
         except ddpspawn.WorkerFailedError as error:
             print(error)
         """,
