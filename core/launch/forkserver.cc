@@ -203,8 +203,11 @@ absl::StatusOr<std::shared_ptr<Forkserver>> Forkserver::Shared(const std::string
   // used last.
   static auto* servers = new std::vector<std::shared_ptr<Forkserver>>();
   static pid_t owner = 0;  // the process whose servers these are
-  std::string key =
-      absl::StrCat(program, "\n", absl::StrJoin(argv, "\1"), "\n", absl::StrJoin(env, "\1"));
+  // A server dies with the thread that started it (PR_SET_PDEATHSIG), so only
+  // that thread's launches share it: another's job would die with a thread it
+  // does not know.
+  std::string key = absl::StrCat(program, "\n", absl::StrJoin(argv, "\1"), "\n",
+                                 absl::StrJoin(env, "\1"), "\n", gettid());
   absl::MutexLock lock(&mu);
   if (owner != getpid()) {
     // Copies of another process's handles, inherited through fork: using or
@@ -291,8 +294,8 @@ absl::StatusOr<std::unique_ptr<Forkserver>> Forkserver::Start(const std::string&
   return absl::FailedPreconditionError(absl::StrCat(
       "the forkserver ('", program, "', pid ", pid,
       ") ended before it was ready: the program's main() must call "
-      "ddpspawn::ServeForksIfForkserver() (C: ddpspawn_serve_forks_if_forkserver()) before "
-      "anything else (see its stderr above)"));
+      "ddpspawn::ServeForksIfForkserver() (C: ddpspawn_serve_forks_if_forkserver(); Rust: "
+      "ddpspawn::serve_forks_if_forkserver()) before anything else (see its stderr above)"));
 }
 
 Forkserver::Forkserver(int fd, pid_t pid, std::string key)

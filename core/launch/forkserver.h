@@ -11,11 +11,12 @@
 // any other process it returns at once.
 //
 // The launcher's side: Forkserver::Shared() starts one server per program,
-// arguments and environment, and a later launch of this process with the
-// same three reuses it (a restart after a failure, the next fit); the four
-// most recently used are kept. A server serves until this process ends, or
-// until the thread that started it ends (PR_SET_PDEATHSIG); its ranks die
-// with it. A server found dead is replaced at the next launch.
+// arguments, environment and launching thread, and a later launch of that
+// thread with the same three reuses it (a restart after a failure, the next
+// fit); the four most recently used are kept. A server serves until the
+// thread that started it ends (PR_SET_PDEATHSIG; so only that thread's
+// launches share it), and its ranks die with it. A server found dead is
+// replaced at the next launch.
 //
 // Protocol, on a Unix stream socket pair: the launcher sends one request per
 // rank (its working directory and environment); the server answers with the
@@ -58,7 +59,7 @@ struct ForkedRankEnd {
 class Forkserver {
  public:
   // The running server for `program` run with `argv` (argv[0] included) and
-  // `env` (NAME=value, the whole environment) that this process started, or a
+  // `env` (NAME=value, the whole environment) that this thread started, or a
   // new one, started and
   // ready within `ready_timeout`. FailedPrecondition when the program exits or
   // closes the socket before it serves (its main() does not call

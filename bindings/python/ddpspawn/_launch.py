@@ -263,13 +263,14 @@ def spawn(
             survive fork), fn's own multithreaded torch work hangs; use
             "spawn" or "forkserver" there. "forkserver" starts one fresh
             interpreter (the server) that loads ddpspawn's library and this
-            process's main script (as ``__mp_main__``, like a spawned rank;
-            so its imports, torch say, are loaded once), then forks every rank
-            from it: spawn's isolation from this process, and later calls
-            with the same environment and ``sys.path`` fork from the same
-            server without loading anything again. As with
-            multiprocessing's forkserver, the main script must not start
-            threads or initialize CUDA at import.
+            process's main script (a file, as ``__mp_main__``; so its
+            imports, torch say, are loaded once), then forks every rank from
+            it: spawn's isolation from this process, and later calls from
+            this thread with the same nprocs, environment and ``sys.path``
+            fork from the same server without loading anything again. As
+            with multiprocessing's forkserver, the main script's top level
+            runs once, in the server, without the ranks' variables, and must
+            not start threads or initialize CUDA.
         timeout: whole-job limit in seconds; None for none.
         grace_period: seconds between SIGTERM and SIGKILL for the other ranks
             once one failed.

@@ -48,21 +48,23 @@ def _main_module_source() -> Dict[str, str]:
         return {"main_path": os.path.abspath(path)}
     raise InvalidArgumentError(
         "fn is defined in __main__, but __main__ has no file (interactive "
-        "session or stdin), so spawned workers cannot load it; define fn in a "
+        "session or stdin), so spawned or forkserver workers cannot load it; define fn in a "
         "module or use start_method='fork'"
     )
 
 
 def server_preload() -> str:
     """What a forkserver loads before it serves, as JSON: this process's
-    ``sys.path`` and its main script or module (as multiprocessing's
-    forkserver does), so that ranks fork with the main's imports (torch, say)
-    already loaded."""
+    ``sys.path`` and its main script (a file; as multiprocessing's forkserver
+    does), so that ranks fork with the script's imports (torch, say) already
+    loaded. A main run as ``python -m`` is left to the ranks."""
     preload: Dict[str, Any] = {"sys_path": list(sys.path)}
     try:
-        preload.update(_main_module_source())
+        source = _main_module_source()
     except InvalidArgumentError:
-        pass  # an interactive main: nothing to load
+        source = {}  # an interactive main: nothing to load
+    if "main_path" in source:
+        preload.update(source)
     return json.dumps(preload)
 
 
@@ -73,7 +75,7 @@ def preload(text: str) -> None:
     global _preloaded_main
     description = json.loads(text)
     sys.path[:] = description["sys_path"]
-    source = {k: v for k, v in description.items() if k in ("main_path", "main_module")}
+    source = {k: v for k, v in description.items() if k == "main_path"}
     if not source:
         return
     try:
@@ -100,7 +102,7 @@ def describe(fn: Callable[..., Any]) -> Dict[str, str]:
     module_name = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", None)
     advice = (
-        "the spawn start method imports fn by module and name in each worker, "
+        "the spawn and forkserver start methods import fn by module and name in each worker, "
         "so it must be a function defined at the top level of a module; use "
         "start_method='fork' or move it"
     )
@@ -136,7 +138,7 @@ def write(
         pickled_args = pickle.dumps(tuple(args))
     except Exception as error:
         raise InvalidArgumentError(
-            f"the spawn start method pickles args, and they cannot be pickled: "
+            f"the spawn and forkserver start methods pickle args, and they cannot be pickled: "
             f"{error}"
         ) from error
     payload.update(

@@ -12,6 +12,7 @@ environment names. Nothing here may run on import: this module is executed as
 
 from __future__ import annotations
 
+import _imp
 import ctypes
 import os
 import signal
@@ -19,6 +20,9 @@ import sys
 from typing import List
 
 from ddpspawn import _lib, _payload, _run
+
+# The launcher's socket in a forkserver (the library's kForkserverFdEnv).
+_SERVER_FD_ENV = "DDPSPAWN_FORKSERVER_FD"
 
 
 def _run_payload(path: str) -> int:
@@ -41,6 +45,9 @@ def _become_rank() -> None:
     KeyboardInterrupt on SIGINT, SIGPIPE ignored) go back in place, as a
     spawned interpreter has them; ``os.environ`` takes the rank's environment.
     """
+    # PyOS_AfterFork_Child expects the import lock that PyOS_BeforeFork takes
+    # (3.13 and later release it; earlier versions reset it): take it here.
+    _imp.acquire_lock()
     after_fork = ctypes.pythonapi.PyOS_AfterFork_Child
     after_fork.restype = None
     after_fork.argtypes = []
@@ -52,6 +59,22 @@ def _become_rank() -> None:
     _run._sync_environ()
 
 
+def _preload(preload: str) -> None:
+    """Loads what the server loads before it serves (only in a server). The
+    main script's code must not reach the launcher's socket: a child it
+    starts neither inherits the descriptor nor sees the variable."""
+    fd_text = os.environ.get(_SERVER_FD_ENV)
+    if not fd_text:
+        return
+    os.set_inheritable(int(fd_text), False)
+    del os.environ[_SERVER_FD_ENV]
+    try:
+        _payload.preload(preload)
+    finally:
+        _run.flush_std_streams()  # else every rank prints it again
+        os.environ[_SERVER_FD_ENV] = fd_text
+
+
 def serve(library: str, preload: str) -> int:
     """The forkserver: serves forks until the launcher goes; returns in each
     rank with its exit code. ``library``: the path the launcher loaded, or "";
@@ -60,8 +83,7 @@ def serve(library: str, preload: str) -> int:
         os.environ[_lib.LIBRARY_ENV] = library
     try:
         lib = _lib.lib()
-        if os.environ.get("DDPSPAWN_FORKSERVER_FD"):  # only a server preloads
-            _payload.preload(preload)
+        _preload(preload)
         served = lib.ddpspawn_serve_forks_if_forkserver()
     except BaseException:
         # The server could not load the library: the launcher reports that it

@@ -133,14 +133,15 @@ def test_worker_defined_in_the_main_script(tmp_path, start_method):
 
 
 def test_forkserver_loads_the_main_script_once_for_every_later_launch(tmp_path):
-    # The server loads the main script (and so its imports) before it serves;
-    # its ranks, forked from it, do not load it again.
+    # The server loads the main script (and so its imports) before it serves,
+    # hiding its socket from the script; its ranks, forked from it, do not
+    # load it again.
     launcher = run_script(
         tmp_path,
         """
         import os, ddpspawn
         with open("loads.txt", "a") as loads:
-            loads.write(__name__ + "\\n")
+            loads.write(__name__ + " " + os.environ.get("DDPSPAWN_FORKSERVER_FD", "-") + "\\n")
 
         def work(ctx):
             return os.getppid()
@@ -154,7 +155,7 @@ def test_forkserver_loads_the_main_script_once_for_every_later_launch(tmp_path):
     out, err = launcher.communicate(timeout=120)
     assert launcher.returncode == 0, err
     assert out.split() == ["True"]
-    assert (tmp_path / "loads.txt").read_text().split() == ["__main__", "__mp_main__"]
+    assert (tmp_path / "loads.txt").read_text().split("\n") == ["__main__ -", "__mp_main__ -", ""]
 
 
 @pytest.mark.parametrize("start_method", START_METHODS)

@@ -117,7 +117,7 @@ typedef struct ddpspawn_launch_options {
    * NULL-terminated. */
   const char* const* argv;
   /* Extra "NAME=value" entries for every rank's environment,
-   * NULL-terminated; may be NULL. Applied in both start methods. */
+   * NULL-terminated; may be NULL. Applied in every start method. */
   const char* const* env;
   ddpspawn_worker_fn worker_fn;         /* fork */
   void* user_data;                      /* passed to worker_fn */

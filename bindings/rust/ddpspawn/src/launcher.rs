@@ -87,7 +87,7 @@ impl Launcher {
         self
     }
 
-    /// Adds `key=value` to every rank's environment (both start methods). A
+    /// Adds `key=value` to every rank's environment (every start method). A
     /// later call with the same key replaces the value. An empty key, a key
     /// with `=`, or a NUL byte in either is an [`Error::InvalidArgument`]
     /// from the terminal method.

@@ -19,7 +19,7 @@ pub fn serve_forks_if_forkserver() -> bool {
     unsafe { sys::ddpspawn_serve_forks_if_forkserver() != 0 }
 }
 
-/// Whether this process was started by a ddpspawn launcher (spawn or fork).
+/// Whether this process was started by a ddpspawn launcher (any start method).
 pub fn is_worker() -> bool {
     // SAFETY: no arguments.
     unsafe { sys::ddpspawn_is_worker() != 0 }
