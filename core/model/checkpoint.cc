@@ -70,6 +70,11 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
     for (const auto& [name, callback_state] : state.callback_states) {
       archive.write(absl::StrCat(kCallbackPrefix, name), c10::IValue(callback_state));
     }
+    if (state.epoch_loss_batches > 0) {
+      archive.write("epoch_loss.batches", c10::IValue(state.epoch_loss_batches));
+      archive.write("epoch_loss.sum_per_rank",
+                    at::tensor(state.epoch_loss_sum_per_rank, at::kDouble));
+    }
     std::ostringstream out;
     archive.save_to(out);
     bytes = SealCheckpoint(out.str());
@@ -189,6 +194,17 @@ absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module
       at::Tensor rng;
       if (!archive.try_read(absl::StrCat("rng.cpu.", state->cpu_rng_per_rank.size()), rng)) break;
       state->cpu_rng_per_rank.push_back(rng.cpu());
+    }
+    // Absent (saved at an epoch's end, or by an earlier version): none.
+    state->epoch_loss_batches = 0;
+    state->epoch_loss_sum_per_rank.clear();
+    at::Tensor sums;
+    if (archive.try_read("epoch_loss.batches", value) && value.isInt() &&
+        archive.try_read("epoch_loss.sum_per_rank", sums)) {
+      at::Tensor flat = sums.to(at::kCPU, at::kDouble).contiguous().view(-1);
+      state->epoch_loss_sum_per_rank.assign(flat.data_ptr<double>(),
+                                            flat.data_ptr<double>() + flat.numel());
+      state->epoch_loss_batches = value.toInt();
     }
     state->callback_states.clear();
     for (const std::string& key : archive.keys()) {

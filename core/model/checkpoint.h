@@ -32,6 +32,11 @@ struct TrainingState {
   int64_t grad_scale_growth_tracker = 0;
   // Each fit callback's state (Callback::OnSaveCheckpoint), by its name.
   std::map<std::string, std::string> callback_states;
+  // Saved mid-epoch: each rank's training losses of the epoch so far, summed
+  // (indexed by rank), over epoch_loss_batches batches each; a fit resumed
+  // there reports the whole epoch's train_loss_epoch, not only its own part.
+  std::vector<double> epoch_loss_sum_per_rank;
+  int64_t epoch_loss_batches = 0;
 };
 
 // `optimizer` may be null (model only).

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <thread>
@@ -321,6 +322,13 @@ absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Opti
                                      TrainingState state, const std::string& path) {
   ASSIGN_OR_RETURN(std::vector<at::Tensor> rng, GatherRngStates(strategy_));
   state.cpu_rng_per_rank = std::move(rng);
+  if (state.epoch_loss_batches > 0) {  // the same on every rank: they step together
+    ASSIGN_OR_RETURN(at::Tensor sums,
+                     strategy_.AllGather(at::tensor(state.epoch_loss_sum_per_rank, at::kDouble)));
+    at::Tensor flat = sums.to(at::kCPU).contiguous().view(-1);
+    state.epoch_loss_sum_per_rank.assign(flat.data_ptr<double>(),
+                                         flat.data_ptr<double>() + flat.numel());
+  }
   for (const std::shared_ptr<Callback>& callback : options_.callbacks) {
     std::string callback_state = callback->OnSaveCheckpoint();
     if (!callback_state.empty())
@@ -406,6 +414,17 @@ struct Trainer::FitRun {
   absl::Time epoch_start;
   double epoch_loss = 0, window_loss = 0;  // the window: since the last logged step
   int64_t epoch_batches = 0, window_batches = 0;
+
+  // `state` as a checkpoint keeps it: mid-epoch, with this rank's loss of the
+  // epoch so far (Trainer::SaveCheckpoint gathers every rank's).
+  TrainingState ToSave() const {
+    TrainingState saved = state;
+    if (state.batch_in_epoch > 0 && epoch_batches > 0) {
+      saved.epoch_loss_sum_per_rank = {epoch_loss};
+      saved.epoch_loss_batches = epoch_batches;
+    }
+    return saved;
+  }
 };
 
 // The callbacks' view of a FitRun (callback.h).
@@ -453,7 +472,7 @@ class Trainer::FitContext : public CallbackContext {
     return trainer_.Log(run_.epoch, run_.state.global_step, name, value);
   }
   absl::Status SaveCheckpoint(const std::string& path) override {
-    return trainer_.SaveCheckpoint(*run_.module, run_.optimizer.get(), run_.state, path);
+    return trainer_.SaveCheckpoint(*run_.module, run_.optimizer.get(), run_.ToSave(), path);
   }
   absl::Status RemoveCheckpoint(const std::string& path) override {
     return trainer_.strategy_.RemoveCheckpoint(path);
@@ -595,6 +614,20 @@ absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train) {
   run.epoch_start = absl::Now();
   run.epoch_loss = run.window_loss = 0;
   run.epoch_batches = run.window_batches = 0;
+  if (run.state.batch_in_epoch > 0 && run.state.epoch_loss_batches > 0) {
+    // Resumed mid-epoch: the epoch's losses before the checkpoint count too.
+    // Another number of ranks than saved them: each takes their mean (the
+    // epoch's mean over ranks stays the same).
+    const std::vector<double>& sums = run.state.epoch_loss_sum_per_rank;
+    const int rank = strategy_.global_rank();
+    run.epoch_loss = static_cast<int>(sums.size()) == strategy_.world_size()
+                         ? sums[rank]
+                         : std::accumulate(sums.begin(), sums.end(), 0.0) /
+                               static_cast<double>(std::max<size_t>(sums.size(), 1));
+    run.epoch_batches = run.state.epoch_loss_batches;
+  }
+  run.state.epoch_loss_sum_per_rank.clear();
+  run.state.epoch_loss_batches = 0;
   if (run.config.step_lr_every > 0) {
     const int64_t decays = epoch / run.config.step_lr_every;  // StepLR: whole periods only
     const double lr =
@@ -689,7 +722,7 @@ absl::StatusOr<bool> Trainer::AfterOptimizerStep(FitRun& run, int64_t batch, dou
     // Within the epoch (its end writes one anyway): finite weights only.
     RETURN_IF_ERROR(
         run.watch.Reduce(strategy_, 0.0, &run.parameters, run.epoch, state.global_step).status());
-    RETURN_IF_ERROR(SaveCheckpoint(*run.module, run.optimizer.get(), state, run.checkpoint));
+    RETURN_IF_ERROR(SaveCheckpoint(*run.module, run.optimizer.get(), run.ToSave(), run.checkpoint));
     run.watch.Saved(std::filesystem::absolute(run.checkpoint).string());
   }
   if (run.bar) {
@@ -742,7 +775,7 @@ absl::Status Trainer::EndEpoch(FitRun& run, const Dataset* validation) {
   if (epoch_done) {
     RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnTrainEpochEnd(*run.context); }));
   }
-  RETURN_IF_ERROR(SaveCheckpoint(*run.module, run.optimizer.get(), state, run.checkpoint));
+  RETURN_IF_ERROR(SaveCheckpoint(*run.module, run.optimizer.get(), run.ToSave(), run.checkpoint));
   run.watch.Saved(std::filesystem::absolute(run.checkpoint).string());
   if (options_.enable_progress && strategy_.is_global_zero()) {
     std::string stopped;

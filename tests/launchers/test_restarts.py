@@ -7,7 +7,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import List
+from typing import Dict, List
 
 import pytest
 
@@ -30,6 +30,14 @@ def logged_steps(root: Path) -> List[int]:
     except FileNotFoundError:
         return []
     return [int(row.split(",")[1]) for row in rows if ",train_loss," in row]
+
+
+def epoch_losses(root: Path) -> Dict[int, str]:
+    """Each epoch's train_loss_epoch at its last step, as logged (the last line
+    for a step wins)."""
+    rows = (root / "metrics.csv").read_text().splitlines()[1:]
+    return {int(row.split(",")[1]): row.split(",")[3]
+            for row in rows if ",train_loss_epoch," in row and int(row.split(",")[1]) % 250 == 0}
 
 
 def wait_for_steps(process: subprocess.Popen, root: Path, count: int) -> None:
@@ -77,6 +85,8 @@ def test_a_killed_rank_resumes_to_the_same_weights(tmp_path, uninterrupted, afte
     # Bit-identical weights: their loss on the training set agrees to every
     # digit.
     assert evaluate(got["checkpoint"], train, MODEL) == want_metrics
+    # The resumed epoch's loss counts the batches before the checkpoint too.
+    assert epoch_losses(root) == epoch_losses(train.parent / "logs")
 
 
 def test_forkserver_trains_like_spawn_and_restarts_from_the_same_server(tmp_path, uninterrupted):
@@ -178,6 +188,9 @@ def test_sigusr1_in_a_slurm_job_checkpoints_and_a_requeued_run_continues(tmp_pat
     steps = logged_steps(root)
     assert steps.count(1) == 1 and len(steps) == 750  # no step ran twice
     assert evaluate(got["checkpoint"], train, MODEL) == want_metrics
+    # The stopped epoch's loss (at its end, in the requeued run) is the whole
+    # epoch's, as in the uninterrupted run.
+    assert epoch_losses(root) == epoch_losses(train.parent / "logs")
 
 
 def test_without_slurm_sigusr1_keeps_its_default_action(tmp_path, uninterrupted):
