@@ -581,17 +581,23 @@ static void check_long_error(void) {
   free(backend);
 }
 
-/* The pid of the process that forked rank 0 of a forkserver job of 2 ranks
- * running `argv`; 0 when the job failed. */
-static long forkserver_parent(const char* const* argv) {
+/* A forkserver job of 2 ranks running `argv`; NULL when it cannot be created. */
+static ddpspawn_job* forkserver_job(const char* const* argv) {
   ddpspawn_launch_options options = DDPSPAWN_LAUNCH_OPTIONS_INIT;
   options.nprocs = 2;
   options.start_method = "forkserver";
   options.argv = argv;
   options.timeout_s = 60;
   ddpspawn_job* job = NULL;
-  long parent = 0;
   CHECK(ddpspawn_job_create(&options, &job) == DDPSPAWN_OK);
+  return job;
+}
+
+/* The pid of the process that forked rank 0 of a forkserver job of 2 ranks
+ * running `argv`; 0 when the job failed. */
+static long forkserver_parent(const char* const* argv) {
+  long parent = 0;
+  ddpspawn_job* job = forkserver_job(argv);
   if (job == NULL) return 0;
   if (ddpspawn_job_run(job) == DDPSPAWN_OK) {
     const void* data = NULL;
@@ -620,22 +626,14 @@ static void check_forkserver(const char* self) {
   CHECK(second == first); /* the same server, still serving */
 
   const char* worker_argv[] = {self, "worker", NULL};
-  ddpspawn_launch_options options = DDPSPAWN_LAUNCH_OPTIONS_INIT;
-  options.nprocs = 2;
-  options.start_method = "forkserver";
-  options.argv = worker_argv;
-  options.timeout_s = 60;
-  ddpspawn_job* job = NULL;
-  CHECK(ddpspawn_job_create(&options, &job) == DDPSPAWN_OK);
-  CHECK(ddpspawn_job_run(job) == DDPSPAWN_OK);
-  check_result(job, "sum=3 world=2");
+  ddpspawn_job* job = forkserver_job(worker_argv);
+  CHECK(job != NULL && ddpspawn_job_run(job) == DDPSPAWN_OK);
+  if (job != NULL) check_result(job, "sum=3 world=2");
   ddpspawn_job_destroy(job);
 
   const char* no_server[] = {"true", NULL};
-  options.argv = no_server;
-  job = NULL;
-  CHECK(ddpspawn_job_create(&options, &job) == DDPSPAWN_OK);
-  CHECK(ddpspawn_job_run(job) == DDPSPAWN_ERR_FAILED_PRECONDITION);
+  job = forkserver_job(no_server);
+  CHECK(job != NULL && ddpspawn_job_run(job) == DDPSPAWN_ERR_FAILED_PRECONDITION);
   CHECK(strstr(ddpspawn_last_error(), "ddpspawn_serve_forks_if_forkserver()") != NULL);
   ddpspawn_job_destroy(job);
 }

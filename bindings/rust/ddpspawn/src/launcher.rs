@@ -152,18 +152,16 @@ impl Launcher {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let exe = std::env::current_exe().map_err(|e| Error::Internal {
-            message: format!("cannot find the current executable: {e}"),
-        })?;
-        self.spawn_command(exe, args)
+        self.spawn_command(current_exe()?, args)
     }
 
     /// Starts one server process as `program args...` (searched on `PATH`),
     /// which forks every rank, and waits for all of them. The server loads
     /// the program and its libraries (LibTorch) once; the ranks get spawn's
     /// isolation from this process at close to fork's cost, and later jobs of
-    /// this process with the same program, arguments and environment fork
-    /// from the same server (it ends with the thread that started it). The program's `main` must call
+    /// this thread with the same program, arguments and environment fork from
+    /// the same server (it ends with the thread that started it). The
+    /// program's `main` must call
     /// [`serve_forks_if_forkserver`](crate::serve_forks_if_forkserver) first;
     /// a program that does not is an [`Error::FailedPrecondition`] naming it.
     pub fn forkserver_command<P, I, S>(&self, program: P, args: I) -> Result<Report>
@@ -182,10 +180,7 @@ impl Launcher {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let exe = std::env::current_exe().map_err(|e| Error::Internal {
-            message: format!("cannot find the current executable: {e}"),
-        })?;
-        self.forkserver_command(exe, args)
+        self.forkserver_command(current_exe()?, args)
     }
 
     /// Runs a job whose ranks run `program args...`, started by `method`.
@@ -313,6 +308,13 @@ impl Launcher {
             message: "ddpspawn_job_create returned OK and no job".to_string(),
         })
     }
+}
+
+/// This process's executable, for the `*_current_exe` launches.
+fn current_exe() -> Result<std::path::PathBuf> {
+    std::env::current_exe().map_err(|e| Error::Internal {
+        message: format!("cannot find the current executable: {e}"),
+    })
 }
 
 /// Owns a `ddpspawn_job`.
