@@ -136,9 +136,10 @@ absl::Status FinishNode(ddpspawn_job& job, const absl::Status& waited, bool rank
   if (!waited.ok()) {
     std::string unreported;
     job.failure_shared = true;
-    return rendezvous.ShareFailure(waited, job.job->failed_at().value_or(absl::Now()),
-                                   ranks_ran ? job.node_options->timeout : absl::Seconds(1),
-                                   &unreported);
+    return rendezvous.ShareFailure(
+        waited, job.job->failed_at().value_or(absl::Now()),
+        ranks_ran ? job.node_options->timeout : ddpspawn::NodeRendezvous::kNoRanksWait,
+        &unreported);
   }
   const std::optional<std::string>& own = job.job->result();
   ASSIGN_OR_RETURN(

@@ -69,6 +69,9 @@ class NodeRendezvous {
   // (node 0's launcher ended) is ignored.
   absl::Status ShareFailure(const absl::Status& status, absl::Time failed_at, absl::Duration wait,
                             std::string* unreported);
+  // ShareFailure()'s `wait` when this node's ranks never started: the other
+  // nodes' ranks would wait to form their group until its timeout.
+  static constexpr absl::Duration kNoRanksWait = absl::Seconds(1);
   // After this node's ranks ended well: node 0 hands `result` (rank 0's) to
   // the other nodes and keeps the store up to `wait` until each has read it
   // (or is gone); the others wait up to `wait` for it while node 0's launcher

@@ -124,9 +124,6 @@ Backend DDPSpawnStrategy::process_group_backend() const {
   return root_device().is_cuda() ? Backend::kNccl : Backend::kGloo;
 }
 
-// How long a node whose ranks never started waits for the others' word.
-constexpr absl::Duration kNoRanksWait = absl::Seconds(1);
-
 absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   last_failed_rank_ = -1;
   last_outcomes_.clear();
@@ -199,8 +196,9 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
           job.ok() ? (*job)->failed_at().value_or(absl::Now()) : absl::Now();
       // The other nodes' ranks end soon after this node's; when this node's
       // never ran, theirs wait to form their group until its timeout.
-      return rendezvous_->ShareFailure(
-          waited, failed_at, ranks_ran ? options_.timeout : kNoRanksWait, &restart_refusal_);
+      return rendezvous_->ShareFailure(waited, failed_at,
+                                       ranks_ran ? options_.timeout : NodeRendezvous::kNoRanksWait,
+                                       &restart_refusal_);
     }
     // Every node returns rank 0's result, which node 0 hands over; should
     // node 0's ranks fail after this node's ended, the nodes may restart

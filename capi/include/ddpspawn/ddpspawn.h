@@ -109,8 +109,9 @@ typedef struct ddpspawn_launch_options {
   /* "spawn": each rank execs argv in a fresh process (default when NULL).
    * "fork":  each rank runs worker_fn in a forked child.
    * "forkserver": one exec of argv (the server) loads the program and its
-   *          libraries once, then forks each rank; later jobs of this
-   *          process with the same argv and environment reuse it. argv's
+   *          libraries once, then forks each rank; later jobs started
+   *          from the same thread with the same argv and environment reuse
+   *          it (it ends with that thread). argv's
    *          main() must call ddpspawn_serve_forks_if_forkserver() first. */
   const char* start_method;
   /* spawn, forkserver: program (searched on PATH) and arguments,
