@@ -1,7 +1,8 @@
 // Joining a c10d process group, the steps ProcessGroup::Create takes: the store the ranks meet
 // in (a launcher's file store, a TCPStore, or in memory for one rank), the network device Gloo
 // binds to, the wait until every rank has its group, and the negotiation of the shared-memory
-// collectives. Internal to core/comm. Free functions; each call is independent of the others.
+// collectives (of the job, or of each node). Internal to core/comm. Free functions; each call is
+// independent of the others.
 #ifndef DDPSPAWN_CORE_COMM_GROUP_JOIN_H_
 #define DDPSPAWN_CORE_COMM_GROUP_JOIN_H_
 
@@ -44,6 +45,17 @@ void WaitUntilEveryRankJoined(c10d::Store& store, const ClusterInfo& cluster);
 absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> JoinSharedMemory(
     c10d::Backend& group, const ClusterInfo& cluster, const std::string& name_prefix,
     absl::Duration timeout);
+
+// The same for this node's ranks of a job of several nodes (one launcher per
+// node): set up through the launcher's private store file of `generation`,
+// and agreed over every rank of `job_group`: one slot size on every node, and
+// null on every rank unless every node has them.
+absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> JoinNodeSharedMemory(
+    c10d::Backend& job_group, const ClusterInfo& cluster, int generation,
+    const std::string& name_prefix, absl::Duration timeout);
+
+// The least of every rank's `value`, through `group` (may throw, as c10d does).
+int64_t MinOverRanks(c10d::Backend& group, int64_t value);
 
 }  // namespace ddpspawn
 

@@ -27,6 +27,7 @@
 #include "core/comm/connection_check.h"
 #include "core/comm/group_join.h"
 #include "core/comm/guarded.h"
+#include "core/comm/hierarchical_all_reduce.h"
 #include "core/comm/shm_collectives.h"
 #include "core/env/flight_recorder.h"
 #include "core/env/run_dir.h"
@@ -175,6 +176,9 @@ struct ProcessGroup::Impl {
   // Ranks of a ddpspawn launcher share a host: float sums and small
   // broadcasts go through shared memory.
   std::unique_ptr<SharedMemoryCollectives> shm;
+  // A launcher's job of several nodes: float sums through shared memory in
+  // each node and Gloo between the nodes.
+  std::unique_ptr<HierarchicalAllReduce> hierarchical;
   // Every collective of this rank, numbered (see flight_recorder.h).
   std::unique_ptr<FlightRecorder> recorder;
   int generation = 0;  // of this group in this process
@@ -222,6 +226,8 @@ struct PendingWork::Impl {
   at::Tensor staged;
   int divide_by = 1;  // mean: sum, then divide
   bool done = false;  // completed at start (shared memory), not yet waited for
+  // Hierarchical: the leader's sum between the nodes reaches the node's ranks.
+  std::function<absl::Status()> then;
   // Ends the call's flight record; returns the status to report.
   std::function<absl::Status(absl::Status)> finish;
 };
@@ -243,14 +249,21 @@ absl::Status PendingWork::Wait() {
     impl_->done = false;
     return absl::OkStatus();
   }
-  if (!impl_->work) return absl::FailedPreconditionError("already waited for");
-  absl::Status status = Guarded("all_reduce", [&] {
-    impl_->work->wait();
-    at::Tensor& reduced = impl_->staged.defined() ? impl_->staged : impl_->tensor;
-    if (impl_->divide_by > 1) DivideForMean(reduced, impl_->divide_by);
-    if (impl_->staged.defined()) impl_->tensor.copy_(impl_->staged);
-  });
-  impl_->work.reset();
+  if (!impl_->work && !impl_->then) return absl::FailedPreconditionError("already waited for");
+  absl::Status status = absl::OkStatus();
+  if (impl_->work) {
+    status = Guarded("all_reduce", [&] {
+      impl_->work->wait();
+      at::Tensor& reduced = impl_->staged.defined() ? impl_->staged : impl_->tensor;
+      if (impl_->divide_by > 1) DivideForMean(reduced, impl_->divide_by);
+      if (impl_->staged.defined()) impl_->tensor.copy_(impl_->staged);
+    });
+    impl_->work.reset();
+  }
+  if (impl_->then) {
+    if (status.ok()) status = impl_->then();
+    impl_->then = nullptr;
+  }
   return impl_->finish ? impl_->finish(status) : status;
 }
 
@@ -314,7 +327,9 @@ ProcessGroup::ProcessGroup(ClusterInfo cluster, GroupOptions options, std::uniqu
 
 ProcessGroup::~ProcessGroup() = default;
 
-bool ProcessGroup::uses_shared_memory() const { return impl_->shm != nullptr; }
+bool ProcessGroup::uses_shared_memory() const {
+  return impl_->shm != nullptr || impl_->hierarchical != nullptr;
+}
 
 namespace {
 
@@ -390,9 +405,20 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
     }
 #endif
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(impl->timeout);
-    gloo_options->devices.push_back(GlooDevice(cluster));
+    const std::shared_ptr<::gloo::transport::Device> device = GlooDevice(cluster);
+    gloo_options->devices.push_back(device);
     impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cluster.rank,
                                                               cluster.world_size, gloo_options);
+    if (cluster.kind == ClusterKind::kDdpspawn && cluster.store_is_external) {
+      absl::StatusOr<std::unique_ptr<HierarchicalAllReduce>> hierarchical =
+          HierarchicalAllReduce::Join(impl->group, store, cluster, generation, device,
+                                      options.timeout, shm_enabled, options.check_calls || debug);
+      if (!hierarchical.ok()) {
+        refused = hierarchical.status();
+        return;
+      }
+      impl->hierarchical = *std::move(hierarchical);
+    }
     if (one_launcher) {  // its store is private: the tokens prove who is at each end
       refused = CheckEveryConnection(*impl->group, *store, cluster.rank, cluster.world_size,
                                      std::min(options.timeout, kConnectionCheckDeadline));
@@ -562,6 +588,12 @@ absl::Status ProcessGroup::AllReduce(at::Tensor& tensor, ReduceOp op) {
     absl::Status shm_status;
     if (impl_->TryShm(tensor, op, world_size(), call, &shm_status)) return shm_status;
     RETURN_IF_ERROR(CheckAgreement(call, tensor));
+    if (impl_->hierarchical && impl_->hierarchical->Takes(tensor, op)) {
+      ASSIGN_OR_RETURN(c10::intrusive_ptr<c10d::Work> work,
+                       impl_->hierarchical->Start(tensor, call));
+      return impl_->hierarchical->Finish(tensor, work, op == ReduceOp::kMean ? world_size() : 1,
+                                         call);
+    }
     return Guarded("all_reduce", [&] {
       impl_->OnDevice(tensor, [&](at::Tensor& t) {
         std::vector<at::Tensor> tensors{t};
@@ -643,6 +675,16 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(at::Te
   pending->finish = [this, seq](absl::Status status) {
     return FinishRecorded(seq, std::move(status));
   };
+  if (impl_->hierarchical && impl_->hierarchical->Takes(tensor, op)) {
+    absl::StatusOr<c10::intrusive_ptr<c10d::Work>> work = impl_->hierarchical->Start(tensor, call);
+    if (!work.ok()) return pending->finish(work.status());
+    pending->then = [this, tensor, work = *std::move(work), divide_by = pending->divide_by,
+                     call]() mutable {
+      return impl_->hierarchical->Finish(tensor, work, divide_by, call);
+    };
+    pending->divide_by = 1;
+    return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
+  }
   absl::Status started = Guarded("all_reduce", [&] {
     if (tensor.device() != impl_->device) {
       pending->staged = tensor.to(impl_->device);
@@ -662,6 +704,10 @@ absl::StatusOr<at::Tensor> ProcessGroup::NewReductionBuffer(int64_t elements,
   const at::TensorOptions options = like.options().requires_grad(false);
   at::Tensor buffer;
   absl::Status failed = absl::OkStatus();
+  if (impl_->hierarchical && options.device().is_cpu() &&
+      (options.dtype() == at::kFloat || options.dtype() == at::kDouble)) {
+    return impl_->hierarchical->NewBuffer(elements, options);
+  }
   absl::Status status = Guarded("allocating a reduction buffer", [&] {
     const bool eligible = impl_->shm != nullptr && options.device().is_cpu() &&
                           (options.dtype() == at::kFloat || options.dtype() == at::kDouble);

@@ -493,14 +493,21 @@ absl::Status SharedMemoryCollectives::Sum(T* data, size_t count, int divisor,
 
 absl::Status SharedMemoryCollectives::Broadcast(void* data, size_t bytes, int src,
                                                 const CallSignature& call) {
-  if (bytes > capacity_) {
-    return absl::InvalidArgumentError("buffer larger than the shared-memory slots");
+  // Memory from AllocateShared(): the others copy straight from `src`'s copy.
+  size_t offset = 0;
+  std::shared_ptr<Segment> segment = FindShared(data, bytes, &offset);
+  const bool staged = segment == nullptr;
+  if (staged) {
+    if (bytes > capacity_) {
+      return absl::InvalidArgumentError("buffer larger than the shared-memory slots");
+    }
+    segment = staging_;
+    // As in Sum: nobody reads our slot between generations. An empty tensor's data may be null,
+    // which memcpy must not see even for 0 bytes (UBSan).
+    if (rank_ == src && bytes > 0) std::memcpy(staging_->slot(src), data, bytes);
   }
-  // As in Sum: nobody reads our slot between generations. An empty tensor's data may be null,
-  // which memcpy must not see even for 0 bytes (UBSan).
-  if (rank_ == src && bytes > 0) std::memcpy(staging_->slot(src), data, bytes);
-  RETURN_IF_ERROR(Arrive(call, -1, 0));
-  if (rank_ != src && bytes > 0) std::memcpy(data, staging_->slot(src), bytes);
+  RETURN_IF_ERROR(Arrive(call, staged ? -1 : segment->index, offset));
+  if (rank_ != src && bytes > 0) std::memcpy(data, segment->slot(src) + offset, bytes);
   return Leave("copy the broadcast out");
 }
 

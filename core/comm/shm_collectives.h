@@ -94,7 +94,9 @@ class SharedMemoryCollectives {
   // every rank. `call` is what the caller runs (for the check).
   absl::Status SumFloat(float* data, size_t count, int divisor, const CallSignature& call);
   absl::Status SumDouble(double* data, size_t count, int divisor, const CallSignature& call);
-  // `bytes` at `data` become `src`'s (at most capacity() bytes).
+  // `bytes` at `data` become `src`'s: the same offset of an AllocateShared()
+  // buffer on every rank (copied from `src`'s copy directly), or ordinary
+  // memory of at most capacity() bytes on every rank.
   absl::Status Broadcast(void* data, size_t bytes, int src, const CallSignature& call);
 
   struct Header;

@@ -54,6 +54,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "core/comm/node_rendezvous.h"
 #include "core/comm/process_group.h"
 #include "core/env/cluster_environment.h"
 #include "core/env/run_dir.h"
@@ -150,14 +151,15 @@ void Collectives() {
   std::unique_ptr<ProcessGroup> group = Join();
   const int rank = group->rank(), world = group->world_size();
   CheckOk(group->Barrier("start"), "barrier");
-  // Shared memory: for the ranks of one launcher (not torchrun's, nor a job
-  // of several nodes), unless DDPSPAWN_SHM_ALLREDUCE=0.
+  // Shared memory: for the ranks of ddpspawn launchers (not torchrun's), all
+  // of the job's on one node, or each node's where several nodes have
+  // several ranks each, unless DDPSPAWN_SHM_ALLREDUCE=0.
   const char* shm_setting = std::getenv("DDPSPAWN_SHM_ALLREDUCE");
   const ClusterInfo& cluster = group->cluster();
-  const bool one_launcher = cluster.kind == ClusterKind::kDdpspawn && !cluster.store_is_external;
+  const bool launchers = cluster.kind == ClusterKind::kDdpspawn && cluster.local_world_size > 1;
   Check(group->uses_shared_memory() ==
-            (one_launcher && (shm_setting == nullptr || std::string(shm_setting) != "0")),
-        "shared memory in use exactly for one launcher's ranks without DDPSPAWN_SHM_ALLREDUCE=0");
+            (launchers && (shm_setting == nullptr || std::string(shm_setting) != "0")),
+        "shared memory in use exactly for launchers' ranks without DDPSPAWN_SHM_ALLREDUCE=0");
   CheckReductions<float>(*group, DType::kFloat32, "float32");
   CheckReductions<double>(*group, DType::kFloat64, "float64");
   CheckReductions<int32_t>(*group, DType::kInt32, "int32");
@@ -190,7 +192,7 @@ void Collectives() {
   CheckOk(group->Barrier("mapped"), "barrier");
   const std::string prefix = SharedMemoryPrefix(group->cluster().run_dir);
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
-    if (!one_launcher) break;
+    if (!launchers) break;
     Check(!absl::StartsWith(entry.path().filename().string(), prefix),
           absl::StrCat("no segment name left in /dev/shm: ", entry.path().string()));
   }
@@ -345,6 +347,42 @@ int Launch(const std::string& method, const std::string& pid_file, const char* s
   return (*job)->Wait().ok() ? 0 : 1;
 }
 
+// One node's launcher of a job of `nnodes` nodes of 2 ranks each, meeting at
+// `master`:`port` (node 0 serves the store), whose ranks run `collectives`.
+int LaunchNode(int nnodes, int node_rank, const std::string& master, int port, const char* self) {
+  NodeRendezvousOptions options;
+  options.master_addr = master;
+  options.master_port = port;
+  options.nnodes = nnodes;
+  options.node_rank = node_rank;
+  options.nprocs_per_node = 2;
+  options.job = "test_worker collectives";
+  options.timeout = absl::Seconds(60);
+  absl::StatusOr<std::unique_ptr<NodeRendezvous>> rendezvous = NodeRendezvous::Join(options);
+  CheckOk(rendezvous.status(), "rendezvous");
+  LaunchSpec spec;
+  spec.nprocs = 2;
+  spec.nnodes = nnodes;
+  spec.node_rank = node_rank;
+  spec.master_addr = master;
+  spec.master_port = port;
+  spec.start_method = StartMethod::kSpawn;
+  spec.argv = {self, "collectives"};
+  spec.timeout = absl::Seconds(60);
+  absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
+  CheckOk(job.status(), "job");
+  absl::Status status = (*job)->Start();
+  if (status.ok()) status = (*job)->Wait();
+  if (!status.ok()) {
+    std::string unreported;
+    status = (*rendezvous)->ShareFailure(status, absl::Now(), absl::Seconds(10), &unreported);
+  }
+  CheckOk(status, "node's ranks");
+  CheckOk((*rendezvous)->Finish(absl::Seconds(30), (*job)->result().value_or("")).status(),
+          "finish");
+  return 0;
+}
+
 // This process's open descriptors, ascending, separated by spaces.
 std::string OpenDescriptors() {
   std::vector<int> fds;
@@ -402,6 +440,9 @@ int Elastic(const char* failing_rank) {
 int Main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "launch" && argc == 4) return Launch(argv[2], argv[3], argv[0]);
+  if (mode == "node" && argc == 6) {
+    return LaunchNode(std::atoi(argv[2]), std::atoi(argv[3]), argv[4], std::atoi(argv[5]), argv[0]);
+  }
   if (mode == "parent") {
     if (std::atoi(std::getenv("RANK")) == 0) {
       CheckOk(SetWorkerResult(absl::StrCat("parent ", getppid())), "result");
