@@ -99,18 +99,21 @@ def test_collectives_across_two_hosts_of_two_ranks_under_torchrun(hosts):
     assert lines == [f"collectives ok on rank {r} of 4 (gloo)" for r in range(4)]
 
 
-@pytest.mark.parametrize("shared_memory", ["1", "0"])
-def test_collectives_across_two_hosts_of_two_ranks_under_ddpspawn_launchers(hosts, shared_memory):
+@pytest.mark.parametrize("settings", [("1", "1"), ("0", "0"), ("1", "0")])
+def test_collectives_across_two_hosts_of_two_ranks_under_ddpspawn_launchers(hosts, settings):
     """Each node's ranks sum through shared memory and its rank 0 with the
-    other node's through Gloo (hierarchical), unless DDPSPAWN_SHM_ALLREDUCE=0:
-    the worker checks every collective's values, and which path it took."""
+    other node's through Gloo (hierarchical), unless DDPSPAWN_SHM_ALLREDUCE=0
+    on any node: the worker checks every collective's values, and which path
+    it took."""
+    expected = "1" if settings == ("1", "1") else "0"
     nodes = [in_host(ns, str(TEST_WORKER), "node", "2", str(node), HOSTS[0], PORT,
-                     env={"DDPSPAWN_SHM_ALLREDUCE": shared_memory})
-             for node, ns in enumerate(hosts)]
+                     env={"DDPSPAWN_SHM_ALLREDUCE": setting,
+                          "TEST_EXPECT_SHARED_MEMORY": expected})
+             for node, (ns, setting) in enumerate(zip(hosts, settings))]
     results = [finish(node) for node in nodes]
     for code, out, err in results:
         assert code == 0, err[-3000:]
-    path = "shared memory" if shared_memory == "1" else "gloo"
+    path = "shared memory" if expected == "1" else "gloo"
     lines = sorted(line for _, out, _ in results for line in out.splitlines())
     assert lines == [f"collectives ok on rank {r} of 4 ({path})" for r in range(4)]
 

@@ -15,7 +15,10 @@ spawn start method like the reference, with fork, and with forkserver: once with
 started by the launch itself (a first launch) and once with it started before (prestarted: a
 restart, a later launch of the same process).
 
-Usage: tools/bench [--json] [--rounds N] [--steps N] [--workloads mlp,conv]
+With --multinode RATES (root only): instead, the hierarchical all-reduce of 2 hosts x 2 ranks
+against Gloo among all ranks, at each link rate (tc's, e.g. none,10gbit,1gbit); see multinode.py.
+
+Usage: tools/bench [--json] [--rounds N] [--steps N] [--workloads mlp,conv] [--multinode RATES]
 """
 import argparse
 import json
@@ -86,7 +89,14 @@ def main():
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--workloads", default="mlp,conv")
+    parser.add_argument("--multinode", metavar="RATES")
     args = parser.parse_args()
+    if args.multinode:
+        import multinode
+
+        multinode.report(multinode.measure(DDPSPAWN, args.multinode.split(","), args.rounds,
+                                           args.steps, args.warmup), args.json)
+        return
     common = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--nprocs", "2"]
     report = {"blas": blas_in_use(), "ranks": 2, "threads_per_rank": 1, "rounds": args.rounds,
               "workloads": []}

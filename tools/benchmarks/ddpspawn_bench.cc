@@ -14,6 +14,9 @@
 //            [--steps N] [--warmup N] [--nprocs N] [--start-method spawn|fork|forkserver]
 //            [--prestart 0|1]
 //            [--device cpu|cuda]
+//            [--nnodes N --node-rank K --master-addr A --master-port P]
+// With --nnodes > 1 this is one node's launcher of a job of several nodes
+// (node 0's serves the rendezvous), as `ddpspawn fit` runs on each host.
 #include <sys/resource.h>
 #include <torch/torch.h>
 
@@ -26,6 +29,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/comm/node_rendezvous.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/distributed_data_parallel.h"
 #include "core/env/cluster_environment.h"
@@ -236,6 +240,8 @@ int main(int argc, char** argv) {
   ddpspawn::ServeForksIfForkserver();
   ddpspawn::Flags flags;
   bool prestart = false;
+  ddpspawn::NodeRendezvousOptions nodes;
+  nodes.nnodes = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string key = argv[i], value = argv[i + 1];
     if (key == "--workload") flags.workload = value;
@@ -247,6 +253,10 @@ int main(int argc, char** argv) {
     if (key == "--device") flags.device = value;
     if (key == "--check-calls") flags.check_calls = value != "0";
     if (key == "--prestart") prestart = value != "0";
+    if (key == "--nnodes") nodes.nnodes = std::atoi(value.c_str());
+    if (key == "--node-rank") nodes.node_rank = std::atoi(value.c_str());
+    if (key == "--master-addr") nodes.master_addr = value;
+    if (key == "--master-port") nodes.master_port = std::atoi(value.c_str());
   }
   // When the launch began: in the environment, so that the forkserver's
   // command line is the same whatever the time.
@@ -289,15 +299,41 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  std::unique_ptr<ddpspawn::NodeRendezvous> rendezvous;
+  if (nodes.nnodes > 1) {
+    nodes.nprocs_per_node = flags.nprocs;
+    nodes.job = absl::StrCat("ddpspawn_bench ", flags.workload, " ", flags.mode);
+    absl::StatusOr<std::unique_ptr<ddpspawn::NodeRendezvous>> joined =
+        ddpspawn::NodeRendezvous::Join(nodes);
+    if (!joined.ok()) {
+      std::fprintf(stderr, "%s\n", joined.status().ToString().c_str());
+      return 1;
+    }
+    rendezvous = *std::move(joined);
+    spec.nnodes = nodes.nnodes;
+    spec.node_rank = nodes.node_rank;
+    spec.master_addr = nodes.master_addr;
+    spec.master_port = nodes.master_port;
+  }
   flags.launch_time = ddpspawn::NowSeconds();  // the launch starts here
   spec.env.push_back(absl::StrFormat("%s=%.6f", kLaunchTimeEnv, flags.launch_time));
   absl::StatusOr<std::unique_ptr<ddpspawn::Job>> job = ddpspawn::Job::Create(spec);
   absl::Status status = job.ok() ? (*job)->Start() : job.status();
   if (status.ok()) status = (*job)->Wait();
-  if (!status.ok()) {
-    std::fprintf(stderr, "%s\n", status.ToString().c_str());
+  absl::StatusOr<std::string> result =
+      status.ok() ? (*job)->result().value_or("") : absl::StatusOr<std::string>(status);
+  if (rendezvous != nullptr) {
+    std::string unreported;
+    if (status.ok()) {
+      result = rendezvous->Finish(absl::Seconds(30), *result);
+    } else {
+      result = rendezvous->ShareFailure(status, absl::Now(), absl::Seconds(10), &unreported);
+    }
+  }
+  if (!result.ok()) {
+    std::fprintf(stderr, "%s\n", result.status().ToString().c_str());
     return 1;
   }
-  std::printf("%s\n", (*job)->result()->c_str());
+  std::printf("%s\n", result->c_str());
   return 0;
 }
