@@ -62,6 +62,7 @@ HierarchicalAllReduce::HierarchicalAllReduce(c10::intrusive_ptr<c10d::Backend> j
       leaders_(std::move(leaders)),
       job_rank_(cluster.rank),
       job_world_size_(cluster.world_size),
+      local_rank_(cluster.local_rank),
       timeout_(timeout) {}
 
 bool HierarchicalAllReduce::Takes(const at::Tensor& tensor, ReduceOp op) const {
@@ -72,34 +73,54 @@ bool HierarchicalAllReduce::Takes(const at::Tensor& tensor, ReduceOp op) const {
           node_->IsShared(tensor.data_ptr(), tensor.nbytes()));
 }
 
-absl::StatusOr<c10::intrusive_ptr<c10d::Work>> HierarchicalAllReduce::Start(
-    at::Tensor& tensor, const CallSignature& call) {
+absl::StatusOr<HierarchicalAllReduce::InFlight> HierarchicalAllReduce::Start(
+    at::Tensor& tensor, int divide_by, const CallSignature& call) {
   RETURN_IF_ERROR(tensor.scalar_type() == at::kFloat
                       ? node_->SumFloat(tensor.data_ptr<float>(), tensor.numel(), 1, call)
                       : node_->SumDouble(tensor.data_ptr<double>(), tensor.numel(), 1, call));
-  c10::intrusive_ptr<c10d::Work> work;
+  InFlight sum;
+  sum.tensor = tensor;
+  sum.divide_by = divide_by;
+  sum.call = call;
   if (leaders_) {
-    RETURN_IF_ERROR(Guarded("all_reduce between the nodes", [&] {
+    sum.started = Guarded("all_reduce between the nodes", [&] {
       std::vector<at::Tensor> tensors{tensor};
       c10d::AllreduceOptions options;
       options.reduceOp = c10d::ReduceOp::SUM;
       options.timeout = timeout_;
-      work = leaders_->allreduce(tensors, options);
-    }));
+      sum.leaders_sum = leaders_->allreduce(tensors, options);
+    });
   }
-  return work;
+  return sum;
 }
 
-absl::Status HierarchicalAllReduce::Finish(at::Tensor& tensor,
-                                           const c10::intrusive_ptr<c10d::Work>& work,
-                                           int divide_by, const CallSignature& call) {
-  if (work) {
-    RETURN_IF_ERROR(Guarded("all_reduce between the nodes", [&] {
-      work->wait();
-      if (divide_by > 1) tensor.div_(divide_by);
-    }));
+absl::Status HierarchicalAllReduce::Finish(InFlight& sum) {
+  absl::Status leader = sum.started;
+  if (sum.leaders_sum && leader.ok()) {
+    leader = Guarded("all_reduce between the nodes", [&] {
+      sum.leaders_sum->wait();
+      if (sum.divide_by > 1) sum.tensor.div_(sum.divide_by);
+    });
   }
-  return node_->Broadcast(tensor.data_ptr(), tensor.nbytes(), /*src=*/0, call);
+  sum.leaders_sum.reset();
+  // First the leader's outcome (its status code), then its result: each a
+  // call of its own (root 0), so that neither passes for the node's sum.
+  CallSignature outcome_call = sum.call;
+  outcome_call.dtype = "status";
+  outcome_call.count = 1;
+  outcome_call.root = 0;
+  int64_t code = static_cast<int64_t>(leader.code());
+  RETURN_IF_ERROR(node_->Broadcast(&code, sizeof code, /*src=*/0, outcome_call));
+  if (code != 0) {
+    if (leaders_) return leader;
+    return absl::Status(static_cast<absl::StatusCode>(code),
+                        absl::StrCat("the all_reduce between the nodes failed on this node's rank ",
+                                     job_rank_ - local_rank_, " (see its error)"));
+  }
+  CallSignature result_call = sum.call;
+  result_call.root = 0;
+  return node_->BroadcastInPlace(sum.tensor.data_ptr(), sum.tensor.nbytes(), /*src=*/0,
+                                 result_call);
 }
 
 absl::StatusOr<at::Tensor> HierarchicalAllReduce::NewBuffer(int64_t elements,

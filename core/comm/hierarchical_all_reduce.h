@@ -11,7 +11,8 @@
 // rank of the job ends with the same result.
 //
 // Internal to core/comm (ProcessGroup uses it). Thread-compatible: one thread
-// calls at a time, and every rank makes the same calls in the same order.
+// calls at a time, and every rank makes the same calls in the same order;
+// shared by the process group and the all-reduces it has in flight.
 #ifndef DDPSPAWN_CORE_COMM_HIERARCHICAL_ALL_REDUCE_H_
 #define DDPSPAWN_CORE_COMM_HIERARCHICAL_ALL_REDUCE_H_
 
@@ -59,14 +60,23 @@ class HierarchicalAllReduce {
   // answer on every rank for the same call.
   bool Takes(const at::Tensor& tensor, ReduceOp op) const;
 
-  // The node's sum into `tensor` now; on a leader, starts the leaders' sum,
-  // which Finish() waits for (null elsewhere).
-  absl::StatusOr<c10::intrusive_ptr<c10d::Work>> Start(at::Tensor& tensor,
-                                                       const CallSignature& call);
-  // The leader waits for `work` and divides by `divide_by` (a mean); then
-  // every rank of the node copies the leader's result.
-  absl::Status Finish(at::Tensor& tensor, const c10::intrusive_ptr<c10d::Work>& work, int divide_by,
-                      const CallSignature& call);
+  // An all-reduce between Start() and Finish().
+  struct InFlight {
+    at::Tensor tensor;
+    int divide_by = 1;  // a mean: the world size
+    CallSignature call;
+    c10::intrusive_ptr<c10d::Work> leaders_sum;  // on a leader; else null
+    absl::Status started;                        // on a leader: why the leaders' sum did not start
+  };
+  // The node's sum into `tensor` now (an error here is an error on every
+  // rank of the node); on a leader, starts the leaders' sum in the
+  // background. `call` must outlive Finish() (its text is static).
+  absl::StatusOr<InFlight> Start(at::Tensor& tensor, int divide_by, const CallSignature& call);
+  // Every rank of the node calls this once for each successful Start(), in
+  // the same order, also when it no longer wants the result: the leader
+  // waits for its sum and divides for a mean, then every rank of the node
+  // gets the leader's result, or the leader's failure as its own error.
+  absl::Status Finish(InFlight& sum);
 
   // A zeroed buffer for repeated sums (DDP's buckets), in shared memory on
   // every rank of the job or on none: a collective of every rank.
@@ -81,7 +91,7 @@ class HierarchicalAllReduce {
   const c10::intrusive_ptr<c10d::Backend> job_group_;    // every rank: agreements
   const std::unique_ptr<SharedMemoryCollectives> node_;  // this node's ranks
   const c10::intrusive_ptr<c10d::Backend> leaders_;      // a leader's only; else null
-  const int job_rank_, job_world_size_;
+  const int job_rank_, job_world_size_, local_rank_;
   const std::chrono::milliseconds timeout_;
 };
 

@@ -178,7 +178,7 @@ struct ProcessGroup::Impl {
   std::unique_ptr<SharedMemoryCollectives> shm;
   // A launcher's job of several nodes: float sums through shared memory in
   // each node and Gloo between the nodes.
-  std::unique_ptr<HierarchicalAllReduce> hierarchical;
+  std::shared_ptr<HierarchicalAllReduce> hierarchical;
   // Every collective of this rank, numbered (see flight_recorder.h).
   std::unique_ptr<FlightRecorder> recorder;
   int generation = 0;  // of this group in this process
@@ -226,8 +226,10 @@ struct PendingWork::Impl {
   at::Tensor staged;
   int divide_by = 1;  // mean: sum, then divide
   bool done = false;  // completed at start (shared memory), not yet waited for
-  // Hierarchical: the leader's sum between the nodes reaches the node's ranks.
-  std::function<absl::Status()> then;
+  // Hierarchical: the leader's sum between the nodes, which must reach the
+  // node's ranks (at Wait(), else when this is destroyed).
+  std::shared_ptr<HierarchicalAllReduce> hierarchical;
+  std::optional<HierarchicalAllReduce::InFlight> in_flight;
   // Ends the call's flight record; returns the status to report.
   std::function<absl::Status(absl::Status)> finish;
 };
@@ -235,13 +237,15 @@ struct PendingWork::Impl {
 PendingWork::PendingWork(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 PendingWork::~PendingWork() {
-  // A collective still in flight must finish before its tensor goes away.
+  // A collective still in flight must finish before its tensor goes away; a
+  // hierarchical one also ends on the node's other ranks, which wait for it.
   if (impl_ && impl_->work) {
     try {
       impl_->work->wait();
     } catch (...) {
     }
   }
+  if (impl_ && impl_->in_flight) impl_->hierarchical->Finish(*impl_->in_flight).IgnoreError();
 }
 
 absl::Status PendingWork::Wait() {
@@ -249,7 +253,9 @@ absl::Status PendingWork::Wait() {
     impl_->done = false;
     return absl::OkStatus();
   }
-  if (!impl_->work && !impl_->then) return absl::FailedPreconditionError("already waited for");
+  if (!impl_->work && !impl_->in_flight) {
+    return absl::FailedPreconditionError("already waited for");
+  }
   absl::Status status = absl::OkStatus();
   if (impl_->work) {
     status = Guarded("all_reduce", [&] {
@@ -260,9 +266,9 @@ absl::Status PendingWork::Wait() {
     });
     impl_->work.reset();
   }
-  if (impl_->then) {
-    if (status.ok()) status = impl_->then();
-    impl_->then = nullptr;
+  if (impl_->in_flight) {
+    status = impl_->hierarchical->Finish(*impl_->in_flight);
+    impl_->in_flight.reset();
   }
   return impl_->finish ? impl_->finish(status) : status;
 }
@@ -589,10 +595,10 @@ absl::Status ProcessGroup::AllReduce(at::Tensor& tensor, ReduceOp op) {
     if (impl_->TryShm(tensor, op, world_size(), call, &shm_status)) return shm_status;
     RETURN_IF_ERROR(CheckAgreement(call, tensor));
     if (impl_->hierarchical && impl_->hierarchical->Takes(tensor, op)) {
-      ASSIGN_OR_RETURN(c10::intrusive_ptr<c10d::Work> work,
-                       impl_->hierarchical->Start(tensor, call));
-      return impl_->hierarchical->Finish(tensor, work, op == ReduceOp::kMean ? world_size() : 1,
-                                         call);
+      ASSIGN_OR_RETURN(
+          HierarchicalAllReduce::InFlight sum,
+          impl_->hierarchical->Start(tensor, op == ReduceOp::kMean ? world_size() : 1, call));
+      return impl_->hierarchical->Finish(sum);
     }
     return Guarded("all_reduce", [&] {
       impl_->OnDevice(tensor, [&](at::Tensor& t) {
@@ -676,12 +682,11 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(at::Te
     return FinishRecorded(seq, std::move(status));
   };
   if (impl_->hierarchical && impl_->hierarchical->Takes(tensor, op)) {
-    absl::StatusOr<c10::intrusive_ptr<c10d::Work>> work = impl_->hierarchical->Start(tensor, call);
-    if (!work.ok()) return pending->finish(work.status());
-    pending->then = [this, tensor, work = *std::move(work), divide_by = pending->divide_by,
-                     call]() mutable {
-      return impl_->hierarchical->Finish(tensor, work, divide_by, call);
-    };
+    absl::StatusOr<HierarchicalAllReduce::InFlight> sum =
+        impl_->hierarchical->Start(tensor, pending->divide_by, call);
+    if (!sum.ok()) return pending->finish(sum.status());
+    pending->hierarchical = impl_->hierarchical;
+    pending->in_flight = *std::move(sum);
     pending->divide_by = 1;
     return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
   }

@@ -491,11 +491,10 @@ absl::Status SharedMemoryCollectives::Sum(T* data, size_t count, int divisor,
   return absl::OkStatus();
 }
 
-absl::Status SharedMemoryCollectives::Broadcast(void* data, size_t bytes, int src,
-                                                const CallSignature& call) {
-  // Memory from AllocateShared(): the others copy straight from `src`'s copy.
+absl::Status SharedMemoryCollectives::Copy(void* data, size_t bytes, int src, bool in_place,
+                                           const CallSignature& call) {
   size_t offset = 0;
-  std::shared_ptr<Segment> segment = FindShared(data, bytes, &offset);
+  std::shared_ptr<Segment> segment = in_place ? FindShared(data, bytes, &offset) : nullptr;
   const bool staged = segment == nullptr;
   if (staged) {
     if (bytes > capacity_) {
@@ -509,6 +508,16 @@ absl::Status SharedMemoryCollectives::Broadcast(void* data, size_t bytes, int sr
   RETURN_IF_ERROR(Arrive(call, staged ? -1 : segment->index, offset));
   if (rank_ != src && bytes > 0) std::memcpy(data, segment->slot(src) + offset, bytes);
   return Leave("copy the broadcast out");
+}
+
+absl::Status SharedMemoryCollectives::Broadcast(void* data, size_t bytes, int src,
+                                                const CallSignature& call) {
+  return Copy(data, bytes, src, /*in_place=*/false, call);
+}
+
+absl::Status SharedMemoryCollectives::BroadcastInPlace(void* data, size_t bytes, int src,
+                                                       const CallSignature& call) {
+  return Copy(data, bytes, src, /*in_place=*/true, call);
 }
 
 absl::Status SharedMemoryCollectives::SumFloat(float* data, size_t count, int divisor,

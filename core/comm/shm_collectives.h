@@ -94,10 +94,13 @@ class SharedMemoryCollectives {
   // every rank. `call` is what the caller runs (for the check).
   absl::Status SumFloat(float* data, size_t count, int divisor, const CallSignature& call);
   absl::Status SumDouble(double* data, size_t count, int divisor, const CallSignature& call);
-  // `bytes` at `data` become `src`'s: the same offset of an AllocateShared()
-  // buffer on every rank (copied from `src`'s copy directly), or ordinary
-  // memory of at most capacity() bytes on every rank.
+  // `bytes` at `data` become `src`'s (at most capacity() bytes, through
+  // `src`'s staging slot, whatever memory each rank passes).
   absl::Status Broadcast(void* data, size_t bytes, int src, const CallSignature& call);
+  // The same with Sum's rule for memory: the same offset of an
+  // AllocateShared() buffer on every rank (copied from `src`'s copy directly,
+  // any size), or ordinary memory of at most capacity() bytes on every rank.
+  absl::Status BroadcastInPlace(void* data, size_t bytes, int src, const CallSignature& call);
 
   struct Header;
   struct Segment;
@@ -107,6 +110,9 @@ class SharedMemoryCollectives {
                           absl::Duration timeout, std::shared_ptr<Segment> staging);
   template <typename T>
   absl::Status Sum(T* data, size_t count, int divisor, const CallSignature& call);
+  // Broadcast, from `src`'s copy of an AllocateShared() buffer when `data`
+  // lies in one and `in_place`.
+  absl::Status Copy(void* data, size_t bytes, int src, bool in_place, const CallSignature& call);
   // The segment and offset of `bytes` at `data` within this rank's slot of an
   // AllocateShared() segment, or null.
   std::shared_ptr<Segment> FindShared(const void* data, size_t bytes, size_t* offset);

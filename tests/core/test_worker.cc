@@ -210,6 +210,43 @@ void Collectives() {
     Check(in_place.equal(expected_sum / world), "reduction buffer all_reduce value");
   }
 
+  // As DDP's reducer does: two buckets started, a synchronous all-reduce in
+  // between, then waited for in order; floats whose sums depend on
+  // their order, so every rank must hold the same bits (compared through an
+  // all-gather), close to the sum in double precision.
+  {
+    at::Tensor first_values = at::sin(at::arange(n, at::kFloat) * (0.37 * (rank + 1)));
+    at::Tensor second_values = at::cos(at::arange(7, at::kFloat) * (1.3 * (rank + 1)));
+    absl::StatusOr<at::Tensor> first = group->NewReductionBuffer(n, index);
+    absl::StatusOr<at::Tensor> second = group->NewReductionBuffer(7, index);
+    CheckOk(first.status(), "bucket");
+    CheckOk(second.status(), "bucket");
+    first->copy_(first_values);
+    second->copy_(second_values);
+    absl::StatusOr<std::unique_ptr<PendingWork>> first_sum =
+        group->StartAllReduce(*first, ReduceOp::kMean);
+    CheckOk(first_sum.status(), "start bucket 1");
+    absl::StatusOr<std::unique_ptr<PendingWork>> second_sum =
+        group->StartAllReduce(*second, ReduceOp::kSum);
+    CheckOk(second_sum.status(), "start bucket 2");
+    float used = 1.0f;
+    CheckOk(group->AllReduce(&used, 1, DType::kFloat32, ReduceOp::kSum), "all_reduce in between");
+    Check(used == static_cast<float>(world), "all_reduce in between value");
+    CheckOk((*first_sum)->Wait(), "wait bucket 1");
+    CheckOk((*second_sum)->Wait(), "wait bucket 2");
+    absl::StatusOr<std::vector<at::Tensor>> firsts = group->AllGather(*first);
+    absl::StatusOr<std::vector<at::Tensor>> seconds = group->AllGather(*second);
+    CheckOk(firsts.status(), "gather bucket 1");
+    CheckOk(seconds.status(), "gather bucket 2");
+    for (int r = 0; r < world; ++r) {
+      Check((*firsts)[r].equal(*first) && (*seconds)[r].equal(*second),
+            "every rank holds the same bits");
+    }
+    at::Tensor exact_mean = first_values.to(at::kDouble);
+    CheckOk(group->AllReduce(exact_mean, ReduceOp::kMean), "exact mean");
+    Check(at::allclose(first->to(at::kDouble), exact_mean, 1e-5, 1e-6), "bucket 1 value");
+  }
+
   // Bytes of different sizes per rank.
   std::string mine(static_cast<size_t>(rank * 3), static_cast<char>('a' + rank));
   absl::StatusOr<std::vector<std::string>> strings = group->AllGatherBytes(mine);
