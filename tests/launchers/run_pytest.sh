@@ -6,5 +6,5 @@ set -euo pipefail
 python="${DDPSPAWN_PYTHON:-/opt/ddpspawn/venv/bin/python3}"
 export DDPSPAWN_LIBRARY="$PWD/capi/libddpspawn.so.1"
 export PYTHONDONTWRITEBYTECODE=1
-export PYTHONPATH="$PWD/bindings/python/tests${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/bindings/python/tests:$PWD/tests/testing${PYTHONPATH:+:$PYTHONPATH}"
 exec "$python" -m pytest -q -p no:cacheprovider -p conftest "$@"

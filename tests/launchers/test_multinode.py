@@ -1,7 +1,8 @@
-"""Jobs of two hosts on one machine: two network namespaces joined by a veth
-pair (10.231.0.1 and 10.231.0.2, addresses that exist only inside them), one
-launcher in each. Needs root to create them; under DDPSPAWN_REQUIRE_ALL_TESTS=1
-(CI) a test that cannot is a failure, not a skip."""
+"""Jobs of two (and three) hosts on one machine: network namespaces on a
+bridge (10.231.0.1, 10.231.0.2, ..., addresses that exist only inside them:
+tests/testing/namespace_hosts.py), one launcher in each. Needs root to create
+them; under DDPSPAWN_REQUIRE_ALL_TESTS=1 (CI) a test that cannot is a failure,
+not a skip."""
 
 import json
 import math
@@ -11,86 +12,41 @@ import struct
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
+from namespace_hosts import Unavailable, address, namespace_hosts
 from test_restarts import logged_steps, wait_for_steps
 from test_torchrun import CLI, TEST_WORKER, TORCHRUN, evaluate, parse, rank_pid, write_csv
 
-HOSTS = ("10.231.0.1", "10.231.0.2")
+HOSTS = (address(0), address(1))
 PORT = "29500"  # inside the namespaces: nothing else listens there
 
 
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+def hosts_or_skip(count: int) -> Iterator[Tuple[str, ...]]:
+    """`count` hosts for one test; a skip where they cannot be made (a
+    failure in CI: see the module's docstring)."""
+    context = namespace_hosts(count)
+    try:
+        names = context.__enter__()
+    except Unavailable as e:
+        pytest.skip(str(e))
+    try:
+        yield names
+    finally:
+        context.__exit__(None, None, None)
 
 
 @pytest.fixture
-def hosts() -> Iterator[Tuple[str, str]]:
-    """Two namespaces (names unique to this test) joined by a veth pair."""
-    tag = uuid.uuid4().hex[:6]
-    names = (f"ddps-{tag}-a", f"ddps-{tag}-b")
-    links = (f"ddps{tag}a", f"ddps{tag}b")
-    add_namespaces(names)
-    try:
-        ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
-        for name, link, address in zip(names, links, HOSTS):
-            ip("link", "set", link, "netns", name)
-            ip("-n", name, "addr", "add", f"{address}/24", "dev", link)
-            ip("-n", name, "link", "set", link, "up")
-            ip("-n", name, "link", "set", "lo", "up")
-        yield names
-    finally:
-        remove_hosts(names)
+def hosts() -> Iterator[Tuple[str, ...]]:
+    yield from hosts_or_skip(2)
 
 
 @pytest.fixture
-def three_hosts() -> Iterator[Tuple[str, str, str]]:
-    """Three namespaces (10.231.0.1 to .3), each joined by a veth pair to a
-    bridge in a fourth one of their own."""
-    tag = uuid.uuid4().hex[:6]
-    names = tuple(f"ddps-{tag}-{host}" for host in "abc")
-    switch = f"ddps-{tag}-switch"
-    add_namespaces((switch, *names))
-    try:
-        ip("-n", switch, "link", "add", "bridge0", "type", "bridge")
-        ip("-n", switch, "link", "set", "bridge0", "up")
-        for index, name in enumerate(names):
-            host_end, switch_end = f"ddps{tag}{index}", f"ddps{tag}{index}s"
-            ip("link", "add", host_end, "type", "veth", "peer", "name", switch_end)
-            ip("link", "set", switch_end, "netns", switch)
-            ip("-n", switch, "link", "set", switch_end, "master", "bridge0")
-            ip("-n", switch, "link", "set", switch_end, "up")
-            ip("link", "set", host_end, "netns", name)
-            ip("-n", name, "addr", "add", f"10.231.0.{index + 1}/24", "dev", host_end)
-            ip("-n", name, "link", "set", host_end, "up")
-            ip("-n", name, "link", "set", "lo", "up")
-        yield names
-    finally:
-        remove_hosts((switch, *names))
-
-
-def add_namespaces(names: Tuple[str, ...]) -> None:
-    try:
-        for name in names:
-            ip("netns", "add", name)
-    except (OSError, subprocess.CalledProcessError) as e:
-        remove_hosts(names)
-        why = e.stderr.strip() if isinstance(e, subprocess.CalledProcessError) else e
-        pytest.skip(f"cannot create network namespaces (needs root and iproute2): {why}")
-
-
-def remove_hosts(names: Tuple[str, ...]) -> None:
-    """Kills what runs in each namespace, and removes it."""
-    for name in names:
-        pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True,
-                              text=True).stdout.split()
-        for pid in pids:
-            subprocess.run(["kill", "-9", pid], capture_output=True)
-        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+def three_hosts() -> Iterator[Tuple[str, ...]]:
+    yield from hosts_or_skip(3)
 
 
 def in_host(namespace: str, *command: str, env: Dict[str, str] = {}) -> subprocess.Popen:

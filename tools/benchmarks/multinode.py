@@ -1,49 +1,19 @@
 """tools/bench --multinode: the hierarchical all-reduce of a job of 2 hosts x 2 ranks against
 Gloo among all 4 ranks (DDPSPAWN_SHM_ALLREDUCE=0), in the same run. The hosts are two network
-namespaces joined by a veth pair (10.231.0.1 and 10.231.0.2, which exist only inside them), one
-ddpspawn_bench launcher in each; a link rate (tc's token bucket on both ends of the pair) stands in
-for the network between real hosts. Measures one all-reduce of the MLP's gradient size (7.5 MB,
-staged and in place) and DDP's steady steps/s on the MLP; medians over interleaved rounds. Needs
-root (namespaces) and the tc command.
+namespaces on a bridge (tests/testing/namespace_hosts.py), one ddpspawn_bench launcher in each;
+a link rate (tc's token bucket on each host's end) stands in for the network between real hosts.
+Measures one all-reduce of the MLP's gradient size (7.5 MB, staged and in place) and DDP's steady
+steps/s on the MLP; medians over interleaved rounds. Needs root (namespaces) and the tc command.
 """
-import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
-import uuid
 
-HOSTS = ("10.231.0.1", "10.231.0.2")
-
-
-def ip(*args):
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
-
-
-@contextlib.contextmanager
-def two_hosts(rate):
-    """Two namespaces joined by a veth pair, each end limited to `rate` ("none": no limit)."""
-    tag = uuid.uuid4().hex[:6]
-    names = (f"ddpb-{tag}-a", f"ddpb-{tag}-b")
-    links = (f"ddpb{tag}a", f"ddpb{tag}b")
-    try:
-        for name in names:
-            ip("netns", "add", name)
-        ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
-        for name, link, address in zip(names, links, HOSTS):
-            ip("link", "set", link, "netns", name)
-            ip("-n", name, "addr", "add", f"{address}/24", "dev", link)
-            ip("-n", name, "link", "set", link, "up")
-            ip("-n", name, "link", "set", "lo", "up")
-            if rate != "none":
-                subprocess.run(["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", link,
-                                "root", "tbf", "rate", rate, "burst", "256kb", "latency",
-                                "100ms"], check=True, capture_output=True, text=True)
-        yield names
-    finally:
-        for name in names:
-            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "tests", "testing"))
+from namespace_hosts import address, namespace_hosts  # noqa: E402
 
 
 def run_job(bench, names, hierarchical, args):
@@ -51,7 +21,7 @@ def run_job(bench, names, hierarchical, args):
     env = dict(os.environ, DDPSPAWN_SHM_ALLREDUCE="1" if hierarchical else "0")
     nodes = [subprocess.Popen(["ip", "netns", "exec", name, bench, *args, "--nprocs", "2",
                                "--nnodes", "2", "--node-rank", str(node), "--master-addr",
-                               HOSTS[0], "--master-port", "29500"],
+                               address(0), "--master-port", "29500"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for node, name in enumerate(names)]
     outputs = [node.communicate(timeout=600) for node in nodes]
@@ -66,7 +36,7 @@ def measure(bench, rates, rounds, steps, warmup):
     for rate in rates:
         runs = {(path, what): [] for path in ("hierarchical", "gloo")
                 for what in ("allreduce", "ddp")}
-        with two_hosts(rate) as names:
+        with namespace_hosts(2, None if rate == "none" else rate) as names:
             for _ in range(rounds):
                 for path in ("hierarchical", "gloo"):
                     runs[(path, "allreduce")].append(run_job(
