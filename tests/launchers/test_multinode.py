@@ -78,16 +78,21 @@ def fit_on_one_host(train: Path, root: Path, env: Dict[str, str] = {},
     return parse(run.stdout)
 
 
+def expect_collectives_ok(nodes: List[subprocess.Popen], ranks: int, path: str) -> None:
+    """Every node's launcher succeeds, and each rank passed its checks on `path`."""
+    results = [finish(node) for node in nodes]
+    for code, out, err in results:
+        assert code == 0, err[-3000:]
+    lines = sorted(line for _, out, _ in results for line in out.splitlines())
+    assert lines == [f"collectives ok on rank {r} of {ranks} ({path})" for r in range(ranks)]
+
+
 def test_collectives_across_two_hosts_of_two_ranks_under_torchrun(hosts):
     nodes = [in_host(ns, *TORCHRUN, "--nnodes", "2", "--node-rank", str(node), "--master-addr",
                      HOSTS[0], "--master-port", PORT, "--nproc-per-node", "2", "--no-python",
                      str(TEST_WORKER), "collectives")
              for node, ns in enumerate(hosts)]
-    results = [finish(node) for node in nodes]
-    for code, out, err in results:
-        assert code == 0, err[-3000:]
-    lines = sorted(line for _, out, _ in results for line in out.splitlines())
-    assert lines == [f"collectives ok on rank {r} of 4 (gloo)" for r in range(4)]
+    expect_collectives_ok(nodes, 4, "gloo")
 
 
 @pytest.mark.parametrize("settings", [("1", "1"), ("0", "0"), ("1", "0")])
@@ -101,12 +106,7 @@ def test_collectives_across_two_hosts_of_two_ranks_under_ddpspawn_launchers(host
                      env={"DDPSPAWN_SHM_ALLREDUCE": setting,
                           "TEST_EXPECT_SHARED_MEMORY": expected})
              for node, (ns, setting) in enumerate(zip(hosts, settings))]
-    results = [finish(node) for node in nodes]
-    for code, out, err in results:
-        assert code == 0, err[-3000:]
-    path = "shared memory" if expected == "1" else "gloo"
-    lines = sorted(line for _, out, _ in results for line in out.splitlines())
-    assert lines == [f"collectives ok on rank {r} of 4 ({path})" for r in range(4)]
+    expect_collectives_ok(nodes, 4, "shared memory" if expected == "1" else "gloo")
 
 
 @pytest.mark.parametrize("shared_memory", ["1", "0"])
@@ -115,12 +115,7 @@ def test_collectives_across_three_hosts_of_two_ranks(three_hosts, shared_memory)
     nodes = [in_host(ns, str(TEST_WORKER), "node", "3", str(node), HOSTS[0], PORT,
                      env={"DDPSPAWN_SHM_ALLREDUCE": shared_memory})
              for node, ns in enumerate(three_hosts)]
-    results = [finish(node) for node in nodes]
-    for code, out, err in results:
-        assert code == 0, err[-3000:]
-    path = "shared memory" if shared_memory == "1" else "gloo"
-    lines = sorted(line for _, out, _ in results for line in out.splitlines())
-    assert lines == [f"collectives ok on rank {r} of 6 ({path})" for r in range(6)]
+    expect_collectives_ok(nodes, 6, "shared memory" if shared_memory == "1" else "gloo")
 
 
 def weights(checkpoint: str, out: Path) -> Dict[str, List[float]]:
