@@ -2,8 +2,6 @@
 // hierarchical_all_reduce.h).
 #include "core/comm/hierarchical_all_reduce.h"
 
-#include <ATen/ATen.h>
-
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <utility>
@@ -65,14 +63,6 @@ HierarchicalAllReduce::HierarchicalAllReduce(c10::intrusive_ptr<c10d::Backend> j
       local_rank_(cluster.local_rank),
       timeout_(timeout) {}
 
-bool HierarchicalAllReduce::Takes(const at::Tensor& tensor, ReduceOp op) const {
-  return (op == ReduceOp::kSum || op == ReduceOp::kMean) && tensor.device().is_cpu() &&
-         tensor.is_contiguous() &&
-         (tensor.scalar_type() == at::kFloat || tensor.scalar_type() == at::kDouble) &&
-         (tensor.nbytes() <= node_->capacity() ||
-          node_->IsShared(tensor.data_ptr(), tensor.nbytes()));
-}
-
 absl::StatusOr<HierarchicalAllReduce::InFlight> HierarchicalAllReduce::Start(
     at::Tensor& tensor, int divide_by, const CallSignature& call) {
   RETURN_IF_ERROR(tensor.scalar_type() == at::kFloat
@@ -123,29 +113,24 @@ absl::Status HierarchicalAllReduce::Finish(InFlight& sum) {
                                  result_call);
 }
 
-absl::StatusOr<at::Tensor> HierarchicalAllReduce::NewBuffer(int64_t elements,
-                                                            const at::TensorOptions& options) {
-  const size_t bytes = static_cast<size_t>(elements) * options.dtype().itemsize();
+absl::StatusOr<std::shared_ptr<void>> HierarchicalAllReduce::AllocateShared(size_t bytes) {
   absl::StatusOr<std::shared_ptr<void>> memory = node_->AllocateShared(bytes);
-  // The least of: the rank of a rank that failed, else the world size when
-  // some node's /dev/shm is too small, else twice the world size.
   const bool full =
       absl::IsResourceExhausted(memory.status()) || absl::IsUnavailable(memory.status());
-  int64_t outcome = 0;
-  RETURN_IF_ERROR(Guarded("agreeing where a reduction buffer lives", [&] {
-    outcome = MinOverRanks(*job_group_, memory.ok() ? 2 * job_world_size_
-                                        : full      ? job_world_size_
-                                                    : job_rank_);
-  }));
+  // The least of: the rank of a rank that failed, else the world size when
+  // some node's /dev/shm is too small, else twice the world size.
+  const int64_t outcome = MinOverRanks(*job_group_, memory.ok() ? 2 * job_world_size_
+                                                    : full      ? job_world_size_
+                                                                : job_rank_);
   if (!memory.ok() && !full) return memory.status();
   if (outcome < job_world_size_) {
     return absl::InternalError(
         absl::StrCat("rank ", outcome, " could not allocate a reduction buffer (see its error)"));
   }
-  if (outcome == job_world_size_) return at::zeros({elements}, options);
-  std::shared_ptr<void> keep = *std::move(memory);
-  return at::from_blob(
-      keep.get(), {elements}, [keep](void*) mutable { keep.reset(); }, options);
+  if (outcome == job_world_size_) {
+    return absl::ResourceExhaustedError("a node's /dev/shm cannot hold the reduction buffer");
+  }
+  return memory;
 }
 
 }  // namespace ddpspawn

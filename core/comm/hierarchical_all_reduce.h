@@ -27,7 +27,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "core/comm/process_group.h"
 #include "core/comm/shm_collectives.h"
 #include "core/env/call_signature.h"
 #include "core/env/cluster_environment.h"
@@ -55,10 +54,10 @@ class HierarchicalAllReduce {
       const std::shared_ptr<::gloo::transport::Device>& device, absl::Duration timeout, bool wanted,
       bool compare_calls);
 
-  // True when `tensor` goes this way: float32 or float64 on CPU, contiguous,
-  // a sum or a mean, and small enough or in NewBuffer() memory. The same
-  // answer on every rank for the same call.
-  bool Takes(const at::Tensor& tensor, ReduceOp op) const;
+  // This node's shared-memory collectives. Their capacity() is the same on
+  // every node, so a tensor that fits it, or lies in AllocateShared() memory,
+  // goes this way on every rank.
+  SharedMemoryCollectives& node() { return *node_; }
 
   // An all-reduce between Start() and Finish().
   struct InFlight {
@@ -78,9 +77,11 @@ class HierarchicalAllReduce {
   // gets the leader's result, or the leader's failure as its own error.
   absl::Status Finish(InFlight& sum);
 
-  // A zeroed buffer for repeated sums (DDP's buckets), in shared memory on
-  // every rank of the job or on none: a collective of every rank.
-  absl::StatusOr<at::Tensor> NewBuffer(int64_t elements, const at::TensorOptions& options);
+  // Zeroed memory for repeated sums (DDP's buckets), as
+  // SharedMemoryCollectives::AllocateShared(), agreed over the job: in shared
+  // memory on every rank, or ResourceExhausted on every rank when some node
+  // cannot hold it. A collective of every rank; may throw (c10d).
+  absl::StatusOr<std::shared_ptr<void>> AllocateShared(size_t bytes);
 
  private:
   HierarchicalAllReduce(c10::intrusive_ptr<c10d::Backend> job_group,

@@ -183,16 +183,29 @@ struct ProcessGroup::Impl {
   std::unique_ptr<FlightRecorder> recorder;
   int generation = 0;  // of this group in this process
 
-  // Sums (or averages) `tensor` through shared memory when it qualifies; false:
-  // use Gloo.
+  // The shared memory that sums: this host's ranks', or this node's
+  // (hierarchical); null: none.
+  SharedMemoryCollectives* SumMemory() {
+    if (shm) return shm.get();
+    return hierarchical ? &hierarchical->node() : nullptr;
+  }
+
+  // True when `tensor`'s sum goes through SumMemory(): the same answer on
+  // every rank for the same call.
+  bool SumsInSharedMemory(const at::Tensor& tensor, ReduceOp op) {
+    SharedMemoryCollectives* memory = SumMemory();
+    return memory != nullptr && (op == ReduceOp::kSum || op == ReduceOp::kMean) &&
+           tensor.device().is_cpu() && tensor.is_contiguous() &&
+           (tensor.scalar_type() == at::kFloat || tensor.scalar_type() == at::kDouble) &&
+           (tensor.nbytes() <= memory->capacity() ||
+            memory->IsShared(tensor.data_ptr(), tensor.nbytes()));
+  }
+
+  // Sums (or averages) `tensor` through this host's shared memory when it
+  // qualifies; false: use Gloo (or the hierarchical path).
   bool TryShm(at::Tensor& tensor, ReduceOp op, int world_size, const CallSignature& call,
               absl::Status* status) {
-    if (!shm || (op != ReduceOp::kSum && op != ReduceOp::kMean) || !tensor.device().is_cpu() ||
-        !tensor.is_contiguous() ||
-        (tensor.scalar_type() != at::kFloat && tensor.scalar_type() != at::kDouble) ||
-        (tensor.nbytes() > shm->capacity() && !shm->IsShared(tensor.data_ptr(), tensor.nbytes()))) {
-      return false;
-    }
+    if (!shm || !SumsInSharedMemory(tensor, op)) return false;
     const int divisor = op == ReduceOp::kMean ? world_size : 1;
     *status = tensor.scalar_type() == at::kFloat
                   ? shm->SumFloat(tensor.data_ptr<float>(), tensor.numel(), divisor, call)
@@ -594,7 +607,7 @@ absl::Status ProcessGroup::AllReduce(at::Tensor& tensor, ReduceOp op) {
     absl::Status shm_status;
     if (impl_->TryShm(tensor, op, world_size(), call, &shm_status)) return shm_status;
     RETURN_IF_ERROR(CheckAgreement(call, tensor));
-    if (impl_->hierarchical && impl_->hierarchical->Takes(tensor, op)) {
+    if (impl_->hierarchical && impl_->SumsInSharedMemory(tensor, op)) {
       ASSIGN_OR_RETURN(
           HierarchicalAllReduce::InFlight sum,
           impl_->hierarchical->Start(tensor, op == ReduceOp::kMean ? world_size() : 1, call));
@@ -681,7 +694,7 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(at::Te
   pending->finish = [this, seq](absl::Status status) {
     return FinishRecorded(seq, std::move(status));
   };
-  if (impl_->hierarchical && impl_->hierarchical->Takes(tensor, op)) {
+  if (impl_->hierarchical && impl_->SumsInSharedMemory(tensor, op)) {
     absl::StatusOr<HierarchicalAllReduce::InFlight> sum =
         impl_->hierarchical->Start(tensor, pending->divide_by, call);
     if (!sum.ok()) return pending->finish(sum.status());
@@ -709,18 +722,16 @@ absl::StatusOr<at::Tensor> ProcessGroup::NewReductionBuffer(int64_t elements,
   const at::TensorOptions options = like.options().requires_grad(false);
   at::Tensor buffer;
   absl::Status failed = absl::OkStatus();
-  if (impl_->hierarchical && options.device().is_cpu() &&
-      (options.dtype() == at::kFloat || options.dtype() == at::kDouble)) {
-    return impl_->hierarchical->NewBuffer(elements, options);
-  }
   absl::Status status = Guarded("allocating a reduction buffer", [&] {
-    const bool eligible = impl_->shm != nullptr && options.device().is_cpu() &&
+    const bool eligible = impl_->SumMemory() != nullptr && options.device().is_cpu() &&
                           (options.dtype() == at::kFloat || options.dtype() == at::kDouble);
     if (eligible) {
       // The same outcome on every rank: a sum is in place on all ranks or
       // staged on all.
+      const size_t bytes = static_cast<size_t>(elements) * options.dtype().itemsize();
       absl::StatusOr<std::shared_ptr<void>> memory =
-          impl_->shm->AllocateShared(static_cast<size_t>(elements) * options.dtype().itemsize());
+          impl_->shm ? impl_->shm->AllocateShared(bytes)
+                     : impl_->hierarchical->AllocateShared(bytes);
       if (memory.ok()) {
         std::shared_ptr<void> keep = *std::move(memory);
         buffer = at::from_blob(
