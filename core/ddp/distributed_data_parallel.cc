@@ -55,7 +55,9 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
 }
 
 absl::Status DistributedDataParallel::PrepareForward() {
-  if (!options_.broadcast_buffers || buffers_.empty()) return absl::OkStatus();
+  if (!options_.broadcast_buffers || buffers_.empty() || !c10::GradMode::is_enabled()) {
+    return absl::OkStatus();
+  }
   return BroadcastCoalesced(buffers_);
 }
 

@@ -49,8 +49,10 @@ class DistributedDataParallel {
       std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers, ProcessGroup* group,
       const DdpOptions& options = {});
 
-  // Call before each forward: with broadcast_buffers, every rank takes rank 0's
-  // buffers.
+  // Call before each forward: with broadcast_buffers and gradients enabled,
+  // every rank takes rank 0's buffers. Under no-grad (evaluation) it does
+  // nothing, as torch's DDP forward: evaluation shards may differ in length,
+  // so a collective there could meet no partner.
   absl::Status PrepareForward();
 
   // While the returned guard lives, backward accumulates gradients locally (no

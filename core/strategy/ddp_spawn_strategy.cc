@@ -424,8 +424,7 @@ absl::StatusOr<at::Tensor> DDPSpawnStrategy::TrainingStep(const Batch& batch, in
 absl::StatusOr<StepMetrics> DDPSpawnStrategy::ValidationStep(const Batch& batch,
                                                              int64_t batch_index) {
   RETURN_IF_ERROR(RequireSetup("ValidationStep"));
-  c10::NoGradGuard no_grad;
-  RETURN_IF_ERROR(ddp_->PrepareForward());  // as DDP's forward would
+  c10::NoGradGuard no_grad;  // and so no buffer broadcast, as DDP's forward in eval
   return module_->ValidationStep(ToDevice(batch, root_device()), batch_index);
 }
 

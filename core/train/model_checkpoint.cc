@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -163,6 +164,7 @@ ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options)
 }
 
 absl::Status ModelCheckpoint::OnTrainEpochEnd(CallbackContext& context) {
+  epoch_ended_ = true;
   if (options_.every_n_train_steps > 0 || options_.every_n_epochs == 0 ||
       (context.epoch() + 1) % options_.every_n_epochs != 0) {
     return absl::OkStatus();
@@ -182,9 +184,26 @@ absl::Status ModelCheckpoint::OnTrainBatchEnd(CallbackContext& context, int64_t 
     return absl::OkStatus();
   }
   if (!options_.monitor.empty() && context.metrics().count(options_.monitor) == 0) {
-    return UnknownMetricError("ModelCheckpoint monitors", options_.monitor, context.metrics());
+    const bool logger_ran = context.validates() ? validation_ran_ : epoch_ended_;
+    if (logger_ran) {
+      return UnknownMetricError("ModelCheckpoint monitors", options_.monitor, context.metrics());
+    }
+    if (!said_skipping_ && context.is_global_zero()) {
+      std::fprintf(stderr,
+                   "ddpspawn: ModelCheckpoint: '%s' is not logged yet at step %lld; step "
+                   "checkpoints start once %s logs it\n",
+                   options_.monitor.c_str(), static_cast<long long>(context.global_step()),
+                   context.validates() ? "validation" : "the epoch's end");
+    }
+    said_skipping_ = true;
+    return absl::OkStatus();
   }
   return Check(context, context.metrics());
+}
+
+absl::Status ModelCheckpoint::OnValidationEnd(CallbackContext& /*context*/) {
+  validation_ran_ = true;
+  return absl::OkStatus();
 }
 
 bool ModelCheckpoint::Better(double a, double b) const {

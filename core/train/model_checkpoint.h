@@ -53,6 +53,7 @@ class ModelCheckpoint : public Callback {
   std::string name() const override { return "ModelCheckpoint"; }
   absl::Status OnTrainEpochEnd(CallbackContext& context) override;
   absl::Status OnTrainBatchEnd(CallbackContext& context, int64_t batch, bool stepped) override;
+  absl::Status OnValidationEnd(CallbackContext& context) override;
   std::string OnSaveCheckpoint() const override;
   absl::Status OnLoadCheckpoint(absl::string_view state) override;
 
@@ -70,6 +71,12 @@ class ModelCheckpoint : public Callback {
   ModelCheckpointOptions options_;
   MonitorMode mode_;  // resolved (kMax by recency: the later step scores higher)
   std::vector<std::pair<double, std::string>> kept_;  // in the order saved
+  // Step checks skip a monitored metric not logged yet (as Lightning) until
+  // the loop that logs it has run once in this fit: validation, or the
+  // epoch's end when fit does not validate.
+  bool validation_ran_ = false;
+  bool epoch_ended_ = false;
+  bool said_skipping_ = false;
 };
 
 }  // namespace ddpspawn

@@ -238,6 +238,28 @@ absl::StatusOr<StopRequest> StopRequestedOnAnyRank(DDPSpawnStrategy& strategy,
 
 }  // namespace
 
+// The evaluation sums are reduced by position, so every rank must report the
+// same metric names: one all-gather of each rank's names, and an error that
+// lists every rank's names when they differ.
+absl::Status AgreeOnMetricNames(DDPSpawnStrategy& strategy,
+                                const std::map<std::string, double>& sums, absl::string_view step) {
+  if (strategy.group() == nullptr || strategy.world_size() == 1) return absl::OkStatus();
+  std::string names;
+  for (const auto& [name, sum] : sums) absl::StrAppend(&names, names.empty() ? "" : ", ", name);
+  ASSIGN_OR_RETURN(std::vector<std::string> all, strategy.group()->AllGatherBytes(names));
+  if (std::all_of(all.begin(), all.end(), [&](const std::string& n) { return n == all[0]; })) {
+    return absl::OkStatus();
+  }
+  std::string each;
+  for (size_t r = 0; r < all.size(); ++r) {
+    absl::StrAppend(&each, r == 0 ? "" : "; ", "rank ", r, ": ",
+                    all[r].empty() ? "(none)" : all[r]);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("the ranks' ", step, " returned different metric names (", each,
+                   "); every rank's ", step, " must return the same names, whatever its data"));
+}
+
 absl::string_view GradientClipAlgorithmName(GradientClipAlgorithm algorithm) {
   return algorithm == GradientClipAlgorithm::kValue ? "value" : "norm";
 }
@@ -849,8 +871,8 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(
         return absl::OkStatus();
       });
   if (!done.ok()) return done.status();
-  // Weighted by samples, summed over the ranks (every rank reports the same
-  // names).
+  RETURN_IF_ERROR(AgreeOnMetricNames(strategy_, sums, test ? "test_step" : "validation_step"));
+  // Weighted by samples, summed over the ranks (the names agree).
   std::vector<double> flat;
   flat.reserve(sums.size() + 1);
   for (const auto& [name, sum] : sums) flat.push_back(sum);

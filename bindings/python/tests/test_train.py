@@ -385,6 +385,126 @@ def test_script_step_failure_is_worker_failed(torch, data_dir, tmp_path):
     assert again.traceback_text == error.traceback_text
 
 
+def batchnorm_regression(torch):
+    """A TorchScript regression with a BatchNorm1d (buffers: running statistics)."""
+    from typing import Dict, List
+
+    class BatchNormRegression(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hidden = torch.nn.Linear(4, 8)
+            self.norm = torch.nn.BatchNorm1d(8)
+            self.out = torch.nn.Linear(8, 1)
+
+        def forward(self, x):
+            return self.out(torch.relu(self.norm(self.hidden(x)))).squeeze(-1)
+
+        @torch.jit.export
+        def training_step(self, batch: List[torch.Tensor], batch_idx: int) -> torch.Tensor:
+            return torch.nn.functional.mse_loss(self.forward(batch[0]), batch[1].reshape(-1))
+
+        @torch.jit.export
+        def validation_step(
+            self, batch: List[torch.Tensor], batch_idx: int
+        ) -> Dict[str, torch.Tensor]:
+            loss = torch.nn.functional.mse_loss(self.forward(batch[0]), batch[1].reshape(-1))
+            return {"val_loss": loss}
+
+    torch.manual_seed(0)
+    return torch.jit.script(BatchNormRegression())
+
+
+def test_validation_with_buffers_on_shards_of_unequal_length(torch, data_dir, tmp_path):
+    """65 validation samples on 2 ranks with batches of 32: rank 0 runs two
+    batches, rank 1 one. Evaluation runs under no-grad, where DDP broadcasts no
+    buffers (as torch's DDP in eval); a broadcast per batch would meet no
+    partner on rank 0's second batch."""
+    rows = write_regression_csv(tmp_path / "val65.csv", n=65, seed=5)
+    module = batchnorm_regression(torch)
+    result = ddpspawn.fit(
+        module, data_dir / "reg.csv", val=tmp_path / "val65.csv", nprocs=NPROCS, max_epochs=2,
+        batch_size=32, lr=0.05, seed=0, progress=False, default_root_dir=tmp_path,
+    )
+    assert result.epoch == 2
+    # validate() from the checkpoint: rank 0's weights and buffers on both
+    # ranks, so the mean over the 65 samples is the in-process one.
+    metrics = ddpspawn.validate(
+        module, tmp_path / "val65.csv", checkpoint=result.checkpoint, nprocs=NPROCS,
+        batch_size=32, default_root_dir=tmp_path,
+    )
+    state = {k[len("model."):]: t for k, t in checkpoint_tensors(torch, result.checkpoint).items()
+             if k.startswith("model.")}
+    module.load_state_dict(state)
+    module.eval()
+    with torch.no_grad():
+        x = torch.tensor([x for x, _ in rows], dtype=torch.float32)
+        y = torch.tensor([y for _, y in rows], dtype=torch.float32)
+        expected = torch.nn.functional.mse_loss(module(x), y).item()
+    assert metrics["val_loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_metric_names_that_differ_across_ranks_are_an_error(torch, tmp_path):
+    """A validation_step whose names depend on its data: rank 0's shard holds
+    the one large sample (index 0) and names 'large', rank 1's names 'small'.
+    Summed by position, each would land under the other's name."""
+    from typing import Dict, List
+
+    class DataDependentNames(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.linear(x).squeeze(-1)
+
+        @torch.jit.export
+        def training_step(self, batch: List[torch.Tensor], batch_idx: int) -> torch.Tensor:
+            return torch.nn.functional.mse_loss(self.forward(batch[0]), batch[1].reshape(-1))
+
+        @torch.jit.export
+        def validation_step(
+            self, batch: List[torch.Tensor], batch_idx: int
+        ) -> Dict[str, torch.Tensor]:
+            loss = torch.nn.functional.mse_loss(self.forward(batch[0]), batch[1].reshape(-1))
+            if bool(batch[0][:, 0].max() > 50.0):
+                return {"val_loss": loss, "large": loss}
+            return {"val_loss": loss, "small": loss}
+
+    with open(tmp_path / "val.csv", "w") as f:
+        for i in range(20):
+            f.write(f"{100.0 if i == 0 else 0.1 * i:.6f},0,0,0,1.0\n")
+    module = torch.jit.script(DataDependentNames())
+    with pytest.raises(ddpspawn.WorkerFailedError) as caught:
+        ddpspawn.validate(
+            module, tmp_path / "val.csv", nprocs=NPROCS, batch_size=16,
+            default_root_dir=tmp_path,
+        )
+    message = str(caught.value) + caught.value.traceback_text
+    assert "different metric names" in message, message
+    assert "rank 0: large, val_loss" in message and "rank 1: small, val_loss" in message, message
+
+
+def test_step_checkpoints_wait_for_the_monitored_metric(data_dir, tmp_path):
+    """every_n_train_steps=5 monitoring val_loss: at step 5 no validation has
+    run (7 steps an epoch), so the check is skipped, as in Lightning; at step
+    10 val_loss exists (epoch 1's) and the checkpoint is written."""
+    result = ddpspawn.fit(
+        MLP, data_dir / "train.csv", val=data_dir / "val.csv",
+        **common(tmp_path, max_epochs=2, every_n_train_steps=5, monitor="val_loss", save_top_k=1),
+    )
+    assert result.global_step == 14
+    kept = sorted(os.listdir(tmp_path / "checkpoints"))
+    assert len(kept) == 2 and "last.ckpt" in kept, kept
+    assert "step=10-val_loss=" in result.best_model_path, result.best_model_path
+    # A metric that validation never logs is an error once validation has run.
+    with pytest.raises(ddpspawn.WorkerFailedError, match="monitors 'val_nothing'"):
+        ddpspawn.fit(
+            MLP, data_dir / "train.csv", val=data_dir / "val.csv",
+            **common(tmp_path / "never", max_epochs=2, every_n_train_steps=5,
+                     monitor="val_nothing", mode="min"),
+        )
+
+
 def test_plain_nn_module_is_rejected(torch, data_dir, tmp_path):
     with pytest.raises(ddpspawn.InvalidArgumentError, match="torch.jit.script"):
         ddpspawn.fit(script_classes(torch)[0](), data_dir / "reg.csv")
