@@ -60,6 +60,7 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
     archive.write("epoch", c10::IValue(state.epoch));
     archive.write("batch_in_epoch", c10::IValue(state.batch_in_epoch));
     archive.write("global_step", c10::IValue(state.global_step));
+    if (state.world_size > 0) archive.write("world_size", c10::IValue(state.world_size));
     for (size_t r = 0; r < state.cpu_rng_per_rank.size(); ++r) {
       archive.write(absl::StrCat("rng.cpu.", r), state.cpu_rng_per_rank[r]);
     }
@@ -186,6 +187,7 @@ absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module
       }
       *field = value.toInt();
     }
+    state->world_size = archive.try_read("world_size", value) && value.isInt() ? value.toInt() : 0;
     state->cpu_rng_per_rank.clear();
     while (true) {
       // A fresh tensor for each rank: try_read into a tensor already read

@@ -27,6 +27,8 @@ struct TrainingState {
   // Each rank's CPU generator state (at::Generator::get_state()), indexed by
   // rank.
   std::vector<at::Tensor> cpu_rng_per_rank;
+  // The number of ranks that saved it (0: not recorded, an older checkpoint).
+  int64_t world_size = 0;
   // "16-mixed"'s loss scale and its good steps in a row (0: no loss scaler).
   double grad_scale = 0;
   int64_t grad_scale_growth_tracker = 0;

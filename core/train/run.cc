@@ -824,6 +824,9 @@ absl::Status CheckRun(const RunConfig& config) {
           absl::StrCat("checkpoint ", *path, ": ", resumed.status().message()));
     }
     RETURN_IF_ERROR(CheckNothingGivenIsOverridden(config, *resumed));
+    TrainingState saved;
+    RETURN_IF_ERROR(RestoreCheckpoint(bytes, *module, nullptr, &saved));
+    RETURN_IF_ERROR(CheckResumableOn(saved, config.world_size, *path));
   }
   RETURN_IF_ERROR(DryRun(config, *module, data, config.command));
   // The validation set must fit the model as well as the training set.

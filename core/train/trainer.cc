@@ -344,6 +344,7 @@ absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Opti
                                      TrainingState state, const std::string& path) {
   ASSIGN_OR_RETURN(std::vector<at::Tensor> rng, GatherRngStates(strategy_));
   state.cpu_rng_per_rank = std::move(rng);
+  state.world_size = strategy_.world_size();
   if (state.epoch_loss_batches > 0) {  // the same on every rank: they step together
     ASSIGN_OR_RETURN(at::Tensor sums,
                      strategy_.AllGather(at::tensor(state.epoch_loss_sum_per_rank, at::kDouble)));
@@ -362,6 +363,17 @@ absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Opti
     bytes = std::move(serialized);
   }
   return strategy_.SaveCheckpoint(bytes, path);
+}
+
+absl::Status CheckResumableOn(const TrainingState& state, int world, const std::string& path) {
+  const int64_t saved_by =
+      state.world_size > 0 ? state.world_size : static_cast<int64_t>(state.cpu_rng_per_rank.size());
+  if (state.batch_in_epoch == 0 || saved_by == 0 || saved_by == world) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "cannot resume from %s: it was saved mid-epoch (epoch %d, batch %d) by %d ranks, and on %d "
+      "ranks the rest of that epoch would visit other samples; resume on %d ranks, or from a "
+      "checkpoint saved at an epoch's end",
+      path, state.epoch + 1, state.batch_in_epoch, saved_by, world, saved_by));
 }
 
 absl::StatusOr<OptimizerConfig> ResumedOptimizerConfig(const std::string& checkpoint_bytes,
@@ -594,6 +606,7 @@ absl::StatusOr<std::unique_ptr<Trainer::FitRun>> Trainer::StartFit(
       return absl::InvalidArgumentError(
           absl::StrCat("cannot resume from ", options_.resume_from, ": ", s.message()));
     }
+    RETURN_IF_ERROR(CheckResumableOn(state, world, options_.resume_from));
     if (rank < static_cast<int>(state.cpu_rng_per_rank.size())) {
       at::Generator generator = at::detail::getDefaultCPUGenerator();
       generator.set_state(state.cpu_rng_per_rank[rank]);

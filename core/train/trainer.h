@@ -112,6 +112,12 @@ std::string LastCheckpointPath(const TrainerOptions& options);
 absl::StatusOr<OptimizerConfig> ResumedOptimizerConfig(const std::string& checkpoint_bytes,
                                                        LightningModule& module);
 
+// A checkpoint saved mid-epoch resumes exactly only on the number of ranks
+// that saved it (each rank's shard of the rest of the epoch depends on it):
+// another number is an error naming both. From an epoch's end any number
+// goes on (a fresh shard split; ranks beyond the saved ones seed afresh).
+absl::Status CheckResumableOn(const TrainingState& state, int world_size, const std::string& path);
+
 class Trainer {
  public:
   Trainer(DDPSpawnStrategy& strategy, TrainerOptions options);

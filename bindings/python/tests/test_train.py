@@ -184,6 +184,26 @@ def test_resume_continues_where_fit_stopped(torch, data_dir, tmp_path):
     assert any(not torch.equal(early[n], after[n]) for n in after if n.startswith("model."))
 
 
+def test_mid_epoch_resume_on_another_number_of_ranks_is_refused(data_dir, tmp_path):
+    """Stopped at step 3 of 7: the rest of that epoch is each rank's shard of
+    2, which 1 or 3 ranks would split otherwise. Refused before any rank
+    starts, naming both numbers; an epoch's end resumes on any number."""
+    train = data_dir / "train.csv"
+    mid = ddpspawn.fit(MLP, train, **common(tmp_path / "mid", max_steps=3))
+    assert mid.global_step == 3
+    for nprocs in (1, 3):
+        with pytest.raises(ddpspawn.InvalidArgumentError, match=(
+                f"saved mid-epoch \\(epoch 1, batch 3\\) by 2 ranks, and on {nprocs} ranks")):
+            ddpspawn.fit(MLP, train, **mid.resume_options(),
+                         **common(tmp_path / "mid", max_steps=6, nprocs=nprocs))
+    same = ddpspawn.fit(MLP, train, **mid.resume_options(), **common(tmp_path / "mid", max_steps=6))
+    assert same.global_step == 6
+    end = ddpspawn.fit(MLP, train, **common(tmp_path / "end", max_epochs=1))
+    more = ddpspawn.fit(MLP, train, **end.resume_options(),
+                        **common(tmp_path / "end", max_epochs=2, nprocs=1))
+    assert (more.epoch, more.global_step) == (2, 7 + 13)  # then 13 steps of 16 on one rank
+
+
 def test_validate_and_test_from_the_checkpoint_match_the_fit(data_dir, trained, tmp_path):
     val = data_dir / "val.csv"
     metrics = ddpspawn.validate(
