@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
+#include <torch/optim/optimizer.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -413,31 +414,70 @@ absl::Status DDPSpawnStrategy::PreBackward(const at::Tensor& loss) {
   return RequireSetup("PreBackward");
 }
 
+absl::Status DDPSpawnStrategy::Backward(const at::Tensor& loss) {
+  RETURN_IF_ERROR(PreBackward(loss));
+  GradScaler* scaler = options_.precision_plugin->grad_scaler();
+  try {
+    (scaler != nullptr ? scaler->Scale(loss) : loss).backward();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("backward failed: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("backward failed: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> DDPSpawnStrategy::OptimizerStep(torch::optim::Optimizer& optimizer,
+                                                     const std::function<void()>& before_step) {
+  RETURN_IF_ERROR(RequireSetup("OptimizerStep"));
+  GradScaler* scaler = options_.precision_plugin->grad_scaler();
+  if (scaler != nullptr) {
+    std::vector<at::Tensor> parameters;
+    for (const torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) {
+      parameters.insert(parameters.end(), group.params().begin(), group.params().end());
+    }
+    const bool finite = scaler->Unscale(parameters);
+    scaler->Update(!finite);
+    if (!finite) return false;
+  }
+  if (before_step) before_step();
+  optimizer.step();
+  return true;
+}
+
 absl::StatusOr<at::Tensor> DDPSpawnStrategy::TrainingStep(const Batch& batch, int64_t batch_index) {
   RETURN_IF_ERROR(RequireSetup("TrainingStep"));
-  std::unique_ptr<PrecisionPlugin::StepContext> precision =
-      options_.precision_plugin->TrainStepContext(root_device().is_cuda());
+  std::unique_ptr<PrecisionPlugin::StepContext> precision = ForwardContext();
   RETURN_IF_ERROR(ddp_->PrepareForward());
   return module_->TrainingStep(ToDevice(batch, root_device()), batch_index);
 }
 
+// No buffer broadcast in evaluation: PrepareForward does nothing under
+// no-grad, as DDP's forward in eval.
 absl::StatusOr<StepMetrics> DDPSpawnStrategy::ValidationStep(const Batch& batch,
                                                              int64_t batch_index) {
   RETURN_IF_ERROR(RequireSetup("ValidationStep"));
-  c10::NoGradGuard no_grad;  // and so no buffer broadcast, as DDP's forward in eval
+  c10::NoGradGuard no_grad;
+  std::unique_ptr<PrecisionPlugin::StepContext> precision = ForwardContext();
   return module_->ValidationStep(ToDevice(batch, root_device()), batch_index);
 }
 
 absl::StatusOr<StepMetrics> DDPSpawnStrategy::TestStep(const Batch& batch, int64_t batch_index) {
   RETURN_IF_ERROR(RequireSetup("TestStep"));
   c10::NoGradGuard no_grad;
+  std::unique_ptr<PrecisionPlugin::StepContext> precision = ForwardContext();
   return module_->TestStep(ToDevice(batch, root_device()), batch_index);
 }
 
 absl::StatusOr<at::Tensor> DDPSpawnStrategy::PredictStep(const Batch& batch, int64_t batch_index) {
   RETURN_IF_ERROR(RequireSetup("PredictStep"));
   c10::NoGradGuard no_grad;
+  std::unique_ptr<PrecisionPlugin::StepContext> precision = ForwardContext();
   return module_->PredictStep(ToDevice(batch, root_device()), batch_index);
+}
+
+std::unique_ptr<PrecisionPlugin::StepContext> DDPSpawnStrategy::ForwardContext() {
+  return options_.precision_plugin->ForwardContext(root_device().is_cuda());
 }
 
 absl::Status DDPSpawnStrategy::SaveCheckpoint(absl::string_view bytes, const std::string& path) {

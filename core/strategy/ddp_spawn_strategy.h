@@ -46,6 +46,10 @@
 #include "core/strategy/checkpoint_io.h"
 #include "core/strategy/precision.h"
 
+namespace torch::optim {
+class Optimizer;
+}  // namespace torch::optim
+
 namespace ddpspawn {
 
 class NodeRendezvous;
@@ -202,8 +206,20 @@ class DDPSpawnStrategy {
   // ------------------------------------------------------------------------------
   // Nothing to prepare: the reducer finds unused parameters when backward ends.
   absl::Status PreBackward(const at::Tensor& loss);
-  // Through the DDP wrapper (buffers from rank 0, precision context); returns
-  // the loss.
+  // Lightning's strategy.backward: PreBackward, then backward of the loss
+  // scaled by the precision plugin's loss scaler ("16-mixed"; else as it is).
+  // Use it (not loss.backward()) in a hand-written loop, with OptimizerStep.
+  absl::Status Backward(const at::Tensor& loss);
+  // Lightning's strategy.optimizer_step: with a loss scaler, divides the
+  // optimizer's gradients (already averaged by DDP, so equal on every rank)
+  // by the scale and skips the step on every rank when any holds an inf or a
+  // NaN, then adjusts the scale; `before_step` (e.g. gradient clipping) sees
+  // the unscaled gradients of a step that is taken. Returns whether the
+  // optimizer stepped. The gradients are not zeroed.
+  absl::StatusOr<bool> OptimizerStep(torch::optim::Optimizer& optimizer,
+                                     const std::function<void()>& before_step = nullptr);
+  // Through the DDP wrapper (buffers from rank 0) in the precision plugin's
+  // forward context, as are the three evaluation steps; returns the loss.
   absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch, int64_t batch_index);
   absl::StatusOr<StepMetrics> ValidationStep(const Batch& batch, int64_t batch_index);
   absl::StatusOr<StepMetrics> TestStep(const Batch& batch, int64_t batch_index);
@@ -231,6 +247,8 @@ class DDPSpawnStrategy {
   // fn, with an escaping exception turned into an error.
   absl::StatusOr<std::string> RunCaught(const WorkerFn& fn);
   absl::Status RequireSetup(absl::string_view what) const;
+  // The precision plugin's forward context on this rank's device.
+  std::unique_ptr<PrecisionPlugin::StepContext> ForwardContext();
   // The accelerator, parallel_devices and precision fit together.
   absl::Status CheckDevices() const;
   absl::Status CheckRankDevice() const;

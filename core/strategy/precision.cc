@@ -11,7 +11,7 @@ namespace {
 class FullPrecision : public PrecisionPlugin {
  public:
   std::string name() const override { return std::string(PrecisionName(Precision::k32True)); }
-  std::unique_ptr<StepContext> TrainStepContext(bool) override {
+  std::unique_ptr<StepContext> ForwardContext(bool) override {
     return std::make_unique<StepContext>();
   }
 };
@@ -43,7 +43,7 @@ class Autocast : public PrecisionPlugin::StepContext {
 class Bf16Mixed : public PrecisionPlugin {
  public:
   std::string name() const override { return std::string(PrecisionName(Precision::kBf16Mixed)); }
-  std::unique_ptr<StepContext> TrainStepContext(bool cuda) override {
+  std::unique_ptr<StepContext> ForwardContext(bool cuda) override {
     return std::make_unique<Autocast>(cuda ? c10::kCUDA : c10::kCPU, at::kBFloat16);
   }
 };
@@ -51,7 +51,7 @@ class Bf16Mixed : public PrecisionPlugin {
 class Fp16Mixed : public PrecisionPlugin {
  public:
   std::string name() const override { return std::string(PrecisionName(Precision::k16Mixed)); }
-  std::unique_ptr<StepContext> TrainStepContext(bool) override {
+  std::unique_ptr<StepContext> ForwardContext(bool) override {
     return std::make_unique<Autocast>(c10::kCUDA, at::kHalf);
   }
   bool SupportsDevice(bool cuda) const override { return cuda; }

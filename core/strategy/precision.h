@@ -1,8 +1,9 @@
 // Precision plugins, Lightning's names: "32-true" (nothing to do),
 // "bf16-mixed" (autocast to bfloat16 on the model's device, CPU or CUDA) and
 // "16-mixed" (CUDA autocast to float16 with dynamic loss scaling; CUDA only).
-// A plugin gives the context a training step's forward runs in, and its loss
-// scaler if it has one. Not thread-safe: one plugin per training loop.
+// A plugin gives the context each step's forward runs in, and its loss scaler
+// if it has one (DDPSpawnStrategy::Backward and OptimizerStep use it). Not
+// thread-safe: one plugin per training loop.
 #ifndef DDPSPAWN_CORE_STRATEGY_PRECISION_H_
 #define DDPSPAWN_CORE_STRATEGY_PRECISION_H_
 
@@ -24,8 +25,10 @@ class PrecisionPlugin {
   };
   virtual ~PrecisionPlugin() = default;
   virtual std::string name() const = 0;
-  // `cuda`: the model lives on a CUDA device (else on the CPU).
-  virtual std::unique_ptr<StepContext> TrainStepContext(bool cuda) = 0;
+  // The context every step's forward runs in (training, validation, test
+  // and predict, as Lightning's precision plugins); `cuda`: the model lives on
+  // a CUDA device (else on the CPU).
+  virtual std::unique_ptr<StepContext> ForwardContext(bool cuda) = 0;
   // Whether this precision can run on that device.
   virtual bool SupportsDevice(bool /*cuda*/) const { return true; }
   // The loss scaler ("16-mixed"), or null.

@@ -682,17 +682,12 @@ absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train) {
     const bool step_now = (b + 1) % accumulate == 0 || b + 1 == run.batches;
     RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnTrainBatchStart(*run.context, b); }));
     ASSIGN_OR_RETURN(at::Tensor loss, strategy_.TrainingStep(batch, b));
-    try {
-      at::Tensor scaled = loss / static_cast<double>(accumulate);
-      if (run.scaler != nullptr) scaled = run.scaler->Scale(scaled);
-      if (step_now) {
-        scaled.backward();
-      } else {
-        DistributedDataParallel::NoSync no_sync = strategy_.model()->no_sync();
-        scaled.backward();
-      }
-    } catch (const std::exception& e) {
-      return absl::InternalError(absl::StrCat("backward failed: ", e.what()));
+    const at::Tensor share = loss / static_cast<double>(accumulate);
+    if (step_now) {
+      RETURN_IF_ERROR(strategy_.Backward(share));
+    } else {
+      DistributedDataParallel::NoSync no_sync = strategy_.model()->no_sync();
+      RETURN_IF_ERROR(strategy_.Backward(share));
     }
     const double value = loss.item<double>();
     run.watch.See(value, epoch, run.state.global_step + 1);
@@ -701,7 +696,7 @@ absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train) {
     ++run.epoch_batches;
     ++run.window_batches;
     if (step_now) {
-      OptimizerStep(run);
+      RETURN_IF_ERROR(OptimizerStep(run));
       run.state.batch_in_epoch = b + 1;
       ASSIGN_OR_RETURN(const bool done, AfterOptimizerStep(run, b, value));
       run.stop = run.stop || done;
@@ -715,29 +710,35 @@ absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train) {
   return absl::OkStatus();
 }
 
-void Trainer::OptimizerStep(FitRun& run) {
-  // 16-mixed: a step whose (averaged, so equal on every rank) gradients hold an
-  // inf or a NaN is skipped on every rank, and the scale shrinks.
-  const bool finite = run.scaler == nullptr || run.scaler->Unscale(run.parameters);
+absl::Status Trainer::OptimizerStep(FitRun& run) {
+  // 16-mixed: the strategy skips, on every rank, a step whose averaged
+  // gradients hold an inf or a NaN, and shrinks the scale. Clipping sees the
+  // unscaled gradients; a skipped step still counts, as in Lightning.
+  const absl::Status stepped =
+      strategy_
+          .OptimizerStep(*run.optimizer,
+                         [&] {
+                           if (options_.gradient_clip_val <= 0) return;
+                           if (options_.gradient_clip_algorithm == GradientClipAlgorithm::kValue) {
+                             c10::NoGradGuard no_grad;
+                             for (const at::Tensor& p : run.parameters) {
+                               if (p.grad().defined())
+                                 p.grad().clamp_(-options_.gradient_clip_val,
+                                                 options_.gradient_clip_val);
+                             }
+                           } else {
+                             ClipGradNorm(run.parameters, options_.gradient_clip_val);
+                           }
+                         })
+          .status();
+  RETURN_IF_ERROR(stepped);
   if (run.scaler != nullptr) {
-    run.scaler->Update(!finite);
     run.state.grad_scale = run.scaler->state().scale;
     run.state.grad_scale_growth_tracker = run.scaler->state().growth_tracker;
   }
-  if (finite && options_.gradient_clip_val > 0) {
-    if (options_.gradient_clip_algorithm == GradientClipAlgorithm::kValue) {
-      c10::NoGradGuard no_grad;
-      for (const at::Tensor& p : run.parameters) {
-        if (p.grad().defined())
-          p.grad().clamp_(-options_.gradient_clip_val, options_.gradient_clip_val);
-      }
-    } else {
-      ClipGradNorm(run.parameters, options_.gradient_clip_val);
-    }
-  }
-  if (finite) run.optimizer->step();
   run.optimizer->zero_grad();
   ++run.state.global_step;
+  return absl::OkStatus();
 }
 
 // After the optimizer step that ended batch `batch` (whose loss was `loss`):

@@ -145,7 +145,7 @@ class Trainer {
   absl::StatusOr<std::unique_ptr<FitRun>> StartFit(const std::shared_ptr<LightningModule>& module,
                                                    const Dataset& train);
   absl::Status TrainEpoch(FitRun& run, const Dataset& train);
-  void OptimizerStep(FitRun& run);
+  absl::Status OptimizerStep(FitRun& run);
   absl::StatusOr<bool> AfterOptimizerStep(FitRun& run, int64_t batch, double loss);
   absl::Status EndEpoch(FitRun& run, const Dataset* validation);
 

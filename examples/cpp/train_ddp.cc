@@ -39,8 +39,10 @@ absl::StatusOr<std::string> Train(ddpspawn::DDPSpawnStrategy& strategy) {
     optimizer.zero_grad();
     absl::StatusOr<at::Tensor> loss = strategy.TrainingStep({x, y}, step);
     if (!loss.ok()) return loss.status();
-    loss->backward();  // gradients are averaged across the ranks here
-    optimizer.step();
+    // Backward (loss scaled under "16-mixed"; gradients averaged across the
+    // ranks here), then the step (unscaled; skipped on every rank on an inf).
+    if (absl::Status s = strategy.Backward(*loss); !s.ok()) return s;
+    if (absl::Status s = strategy.OptimizerStep(optimizer).status(); !s.ok()) return s;
   }
   auto params = module->parameters();
   return absl::StrFormat("weights %.3f %.3f %.3f, bias %.3f", params[0][0][0].item<float>(),

@@ -2,11 +2,12 @@
 // ranks (start method from argv[1]: spawn or fork; precision from argv[2]) and,
 // in each rank, exercises every part of the strategy's API against expected
 // values. Prints rank 0's report and exits 0 when every check passed. Usage:
-// strategy_main spawn|fork|forkserver 32-true|bf16-mixed CHECKPOINT_DIR
+// strategy_main spawn|fork|forkserver 32-true|bf16-mixed|scaled-32 CHECKPOINT_DIR
 #include <torch/torch.h>
 
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/ddp/sync_batch_norm.h"
@@ -51,6 +52,27 @@ class Regressor : public NnModule {
 
 std::string g_checkpoint_dir;
 
+at::Tensor Flat(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& t : tensors) flat.push_back(t.detach().reshape({-1}));
+  return torch::cat(flat);
+}
+
+// "scaled-32": full precision with a loss scaler (init 1024, grows after 5
+// good steps), so that DDPSpawnStrategy's Backward and OptimizerStep are
+// checked with scaling on CPU, where "16-mixed" cannot run.
+class ScaledFullPrecision : public PrecisionPlugin {
+ public:
+  std::string name() const override { return "scaled-32"; }
+  std::unique_ptr<StepContext> ForwardContext(bool) override {
+    return std::make_unique<StepContext>();
+  }
+  GradScaler* grad_scaler() override { return &scaler_; }
+
+ private:
+  GradScaler scaler_{GradScalerOptions{.init_scale = 1024.0, .growth_interval = 5}};
+};
+
 absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
   const int rank = s.global_rank();
   // Properties.
@@ -90,18 +112,49 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
   at::Tensor x = torch::randn({16, 4});
   at::Tensor y = x.sum(1, true);
   double first_loss = 0, last_loss = 0;
+  GradScaler* scaler = s.options().precision_plugin->grad_scaler();
+  const std::vector<at::Tensor> parameters = module->parameters();
   for (int step = 0; step < 20; ++step) {
     optimizer.zero_grad();
     absl::StatusOr<at::Tensor> loss = s.TrainingStep({x, y}, step);
     EXPECT_OK(loss.status());
-    EXPECT_OK(s.PreBackward(*loss));
-    loss->backward();
-    optimizer.step();
+    // Step 7: rank 1's loss is inf, so the averaged gradients hold a NaN on
+    // both ranks and both skip the step.
+    const bool poisoned = scaler != nullptr && step == 7;
+    if (poisoned && rank == 1) *loss = *loss * std::numeric_limits<float>::infinity();
+    // The gradients DDP will average, unscaled, for comparison.
+    std::vector<at::Tensor> unscaled;
+    if (scaler != nullptr && !poisoned) {
+      for (const at::Tensor& g : torch::autograd::grad({*loss}, parameters, {}, true)) {
+        absl::StatusOr<at::Tensor> mean = s.Reduce(g, ReduceOp::kMean);
+        EXPECT_OK(mean.status());
+        unscaled.push_back(*mean);
+      }
+    }
+    const double scale = scaler != nullptr ? scaler->scale() : 1.0;
+    const at::Tensor before = Flat(parameters).clone();
+    EXPECT_OK(s.Backward(*loss));
+    for (size_t i = 0; i < unscaled.size(); ++i) {  // scaled by Backward
+      EXPECT(torch::allclose(parameters[i].grad(), unscaled[i] * scale, 1e-5, 1e-6));
+    }
+    absl::StatusOr<bool> stepped = s.OptimizerStep(optimizer);
+    EXPECT_OK(stepped.status());
+    for (size_t i = 0; i < unscaled.size(); ++i) {  // unscaled by OptimizerStep
+      EXPECT(torch::allclose(parameters[i].grad(), unscaled[i], 1e-5, 1e-8));
+    }
+    if (poisoned) {
+      EXPECT(!*stepped && Flat(parameters).equal(before) && scaler->scale() == scale / 2);
+      continue;
+    }
+    EXPECT(*stepped);
     absl::StatusOr<at::Tensor> mean_loss = s.Reduce(*loss, ReduceOp::kMean);
     EXPECT_OK(mean_loss.status());
     (step == 0 ? first_loss : last_loss) = mean_loss->item<double>();
   }
   EXPECT(last_loss < first_loss);
+  // 1024, halved at step 7, doubled after every 5 good steps in a row: 7 good
+  // steps before (x2 after 5), 12 after (x2 after 5 and 10): 1024.
+  if (scaler != nullptr) EXPECT(scaler->scale() == 1024.0 * 2 / 2 * 4);
   const bool bf16 = s.options().precision_plugin->name() == "bf16-mixed";
   EXPECT(module->last_output_dtype == (bf16 ? at::kBFloat16 : at::kFloat));
   std::vector<at::Tensor> flat;
@@ -155,7 +208,8 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
 int main(int argc, char** argv) {
   ddpspawn::ServeForksIfForkserver();
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s spawn|fork|forkserver 32-true|bf16-mixed CHECKPOINT_DIR\n",
+    std::fprintf(stderr,
+                 "usage: %s spawn|fork|forkserver 32-true|bf16-mixed|scaled-32 CHECKPOINT_DIR\n",
                  argv[0]);
     return 64;
   }
@@ -163,7 +217,9 @@ int main(int argc, char** argv) {
   ddpspawn::StrategyOptions options;
   options.parallel_devices = {c10::Device(c10::kCPU), c10::Device(c10::kCPU)};
   absl::StatusOr<ddpspawn::StartMethod> method = ddpspawn::ParseStartMethod(argv[1]);
-  absl::StatusOr<ddpspawn::Precision> precision = ddpspawn::ParsePrecision(argv[2]);
+  const bool scaled = std::strcmp(argv[2], "scaled-32") == 0;
+  absl::StatusOr<ddpspawn::Precision> precision =
+      scaled ? ddpspawn::Precision::k32True : ddpspawn::ParsePrecision(argv[2]);
   if (!method.ok() || !precision.ok()) {
     std::fprintf(stderr, "%s %s\n", method.status().ToString().c_str(),
                  precision.status().ToString().c_str());
@@ -172,7 +228,8 @@ int main(int argc, char** argv) {
   options.start_method = *method;
   options.timeout = absl::Seconds(60);
   options.launch_timeout = absl::Seconds(120);
-  options.precision_plugin = ddpspawn::MakePrecisionPlugin(*precision);
+  options.precision_plugin = scaled ? std::make_shared<ddpspawn::ScaledFullPrecision>()
+                                    : ddpspawn::MakePrecisionPlugin(*precision);
   ddpspawn::DDPSpawnStrategy strategy(options);
   if (ddpspawn::IsWorkerProcess()) return strategy.RunWorker(ddpspawn::Work);
   absl::StatusOr<std::string> result = strategy.Launch(ddpspawn::Work);

@@ -43,7 +43,7 @@ TEST_P(StrategyApiTest, EveryMethodInTwoRanks) {
 
 INSTANTIATE_TEST_SUITE_P(Methods, StrategyApiTest,
                          testing::Combine(testing::Values("spawn", "fork", "forkserver"),
-                                          testing::Values("32-true", "bf16-mixed")));
+                                          testing::Values("32-true", "bf16-mixed", "scaled-32")));
 
 TEST(StrategySingleProcessTest, ErrorsAreStatuses) {
   StrategyOptions options;
