@@ -3,8 +3,8 @@
 // that the rank maps (a record is a few memory stores). When a collective
 // times out, the rank that noticed, and the launcher, read every rank's file
 // and say what each was last doing, and which ranks never reached the call.
-// Without a run directory (torchrun, SLURM) the record stays in memory and
-// names this rank's call only.
+// Outside one launcher's ranks on one host (a job of several nodes, torchrun,
+// SLURM) the record stays in memory and names this rank's call only.
 //
 // Thread-safe: Start() and Finish() may come from any thread (DDP's
 // all-reduces start in backward). The readers are plain functions.

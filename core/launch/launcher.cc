@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -248,6 +249,20 @@ std::string DescribeOutcome(const RankOutcome& outcome) {
     return absl::StrCat("was killed by signal ", SignalName(outcome.signal));
   }
   return absl::StrCat("exited with code ", outcome.exit_code);
+}
+
+// How a rank that reported its own error ended after that report: second to
+// the report, which says why it failed. `by_stop`: the signal was the one the
+// launcher sent while stopping the job.
+std::string DescribeEndAfterReport(const RankOutcome& outcome, bool by_stop) {
+  if (outcome.state != RankState::kSignaled) {
+    return absl::StrCat("it then exited with code ", outcome.exit_code);
+  }
+  if (by_stop) {
+    return absl::StrCat("it was still running when the launcher stopped the job: ",
+                        SignalName(outcome.signal), " from the launcher ended it");
+  }
+  return absl::StrCat("it was then killed by signal ", SignalName(outcome.signal));
 }
 
 }  // namespace
@@ -707,13 +722,22 @@ void Job::MaybeEscalate(Stopping& stopping) {
   stopping.killed = true;
 }
 
-// The job's status once every rank ended: the failed rank's, with its error
-// text, or `status` (OK, cancelled, or past the timeout), with the escalation.
+// The job's status once every rank ended: the failed rank's, headed by the
+// error it reported (then how its process ended), else by how it ended; or
+// `status` (OK, cancelled, or past the timeout), with the escalation.
 absl::Status Job::WaitResult(absl::Status status, const std::string& escalation) const {
   if (failed_rank_ >= 0) {
     const RankOutcome& failed = outcomes_[failed_rank_];
-    std::string message = absl::StrCat("rank ", GlobalRank(failed_rank_), " (pid ", failed.pid,
-                                       ") ", DescribeOutcome(failed));
+    std::string message =
+        absl::StrCat("rank ", GlobalRank(failed_rank_), " (pid ", failed.pid, ") ");
+    if (failed.reported) {
+      absl::StrAppend(&message, "failed: ", absl::StripTrailingAsciiWhitespace(failed.error_text),
+                      "\n(", DescribeEndAfterReport(failed, failed_rank_ended_by_stop_));
+      if (!escalation.empty()) absl::StrAppend(&message, "; ", escalation);
+      absl::StrAppend(&message, ")");
+      return absl::AbortedError(message);
+    }
+    absl::StrAppend(&message, DescribeOutcome(failed));
     if (!escalation.empty()) absl::StrAppend(&message, "; ", escalation);
     if (!failed.error_text.empty()) absl::StrAppend(&message, ":\n", failed.error_text);
     return absl::AbortedError(message);
@@ -728,6 +752,7 @@ void Job::CollectReports() {
   for (int r = 0; r < spec_.nprocs; ++r) {
     if (std::optional<std::string> text = ReadWorkerError(run_dir_, GlobalRank(r))) {
       outcomes_[r].error_text = std::move(*text);
+      outcomes_[r].reported = !outcomes_[r].error_text.empty();
     }
   }
   result_ = ReadWorkerResult(run_dir_);
@@ -755,6 +780,9 @@ void Job::AttributeToFirstReport() {
                         (outcome.state == RankState::kExited && outcome.exit_code != 0);
     if (failed) {
       failed_rank_ = r;
+      // Still running at the stop (its exit was slow), the stop's signal ended it.
+      failed_rank_ended_by_stop_ =
+          outcome.state == RankState::kSignaled && outcome.stopped_by_launcher;
       outcome.stopped_by_launcher = false;  // it failed first; the stop came after
       return;
     }

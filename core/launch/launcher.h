@@ -92,6 +92,9 @@ struct RankOutcome {
   pid_t pid = -1;
   bool stopped_by_launcher = false;
   std::string error_text;  // what the rank reported, if anything
+  // error_text is the rank's own report (SetWorkerError: its exception, its
+  // traceback), not a note of the launcher's.
+  bool reported = false;
 };
 
 class Forkserver;
@@ -165,6 +168,9 @@ class Job {
   std::string run_dir_;
   std::vector<RankOutcome> outcomes_;
   int failed_rank_ = -1;
+  // The failed rank, named for its earlier report, was still running when the
+  // launcher stopped the job, and the launcher's signal ended it.
+  bool failed_rank_ended_by_stop_ = false;
   std::optional<absl::Time> failed_at_;
   bool started_ = false;
   bool waited_ = false;

@@ -40,6 +40,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::testing::StartsWith;
 
 constexpr char kWorker[] = "tests/core/test_worker";
 
@@ -199,6 +200,25 @@ TEST(LauncherSpawnTest, TheFirstRankToReportIsTheCauseThoughReapedLast) {
   EXPECT_THAT(status.message(), HasSubstr("the failure that ended the job"));
   EXPECT_THAT(job->outcomes()[1].error_text, HasSubstr("rank 0 failed, so this rank stops"));
   EXPECT_FALSE(job->outcomes()[0].stopped_by_launcher);  // it failed before the stop
+  ExpectNoWorkerLeft(*job);
+}
+
+// A rank that reported its error but was still running when the launcher
+// stopped the job (its exit hung) is named by its error, not by the
+// launcher's SIGTERM that ended it.
+TEST(LauncherSpawnTest, AReportedErrorHeadsTheMessageThoughTheLauncherEndedTheRank) {
+  absl::Status status;
+  std::unique_ptr<Job> job = RunJob(SpawnSpec(3, {"report_and_hang", "0"}), &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
+  ASSERT_EQ(job->failed_rank(), 0) << status;
+  const RankOutcome& failed = job->outcomes()[0];
+  EXPECT_EQ(failed.state, RankState::kSignaled);
+  EXPECT_EQ(failed.signal, SIGTERM);
+  EXPECT_THAT(std::string(status.message()),
+              StartsWith(absl::StrCat("rank 0 (pid ", failed.pid,
+                                      ") failed: the failure that ended the job\n")));
+  EXPECT_THAT(status.message(), HasSubstr("SIGTERM (Terminated) from the launcher ended it"));
+  EXPECT_THAT(status.message(), Not(HasSubstr("was killed by signal")));
   ExpectNoWorkerLeft(*job);
 }
 

@@ -8,6 +8,9 @@
 //   (code 1, ignoring SIGTERM), as a rank whose exit is slow (its threads
 //   ending, a sanitizer's checks); the others report that they saw it fail
 //   once its report is there, and exit with code 1 at once.
+// - report_and_hang <rank>: as slow_exit, but that rank never exits (a rank
+//   whose exit hangs) and keeps SIGTERM's default action: the launcher's stop
+//   ends it.
 // - hang [<rank>]: that rank (or every rank) sleeps forever.
 // - ignore_term <rank>: that rank ignores SIGTERM; once every rank is ready
 //   (a file each in the run directory), the last rank exits with code 3 and
@@ -359,6 +362,19 @@ void WriteAtomically(const std::string& path, const std::string& text) {
   std::exit(1);
 }
 
+[[noreturn]] void ReportAndHang(const char* failing_rank) {
+  if (ThisRank(failing_rank)) {
+    CheckOk(SetWorkerError("the failure that ended the job"), "error report");
+    SleepForever();
+  }
+  const std::string report =
+      RunDirErrorFile(std::getenv("DDPSPAWN_RUN_DIR"), std::atoi(failing_rank));
+  while (!std::filesystem::exists(report)) absl::SleepFor(absl::Milliseconds(1));
+  CheckOk(SetWorkerError(absl::StrCat("rank ", failing_rank, " failed, so this rank stops")),
+          "error report");
+  std::exit(1);
+}
+
 [[noreturn]] void IgnoreTerm(const char* ignoring_rank) {
   if (ThisRank(ignoring_rank)) signal(SIGTERM, SIG_IGN);
   const std::string run_dir = std::getenv("DDPSPAWN_RUN_DIR");
@@ -515,6 +531,7 @@ int Main(int argc, char** argv) {
     SleepForever();
   }
   if (mode == "slow_exit" && argc == 3) SlowExit(argv[2]);
+  if (mode == "report_and_hang" && argc == 3) ReportAndHang(argv[2]);
   if (mode == "hang") {
     if (argc == 2 || ThisRank(argv[2])) SleepForever();
     return 0;

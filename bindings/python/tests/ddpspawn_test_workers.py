@@ -192,6 +192,17 @@ def raise_in_rank(ctx, rank, message):
     time.sleep(60)
 
 
+def report_then_hang(ctx, rank, text):
+    """Rank `rank` reports `text` as its error and then hangs, as a rank whose
+    exit hangs; the others fail once it has reported, so the launcher stops it."""
+    if ctx.rank == rank:
+        ddpspawn._lib.lib().ddpspawn_worker_set_error(text.encode())
+    ctx.barrier()
+    if ctx.rank == rank:
+        time.sleep(60)
+    raise RuntimeError(f"rank {rank} failed, so this rank stops")
+
+
 def exit_in_rank(ctx, rank, code):
     if ctx.rank == rank:
         os._exit(code)

@@ -50,6 +50,26 @@ def test_exception_in_rank_one(start_method):
         assert "ddpspawn_test_workers.py" in text
 
 
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_a_reported_error_heads_the_message_though_the_launcher_ended_the_rank(start_method):
+    started = time.monotonic()
+    with pytest.raises(ddpspawn.WorkerFailedError) as caught:
+        ddpspawn.spawn(
+            workers.report_then_hang,
+            args=(0, "the error rank 0 reported"),
+            nprocs=2,
+            start_method=start_method,
+            grace_period=1,
+        )
+    assert_well_before_the_sleepers(started)
+    error = caught.value
+    assert error.rank == 0
+    assert error.traceback_text == "the error rank 0 reported"
+    assert error.message.startswith("rank 0 (pid "), error.message
+    assert ") failed: the error rank 0 reported\n" in error.message, error.message
+    assert "was killed by signal" not in error.message, error.message
+
+
 def test_worker_failed_error_pickles():
     error = ddpspawn.WorkerFailedError(2, "rank 2 failed", "Traceback ...", exit_code=1)
     copy = pickle.loads(pickle.dumps(error))
