@@ -1,6 +1,7 @@
 // A stranger who connects to a forming Gloo group's listeners and sends the pairs' sequence
 // numbers first stands in for a peer; CheckEveryConnection turns that into an error on both
-// ranks that names the cause, within its deadline, and passes an untouched group.
+// ranks that names the cause, within its deadline, and passes an untouched group. The last test
+// does the same to ProcessGroup::Create as a launcher's ranks call it: the check is on that path.
 #include "core/comm/connection_check.h"
 
 #include <arpa/inet.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -28,6 +30,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "core/comm/process_group.h"
+#include "core/env/cluster_environment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -184,6 +188,81 @@ TEST(ConnectionCheckTest, AStrangerStandingInForAPeerFailsBothRanksNamingTheCaus
     EXPECT_THAT(results[rank], HasSubstr("another local process may have connected"));
   }
   // The deadline, not the group's 30 s timeout, ended the wait.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(25));
+}
+
+// In the child: ProcessGroup::Create as a launcher's rank calls it (its run directory's store,
+// Gloo on 127.0.0.1, the connection check, shared memory); writes "OK" or the error. Never
+// returns.
+[[noreturn]] void CreateRank(int rank, const std::string& run_dir, int result) {
+  ClusterInfo cluster;
+  cluster.kind = ClusterKind::kDdpspawn;
+  cluster.rank = cluster.local_rank = rank;
+  cluster.world_size = cluster.local_world_size = kWorldSize;
+  cluster.run_dir = run_dir;
+  GroupOptions options;
+  options.timeout = absl::Seconds(10);  // also the check's deadline
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group = ProcessGroup::Create(cluster, options);
+  const std::string text = group.ok() ? "OK" : group.status().ToString();
+  const bool written = write(result, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  _exit(written ? 0 : 4);  // no destructors: a refused group may still wait on a stranger
+}
+
+Rank StartCreatingRank(int rank, const std::string& run_dir) {
+  int result[2];
+  EXPECT_EQ(pipe(result), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(result[0]);
+    CreateRank(rank, run_dir, result[1]);
+  }
+  close(result[1]);
+  return Rank{pid, -1, -1, result[0]};
+}
+
+// The ports `pid` listens on, once it listens on any (its Gloo device is up); empty after 10 s.
+std::vector<int> WaitUntilListening(pid_t pid) {
+  for (int i = 0; i < 1000; ++i) {
+    std::vector<int> ports = ListeningPorts(pid);
+    if (!ports.empty()) return ports;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return {};
+}
+
+// A rank's Gloo listener is up before it reads its peers' addresses from the store, and it
+// connects only once it has them all. Rank 1 starts alone (it waits for rank 0's address), the
+// stranger claims its sequence numbers, and it is stopped; then rank 0 starts, and the stranger
+// claims its numbers before rank 1 runs again. Whichever side of the pair listens, the stranger
+// holds it, with no race.
+TEST(ConnectionCheckTest, ProcessGroupCreateRunsTheCheck) {
+  std::string run_dir = testing::TempDir() + "/runXXXXXX";
+  ASSERT_NE(mkdtemp(run_dir.data()), nullptr);
+  const absl::Time start = absl::Now();
+  std::vector<int> stranger;
+  auto claim = [&](pid_t pid) {
+    const std::vector<int> ports = WaitUntilListening(pid);
+    EXPECT_FALSE(ports.empty()) << "rank pid " << pid << " listens on no TCP port";
+    for (int port : ports) {
+      for (int fd : ClaimSequenceNumbers(port)) stranger.push_back(fd);
+    }
+    absl::SleepFor(absl::Milliseconds(200));  // its listener reads the numbers first
+  };
+  const Rank one = StartCreatingRank(1, run_dir);
+  claim(one.pid);
+  ASSERT_EQ(kill(one.pid, SIGSTOP), 0);
+  const Rank zero = StartCreatingRank(0, run_dir);
+  claim(zero.pid);
+  ASSERT_EQ(kill(one.pid, SIGCONT), 0);
+  const std::vector<std::string> results = {ReadResult(zero), ReadResult(one)};
+  for (int fd : stranger) close(fd);
+  for (int rank = 0; rank < kWorldSize; ++rank) {
+    EXPECT_THAT(results[rank], HasSubstr(absl::StrCat("rank ", rank,
+                                                      ": the process group's "
+                                                      "connection with rank ",
+                                                      1 - rank)));
+    EXPECT_THAT(results[rank], HasSubstr("another local process may have connected"));
+  }
   EXPECT_LT(absl::Now() - start, absl::Seconds(25));
 }
 

@@ -137,6 +137,12 @@ TEST(DdpRefusalTest, UnevenInputsWithSyncBatchNormAreRefused) {
               testing::HasSubstr("uneven inputs (1 ranks have no batch left) with SyncBatchNorm"));
 }
 
+// A misspelt flag fails the worker instead of running it with the defaults.
+TEST(DdpRefusalTest, AnUnknownWorkerFlagIsAnError) {
+  const absl::Status status = RunWorker({"mlp", "--stpes=2"});
+  EXPECT_THAT(std::string(status.message()), testing::HasSubstr("unknown argument '--stpes=2'"));
+}
+
 INSTANTIATE_TEST_SUITE_P(All, DdpEquivalenceTest,
                          testing::Combine(testing::ValuesIn(kCases), testing::Values(2, 4)),
                          [](const testing::TestParamInfo<std::tuple<Case, int>>& info) {

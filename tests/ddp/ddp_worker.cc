@@ -18,14 +18,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/distributed_data_parallel.h"
@@ -397,6 +401,18 @@ int RunUneven(const Flags& flags, ProcessGroup& group, DistributedDataParallel& 
   return 0;
 }
 
+// The /dev/shm segments this process has mapped: the distinct inodes of its /dev/shm mappings
+// (each segment is unlinked once every rank mapped it: "/dev/shm/NAME (deleted)").
+size_t SharedMemorySegments() {
+  std::ifstream maps("/proc/self/maps");
+  std::set<std::string> inodes;
+  for (std::string line; std::getline(maps, line);) {
+    std::vector<std::string> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (fields.size() >= 6 && absl::StartsWith(fields[5], "/dev/shm/")) inodes.insert(fields[4]);
+  }
+  return inodes.size();
+}
+
 int Run(const Flags& flags) {
   absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
   CheckOk(cluster.status(), "cluster");
@@ -430,10 +446,25 @@ int Run(const Flags& flags) {
   absl::StatusOr<std::shared_ptr<CommHook>> hook = MakeHook(flags, &powersgd);
   CheckOk(hook.status(), "hook");
   options.reducer.comm_hook = *hook;
+  const size_t segments_before = SharedMemorySegments();
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> wrapped =
       DistributedDataParallel::Wrap(model.module, &group, options);
   CheckOk(wrapped.status(), "wrap");
   DistributedDataParallel& ddp = **wrapped;
+  // Each bucket in a /dev/shm segment of its own (summed in place) when the group sums in shared
+  // memory, none under DDPSPAWN_SHM_ALLREDUCE=0: NewReductionBuffer falls back to ordinary memory
+  // without a word, and the sums come out the same.
+  const char* shm_setting = std::getenv("DDPSPAWN_SHM_ALLREDUCE");
+  const bool gloo_only = shm_setting != nullptr && std::string(shm_setting) == "0";
+  const size_t shm_buckets = SharedMemorySegments() - segments_before;
+  const size_t expected_shm_buckets = gloo_only ? 0 : ddp.reducer().bucket_count();
+  if (group.uses_shared_memory() == gloo_only || shm_buckets != expected_shm_buckets) {
+    Fail(absl::StrCat(shm_buckets, " of the ", ddp.reducer().bucket_count(),
+                      " buckets are in shared memory, not ", expected_shm_buckets, " (the group ",
+                      group.uses_shared_memory() ? "sums" : "does not sum",
+                      " in shared memory; DDPSPAWN_SHM_ALLREDUCE=", shm_setting ? shm_setting : "",
+                      ")"));
+  }
 
   torch::optim::SGD optimizer(model.module->parameters(),
                               torch::optim::SGDOptions(0.05).momentum(0.9));
@@ -647,14 +678,40 @@ int Run(const Flags& flags) {
 }  // namespace ddpspawn
 
 int main(int argc, char** argv) {
+  // The flags of the usage above: any other argument (a misspelt flag) fails the run instead of
+  // testing the defaults.
+  static const std::set<std::string> kKnown = {"steps",
+                                               "batch",
+                                               "view",
+                                               "cap-mb",
+                                               "first-cap-mb",
+                                               "find-unused",
+                                               "static-graph",
+                                               "no-broadcast-buffers",
+                                               "accum",
+                                               "hook",
+                                               "wrap",
+                                               "powersgd-rank",
+                                               "powersgd-start",
+                                               "min-compression",
+                                               "expect-sent",
+                                               "tol",
+                                               "expect-diverge",
+                                               "uneven",
+                                               "divide-by-active"};
   ddpspawn::Flags flags;
   flags.model = argc > 1 ? argv[1] : "";
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
-    if (!absl::StartsWith(arg, "--")) continue;
     size_t eq = arg.find('=');
-    flags.values[arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)] =
-        eq == std::string::npos ? "" : arg.substr(eq + 1);
+    const std::string name =
+        absl::StartsWith(arg, "--")
+            ? arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)
+            : "";
+    if (kKnown.count(name) == 0) {
+      ddpspawn::Fail(absl::StrCat("unknown argument '", arg, "' (see the usage in ddp_worker.cc)"));
+    }
+    flags.values[name] = eq == std::string::npos ? "" : arg.substr(eq + 1);
   }
   return ddpspawn::Run(flags);
 }

@@ -120,7 +120,11 @@ def test_cli_refuses_a_shape_torchrun_did_not_start(tmp_path, flags, message):
                    "--default-root-dir", str(tmp_path), *flags)
     assert run.returncode != 0
     assert message in run.stderr, run.stderr
-    assert not (tmp_path / "last.ckpt").exists()
+    # Refused before any rank ran: no checkpoint where fit writes it
+    # (<default_root_dir>/checkpoints/last.ckpt, trainer.cc LastCheckpointPath),
+    # and nothing else of a run (metrics.csv, checkpoints/) beside the data.
+    assert not (tmp_path / "checkpoints" / "last.ckpt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.csv"]
 
 
 def test_python_fit_under_torchrun_joins_and_returns_rank0s_result(tmp_path):

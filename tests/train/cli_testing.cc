@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -19,9 +20,12 @@
 namespace ddpspawn {
 
 double CliRun::Number(const std::string& key) const {
-  double v = -1;
+  double v = 0;
   auto it = values.find(key);
-  if (it == values.end() || !absl::SimpleAtod(it->second, &v)) return -1;
+  if (it == values.end() || !absl::SimpleAtod(it->second, &v)) {
+    ADD_FAILURE() << "no number " << key << "= in the output:\n" << output;
+    return std::numeric_limits<double>::quiet_NaN();  // fails every comparison too
+  }
   return v;
 }
 

@@ -15,7 +15,7 @@ struct CliRun {
   int exit_code;
   std::string output;                         // stdout and stderr together
   std::map<std::string, std::string> values;  // key=value lines
-  // A value read as a number; -1 when missing or not a number.
+  // A value read as a number; missing or not a number is a test failure (and NaN).
   double Number(const std::string& key) const;
 };
 

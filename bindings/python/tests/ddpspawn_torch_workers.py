@@ -2,6 +2,10 @@
 ddpspawn.torch.DistributedDataParallel in spawned ranks (importable by module
 name in the workers)."""
 
+import os
+import struct
+from pathlib import Path
+
 import torch
 
 import ddpspawn.torch
@@ -96,6 +100,43 @@ def ddp_matches(ctx, store_dir, micro_batches):
         "handed_over": handed_over,
         "parameters": len(list(model.module.parameters())),
     }
+
+
+def collectives_started(rank):
+    """How many collectives this process has started, over its process groups:
+    the `started` counter of each flight recorder it keeps in the launcher's
+    run directory (core/env/flight_recorder.cc: magic "ddpfr01", pid, started,
+    finished at the start of rank<R>.group<G>.calls)."""
+    total, found = 0, 0
+    for path in Path(os.environ["DDPSPAWN_RUN_DIR"]).glob(f"rank{rank}.group*.calls"):
+        magic, pid, started, _ = struct.unpack_from("<8sqQQ", path.read_bytes())
+        if magic == b"ddpfr01\0" and pid == os.getpid():
+            total, found = total + started, found + 1
+    assert found, f"no flight recorder of pid {os.getpid()} in DDPSPAWN_RUN_DIR"
+    return total
+
+
+def no_sync_collectives(ctx):
+    """The collectives this rank started during a backward inside no_sync, and
+    during the synchronized backward after it; and the reducer's bucket count."""
+    torch.set_num_threads(1)
+    x, y = make_data(ctx.world_size)
+    shard = slice(ctx.rank * PER_RANK, (ctx.rank + 1) * PER_RANK)
+    model = ddpspawn.torch.DistributedDataParallel(make_model(), ctx, bucket_cap_mb=0.0002)
+
+    def backward():
+        torch.nn.functional.mse_loss(model(x[shard]), y[shard]).backward()
+
+    before = collectives_started(ctx.rank)
+    with model.no_sync():
+        backward()
+    inside = collectives_started(ctx.rank) - before
+    before = collectives_started(ctx.rank)
+    backward()
+    synced = collectives_started(ctx.rank) - before
+    buckets = model.reducer.bucket_count
+    model.close()
+    return ctx.all_gather_object((inside, synced, buckets))
 
 
 class Branches(torch.nn.Module):

@@ -28,6 +28,17 @@ def test_training_matches_one_process_and_torch_ddp(world_size, micro_batches, t
     assert 0 < outcome["handed_over"] < outcome["parameters"], outcome
 
 
+def test_no_sync_starts_no_collective():
+    # Counted in each rank's flight recorder: a no_sync that did nothing would
+    # all-reduce every bucket in both backward passes.
+    for rank, (inside, synced, buckets) in enumerate(
+        ddpspawn.spawn(workers.no_sync_collectives, nprocs=2, timeout=120)
+    ):
+        assert buckets >= 3, (rank, buckets)
+        assert inside == 0, (rank, inside, synced)
+        assert synced >= buckets, (rank, inside, synced)
+
+
 def test_unused_parameters_with_find_unused():
     per_rank = ddpspawn.spawn(workers.unused_parameters, args=(True,), nprocs=2, timeout=120)
     (grads0, _), (grads1, local_odd) = per_rank
