@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/util/exception_status.h"
 #include "ddpspawn/ddpspawn.h"
 
 namespace ddpspawn::capi {
@@ -19,14 +20,15 @@ namespace ddpspawn::capi {
 // code.
 ddpspawn_status Report(const absl::Status& status);
 
-// Runs `body` (returning absl::Status); exceptions become
-// DDPSPAWN_ERR_INTERNAL.
+// Runs `body` (returning absl::Status); an exception becomes its
+// ExceptionStatus (LibTorch's without its backtrace), DDPSPAWN_ERR_INTERNAL
+// unless its type or a timeout says otherwise.
 template <typename Body>
 ddpspawn_status Guard(Body&& body) {
   try {
     return Report(body());
   } catch (const std::exception& e) {
-    return Report(absl::InternalError(absl::StrCat("unexpected C++ exception: ", e.what())));
+    return Report(ExceptionStatus("unexpected C++ exception", e));
   } catch (...) {
     return Report(absl::InternalError("unexpected C++ exception"));
   }

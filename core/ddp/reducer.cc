@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/exception_status.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
@@ -260,8 +261,8 @@ absl::Status Reducer::StartReadyBuckets() {
     try {
       started = options_.comm_hook->Start(*group_, view);
     } catch (const std::exception& e) {
-      started = absl::InternalError(
-          absl::StrCat("communication hook '", options_.comm_hook->name(), "': ", e.what()));
+      started =
+          ExceptionStatus(absl::StrCat("communication hook '", options_.comm_hook->name(), "'"), e);
     }
     if (!started.ok()) return started.status();
     bucket.reduction = *std::move(started);
@@ -290,7 +291,9 @@ absl::Status Reducer::FinalizeLocked() {
   // because float sums take the shared-memory path where Gloo's small
   // all-reduce would cost milliseconds of wake-ups on busy cores.
   std::vector<float> globally_used;
-  if (status.ok() && options_.find_unused_parameters) {
+  // static_graph alone finds them too, once (as PyTorch's: "it does not matter
+  // whether users set find_unused_parameters").
+  if (status.ok() && (options_.find_unused_parameters || options_.static_graph)) {
     if (!static_globally_used_.empty()) {
       globally_used = static_globally_used_;
       status = CheckStaticGraph(globally_used);
@@ -307,8 +310,8 @@ absl::Status Reducer::FinalizeLocked() {
     try {
       waited = bucket.reduction->Wait();
     } catch (const std::exception& e) {
-      waited = absl::InternalError(
-          absl::StrCat("communication hook '", options_.comm_hook->name(), "': ", e.what()));
+      waited =
+          ExceptionStatus(absl::StrCat("communication hook '", options_.comm_hook->name(), "'"), e);
     }
     bucket.reduction.reset();
     if (status.ok()) status = waited;

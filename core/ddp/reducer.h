@@ -34,11 +34,14 @@ struct ReducerOptions {
   // iteration. Without it, such a parameter still never hangs the ranks, but
   // gets a zero gradient.
   bool find_unused_parameters = false;
-  // PyTorch's static_graph: every iteration uses the same parameters. With
-  // find_unused_parameters, the first synchronized iteration learns which
-  // parameters some rank uses and later ones reuse that, saving the
-  // all-reduce; a rank that later uses a parameter no rank used then gets an
-  // error naming it. (Buckets keep their reverse registration order.)
+  // PyTorch's static_graph: every iteration uses the same parameters. With or
+  // without find_unused_parameters (as in PyTorch), the first synchronized
+  // iteration learns which parameters some rank uses (one small all-reduce)
+  // and later ones reuse that: those no rank used keep their gradient
+  // untouched, with no all-reduce; a rank that later uses a parameter no rank
+  // used then gets an error naming it. (Buckets keep their reverse
+  // registration order: unlike PyTorch's, they are not rebuilt from the
+  // observed gradient order.)
   bool static_graph = false;
   // Gradients live in the bucket buffers: no copy in or out (on by default,
   // unlike PyTorch: the copies cost ~12% of an MLP step here, docs/ddp.md).
@@ -104,10 +107,11 @@ class Reducer {
   bool sync_enabled() const;
 
   // Whether the last Finalize() wrote gradient `index`: false under no_sync,
-  // before the first Finalize(), and, with find_unused_parameters, for a
-  // gradient that no rank used (left untouched). A caller that keeps
-  // gradients of its own (the C ABI's) needs it for gradients that this rank
-  // did not use but another one did. An index out of range is an error.
+  // before the first Finalize(), and, with find_unused_parameters or
+  // static_graph, for a gradient that no rank used (left untouched). A caller
+  // that keeps gradients of its own (the C ABI's) needs it for gradients that
+  // this rank did not use but another one did. An index out of range is an
+  // error.
   absl::StatusOr<bool> WrittenByLastFinalize(size_t index) const;
 
   size_t bucket_count() const { return buckets_.size(); }

@@ -4,6 +4,7 @@
 #include <torch/nn/module.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/exception_status.h"
 
 namespace ddpspawn {
 
@@ -23,7 +24,7 @@ absl::Status NnModule::To(const c10::Device& device) {
   try {
     network_->to(device);
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("moving the model to ", device.str(), ": ", e.what()));
+    return ExceptionStatus(absl::StrCat("moving the model to ", device.str()), e);
   }
   return absl::OkStatus();
 }

@@ -22,6 +22,7 @@
 #include "core/model/bounded_read.h"
 #include "core/model/checkpoint.h"
 #include "core/model/pickle_sizes.h"
+#include "core/util/exception_status.h"
 #include "core/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -262,7 +263,7 @@ absl::StatusOr<std::string> EncodeWeights(const NamedTensors& weights, WeightsFo
   try {
     return SaveAsTorchDoes(c10::IValue(dict));
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("cannot write the state dict: ", e.what()));
+    return ExceptionStatus("cannot write the state dict", e);
   }
 }
 

@@ -17,6 +17,7 @@
 #include "core/env/settings.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
+#include "core/util/exception_status.h"
 #include "core/util/files.h"
 #include "core/util/status_macros.h"
 
@@ -279,10 +280,8 @@ absl::StatusOr<std::string> DDPSpawnStrategy::RunAsOuterRank(const ClusterInfo& 
 absl::StatusOr<std::string> DDPSpawnStrategy::RunCaught(const WorkerFn& fn) {
   try {
     return fn(*this);
-  } catch (const c10::Error& e) {  // LibTorch's: its message, not its backtrace
-    return absl::InternalError(absl::StrCat("uncaught exception: ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("uncaught exception: ", e.what()));
+  } catch (const std::exception& e) {  // LibTorch's: its message, not its backtrace
+    return ExceptionStatus("uncaught exception", e);
   }
 }
 
@@ -340,14 +339,7 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
   if (module == nullptr) return absl::InvalidArgumentError("Setup needs a module");
   module_ = std::move(module);
   auto* network = dynamic_cast<NnModule*>(module_.get());
-  if (options_.sync_batchnorm) {
-    if (network == nullptr) {
-      return absl::InvalidArgumentError(
-          "sync_batchnorm converts LibTorch nn::Module models (NnModule), not TorchScript ones: "
-          "use torch.nn.SyncBatchNorm in the scripted model");
-    }
-    RETURN_IF_ERROR(ConvertSyncBatchNorm(network->network()).status());
-  }
+  if (options_.sync_batchnorm) RETURN_IF_ERROR(ApplySyncBatchNorm(*module_));
   RETURN_IF_ERROR(ModelToDevice());
   if (network != nullptr) {  // every SyncBatchNorm normalizes over the group
     for (const std::shared_ptr<torch::nn::Module>& child : network->network()->modules()) {
@@ -376,6 +368,26 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
                                                  group_.get(), ddp_options));
   ddp_ = std::move(ddp);
   return absl::OkStatus();
+}
+
+absl::Status ApplySyncBatchNorm(LightningModule& module) {
+  auto* network = dynamic_cast<NnModule*>(&module);
+  if (network == nullptr) {
+    return absl::InvalidArgumentError(
+        "sync_batchnorm converts the BatchNorm layers of LibTorch nn::Module models; this is a "
+        "TorchScript model, whose layers ddpspawn cannot replace (and torch.nn.SyncBatchNorm "
+        "cannot be scripted), so its BatchNorm layers would keep each rank's own statistics: "
+        "leave sync_batchnorm out");
+  }
+  ASSIGN_OR_RETURN(const int converted, ConvertSyncBatchNorm(network->network()));
+  if (converted > 0) return absl::OkStatus();
+  for (const std::shared_ptr<torch::nn::Module>& child : network->network()->modules()) {
+    // Declared by the model (or converted by an earlier Setup): they normalize over the group.
+    if (std::dynamic_pointer_cast<SyncBatchNormImpl>(child) != nullptr) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      "sync_batchnorm: the model has no BatchNorm layer to convert (in a Sequential container), "
+      "so the option would change nothing: leave it out");
 }
 
 absl::Status DDPSpawnStrategy::Teardown() {
@@ -419,10 +431,8 @@ absl::Status DDPSpawnStrategy::Backward(const at::Tensor& loss) {
   GradScaler* scaler = options_.precision_plugin->grad_scaler();
   try {
     (scaler != nullptr ? scaler->Scale(loss) : loss).backward();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("backward failed: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("backward failed: ", e.what()));
+    return ExceptionStatus("backward failed", e);
   }
   return absl::OkStatus();
 }

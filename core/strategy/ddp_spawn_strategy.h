@@ -102,11 +102,20 @@ struct StrategyOptions {
   DdpOptions ddp;  // find_unused_parameters, broadcast_buffers, ...
   // Lightning's sync_batchnorm: Setup() replaces the BatchNorm layers of an
   // NnModule's Sequential containers with SyncBatchNorm (core/ddp/
-  // sync_batch_norm.h). SyncBatchNorm layers a module declares itself
+  // sync_batch_norm.h), and refuses a model where that would change nothing
+  // (ApplySyncBatchNorm). SyncBatchNorm layers a module declares itself
   // normalize over the group either way.
   bool sync_batchnorm = false;
   absl::Duration launch_timeout = absl::InfiniteDuration();  // whole job, for Launch()
 };
+
+// sync_batchnorm on `module`: converts the BatchNorm layers of its Sequential
+// containers (ConvertSyncBatchNorm). InvalidArgument where the option would
+// change nothing: a TorchScript module (its layers are not LibTorch modules,
+// and torch.nn.SyncBatchNorm cannot be scripted), or a module with neither a
+// BatchNorm nor a SyncBatchNorm layer. Setup() calls it in every rank; the CLI
+// and ddpspawn_run call it before any rank starts (CheckRun).
+absl::Status ApplySyncBatchNorm(LightningModule& module);
 
 // Lightning's distributed_sampler_kwargs.
 struct DistributedSamplerArgs {

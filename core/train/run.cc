@@ -421,11 +421,12 @@ const std::vector<RunOption>& RunOptionTable() {
        Choice(&RunConfig::ddp_comm_hook, ParseCommHook, CommHookName)},
       {"find_unused_parameters", distributed, "BOOL", "", Flag(&RunConfig::find_unused_parameters)},
       {"sync_batchnorm", distributed, "BOOL",
-       "BatchNorm statistics over every rank's batch (LibTorch modules; TorchScript models are "
-       "refused)",
+       "BatchNorm statistics over every rank's batch; refused for a model without BatchNorm "
+       "layers (the built-in MLP) and for TorchScript models",
        Flag(&RunConfig::sync_batchnorm)},
       {"static_graph", distributed, "BOOL",
-       "the same parameters every step: --find-unused-parameters learns them once",
+       "the same parameters every step: the first step finds those no rank uses (their "
+       "gradients stay untouched, as with --find-unused-parameters) and later steps reuse that",
        Flag(&RunConfig::static_graph)},
       {"gradient_as_bucket_view", distributed, "BOOL", "",
        Flag(&RunConfig::gradient_as_bucket_view)},
@@ -827,6 +828,13 @@ absl::Status CheckRun(const RunConfig& config) {
     TrainingState saved;
     RETURN_IF_ERROR(RestoreCheckpoint(bytes, *module, nullptr, &saved));
     RETURN_IF_ERROR(CheckResumableOn(saved, config.world_size, *path));
+  }
+  // What every rank's Setup() does, on this copy: a model where sync_batchnorm
+  // would change nothing is refused now, not in the ranks (or not at all).
+  if (config.sync_batchnorm) {
+    if (absl::Status s = ApplySyncBatchNorm(*module); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("model ", config.model, ": ", s.message()));
+    }
   }
   RETURN_IF_ERROR(DryRun(config, *module, data, config.command));
   // The validation set must fit the model as well as the training set.

@@ -1,6 +1,7 @@
 // Bucket assignment, and the reducer starting buckets in bucket order whatever
 // order gradients become ready in (in-process, world size 1).
 #include <ATen/ATen.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <random>
@@ -89,6 +90,32 @@ TEST(ReducerTest, BucketsStartInOrderWhateverTheReadyOrder) {
   EXPECT_EQ((*reducer)->MarkReady(0).code(), absl::StatusCode::kOk);
   EXPECT_EQ((*reducer)->MarkReady(0).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ((*reducer)->MarkReady(99).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A hook that throws LibTorch's error.
+class ThrowingHook : public CommHook {
+ public:
+  std::string name() const override { return "throwing"; }
+  absl::StatusOr<std::unique_ptr<PendingReduction>> Start(ProcessGroup&, GradBucket&) override {
+    C10_THROW_ERROR(NotImplementedError, "this hook cannot reduce");
+  }
+};
+
+// The reducer's status has the hook's message and code, not LibTorch's C++
+// backtrace (was: Internal, with "Exception raised from ... frame #0 ...").
+TEST(ReducerTest, AHooksLibTorchErrorIsItsMessage) {
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group = ProcessGroup::Create(ClusterInfo{});
+  ASSERT_TRUE(group.ok()) << group.status();
+  ReducerOptions options;
+  options.comm_hook = std::make_shared<ThrowingHook>();
+  absl::StatusOr<std::unique_ptr<Reducer>> reducer =
+      Reducer::Create(group->get(), {at::ones({4})}, options, /*autograd_mode=*/false);
+  ASSERT_TRUE(reducer.ok()) << reducer.status();
+  const absl::Status status = (*reducer)->MarkReady(0);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(status.message(),
+              testing::HasSubstr("communication hook 'throwing': this hook cannot reduce"));
+  EXPECT_THAT(status.message(), testing::Not(testing::HasSubstr("Exception raised from")));
 }
 
 }  // namespace

@@ -2,13 +2,17 @@
 // both start methods and both precisions), plus the errors a single process can
 // see.
 #include <sys/wait.h>
+#include <torch/nn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/comm/process_group.h"
+#include "core/ddp/sync_batch_norm.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -58,24 +62,42 @@ TEST(StrategySingleProcessTest, ErrorsAreStatuses) {
 
   EXPECT_TRUE(strategy.Teardown().ok());
 
+  // A device past this machine's last one, with or without GPUs: what the
+  // rank that asks for it is told.
+  const int present = CudaDeviceCount();
+  const std::string lacking = present == 0
+                                  ? std::string("no CUDA device is present")
+                                  : absl::StrCat("this machine has ", present, " CUDA device");
+
+  // nccl needs cuda:<local rank> (on the CPU accelerator): local rank
+  // `present` has none.
   StrategyOptions nccl = options;
   nccl.process_group_backend = Backend::kNccl;
+  nccl.parallel_devices.assign(present + 1, c10::Device(c10::kCPU));
+  nccl.cluster_environment = [present]() -> absl::StatusOr<ClusterInfo> {
+    ClusterInfo cluster;
+    cluster.rank = cluster.local_rank = present;
+    cluster.world_size = cluster.local_world_size = present + 1;
+    return cluster;
+  };
   DDPSpawnStrategy gpu_strategy(nccl);
   absl::Status no_gpu = gpu_strategy.SetupDistributed();
   EXPECT_EQ(no_gpu.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(no_gpu.message(), HasSubstr("no CUDA device is present"));
+  EXPECT_THAT(no_gpu.message(), HasSubstr(NcclAvailable() ? lacking : "a CUDA build of LibTorch"));
 
   // Local rank i runs on parallel_devices[i], whatever its index.
+  const int missing = std::max(3, present);
   StrategyOptions cuda = options;
   cuda.accelerator = Accelerator::kCuda;
-  cuda.parallel_devices = {c10::Device(c10::kCUDA, 3)};
+  cuda.parallel_devices = {c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(missing))};
   DDPSpawnStrategy cuda_strategy(cuda);
-  EXPECT_EQ(cuda_strategy.root_device(), c10::Device(c10::kCUDA, 3));
+  EXPECT_EQ(cuda_strategy.root_device(),
+            c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(missing)));
   EXPECT_EQ(cuda_strategy.process_group_backend(), Backend::kNccl);
   absl::Status no_cuda = cuda_strategy.SetupDistributed();
   EXPECT_EQ(no_cuda.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(no_cuda.message(), HasSubstr("needs cuda:3"));
-  EXPECT_THAT(no_cuda.message(), HasSubstr("no CUDA device is present"));
+  EXPECT_THAT(no_cuda.message(), HasSubstr(absl::StrCat("needs cuda:", missing)));
+  EXPECT_THAT(no_cuda.message(), HasSubstr(lacking));
 
   StrategyOptions mixed_up = options;
   mixed_up.accelerator = Accelerator::kCuda;  // with the default CPU parallel_devices
@@ -112,6 +134,30 @@ TEST(StrategyTest, NamesParseOnceIntoEnums) {
                          CommHookKind::kPowerSgd}) {
     EXPECT_EQ(*ParseCommHook(CommHookName(k)), k);
   }
+}
+
+// An NnModule for checks that never train.
+class Network : public NnModule {
+ public:
+  using NnModule::NnModule;
+  absl::StatusOr<at::Tensor> TrainingStep(const Batch&, int64_t) override { return at::Tensor(); }
+  absl::StatusOr<StepMetrics> ValidationStep(const Batch&, int64_t) override {
+    return StepMetrics();
+  }
+  absl::StatusOr<at::Tensor> PredictStep(const Batch&, int64_t) override { return at::Tensor(); }
+};
+
+TEST(StrategyTest, SyncBatchnormNeedsABatchNormLayer) {
+  Network plain(torch::nn::Sequential(torch::nn::Linear(4, 1)).ptr());
+  const absl::Status refused = ApplySyncBatchNorm(plain);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("no BatchNorm layer to convert"));
+  Network normalized(
+      torch::nn::Sequential(torch::nn::BatchNorm1d(4), torch::nn::Linear(4, 1)).ptr());
+  EXPECT_TRUE(ApplySyncBatchNorm(normalized).ok());
+  EXPECT_NE(normalized.network()->modules()[1]->as<SyncBatchNormImpl>(), nullptr);
+  // Converted already (Setup again): nothing to convert, nothing refused.
+  EXPECT_TRUE(ApplySyncBatchNorm(normalized).ok());
 }
 
 TEST(StrategyFailureTest, AFailingRankIsReported) {

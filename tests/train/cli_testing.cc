@@ -29,12 +29,12 @@ double CliRun::Number(const std::string& key) const {
   return v;
 }
 
-CliRun Cli(const std::string& args) {
+CliRun Cli(const std::string& args, const std::string& env) {
   static int counter = 0;
   const std::string out = absl::StrCat(testing::TempDir(), "/cli-", ++counter, ".txt");
   const bool trains = !absl::StartsWith(args, "export");  // export has no progress
-  const std::string command =
-      absl::StrCat("tools/ddpspawn ", args, trains ? " --progress false" : "", " > ", out, " 2>&1");
+  const std::string command = absl::StrCat(env, env.empty() ? "" : " ", "tools/ddpspawn ", args,
+                                           trains ? " --progress false" : "", " > ", out, " 2>&1");
   const int status = std::system(command.c_str());
   CliRun run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadWholeFile(out).value_or(""), {}};
   for (absl::string_view line : absl::StrSplit(run.output, '\n')) {

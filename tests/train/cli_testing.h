@@ -20,8 +20,8 @@ struct CliRun {
 };
 
 // `tools/ddpspawn ARGS --progress false` (export: without the flag), waited
-// for.
-CliRun Cli(const std::string& args);
+// for; `env` ("NAME=value ...") is set for it.
+CliRun Cli(const std::string& args, const std::string& env = "");
 
 // <TempDir>/<name>.
 std::string Dir(const std::string& name);

@@ -294,6 +294,22 @@ TEST(RunConfigTest, OneOutputRegressesEvenOnIntegralLabels) {
               HasSubstr("has 2 labels per sample; the model 'mlp:2,8,3' gives 3"));
 }
 
+// sync_batchnorm on a model without BatchNorm layers (the built-in MLP) would
+// change nothing: refused before any rank starts. Was: accepted, and ignored.
+TEST(RunConfigTest, SyncBatchnormWithoutABatchNormLayerIsRefused) {
+  const std::string csv = WriteFile("sync_bn.csv", "0.1,0.2,0\n0.3,0.4,1\n0.5,0.6,2\n");
+  absl::StatusOr<RunConfig> config =
+      ParseRunConfig("fit", {{"model", "mlp:2,8,3"}, {"train", csv}, {"sync_batchnorm", "true"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  const absl::Status status = CheckRun(*config);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("model mlp:2,8,3: sync_batchnorm: the model has no "
+                                          "BatchNorm layer to convert"));
+  config->sync_batchnorm = false;
+  EXPECT_TRUE(CheckRun(*config).ok()) << CheckRun(*config);
+}
+
 TEST(RunConfigTest, NonFiniteDataIsRefusedNamingTheFile) {
   const std::string csv = WriteFile("nan_label.csv", "0.1,0.2,0\n0.3,0.4,nan\n");
   absl::Status status = Check("mlp:2,8,3", csv);
