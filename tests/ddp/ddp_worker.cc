@@ -336,6 +336,12 @@ std::string CheckFirstStep(const Flags& flags, int world, const std::vector<torc
                       " dense_of_bound=", worst_dense);
 }
 
+// The bound on DDP's difference from the single-process reference for the
+// cases without a lossy hook or SyncBatchNorm: they differ only by the order
+// of float32 additions, observed 0 or 1.49e-8 on 2 and 4 ranks (ddp_test's
+// output), so a few ulps; a lossy change (fp16's error is 1.5e-5) fails it.
+constexpr double kDefaultTolerance = 1e-7;
+
 // Uneven inputs: rank r has 3 + 2 * (r % 2) batches (3 and 5 with 2 ranks)
 // of the `steps` (5) generated, and trains through ActiveRanks and
 // ShadowIteration. The reference trains on each step's batches of the ranks
@@ -390,7 +396,7 @@ int RunUneven(const Flags& flags, ProcessGroup& group, DistributedDataParallel& 
   if (!mine.equal(rank0)) Fail(absl::StrCat("rank ", rank, " ended with other parameters"));
   if (rank == 0) {
     const double diff = (mine - Flatten(reference.module->parameters())).abs().max().item<double>();
-    const double tol = flags.Number("tol", 1e-5);
+    const double tol = flags.Number("tol", kDefaultTolerance);
     if (!(diff <= tol)) {
       Fail(absl::StrCat("DDP and the single-process reference differ by ", diff, " > ", tol));
     }
@@ -424,7 +430,7 @@ int Run(const Flags& flags) {
   const int steps = static_cast<int>(flags.Number("steps", 5));
   const int batch = static_cast<int>(flags.Number("batch", 4));
   const int accum = static_cast<int>(flags.Number("accum", 1));
-  const double tol = flags.Number("tol", 1e-5);
+  const double tol = flags.Number("tol", kDefaultTolerance);
   torch::set_num_threads(1);
 
   // Each rank builds its replica from a different seed: DDP must make them
@@ -627,7 +633,7 @@ int Run(const Flags& flags) {
           absl::StrCat("rank ", rank, "'s buffers are rank 0's although broadcast_buffers is off"));
     }
   }
-  if (options.reducer.find_unused_parameters &&
+  if ((options.reducer.find_unused_parameters || options.reducer.static_graph) &&
       (flags.model == "unused" || flags.model == "static_unused")) {
     // A copy: named_parameters() returns a temporary dictionary (ASan found the dangling
     // reference).
