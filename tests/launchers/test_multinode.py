@@ -49,10 +49,44 @@ def three_hosts() -> Iterator[Tuple[str, ...]]:
     yield from hosts_or_skip(3)
 
 
+# Each host gets a /dev/shm and a /tmp of its own (tmpfs, in the mount namespace that `ip netns
+# exec` makes for the command), as separate machines have: what one node's launcher or ranks leave
+# there, another node cannot see or use. The tests' own directory (pytest's base temporary
+# directory, $0 below) stays shared, as a network filesystem would be; an open descriptor keeps it
+# reachable once /tmp is covered.
+PRIVATE_HOST = ('set -e; exec 3<"$0"; '
+                'mount -t tmpfs -o mode=1777 ddps-host-shm /dev/shm; '
+                'mount -t tmpfs -o mode=1777 ddps-host-tmp /tmp; '
+                'mkdir -p "$0"; mount --no-canonicalize --bind /proc/self/fd/3 "$0"; '
+                'exec 3<&-; exec "$@"')
+SHARED: List[Path] = []  # pytest's base temporary directory, set once per session
+
+
+@pytest.fixture(autouse=True, scope="session")
+def shared_directory(tmp_path_factory) -> None:
+    SHARED[:] = [tmp_path_factory.getbasetemp().resolve()]
+
+
 def in_host(namespace: str, *command: str, env: Dict[str, str] = {}) -> subprocess.Popen:
-    return subprocess.Popen(["ip", "netns", "exec", namespace, *command],
+    return subprocess.Popen(["ip", "netns", "exec", namespace, "sh", "-c", PRIVATE_HOST,
+                             str(SHARED[0]), *command],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, **env))
+
+
+def test_each_host_has_its_own_dev_shm_and_tmp_and_shares_the_test_directory(hosts, tmp_path):
+    """What host 0 writes in /dev/shm and /tmp, host 1 does not see; both see
+    the test's directory."""
+    tag = f"ddps-private-{os.getpid()}"
+    write = in_host(hosts[0], "sh", "-c",
+                    f'touch /dev/shm/{tag} /tmp/{tag} "$0/from-host0"', str(tmp_path))
+    assert finish(write)[0] == 0
+    assert (tmp_path / "from-host0").exists()
+    assert not Path(f"/dev/shm/{tag}").exists() and not Path(f"/tmp/{tag}").exists()
+    look = in_host(hosts[1], "sh", "-c",
+                   f'ls /dev/shm/{tag} /tmp/{tag} 2>/dev/null; ls "$0/from-host0"', str(tmp_path))
+    code, out, _ = finish(look)
+    assert code == 0 and out.strip() == str(tmp_path / "from-host0"), out
 
 
 def finish(process: subprocess.Popen, timeout: float = 120) -> Tuple[int, str, str]:
