@@ -406,29 +406,15 @@ def test_script_step_failure_is_worker_failed(torch, data_dir, tmp_path):
 
 
 def batchnorm_regression(torch):
-    """A TorchScript regression with a BatchNorm1d (buffers: running statistics)."""
-    from typing import Dict, List
+    """The linear regression behind a BatchNorm1d (buffers: running statistics)."""
 
-    class BatchNormRegression(torch.nn.Module):
+    class BatchNormRegression(script_classes(torch)[0]):
         def __init__(self):
             super().__init__()
-            self.hidden = torch.nn.Linear(4, 8)
-            self.norm = torch.nn.BatchNorm1d(8)
-            self.out = torch.nn.Linear(8, 1)
+            self.norm = torch.nn.BatchNorm1d(4)
 
         def forward(self, x):
-            return self.out(torch.relu(self.norm(self.hidden(x)))).squeeze(-1)
-
-        @torch.jit.export
-        def training_step(self, batch: List[torch.Tensor], batch_idx: int) -> torch.Tensor:
-            return torch.nn.functional.mse_loss(self.forward(batch[0]), batch[1].reshape(-1))
-
-        @torch.jit.export
-        def validation_step(
-            self, batch: List[torch.Tensor], batch_idx: int
-        ) -> Dict[str, torch.Tensor]:
-            loss = torch.nn.functional.mse_loss(self.forward(batch[0]), batch[1].reshape(-1))
-            return {"val_loss": loss}
+            return self.linear(self.norm(x)).squeeze(-1)
 
     torch.manual_seed(0)
     return torch.jit.script(BatchNormRegression())
@@ -469,18 +455,7 @@ def test_metric_names_that_differ_across_ranks_are_an_error(torch, tmp_path):
     Summed by position, each would land under the other's name."""
     from typing import Dict, List
 
-    class DataDependentNames(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.linear = torch.nn.Linear(4, 1)
-
-        def forward(self, x):
-            return self.linear(x).squeeze(-1)
-
-        @torch.jit.export
-        def training_step(self, batch: List[torch.Tensor], batch_idx: int) -> torch.Tensor:
-            return torch.nn.functional.mse_loss(self.forward(batch[0]), batch[1].reshape(-1))
-
+    class DataDependentNames(script_classes(torch)[0]):
         @torch.jit.export
         def validation_step(
             self, batch: List[torch.Tensor], batch_idx: int
