@@ -24,6 +24,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "core/comm/connection_check.h"
 #include "core/comm/group_join.h"
 #include "core/comm/guarded.h"
@@ -461,6 +462,20 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(cluster, effective, std::move(impl)));
 }
 
+namespace {
+
+// How long a rank whose peer closed the connection waits before returning
+// the error (see FinishRecorded).
+constexpr absl::Duration kPeerFailureGrace = absl::Seconds(1);
+
+// Gloo's words for a peer that closed or reset its end of a pair.
+bool PeerClosedTheConnection(const absl::Status& status) {
+  return absl::StrContains(status.message(), "Connection closed by peer") ||
+         absl::StrContains(status.message(), "Connection reset by peer");
+}
+
+}  // namespace
+
 absl::Status ProcessGroup::Recorded(const CallSignature& call,
                                     const std::function<absl::Status()>& body) {
   const uint64_t seq = impl_->recorder->Start(call);
@@ -469,6 +484,12 @@ absl::Status ProcessGroup::Recorded(const CallSignature& call,
 
 absl::Status ProcessGroup::FinishRecorded(uint64_t seq, absl::Status status) {
   impl_->recorder->Finish(seq, status.ok());
+  if (!status.ok() && PeerClosedTheConnection(status) && cluster_.kind == ClusterKind::kDdpspawn) {
+    // A consequence: the peer failed (or timed out, and Gloo closed the pair)
+    // first. Its report, which says why, should reach the launcher before
+    // this one, which the launcher would otherwise name as the first failure.
+    absl::SleepFor(kPeerFailureGrace);
+  }
   if (!absl::IsDeadlineExceeded(status)) return status;
   // A timeout: say which call, and what every rank was last doing.
   std::string text = absl::StrCat(status.message(), "\n(rank ", rank(), "'s call #", seq, ": ",
