@@ -54,6 +54,7 @@ std::string g_checkpoint_dir;
 
 at::Tensor Flat(const std::vector<at::Tensor>& tensors) {
   std::vector<at::Tensor> flat;
+  flat.reserve(tensors.size());
   for (const at::Tensor& t : tensors) flat.push_back(t.detach().reshape({-1}));
   return torch::cat(flat);
 }
