@@ -347,13 +347,9 @@ void WriteAtomically(const std::string& path, const std::string& text) {
   SleepForever();
 }
 
-[[noreturn]] void SlowExit(const char* failing_rank) {
-  if (ThisRank(failing_rank)) {
-    signal(SIGTERM, SIG_IGN);
-    CheckOk(SetWorkerError("the failure that ended the job"), "error report");
-    absl::SleepFor(absl::Milliseconds(500));
-    std::exit(1);
-  }
+// A rank other than `failing_rank`: waits for that rank's report, then fails
+// itself, second.
+[[noreturn]] void FailAfter(const char* failing_rank) {
   const std::string report =
       RunDirErrorFile(std::getenv("DDPSPAWN_RUN_DIR"), std::atoi(failing_rank));
   while (!std::filesystem::exists(report)) absl::SleepFor(absl::Milliseconds(1));
@@ -362,17 +358,22 @@ void WriteAtomically(const std::string& path, const std::string& text) {
   std::exit(1);
 }
 
+[[noreturn]] void SlowExit(const char* failing_rank) {
+  if (ThisRank(failing_rank)) {
+    signal(SIGTERM, SIG_IGN);
+    CheckOk(SetWorkerError("the failure that ended the job"), "error report");
+    absl::SleepFor(absl::Milliseconds(500));
+    std::exit(1);
+  }
+  FailAfter(failing_rank);
+}
+
 [[noreturn]] void ReportAndHang(const char* failing_rank) {
   if (ThisRank(failing_rank)) {
     CheckOk(SetWorkerError("the failure that ended the job"), "error report");
     SleepForever();
   }
-  const std::string report =
-      RunDirErrorFile(std::getenv("DDPSPAWN_RUN_DIR"), std::atoi(failing_rank));
-  while (!std::filesystem::exists(report)) absl::SleepFor(absl::Milliseconds(1));
-  CheckOk(SetWorkerError(absl::StrCat("rank ", failing_rank, " failed, so this rank stops")),
-          "error report");
-  std::exit(1);
+  FailAfter(failing_rank);
 }
 
 [[noreturn]] void IgnoreTerm(const char* ignoring_rank) {
