@@ -9,9 +9,9 @@
 
 #include "capi/rank_report.h"
 #include "capi/status.h"
-#include "core/comm/node_rendezvous.h"
 #include "core/env/cluster_environment.h"
 #include "core/env/settings.h"
+#include "core/job/node_job.h"
 #include "core/launch/forkserver.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
@@ -35,20 +35,10 @@ struct ReleasedSizes<ddpspawn_launch_options> {
 
 // Owned by the caller; one thread uses it at a time.
 struct ddpspawn_job {
-  std::unique_ptr<ddpspawn::Job> job;
-  // Several nodes: what joins node 0's rendezvous (from ddpspawn_job_start),
-  // and rank 0's result as node 0 handed it over (a node's own when node 0).
-  std::optional<ddpspawn::NodeRendezvousOptions> node_options;
-  std::unique_ptr<ddpspawn::NodeRendezvous> rendezvous;
-  std::optional<std::string> job_result;
-  bool failure_shared = false;  // told the other nodes once
+  std::unique_ptr<ddpspawn::NodeJob> job;
 };
 
 namespace {
-
-// Rank 0's result crosses the rendezvous tagged, so that "none" and empty
-// bytes stay apart.
-constexpr char kHasResult = 'r';
 
 std::vector<std::string> StringList(const char* const* list) {
   std::vector<std::string> out;
@@ -98,58 +88,22 @@ absl::StatusOr<ddpspawn::LaunchSpec> ToSpec(const ddpspawn_launch_options& o) {
   return spec;
 }
 
-// With nnodes > 1: how this launcher joins node 0's rendezvous. The job it
-// checks the others against: the start method, the program and the shape.
-absl::StatusOr<std::optional<ddpspawn::NodeRendezvousOptions>> ToNodeOptions(
-    const ddpspawn_launch_options& o, const ddpspawn::LaunchSpec& spec) {
-  if (spec.nnodes < 1 || o.node_rank < 0 || o.node_rank >= spec.nnodes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node_rank ", o.node_rank, " is outside [0, nnodes=", spec.nnodes, ")"));
-  }
-  if (spec.nnodes == 1) return std::nullopt;
-  if (o.master_addr == nullptr || o.master_port <= 0 || o.master_port > 65535) {
-    return absl::InvalidArgumentError(
-        "nnodes > 1 needs master_addr and master_port (1..65535): node 0's launcher's, the same "
-        "on every node");
-  }
-  ddpspawn::NodeRendezvousOptions node;
-  node.master_addr = o.master_addr;
+// This launcher's place in the job. The job every node checks the others
+// against: the start method and the program.
+ddpspawn::NodeJobOptions ToNodeOptions(const ddpspawn_launch_options& o,
+                                       const ddpspawn::LaunchSpec& spec) {
+  ddpspawn::NodeJobOptions node;
+  if (o.master_addr != nullptr) node.master_addr = o.master_addr;
   node.master_port = o.master_port;
   node.nnodes = spec.nnodes;
   node.node_rank = o.node_rank;
-  node.nprocs_per_node = o.nprocs;
-  node.timeout =
+  node.rendezvous_timeout =
       spec.timeout == absl::InfiniteDuration() ? ddpspawn::kDefaultTimeout : spec.timeout;
   const std::string program =
       spec.argv.empty() ? "worker_fn" : std::filesystem::path(spec.argv[0]).filename().string();
-  node.job = absl::StrCat("ddpspawn_job ", ddpspawn::StartMethodName(spec.start_method), " ",
-                          program, " nnodes=", spec.nnodes, " nprocs=", o.nprocs);
+  node.description =
+      absl::StrCat("ddpspawn_job ", ddpspawn::StartMethodName(spec.start_method), " ", program);
   return node;
-}
-
-// After this node's ranks ended: a failure told for the whole job, or rank 0's
-// result from node 0.
-// `ranks_ran`: else the other nodes' ranks wait to form their group until its
-// timeout, and this node says why at once.
-absl::Status FinishNode(ddpspawn_job& job, const absl::Status& waited, bool ranks_ran) {
-  ddpspawn::NodeRendezvous& rendezvous = *job.rendezvous;
-  if (!waited.ok()) {
-    std::string unreported;
-    job.failure_shared = true;
-    return rendezvous.ShareFailure(
-        waited, job.job->failed_at().value_or(absl::Now()),
-        ranks_ran ? job.node_options->timeout : ddpspawn::NodeRendezvous::kNoRanksWait,
-        &unreported);
-  }
-  const std::optional<std::string>& own = job.job->result();
-  ASSIGN_OR_RETURN(
-      std::string handed,
-      rendezvous.Finish(
-          job.node_options->timeout,
-          own.has_value() ? absl::StrCat(std::string(1, kHasResult), *own) : std::string()));
-  job.job_result.reset();
-  if (!handed.empty()) job.job_result = handed.substr(1);
-  return absl::OkStatus();
 }
 
 absl::Status CheckRank(const ddpspawn_job* job, int32_t rank) {
@@ -185,10 +139,10 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_create(const ddpspawn_launch_option
     ddpspawn_launch_options o = DDPSPAWN_LAUNCH_OPTIONS_INIT;
     RETURN_IF_ERROR(ReadOptions(options, "DDPSPAWN_LAUNCH_OPTIONS", &o));
     ASSIGN_OR_RETURN(ddpspawn::LaunchSpec spec, ToSpec(o));
-    ASSIGN_OR_RETURN(std::optional<ddpspawn::NodeRendezvousOptions> node_options,
-                     ToNodeOptions(o, spec));
-    ASSIGN_OR_RETURN(std::unique_ptr<ddpspawn::Job> job, ddpspawn::Job::Create(std::move(spec)));
-    *out_job = new ddpspawn_job{std::move(job), std::move(node_options), nullptr, std::nullopt};
+    ASSIGN_OR_RETURN(std::unique_ptr<ddpspawn::NodeJob> job,
+                     ddpspawn::NodeJob::Create(ToNodeOptions(o, spec)));
+    RETURN_IF_ERROR(job->Prepare(std::move(spec)));
+    *out_job = new ddpspawn_job{std::move(job)};
     return absl::OkStatus();
   });
 }
@@ -198,25 +152,14 @@ DDPSPAWN_EXPORT void ddpspawn_job_destroy(ddpspawn_job* job) { delete job; }
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_start(ddpspawn_job* job) {
   return Guard([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(job, "job"));
-    // Node 0's store must serve before any rank looks for it.
-    if (job->node_options.has_value() && job->rendezvous == nullptr) {
-      ASSIGN_OR_RETURN(job->rendezvous, ddpspawn::NodeRendezvous::Join(*job->node_options));
-    }
-    absl::Status started = job->job->Start();
-    // The other nodes' ranks would wait for this node's.
-    if (!started.ok() && job->rendezvous != nullptr) {
-      return FinishNode(*job, started, /*ranks_ran=*/false);
-    }
-    return started;
+    return job->job->Start();
   });
 }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_wait(ddpspawn_job* job) {
   return Guard([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(job, "job"));
-    absl::Status waited = job->job->Wait();
-    if (job->rendezvous == nullptr || job->failure_shared) return waited;
-    return FinishNode(*job, waited, /*ranks_ran=*/true);
+    return job->job->Wait();
   });
 }
 
@@ -266,8 +209,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_result(const ddpspawn_job* job, con
     RETURN_IF_ERROR(NotNull(out_data, "out_data"));
     RETURN_IF_ERROR(NotNull(out_size, "out_size"));
     RETURN_IF_ERROR(NotNull(out_has_result, "out_has_result"));
-    const std::optional<std::string>& result =
-        job->rendezvous != nullptr ? job->job_result : job->job->result();
+    const std::optional<std::string>& result = job->job->result();
     *out_data = result ? result->data() : nullptr;
     *out_size = result ? result->size() : 0;
     *out_has_result = result ? 1 : 0;

@@ -5,16 +5,12 @@
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 #include <torch/optim/optimizer.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/comm/node_rendezvous.h"
 #include "core/ddp/sync_batch_norm.h"
 #include "core/env/settings.h"
+#include "core/job/node_job.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
 #include "core/util/exception_status.h"
@@ -127,128 +123,63 @@ Backend DDPSpawnStrategy::process_group_backend() const {
 }
 
 absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
-  last_failed_rank_ = -1;
-  last_outcomes_.clear();
   ASSIGN_OR_RETURN(ClusterInfo outer, options_.cluster_environment());
-  if (CreatesProcessesExternally(outer)) return RunAsOuterRank(outer, fn);
-  if (options_.num_nodes < 1 || options_.node_rank < 0 ||
-      options_.node_rank >= options_.num_nodes) {
-    return absl::InvalidArgumentError(absl::StrCat("node rank ", options_.node_rank,
-                                                   " is outside [0, ", options_.num_nodes, ")"));
+  if (CreatesProcessesExternally(outer)) {
+    node_job_.reset();
+    return RunAsOuterRank(outer, fn);
   }
-  RETURN_IF_ERROR(CheckDevices());
-  // A new job, unless PrepareRestart() made this the next generation of the
-  // last one.
-  if (!restart_prepared_) {
-    rendezvous_.reset();
-    restart_count_ = 0;
-  }
+  // A new job, unless PrepareRestart() made this the next start of the last.
+  if (!restart_prepared_) node_job_.reset();
   restart_prepared_ = false;
-  restart_refusal_.clear();
-  if (options_.num_nodes > 1 && rendezvous_ == nullptr) {
-    NodeRendezvousOptions node_options;
-    node_options.master_addr = options_.master_addr;
-    node_options.master_port = options_.master_port;
-    node_options.nnodes = options_.num_nodes;
-    node_options.node_rank = options_.node_rank;
-    node_options.nprocs_per_node = num_processes();
-    node_options.job = absl::StrCat(options_.job_description, " nnodes=", options_.num_nodes,
-                                    " nproc_per_node=", num_processes());
-    node_options.timeout = options_.timeout;
-    ASSIGN_OR_RETURN(rendezvous_, NodeRendezvous::Join(node_options));
+  RETURN_IF_ERROR(CheckDevices());
+  if (node_job_ == nullptr) {
+    NodeJobOptions node;
+    node.nnodes = options_.num_nodes;
+    node.node_rank = options_.node_rank;
+    node.master_addr = options_.master_addr;
+    node.master_port = options_.master_port;
+    node.description = options_.job_description;
+    node.rendezvous_timeout = options_.timeout;
+    ASSIGN_OR_RETURN(node_job_, NodeJob::Create(std::move(node)));
   }
-  const StartMethod method = options_.start_method;
   LaunchSpec spec;
   spec.nprocs = num_processes();
   spec.env = options_.worker_env;
-  // Which start of the job this is, as torchrun says it: the ranks' groups use
-  // keys of their own on a store that outlives generations.
-  spec.env.push_back(absl::StrCat("TORCHELASTIC_RESTART_COUNT=", restart_count_));
-  spec.nnodes = options_.num_nodes;
-  spec.node_rank = options_.node_rank;
-  if (rendezvous_ != nullptr) {
-    spec.master_addr = options_.master_addr;
-    spec.master_port = options_.master_port;
-  }
-  spec.start_method = method;
+  spec.start_method = options_.start_method;
   spec.timeout = options_.launch_timeout;
-  absl::Status prepared = absl::OkStatus();
-  if (method != StartMethod::kFork) {  // spawn, forkserver: this program again
-    absl::StatusOr<std::vector<std::string>> argv = OwnCommandLine();
-    prepared = argv.status();
-    if (argv.ok()) spec.argv = *std::move(argv);
+  if (options_.start_method != StartMethod::kFork) {  // spawn, forkserver: this program again
+    ASSIGN_OR_RETURN(spec.argv, OwnCommandLine());
   } else {
     spec.worker = [this, &fn](int) { return RunWorker(fn); };
     spec.fork_close_descriptors = options_.fork_close_descriptors;
   }
-  absl::StatusOr<std::unique_ptr<Job>> job =
-      prepared.ok() ? Job::Create(std::move(spec)) : absl::StatusOr<std::unique_ptr<Job>>(prepared);
-  absl::Status waited = job.ok() ? (*job)->Start() : job.status();
-  const bool ranks_ran = waited.ok();
-  if (waited.ok()) waited = (*job)->Wait();
-  if (job.ok()) {
-    last_failed_rank_ = (*job)->failed_rank();
-    last_outcomes_ = (*job)->outcomes();
-  }
-  if (rendezvous_ != nullptr) {
-    // A failure, even one before any rank ran, goes to the other nodes; the
-    // rendezvous stays for PrepareRestart().
-    if (!waited.ok()) {
-      const absl::Time failed_at =
-          job.ok() ? (*job)->failed_at().value_or(absl::Now()) : absl::Now();
-      // The other nodes' ranks end soon after this node's; when this node's
-      // never ran, theirs wait to form their group until its timeout.
-      return rendezvous_->ShareFailure(waited, failed_at,
-                                       ranks_ran ? options_.timeout : NodeRendezvous::kNoRanksWait,
-                                       &restart_refusal_);
-    }
-    // Every node returns rank 0's result, which node 0 hands over; should
-    // node 0's ranks fail after this node's ended, the nodes may restart
-    // together.
-    absl::StatusOr<std::string> result =
-        rendezvous_->Finish(options_.timeout, (*job)->result().value_or(""));
-    if (result.ok()) rendezvous_.reset();
-    return result;
-  }
-  if (!waited.ok()) return waited;
-  return (*job)->result().value_or("");
+  // A spec that Prepare() refuses fails Start(), which tells the other nodes.
+  (void)node_job_->Prepare(std::move(spec));
+  RETURN_IF_ERROR(node_job_->Run());
+  return node_job_->result().value_or("");
+}
+
+int DDPSpawnStrategy::last_failed_rank() const {
+  return node_job_ == nullptr ? -1 : node_job_->failed_rank();
+}
+
+const std::vector<RankOutcome>& DDPSpawnStrategy::last_outcomes() const {
+  static const std::vector<RankOutcome>* const kNone = new std::vector<RankOutcome>();
+  return node_job_ == nullptr ? *kNone : node_job_->outcomes();
 }
 
 absl::StatusOr<std::string> DDPSpawnStrategy::PrepareRestart(const std::string& resume_from) {
-  if (options_.num_nodes > 1) {
-    absl::StatusOr<std::string> agreed =
-        rendezvous_ == nullptr || !restart_refusal_.empty()
-            ? absl::FailedPreconditionError(restart_refusal_.empty()
-                                                ? "the last launch did not fail as a job of "
-                                                  "several nodes that can restart"
-                                                : restart_refusal_)
-            : rendezvous_->Restart(resume_from, [](const std::string& path) -> std::string {
-                if (path.empty() || access(path.c_str(), R_OK) == 0) return "";
-                return absl::StrCat("it cannot read ", path, " (", std::strerror(errno),
-                                    "), the checkpoint node 0 continues from: a restart of "
-                                    "several nodes needs default_root_dir on a filesystem "
-                                    "every node shares");
-              });
-    if (!agreed.ok()) {
-      // The others, if waiting for this node's answer, stop at once.
-      if (rendezvous_ != nullptr && !restart_refusal_.empty()) {
-        rendezvous_->DeclineRestart(restart_refusal_);
-      }
-      rendezvous_.reset();
-      return agreed.status();
-    }
-    ++restart_count_;
-    restart_prepared_ = true;
-    return agreed;
+  if (node_job_ == nullptr) {
+    return absl::FailedPreconditionError("no launch failed, so there is nothing to restart");
   }
-  ++restart_count_;
-  restart_prepared_ = true;
-  return resume_from;
+  absl::StatusOr<std::string> agreed = node_job_->PrepareRestart(resume_from);
+  restart_prepared_ = agreed.ok();
+  return agreed;
 }
 
 void DDPSpawnStrategy::DeclineRestart(const std::string& why) {
-  if (rendezvous_ != nullptr) rendezvous_->DeclineRestart(why);
-  rendezvous_.reset();
+  // The job's outcomes stay for last_outcomes(); the next Launch() is a new job.
+  if (node_job_ != nullptr) node_job_->DeclineRestart(why);
   restart_prepared_ = false;
 }
 

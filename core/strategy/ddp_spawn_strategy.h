@@ -52,7 +52,7 @@ class Optimizer;
 
 namespace ddpspawn {
 
-class NodeRendezvous;
+class NodeJob;
 
 // True in a process that a ddpspawn launcher started.
 bool IsWorkerProcess();
@@ -72,7 +72,7 @@ struct StrategyOptions {
   std::vector<c10::Device> parallel_devices = {c10::Device(c10::kCPU)};
   // Several nodes, one Launch() on each (torchrun's --nnodes, --node-rank,
   // --master-addr, --master-port): node 0's launcher serves the rendezvous at
-  // master_addr:master_port (see core/comm/node_rendezvous.h); ranks are
+  // master_addr:master_port (see core/job/node_rendezvous.h); ranks are
   // node_rank * num_processes + local rank.
   int num_nodes = 1;
   int node_rank = 0;
@@ -144,7 +144,7 @@ class DDPSpawnStrategy {
   absl::StatusOr<std::string> Launch(const WorkerFn& fn);
   // After Launch(): the rank whose failure ended the job (-1: none failed,
   // e.g. success, a timeout or an interrupt) and how every rank ended.
-  int last_failed_rank() const { return last_failed_rank_; }
+  int last_failed_rank() const;
   // Replaces StrategyOptions::worker_env for the next Launch().
   void set_worker_env(std::vector<std::string> env) { options_.worker_env = std::move(env); }
   // After a failed Launch(), to run the ranks again (max_restarts): the next
@@ -161,7 +161,7 @@ class DDPSpawnStrategy {
   // After a failed Launch() that this launcher does not restart, because
   // `why`: the other nodes' PrepareRestart() fails at once naming it.
   void DeclineRestart(const std::string& why);
-  const std::vector<RankOutcome>& last_outcomes() const { return last_outcomes_; }
+  const std::vector<RankOutcome>& last_outcomes() const;
   // In a spawned rank: SetupDistributed(), fn, hand the result back,
   // Teardown(); returns the process exit code.
   int RunWorker(const WorkerFn& fn);
@@ -267,15 +267,11 @@ class DDPSpawnStrategy {
   std::unique_ptr<ProcessGroup> group_;
   std::shared_ptr<LightningModule> module_;
   std::unique_ptr<DistributedDataParallel> ddp_;
-  int last_failed_rank_ = -1;
-  std::vector<RankOutcome> last_outcomes_;
-  // Launching (the launcher's thread): the multi-node rendezvous, kept after a
-  // failed Launch() for PrepareRestart(); how many restarts the next Launch()
-  // continues (0: a new job); and why the last launch cannot be restarted.
-  std::unique_ptr<NodeRendezvous> rendezvous_;
-  int restart_count_ = 0;
+  // Launching (the launcher's thread): this node's part of the last job
+  // (core/job/node_job.h), kept after a failed Launch() for PrepareRestart(),
+  // which makes the next Launch() its next start.
+  std::unique_ptr<NodeJob> node_job_;
   bool restart_prepared_ = false;
-  std::string restart_refusal_;
 };
 
 }  // namespace ddpspawn

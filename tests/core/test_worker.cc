@@ -57,7 +57,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "core/comm/node_rendezvous.h"
+#include "core/job/node_rendezvous.h"
 #include "core/comm/process_group.h"
 #include "core/env/cluster_environment.h"
 #include "core/env/run_dir.h"

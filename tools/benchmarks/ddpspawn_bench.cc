@@ -29,7 +29,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/comm/node_rendezvous.h"
+#include "core/job/node_rendezvous.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/distributed_data_parallel.h"
 #include "core/env/cluster_environment.h"

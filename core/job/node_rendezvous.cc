@@ -6,7 +6,7 @@
 // whose counter stood still for kGoneAfter, as this launcher watched it, is
 // gone (killed, or its host unreachable). One that still counts is waited for,
 // up to the caller's limit: its ranks may be in a long step.
-#include "core/comm/node_rendezvous.h"
+#include "core/job/node_rendezvous.h"
 
 #include <algorithm>
 #include <chrono>

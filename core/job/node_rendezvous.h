@@ -12,8 +12,8 @@
 // who reaches the port can read and write it. The job check keeps other
 // ddpspawn jobs out by mistake, not a hostile peer: run multi-node jobs on a
 // network you trust.
-#ifndef DDPSPAWN_CORE_COMM_NODE_RENDEZVOUS_H_
-#define DDPSPAWN_CORE_COMM_NODE_RENDEZVOUS_H_
+#ifndef DDPSPAWN_CORE_JOB_NODE_RENDEZVOUS_H_
+#define DDPSPAWN_CORE_JOB_NODE_RENDEZVOUS_H_
 
 #include <functional>
 #include <memory>
@@ -114,4 +114,4 @@ class NodeRendezvous {
 
 }  // namespace ddpspawn
 
-#endif  // DDPSPAWN_CORE_COMM_NODE_RENDEZVOUS_H_
+#endif  // DDPSPAWN_CORE_JOB_NODE_RENDEZVOUS_H_
