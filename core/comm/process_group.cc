@@ -33,6 +33,7 @@
 #include "core/env/flight_recorder.h"
 #include "core/env/run_dir.h"
 #include "core/env/settings.h"
+#include "core/util/enum_names.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
@@ -287,41 +288,26 @@ absl::Status PendingWork::Wait() {
   return impl_->finish ? impl_->finish(status) : status;
 }
 
-absl::string_view ReduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kMean:
-      return "mean";
-    case ReduceOp::kMin:
-      return "min";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kProduct:
-      return "product";
-  }
-  return "?";
-}
+constexpr NamedValue<ReduceOp> kReduceOpNames[] = {
+    {"sum", ReduceOp::kSum}, {"mean", ReduceOp::kMean},       {"min", ReduceOp::kMin},
+    {"max", ReduceOp::kMax}, {"product", ReduceOp::kProduct}, {"avg", ReduceOp::kMean},
+};
+
+absl::string_view ReduceOpName(ReduceOp value) { return NameOf(kReduceOpNames, value); }
 
 absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
-  for (ReduceOp op :
-       {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
-    if (name == ReduceOpName(op)) return op;
-  }
-  if (name == "avg") return ReduceOp::kMean;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown reduce op '", name, "'; expected 'sum', 'mean', 'min', 'max' or 'product'"));
+  return ParseName(kReduceOpNames, "reduce op", name);
 }
 
-absl::string_view BackendName(Backend backend) {
-  return backend == Backend::kNccl ? "nccl" : "gloo";
-}
+constexpr NamedValue<Backend> kBackendNames[] = {
+    {"gloo", Backend::kGloo},
+    {"nccl", Backend::kNccl},
+};
+
+absl::string_view BackendName(Backend value) { return NameOf(kBackendNames, value); }
 
 absl::StatusOr<Backend> ParseBackend(absl::string_view name) {
-  if (name == "gloo") return Backend::kGloo;
-  if (name == "nccl") return Backend::kNccl;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown backend '", name, "'; expected 'gloo' or 'nccl'"));
+  return ParseName(kBackendNames, "backend", name);
 }
 
 size_t DTypeSize(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kInt32 ? 4 : 8; }

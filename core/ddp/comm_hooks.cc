@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/enum_names.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
@@ -307,28 +308,16 @@ std::shared_ptr<CommHook> MakePowerSgdHook(std::shared_ptr<PowerSgdState> state)
   return std::make_shared<PowerSgdHook>(std::move(state));
 }
 
-absl::string_view CommHookName(CommHookKind kind) {
-  switch (kind) {
-    case CommHookKind::kAllReduce:
-      return "allreduce";
-    case CommHookKind::kFp16:
-      return "fp16";
-    case CommHookKind::kBf16:
-      return "bf16";
-    case CommHookKind::kPowerSgd:
-      return "powersgd";
-  }
-  return "?";
-}
+constexpr NamedValue<CommHookKind> kCommHookKindNames[] = {
+    {"allreduce", CommHookKind::kAllReduce}, {"fp16", CommHookKind::kFp16},
+    {"bf16", CommHookKind::kBf16},           {"powersgd", CommHookKind::kPowerSgd},
+    {"", CommHookKind::kAllReduce},
+};
+
+absl::string_view CommHookName(CommHookKind value) { return NameOf(kCommHookKindNames, value); }
 
 absl::StatusOr<CommHookKind> ParseCommHook(absl::string_view name) {
-  if (name.empty()) return CommHookKind::kAllReduce;
-  for (CommHookKind kind : {CommHookKind::kAllReduce, CommHookKind::kFp16, CommHookKind::kBf16,
-                            CommHookKind::kPowerSgd}) {
-    if (name == CommHookName(kind)) return kind;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown communication hook '", name,
-                                                 "'; expected allreduce, fp16, bf16 or powersgd"));
+  return ParseName(kCommHookKindNames, "communication hook", name);
 }
 
 absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHook(CommHookKind kind, int powersgd_rank,

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/util/enum_names.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
@@ -157,19 +158,14 @@ void ReadAttempt(const EnvLookup& env, absl::StatusOr<ClusterInfo>& info) {
 
 }  // namespace
 
-absl::string_view ClusterKindName(ClusterKind kind) {
-  switch (kind) {
-    case ClusterKind::kDdpspawn:
-      return "ddpspawn";
-    case ClusterKind::kTorchElastic:
-      return "torchelastic";
-    case ClusterKind::kSlurm:
-      return "slurm";
-    case ClusterKind::kEnv:
-      return "env";
-  }
-  return "env";
-}
+constexpr NamedValue<ClusterKind> kClusterKindNames[] = {
+    {"ddpspawn", ClusterKind::kDdpspawn},
+    {"torchelastic", ClusterKind::kTorchElastic},
+    {"slurm", ClusterKind::kSlurm},
+    {"env", ClusterKind::kEnv},
+};
+
+absl::string_view ClusterKindName(ClusterKind value) { return NameOf(kClusterKindNames, value); }
 
 bool CreatesProcessesExternally(const ClusterInfo& info) {
   switch (info.kind) {

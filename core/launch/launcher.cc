@@ -38,6 +38,7 @@
 #include "core/launch/child_process.h"
 #include "core/launch/forkserver.h"
 #include "core/launch/worker_channel.h"
+#include "core/util/enum_names.h"
 #include "core/util/status_macros.h"
 
 extern char** environ;
@@ -276,24 +277,16 @@ std::string SignalName(int signal) {
 
 int SignalThatStoppedLastJob() { return g_stopping_signal; }
 
-absl::string_view StartMethodName(StartMethod method) {
-  switch (method) {
-    case StartMethod::kFork:
-      return "fork";
-    case StartMethod::kForkserver:
-      return "forkserver";
-    case StartMethod::kSpawn:
-      break;
-  }
-  return "spawn";
-}
+constexpr NamedValue<StartMethod> kStartMethodNames[] = {
+    {"spawn", StartMethod::kSpawn},
+    {"fork", StartMethod::kFork},
+    {"forkserver", StartMethod::kForkserver},
+};
+
+absl::string_view StartMethodName(StartMethod value) { return NameOf(kStartMethodNames, value); }
 
 absl::StatusOr<StartMethod> ParseStartMethod(absl::string_view name) {
-  if (name == "spawn") return StartMethod::kSpawn;
-  if (name == "fork") return StartMethod::kFork;
-  if (name == "forkserver") return StartMethod::kForkserver;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown start method '", name, "'; expected 'spawn', 'fork' or 'forkserver'"));
+  return ParseName(kStartMethodNames, "start method", name);
 }
 
 Job::Job(LaunchSpec spec) : spec_(std::move(spec)), outcomes_(static_cast<size_t>(spec_.nprocs)) {}

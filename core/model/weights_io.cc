@@ -22,6 +22,7 @@
 #include "core/model/bounded_read.h"
 #include "core/model/checkpoint.h"
 #include "core/model/pickle_sizes.h"
+#include "core/util/enum_names.h"
 #include "core/util/exception_status.h"
 #include "core/util/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -245,15 +246,17 @@ bool IsDdpspawnCheckpoint(const std::string& bytes) {
 
 }  // namespace
 
-absl::string_view WeightsFormatName(WeightsFormat format) {
-  return format == WeightsFormat::kSafetensors ? "safetensors" : "torch";
+constexpr NamedValue<WeightsFormat> kWeightsFormatNames[] = {
+    {"torch", WeightsFormat::kTorch},
+    {"safetensors", WeightsFormat::kSafetensors},
+};
+
+absl::string_view WeightsFormatName(WeightsFormat value) {
+  return NameOf(kWeightsFormatNames, value);
 }
 
 absl::StatusOr<WeightsFormat> ParseWeightsFormat(absl::string_view name) {
-  if (name == "torch") return WeightsFormat::kTorch;
-  if (name == "safetensors") return WeightsFormat::kSafetensors;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown weights format '", name, "'; expected torch or safetensors"));
+  return ParseName(kWeightsFormatNames, "weights format", name);
 }
 
 absl::StatusOr<std::string> EncodeWeights(const NamedTensors& weights, WeightsFormat format) {

@@ -13,6 +13,7 @@
 #include "core/job/node_job.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
+#include "core/util/enum_names.h"
 #include "core/util/exception_status.h"
 #include "core/util/files.h"
 #include "core/util/status_macros.h"
@@ -44,15 +45,16 @@ Batch ToDevice(const Batch& batch, c10::Device device) {
 
 bool IsWorkerProcess() { return IsLaunchedWorker(); }
 
-absl::string_view AcceleratorName(Accelerator accelerator) {
-  return accelerator == Accelerator::kCuda ? "cuda" : "cpu";
-}
+constexpr NamedValue<Accelerator> kAcceleratorNames[] = {
+    {"cpu", Accelerator::kCpu},
+    {"cuda", Accelerator::kCuda},
+    {"gpu", Accelerator::kCuda},
+};
+
+absl::string_view AcceleratorName(Accelerator value) { return NameOf(kAcceleratorNames, value); }
 
 absl::StatusOr<Accelerator> ParseAccelerator(absl::string_view name) {
-  if (name == "cpu") return Accelerator::kCpu;
-  if (name == "cuda" || name == "gpu") return Accelerator::kCuda;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown accelerator '", name, "'; expected 'cpu' or 'cuda'"));
+  return ParseName(kAcceleratorNames, "accelerator", name);
 }
 
 DDPSpawnStrategy::DDPSpawnStrategy(StrategyOptions options) : options_(std::move(options)) {

@@ -4,6 +4,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/enum_names.h"
 
 namespace ddpspawn {
 namespace {
@@ -63,25 +64,17 @@ class Fp16Mixed : public PrecisionPlugin {
 
 }  // namespace
 
-absl::string_view PrecisionName(Precision precision) {
-  switch (precision) {
-    case Precision::k32True:
-      return "32-true";
-    case Precision::kBf16Mixed:
-      return "bf16-mixed";
-    case Precision::k16Mixed:
-      return "16-mixed";
-  }
-  return "?";
-}
+constexpr NamedValue<Precision> kPrecisionNames[] = {
+    {"32-true", Precision::k32True},
+    {"bf16-mixed", Precision::kBf16Mixed},
+    {"16-mixed", Precision::k16Mixed},
+    {"32", Precision::k32True},
+};
+
+absl::string_view PrecisionName(Precision value) { return NameOf(kPrecisionNames, value); }
 
 absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
-  if (name == "32") return Precision::k32True;
-  for (Precision precision : {Precision::k32True, Precision::kBf16Mixed, Precision::k16Mixed}) {
-    if (name == PrecisionName(precision)) return precision;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown precision '", name, "'; expected '32-true', 'bf16-mixed' or '16-mixed'"));
+  return ParseName(kPrecisionNames, "precision", name);
 }
 
 std::shared_ptr<PrecisionPlugin> MakePrecisionPlugin(Precision precision) {

@@ -8,27 +8,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "core/util/enum_names.h"
 
 namespace ddpspawn {
 
-absl::string_view MonitorModeName(MonitorMode mode) {
-  switch (mode) {
-    case MonitorMode::kMin:
-      return "min";
-    case MonitorMode::kMax:
-      return "max";
-    case MonitorMode::kAuto:
-      break;
-  }
-  return "auto";
-}
+constexpr NamedValue<MonitorMode> kMonitorModeNames[] = {
+    {"auto", MonitorMode::kAuto},
+    {"min", MonitorMode::kMin},
+    {"max", MonitorMode::kMax},
+};
+
+absl::string_view MonitorModeName(MonitorMode value) { return NameOf(kMonitorModeNames, value); }
 
 absl::StatusOr<MonitorMode> ParseMonitorMode(absl::string_view name) {
-  if (name == "auto") return MonitorMode::kAuto;
-  if (name == "min") return MonitorMode::kMin;
-  if (name == "max") return MonitorMode::kMax;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown mode '", name, "'; expected auto, min or max"));
+  return ParseName(kMonitorModeNames, "mode", name);
 }
 
 absl::StatusOr<MonitorMode> ResolveMonitorMode(MonitorMode mode, const std::string& metric,

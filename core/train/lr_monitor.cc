@@ -4,27 +4,22 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/enum_names.h"
 
 namespace ddpspawn {
 
-absl::string_view LoggingIntervalName(LoggingInterval interval) {
-  switch (interval) {
-    case LoggingInterval::kEpoch:
-      return "epoch";
-    case LoggingInterval::kStep:
-      return "step";
-    case LoggingInterval::kNone:
-      break;
-  }
-  return "none";
+constexpr NamedValue<LoggingInterval> kLoggingIntervalNames[] = {
+    {"none", LoggingInterval::kNone},
+    {"epoch", LoggingInterval::kEpoch},
+    {"step", LoggingInterval::kStep},
+};
+
+absl::string_view LoggingIntervalName(LoggingInterval value) {
+  return NameOf(kLoggingIntervalNames, value);
 }
 
 absl::StatusOr<LoggingInterval> ParseLoggingInterval(absl::string_view name) {
-  if (name == "none") return LoggingInterval::kNone;
-  if (name == "epoch") return LoggingInterval::kEpoch;
-  if (name == "step") return LoggingInterval::kStep;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown logging interval '", name, "'; expected none, epoch or step"));
+  return ParseName(kLoggingIntervalNames, "logging interval", name);
 }
 
 LearningRateMonitor::LearningRateMonitor(LoggingInterval interval, int every_n_steps)

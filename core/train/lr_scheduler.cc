@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/enum_names.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
@@ -24,27 +25,17 @@ constexpr double kPlateauThreshold = 1e-4;
 
 }  // namespace
 
-absl::string_view LrScheduleName(LrSchedule schedule) {
-  switch (schedule) {
-    case LrSchedule::kCosine:
-      return "cosine";
-    case LrSchedule::kOneCycle:
-      return "onecycle";
-    case LrSchedule::kPlateau:
-      return "plateau";
-    case LrSchedule::kNone:
-      break;
-  }
-  return "none";
-}
+constexpr NamedValue<LrSchedule> kLrScheduleNames[] = {
+    {"none", LrSchedule::kNone},
+    {"cosine", LrSchedule::kCosine},
+    {"onecycle", LrSchedule::kOneCycle},
+    {"plateau", LrSchedule::kPlateau},
+};
+
+absl::string_view LrScheduleName(LrSchedule value) { return NameOf(kLrScheduleNames, value); }
 
 absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name) {
-  if (name == "none") return LrSchedule::kNone;
-  if (name == "cosine") return LrSchedule::kCosine;
-  if (name == "onecycle") return LrSchedule::kOneCycle;
-  if (name == "plateau") return LrSchedule::kPlateau;
-  return absl::InvalidArgumentError(absl::StrCat("unknown learning-rate schedule '", name,
-                                                 "'; expected none, cosine, onecycle or plateau"));
+  return ParseName(kLrScheduleNames, "learning-rate schedule", name);
 }
 
 absl::Status CheckLrSchedulerOptions(const LrSchedulerOptions& options) {
@@ -109,15 +100,15 @@ LrScheduler::LrScheduler(LrSchedulerOptions options)
       best_(plateau_mode_ == MonitorMode::kMax ? -std::numeric_limits<double>::infinity()
                                                : std::numeric_limits<double>::infinity()) {}
 
-absl::string_view LrIntervalName(LrInterval interval) {
-  return interval == LrInterval::kEpoch ? "epoch" : "step";
-}
+constexpr NamedValue<LrInterval> kLrIntervalNames[] = {
+    {"step", LrInterval::kStep},
+    {"epoch", LrInterval::kEpoch},
+};
+
+absl::string_view LrIntervalName(LrInterval value) { return NameOf(kLrIntervalNames, value); }
 
 absl::StatusOr<LrInterval> ParseLrInterval(absl::string_view name) {
-  if (name == "step") return LrInterval::kStep;
-  if (name == "epoch") return LrInterval::kEpoch;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown interval '", name, "'; expected step or epoch"));
+  return ParseName(kLrIntervalNames, "interval", name);
 }
 
 void LrScheduler::Apply(CallbackContext& context) const {

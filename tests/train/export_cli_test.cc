@@ -142,7 +142,7 @@ TEST(ExportCliTest, AnotherModelsWeightsAndDamagedFilesAreRefused) {
   CliRun bad_format = Cli(absl::StrCat("export --checkpoint ", fit.values["checkpoint"],
                                        " --format onnx --output ", Dir("x.onnx")));
   EXPECT_NE(bad_format.exit_code, 0);
-  EXPECT_THAT(bad_format.output, HasSubstr("expected torch or safetensors"));
+  EXPECT_THAT(bad_format.output, HasSubstr("expected 'torch' or 'safetensors'"));
 }
 
 }  // namespace
