@@ -1,18 +1,18 @@
-// The training loops (see trainer.h).
+// The training loops (see trainer.h). What they use but do not own is beside
+// them: optimizer_factory, stop_signal, checkpoint_connector, metric_sync and
+// fit_result.
 #include "core/train/trainer.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
-#include <signal.h>
 #include <torch/optim.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <numeric>
@@ -20,59 +20,18 @@
 #include <set>
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "core/train/metric_sync.h"
 #include "core/train/sampler.h"
+#include "core/train/stop_signal.h"
 #include "core/util/files.h"
 #include "core/util/output_dir.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
-
-absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
-    const OptimizerConfig& config, const std::vector<at::Tensor>& parameters) {
-  std::vector<at::Tensor> trainable;
-  for (const at::Tensor& p : parameters) {
-    if (p.requires_grad()) trainable.push_back(p);
-  }
-  if (trainable.empty()) return absl::InvalidArgumentError("the model has no trainable parameter");
-  if (!(config.lr > 0)) return absl::InvalidArgumentError("the learning rate must be positive");
-  if (config.name == "sgd") {
-    return std::unique_ptr<torch::optim::Optimizer>(
-        new torch::optim::SGD(trainable, torch::optim::SGDOptions(config.lr)
-                                             .momentum(config.momentum)
-                                             .weight_decay(config.weight_decay)));
-  }
-  if (config.name == "adam") {
-    return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::Adam(
-        trainable, torch::optim::AdamOptions(config.lr).weight_decay(config.weight_decay)));
-  }
-  if (config.name == "adamw") {
-    return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::AdamW(
-        trainable, torch::optim::AdamWOptions(config.lr).weight_decay(config.weight_decay)));
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer '", config.name, "'; expected sgd, adam or adamw"));
-}
-
-// Scales the gradients so that their global L2 norm is at most `max_norm` (what
-// torch.nn.utils.clip_grad_norm_ does).
-void ClipGradNorm(const std::vector<at::Tensor>& parameters, double max_norm) {
-  c10::NoGradGuard no_grad;
-  double squares = 0;
-  for (const at::Tensor& p : parameters) {
-    if (p.grad().defined()) squares += p.grad().norm().pow(2).item<double>();
-  }
-  const double scale = max_norm / (std::sqrt(squares) + 1e-6);
-  if (scale >= 1) return;
-  for (const at::Tensor& p : parameters) {
-    if (p.grad().defined()) p.grad().mul_(scale);
-  }
-}
 
 Batch MakeBatch(const Dataset& data, const std::vector<int64_t>& indices, int64_t begin,
                 int64_t end) {
@@ -81,232 +40,7 @@ Batch MakeBatch(const Dataset& data, const std::vector<int64_t>& indices, int64_
   return {data.features.index_select(0, index), data.labels.index_select(0, index)};
 }
 
-// Every rank's CPU generator state, on every rank (for the checkpoint).
-absl::StatusOr<std::vector<at::Tensor>> GatherRngStates(DDPSpawnStrategy& strategy) {
-  at::Tensor mine = at::detail::getDefaultCPUGenerator().get_state();
-  ASSIGN_OR_RETURN(at::Tensor all, strategy.AllGather(mine));
-  std::vector<at::Tensor> states;
-  for (int64_t r = 0; r < all.size(0); ++r) states.push_back(all[r].clone());
-  return states;
-}
-
-// Fit's guard against divergence (TrainerOptions::allow_non_finite_loss): each
-// rank notes its first non-finite training loss; at every point where fit
-// reduces the logged loss anyway, one all-reduce carries every rank's mean loss
-// and what it saw, so all ranks take the same decision and stop together, with
-// no collective of their own and none left waiting.
-class FiniteWatch {
- public:
-  FiniteWatch(bool allow, std::string last_good)
-      : allow_(allow), last_good_(std::move(last_good)) {}
-
-  // This rank's loss of a micro-batch of optimizer step `step` (1-based) in
-  // `epoch` (0-based).
-  void See(double loss, int64_t epoch, int64_t step) {
-    if (allow_ || seen_epoch_ >= 0 || std::isfinite(loss)) return;
-    seen_epoch_ = epoch;
-    seen_step_ = step;
-    seen_value_ = loss;
-  }
-
-  // The checkpoint just written from finite weights.
-  void Saved(const std::string& checkpoint) { last_good_ = checkpoint; }
-
-  // The mean over the ranks of `mean` (this rank's loss), or, unless allowed,
-  // the same error on every rank if a rank saw a non-finite loss or (with
-  // `weights`, before a checkpoint) holds non-finite weights. `epoch` and
-  // `step` say where training is, for the error about weights.
-  absl::StatusOr<double> Reduce(DDPSpawnStrategy& strategy, double mean,
-                                const std::vector<at::Tensor>* weights, int64_t epoch,
-                                int64_t step) {
-    // Every rank fills its own slots and the sum gathers them (x + 0 is x,
-    // NaN included): the shared-memory all-reduce the logged loss took.
-    const int world = strategy.world_size(), rank = strategy.global_rank();
-    const bool finite_weights = weights == nullptr || allow_ || AllFinite(*weights);
-    std::vector<double> slots(static_cast<size_t>(world) * kSlots, 0.0);
-    double* mine = &slots[static_cast<size_t>(rank) * kSlots];
-    mine[0] = mean;
-    mine[1] = static_cast<double>(seen_epoch_);
-    mine[2] = static_cast<double>(seen_step_);
-    mine[3] = seen_value_;
-    mine[4] = finite_weights ? 1.0 : 0.0;
-    ASSIGN_OR_RETURN(at::Tensor summed,
-                     strategy.Reduce(at::tensor(slots, at::kDouble), ReduceOp::kSum));
-    at::Tensor all = summed.to(at::kCPU).reshape({world, kSlots});
-    auto a = all.accessor<double, 2>();
-    double total = 0;
-    for (int r = 0; r < world; ++r) total += a[r][0];
-    if (allow_) return total / world;
-    // The earliest non-finite loss (the lowest rank among equals).
-    int first = -1;
-    for (int r = 0; r < world; ++r) {
-      if (a[r][1] < 0) continue;
-      if (first < 0 || a[r][1] < a[first][1] || (a[r][1] == a[first][1] && a[r][2] < a[first][2]))
-        first = r;
-    }
-    if (first >= 0) {
-      return Stop(absl::StrFormat("training loss became %s at epoch %d, step %d (rank %d)",
-                                  absl::StrCat(a[first][3]), static_cast<int64_t>(a[first][1]) + 1,
-                                  static_cast<int64_t>(a[first][2]), first));
-    }
-    for (int r = 0; r < world; ++r) {
-      if (a[r][4] == 0) {
-        return Stop(absl::StrFormat(
-            "the weights became non-finite (inf or nan) by epoch %d, step %d (rank %d), with a "
-            "finite training loss",
-            epoch + 1, step, r));
-      }
-    }
-    return total / world;
-  }
-
- private:
-  static constexpr int kSlots = 5;  // mean loss, seen epoch, step, value, finite weights
-
-  static bool AllFinite(const std::vector<at::Tensor>& tensors) {
-    c10::NoGradGuard no_grad;
-    for (const at::Tensor& t : tensors) {
-      if (!at::isfinite(t).all().item<bool>()) return false;
-    }
-    return true;
-  }
-
-  absl::Status Stop(const std::string& what) const {
-    return absl::AbortedError(
-        absl::StrCat(what, "; ",
-                     last_good_.empty() ? "no checkpoint was written before it"
-                                        : absl::StrCat("the last good checkpoint is ", last_good_),
-                     "; pass allow_non_finite_loss=true to go on (or lower the learning rate)"));
-  }
-
-  const bool allow_;
-  std::string last_good_;
-  int64_t seen_epoch_ = -1;  // -1: every loss was finite
-  int64_t seen_step_ = 0;
-  double seen_value_ = 0;
-};
-
-// "SIGUSR1".
-std::string SignalAbbrev(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return absl::StrCat("SIG", abbrev != nullptr ? abbrev : std::to_string(sig));
-}
-
-// The signal TrainerOptions::checkpoint_on_signal names, once received.
-volatile sig_atomic_t g_stop_signal_received = 0;
-
-void RecordStopSignal(int /*sig*/) { g_stop_signal_received = 1; }
-
-// Handles TrainerOptions::checkpoint_on_signal while alive (fit); restores the
-// previous handler after. Nothing for signal 0.
-class StopSignal {
- public:
-  explicit StopSignal(int sig) : sig_(sig) {
-    g_stop_signal_received = 0;
-    if (sig_ == 0) return;
-    struct sigaction action = {};
-    action.sa_handler = RecordStopSignal;
-    sigemptyset(&action.sa_mask);
-    sigaction(sig_, &action, &old_);
-  }
-  ~StopSignal() {
-    if (sig_ != 0) sigaction(sig_, &old_, nullptr);
-  }
-  StopSignal(const StopSignal&) = delete;
-  StopSignal& operator=(const StopSignal&) = delete;
-
- private:
-  int sig_;
-  struct sigaction old_ = {};
-};
-
-// Why fit stops early, the same answer on every rank: any rank's clock past
-// `deadline`, or any rank got the stop signal.
-struct StopRequest {
-  bool out_of_time = false;
-  bool signaled = false;
-};
-
-absl::StatusOr<StopRequest> StopRequestedOnAnyRank(DDPSpawnStrategy& strategy,
-                                                   absl::Time deadline) {
-  const std::vector<double> mine = {absl::Now() >= deadline ? 1.0 : 0.0,
-                                    g_stop_signal_received != 0 ? 1.0 : 0.0};
-  ASSIGN_OR_RETURN(at::Tensor any, strategy.Reduce(at::tensor(mine, at::kDouble), ReduceOp::kMax));
-  at::Tensor on_cpu = any.to(at::kCPU);
-  return StopRequest{on_cpu[0].item<double>() > 0, on_cpu[1].item<double>() > 0};
-}
-
 }  // namespace
-
-// The evaluation sums are reduced by position, so every rank must report the
-// same metric names: one all-gather of each rank's names, and an error that
-// lists every rank's names when they differ.
-absl::Status AgreeOnMetricNames(DDPSpawnStrategy& strategy,
-                                const std::map<std::string, double>& sums, absl::string_view step) {
-  if (strategy.group() == nullptr || strategy.world_size() == 1) return absl::OkStatus();
-  std::string names;
-  for (const auto& [name, sum] : sums) absl::StrAppend(&names, names.empty() ? "" : ", ", name);
-  ASSIGN_OR_RETURN(std::vector<std::string> all, strategy.group()->AllGatherBytes(names));
-  if (std::all_of(all.begin(), all.end(), [&](const std::string& n) { return n == all[0]; })) {
-    return absl::OkStatus();
-  }
-  std::string each;
-  for (size_t r = 0; r < all.size(); ++r) {
-    absl::StrAppend(&each, r == 0 ? "" : "; ", "rank ", r, ": ",
-                    all[r].empty() ? "(none)" : all[r]);
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("the ranks' ", step, " returned different metric names (", each,
-                   "); every rank's ", step, " must return the same names, whatever its data"));
-}
-
-absl::string_view GradientClipAlgorithmName(GradientClipAlgorithm algorithm) {
-  return algorithm == GradientClipAlgorithm::kValue ? "value" : "norm";
-}
-
-absl::StatusOr<GradientClipAlgorithm> ParseGradientClipAlgorithm(absl::string_view name) {
-  if (name == "norm") return GradientClipAlgorithm::kNorm;
-  if (name == "value") return GradientClipAlgorithm::kValue;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown gradient clip algorithm '", name, "'; expected 'norm' or 'value'"));
-}
-
-std::string FitResult::Encode() const {
-  std::string text = absl::StrCat("checkpoint=", checkpoint, "\nmetrics_csv=", metrics_csv,
-                                  "\nepoch=", epoch, "\nglobal_step=", global_step, "\n");
-  if (!stopped_by.empty()) absl::StrAppend(&text, "stopped_by=", stopped_by, "\n");
-  for (const auto& [name, value] : metrics) {
-    absl::StrAppendFormat(&text, "metric.%s=%.17g\n", name, value);
-  }
-  return text;
-}
-
-absl::StatusOr<FitResult> FitResult::Decode(const std::string& text) {
-  FitResult result;
-  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
-    size_t eq = line.find('=');
-    if (eq == absl::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("bad fit result line '", line, "'"));
-    }
-    absl::string_view key = line.substr(0, eq), value = line.substr(eq + 1);
-    bool ok = true;
-    if (key == "checkpoint") {
-      result.checkpoint = std::string(value);
-    } else if (key == "metrics_csv") {
-      result.metrics_csv = std::string(value);
-    } else if (key == "epoch") {
-      ok = absl::SimpleAtoi(value, &result.epoch);
-    } else if (key == "global_step") {
-      ok = absl::SimpleAtoi(value, &result.global_step);
-    } else if (key == "stopped_by") {
-      result.stopped_by = std::string(value);
-    } else if (absl::StartsWith(key, "metric.")) {
-      ok = absl::SimpleAtod(value, &result.metrics[std::string(key.substr(7))]);
-    }
-    if (!ok) return absl::InvalidArgumentError(absl::StrCat("bad fit result line '", line, "'"));
-  }
-  return result;
-}
 
 Trainer::Trainer(DDPSpawnStrategy& strategy, TrainerOptions options)
     : strategy_(strategy), options_(std::move(options)) {}
@@ -363,51 +97,6 @@ absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Opti
     bytes = std::move(serialized);
   }
   return strategy_.SaveCheckpoint(bytes, path);
-}
-
-absl::Status CheckResumableOn(const TrainingState& state, int world, const std::string& path) {
-  const int64_t saved_by =
-      state.world_size > 0 ? state.world_size : static_cast<int64_t>(state.cpu_rng_per_rank.size());
-  if (state.batch_in_epoch == 0 || saved_by == 0 || saved_by == world) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "cannot resume from %s: it was saved mid-epoch (epoch %d, batch %d) by %d ranks, and on %d "
-      "ranks the rest of that epoch would visit other samples; resume on %d ranks, or from a "
-      "checkpoint saved at an epoch's end",
-      path, state.epoch + 1, state.batch_in_epoch, saved_by, world, saved_by));
-}
-
-absl::StatusOr<OptimizerConfig> ResumedOptimizerConfig(const std::string& checkpoint_bytes,
-                                                       LightningModule& module) {
-  OptimizerConfig config = module.ConfigureOptimizers();
-  ASSIGN_OR_RETURN(std::unique_ptr<torch::optim::Optimizer> optimizer,
-                   MakeOptimizer(config, module.parameters()));
-  if (absl::Status s = RestoreCheckpoint(checkpoint_bytes, module, optimizer.get(), nullptr);
-      !s.ok()) {
-    // What is wrong with the weights is said as it is; else it is the
-    // optimizer state.
-    RETURN_IF_ERROR(RestoreCheckpoint(checkpoint_bytes, module, nullptr, nullptr));
-    return absl::InvalidArgumentError(absl::StrCat(
-        "its optimizer state cannot be restored into optimizer=", config.name,
-        " (a resumed fit goes on with the optimizer that wrote the checkpoint; for another, "
-        "start a new fit from its weights alone with checkpoint= instead of resume_from): ",
-        s.message()));
-  }
-  // Every group has the configured options; a checkpoint's are all restored.
-  const torch::optim::OptimizerOptions& saved = optimizer->param_groups().front().options();
-  config.lr = saved.get_lr();
-  if (const auto* sgd = dynamic_cast<const torch::optim::SGDOptions*>(&saved)) {
-    config.momentum = sgd->momentum();
-    config.weight_decay = sgd->weight_decay();
-  } else if (const auto* adam = dynamic_cast<const torch::optim::AdamOptions*>(&saved)) {
-    config.weight_decay = adam->weight_decay();
-  } else if (const auto* adamw = dynamic_cast<const torch::optim::AdamWOptions*>(&saved)) {
-    config.weight_decay = adamw->weight_decay();
-  }
-  return config;
-}
-
-std::string LastCheckpointPath(const TrainerOptions& options) {
-  return options.default_root_dir + "/checkpoints/last.ckpt";
 }
 
 absl::Status Trainer::CallHooks(const std::function<absl::Status(Callback&)>& hook) {

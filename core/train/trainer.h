@@ -20,13 +20,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/model/checkpoint.h"
 #include "core/model/module.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "core/train/callback.h"
+#include "core/train/checkpoint_connector.h"
 #include "core/train/dataset.h"
+#include "core/train/fit_result.h"
+#include "core/train/optimizer_factory.h"
 
 namespace ddpspawn {
 
@@ -36,13 +38,6 @@ namespace ddpspawn {
 // option is valid or not wherever it is parsed (the launcher, a binding, a
 // rank).
 inline constexpr int kMaxNumThreads = 1024;
-
-// Lightning's gradient_clip_algorithm: "norm" scales the gradients so that
-// their global L2 norm is at most gradient_clip_val; "value" clamps each
-// element to [-gradient_clip_val, gradient_clip_val].
-enum class GradientClipAlgorithm { kNorm, kValue };
-absl::string_view GradientClipAlgorithmName(GradientClipAlgorithm algorithm);
-absl::StatusOr<GradientClipAlgorithm> ParseGradientClipAlgorithm(absl::string_view name);
 
 struct TrainerOptions {
   int64_t max_epochs = 10;
@@ -84,40 +79,8 @@ struct TrainerOptions {
   std::vector<std::shared_ptr<Callback>> callbacks;
 };
 
-// What fit hands back to the launcher (through rank 0's result).
-struct FitResult {
-  std::string checkpoint;  // the final checkpoint: weights, optimizer, position, RNG
-  std::string metrics_csv;
-  int64_t epoch = 0;
-  int64_t global_step = 0;
-  std::map<std::string, double> metrics;  // the last value of every logged metric
-  // "max_time", the signal's name ("SIGUSR1") or what a callback said
-  // ("early_stopping") when that ended fit early; else empty.
-  std::string stopped_by;
-  std::string Encode() const;
-  static absl::StatusOr<FitResult> Decode(const std::string& text);
-};
-
-// Where fit writes its checkpoint: <default_root_dir>/checkpoints/last.ckpt.
-std::string LastCheckpointPath(const TrainerOptions& options);
-
-// The optimizer options a fit resumed from `checkpoint_bytes` goes on with:
-// `module`'s ConfigureOptimizers(), with the learning rate, momentum and
-// weight decay of the optimizer state saved there, which replace the
-// configured ones when fit restores it (as torch's load_state_dict does; a
-// learning-rate schedule then sets the rate from the configured one again).
-// Restores the checkpoint into `module`; an optimizer state that does not fit
-// the configured optimizer (SGD's and Adam's differ; Adam's and AdamW's have
-// the same fields) is an error that says so.
-absl::StatusOr<OptimizerConfig> ResumedOptimizerConfig(const std::string& checkpoint_bytes,
-                                                       LightningModule& module);
-
-// A checkpoint saved mid-epoch resumes exactly only on the number of ranks
-// that saved it (each rank's shard of the rest of the epoch depends on it):
-// another number is an error naming both. From an epoch's end any number
-// goes on (a fresh shard split; ranks beyond the saved ones seed afresh).
-absl::Status CheckResumableOn(const TrainingState& state, int world_size, const std::string& path);
-
+// Runs the loops of one rank on `strategy`, which must outlive it. Not
+// thread-safe: one call at a time.
 class Trainer {
  public:
   Trainer(DDPSpawnStrategy& strategy, TrainerOptions options);

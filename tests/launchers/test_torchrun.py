@@ -121,7 +121,7 @@ def test_cli_refuses_a_shape_torchrun_did_not_start(tmp_path, flags, message):
     assert run.returncode != 0
     assert message in run.stderr, run.stderr
     # Refused before any rank ran: no checkpoint where fit writes it
-    # (<default_root_dir>/checkpoints/last.ckpt, trainer.cc LastCheckpointPath),
+    # (<default_root_dir>/checkpoints/last.ckpt, checkpoint_connector.cc LastCheckpointPath),
     # and nothing else of a run (metrics.csv, checkpoints/) beside the data.
     assert not (tmp_path / "checkpoints" / "last.ckpt").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.csv"]
