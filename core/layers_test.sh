@@ -2,8 +2,8 @@
 # The core's directories depend one way: each includes only directories of a lower layer (see
 # docs/ARCHITECTURE.md). A new directory needs a layer here.
 set -euo pipefail
-declare -A layer=([util]=0 [env]=1 [launch]=2 [comm]=2 [ddp]=3 [job]=3 [version]=3 [model]=4 [strategy]=5
-                  [train]=6)
+declare -A layer=([util]=0 [env]=1 [trace]=2 [launch]=3 [comm]=3 [ddp]=4 [job]=4 [version]=4
+                  [model]=5 [strategy]=6 [train]=7)
 status=0
 scanned=0
 while IFS=: read -r file line; do

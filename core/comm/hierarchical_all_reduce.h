@@ -28,8 +28,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/comm/shm_collectives.h"
-#include "core/env/call_signature.h"
 #include "core/env/cluster_environment.h"
+#include "core/trace/call_signature.h"
 
 namespace gloo::transport {
 class Device;

@@ -30,9 +30,9 @@
 #include "core/comm/guarded.h"
 #include "core/comm/hierarchical_all_reduce.h"
 #include "core/comm/shm_collectives.h"
-#include "core/env/flight_recorder.h"
 #include "core/env/run_dir.h"
 #include "core/env/settings.h"
+#include "core/trace/flight_recorder.h"
 #include "core/util/enum_names.h"
 #include "core/util/status_macros.h"
 
@@ -505,25 +505,17 @@ absl::Status ProcessGroup::CheckAgreement(const CallSignature& call, const at::T
   // DDP's, whose buckets the reducer agreed on when it was built.
   const bool free_enough = impl_->device.is_cpu() && !in_flight;
   if (!options_.debug_checks && !free_enough) return absl::OkStatus();
-  // Every rank's call as int64s: its text (kind, dtype, op), root, count,
-  // rank and shape.
-  constexpr int kMaxDims = 8, kTextWords = 5;
-  constexpr int64_t kRow = kTextWords + 3 + kMaxDims;
+  // Every rank's call as int64s: its fingerprint, then its shape.
+  constexpr int kMaxDims = 8;
+  constexpr int kPrintWords = sizeof(CallFingerprint) / sizeof(int64_t);
+  constexpr int64_t kRow = kPrintWords + 1 + kMaxDims;
   at::Tensor mine = at::zeros({kRow}, at::kLong);
-  char* text = static_cast<char*>(mine.data_ptr());
-  auto put = [&](absl::string_view part, int offset, int size) {
-    if (part.empty()) return;  // its data may be null
-    std::memcpy(text + offset, part.data(), std::min<size_t>(part.size(), size - 1));
-  };
-  put(call.kind, 0, 16);
-  put(call.dtype, 16, 12);
-  put(call.op, 28, 12);
+  const CallFingerprint print = CallFingerprint::Of(call);
+  std::memcpy(mine.data_ptr(), &print, sizeof print);
   int64_t* m = mine.data_ptr<int64_t>();
-  m[kTextWords] = call.root;
-  m[kTextWords + 1] = static_cast<int64_t>(call.count);
-  m[kTextWords + 2] = tensor.defined() ? tensor.dim() : 0;
-  for (int d = 0; d < std::min<int64_t>(m[kTextWords + 2], kMaxDims); ++d) {
-    m[kTextWords + 3 + d] = tensor.size(d);
+  m[kPrintWords] = tensor.defined() ? tensor.dim() : 0;
+  for (int d = 0; d < std::min<int64_t>(m[kPrintWords], kMaxDims); ++d) {
+    m[kPrintWords + 1 + d] = tensor.size(d);
   }
   // First one tiny all-reduce: the largest and the smallest hash of the rows
   // (a deterministic one: std::hash of the bytes). Only when they differ are
@@ -555,20 +547,15 @@ absl::Status ProcessGroup::CheckAgreement(const CallSignature& call, const at::T
   if (agree) return absl::OkStatus();
   std::vector<std::string> calls;
   for (const at::Tensor& row : all) {
-    const char* t = static_cast<const char*>(row.data_ptr());
+    CallFingerprint theirs;
+    std::memcpy(&theirs, row.data_ptr(), sizeof theirs);
     const int64_t* v = row.data_ptr<int64_t>();
-    CallSignature theirs;
-    theirs.kind = absl::string_view(t, strnlen(t, 16));
-    theirs.dtype = absl::string_view(t + 16, strnlen(t + 16, 12));
-    theirs.op = absl::string_view(t + 28, strnlen(t + 28, 12));
-    theirs.root = static_cast<int>(v[kTextWords]);
-    theirs.count = static_cast<uint64_t>(v[kTextWords + 1]);
     std::string shape;
-    for (int d = 0; d < std::min<int64_t>(v[kTextWords + 2], kMaxDims); ++d) {
-      absl::StrAppend(&shape, d ? ", " : "", v[kTextWords + 3 + d]);
+    for (int d = 0; d < std::min<int64_t>(v[kPrintWords], kMaxDims); ++d) {
+      absl::StrAppend(&shape, d ? ", " : "", v[kPrintWords + 1 + d]);
     }
-    calls.push_back(absl::StrCat(Describe(theirs),
-                                 v[kTextWords + 2] > 0 ? absl::StrCat(" [", shape, "]") : ""));
+    calls.push_back(absl::StrCat(Describe(theirs.signature()),
+                                 v[kPrintWords] > 0 ? absl::StrCat(" [", shape, "]") : ""));
   }
   return MismatchedCallsError(calls);
 }

@@ -17,8 +17,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "core/env/call_signature.h"
 #include "core/env/cluster_environment.h"
+#include "core/trace/call_signature.h"
 
 namespace at {
 class Tensor;

@@ -24,15 +24,11 @@
 
 namespace ddpspawn {
 
-// One rank's CallSignature as the header keeps it, plus where its data lies
-// (an AllocateShared() segment's index and offset, or -1).
+// One rank's call as the header keeps it, plus where its data lies (an
+// AllocateShared() segment's index and offset, or -1).
 struct CallRecord {
-  char kind[16];
-  char dtype[12];
-  char op[8];
-  int32_t root;
+  CallFingerprint call;
   int64_t segment;
-  uint64_t count;
   uint64_t offset;
 };
 static_assert(sizeof(CallRecord) == 64, "one cache line per rank");
@@ -173,33 +169,16 @@ void CopyText(absl::string_view text, char* out, size_t size) {
 }
 
 CallRecord ToRecord(const CallSignature& call, int64_t segment, uint64_t offset) {
-  CallRecord record = {};
-  CopyText(call.kind, record.kind, sizeof record.kind);
-  CopyText(call.dtype, record.dtype, sizeof record.dtype);
-  CopyText(call.op, record.op, sizeof record.op);
-  record.root = call.root;
-  record.segment = segment;
-  record.count = call.count;
-  record.offset = offset;
-  return record;
+  return CallRecord{CallFingerprint::Of(call), segment, offset};
 }
 
 bool SameCall(const CallRecord& a, const CallRecord& b) {
-  return std::strncmp(a.kind, b.kind, sizeof a.kind) == 0 &&
-         std::strncmp(a.dtype, b.dtype, sizeof a.dtype) == 0 &&
-         std::strncmp(a.op, b.op, sizeof a.op) == 0 && a.root == b.root && a.segment == b.segment &&
-         a.count == b.count && a.offset == b.offset;
+  return a.call == b.call && a.segment == b.segment && a.offset == b.offset;
 }
 
 // The record's call, and where its data lies.
 std::string Describe(const CallRecord& record) {
-  CallSignature call;
-  call.kind = absl::string_view(record.kind, strnlen(record.kind, sizeof record.kind));
-  call.dtype = absl::string_view(record.dtype, strnlen(record.dtype, sizeof record.dtype));
-  call.op = absl::string_view(record.op, strnlen(record.op, sizeof record.op));
-  call.count = record.count;
-  call.root = record.root;
-  std::string text = ddpspawn::Describe(call);
+  std::string text = ddpspawn::Describe(record.call.signature());
   if (record.segment >= 0) {
     absl::StrAppend(&text, ", in shared buffer ", record.segment, " at byte ", record.offset);
   }

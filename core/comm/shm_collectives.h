@@ -39,7 +39,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/env/call_signature.h"
+#include "core/trace/call_signature.h"
 
 namespace ddpspawn {
 

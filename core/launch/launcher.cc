@@ -33,11 +33,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/env/cluster_environment.h"
-#include "core/env/flight_recorder.h"
 #include "core/env/run_dir.h"
 #include "core/launch/child_process.h"
 #include "core/launch/forkserver.h"
 #include "core/launch/worker_channel.h"
+#include "core/trace/flight_recorder.h"
 #include "core/util/enum_names.h"
 #include "core/util/status_macros.h"
 

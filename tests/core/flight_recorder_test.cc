@@ -2,7 +2,7 @@
 // and the description names a rank that never reached a call, one still in it
 // whose process is stopped, and one whose process has exited; process states
 // read from /proc (a zombie counts as exited).
-#include "core/env/flight_recorder.h"
+#include "core/trace/flight_recorder.h"
 
 #include <signal.h>
 #include <sys/wait.h>

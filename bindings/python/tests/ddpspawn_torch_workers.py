@@ -105,7 +105,7 @@ def ddp_matches(ctx, store_dir, micro_batches):
 def collectives_started(rank):
     """How many collectives this process has started, over its process groups:
     the `started` counter of each flight recorder it keeps in the launcher's
-    run directory (core/env/flight_recorder.cc: magic "ddpfr01", pid, started,
+    run directory (core/trace/flight_recorder.cc: magic "ddpfr01", pid, started,
     finished at the start of rank<R>.group<G>.calls)."""
     total, found = 0, 0
     for path in Path(os.environ["DDPSPAWN_RUN_DIR"]).glob(f"rank{rank}.group*.calls"):

@@ -1,5 +1,5 @@
 // The collectives' flight recorder (see flight_recorder.h).
-#include "core/env/flight_recorder.h"
+#include "core/trace/flight_recorder.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -31,32 +31,17 @@ enum State : int32_t { kEmpty = 0, kStarted = 1, kSucceeded = 2, kFailed = 3 };
 struct Entry {
   std::atomic<uint64_t> seq;
   std::atomic<int32_t> state;
-  int32_t root;
+  int32_t unused_pad;
   std::atomic<int64_t> start_ns, end_ns;  // Unix time
-  uint64_t count;
-  char kind[16], dtype[16], op[16];
-  char unused[40];
+  CallFingerprint call;
+  char unused[48];
 };
 static_assert(sizeof(Entry) == 128, "two cache lines per entry");
 
 int64_t NowNanos() { return absl::ToUnixNanos(absl::Now()); }
 
-void CopyText(absl::string_view text, char* out, size_t size) {
-  const size_t n = std::min(text.size(), size - 1);
-  if (n > 0) std::memcpy(out, text.data(), n);  // an empty view's data may be null
-  out[n] = '\0';
-}
-
 // The call an entry holds (read while it may change: the caller checks seq).
-std::string DescribeEntry(const Entry& entry) {
-  CallSignature call;
-  call.kind = absl::string_view(entry.kind, strnlen(entry.kind, sizeof entry.kind));
-  call.dtype = absl::string_view(entry.dtype, strnlen(entry.dtype, sizeof entry.dtype));
-  call.op = absl::string_view(entry.op, strnlen(entry.op, sizeof entry.op));
-  call.count = entry.count;
-  call.root = entry.root;
-  return Describe(call);
-}
+std::string DescribeEntry(const Entry& entry) { return Describe(entry.call.signature()); }
 
 // What /proc says of `pid`'s state; `notable` is false for a process that is
 // merely running or sleeping.
@@ -136,11 +121,7 @@ uint64_t FlightRecorder::Start(const CallSignature& call) {
   Entry& entry = file_->entries[seq % kKept];
   entry.seq.store(0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  CopyText(call.kind, entry.kind, sizeof entry.kind);
-  CopyText(call.dtype, entry.dtype, sizeof entry.dtype);
-  CopyText(call.op, entry.op, sizeof entry.op);
-  entry.count = call.count;
-  entry.root = call.root;
+  entry.call = CallFingerprint::Of(call);
   entry.start_ns.store(NowNanos(), std::memory_order_relaxed);
   entry.end_ns.store(0, std::memory_order_relaxed);
   entry.state.store(kStarted, std::memory_order_relaxed);

@@ -8,8 +8,8 @@
 //
 // Thread-safe: Start() and Finish() may come from any thread (DDP's
 // all-reduces start in backward). The readers are plain functions.
-#ifndef DDPSPAWN_CORE_ENV_FLIGHT_RECORDER_H_
-#define DDPSPAWN_CORE_ENV_FLIGHT_RECORDER_H_
+#ifndef DDPSPAWN_CORE_TRACE_FLIGHT_RECORDER_H_
+#define DDPSPAWN_CORE_TRACE_FLIGHT_RECORDER_H_
 
 #include <sys/types.h>
 
@@ -22,7 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "core/env/call_signature.h"
+#include "core/trace/call_signature.h"
 
 namespace ddpspawn {
 
@@ -82,4 +82,4 @@ std::string DescribeNewestGroup(const std::string& run_dir, int world_size, absl
 
 }  // namespace ddpspawn
 
-#endif  // DDPSPAWN_CORE_ENV_FLIGHT_RECORDER_H_
+#endif  // DDPSPAWN_CORE_TRACE_FLIGHT_RECORDER_H_
