@@ -8,8 +8,6 @@
 #include "absl/strings/str_split.h"
 #include "capi/rank_report.h"
 #include "capi/status.h"
-#include "core/strategy/ddp_spawn_strategy.h"
-#include "core/train/export.h"
 #include "core/train/run.h"
 #include "core/util/status_macros.h"
 #include "ddpspawn/ddpspawn.h"
@@ -88,24 +86,15 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command, const char* co
       }
       parsed.emplace_back(key, entry.substr(eq + 1));
     }
-    if (absl::string_view(command) == "export") {  // in this process: no ranks
-      ASSIGN_OR_RETURN(std::string exported, ddpspawn::RunExport(parsed));
-      *out_result = ParseResult(exported).release();
-      return absl::OkStatus();
+    if (!has_start_method && absl::string_view(command) != "export") {
+      parsed.emplace_back("start_method", "fork");
     }
-    if (!has_start_method) parsed.emplace_back("start_method", "fork");
-    ASSIGN_OR_RETURN(ddpspawn::RunConfig config, ddpspawn::ParseRunConfig(command, parsed));
-    if (absl::Status s = ddpspawn::CheckRun(config); !s.ok()) {
-      return absl::InvalidArgumentError(s.message());
-    }
-    ddpspawn::DDPSpawnStrategy strategy(ddpspawn::StrategyOptionsFor(config));
-    absl::StatusOr<std::string> text = ddpspawn::LaunchWithRestarts(
-        config, strategy,
-        [&config](ddpspawn::DDPSpawnStrategy& s) { return ddpspawn::RunCommand(config, s); });
-    t_last_run.failed_rank = strategy.last_failed_rank();
-    t_last_run.outcomes = strategy.last_outcomes();
-    if (!text.ok()) return text.status();
-    *out_result = ParseResult(*text).release();
+    ddpspawn::RunReport report;
+    absl::Status status = ddpspawn::Run(command, parsed, &report);
+    t_last_run.failed_rank = report.failed_rank;
+    t_last_run.outcomes = std::move(report.outcomes);
+    if (!status.ok()) return status;
+    *out_result = ParseResult(report.result).release();
     return absl::OkStatus();
   });
 }

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
-#include "core/train/run.h"
+#include "core/train/run_options.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "core/train/run.h"
+#include "core/train/run_options.h"
 
 namespace ddpspawn {
 

@@ -1,6 +1,6 @@
 // The built-in model: a multilayer perceptron ("mlp:64,128,10" = 64 inputs, one
 // hidden layer of 128 with ReLU, 10 outputs). A classifier (cross-entropy;
-// reports loss and accuracy) or a regressor (mean squared error); run.cc picks
+// reports loss and accuracy) or a regressor (mean squared error); run_inputs.cc picks
 // which from the outputs and the labels' shape, and gives a classifier int64
 // labels.
 #ifndef DDPSPAWN_CORE_TRAIN_MLP_MODULE_H_

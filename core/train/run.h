@@ -1,109 +1,53 @@
-// One training run described by options (what the CLI's flags, the C ABI's key=value options and
-// the bindings all pass): parsing and checking them, running the command inside a rank, and
-// launching the ranks. Every key is also a CLI flag (--max-epochs or --max_epochs); the keys, their
-// values and defaults are listed by RunOptionsHelp() (`ddpspawn --help`).
+// Run(): the one pipeline behind the ddpspawn CLI and the C ABI's
+// ddpspawn_run. A command with its options goes through parsing
+// (run_options.h), the checks made before any rank starts (run_checks.h), the
+// launch with restarts (restarts.h) and, in each rank, the command itself
+// (run_command.h); "export" runs in this process. The front ends only print
+// what it reports.
 #ifndef DDPSPAWN_CORE_TRAIN_RUN_H_
 #define DDPSPAWN_CORE_TRAIN_RUN_H_
 
 #include <optional>
-#include <set>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "absl/status/statusor.h"
-#include "core/strategy/ddp_spawn_strategy.h"
-#include "core/train/early_stopping.h"
-#include "core/train/lr_monitor.h"
-#include "core/train/lr_scheduler.h"
-#include "core/train/model_checkpoint.h"
-#include "core/train/trainer.h"
+#include "absl/status/status.h"
+#include "core/launch/launcher.h"
+#include "core/train/run_options.h"
 
 namespace ddpspawn {
 
-using RunOptions = std::vector<std::pair<std::string, std::string>>;
-
-struct RunConfig {
-  std::string command;  // fit, validate, test or predict
-  std::string model;
-  std::string train, train_labels, val, val_labels, data, data_labels;
-  int label_column = -1;
-  std::string checkpoint;
-  TrainerOptions trainer;
-  // Fit's callbacks, made from these (their defaults add none).
-  EarlyStoppingOptions early_stopping;
-  ModelCheckpointOptions model_checkpoint;
-  LoggingInterval lr_monitor = LoggingInterval::kNone;
-  OptimizerConfig optimizer;
-  LrSchedulerOptions lr_scheduler;  // beside optimizer.step_lr_every, not with it
-  int nproc_per_node = 1;
-  Accelerator accelerator = Accelerator::kCpu;
-  // Lightning's devices: a count ("2") or CUDA indices ("0,2"); sets
-  // nproc_per_node. Empty: nproc_per_node devices (cuda:0.. on cuda).
-  std::string devices;
-  std::optional<Backend> process_group_backend;  // none: by accelerator
-  std::vector<int> device_indices;               // from devices: local rank i's CUDA index
-  int nnodes = 1;
-  // Every rank of the job: nnodes * nproc_per_node, or the outer launcher's
-  // WORLD_SIZE when torchrun or srun started this process (set by
-  // ParseRunConfig).
-  int world_size = 0;
-  int node_rank = 0;
-  std::string master_addr;
-  int master_port = 0;
-  // torchrun's --max-restarts: when a rank fails, start the ranks again (up to
-  // this many times), continuing from the checkpoint this job wrote last.
-  int max_restarts = 0;
-  // fit: on this signal, save the checkpoint and stop ("SIGUSR1", "SIGUSR2",
-  // "none"); "auto": SIGUSR1 inside a SLURM job, else none. Resolved into
-  // trainer.checkpoint_on_signal by ParseRunConfig.
-  std::string checkpoint_on_signal = "auto";
-  // The CLI's default (ddpspawn_run forks): the launch costs what spawn's does,
-  // each rank about 0.65x spawn's memory, and a restart reuses the server
-  // (docs/performance.md).
-  StartMethod start_method = StartMethod::kForkserver;
-  // The process group's timeout for joining and for each collective
-  // (Lightning's DDPStrategy timeout): a rank that does not arrive in time
-  // fails the job with what every rank was last doing.
-  double timeout_s = absl::ToDoubleSeconds(kDefaultTimeout);
-  Precision precision = Precision::k32True;
-  CommHookKind ddp_comm_hook = CommHookKind::kAllReduce;
-  bool find_unused_parameters = false;
-  bool static_graph = false;
-  bool sync_batchnorm = false;
-  bool gradient_as_bucket_view = true;
-  // The keys the options named (set by ParseRunConfig), so that a value given
-  // can be told from a default.
-  std::set<std::string> given;
+// What a run tells its front end.
+struct RunReport {
+  // Rank 0's result as key=value lines (checkpoint=..., metric.val_loss=...),
+  // when the run succeeded.
+  std::string result;
+  // True when the run stopped before any rank started: a bad command or
+  // option, an input that fails its check. Run() then returns
+  // InvalidArgument, whatever the cause's own code was.
+  bool refused = false;
+  // This process is one rank of a job that torchrun, srun or the user
+  // started (so a failure of any kind is a rank's failure).
+  bool outer_rank = false;
+  // Whether this process should print `result`: every rank of an outer job
+  // gets it, and only its rank 0 prints it.
+  bool prints_result = true;
+  // Set when this process is a rank that a ddpspawn launcher spawned (or a
+  // forkserver forked) for this command line: it ran its part of the job, and
+  // exits with this code.
+  std::optional<int> worker_exit_code;
+  // How this node's ranks ended, and which one's failure ended the job (-1:
+  // none failed); empty when none started.
+  int failed_rank = -1;
+  std::vector<RankOutcome> outcomes;
 };
 
-// Unknown keys, bad values and missing required ones are errors that name the
-// key.
-absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOptions& options);
-
-// In the launcher, before any process starts: loads the data and the model
-// once, so that a missing or corrupt file, a model without training_step,
-// labels the model cannot use or more ranks than samples are reported at once,
-// naming the file.
-absl::Status CheckRun(const RunConfig& config);
-
-// In a rank whose strategy has joined the group: runs the command; rank 0's
-// return value is the result text (FitResult::Encode() lines; predict adds
-// predictions=<csv>).
-absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy& strategy);
-
-StrategyOptions StrategyOptionsFor(const RunConfig& config);
-
-// In the launching process: strategy.Launch(fn), and when a rank fails, again
-// (config.max_restarts times at most), the new ranks continuing from the
-// checkpoint this job wrote last (or from where it started, if it wrote none).
-// Each restart is announced on stderr with its cause; the result ends with
-// "restarts=N".
-absl::StatusOr<std::string> LaunchWithRestarts(const RunConfig& config, DDPSpawnStrategy& strategy,
-                                               const DDPSpawnStrategy::WorkerFn& fn);
-
-// The help text of the options.
-std::string RunOptionsHelp();
+// Runs `command` (fit, validate, test, predict or export) with `options`, and
+// fills `report`. Errors: InvalidArgument when refused (see RunReport), else
+// the launch's (Aborted: a rank failed; Cancelled: SIGINT or SIGTERM stopped
+// the job; DeadlineExceeded: its time limit passed), naming the rank and the
+// cause. In a spawned rank it returns ok and sets worker_exit_code.
+absl::Status Run(const std::string& command, const RunOptions& options, RunReport* report);
 
 }  // namespace ddpspawn
 

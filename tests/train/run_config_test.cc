@@ -13,7 +13,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/train/run.h"
+#include "core/train/run_checks.h"
+#include "core/train/run_command.h"
+#include "core/train/run_options.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -14,10 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/comm/process_group.h"
-#include "core/env/cluster_environment.h"
 #include "core/launch/launcher.h"
-#include "core/strategy/ddp_spawn_strategy.h"
 #include "core/train/export.h"
 #include "core/train/run.h"
 #include "core/version/build_info.h"
@@ -98,7 +95,6 @@ int main(int argc, char** argv) {
     }
   }
   const std::string command = argv[1];
-  const bool exporting = command == "export";
   ddpspawn::RunOptions options;
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
@@ -113,25 +109,13 @@ int main(int argc, char** argv) {
       options.emplace_back(arg, "");  // a bare flag: true
     }
   }
-  if (exporting) {  // in this process: no ranks
-    absl::StatusOr<std::string> exported = ddpspawn::RunExport(options);
-    if (!exported.ok()) return Fail(std::string(exported.status().message()));
-    std::printf("%s", exported->c_str());
-    return 0;
+  ddpspawn::RunReport report;
+  const absl::Status status = ddpspawn::Run(command, options, &report);
+  if (report.worker_exit_code.has_value()) return *report.worker_exit_code;
+  if (!status.ok()) {
+    return report.refused ? Fail(std::string(status.message()))
+                          : FailedLaunch(status, report.outer_rank);
   }
-  absl::StatusOr<ddpspawn::RunConfig> config = ddpspawn::ParseRunConfig(command, options);
-  if (!config.ok()) return Fail(std::string(config.status().message()));
-  ddpspawn::DDPSpawnStrategy strategy(ddpspawn::StrategyOptionsFor(*config));
-  auto run = [&config](ddpspawn::DDPSpawnStrategy& s) { return ddpspawn::RunCommand(*config, s); };
-  if (ddpspawn::IsWorkerProcess()) return strategy.RunWorker(run);
-  if (absl::Status s = ddpspawn::CheckRun(*config); !s.ok()) return Fail(std::string(s.message()));
-  absl::StatusOr<std::string> result = ddpspawn::LaunchWithRestarts(*config, strategy, run);
-  if (!result.ok()) {
-    absl::StatusOr<ddpspawn::ClusterInfo> outer = ddpspawn::DetectClusterEnvironment();
-    return FailedLaunch(result.status(),
-                        outer.ok() && ddpspawn::CreatesProcessesExternally(*outer));
-  }
-  // Under torchrun or srun every rank gets the result; one prints it.
-  if (strategy.is_global_zero()) std::printf("%s", result->c_str());
+  if (report.prints_result) std::printf("%s", report.result.c_str());
   return 0;
 }

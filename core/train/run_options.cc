@@ -1,0 +1,634 @@
+// Parsing run options into a RunConfig (one table of every option), and their
+// help text (see run_options.h).
+#include "core/train/run_options.h"
+
+#include <c10/core/Device.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "core/comm/process_group.h"
+#include "core/ddp/comm_hooks.h"
+#include "core/env/cluster_environment.h"
+#include "core/launch/launcher.h"
+#include "core/strategy/precision.h"
+#include "core/train/callback.h"
+#include "core/train/optimizer_factory.h"
+#include "core/util/status_macros.h"
+
+namespace ddpspawn {
+namespace {
+
+// How one option reads its value into a RunConfig and shows its default: `set`
+// returns "expected ..." on a bad value (ParseRunConfig names the option and
+// the value); `show` gives the field's value as text ("" when there is nothing
+// to show).
+using Setter = std::function<absl::Status(RunConfig&, const std::string&)>;
+using Shower = std::function<std::string(const RunConfig&)>;
+struct Access {
+  Setter set;
+  Shower show;
+};
+
+absl::Status Expected(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("expected ", what));
+}
+
+// The field `field` (a member pointer or a function returning a reference)
+// designates in `c`; `show` reads it from a const config.
+template <typename Field>
+auto& FieldOf(Field field, const RunConfig& c) {
+  return std::invoke(field, const_cast<RunConfig&>(c));
+}
+
+// Whether `value` is representable in T.
+template <typename T>
+constexpr bool Fits(int64_t value) {
+  if constexpr (std::is_signed_v<T>) {
+    return value >= std::numeric_limits<T>::min() && value <= std::numeric_limits<T>::max();
+  } else {
+    return value >= 0 && static_cast<uint64_t>(value) <= std::numeric_limits<T>::max();
+  }
+}
+
+// An integer option in [kMin, kMax]: parsed into 64 bits and range-checked
+// before it is narrowed to its field (so 4294967298 is an error, not 2 in an
+// int).
+template <int64_t kMin, int64_t kMax, typename Field>
+Access Integer(Field field) {
+  using T = std::remove_reference_t<std::invoke_result_t<Field, RunConfig&>>;
+  static_assert(std::is_integral_v<T> && kMin <= kMax, "an integer field and a range");
+  static_assert(Fits<T>(kMin) && Fits<T>(kMax), "the range must fit the field's type");
+  return {[field](RunConfig& c, const std::string& v) -> absl::Status {
+            int64_t parsed = 0;
+            if (!absl::SimpleAtoi(v, &parsed) || parsed < kMin || parsed > kMax) {
+              return Expected(absl::StrCat("an integer in [", kMin, ", ", kMax, "]"));
+            }
+            std::invoke(field, c) = static_cast<T>(parsed);
+            return absl::OkStatus();
+          },
+          [field](const RunConfig& c) { return absl::StrCat(FieldOf(field, c)); }};
+}
+
+template <typename Field>
+Access Text(Field field) {
+  return {[field](RunConfig& c, const std::string& v) {
+            std::invoke(field, c) = v;
+            return absl::OkStatus();
+          },
+          [field](const RunConfig& c) { return FieldOf(field, c); }};
+}
+
+absl::StatusOr<bool> ParseBool(const std::string& v) {
+  std::string lower = absl::AsciiStrToLower(v);
+  if (lower == "1" || lower == "true" || lower == "yes" || lower.empty()) return true;
+  if (lower == "0" || lower == "false" || lower == "no") return false;
+  return Expected("true or false");
+}
+
+template <typename Field>
+Access Flag(Field field) {
+  return {
+      [field](RunConfig& c, const std::string& v) -> absl::Status {
+        ASSIGN_OR_RETURN(std::invoke(field, c), ParseBool(v));
+        return absl::OkStatus();
+      },
+      [field](const RunConfig& c) -> std::string { return FieldOf(field, c) ? "true" : "false"; }};
+}
+
+// A floating-point option: a finite number >= minimum. SimpleAtod reads "inf",
+// "nan" and 1e400 (as inf); no option means any of them.
+template <typename Field>
+Access Number(Field field, double minimum) {
+  return {[field, minimum](RunConfig& c, const std::string& v) -> absl::Status {
+            double parsed = 0;
+            if (!absl::SimpleAtod(v, &parsed) || !std::isfinite(parsed) || parsed < minimum) {
+              return Expected(absl::StrCat("a finite number >= ", minimum));
+            }
+            std::invoke(field, c) = parsed;
+            return absl::OkStatus();
+          },
+          [field](const RunConfig& c) { return absl::StrCat(FieldOf(field, c)); }};
+}
+
+// An option that names one value of an enum: `parse` reads the names, `name`
+// shows them. std::optional fields show nothing while unset.
+template <typename Field, typename Parse, typename Name>
+Access Choice(Field field, Parse parse, Name name) {
+  return {[field, parse](RunConfig& c, const std::string& v) -> absl::Status {
+            ASSIGN_OR_RETURN(std::invoke(field, c), parse(v));
+            return absl::OkStatus();
+          },
+          [field, name](const RunConfig& c) -> std::string {
+            const auto& value = FieldOf(field, c);
+            if constexpr (std::is_constructible_v<bool, decltype(value)>) {
+              return value ? std::string(name(*value)) : "";
+            } else {
+              return std::string(name(value));
+            }
+          }};
+}
+
+// A text option with a fixed set of values.
+template <typename Field>
+Access OneOf(Field field, const std::vector<std::string>& values) {
+  return {[field, values](RunConfig& c, const std::string& v) -> absl::Status {
+            if (std::find(values.begin(), values.end(), v) == values.end()) {
+              return Expected(absl::StrJoin(values, ", "));
+            }
+            std::invoke(field, c) = v;
+            return absl::OkStatus();
+          },
+          [field](const RunConfig& c) { return FieldOf(field, c); }};
+}
+
+// Lightning's max_time: "DD:HH:MM:SS", or seconds.
+absl::StatusOr<absl::Duration> ParseMaxTime(const std::string& v) {
+  std::vector<std::string> parts = absl::StrSplit(v, ':');
+  double seconds = 0;
+  if (parts.size() == 4) {
+    int64_t fields[4] = {};
+    for (int i = 0; i < 4; ++i) {
+      if (!absl::SimpleAtoi(parts[i], &fields[i]) || fields[i] < 0 || fields[i] > 100000) {
+        return Expected("DD:HH:MM:SS or a number of seconds > 0");
+      }
+    }
+    seconds = static_cast<double>(((fields[0] * 24 + fields[1]) * 60 + fields[2]) * 60 + fields[3]);
+  } else if (parts.size() != 1 || !absl::SimpleAtod(v, &seconds) || !std::isfinite(seconds)) {
+    return Expected("DD:HH:MM:SS or a number of seconds > 0");
+  }
+  if (!(seconds > 0)) return Expected("DD:HH:MM:SS or a number of seconds > 0");
+  return absl::Seconds(seconds);
+}
+
+// The integer options' ranges. Counters (epochs, steps) and the seed take
+// their field's whole non-negative range: they are only compared, incremented,
+// or (the seed) added to modulo 2^64.
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+// A batch larger than a rank's shard is the whole shard; 2^31 - 1 samples is
+// more than any shard held in memory, and keeps batch arithmetic far from
+// overflow.
+constexpr int64_t kMaxBatchSize = kIntMax;
+// nnodes x nproc_per_node (at most 2^14 x 2^16 = 2^30) fits the int world
+// size.
+constexpr int64_t kMaxNodes = 16384;
+constexpr int64_t kMaxPort = 65535;  // TCP; 0 picks a free port
+
+// More restarts than anyone waits through; a bound keeps the count an int.
+constexpr int64_t kMaxRestarts = 1000;
+
+// One run option: its key (a CLI flag with '-' for '_'), the help section it is
+// listed in, what its value looks like, what it does, and how it is read and
+// shown. RunOptionsHelp() lists them in this order, with the default that a
+// fresh RunConfig holds.
+struct RunOption {
+  std::string key;
+  std::string section;
+  std::string value;
+  std::string help;
+  Access access;
+};
+
+const std::vector<RunOption>& RunOptionTable() {
+  const std::string data = "Model and data", trainer = "Trainer", optimizer = "Optimizer",
+                    callbacks =
+                        "Callbacks (Lightning's EarlyStopping, ModelCheckpoint, "
+                        "LearningRateMonitor)",
+                    distributed = "Distributed (torchrun's names)";
+  static const auto* table = new std::vector<RunOption>{
+      {"model", data, "SPEC",
+       "mlp:IN,HIDDEN...,OUT (built in: several outputs classify, with integer labels; one "
+       "output per label column regresses) or a TorchScript file whose exported "
+       "training_step(self, batch: List[Tensor], batch_idx: int) returns the loss (see "
+       "docs/training.md)",
+       Text(&RunConfig::model)},
+      {"train", data, "FILE",
+       "training data: CSV (label in the last column) or .npy features; NaN, infinite or "
+       "out-of-float32 values are errors",
+       Text(&RunConfig::train)},
+      {"train_labels", data, "FILE", "labels .npy, with .npy features",
+       Text(&RunConfig::train_labels)},
+      {"val", data, "FILE", "validation data (fit)", Text(&RunConfig::val)},
+      {"val_labels", data, "FILE", "", Text(&RunConfig::val_labels)},
+      {"data", data, "FILE", "data for validate, test and predict", Text(&RunConfig::data)},
+      {"data_labels", data, "FILE", "", Text(&RunConfig::data_labels)},
+      // Any int: the loader checks it against the file's columns.
+      {"label_column", data, "N", "CSV column of the label (-1: the last)",
+       Integer<-kIntMax - 1, kIntMax>(&RunConfig::label_column)},
+      {"checkpoint", data, "FILE",
+       "weights to start from (validate, test, predict): a ddpspawn checkpoint, a state dict "
+       "torch.save wrote, or safetensors (see ddpspawn export --help)",
+       Text(&RunConfig::checkpoint)},
+      {"max_epochs", trainer, "N", "",
+       Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& { return c.trainer.max_epochs; })},
+      {"max_steps", trainer, "N", "optimizer steps (-1: no limit)",
+       Integer<-1, kInt64Max>([](RunConfig& c) -> int64_t& { return c.trainer.max_steps; })},
+      {"batch_size", trainer, "N", "per rank",
+       Integer<1, kMaxBatchSize>([](RunConfig& c) -> int64_t& { return c.trainer.batch_size; })},
+      {"accumulate_grad_batches", trainer, "N", "",
+       Integer<1, kIntMax>([](RunConfig& c) -> int& { return c.trainer.accumulate_grad_batches; })},
+      {"gradient_clip_val", trainer, "X",
+       "the gradients' largest global L2 norm, or largest element with --gradient-clip-algorithm "
+       "value (0: off)",
+       Number([](RunConfig& c) -> double& { return c.trainer.gradient_clip_val; }, 0)},
+      {"gradient_clip_algorithm", trainer, "norm|value", "",
+       Choice(
+           [](RunConfig& c) -> GradientClipAlgorithm& { return c.trainer.gradient_clip_algorithm; },
+           ParseGradientClipAlgorithm, GradientClipAlgorithmName)},
+      {"check_val_every_n_epoch", trainer, "N", "",
+       Integer<0, kIntMax>([](RunConfig& c) -> int& { return c.trainer.check_val_every_n_epoch; })},
+      {"seed", trainer, "N", "",
+       Integer<0, kInt64Max>([](RunConfig& c) -> uint64_t& { return c.trainer.seed; })},
+      {"shuffle", trainer, "BOOL", "",
+       Flag([](RunConfig& c) -> bool& { return c.trainer.shuffle; })},
+      {"drop_last", trainer, "BOOL", "",
+       Flag([](RunConfig& c) -> bool& { return c.trainer.drop_last; })},
+      {"default_root_dir", trainer, "DIR", "metrics.csv, checkpoints/last.ckpt, predictions.csv",
+       Text([](RunConfig& c) -> std::string& { return c.trainer.default_root_dir; })},
+      {"resume_from", trainer, "FILE", "a checkpoint fit continues from",
+       Text([](RunConfig& c) -> std::string& { return c.trainer.resume_from; })},
+      {"num_threads", trainer, "N",
+       absl::StrCat("intra-op threads per rank, at most ", kMaxNumThreads,
+                    " (0: cores / local ranks)"),
+       Integer<0, kMaxNumThreads>([](RunConfig& c) -> int& { return c.trainer.num_threads; })},
+      {"log_every_n_steps", trainer, "N", "",
+       Integer<0, kIntMax>([](RunConfig& c) -> int& { return c.trainer.log_every_n_steps; })},
+      {"progress", trainer, "BOOL", "rank 0: a progress bar on a terminal, else a line per epoch",
+       Flag([](RunConfig& c) -> bool& { return c.trainer.enable_progress; })},
+      {"checkpoint_every_n_steps", trainer, "K",
+       "fit also checkpoints every K steps (0: at each "
+       "epoch's end only)",
+       Integer<0, kInt64Max>(
+           [](RunConfig& c) -> int64_t& { return c.trainer.checkpoint_every_n_steps; })},
+      {"checkpoint_on_signal", trainer, "auto|none|SIGUSR1|SIGUSR2",
+       "fit saves its checkpoint and stops on that signal (stopped_by=SIGUSR1); auto: SIGUSR1 in "
+       "a SLURM job, where a requeued job (SLURM_RESTART_COUNT > 0) continues from that "
+       "checkpoint",
+       OneOf(&RunConfig::checkpoint_on_signal, {"auto", "none", "SIGUSR1", "SIGUSR2"})},
+      {"max_time",
+       trainer,
+       "DD:HH:MM:SS|SECONDS",
+       "as Lightning's, fit stops after the first optimizer step past it on any rank, saves its "
+       "checkpoint (resumable mid-epoch) and succeeds (default: none)",
+       {[](RunConfig& c, const std::string& v) -> absl::Status {
+          ASSIGN_OR_RETURN(c.trainer.max_time, ParseMaxTime(v));
+          return absl::OkStatus();
+        },
+        [](const RunConfig&) { return std::string(); }}},
+      {"allow_non_finite_loss", trainer, "BOOL",
+       "false: a nan/inf training loss stops fit with an error, keeping the last good checkpoint",
+       Flag([](RunConfig& c) -> bool& { return c.trainer.allow_non_finite_loss; })},
+      {"early_stopping_monitor", callbacks, "METRIC",
+       "stop fit when METRIC (e.g. val_loss) has not improved for --early-stopping-patience "
+       "checks (one per epoch that logs it); empty: never",
+       Text([](RunConfig& c) -> std::string& { return c.early_stopping.monitor; })},
+      {"early_stopping_mode", callbacks, "auto|min|max",
+       "auto: max for *accuracy, min for *loss, else set it",
+       Choice([](RunConfig& c) -> MonitorMode& { return c.early_stopping.mode; }, ParseMonitorMode,
+              MonitorModeName)},
+      {"early_stopping_patience", callbacks, "N", "",
+       Integer<0, kIntMax>([](RunConfig& c) -> int& { return c.early_stopping.patience; })},
+      {"early_stopping_min_delta", callbacks, "X", "a smaller change is no improvement",
+       Number([](RunConfig& c) -> double& { return c.early_stopping.min_delta; }, 0)},
+      {"early_stopping_check_finite", callbacks, "BOOL", "stop at once when METRIC is nan or inf",
+       Flag([](RunConfig& c) -> bool& { return c.early_stopping.check_finite; })},
+      {"monitor", callbacks, "METRIC",
+       "ModelCheckpoint: keep the --save-top-k best checkpoints by METRIC (e.g. val_accuracy) "
+       "in checkpoints/, beside last.ckpt",
+       Text([](RunConfig& c) -> std::string& { return c.model_checkpoint.monitor; })},
+      {"mode", callbacks, "auto|min|max", "as --early-stopping-mode, for --monitor",
+       Choice([](RunConfig& c) -> MonitorMode& { return c.model_checkpoint.mode; },
+              ParseMonitorMode, MonitorModeName)},
+      {"save_top_k", callbacks, "K",
+       "-1: keep every checkpoint; without --monitor, 1 is last.ckpt alone",
+       Integer<-1, kIntMax>([](RunConfig& c) -> int& { return c.model_checkpoint.save_top_k; })},
+      {"every_n_epochs", callbacks, "N", "ModelCheckpoint checks every N epochs",
+       Integer<0, kIntMax>([](RunConfig& c) -> int& { return c.model_checkpoint.every_n_epochs; })},
+      {"every_n_train_steps", callbacks, "N",
+       "ModelCheckpoint checks every N optimizer steps instead (0: at epoch ends)",
+       Integer<0, kInt64Max>(
+           [](RunConfig& c) -> int64_t& { return c.model_checkpoint.every_n_train_steps; })},
+      {"checkpoint_filename", callbacks, "TEMPLATE",
+       "Lightning's filename: {epoch}, {step}, {METRIC} or {METRIC:.4f}, each written name=value "
+       "(default: {epoch}-{step}, and -{MONITOR:.4f} with --monitor)",
+       Text([](RunConfig& c) -> std::string& { return c.model_checkpoint.filename; })},
+      {"lr_monitor", callbacks, "none|epoch|step",
+       "log the learning rate as lr-SGD (lr-Adam, lr-AdamW) at each epoch's start or every "
+       "--log-every-n-steps steps",
+       Choice(&RunConfig::lr_monitor, ParseLoggingInterval, LoggingIntervalName)},
+      {"optimizer", optimizer, "sgd|adam|adamw", "",
+       OneOf([](RunConfig& c) -> std::string& { return c.optimizer.name; },
+             {"sgd", "adam", "adamw"})},
+      {"lr", optimizer, "X", "",
+       Number([](RunConfig& c) -> double& { return c.optimizer.lr; }, 1e-12)},
+      {"momentum", optimizer, "X", "",
+       Number([](RunConfig& c) -> double& { return c.optimizer.momentum; }, 0)},
+      {"weight_decay", optimizer, "X", "",
+       Number([](RunConfig& c) -> double& { return c.optimizer.weight_decay; }, 0)},
+      {"step_lr_every", optimizer, "N", "epochs between learning-rate steps (0: constant)",
+       Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& { return c.optimizer.step_lr_every; })},
+      {"step_lr_gamma", optimizer, "X", "",
+       Number([](RunConfig& c) -> double& { return c.optimizer.step_lr_gamma; }, 0)},
+      {"lr_scheduler", optimizer, "none|cosine|onecycle|plateau",
+       "cosine: to --lr-min over fit's steps; onecycle: torch's OneCycleLR peaking at --lr; "
+       "plateau: times --lr-plateau-factor after --lr-plateau-patience epochs without a better "
+       "--lr-plateau-monitor (not with --step-lr-every)",
+       Choice([](RunConfig& c) -> LrSchedule& { return c.lr_scheduler.schedule; }, ParseLrSchedule,
+              LrScheduleName)},
+      {"lr_scheduler_interval", optimizer, "step|epoch",
+       "cosine and onecycle: set the rate before every step, or at each epoch's start (over "
+       "--max-epochs; --lr-warmup-steps then counts epochs)",
+       Choice([](RunConfig& c) -> LrInterval& { return c.lr_scheduler.interval; }, ParseLrInterval,
+              LrIntervalName)},
+      {"lr_warmup_steps", optimizer, "N",
+       "a linear rise to --lr over the first N optimizer steps (cosine, plateau)",
+       Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& { return c.lr_scheduler.warmup_steps; })},
+      {"lr_min", optimizer, "X", "",
+       Number([](RunConfig& c) -> double& { return c.lr_scheduler.min_lr; }, 0)},
+      {"lr_onecycle_pct_start", optimizer, "X", "the share of steps spent rising",
+       Number([](RunConfig& c) -> double& { return c.lr_scheduler.onecycle_pct_start; }, 0)},
+      {"lr_plateau_monitor", optimizer, "METRIC", "",
+       Text([](RunConfig& c) -> std::string& { return c.lr_scheduler.plateau_monitor; })},
+      {"lr_plateau_mode", optimizer, "auto|min|max", "",
+       Choice([](RunConfig& c) -> MonitorMode& { return c.lr_scheduler.plateau_mode; },
+              ParseMonitorMode, MonitorModeName)},
+      {"lr_plateau_factor", optimizer, "X", "",
+       Number([](RunConfig& c) -> double& { return c.lr_scheduler.plateau_factor; }, 0)},
+      {"lr_plateau_patience", optimizer, "N", "",
+       Integer<0, kIntMax>([](RunConfig& c) -> int& { return c.lr_scheduler.plateau_patience; })},
+      {"nproc_per_node", distributed, "N",
+       absl::StrCat("ranks on this node, at most ", kMaxNprocs,
+                    " (under torchrun or srun: their LOCAL_WORLD_SIZE)"),
+       Integer<1, kMaxNprocs>(&RunConfig::nproc_per_node)},
+      {"start_method", distributed, "spawn|fork|forkserver",
+       "forkserver (the CLI's default): one exec of this program loads it and LibTorch, then "
+       "forks the ranks (and a restart's); spawn: each rank execs this program; fork: the "
+       "launcher forks each rank",
+       Choice(&RunConfig::start_method, ParseStartMethod, StartMethodName)},
+      {"max_restarts", distributed, "N",
+       "when a rank fails, start the ranks again, up to N times, continuing from this job's "
+       "last checkpoint (fit; with --checkpoint-every-n-steps K it is at most K steps old, and "
+       "the weights end as without the failure)",
+       Integer<0, kMaxRestarts>(&RunConfig::max_restarts)},
+      {"nnodes", distributed, "N",
+       "for N > 1, run ddpspawn on every node with its own --node-rank and node 0's "
+       "--master-addr; under torchrun or srun leave the node options out",
+       Integer<1, kMaxNodes>(&RunConfig::nnodes)},
+      {"node_rank", distributed, "R", "", Integer<0, kMaxNodes - 1>(&RunConfig::node_rank)},
+      {"master_addr", distributed, "A", "node 0's address", Text(&RunConfig::master_addr)},
+      {"master_port", distributed, "P",
+       "node 0's launcher serves the rendezvous on port P, on all interfaces (0: 29500)",
+       Integer<0, kMaxPort>(&RunConfig::master_port)},
+      {"timeout", distributed, "SECONDS",
+       "each collective's limit; past it the job fails naming the ranks that never arrived and "
+       "what every rank was last doing",
+       Number([](RunConfig& c) -> double& { return c.timeout_s; }, 1e-3)},
+      {"accelerator", distributed, "cpu|cuda", "",
+       Choice(&RunConfig::accelerator, ParseAccelerator, AcceleratorName)},
+      {"devices", distributed, "N|I,J,...",
+       "a device count, or CUDA indices such as 0,2 (sets --nproc-per-node)",
+       Text(&RunConfig::devices)},
+      {"process_group_backend", distributed, "gloo|nccl", "default: nccl on cuda, gloo on cpu",
+       Choice(&RunConfig::process_group_backend, ParseBackend, BackendName)},
+      {"precision", distributed, "32-true|bf16-mixed|16-mixed", "16-mixed needs cuda",
+       Choice(&RunConfig::precision, ParsePrecision, PrecisionName)},
+      {"ddp_comm_hook", distributed, "allreduce|fp16|bf16|powersgd", "",
+       Choice(&RunConfig::ddp_comm_hook, ParseCommHook, CommHookName)},
+      {"find_unused_parameters", distributed, "BOOL", "", Flag(&RunConfig::find_unused_parameters)},
+      {"sync_batchnorm", distributed, "BOOL",
+       "BatchNorm statistics over every rank's batch; refused for a model without BatchNorm "
+       "layers (the built-in MLP) and for TorchScript models",
+       Flag(&RunConfig::sync_batchnorm)},
+      {"static_graph", distributed, "BOOL",
+       "the same parameters every step: the first step finds those no rank uses (their "
+       "gradients stay untouched, as with --find-unused-parameters) and later steps reuse that",
+       Flag(&RunConfig::static_graph)},
+      {"gradient_as_bucket_view", distributed, "BOOL", "",
+       Flag(&RunConfig::gradient_as_bucket_view)},
+  };
+  return *table;
+}
+
+const RunOption* FindRunOption(const std::string& key) {
+  static const auto* by_key = [] {
+    auto* map = new std::map<std::string, const RunOption*>;
+    for (const RunOption& option : RunOptionTable()) (*map)[option.key] = &option;
+    return map;
+  }();
+  auto it = by_key->find(key);
+  return it == by_key->end() ? nullptr : it->second;
+}
+
+// Lightning's devices: "N" devices (cuda:0..N-1, or N CPU ranks) or a list of
+// CUDA indices ("0,2"). Sets nproc_per_node and device_indices.
+absl::Status ResolveDevices(RunConfig& config) {
+  if (config.devices.empty()) {
+    config.device_indices.resize(config.nproc_per_node);
+    std::iota(config.device_indices.begin(), config.device_indices.end(), 0);
+    return absl::OkStatus();
+  }
+  // A count is at most the launcher's limit; an index must fit c10::DeviceIndex
+  // (int8_t), which StrategyOptionsFor narrows it to.
+  constexpr int kMaxIndex = std::numeric_limits<c10::DeviceIndex>::max();
+  std::vector<int> indices;
+  const bool list = absl::StrContains(config.devices, ',');
+  for (absl::string_view part : absl::StrSplit(config.devices, ',')) {
+    int value = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &value) || value < 0 ||
+        (!list && value == 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("option devices: '", config.devices,
+                       "' is neither a device count (2) nor a list of CUDA indices (0,2)"));
+    }
+    if (list ? value > kMaxIndex : value > kMaxNprocs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("option devices='", config.devices, "': expected ",
+                       list ? absl::StrCat("CUDA indices in [0, ", kMaxIndex, "]")
+                            : absl::StrCat("a device count in [1, ", kMaxNprocs, "]")));
+    }
+    indices.push_back(value);
+  }
+  if (list && config.accelerator != Accelerator::kCuda) {
+    return absl::InvalidArgumentError(
+        "option devices: a list of device indices needs --accelerator cuda");
+  }
+  if (list && indices.size() > static_cast<size_t>(kMaxNprocs)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("option devices: expected at most ", kMaxNprocs, " CUDA indices"));
+  }
+  if (!list) {
+    const int count = indices[0];
+    indices.resize(count);
+    std::iota(indices.begin(), indices.end(), 0);
+  }
+  const int count = static_cast<int>(indices.size());
+  if (config.nproc_per_node != 1 && config.nproc_per_node != count) {
+    return absl::InvalidArgumentError(absl::StrCat("option devices gives ", count,
+                                                   " devices but nproc_per_node is ",
+                                                   config.nproc_per_node, "; give one of them"));
+  }
+  config.nproc_per_node = count;
+  config.device_indices = std::move(indices);
+  return absl::OkStatus();
+}
+
+// Under torchrun, srun or a hand-set WORLD_SIZE this process is one rank of
+// that job (DDPSpawnStrategy::Launch joins it): the job's shape comes from
+// there. Options that would describe another shape are refused, not ignored.
+absl::Status AdoptOuterJob(RunConfig& config, const std::set<std::string>& given) {
+  absl::StatusOr<ClusterInfo> outer = DetectClusterEnvironment();
+  // A broken environment is reported by Launch(), which reads it again.
+  if (!outer.ok() || !CreatesProcessesExternally(*outer)) return absl::OkStatus();
+  for (const char* key : {"nnodes", "node_rank", "master_addr", "master_port", "max_restarts"}) {
+    if (given.count(key) == 0) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat("option ", key, ": this process is rank ", outer->rank, " of a ",
+                     ClusterKindName(outer->kind), " job of ", outer->world_size,
+                     " processes, which sets the nodes and the rendezvous; leave ", key, " out"));
+  }
+  if (given.count("nproc_per_node") == 0 && given.count("devices") == 0) {
+    config.nproc_per_node = outer->local_world_size;
+  }
+  config.world_size = outer->world_size;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOptions& options) {
+  RunConfig config;
+  if (command != "fit" && command != "validate" && command != "test" && command != "predict") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown command '", command, "'; expected fit, validate, test or predict"));
+  }
+  config.command = command;
+  std::set<std::string>& given = config.given;
+  for (const auto& [raw_key, value] : options) {
+    std::string key = raw_key;
+    std::replace(key.begin(), key.end(), '-', '_');
+    given.insert(key);
+    const RunOption* option = FindRunOption(key);
+    if (option == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown option '", raw_key, "' (see --help for the options)"));
+    }
+    if (absl::Status s = option->access.set(config, value); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("option ", raw_key, "='", value, "': ", s.message()));
+    }
+  }
+  RETURN_IF_ERROR(AdoptOuterJob(config, given));
+  if (config.checkpoint_on_signal == "SIGUSR1" ||
+      (config.checkpoint_on_signal == "auto" && DetectSlurmJob().has_value())) {
+    config.trainer.checkpoint_on_signal = SIGUSR1;
+  } else if (config.checkpoint_on_signal == "SIGUSR2") {
+    config.trainer.checkpoint_on_signal = SIGUSR2;
+  }
+  RETURN_IF_ERROR(ResolveDevices(config));
+  RETURN_IF_ERROR(CheckEarlyStoppingOptions(config.early_stopping));
+  RETURN_IF_ERROR(CheckModelCheckpointOptions(config.model_checkpoint));
+  RETURN_IF_ERROR(CheckLrSchedulerOptions(config.lr_scheduler));
+  if (config.lr_scheduler.interval == LrInterval::kEpoch && config.trainer.max_epochs < 1 &&
+      (config.lr_scheduler.schedule == LrSchedule::kCosine ||
+       config.lr_scheduler.schedule == LrSchedule::kOneCycle)) {
+    return absl::InvalidArgumentError(
+        "lr_scheduler_interval epoch needs max_epochs >= 1 to spread the schedule over");
+  }
+  if (config.lr_scheduler.schedule != LrSchedule::kNone && config.optimizer.step_lr_every > 0) {
+    return absl::InvalidArgumentError(
+        "lr_scheduler and step_lr_every are two schedules for one rate: choose one");
+  }
+  if (config.world_size == 0) config.world_size = config.nnodes * config.nproc_per_node;
+  if (config.model.empty()) return absl::InvalidArgumentError("option model is required");
+  if (command == "fit" && config.train.empty()) {
+    return absl::InvalidArgumentError("fit needs option train (a CSV or .npy file)");
+  }
+  if (command != "fit" && config.data.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(command, " needs option data"));
+  }
+  if (config.node_rank >= config.nnodes) {
+    return absl::InvalidArgumentError(absl::StrCat("option node_rank=", config.node_rank,
+                                                   " is outside [0, nnodes=", config.nnodes, ")"));
+  }
+  if (config.nnodes == 1 && (!config.master_addr.empty() || config.master_port != 0)) {
+    return absl::InvalidArgumentError(
+        "master_addr and master_port are for nnodes > 1: the ranks of one node meet privately "
+        "(a directory only this user can enter)");
+  }
+  if (config.max_restarts > 0 && command != "fit") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_restarts is for fit (which writes the checkpoint a restart continues "
+                     "from), not ",
+                     command));
+  }
+  if (config.nnodes > 1 && config.master_addr.empty()) {
+    return absl::InvalidArgumentError(
+        "nnodes > 1 needs master_addr: node 0's address, the same on every node");
+  }
+  return config;
+}
+
+std::string RunOptionsHelp() {
+  constexpr size_t kWidth = 100;  // the column limit of the text
+  constexpr size_t kIndent = 30;  // where descriptions start
+  const RunConfig defaults;
+  std::string text, section;
+  for (const RunOption& option : RunOptionTable()) {
+    if (option.section != section) {
+      section = option.section;
+      absl::StrAppend(&text, section, ":\n");
+    }
+    std::string flag = option.key;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    std::string head = absl::StrCat("  --", flag, " ", option.value);
+    std::string help = option.help;
+    const std::string shown = option.access.show(defaults);
+    if (!shown.empty()) absl::StrAppend(&help, help.empty() ? "" : " ", "(default ", shown, ")");
+    if (help.empty()) {
+      absl::StrAppend(&text, head, "\n");
+      continue;
+    }
+    // Wraps the description at word boundaries into the column after the flag.
+    std::string line = head.size() + 1 < kIndent
+                           ? absl::StrCat(head, std::string(kIndent - head.size(), ' '))
+                           : absl::StrCat(head, "\n", std::string(kIndent, ' '));
+    size_t line_start = line.rfind('\n') == std::string::npos ? 0 : line.rfind('\n') + 1;
+    bool first_word = true;
+    for (absl::string_view word : absl::StrSplit(help, ' ', absl::SkipEmpty())) {
+      if (!first_word && line.size() - line_start + 1 + word.size() > kWidth) {
+        absl::StrAppend(&line, "\n", std::string(kIndent, ' '));
+        line_start = line.size() - kIndent;
+        first_word = true;
+      }
+      absl::StrAppend(&line, first_word ? "" : " ", word);
+      first_word = false;
+    }
+    absl::StrAppend(&text, line, "\n");
+  }
+  absl::StrAppend(&text,
+                  "Numbers: integers out of an option's range and non-finite numbers (inf, nan, "
+                  "1e400) are errors.\n");
+  return text;
+}
+
+}  // namespace ddpspawn

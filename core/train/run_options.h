@@ -1,0 +1,89 @@
+// The options of one training run (what the CLI's flags, the C ABI's key=value options and the
+// bindings all pass): RunConfig, parsing the options into it, and their help text.
+#ifndef DDPSPAWN_CORE_TRAIN_RUN_OPTIONS_H_
+#define DDPSPAWN_CORE_TRAIN_RUN_OPTIONS_H_
+
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/strategy/ddp_spawn_strategy.h"
+#include "core/train/early_stopping.h"
+#include "core/train/lr_monitor.h"
+#include "core/train/lr_scheduler.h"
+#include "core/train/model_checkpoint.h"
+#include "core/train/trainer.h"
+
+namespace ddpspawn {
+
+// Key-value pairs. Every key is also a CLI flag (--max-epochs or --max_epochs); the keys, their
+// values and defaults are listed by RunOptionsHelp() (`ddpspawn --help`).
+using RunOptions = std::vector<std::pair<std::string, std::string>>;
+
+struct RunConfig {
+  std::string command;  // fit, validate, test or predict
+  std::string model;
+  std::string train, train_labels, val, val_labels, data, data_labels;
+  int label_column = -1;
+  std::string checkpoint;
+  TrainerOptions trainer;
+  // Fit's callbacks, made from these (their defaults add none).
+  EarlyStoppingOptions early_stopping;
+  ModelCheckpointOptions model_checkpoint;
+  LoggingInterval lr_monitor = LoggingInterval::kNone;
+  OptimizerConfig optimizer;
+  LrSchedulerOptions lr_scheduler;  // beside optimizer.step_lr_every, not with it
+  int nproc_per_node = 1;
+  Accelerator accelerator = Accelerator::kCpu;
+  // Lightning's devices: a count ("2") or CUDA indices ("0,2"); sets
+  // nproc_per_node. Empty: nproc_per_node devices (cuda:0.. on cuda).
+  std::string devices;
+  std::optional<Backend> process_group_backend;  // none: by accelerator
+  std::vector<int> device_indices;               // from devices: local rank i's CUDA index
+  int nnodes = 1;
+  // Every rank of the job: nnodes * nproc_per_node, or the outer launcher's
+  // WORLD_SIZE when torchrun or srun started this process (set by
+  // ParseRunConfig).
+  int world_size = 0;
+  int node_rank = 0;
+  std::string master_addr;
+  int master_port = 0;
+  // torchrun's --max-restarts: when a rank fails, start the ranks again (up to
+  // this many times), continuing from the checkpoint this job wrote last.
+  int max_restarts = 0;
+  // fit: on this signal, save the checkpoint and stop ("SIGUSR1", "SIGUSR2",
+  // "none"); "auto": SIGUSR1 inside a SLURM job, else none. Resolved into
+  // trainer.checkpoint_on_signal by ParseRunConfig.
+  std::string checkpoint_on_signal = "auto";
+  // The CLI's default (ddpspawn_run forks): the launch costs what spawn's does,
+  // each rank about 0.65x spawn's memory, and a restart reuses the server
+  // (docs/performance.md).
+  StartMethod start_method = StartMethod::kForkserver;
+  // The process group's timeout for joining and for each collective
+  // (Lightning's DDPStrategy timeout): a rank that does not arrive in time
+  // fails the job with what every rank was last doing.
+  double timeout_s = absl::ToDoubleSeconds(kDefaultTimeout);
+  Precision precision = Precision::k32True;
+  CommHookKind ddp_comm_hook = CommHookKind::kAllReduce;
+  bool find_unused_parameters = false;
+  bool static_graph = false;
+  bool sync_batchnorm = false;
+  bool gradient_as_bucket_view = true;
+  // The keys the options named (set by ParseRunConfig), so that a value given
+  // can be told from a default.
+  std::set<std::string> given;
+};
+// Unknown keys, bad values and missing required ones are errors that name the
+// key.
+absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOptions& options);
+
+// The help text of the options.
+std::string RunOptionsHelp();
+
+}  // namespace ddpspawn
+
+#endif  // DDPSPAWN_CORE_TRAIN_RUN_OPTIONS_H_
