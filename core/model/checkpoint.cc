@@ -15,6 +15,7 @@
 #include "core/model/checkpoint_envelope.h"
 #include "core/model/pickle_sizes.h"
 #include "core/model/weights_io.h"
+#include "core/util/exception_status.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
@@ -29,24 +30,13 @@ std::string FormatName(int format) { return absl::StrCat("ddpspawn-checkpoint-",
 constexpr absl::string_view kModelPrefix = "model.";
 constexpr absl::string_view kCallbackPrefix = "callback.";
 
-template <typename Body>
-absl::Status Catching(const std::string& what, Body&& body) {
-  try {
-    return body();
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", e.what()));
-  }
-}
-
 }  // namespace
 
 absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
                                                 torch::optim::Optimizer* optimizer,
                                                 const TrainingState& state) {
   std::string bytes;
-  absl::Status status = Catching("serializing the checkpoint", [&] {
+  absl::Status status = InvalidInputOnException("serializing the checkpoint", [&] {
     torch::serialize::OutputArchive archive;
     archive.write("format", c10::IValue(FormatName(kCheckpointFormat)));
     for (const auto& [name, tensor] : module.named_state()) {
@@ -93,7 +83,7 @@ absl::Status OpenCheckpointArchive(const std::string& bytes, c10::optional<c10::
                                    torch::serialize::InputArchive& archive) {
   ASSIGN_OR_RETURN(UnsealedCheckpoint unsealed, UnsealCheckpoint(bytes));
   RETURN_IF_ERROR(CheckArchivePickles(unsealed.archive));
-  RETURN_IF_ERROR(Catching("the checkpoint is not a LibTorch archive", [&] {
+  RETURN_IF_ERROR(InvalidInputOnException("the checkpoint is not a LibTorch archive", [&] {
     const absl::string_view archive_bytes = unsealed.archive;
     archive.load_from([archive_bytes](uint64_t pos, void* out,
                                       size_t n) { return ReadWithin(archive_bytes, pos, out, n); },
@@ -161,13 +151,14 @@ absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module
     // A tensor of an exotic dtype (a format-1 file has no checksum to stop
     // one) may not copy: an error, not an exception through the caller.
     at::Tensor target = tensor;  // a handle: a lambda cannot capture a binding in C++17
-    RETURN_IF_ERROR(Catching(absl::StrCat("restoring tensor '", name, "'"), [&target, &saved] {
-      target.copy_(saved);
-      return absl::OkStatus();
-    }));
+    RETURN_IF_ERROR(
+        InvalidInputOnException(absl::StrCat("restoring tensor '", name, "'"), [&target, &saved] {
+          target.copy_(saved);
+          return absl::OkStatus();
+        }));
   }
   if (optimizer != nullptr) {
-    absl::Status restored = Catching("restoring the optimizer state", [&] {
+    absl::Status restored = InvalidInputOnException("restoring the optimizer state", [&] {
       torch::serialize::InputArchive optimizer_archive;
       if (!archive.try_read("optimizer", optimizer_archive)) {
         return absl::InvalidArgumentError("the checkpoint has no optimizer state");

@@ -178,10 +178,8 @@ absl::StatusOr<NamedTensors> DecodeTorch(const std::string& bytes) {
                                               /*type_resolver=*/std::nullopt,
                                               /*obj_loader=*/std::nullopt,
                                               /*device=*/std::nullopt, reader);
-  } catch (const c10::Error& e) {
-    return BadTorchFile(e.what_without_backtrace());
   } catch (const std::exception& e) {
-    return BadTorchFile(e.what());
+    return BadTorchFile(ExceptionMessage(e));
   }
   if (value.isGenericDict()) {
     const c10::Dict<c10::IValue, c10::IValue> dict = value.toGenericDict();

@@ -28,6 +28,7 @@
 #include "core/train/dataset.h"
 #include "core/train/lr_scheduler.h"
 #include "core/train/run_inputs.h"
+#include "core/util/exception_status.h"
 #include "core/util/files.h"
 #include "core/util/status_macros.h"
 
@@ -57,10 +58,8 @@ absl::Status DryRun(const RunConfig& config, LightningModule& module, const Data
     } else {
       status = module.ValidationStep(batch, 0).status();
     }
-  } catch (const c10::Error& e) {
-    status = absl::InvalidArgumentError(e.what_without_backtrace());
   } catch (const std::exception& e) {
-    status = absl::InvalidArgumentError(e.what());
+    status = absl::InvalidArgumentError(ExceptionMessage(e));
   }
   at::set_num_threads(threads);
   if (status.ok()) return status;

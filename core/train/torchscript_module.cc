@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/model/pickle_sizes.h"
+#include "core/util/exception_status.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
@@ -52,17 +53,6 @@ absl::Status CheckStep(const torch::jit::Module& module, const std::string& path
   return absl::OkStatus();
 }
 
-template <typename Body>
-auto Calling(const std::string& name, Body&& body) -> decltype(body()) {
-  try {
-    return body();
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " failed: ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " failed: ", e.what()));
-  }
-}
-
 }  // namespace
 
 struct TorchScriptModule::Impl {
@@ -74,14 +64,15 @@ struct TorchScriptModule::Impl {
     return {c10::IValue(c10::List<at::Tensor>(batch)), c10::IValue(batch_index)};
   }
   absl::StatusOr<StepMetrics> Metrics(const std::string& name, const Batch& batch, int64_t index) {
-    return Calling(name, [&]() -> absl::StatusOr<StepMetrics> {
-      c10::IValue out = module.get_method(name)(Arguments(batch, index));
-      StepMetrics metrics;
-      for (const auto& entry : out.toGenericDict()) {
-        metrics[entry.key().toStringRef()] = entry.value().toTensor();
-      }
-      return metrics;
-    });
+    return InvalidInputOnException(
+        absl::StrCat(name, " failed"), [&]() -> absl::StatusOr<StepMetrics> {
+          c10::IValue out = module.get_method(name)(Arguments(batch, index));
+          StepMetrics metrics;
+          for (const auto& entry : out.toGenericDict()) {
+            metrics[entry.key().toStringRef()] = entry.value().toTensor();
+          }
+          return metrics;
+        });
   }
 };
 
@@ -102,12 +93,9 @@ absl::StatusOr<std::shared_ptr<TorchScriptModule>> TorchScriptModule::Load(
   impl->path = path;
   try {
     impl->module = torch::jit::load(path);
-  } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " is not a TorchScript module: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, " is not a TorchScript module: ", e.what()));
+        absl::StrCat(path, " is not a TorchScript module: ", ExceptionMessage(e)));
   }
   RETURN_IF_ERROR(CheckStep(impl->module, path, "training_step", Returns::kTensor));
   auto optional_step = [&](const std::string& name, Returns returns, bool* present) {
@@ -148,7 +136,7 @@ NamedTensors TorchScriptModule::named_state() {
 }
 
 absl::Status TorchScriptModule::To(const c10::Device& device) {
-  return Calling("moving the model", [&]() -> absl::Status {
+  return InvalidInputOnException("moving the model failed", [&]() -> absl::Status {
     impl_->module.to(device);
     return absl::OkStatus();
   });
@@ -158,7 +146,7 @@ void TorchScriptModule::SetTraining(bool training) { impl_->module.train(trainin
 
 absl::StatusOr<at::Tensor> TorchScriptModule::TrainingStep(const Batch& batch,
                                                            int64_t batch_index) {
-  return Calling("training_step", [&]() -> absl::StatusOr<at::Tensor> {
+  return InvalidInputOnException("training_step failed", [&]() -> absl::StatusOr<at::Tensor> {
     return impl_->module.get_method("training_step")(impl_->Arguments(batch, batch_index))
         .toTensor();
   });
@@ -183,14 +171,14 @@ absl::StatusOr<at::Tensor> TorchScriptModule::PredictStep(const Batch& batch, in
     return absl::FailedPreconditionError(absl::StrCat(impl_->path, ": predicting needs ",
                                                       Signature("predict_step", Returns::kTensor)));
   }
-  return Calling("predict_step", [&]() -> absl::StatusOr<at::Tensor> {
+  return InvalidInputOnException("predict_step failed", [&]() -> absl::StatusOr<at::Tensor> {
     return impl_->module.get_method("predict_step")(impl_->Arguments(batch, batch_index))
         .toTensor();
   });
 }
 
 absl::Status TorchScriptModule::Save(const std::string& path) {
-  return Calling("saving the TorchScript module", [&]() -> absl::Status {
+  return InvalidInputOnException("saving the TorchScript module failed", [&]() -> absl::Status {
     impl_->module.save(path);
     return absl::OkStatus();
   });

@@ -1,6 +1,7 @@
 // LibTorch's exceptions as absl::Status, at every place that catches one:
 // the message without LibTorch's C++ backtrace (c10::Error::what() appends one),
-// after the caller's prefix, with a code from the exception's type. Header-only;
+// after the caller's prefix, with a code from the exception's type (or, for a
+// bad input, InvalidArgument: InvalidInputOnException). Header-only;
 // its users link LibTorch (c10), as //core:crc32's do.
 #ifndef DDPSPAWN_CORE_UTIL_EXCEPTION_STATUS_H_
 #define DDPSPAWN_CORE_UTIL_EXCEPTION_STATUS_H_
@@ -58,6 +59,18 @@ inline absl::StatusCode ExceptionCode(const std::exception& e) {
 // "<prefix>: <message>" with ExceptionCode(e).
 inline absl::Status ExceptionStatus(absl::string_view prefix, const std::exception& e) {
   return absl::Status(ExceptionCode(e), absl::StrCat(prefix, ": ", ExceptionMessage(e)));
+}
+
+// body() (returning absl::Status or absl::StatusOr<T>), with an exception it
+// throws turned into InvalidArgument "<prefix>: <message>": for code whose
+// exceptions mean a bad input (a model, a checkpoint, a batch).
+template <typename Body>
+auto InvalidInputOnException(absl::string_view prefix, Body&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(prefix, ": ", ExceptionMessage(e)));
+  }
 }
 
 }  // namespace ddpspawn

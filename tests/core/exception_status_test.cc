@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 
+#include "absl/status/statusor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -61,6 +62,19 @@ TEST(ExceptionStatusTest, CodesFollowTheType) {
             absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(Caught([] { throw std::runtime_error("plain"); }),
             absl::InternalError("doing it: plain"));
+}
+
+TEST(ExceptionStatusTest, AnInputThatThrowsIsInvalidArgumentWithoutTheBacktrace) {
+  const absl::StatusOr<int> thrown =
+      InvalidInputOnException("reading it", []() -> absl::StatusOr<int> {
+        TORCH_CHECK(false, "bad bytes");
+        return 1;
+      });
+  ASSERT_EQ(thrown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(thrown.status().message(), "reading it: bad bytes");
+  EXPECT_EQ(*InvalidInputOnException("reading it", []() -> absl::StatusOr<int> { return 7; }), 7);
+  EXPECT_EQ(InvalidInputOnException("reading it", [] { return absl::NotFoundError("gone"); }),
+            absl::NotFoundError("gone"));
 }
 
 }  // namespace
