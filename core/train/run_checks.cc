@@ -40,7 +40,7 @@ namespace {
 // with the file's name rather than in every rank. One intra-op thread, so no
 // OpenMP team exists when ranks are forked afterwards.
 absl::Status DryRun(const RunConfig& config, LightningModule& module, const Dataset& data,
-                    const std::string& command) {
+                    Command command) {
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
   c10::NoGradGuard no_grad;
@@ -48,24 +48,30 @@ absl::Status DryRun(const RunConfig& config, LightningModule& module, const Data
   Batch batch = {data.features.narrow(0, 0, n), data.labels.narrow(0, 0, n)};
   absl::Status status;
   try {
-    module.SetTraining(command == "fit");
-    if (command == "fit") {
-      status = module.TrainingStep(batch, 0).status();
-    } else if (command == "predict") {
-      status = module.PredictStep(batch, 0).status();
-    } else if (command == "test") {
-      status = module.TestStep(batch, 0).status();
-    } else {
-      status = module.ValidationStep(batch, 0).status();
+    module.SetTraining(command == Command::kFit);
+    switch (command) {
+      case Command::kFit:
+        status = module.TrainingStep(batch, 0).status();
+        break;
+      case Command::kPredict:
+        status = module.PredictStep(batch, 0).status();
+        break;
+      case Command::kTest:
+        status = module.TestStep(batch, 0).status();
+        break;
+      case Command::kValidate:
+        status = module.ValidationStep(batch, 0).status();
+        break;
     }
   } catch (const std::exception& e) {
     status = absl::InvalidArgumentError(ExceptionMessage(e));
   }
   at::set_num_threads(threads);
   if (status.ok()) return status;
-  return absl::InvalidArgumentError(absl::StrCat("the model ", config.model, " cannot run ",
-                                                 command == "fit" ? "training" : command, " on ",
-                                                 data.source, ": ", status.message()));
+  return absl::InvalidArgumentError(
+      absl::StrCat("the model ", config.model, " cannot run ",
+                   command == Command::kFit ? "training" : CommandName(command), " on ",
+                   data.source, ": ", status.message()));
 }
 
 // The shortest text that reads back as `value`.
@@ -113,7 +119,7 @@ absl::Status CheckNothingGivenIsOverridden(const RunConfig& config,
 absl::Status CheckRun(const RunConfig& config) {
   // fit's rank 0 appends to it; a planted link is refused now, not once the
   // ranks run.
-  if (config.command == "fit") {
+  if (config.command == Command::kFit) {
     RETURN_IF_ERROR(CheckAppendable(absl::StrCat(config.trainer.default_root_dir, "/metrics.csv")));
   }
   ASSIGN_OR_RETURN(Dataset data, PrimaryData(config));
@@ -164,11 +170,11 @@ absl::Status CheckRun(const RunConfig& config) {
   }
   RETURN_IF_ERROR(DryRun(config, *module, data, config.command));
   // The validation set must fit the model as well as the training set.
-  if (config.command != "fit" || !val.has_value()) return absl::OkStatus();
+  if (config.command != Command::kFit || !val.has_value()) return absl::OkStatus();
   if (absl::StartsWith(config.model, "mlp:")) {
     RETURN_IF_ERROR(CheckDataFitsMlp(config, *module, *val));
   }
-  return DryRun(config, *module, *val, "validate");
+  return DryRun(config, *module, *val, Command::kValidate);
 }
 
 }  // namespace ddpspawn

@@ -56,8 +56,9 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   options.master_addr = config.master_addr;
   if (config.master_port != 0) options.master_port = config.master_port;
   // Every node restarts alike, or the rendezvous refuses the mismatch.
-  options.job_description = absl::StrCat("ddpspawn ", config.command, " model=", config.model,
-                                         " max_restarts=", config.max_restarts);
+  options.job_description =
+      absl::StrCat("ddpspawn ", CommandName(config.command), " model=", config.model,
+                   " max_restarts=", config.max_restarts);
   // Forked ranks open their data, model and outputs by name: they need none of
   // the caller's descriptors (which would otherwise stay open, e.g. a pipe's
   // write end its reader waits on, for the whole run).
@@ -104,7 +105,7 @@ absl::StatusOr<std::string> RunResolvedCommand(const RunConfig& config,
   if (strategy.is_global_zero()) {
     RETURN_IF_ERROR(PrepareOutputDirectory(config.trainer.default_root_dir));
   }
-  if (config.command == "fit") {
+  if (config.command == Command::kFit) {
     TrainerOptions options = config.trainer;
     std::shared_ptr<ModelCheckpoint> model_checkpoint;
     if (ModelCheckpointEnabled(config.model_checkpoint)) {
@@ -143,7 +144,7 @@ absl::StatusOr<std::string> RunResolvedCommand(const RunConfig& config,
     return text;
   }
   Trainer trainer(strategy, config.trainer);
-  if (config.command == "predict") {
+  if (config.command == Command::kPredict) {
     ASSIGN_OR_RETURN(at::Tensor predictions, trainer.Predict(module, data));
     if (!strategy.is_global_zero()) return std::string();
     const std::string path = config.trainer.default_root_dir + "/predictions.csv";
@@ -151,8 +152,9 @@ absl::StatusOr<std::string> RunResolvedCommand(const RunConfig& config,
     return absl::StrCat("predictions=", std::filesystem::absolute(path).string(),
                         "\ncount=", predictions.size(0), "\n");
   }
-  absl::StatusOr<std::map<std::string, double>> metrics =
-      config.command == "test" ? trainer.Test(module, data) : trainer.Validate(module, data);
+  absl::StatusOr<std::map<std::string, double>> metrics = config.command == Command::kTest
+                                                              ? trainer.Test(module, data)
+                                                              : trainer.Validate(module, data);
   if (!metrics.ok()) return metrics.status();
   std::string text;
   for (const auto& [name, value] : *metrics) {
@@ -174,7 +176,7 @@ absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy
   // say) continues from the checkpoint its previous run left.
   std::optional<SlurmJob> slurm = DetectSlurmJob();
   const std::string last = LastCheckpointPath(config.trainer);
-  if (config.command == "fit" && config.trainer.resume_from.empty() && slurm.has_value() &&
+  if (config.command == Command::kFit && config.trainer.resume_from.empty() && slurm.has_value() &&
       slurm->restart_count > 0 && std::filesystem::exists(last)) {
     if (strategy.is_global_zero()) {
       std::fprintf(

@@ -105,7 +105,7 @@ absl::StatusOr<std::shared_ptr<LightningModule>> LoadModel(const RunConfig& conf
 }
 
 absl::StatusOr<Dataset> PrimaryData(const RunConfig& c) {
-  if (c.command == "fit") return LoadData(c, "train", c.train, c.train_labels);
+  if (c.command == Command::kFit) return LoadData(c, "train", c.train, c.train_labels);
   return LoadData(c, "data", c.data, c.data_labels);
 }
 

@@ -33,6 +33,7 @@
 #include "core/strategy/precision.h"
 #include "core/train/callback.h"
 #include "core/train/optimizer_factory.h"
+#include "core/util/enum_names.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
@@ -515,12 +516,23 @@ absl::Status AdoptOuterJob(RunConfig& config, const std::set<std::string>& given
 
 }  // namespace
 
-absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOptions& options) {
+constexpr NamedValue<Command> kCommandNames[] = {
+    {"fit", Command::kFit},
+    {"validate", Command::kValidate},
+    {"test", Command::kTest},
+    {"predict", Command::kPredict},
+};
+
+absl::string_view CommandName(Command value) { return NameOf(kCommandNames, value); }
+
+absl::StatusOr<Command> ParseCommand(absl::string_view name) {
+  return ParseName(kCommandNames, "command", name);
+}
+
+absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command_name,
+                                         const RunOptions& options) {
   RunConfig config;
-  if (command != "fit" && command != "validate" && command != "test" && command != "predict") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown command '", command, "'; expected fit, validate, test or predict"));
-  }
+  ASSIGN_OR_RETURN(const Command command, ParseCommand(command_name));
   config.command = command;
   std::set<std::string>& given = config.given;
   for (const auto& [raw_key, value] : options) {
@@ -560,10 +572,10 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOp
   }
   if (config.world_size == 0) config.world_size = config.nnodes * config.nproc_per_node;
   if (config.model.empty()) return absl::InvalidArgumentError("option model is required");
-  if (command == "fit" && config.train.empty()) {
+  if (command == Command::kFit && config.train.empty()) {
     return absl::InvalidArgumentError("fit needs option train (a CSV or .npy file)");
   }
-  if (command != "fit" && config.data.empty()) {
+  if (command != Command::kFit && config.data.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(command, " needs option data"));
   }
   if (config.node_rank >= config.nnodes) {
@@ -575,7 +587,7 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOp
         "master_addr and master_port are for nnodes > 1: the ranks of one node meet privately "
         "(a directory only this user can enter)");
   }
-  if (config.max_restarts > 0 && command != "fit") {
+  if (config.max_restarts > 0 && command != Command::kFit) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_restarts is for fit (which writes the checkpoint a restart continues "
                      "from), not ",

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "core/train/early_stopping.h"
@@ -24,8 +25,13 @@ namespace ddpspawn {
 // values and defaults are listed by RunOptionsHelp() (`ddpspawn --help`).
 using RunOptions = std::vector<std::pair<std::string, std::string>>;
 
+// What a run does (the CLI's first word).
+enum class Command { kFit, kValidate, kTest, kPredict };
+absl::string_view CommandName(Command command);
+absl::StatusOr<Command> ParseCommand(absl::string_view name);
+
 struct RunConfig {
-  std::string command;  // fit, validate, test or predict
+  Command command = Command::kFit;
   std::string model;
   std::string train, train_labels, val, val_labels, data, data_labels;
   int label_column = -1;
@@ -79,7 +85,8 @@ struct RunConfig {
 };
 // Unknown keys, bad values and missing required ones are errors that name the
 // key.
-absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command, const RunOptions& options);
+absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command_name,
+                                         const RunOptions& options);
 
 // The help text of the options.
 std::string RunOptionsHelp();
