@@ -83,8 +83,9 @@ struct RunConfig {
   // can be told from a default.
   std::set<std::string> given;
 };
-// Unknown keys, bad values and missing required ones are errors that name the
-// key.
+
+// The command and its options as a RunConfig. Unknown keys, bad values and missing required ones
+// are errors that name the key.
 absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command_name,
                                          const RunOptions& options);
 
