@@ -336,20 +336,8 @@ fn run(job: &Job) -> Result<Report> {
     }
     // Read the message before any other ddpspawn call replaces it.
     let mut error = Error::from_code(status, last_error());
-    let report = Report::from_job(job).ok();
-    match &mut error {
-        Error::WorkerFailed {
-            rank, report: slot, ..
-        } => {
-            if let Some(report) = &report {
-                *rank = report.failed_rank.unwrap_or_else(|| report.first_failure());
-            }
-            *slot = report.map(Box::new);
-        }
-        Error::Timeout { report: slot, .. } | Error::Interrupted { report: slot, .. } => {
-            *slot = report.map(Box::new);
-        }
-        _ => {}
+    if let Ok(report) = Report::from_job(job) {
+        report.attach_to(&mut error);
     }
     Err(error)
 }
@@ -502,27 +490,11 @@ impl Report {
         // SAFETY (whole block): `job` is live; out-parameters are locals; the
         // strings and bytes the job owns are copied before the next call.
         unsafe {
-            let nprocs = sys::ddpspawn_job_nprocs(job);
-            let mut ranks = Vec::with_capacity(usize::try_from(nprocs).unwrap_or(0));
-            for rank in 0..nprocs.max(0) {
-                let mut raw: sys::ddpspawn_rank_report = library_defaults()?;
-                check(sys::ddpspawn_job_rank_report(job, rank, &mut raw))?;
-                let mut text: *const c_char = ptr::null();
-                check(sys::ddpspawn_job_rank_error(job, rank, &mut text))?;
-                ranks.push(RankReport {
-                    rank: rank as usize,
-                    state: match raw.state {
-                        sys::DDPSPAWN_RANK_NOT_STARTED => RankState::NotStarted,
-                        sys::DDPSPAWN_RANK_RUNNING => RankState::Running,
-                        sys::DDPSPAWN_RANK_EXITED => RankState::Exited(raw.exit_code),
-                        sys::DDPSPAWN_RANK_SIGNALED => RankState::Signaled(raw.signal),
-                        other => RankState::Unknown(other),
-                    },
-                    pid: u32::try_from(raw.pid).ok().filter(|&pid| pid > 0),
-                    stopped_by_launcher: raw.stopped_by_launcher != 0,
-                    error: c_str_to_string(text),
-                });
-            }
+            let ranks = read_ranks(
+                sys::ddpspawn_job_nprocs(job),
+                |rank, raw| sys::ddpspawn_job_rank_report(job, rank, raw),
+                |rank, text| sys::ddpspawn_job_rank_error(job, rank, text),
+            )?;
             let failed_rank = usize::try_from(sys::ddpspawn_job_failed_rank(job)).ok();
 
             let mut data: *const c_void = ptr::null();
@@ -557,4 +529,75 @@ impl Report {
             .find(|r| !r.success() && !r.stopped_by_launcher)
             .map_or(0, |r| r.rank)
     }
+
+    /// The report of this thread's last `ddpspawn_run` (a [`Trainer`](crate::Trainer)
+    /// run), which hands its result back as text instead: `result` is `None`.
+    pub(crate) fn from_last_run() -> Result<Report> {
+        // SAFETY (whole block): the calls read this thread's last run;
+        // out-parameters are locals; the strings are copied before the next call.
+        unsafe {
+            let ranks = read_ranks(
+                sys::ddpspawn_run_nprocs(),
+                |rank, raw| sys::ddpspawn_run_rank_report(rank, raw),
+                |rank, text| sys::ddpspawn_run_rank_error(rank, text),
+            )?;
+            Ok(Report {
+                ranks,
+                failed_rank: usize::try_from(sys::ddpspawn_run_failed_rank()).ok(),
+                result: None,
+            })
+        }
+    }
+
+    /// Attaches this report to `error` (a failed rank, a timeout or an
+    /// interrupt), and names the rank whose failure ended the job: the one the
+    /// launcher attributed it to, else the first that failed on its own.
+    pub(crate) fn attach_to(self, error: &mut Error) {
+        match error {
+            Error::WorkerFailed {
+                rank, report: slot, ..
+            } => {
+                *rank = self.failed_rank.unwrap_or_else(|| self.first_failure());
+                *slot = Some(Box::new(self));
+            }
+            Error::Timeout { report: slot, .. } | Error::Interrupted { report: slot, .. } => {
+                *slot = Some(Box::new(self));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Every rank's outcome, read through `report_of` and `error_of` (a job's or
+/// the last run's accessors), for ranks 0..nprocs.
+///
+/// # Safety
+/// The accessors must be safe to call for every rank below `nprocs`, and the
+/// text they return must stay valid until the next ddpspawn call.
+unsafe fn read_ranks(
+    nprocs: i32,
+    report_of: impl Fn(i32, *mut sys::ddpspawn_rank_report) -> sys::ddpspawn_status,
+    error_of: impl Fn(i32, *mut *const c_char) -> sys::ddpspawn_status,
+) -> Result<Vec<RankReport>> {
+    let mut ranks = Vec::with_capacity(usize::try_from(nprocs).unwrap_or(0));
+    for rank in 0..nprocs.max(0) {
+        let mut raw: sys::ddpspawn_rank_report = library_defaults()?;
+        check(report_of(rank, &mut raw))?;
+        let mut text: *const c_char = ptr::null();
+        check(error_of(rank, &mut text))?;
+        ranks.push(RankReport {
+            rank: rank as usize,
+            state: match raw.state {
+                sys::DDPSPAWN_RANK_NOT_STARTED => RankState::NotStarted,
+                sys::DDPSPAWN_RANK_RUNNING => RankState::Running,
+                sys::DDPSPAWN_RANK_EXITED => RankState::Exited(raw.exit_code),
+                sys::DDPSPAWN_RANK_SIGNALED => RankState::Signaled(raw.signal),
+                other => RankState::Unknown(other),
+            },
+            pid: u32::try_from(raw.pid).ok().filter(|&pid| pid > 0),
+            stopped_by_launcher: raw.stopped_by_launcher != 0,
+            error: c_str_to_string(text),
+        });
+    }
+    Ok(ranks)
 }

@@ -144,7 +144,10 @@ impl<A: Into<PathBuf>, B: Into<PathBuf>> From<(A, B)> for Data {
 /// them; the library checks the data, the model and every option before
 /// any process starts, and a bad one is an [`Error::InvalidArgument`] that
 /// names it. A rank that fails while running is an [`Error::WorkerFailed`]
-/// whose message holds the rank's error.
+/// that names the rank, whose message holds the rank's error and whose
+/// [`Report`](crate::Report) says how every rank ended (as a
+/// [`Launcher`](crate::Launcher)'s does; a timeout or an interrupt carries
+/// one too).
 ///
 /// The terminal methods ([`fit`](Trainer::fit), [`validate`](Trainer::validate),
 /// [`test`](Trainer::test), [`predict`](Trainer::predict)) block until every
@@ -350,10 +353,9 @@ impl Trainer {
         if status != sys::DDPSPAWN_OK {
             // Read the message before any other ddpspawn call replaces it.
             let mut error = Error::from_code(status, last_error());
-            if let Error::WorkerFailed { rank, .. } = &mut error {
-                // SAFETY: no arguments; reads this thread's last run.
-                let failed = unsafe { sys::ddpspawn_run_failed_rank() };
-                *rank = usize::try_from(failed).unwrap_or(0);
+            // How every rank ended, as a Launcher's error carries it.
+            if let Ok(report) = crate::launcher::Report::from_last_run() {
+                report.attach_to(&mut error);
             }
             return Err(error);
         }

@@ -37,6 +37,10 @@ fn main() {
         ),
         ("nul_and_reserved_keys", nul_and_reserved_keys),
         (
+            "a_failed_rank_is_named_with_the_report",
+            a_failed_rank_is_named_with_the_report,
+        ),
+        (
             "callbacks_stop_early_and_keep_the_best",
             callbacks_stop_early_and_keep_the_best,
         ),
@@ -577,6 +581,29 @@ fn nul_and_reserved_keys(dir: &Path) {
     let err = Trainer::new(MLP).fit("tr\0ain.csv").unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     assert!(err.message().contains("NUL"), "{err}");
+}
+
+/// Rank 0 cannot write its logs under a file: the error names it, and carries
+/// every rank's outcome as a Launcher's does.
+fn a_failed_rank_is_named_with_the_report(dir: &Path) {
+    let (train, _) = data(dir);
+    let err = trainer(dir, MLP)
+        .default_root_dir("/dev/null/logs")
+        .option("max_epochs", 1)
+        .fit(&train)
+        .unwrap_err();
+    match &err {
+        Error::WorkerFailed { rank, report, .. } => {
+            assert_eq!(*rank, 0, "{err}");
+            let report = report.as_ref().expect("the ranks' report");
+            assert_eq!(report.nprocs(), NPROCS, "{err}");
+            assert_eq!(report.failed_rank(), Some(0), "{err}");
+            let rank0 = report.rank(0).expect("rank 0's outcome");
+            assert_eq!(rank0.state, ddpspawn::RankState::Exited(1), "{err}");
+            assert!(rank0.error.contains("/dev/null/logs"), "{rank0:?}");
+        }
+        other => panic!("expected WorkerFailed, got {other:?}"),
+    }
 }
 
 fn checkpoint_of_another_model_is_invalid_argument(dir: &Path) {
