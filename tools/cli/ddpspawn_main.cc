@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/comm/process_group.h"
 #include "core/launch/launcher.h"
 #include "core/train/export.h"
 #include "core/train/run.h"
