@@ -38,7 +38,7 @@ def _check_arguments(
     nprocs: int,
     start_method: str,
     timeout: Optional[float],
-    grace_period: float,
+    grace_period: Optional[float],
     backend: str,
     env: Optional[Mapping[str, str]],
 ) -> None:
@@ -52,7 +52,7 @@ def _check_arguments(
         )
     if timeout is not None and not timeout > 0:
         raise InvalidArgumentError(f"timeout must be positive or None, not {timeout!r}")
-    if not grace_period >= 0:
+    if grace_period is not None and not grace_period >= 0:
         raise InvalidArgumentError(f"grace_period must be >= 0, not {grace_period!r}")
     if not isinstance(backend, str) or not backend:
         raise InvalidArgumentError(f"backend must be a non-empty str, not {backend!r}")
@@ -235,11 +235,11 @@ def spawn(
     nprocs: int = 1,
     start_method: str = "spawn",
     timeout: Optional[float] = None,
-    grace_period: float = 5.0,
+    grace_period: Optional[float] = None,
     backend: str = "gloo",
     env: Optional[Mapping[str, str]] = None,
-    nnodes: int = 1,
-    node_rank: int = 0,
+    nnodes: Optional[int] = None,
+    node_rank: Optional[int] = None,
     master_addr: Optional[str] = None,
     master_port: Optional[int] = None,
 ) -> Any:
@@ -273,7 +273,7 @@ def spawn(
             not start threads or initialize CUDA.
         timeout: whole-job limit in seconds; None for none.
         grace_period: seconds between SIGTERM and SIGKILL for the other ranks
-            once one failed.
+            once one failed; None: the library's default (5).
         backend: "gloo" or "nccl".
         env: extra environment variables for every rank.
         nnodes, node_rank, master_addr, master_port: a job of several hosts,
@@ -281,7 +281,8 @@ def spawn(
             ``node_rank * nprocs`` to ``node_rank * nprocs + nprocs - 1`` of
             ``nnodes * nprocs``; node 0's launcher serves the rendezvous at
             ``master_addr:master_port`` (both needed). Every node returns rank
-            0's value.
+            0's value. nnodes and node_rank left None are the library's
+            defaults (one node, node 0).
 
     Raises:
         WorkerFailedError: a rank failed; carries its rank and traceback.
@@ -293,7 +294,9 @@ def spawn(
     # What fits the C fields; the library checks that they describe a job.
     for name, value, low, high in (("nnodes", nnodes, 1, 2**31 - 1),
                                    ("node_rank", node_rank, 0, 2**31 - 1),
-                                   ("master_port", master_port or 0, 0, 65535)):
+                                   ("master_port", master_port, 0, 65535)):
+        if value is None:
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise InvalidArgumentError(f"{name} must be an int in [{low}, {high}], not {value!r}")
     if master_addr is not None and not isinstance(master_addr, str):
@@ -308,9 +311,13 @@ def spawn(
     options.nprocs = nprocs
     options.start_method = start_method.encode()
     options.timeout_s = float(timeout or 0.0)
-    options.grace_period_s = float(grace_period)
-    options.nnodes = nnodes
-    options.node_rank = node_rank
+    # What the caller left out keeps the library's default.
+    if grace_period is not None:
+        options.grace_period_s = float(grace_period)
+    if nnodes is not None:
+        options.nnodes = nnodes
+    if node_rank is not None:
+        options.node_rank = node_rank
     if master_addr is not None:
         options.master_addr = master_addr.encode()
     if master_port is not None:
