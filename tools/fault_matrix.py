@@ -17,8 +17,8 @@ segments, processes still alive after the launcher (ranks, the run directory's g
 
 How to run (from a clone, after `bazel build //tools:ddpspawn`; about 4 minutes on 2 cores):
 
-    tools/fault_matrix > matrix.md        # the Markdown table on stdout, progress on stderr
-    tools/fault_matrix --only 1,3,7       # some faults only (numbers as in the table)
+    tools/fault_matrix.py > matrix.md     # the Markdown table on stdout, progress on stderr
+    tools/fault_matrix.py --only 1,3,7    # some faults only (numbers as in the table)
 
 DDPSPAWN_BIN overrides the binary (default: bazel-bin/tools/ddpspawn of this clone);
 DDPSPAWN_PYTHON is a Python with torch (default /opt/ddpspawn/venv/bin/python3), needed only
@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("DDPSPAWN_BIN") or os.path.join(REPO, "bazel-bin", "tools", "ddpspawn")
@@ -75,7 +76,7 @@ def alive(pid, start):
 
 def descendants(root):
     """{pid: (starttime, ppid, pgid)} of every live descendant of `root`."""
-    children = {}
+    children: dict[int, list[tuple[int, tuple[int, int, str, int]]]] = {}  # by ppid
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -817,7 +818,7 @@ def fault_hostile_user(work, data):
             row(10, "hostile local user", method, "-", "-", "skipped: needs root to act as nobody",
                 "-")
         return
-    nobody = dict(user="nobody", group="nogroup", extra_groups=[])
+    nobody: dict[str, Any] = dict(user="nobody", group="nogroup", extra_groups=[])
     python = None  # one that `nobody` can run (root's own may live in an unreadable home)
     for candidate in ("/usr/bin/python3", "/usr/local/bin/python3", sys.executable):
         try:
@@ -871,7 +872,8 @@ def fault_hostile_user(work, data):
                                              for n in after)
         ours = [d for d in launch.run_dirs if d not in planted]
         row(10, "`nobody` pre-created 300 `ddpspawn-XXXXXX` files, 0777 dirs and links in the "
-            "shared TMPDIR", method, exit_text(rc), seconds(launch.exit_at - launch.start) +
+            "shared TMPDIR", method, exit_text(rc),
+            (seconds(launch.exit_at - launch.start) if rc is not None else "> 60 s") +
             " (whole run)", (first_lines(launch.stderr()) if rc else "fit succeeded") +
             f"; its run dir was a fresh name (mode {mode}); the planted entries were "
             + ("left untouched" if untouched else "CHANGED") + f" ({len(ours)} run dir(s) of ours)",
@@ -903,7 +905,8 @@ def fault_hostile_user(work, data):
                    "no ddpspawn segment ever seen in /dev/shm (polled every ~2 ms)")
         row(10, "`nobody` polls /dev/shm (opening every ddpspawn-* entry) and the run dir "
             "during a 150-epoch fit", method, exit_text(rc),
-            seconds(launch.exit_at - launch.start) + " (whole run)",
+            (seconds(launch.exit_at - launch.start) if rc is not None else "> 60 s")
+            + " (whole run)",
             f"{visible}; opened by nobody: {len(seen['opened'])}"
             + (f" ({', '.join(seen['errors'])})" if seen["errors"] else "")
             + f"; run dir listing by nobody: {', '.join(seen['dir_errors']) or 'not attempted'}",
@@ -957,10 +960,10 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
     took = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
     built = " ".join(v for v in version if v.startswith(("version=", "torch=")))
-    print(f"Measured {started:%Y-%m-%d %H:%M} UTC by `tools/fault_matrix` in {took / 60:.1f} min "
-          f"on {os.cpu_count()} cores (load average {load:.1f} at the start), Linux "
-          f"{platform.release()}, ddpspawn {built}; 2 ranks, mlp:4,16,3 on 400 rows unless the "
-          "fault says otherwise.\n")
+    print(f"Measured {started:%Y-%m-%d %H:%M} UTC by `tools/fault_matrix.py` in "
+          f"{took / 60:.1f} min on {os.cpu_count()} cores (load average {load:.1f} at the "
+          f"start), Linux {platform.release()}, ddpspawn {built}; 2 ranks, mlp:4,16,3 on 400 "
+          "rows unless the fault says otherwise.\n")
     print("| # | Fault | Start method | Exit | Fault → exit | Error (first lines) / outcome | "
           "Left behind |")
     print("|---|---|---|---|---|---|---|")
