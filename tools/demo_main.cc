@@ -1,7 +1,7 @@
-// A launcher demo (bazel run //tools:demo; tools/demo, the main job, runs the
-// ddpspawn CLI instead): launches 2 ranks of this program (spawn start method), which join a Gloo
-// process group, estimate pi together by Monte Carlo with every collective, and hand a summary back
-// to the launcher. `demo --fail` shows what a failing rank looks like instead.
+// A launcher demo (bazel run //tools:demo; tools/demo, the main job, runs the ddpspawn CLI
+// instead): launches 2 ranks of this program (spawn start method), which join a Gloo process group,
+// estimate pi together by Monte Carlo with every collective, and hand a summary back to the
+// launcher. `demo --fail` shows what a failing rank looks like instead.
 #include <ATen/ATen.h>
 
 #include <cstdio>
