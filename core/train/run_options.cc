@@ -576,7 +576,7 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command_name,
     return absl::InvalidArgumentError("fit needs option train (a CSV or .npy file)");
   }
   if (command != Command::kFit && config.data.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(command, " needs option data"));
+    return absl::InvalidArgumentError(absl::StrCat(CommandName(command), " needs option data"));
   }
   if (config.node_rank >= config.nnodes) {
     return absl::InvalidArgumentError(absl::StrCat("option node_rank=", config.node_rank,
@@ -591,7 +591,7 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command_name,
     return absl::InvalidArgumentError(
         absl::StrCat("max_restarts is for fit (which writes the checkpoint a restart continues "
                      "from), not ",
-                     command));
+                     CommandName(command)));
   }
   if (config.nnodes > 1 && config.master_addr.empty()) {
     return absl::InvalidArgumentError(

@@ -30,6 +30,23 @@ absl::StatusOr<RunConfig> ParseWith(const std::string& key, const std::string& v
   return ParseRunConfig("fit", options);
 }
 
+TEST(RunConfigTest, CommandsAreParsedOnceAndNamedInMessages) {
+  absl::StatusOr<RunConfig> validate = ParseRunConfig("validate", {{"model", "mlp:4,16,3"}});
+  EXPECT_THAT(validate.status().message(), HasSubstr("validate needs option data"));
+  absl::StatusOr<RunConfig> test =
+      ParseRunConfig("test", {{"model", "mlp:4,16,3"}, {"data", "d.csv"}, {"max_restarts", "1"}});
+  EXPECT_THAT(test.status().message(), HasSubstr("not test"));
+  absl::StatusOr<RunConfig> train = ParseRunConfig("train", {{"model", "mlp:4,16,3"}});
+  EXPECT_THAT(
+      train.status().message(),
+      HasSubstr("unknown command 'train'; expected 'fit', 'validate', 'test' or 'predict'"));
+  absl::StatusOr<RunConfig> predict =
+      ParseRunConfig("predict", {{"model", "mlp:4,16,3"}, {"data", "d.csv"}});
+  ASSERT_TRUE(predict.ok()) << predict.status();
+  EXPECT_EQ(predict->command, Command::kPredict);
+  EXPECT_EQ(CommandName(predict->command), "predict");
+}
+
 TEST(RunConfigTest, IntegersOutOfRangeAreErrorsNotWrappedValues) {
   const struct {
     std::string key, value, expected;
