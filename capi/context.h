@@ -14,6 +14,9 @@
 // Ownership: the group is shared with every reducer made from the context, so
 // destroying the context before its reducers is safe (the group goes when the
 // last of them does).
+// Thread-safety: not thread-safe; calls on one context must not overlap
+// (ddpspawn.h), and its group's collectives, its reducers' included, are
+// issued from one thread at a time.
 struct ddpspawn_context {
   std::shared_ptr<ddpspawn::ProcessGroup> group;
   std::string environment;

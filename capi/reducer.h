@@ -18,6 +18,9 @@ class Tensor;
 // Ownership: keeps its context's group alive (declared first, so it is
 // released after the reducer that uses it) and, with the powersgd hook, that
 // hook's state (read by ddpspawn_reducer_compression between iterations).
+// Thread-safety: not thread-safe; calls on one reducer must not overlap
+// (ddpspawn.h), nor its all-reduces the collectives of its context (they
+// share one group).
 struct ddpspawn_reducer {
   std::shared_ptr<ddpspawn::ProcessGroup> group;
   std::unique_ptr<ddpspawn::Reducer> reducer;

@@ -13,6 +13,8 @@
 // Internal to core/comm (ProcessGroup uses it). Thread-compatible: one thread
 // calls at a time, and every rank makes the same calls in the same order;
 // shared by the process group and the all-reduces it has in flight.
+// Ownership: it owns this node's shared-memory collectives and, on a leader,
+// the leaders' Gloo group; it shares the job's group with the process group.
 #ifndef DDPSPAWN_CORE_COMM_HIERARCHICAL_ALL_REDUCE_H_
 #define DDPSPAWN_CORE_COMM_HIERARCHICAL_ALL_REDUCE_H_
 

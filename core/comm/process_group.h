@@ -59,6 +59,10 @@ struct GroupOptions {
 };
 
 // A collective in flight (see ProcessGroup::StartAllReduce).
+// Not thread-safe: one thread at a time waits for it (DDP's reducer starts
+// and waits under its mutex, perhaps on different threads). Ownership: it
+// holds the tensor and the c10d work, and its destructor waits for a
+// collective still in flight; the group that started it must outlive it.
 class PendingWork {
  public:
   ~PendingWork();

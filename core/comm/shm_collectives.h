@@ -22,7 +22,9 @@
 //
 // Thread-compatible: one thread at a time calls the collectives (they are
 // matched across ranks by their order). AllocateShared's memory may be used
-// and released from any thread.
+// and released from any thread. Ownership: it owns its mapping of the staging
+// segment; each AllocateShared() segment belongs to the pointers returned for
+// it (the object keeps weak ones).
 #ifndef DDPSPAWN_CORE_COMM_SHM_COLLECTIVES_H_
 #define DDPSPAWN_CORE_COMM_SHM_COLLECTIVES_H_
 

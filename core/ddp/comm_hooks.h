@@ -20,7 +20,8 @@
 
 namespace ddpspawn {
 
-// One bucket of gradients, as a hook sees it.
+// One bucket of gradients, as a hook sees it. Plain values; thread-compatible
+// (its tensors share storage with the reducer's bucket).
 struct GradBucket {
   int index = 0;                      // buckets are started in index order on every rank
   int count = 0;                      // how many buckets the model has
@@ -30,7 +31,9 @@ struct GradBucket {
 };
 
 // An averaging in flight. After Wait(), the bucket's buffer holds the mean over
-// ranks.
+// ranks. Not thread-safe: the reducer waits for it once, under its mutex. It
+// keeps the bucket's tensors and a reference to the group it was started on,
+// which must outlive it.
 class PendingReduction {
  public:
   virtual ~PendingReduction() = default;
@@ -40,7 +43,9 @@ class PendingReduction {
 // Thread safety: the reducer calls Start() and the reductions' Wait() under its
 // mutex, so one reducer never calls a hook concurrently. The built-in hooks keep
 // no state of their own except PowerSGD's PowerSgdState, which belongs to one
-// reducer: do not share a PowerSGD hook between reducers.
+// reducer: do not share a PowerSGD hook between reducers. Ownership: a hook
+// keeps nothing of the group or the bucket past Start(); the reductions it
+// returns refer to both, so the group must outlive them.
 class CommHook {
  public:
   virtual ~CommHook() = default;

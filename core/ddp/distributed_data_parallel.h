@@ -57,7 +57,8 @@ class DistributedDataParallel {
 
   // While the returned guard lives, backward accumulates gradients locally (no
   // communication); the first backward after it ends averages everything
-  // accumulated.
+  // accumulated. It borrows the reducer, which must outlive it; made and ended
+  // on the training thread, as no_sync() is.
   class NoSync {
    public:
     explicit NoSync(Reducer* reducer) : reducer_(reducer) { reducer_->set_sync_enabled(false); }

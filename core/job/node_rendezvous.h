@@ -49,7 +49,9 @@ struct NodeFailure {
 
 // One launcher's place in the rendezvous. Not thread-safe: the launching
 // thread uses it; it must outlive the ranks of this node (node 0's serves
-// the store that every rank joins through).
+// the store that every rank joins through). It owns its store connection
+// (node 0's: the server) and a heartbeat thread with a connection of its own,
+// which its destructor stops and joins.
 class NodeRendezvous {
  public:
   // Serves the store (node 0) or connects to it, checks the job, claims the

@@ -55,7 +55,10 @@ struct ForkedRankEnd {
 };
 
 // The launcher's handle on one server. Thread-safe: every member takes the
-// object's mutex, so jobs on several threads may share a server.
+// object's mutex, so jobs on several threads may share a server. Ownership: it
+// owns its end of the socket and the server process (the destructor closes the
+// one and reaps the other); Shared() keeps the four most recently used, and
+// each job holds a reference to its own.
 class Forkserver {
  public:
   // The running server for `program` run with `argv` (argv[0] included) and

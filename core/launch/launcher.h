@@ -100,6 +100,9 @@ struct RankOutcome {
 class Forkserver;
 
 // A job: launched once, joined once. Not thread-safe; one thread drives it.
+// Ownership: it owns its ranks (its destructor kills and reaps those still
+// running), its run directory and that directory's guardian; the forkserver it
+// forks through is shared with later jobs of the same thread and program.
 class Job {
  public:
   // Validates the spec; nothing starts yet.

@@ -7,7 +7,9 @@
 // directory is made, it waits for the launcher's death (PR_SET_PDEATHSIG, which
 // follows the forking thread) or for Stop(), cleans up, and exits.
 //
-// Not thread-safe: the launcher's one thread owns it. Move-only.
+// Not thread-safe: the launcher's one thread owns it. Move-only. Ownership: it
+// owns the guardian process, which Stop() and the destructor reap; a move hands
+// it over.
 #ifndef DDPSPAWN_CORE_LAUNCH_RUN_DIR_GUARD_H_
 #define DDPSPAWN_CORE_LAUNCH_RUN_DIR_GUARD_H_
 

@@ -40,6 +40,10 @@ struct OptimizerConfig {
   double step_lr_gamma = 0.1;
 };
 
+// Thread-compatible: implementations take no lock, so one thread at a time uses
+// a module (fit runs its steps on the rank's training thread). Ownership: the
+// tensors it returns share storage with its own; strategies and trainers share
+// the module (shared_ptr) with their caller.
 class LightningModule {
  public:
   virtual ~LightningModule() = default;
@@ -61,7 +65,8 @@ class LightningModule {
   virtual OptimizerConfig ConfigureOptimizers() { return {}; }
 };
 
-// A LightningModule whose tensors live in a torch::nn::Module.
+// A LightningModule whose tensors live in a torch::nn::Module, which it shares
+// with its caller (network()). Thread-compatible, as LibTorch modules are.
 class NnModule : public LightningModule {
  public:
   explicit NnModule(std::shared_ptr<torch::nn::Module> network) : network_(std::move(network)) {}

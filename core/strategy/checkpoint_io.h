@@ -13,6 +13,10 @@
 
 namespace ddpspawn {
 
+// Thread-safety: the default keeps no state, so any thread may call it (two
+// saves to one path: the last rename wins); a strategy calls its own from its
+// one thread. Ownership: shared (shared_ptr) by the strategies given it; it
+// keeps no file open between calls.
 class CheckpointIO {
  public:
   virtual ~CheckpointIO() = default;

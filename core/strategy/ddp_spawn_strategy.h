@@ -123,6 +123,13 @@ struct DistributedSamplerArgs {
   int rank = 0;
 };
 
+// Thread-safety: not thread-safe; one thread drives it: the launching thread
+// for Launch() and restarts, a rank's training thread for the rest
+// (autograd's threads run only its reducer's hooks, which the reducer
+// guards). Ownership: it owns the process group and the DDP wrapper
+// (Teardown() releases both, the wrapper first) and, after Launch(), this
+// node's NodeJob (its ranks and the rendezvous); it shares the module,
+// checkpoint IO, precision plugin and comm hook with its caller.
 class DDPSpawnStrategy {
  public:
   // A rank's work; its result (rank 0's) goes back to the launching process.

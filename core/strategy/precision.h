@@ -3,7 +3,8 @@
 // "16-mixed" (CUDA autocast to float16 with dynamic loss scaling; CUDA only).
 // A plugin gives the context each step's forward runs in, and its loss scaler
 // if it has one (DDPSpawnStrategy::Backward and OptimizerStep use it). Not
-// thread-safe: one plugin per training loop.
+// thread-safe: one plugin per training loop. Ownership: a plugin owns its loss
+// scaler, which grad_scaler() lends.
 #ifndef DDPSPAWN_CORE_STRATEGY_PRECISION_H_
 #define DDPSPAWN_CORE_STRATEGY_PRECISION_H_
 
@@ -18,7 +19,9 @@ namespace ddpspawn {
 
 class PrecisionPlugin {
  public:
-  // Ends the step's precision context when destroyed.
+  // Ends the step's precision context when destroyed. It sets LibTorch's
+  // thread-local autocast state: destroy it on the thread that made it,
+  // innermost first.
   class StepContext {
    public:
     virtual ~StepContext() = default;

@@ -8,6 +8,8 @@
 //
 // Thread-safe: Start() and Finish() may come from any thread (DDP's
 // all-reduces start in backward). The readers are plain functions.
+// Ownership: it owns its mapping of the file (or the in-memory record), undone
+// when it goes; the file stays in the run directory for the launcher.
 #ifndef DDPSPAWN_CORE_TRACE_FLIGHT_RECORDER_H_
 #define DDPSPAWN_CORE_TRACE_FLIGHT_RECORDER_H_
 

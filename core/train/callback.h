@@ -75,7 +75,9 @@ class CallbackContext {
 
 // A callback. Hooks run on every rank; an error from one fails fit on that
 // rank (and, through the next collective, on every rank). Instances are used
-// by one fit at a time.
+// by one fit at a time. Thread-compatible: fit calls the hooks on the rank's
+// training thread; the trainer shares them (TrainerOptions::callbacks) with
+// its caller.
 class Callback {
  public:
   virtual ~Callback() = default;

@@ -13,6 +13,8 @@
 
 namespace ddpspawn {
 
+// Plain values; thread-compatible. Copies and SplitDataset's parts share the
+// tensors' storage (at::Tensor handles).
 struct Dataset {
   // [n, ...] float32 (converted from whatever the file holds).
   at::Tensor features;

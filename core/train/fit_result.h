@@ -11,7 +11,8 @@
 
 namespace ddpspawn {
 
-// What fit hands back to the launcher (through rank 0's result).
+// What fit hands back to the launcher (through rank 0's result). Plain values;
+// thread-compatible.
 struct FitResult {
   std::string checkpoint;  // the final checkpoint: weights, optimizer, position, RNG
   std::string metrics_csv;

@@ -21,6 +21,8 @@ int64_t BatchCount(int64_t samples, int64_t batch_size);
 // (batch + 1) * batch_size and samples, without overflow.
 int64_t BatchEnd(int64_t batch, int64_t batch_size, int64_t samples);
 
+// Plain values; thread-compatible (Indices() is const and seeds a generator of
+// its own on each call).
 class DistributedSampler {
  public:
   // InvalidArgument if dataset_size < 1, num_replicas < 1, rank is not in

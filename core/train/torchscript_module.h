@@ -22,6 +22,8 @@
 
 namespace ddpspawn {
 
+// Thread-compatible, as LibTorch modules are: one thread at a time uses it. It
+// owns the loaded script module, whose tensors the accessors share.
 class TorchScriptModule : public LightningModule {
  public:
   // `optimizer` is what ConfigureOptimizers() returns (TorchScript cannot build

@@ -24,6 +24,7 @@
 namespace ddpspawn {
 
 // Owns nothing by itself: DiscardTempFile ends it, after CommitTempFile too.
+// A plain value; thread-compatible.
 struct TempFile {
   int fd = -1;  // open for writing, close-on-exec, locked, mode 0600
   // Empty while the file has no name (O_TMPFILE).
