@@ -142,6 +142,7 @@ void FlightRecorder::Finish(uint64_t seq, bool ok) {
 }
 
 std::string FlightRecorder::DescribeOwn(uint64_t seq) const {
+  absl::MutexLock lock(&mutex_);
   const Entry& entry = file_->entries[seq % kKept];
   if (entry.seq.load(std::memory_order_acquire) != seq) return "";
   return DescribeEntry(entry);

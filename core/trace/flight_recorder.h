@@ -43,7 +43,8 @@ class FlightRecorder {
   // Records that call `seq` ended, successfully or not.
   void Finish(uint64_t seq, bool ok);
 
-  // The description of call `seq` if it is among the last ones kept.
+  // The description of call `seq` if it is among the last ones kept. Takes
+  // the writers' lock: another thread's Start() may be reusing the slot.
   std::string DescribeOwn(uint64_t seq) const;
 
   struct File;
@@ -52,7 +53,8 @@ class FlightRecorder {
   explicit FlightRecorder(File* file, bool mapped);
   File* const file_;  // mapped from the run directory, or in memory
   const bool mapped_;
-  absl::Mutex mutex_;  // orders writers; readers elsewhere need no lock
+  // Orders writers and DescribeOwn(); other processes' readers need no lock.
+  mutable absl::Mutex mutex_;
 };
 
 // One rank's record as read from its file by any process.
