@@ -4,9 +4,35 @@
 #include <torch/nn/module.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/enum_names.h"
 #include "core/util/exception_status.h"
 
 namespace ddpspawn {
+namespace {
+
+constexpr NamedValue<Optimizer> kOptimizerNames[] = {
+    {"sgd", Optimizer::kSgd},
+    {"adam", Optimizer::kAdam},
+    {"adamw", Optimizer::kAdamW},
+};
+
+constexpr NamedValue<Optimizer> kOptimizerClassNames[] = {
+    {"SGD", Optimizer::kSgd},
+    {"Adam", Optimizer::kAdam},
+    {"AdamW", Optimizer::kAdamW},
+};
+
+}  // namespace
+
+absl::string_view OptimizerName(Optimizer value) { return NameOf(kOptimizerNames, value); }
+
+absl::StatusOr<Optimizer> ParseOptimizer(absl::string_view name) {
+  return ParseName(kOptimizerNames, "optimizer", name);
+}
+
+absl::string_view OptimizerClassName(Optimizer value) {
+  return NameOf(kOptimizerClassNames, value);
+}
 
 std::vector<at::Tensor> NnModule::parameters() { return network_->parameters(); }
 

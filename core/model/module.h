@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace torch::nn {
 class Module;
@@ -30,9 +31,17 @@ using Batch = std::vector<at::Tensor>;
 using StepMetrics = std::map<std::string, at::Tensor>;
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
+// The optimizers fit can make (torch::optim's SGD, Adam and AdamW).
+enum class Optimizer { kSgd, kAdam, kAdamW };
+// "sgd", "adam", "adamw": the run option's values.
+absl::string_view OptimizerName(Optimizer optimizer);
+absl::StatusOr<Optimizer> ParseOptimizer(absl::string_view name);
+// "SGD", "Adam", "AdamW": torch's class names (Lightning's lr-<name> metric).
+absl::string_view OptimizerClassName(Optimizer optimizer);
+
 // configure_optimizers: the optimizer and a step learning-rate schedule.
 struct OptimizerConfig {
-  std::string name = "sgd";  // "sgd", "adam" or "adamw"
+  Optimizer optimizer = Optimizer::kSgd;
   double lr = 0.01;
   double momentum = 0.0;  // sgd
   double weight_decay = 0.0;

@@ -35,7 +35,7 @@ absl::StatusOr<OptimizerConfig> ResumedOptimizerConfig(const std::string& checkp
     // optimizer state.
     RETURN_IF_ERROR(RestoreCheckpoint(checkpoint_bytes, module, nullptr, nullptr));
     return absl::InvalidArgumentError(absl::StrCat(
-        "its optimizer state cannot be restored into optimizer=", config.name,
+        "its optimizer state cannot be restored into optimizer=", OptimizerName(config.optimizer),
         " (a resumed fit goes on with the optimizer that wrote the checkpoint; for another, "
         "start a new fit from its weights alone with checkpoint= instead of resume_from): ",
         s.message()));

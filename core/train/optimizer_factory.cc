@@ -23,22 +23,21 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
   }
   if (trainable.empty()) return absl::InvalidArgumentError("the model has no trainable parameter");
   if (!(config.lr > 0)) return absl::InvalidArgumentError("the learning rate must be positive");
-  if (config.name == "sgd") {
-    return std::unique_ptr<torch::optim::Optimizer>(
-        new torch::optim::SGD(trainable, torch::optim::SGDOptions(config.lr)
-                                             .momentum(config.momentum)
-                                             .weight_decay(config.weight_decay)));
-  }
-  if (config.name == "adam") {
-    return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::Adam(
-        trainable, torch::optim::AdamOptions(config.lr).weight_decay(config.weight_decay)));
-  }
-  if (config.name == "adamw") {
-    return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::AdamW(
-        trainable, torch::optim::AdamWOptions(config.lr).weight_decay(config.weight_decay)));
+  switch (config.optimizer) {
+    case Optimizer::kSgd:
+      return std::unique_ptr<torch::optim::Optimizer>(
+          new torch::optim::SGD(trainable, torch::optim::SGDOptions(config.lr)
+                                               .momentum(config.momentum)
+                                               .weight_decay(config.weight_decay)));
+    case Optimizer::kAdam:
+      return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::Adam(
+          trainable, torch::optim::AdamOptions(config.lr).weight_decay(config.weight_decay)));
+    case Optimizer::kAdamW:
+      return std::unique_ptr<torch::optim::Optimizer>(new torch::optim::AdamW(
+          trainable, torch::optim::AdamWOptions(config.lr).weight_decay(config.weight_decay)));
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer '", config.name, "'; expected sgd, adam or adamw"));
+      absl::StrCat("unknown optimizer ", static_cast<int>(config.optimizer)));
 }
 
 // Scales the gradients so that their global L2 norm is at most `max_norm` (what

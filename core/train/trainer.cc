@@ -169,9 +169,7 @@ class Trainer::FitContext : public CallbackContext {
     return run_.optimizer->param_groups().front().options().get_lr();
   }
   std::string optimizer_name() const override {
-    if (run_.config.name == "adam") return "Adam";
-    if (run_.config.name == "adamw") return "AdamW";
-    return "SGD";
+    return std::string(OptimizerClassName(run_.config.optimizer));
   }
   double base_learning_rate() const override { return run_.config.lr; }
   int64_t total_steps() const override {

@@ -47,6 +47,15 @@ TEST(RunConfigTest, CommandsAreParsedOnceAndNamedInMessages) {
   EXPECT_EQ(CommandName(predict->command), "predict");
 }
 
+TEST(RunConfigTest, TheOptimizerIsParsedOnce) {
+  absl::StatusOr<RunConfig> adamw = ParseWith("optimizer", "adamw");
+  ASSERT_TRUE(adamw.ok()) << adamw.status();
+  EXPECT_EQ(adamw->optimizer.optimizer, Optimizer::kAdamW);
+  EXPECT_EQ(OptimizerClassName(adamw->optimizer.optimizer), "AdamW");
+  EXPECT_THAT(ParseWith("optimizer", "rmsprop").status().message(),
+              HasSubstr("unknown optimizer 'rmsprop'; expected 'sgd', 'adam' or 'adamw'"));
+}
+
 TEST(RunConfigTest, IntegersOutOfRangeAreErrorsNotWrappedValues) {
   const struct {
     std::string key, value, expected;
