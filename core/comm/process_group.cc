@@ -231,6 +231,11 @@ struct ProcessGroup::Impl {
     collective(staged);
     tensor.copy_(staged);
   }
+
+  // Creates a Gloo group through `store`, then joins the shared-memory paths that apply.
+  absl::Status JoinGloo(const c10::intrusive_ptr<c10d::PrefixStore>& store,
+                        const ClusterInfo& cluster, const GroupOptions& options, bool one_launcher,
+                        bool shm_enabled, bool debug);
 };
 
 struct PendingWork::Impl {
@@ -363,6 +368,37 @@ absl::Status CheckNcclDevice(const ClusterInfo& cluster, int device_index) {
 
 }  // namespace
 
+absl::Status ProcessGroup::Impl::JoinGloo(const c10::intrusive_ptr<c10d::PrefixStore>& store,
+                                          const ClusterInfo& cluster, const GroupOptions& options,
+                                          bool one_launcher, bool shm_enabled, bool debug) {
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
+  const std::shared_ptr<::gloo::transport::Device> gloo_device = GlooDevice(cluster);
+  gloo_options->devices.push_back(gloo_device);
+  group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cluster.rank, cluster.world_size,
+                                                      gloo_options);
+  if (cluster.kind == ClusterKind::kDdpspawn && cluster.store_is_external) {
+    absl::StatusOr<std::unique_ptr<HierarchicalAllReduce>> joined =
+        HierarchicalAllReduce::Join(group, store, cluster, generation, gloo_device, options.timeout,
+                                    shm_enabled, options.check_calls || debug);
+    if (!joined.ok()) return joined.status();
+    hierarchical = *std::move(joined);
+  }
+  if (one_launcher) {  // its store is private: the tokens prove who is at each end
+    RETURN_IF_ERROR(CheckEveryConnection(*group, *store, cluster.rank, cluster.world_size,
+                                         std::min(options.timeout, kConnectionCheckDeadline)));
+  }
+  if (one_launcher && cluster.world_size > 1 && shm_enabled) {
+    absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> joined = JoinSharedMemory(
+        *group, cluster, absl::StrCat(SharedMemoryPrefix(cluster.run_dir), generation),
+        options.timeout);
+    if (!joined.ok()) return joined.status();
+    shm = *std::move(joined);
+    if (shm) shm->set_compare_calls(options.check_calls || debug);
+  }
+  WaitUntilEveryRankJoined(*store, cluster);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const ClusterInfo& cluster,
                                                                    const GroupOptions& options) {
   const int device_index = options.device_index >= 0 ? options.device_index : cluster.local_rank;
@@ -410,38 +446,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
       return;
     }
 #endif
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(impl->timeout);
-    const std::shared_ptr<::gloo::transport::Device> device = GlooDevice(cluster);
-    gloo_options->devices.push_back(device);
-    impl->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, cluster.rank,
-                                                              cluster.world_size, gloo_options);
-    if (cluster.kind == ClusterKind::kDdpspawn && cluster.store_is_external) {
-      absl::StatusOr<std::unique_ptr<HierarchicalAllReduce>> hierarchical =
-          HierarchicalAllReduce::Join(impl->group, store, cluster, generation, device,
-                                      options.timeout, shm_enabled, options.check_calls || debug);
-      if (!hierarchical.ok()) {
-        refused = hierarchical.status();
-        return;
-      }
-      impl->hierarchical = *std::move(hierarchical);
-    }
-    if (one_launcher) {  // its store is private: the tokens prove who is at each end
-      refused = CheckEveryConnection(*impl->group, *store, cluster.rank, cluster.world_size,
-                                     std::min(options.timeout, kConnectionCheckDeadline));
-      if (!refused.ok()) return;
-    }
-    if (one_launcher && cluster.world_size > 1 && shm_enabled) {
-      absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> shm = JoinSharedMemory(
-          *impl->group, cluster, absl::StrCat(SharedMemoryPrefix(cluster.run_dir), generation),
-          options.timeout);
-      if (!shm.ok()) {
-        refused = shm.status();
-        return;
-      }
-      impl->shm = *std::move(shm);
-      if (impl->shm) impl->shm->set_compare_calls(options.check_calls || debug);
-    }
-    WaitUntilEveryRankJoined(*store, cluster);
+    refused = impl->JoinGloo(store, cluster, options, one_launcher, shm_enabled, debug);
   });
   if (!created.ok()) return created;
   if (!refused.ok()) return refused;

@@ -464,17 +464,48 @@ absl::Status Job::Start() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Starts a rank through the forkserver `server` and records it as running.
+absl::Status StartOnForkserver(Forkserver& server, const std::vector<std::string>& env,
+                               int global_rank, RankOutcome& outcome, RunDirGuard& guard) {
+  absl::StatusOr<pid_t> pid = server.StartRank(env);
+  if (!pid.ok()) {
+    return absl::Status(pid.status().code(),
+                        absl::StrCat("rank ", global_rank, ": ", pid.status().message()));
+  }
+  outcome.pid = *pid;
+  outcome.state = RankState::kRunning;
+  return guard.AddProcessGroup(*pid);
+}
+
+// Closes `exec_error_fd` once `pid` has exec'd; a failed exec is reaped, recorded and returned.
+absl::Status AwaitExec(pid_t pid, int exec_error_fd, int global_rank, const std::string& program,
+                       RankOutcome& outcome) {
+  // The pipe closes on a successful exec; otherwise the child sends errno.
+  int err = 0;
+  ssize_t n;
+  do {
+    n = read(exec_error_fd, &err, sizeof(err));
+  } while (n < 0 && errno == EINTR);
+  close(exec_error_fd);
+  if (n == sizeof(err)) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    outcome.state = RankState::kExited;
+    outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 127;
+    return absl::InvalidArgumentError(absl::StrCat("rank ", global_rank, " could not exec '",
+                                                   program, "': ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
   RankOutcome& outcome = outcomes_[rank];
   if (spec_.start_method == StartMethod::kForkserver) {
-    absl::StatusOr<pid_t> pid = forkserver_->StartRank(env);
-    if (!pid.ok()) {
-      return absl::Status(pid.status().code(),
-                          absl::StrCat("rank ", GlobalRank(rank), ": ", pid.status().message()));
-    }
-    outcome.pid = *pid;
-    outcome.state = RankState::kRunning;
-    return run_dir_guard_.AddProcessGroup(*pid);
+    return StartOnForkserver(*forkserver_, env, GlobalRank(rank), outcome, run_dir_guard_);
   }
   std::vector<char*> envp = CStringArray(env);
   const pid_t parent = getpid();
@@ -530,21 +561,7 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
   outcome.pid = pid;
   outcome.state = RankState::kRunning;
   absl::Status recorded = run_dir_guard_.AddProcessGroup(pid);
-  // The pipe closes on a successful exec; otherwise the child sends errno.
-  int err = 0;
-  ssize_t n;
-  do {
-    n = read(exec_error[0], &err, sizeof(err));
-  } while (n < 0 && errno == EINTR);
-  close(exec_error[0]);
-  if (n == sizeof(err)) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    outcome.state = RankState::kExited;
-    outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 127;
-    return absl::InvalidArgumentError(absl::StrCat("rank ", GlobalRank(rank), " could not exec '",
-                                                   program_path_, "': ", std::strerror(err)));
-  }
+  RETURN_IF_ERROR(AwaitExec(pid, exec_error[0], GlobalRank(rank), program_path_, outcome));
   return recorded;
 }
 

@@ -125,18 +125,10 @@ absl::StatusOr<NamedTensors> ReadCheckpointWeights(const std::string& bytes) {
   return weights;
 }
 
-absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module,
-                               torch::optim::Optimizer* optimizer, TrainingState* state) {
-  // Tensors come back on the module's device (a checkpoint saved on one
-  // device loads on another); the RNG states go back to the CPU.
-  std::vector<at::Tensor> params = module.parameters();
-  torch::serialize::InputArchive archive;
-  RETURN_IF_ERROR(OpenCheckpointArchive(bytes,
-                                        params.empty()
-                                            ? c10::optional<c10::Device>()
-                                            : c10::optional<c10::Device>(params.front().device()),
-                                        archive));
-  c10::NoGradGuard no_grad;
+namespace {
+
+// Copies each of the module's tensors from the archive into the module.
+absl::Status RestoreModelTensors(torch::serialize::InputArchive& archive, LightningModule& module) {
   for (const auto& [name, tensor] : module.named_state()) {
     at::Tensor saved;
     if (!archive.try_read(absl::StrCat(kModelPrefix, name), saved)) {
@@ -157,63 +149,92 @@ absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module
           return absl::OkStatus();
         }));
   }
+  return absl::OkStatus();
+}
+
+// Loads the archive's optimizer state into `optimizer`.
+absl::Status RestoreOptimizerState(torch::serialize::InputArchive& archive,
+                                   torch::optim::Optimizer& optimizer) {
+  return InvalidInputOnException("restoring the optimizer state", [&] {
+    torch::serialize::InputArchive optimizer_archive;
+    if (!archive.try_read("optimizer", optimizer_archive)) {
+      return absl::InvalidArgumentError("the checkpoint has no optimizer state");
+    }
+    optimizer.load(optimizer_archive);
+    return absl::OkStatus();
+  });
+}
+
+// Reads the counters, RNG states, epoch loss, callback states and grad scaler into `state`.
+absl::Status RestoreTrainingState(torch::serialize::InputArchive& archive, TrainingState& state) {
+  c10::IValue value;
+  for (auto [key, field] : {std::make_pair("epoch", &state.epoch),
+                            std::make_pair("batch_in_epoch", &state.batch_in_epoch),
+                            std::make_pair("global_step", &state.global_step)}) {
+    if (!archive.try_read(key, value) || !value.isInt()) {
+      return absl::InvalidArgumentError(absl::StrCat("the checkpoint has no '", key, "'"));
+    }
+    *field = value.toInt();
+  }
+  state.world_size = archive.try_read("world_size", value) && value.isInt() ? value.toInt() : 0;
+  state.cpu_rng_per_rank.clear();
+  while (true) {
+    // A fresh tensor for each rank: try_read into a tensor already read
+    // set_()s it to the new data, and every state kept so far (.cpu() of a
+    // CPU tensor is the same tensor) would become the last rank's.
+    at::Tensor rng;
+    if (!archive.try_read(absl::StrCat("rng.cpu.", state.cpu_rng_per_rank.size()), rng)) break;
+    state.cpu_rng_per_rank.push_back(rng.cpu());
+  }
+  // Absent (saved at an epoch's end, or by an earlier version): none.
+  state.epoch_loss_batches = 0;
+  state.epoch_loss_sum_per_rank.clear();
+  at::Tensor sums;
+  if (archive.try_read("epoch_loss.batches", value) && value.isInt() &&
+      archive.try_read("epoch_loss.sum_per_rank", sums)) {
+    at::Tensor flat = sums.to(at::kCPU, at::kDouble).contiguous().view(-1);
+    state.epoch_loss_sum_per_rank.assign(flat.data_ptr<double>(),
+                                         flat.data_ptr<double>() + flat.numel());
+    state.epoch_loss_batches = value.toInt();
+  }
+  state.callback_states.clear();
+  for (const std::string& key : archive.keys()) {
+    if (absl::StartsWith(key, kCallbackPrefix) && archive.try_read(key, value) &&
+        value.isString()) {
+      state.callback_states[key.substr(kCallbackPrefix.size())] = value.toStringRef();
+    }
+  }
+  state.grad_scale = 0;
+  state.grad_scale_growth_tracker = 0;
+  if (archive.try_read("grad_scaler.scale", value) && value.isDouble()) {
+    state.grad_scale = value.toDouble();
+    if (archive.try_read("grad_scaler.growth_tracker", value) && value.isInt()) {
+      state.grad_scale_growth_tracker = value.toInt();
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module,
+                               torch::optim::Optimizer* optimizer, TrainingState* state) {
+  // Tensors come back on the module's device (a checkpoint saved on one
+  // device loads on another); the RNG states go back to the CPU.
+  std::vector<at::Tensor> params = module.parameters();
+  torch::serialize::InputArchive archive;
+  RETURN_IF_ERROR(OpenCheckpointArchive(bytes,
+                                        params.empty()
+                                            ? c10::optional<c10::Device>()
+                                            : c10::optional<c10::Device>(params.front().device()),
+                                        archive));
+  c10::NoGradGuard no_grad;
+  RETURN_IF_ERROR(RestoreModelTensors(archive, module));
   if (optimizer != nullptr) {
-    absl::Status restored = InvalidInputOnException("restoring the optimizer state", [&] {
-      torch::serialize::InputArchive optimizer_archive;
-      if (!archive.try_read("optimizer", optimizer_archive)) {
-        return absl::InvalidArgumentError("the checkpoint has no optimizer state");
-      }
-      optimizer->load(optimizer_archive);
-      return absl::OkStatus();
-    });
-    if (!restored.ok()) return restored;
+    RETURN_IF_ERROR(RestoreOptimizerState(archive, *optimizer));
   }
   if (state != nullptr) {
-    c10::IValue value;
-    for (auto [key, field] : {std::make_pair("epoch", &state->epoch),
-                              std::make_pair("batch_in_epoch", &state->batch_in_epoch),
-                              std::make_pair("global_step", &state->global_step)}) {
-      if (!archive.try_read(key, value) || !value.isInt()) {
-        return absl::InvalidArgumentError(absl::StrCat("the checkpoint has no '", key, "'"));
-      }
-      *field = value.toInt();
-    }
-    state->world_size = archive.try_read("world_size", value) && value.isInt() ? value.toInt() : 0;
-    state->cpu_rng_per_rank.clear();
-    while (true) {
-      // A fresh tensor for each rank: try_read into a tensor already read
-      // set_()s it to the new data, and every state kept so far (.cpu() of a
-      // CPU tensor is the same tensor) would become the last rank's.
-      at::Tensor rng;
-      if (!archive.try_read(absl::StrCat("rng.cpu.", state->cpu_rng_per_rank.size()), rng)) break;
-      state->cpu_rng_per_rank.push_back(rng.cpu());
-    }
-    // Absent (saved at an epoch's end, or by an earlier version): none.
-    state->epoch_loss_batches = 0;
-    state->epoch_loss_sum_per_rank.clear();
-    at::Tensor sums;
-    if (archive.try_read("epoch_loss.batches", value) && value.isInt() &&
-        archive.try_read("epoch_loss.sum_per_rank", sums)) {
-      at::Tensor flat = sums.to(at::kCPU, at::kDouble).contiguous().view(-1);
-      state->epoch_loss_sum_per_rank.assign(flat.data_ptr<double>(),
-                                            flat.data_ptr<double>() + flat.numel());
-      state->epoch_loss_batches = value.toInt();
-    }
-    state->callback_states.clear();
-    for (const std::string& key : archive.keys()) {
-      if (absl::StartsWith(key, kCallbackPrefix) && archive.try_read(key, value) &&
-          value.isString()) {
-        state->callback_states[key.substr(kCallbackPrefix.size())] = value.toStringRef();
-      }
-    }
-    state->grad_scale = 0;
-    state->grad_scale_growth_tracker = 0;
-    if (archive.try_read("grad_scaler.scale", value) && value.isDouble()) {
-      state->grad_scale = value.toDouble();
-      if (archive.try_read("grad_scaler.growth_tracker", value) && value.isInt()) {
-        state->grad_scale_growth_tracker = value.toInt();
-      }
-    }
+    RETURN_IF_ERROR(RestoreTrainingState(archive, *state));
   }
   return absl::OkStatus();
 }

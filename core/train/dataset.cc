@@ -310,6 +310,116 @@ bool IntegralLabel(absl::string_view text, double value, int64_t* integer) {
   return true;
 }
 
+// What LoadCsvDataset has read of a CSV file so far.
+struct CsvTable {
+  std::vector<std::string> header_names;  // when the file has a header
+  size_t columns = 0;
+  size_t first_line = 0;  // the line that set `columns`
+  size_t label_index = 0;
+  std::vector<float> features;
+  std::vector<double> label_values;
+  std::vector<int64_t> label_integers;
+  bool labels_integral = true;
+};
+
+// "file:line", for errors.
+std::string CsvWhere(const std::string& path, size_t line_number) {
+  return absl::StrCat(path, ":", line_number);
+}
+
+// "column 3 (\"name\")": a column for errors, with its header name when it has one.
+std::string CsvColumnText(const CsvTable& table, size_t column) {
+  std::string text = absl::StrCat("column ", column + 1);
+  if (column < table.header_names.size() && !table.header_names[column].empty())
+    absl::StrAppend(&text, " (\"", table.header_names[column], "\")");
+  return text;
+}
+
+// Sets `table`'s columns, label column and header names from the first row; true: a header.
+absl::StatusOr<bool> ReadFirstCsvRow(const std::string& path, size_t line_number,
+                                     const CsvOptions& options,
+                                     const std::vector<std::string>& fields, CsvTable& table) {
+  table.columns = fields.size();
+  table.first_line = line_number;
+  if (table.columns < 2)
+    return absl::InvalidArgumentError(
+        absl::StrCat(CsvWhere(path, line_number), ": has ", table.columns,
+                     " field; a dataset needs at least 2 columns (features and a label) - is "
+                     "the delimiter '",
+                     std::string(1, options.delimiter), "' right?"));
+  int label_column = options.label_column < 0
+                         ? static_cast<int>(table.columns) + options.label_column
+                         : options.label_column;
+  if (label_column < 0 || label_column >= static_cast<int>(table.columns))
+    return absl::InvalidArgumentError(absl::StrCat(path, ": label_column ", options.label_column,
+                                                   " is out of range for ", table.columns,
+                                                   " columns"));
+  table.label_index = static_cast<size_t>(label_column);
+  bool header = options.header == CsvOptions::Header::kYes;
+  if (options.header == CsvOptions::Header::kAuto) {
+    double unused;
+    for (const std::string& field : fields)
+      if (!ParseNumber(field, &unused)) header = true;
+  }
+  if (header) table.header_names = fields;
+  return header;
+}
+
+// Appends a data row's features and label to `table`; errors name the line and column.
+absl::Status AddCsvRow(const std::string& path, size_t line_number, const CsvOptions& options,
+                       const std::vector<std::string>& fields, CsvTable& table) {
+  for (size_t column = 0; column < table.columns; ++column) {
+    double value;
+    if (!ParseNumber(fields[column], &value))
+      return absl::InvalidArgumentError(absl::StrCat(CsvWhere(path, line_number), ": ",
+                                                     CsvColumnText(table, column), ": \"",
+                                                     fields[column], "\" is not a number"));
+    if (const char* problem = NonFinite(value); problem != nullptr)
+      return absl::InvalidArgumentError(absl::StrCat(CsvWhere(path, line_number), ": ",
+                                                     CsvColumnText(table, column), ": \"",
+                                                     fields[column], "\" ", problem));
+    if (column != table.label_index) {
+      table.features.push_back(static_cast<float>(value));
+      continue;
+    }
+    table.label_values.push_back(value);
+    int64_t integer = 0;
+    if (IntegralLabel(fields[column], value, &integer)) {
+      table.label_integers.push_back(integer);
+    } else if (options.label_type == CsvOptions::LabelType::kInt64) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          CsvWhere(path, line_number), ": ", CsvColumnText(table, column), ": label \"",
+          fields[column], "\" is not an integer (label_type is kInt64)"));
+    } else {
+      table.labels_integral = false;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `table`'s `rows` data rows as a Dataset: float32 features, int64 or float32 labels.
+Dataset CsvTableDataset(const std::string& path, const CsvOptions& options, const CsvTable& table,
+                        int64_t rows) {
+  Dataset dataset;
+  dataset.source = path;
+  dataset.features = at::empty({rows, static_cast<int64_t>(table.columns) - 1}, at::kFloat);
+  std::memcpy(dataset.features.data_ptr<float>(), table.features.data(),
+              table.features.size() * sizeof(float));
+  bool integer_labels =
+      options.label_type == CsvOptions::LabelType::kInt64 ||
+      (options.label_type == CsvOptions::LabelType::kAuto && table.labels_integral);
+  if (integer_labels) {
+    dataset.labels = at::empty({rows}, at::kLong);
+    std::memcpy(dataset.labels.data_ptr<int64_t>(), table.label_integers.data(),
+                rows * sizeof(int64_t));
+  } else {
+    dataset.labels = at::empty({rows}, at::kFloat);
+    float* labels = dataset.labels.data_ptr<float>();
+    for (int64_t i = 0; i < rows; ++i) labels[i] = static_cast<float>(table.label_values[i]);
+  }
+  return dataset;
+}
+
 // ---------------------------------------------------------------------------
 // Checking values
 
@@ -417,110 +527,33 @@ absl::StatusOr<Dataset> LoadNpyDataset(const std::string& features_path,
 absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path, const CsvOptions& options) {
   ASSIGN_OR_RETURN(std::string contents, ReadWholeFile(path));
 
-  std::vector<std::string> header_names;  // when the file has a header
-  size_t columns = 0;
-  size_t first_line = 0;  // the line that set `columns`
-  size_t label_index = 0;
-  std::vector<float> features;
-  std::vector<double> label_values;
-  std::vector<int64_t> label_integers;
-  bool labels_integral = true;
-
-  auto column_text = [&](size_t column) {
-    std::string text = absl::StrCat("column ", column + 1);
-    if (column < header_names.size() && !header_names[column].empty())
-      absl::StrAppend(&text, " (\"", header_names[column], "\")");
-    return text;
-  };
-
+  CsvTable table;
   std::vector<std::string> fields;
   size_t line_number = 0;
   for (absl::string_view line : absl::StrSplit(contents, '\n')) {
     ++line_number;
     absl::ConsumeSuffix(&line, "\r");
     if (absl::StripAsciiWhitespace(line).empty()) continue;
-    // "file:line", for errors.
-    auto where = [&] { return absl::StrCat(path, ":", line_number); };
     if (!SplitCsvLine(line, options.delimiter, &fields))
-      return absl::InvalidArgumentError(absl::StrCat(where(), ": unterminated double quote"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(CsvWhere(path, line_number), ": unterminated double quote"));
 
-    if (columns == 0) {  // the first row: header or data
-      columns = fields.size();
-      first_line = line_number;
-      if (columns < 2)
-        return absl::InvalidArgumentError(
-            absl::StrCat(where(), ": has ", columns,
-                         " field; a dataset needs at least 2 columns (features and a label) - is "
-                         "the delimiter '",
-                         std::string(1, options.delimiter), "' right?"));
-      int label_column = options.label_column < 0 ? static_cast<int>(columns) + options.label_column
-                                                  : options.label_column;
-      if (label_column < 0 || label_column >= static_cast<int>(columns))
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ": label_column ", options.label_column, " is out of range for ",
-                         columns, " columns"));
-      label_index = static_cast<size_t>(label_column);
-      bool header = options.header == CsvOptions::Header::kYes;
-      if (options.header == CsvOptions::Header::kAuto) {
-        double unused;
-        for (const std::string& field : fields)
-          if (!ParseNumber(field, &unused)) header = true;
-      }
-      if (header) {
-        header_names = fields;
-        continue;
-      }
-    } else if (fields.size() != columns) {
-      return absl::InvalidArgumentError(absl::StrCat(where(), ": has ", fields.size(),
-                                                     " fields, expected ", columns, " (as on line ",
-                                                     first_line, ")"));
+    if (table.columns == 0) {  // the first row: header or data
+      ASSIGN_OR_RETURN(bool header, ReadFirstCsvRow(path, line_number, options, fields, table));
+      if (header) continue;
+    } else if (fields.size() != table.columns) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(CsvWhere(path, line_number), ": has ", fields.size(), " fields, expected ",
+                       table.columns, " (as on line ", table.first_line, ")"));
     }
 
-    for (size_t column = 0; column < columns; ++column) {
-      double value;
-      if (!ParseNumber(fields[column], &value))
-        return absl::InvalidArgumentError(absl::StrCat(where(), ": ", column_text(column), ": \"",
-                                                       fields[column], "\" is not a number"));
-      if (const char* problem = NonFinite(value); problem != nullptr)
-        return absl::InvalidArgumentError(absl::StrCat(where(), ": ", column_text(column), ": \"",
-                                                       fields[column], "\" ", problem));
-      if (column != label_index) {
-        features.push_back(static_cast<float>(value));
-        continue;
-      }
-      label_values.push_back(value);
-      int64_t integer = 0;
-      if (IntegralLabel(fields[column], value, &integer)) {
-        label_integers.push_back(integer);
-      } else if (options.label_type == CsvOptions::LabelType::kInt64) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where(), ": ", column_text(column), ": label \"", fields[column],
-                         "\" is not an integer (label_type is kInt64)"));
-      } else {
-        labels_integral = false;
-      }
-    }
+    RETURN_IF_ERROR(AddCsvRow(path, line_number, options, fields, table));
   }
 
-  if (columns == 0) return Invalid(path, "the file is empty (no rows)");
-  int64_t rows = static_cast<int64_t>(label_values.size());
+  if (table.columns == 0) return Invalid(path, "the file is empty (no rows)");
+  int64_t rows = static_cast<int64_t>(table.label_values.size());
   if (rows == 0) return Invalid(path, "has a header row but no data rows");
-
-  Dataset dataset;
-  dataset.source = path;
-  dataset.features = at::empty({rows, static_cast<int64_t>(columns) - 1}, at::kFloat);
-  std::memcpy(dataset.features.data_ptr<float>(), features.data(), features.size() * sizeof(float));
-  bool integer_labels = options.label_type == CsvOptions::LabelType::kInt64 ||
-                        (options.label_type == CsvOptions::LabelType::kAuto && labels_integral);
-  if (integer_labels) {
-    dataset.labels = at::empty({rows}, at::kLong);
-    std::memcpy(dataset.labels.data_ptr<int64_t>(), label_integers.data(), rows * sizeof(int64_t));
-  } else {
-    dataset.labels = at::empty({rows}, at::kFloat);
-    float* labels = dataset.labels.data_ptr<float>();
-    for (int64_t i = 0; i < rows; ++i) labels[i] = static_cast<float>(label_values[i]);
-  }
-  return dataset;
+  return CsvTableDataset(path, options, table, rows);
 }
 
 absl::StatusOr<std::pair<Dataset, Dataset>> SplitDataset(const Dataset& dataset, int64_t count) {
