@@ -496,8 +496,8 @@ absl::Status ResolveDevices(RunConfig& config) {
 // Under torchrun, srun or a hand-set WORLD_SIZE this process is one rank of
 // that job (DDPSpawnStrategy::Launch joins it): the job's shape comes from
 // there. Options that would describe another shape are refused, not ignored.
-absl::Status AdoptOuterJob(RunConfig& config, const std::set<std::string>& given) {
-  absl::StatusOr<ClusterInfo> outer = DetectClusterEnvironment();
+absl::Status AdoptOuterJob(RunConfig& config, const std::set<std::string>& given,
+                           const absl::StatusOr<ClusterInfo>& outer) {
   // A broken environment is reported by Launch(), which reads it again.
   if (!outer.ok() || !CreatesProcessesExternally(*outer)) return absl::OkStatus();
   for (const char* key : {"nnodes", "node_rank", "master_addr", "master_port", "max_restarts"}) {
@@ -529,8 +529,8 @@ absl::StatusOr<Command> ParseCommand(absl::string_view name) {
   return ParseName(kCommandNames, "command", name);
 }
 
-absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command_name,
-                                         const RunOptions& options) {
+absl::StatusOr<RunConfig> ParseRunOptions(const std::string& command_name,
+                                          const RunOptions& options) {
   RunConfig config;
   ASSIGN_OR_RETURN(const Command command, ParseCommand(command_name));
   config.command = command;
@@ -549,14 +549,6 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command_name,
           absl::StrCat("option ", raw_key, "='", value, "': ", s.message()));
     }
   }
-  RETURN_IF_ERROR(AdoptOuterJob(config, given));
-  if (config.checkpoint_on_signal == "SIGUSR1" ||
-      (config.checkpoint_on_signal == "auto" && DetectSlurmJob().has_value())) {
-    config.trainer.checkpoint_on_signal = SIGUSR1;
-  } else if (config.checkpoint_on_signal == "SIGUSR2") {
-    config.trainer.checkpoint_on_signal = SIGUSR2;
-  }
-  RETURN_IF_ERROR(ResolveDevices(config));
   RETURN_IF_ERROR(CheckEarlyStoppingOptions(config.early_stopping));
   RETURN_IF_ERROR(CheckModelCheckpointOptions(config.model_checkpoint));
   RETURN_IF_ERROR(CheckLrSchedulerOptions(config.lr_scheduler));
@@ -570,7 +562,6 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command_name,
     return absl::InvalidArgumentError(
         "lr_scheduler and step_lr_every are two schedules for one rate: choose one");
   }
-  if (config.world_size == 0) config.world_size = config.nnodes * config.nproc_per_node;
   if (config.model.empty()) return absl::InvalidArgumentError("option model is required");
   if (command == Command::kFit && config.train.empty()) {
     return absl::InvalidArgumentError("fit needs option train (a CSV or .npy file)");
@@ -597,6 +588,30 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command_name,
     return absl::InvalidArgumentError(
         "nnodes > 1 needs master_addr: node 0's address, the same on every node");
   }
+  return config;
+}
+
+absl::Status ResolveRunConfig(RunConfig& config, const RunEnvironment& environment) {
+  RETURN_IF_ERROR(AdoptOuterJob(config, config.given, environment.outer));
+  if (config.checkpoint_on_signal == "SIGUSR1" ||
+      (config.checkpoint_on_signal == "auto" && environment.in_slurm_job)) {
+    config.trainer.checkpoint_on_signal = SIGUSR1;
+  } else if (config.checkpoint_on_signal == "SIGUSR2") {
+    config.trainer.checkpoint_on_signal = SIGUSR2;
+  }
+  RETURN_IF_ERROR(ResolveDevices(config));
+  if (config.world_size == 0) config.world_size = config.nnodes * config.nproc_per_node;
+  return absl::OkStatus();
+}
+
+RunEnvironment ThisProcessEnvironment() {
+  return RunEnvironment{DetectClusterEnvironment(), DetectSlurmJob().has_value()};
+}
+
+absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command_name,
+                                         const RunOptions& options) {
+  ASSIGN_OR_RETURN(RunConfig config, ParseRunOptions(command_name, options));
+  RETURN_IF_ERROR(ResolveRunConfig(config, ThisProcessEnvironment()));
   return config;
 }
 

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/env/cluster_environment.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "core/train/early_stopping.h"
 #include "core/train/lr_monitor.h"
@@ -53,7 +54,7 @@ struct RunConfig {
   int nnodes = 1;
   // Every rank of the job: nnodes * nproc_per_node, or the outer launcher's
   // WORLD_SIZE when torchrun or srun started this process (set by
-  // ParseRunConfig).
+  // ResolveRunConfig).
   int world_size = 0;
   int node_rank = 0;
   std::string master_addr;
@@ -63,7 +64,7 @@ struct RunConfig {
   int max_restarts = 0;
   // fit: on this signal, save the checkpoint and stop ("SIGUSR1", "SIGUSR2",
   // "none"); "auto": SIGUSR1 inside a SLURM job, else none. Resolved into
-  // trainer.checkpoint_on_signal by ParseRunConfig.
+  // trainer.checkpoint_on_signal by ResolveRunConfig.
   std::string checkpoint_on_signal = "auto";
   // The CLI's default (ddpspawn_run forks): the launch costs what spawn's does,
   // each rank about 0.65x spawn's memory, and a restart reuses the server
@@ -84,8 +85,26 @@ struct RunConfig {
   std::set<std::string> given;
 };
 
-// The command and its options as a RunConfig. Unknown keys, bad values and missing required ones
-// are errors that name the key.
+// The command and its options as a RunConfig, from them alone (no environment is read): the
+// values, and the checks that need nothing else. Unknown keys, bad values and missing required ones
+// are errors that name the key. ResolveRunConfig() completes it.
+absl::StatusOr<RunConfig> ParseRunOptions(const std::string& command_name,
+                                          const RunOptions& options);
+
+// What a run's process finds around it.
+struct RunEnvironment {
+  // DetectClusterEnvironment()'s: an outer job (torchrun, srun) sets the shape.
+  absl::StatusOr<ClusterInfo> outer = ClusterInfo{};
+  bool in_slurm_job = false;  // checkpoint_on_signal "auto" is SIGUSR1 there
+};
+RunEnvironment ThisProcessEnvironment();
+
+// Completes a parsed config against `environment`: an outer job's shape (nproc_per_node,
+// world_size; options that would contradict it are errors), checkpoint_on_signal into
+// trainer.checkpoint_on_signal, devices into device_indices, and world_size.
+absl::Status ResolveRunConfig(RunConfig& config, const RunEnvironment& environment);
+
+// ParseRunOptions(), then ResolveRunConfig() against this process's environment.
 absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command_name,
                                          const RunOptions& options);
 

@@ -1,8 +1,9 @@
-// Run options without ranks (ParseRunConfig, CheckRun): every integer option is
+// Run options without ranks (ParseRunOptions, ResolveRunConfig, CheckRun): every integer option is
 // range-checked in 64 bits before it is narrowed to its field, non-finite
 // numbers are refused, the built-in MLP's labels fit its task (several
 // outputs classify and need integer labels; one output regresses), and forked
 // ranks close the caller's descriptors.
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -45,6 +46,40 @@ TEST(RunConfigTest, CommandsAreParsedOnceAndNamedInMessages) {
   ASSERT_TRUE(predict.ok()) << predict.status();
   EXPECT_EQ(predict->command, Command::kPredict);
   EXPECT_EQ(CommandName(predict->command), "predict");
+}
+
+TEST(RunConfigTest, ParsingReadsNoEnvironmentAndResolvingAdoptsTheOuterJob) {
+  absl::StatusOr<RunConfig> parsed =
+      ParseRunOptions("fit", {{"model", "mlp:4,16,3"}, {"train", "train.csv"}});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->world_size, 0);  // not resolved yet
+  EXPECT_TRUE(parsed->device_indices.empty());
+
+  ClusterInfo torchrun;
+  torchrun.kind = ClusterKind::kTorchElastic;
+  torchrun.rank = 5;
+  torchrun.world_size = 8;
+  torchrun.local_world_size = 4;
+  RunConfig outer = *parsed;
+  ASSERT_TRUE(ResolveRunConfig(outer, RunEnvironment{torchrun, /*in_slurm_job=*/true}).ok());
+  EXPECT_EQ(outer.nproc_per_node, 4);
+  EXPECT_EQ(outer.world_size, 8);
+  EXPECT_EQ(outer.device_indices, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(outer.trainer.checkpoint_on_signal, SIGUSR1);  // "auto" inside SLURM
+
+  RunConfig plain = *parsed;
+  ASSERT_TRUE(ResolveRunConfig(plain, RunEnvironment{}).ok());
+  EXPECT_EQ(plain.nproc_per_node, 1);
+  EXPECT_EQ(plain.world_size, 1);
+  EXPECT_EQ(plain.trainer.checkpoint_on_signal, 0);
+
+  absl::StatusOr<RunConfig> with_nodes = ParseRunOptions("fit", {{"model", "mlp:4,16,3"},
+                                                                 {"train", "train.csv"},
+                                                                 {"nnodes", "2"},
+                                                                 {"master_addr", "10.0.0.1"}});
+  ASSERT_TRUE(with_nodes.ok()) << with_nodes.status();
+  EXPECT_THAT(ResolveRunConfig(*with_nodes, RunEnvironment{torchrun, false}).message(),
+              HasSubstr("option nnodes: this process is rank 5 of a torchelastic job of 8"));
 }
 
 TEST(RunConfigTest, TheOptimizerIsParsedOnce) {
