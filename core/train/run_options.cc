@@ -549,6 +549,15 @@ absl::StatusOr<RunConfig> ParseRunOptions(const std::string& command_name,
           absl::StrCat("option ", raw_key, "='", value, "': ", s.message()));
     }
   }
+  return config;
+}
+
+namespace {
+
+// What no single option says: the options against each other, once the
+// environment has resolved them.
+absl::Status CheckConsistent(const RunConfig& config) {
+  const Command command = config.command;
   RETURN_IF_ERROR(CheckEarlyStoppingOptions(config.early_stopping));
   RETURN_IF_ERROR(CheckModelCheckpointOptions(config.model_checkpoint));
   RETURN_IF_ERROR(CheckLrSchedulerOptions(config.lr_scheduler));
@@ -588,8 +597,10 @@ absl::StatusOr<RunConfig> ParseRunOptions(const std::string& command_name,
     return absl::InvalidArgumentError(
         "nnodes > 1 needs master_addr: node 0's address, the same on every node");
   }
-  return config;
+  return absl::OkStatus();
 }
+
+}  // namespace
 
 absl::Status ResolveRunConfig(RunConfig& config, const RunEnvironment& environment) {
   RETURN_IF_ERROR(AdoptOuterJob(config, config.given, environment.outer));
@@ -600,6 +611,7 @@ absl::Status ResolveRunConfig(RunConfig& config, const RunEnvironment& environme
     config.trainer.checkpoint_on_signal = SIGUSR2;
   }
   RETURN_IF_ERROR(ResolveDevices(config));
+  RETURN_IF_ERROR(CheckConsistent(config));
   if (config.world_size == 0) config.world_size = config.nnodes * config.nproc_per_node;
   return absl::OkStatus();
 }

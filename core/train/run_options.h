@@ -85,9 +85,8 @@ struct RunConfig {
   std::set<std::string> given;
 };
 
-// The command and its options as a RunConfig, from them alone (no environment is read): the
-// values, and the checks that need nothing else. Unknown keys, bad values and missing required ones
-// are errors that name the key. ResolveRunConfig() completes it.
+// The command and its options as a RunConfig, from them alone (no environment is read): unknown
+// keys and bad values are errors that name the key. ResolveRunConfig() completes it.
 absl::StatusOr<RunConfig> ParseRunOptions(const std::string& command_name,
                                           const RunOptions& options);
 
@@ -101,7 +100,8 @@ RunEnvironment ThisProcessEnvironment();
 
 // Completes a parsed config against `environment`: an outer job's shape (nproc_per_node,
 // world_size; options that would contradict it are errors), checkpoint_on_signal into
-// trainer.checkpoint_on_signal, devices into device_indices, and world_size.
+// trainer.checkpoint_on_signal, devices into device_indices; then checks the options against each
+// other (a required one missing, two that cannot go together), and sets world_size.
 absl::Status ResolveRunConfig(RunConfig& config, const RunEnvironment& environment);
 
 // ParseRunOptions(), then ResolveRunConfig() against this process's environment.
