@@ -298,7 +298,7 @@ constexpr NamedValue<ReduceOp> kReduceOpNames[] = {
     {"max", ReduceOp::kMax}, {"product", ReduceOp::kProduct}, {"avg", ReduceOp::kMean},
 };
 
-absl::string_view ReduceOpName(ReduceOp value) { return NameOf(kReduceOpNames, value); }
+absl::string_view ReduceOpName(ReduceOp op) { return NameOf(kReduceOpNames, op); }
 
 absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
   return ParseName(kReduceOpNames, "reduce op", name);
@@ -309,7 +309,7 @@ constexpr NamedValue<Backend> kBackendNames[] = {
     {"nccl", Backend::kNccl},
 };
 
-absl::string_view BackendName(Backend value) { return NameOf(kBackendNames, value); }
+absl::string_view BackendName(Backend backend) { return NameOf(kBackendNames, backend); }
 
 absl::StatusOr<Backend> ParseBackend(absl::string_view name) {
   return ParseName(kBackendNames, "backend", name);

@@ -314,7 +314,7 @@ constexpr NamedValue<CommHookKind> kCommHookKindNames[] = {
     {"", CommHookKind::kAllReduce},
 };
 
-absl::string_view CommHookName(CommHookKind value) { return NameOf(kCommHookKindNames, value); }
+absl::string_view CommHookName(CommHookKind kind) { return NameOf(kCommHookKindNames, kind); }
 
 absl::StatusOr<CommHookKind> ParseCommHook(absl::string_view name) {
   return ParseName(kCommHookKindNames, "communication hook", name);

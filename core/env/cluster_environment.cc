@@ -165,7 +165,7 @@ constexpr NamedValue<ClusterKind> kClusterKindNames[] = {
     {"env", ClusterKind::kEnv},
 };
 
-absl::string_view ClusterKindName(ClusterKind value) { return NameOf(kClusterKindNames, value); }
+absl::string_view ClusterKindName(ClusterKind kind) { return NameOf(kClusterKindNames, kind); }
 
 bool CreatesProcessesExternally(const ClusterInfo& info) {
   switch (info.kind) {

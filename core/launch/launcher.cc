@@ -283,7 +283,7 @@ constexpr NamedValue<StartMethod> kStartMethodNames[] = {
     {"forkserver", StartMethod::kForkserver},
 };
 
-absl::string_view StartMethodName(StartMethod value) { return NameOf(kStartMethodNames, value); }
+absl::string_view StartMethodName(StartMethod method) { return NameOf(kStartMethodNames, method); }
 
 absl::StatusOr<StartMethod> ParseStartMethod(absl::string_view name) {
   return ParseName(kStartMethodNames, "start method", name);

@@ -24,14 +24,14 @@ constexpr NamedValue<Optimizer> kOptimizerClassNames[] = {
 
 }  // namespace
 
-absl::string_view OptimizerName(Optimizer value) { return NameOf(kOptimizerNames, value); }
+absl::string_view OptimizerName(Optimizer optimizer) { return NameOf(kOptimizerNames, optimizer); }
 
 absl::StatusOr<Optimizer> ParseOptimizer(absl::string_view name) {
   return ParseName(kOptimizerNames, "optimizer", name);
 }
 
-absl::string_view OptimizerClassName(Optimizer value) {
-  return NameOf(kOptimizerClassNames, value);
+absl::string_view OptimizerClassName(Optimizer optimizer) {
+  return NameOf(kOptimizerClassNames, optimizer);
 }
 
 std::vector<at::Tensor> NnModule::parameters() { return network_->parameters(); }

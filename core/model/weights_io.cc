@@ -249,8 +249,8 @@ constexpr NamedValue<WeightsFormat> kWeightsFormatNames[] = {
     {"safetensors", WeightsFormat::kSafetensors},
 };
 
-absl::string_view WeightsFormatName(WeightsFormat value) {
-  return NameOf(kWeightsFormatNames, value);
+absl::string_view WeightsFormatName(WeightsFormat format) {
+  return NameOf(kWeightsFormatNames, format);
 }
 
 absl::StatusOr<WeightsFormat> ParseWeightsFormat(absl::string_view name) {

@@ -51,7 +51,9 @@ constexpr NamedValue<Accelerator> kAcceleratorNames[] = {
     {"gpu", Accelerator::kCuda},
 };
 
-absl::string_view AcceleratorName(Accelerator value) { return NameOf(kAcceleratorNames, value); }
+absl::string_view AcceleratorName(Accelerator accelerator) {
+  return NameOf(kAcceleratorNames, accelerator);
+}
 
 absl::StatusOr<Accelerator> ParseAccelerator(absl::string_view name) {
   return ParseName(kAcceleratorNames, "accelerator", name);

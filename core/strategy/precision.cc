@@ -71,7 +71,7 @@ constexpr NamedValue<Precision> kPrecisionNames[] = {
     {"32", Precision::k32True},
 };
 
-absl::string_view PrecisionName(Precision value) { return NameOf(kPrecisionNames, value); }
+absl::string_view PrecisionName(Precision precision) { return NameOf(kPrecisionNames, precision); }
 
 absl::StatusOr<Precision> ParsePrecision(absl::string_view name) {
   return ParseName(kPrecisionNames, "precision", name);

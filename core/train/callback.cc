@@ -18,7 +18,7 @@ constexpr NamedValue<MonitorMode> kMonitorModeNames[] = {
     {"max", MonitorMode::kMax},
 };
 
-absl::string_view MonitorModeName(MonitorMode value) { return NameOf(kMonitorModeNames, value); }
+absl::string_view MonitorModeName(MonitorMode mode) { return NameOf(kMonitorModeNames, mode); }
 
 absl::StatusOr<MonitorMode> ParseMonitorMode(absl::string_view name) {
   return ParseName(kMonitorModeNames, "mode", name);

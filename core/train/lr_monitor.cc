@@ -14,8 +14,8 @@ constexpr NamedValue<LoggingInterval> kLoggingIntervalNames[] = {
     {"step", LoggingInterval::kStep},
 };
 
-absl::string_view LoggingIntervalName(LoggingInterval value) {
-  return NameOf(kLoggingIntervalNames, value);
+absl::string_view LoggingIntervalName(LoggingInterval interval) {
+  return NameOf(kLoggingIntervalNames, interval);
 }
 
 absl::StatusOr<LoggingInterval> ParseLoggingInterval(absl::string_view name) {

@@ -32,7 +32,7 @@ constexpr NamedValue<LrSchedule> kLrScheduleNames[] = {
     {"plateau", LrSchedule::kPlateau},
 };
 
-absl::string_view LrScheduleName(LrSchedule value) { return NameOf(kLrScheduleNames, value); }
+absl::string_view LrScheduleName(LrSchedule schedule) { return NameOf(kLrScheduleNames, schedule); }
 
 absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name) {
   return ParseName(kLrScheduleNames, "learning-rate schedule", name);
@@ -105,7 +105,7 @@ constexpr NamedValue<LrInterval> kLrIntervalNames[] = {
     {"epoch", LrInterval::kEpoch},
 };
 
-absl::string_view LrIntervalName(LrInterval value) { return NameOf(kLrIntervalNames, value); }
+absl::string_view LrIntervalName(LrInterval interval) { return NameOf(kLrIntervalNames, interval); }
 
 absl::StatusOr<LrInterval> ParseLrInterval(absl::string_view name) {
   return ParseName(kLrIntervalNames, "interval", name);

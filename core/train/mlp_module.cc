@@ -15,7 +15,7 @@ namespace {
 class MlpModule : public NnModule {
  public:
   MlpModule(const torch::nn::Sequential& net, bool classifier, OptimizerConfig optimizer)
-      : NnModule(net.ptr()), net_(net), classifier_(classifier), optimizer_(std::move(optimizer)) {}
+      : NnModule(net.ptr()), net_(net), classifier_(classifier), optimizer_(optimizer) {}
 
   absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch, int64_t) override {
     return Loss(net_->forward(batch[0].flatten(1)), batch[1]);

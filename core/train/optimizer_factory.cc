@@ -60,8 +60,8 @@ constexpr NamedValue<GradientClipAlgorithm> kGradientClipAlgorithmNames[] = {
     {"value", GradientClipAlgorithm::kValue},
 };
 
-absl::string_view GradientClipAlgorithmName(GradientClipAlgorithm value) {
-  return NameOf(kGradientClipAlgorithmNames, value);
+absl::string_view GradientClipAlgorithmName(GradientClipAlgorithm algorithm) {
+  return NameOf(kGradientClipAlgorithmNames, algorithm);
 }
 
 absl::StatusOr<GradientClipAlgorithm> ParseGradientClipAlgorithm(absl::string_view name) {

@@ -410,7 +410,7 @@ constexpr NamedValue<Command> kCommandNames[] = {
     {"predict", Command::kPredict},
 };
 
-absl::string_view CommandName(Command value) { return NameOf(kCommandNames, value); }
+absl::string_view CommandName(Command command) { return NameOf(kCommandNames, command); }
 
 absl::StatusOr<Command> ParseCommand(absl::string_view name) {
   return ParseName(kCommandNames, "command", name);

@@ -77,7 +77,7 @@ struct TorchScriptModule::Impl {
 };
 
 TorchScriptModule::TorchScriptModule(std::unique_ptr<Impl> impl, OptimizerConfig optimizer)
-    : impl_(std::move(impl)), optimizer_(std::move(optimizer)) {}
+    : impl_(std::move(impl)), optimizer_(optimizer) {}
 
 TorchScriptModule::~TorchScriptModule() = default;
 
