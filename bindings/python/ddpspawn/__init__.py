@@ -9,6 +9,8 @@ training runs that the library carries out in C++ (LibTorch).
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
 from typing import Dict
 
 from . import _lib
@@ -76,6 +78,13 @@ def build_info() -> Dict[str, str]:
 def library_path() -> str:
     """Where the loaded library came from (a path, or a name the loader found)."""
     return _lib.library_path()
+
+
+def __getattr__(name: str) -> ModuleType:
+    """``ddpspawn.torch`` on first access: it imports torch, which ``import ddpspawn`` does not."""
+    if name == "torch":
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def is_worker() -> bool:

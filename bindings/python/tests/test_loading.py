@@ -71,6 +71,31 @@ def test_every_header_function_is_declared():
         assert getattr(library, name).argtypes is not None, name
 
 
+def test_the_torch_submodule_loads_on_first_access(tmp_path):
+    """`import ddpspawn` then `ddpspawn.torch.X`, as the README writes it; torch only then."""
+    pytest.importorskip("torch")
+    result = run_python(
+        "import sys\n"
+        "import ddpspawn\n"
+        "print('before', 'torch' in sys.modules)\n"
+        "print(ddpspawn.torch.DistributedDataParallel.__name__)\n"
+        "print('after', 'torch' in sys.modules)\n"
+        "try:\n"
+        "    ddpspawn.nothing_here\n"
+        "except AttributeError as error:\n"
+        "    print('missing:', error)\n",
+        {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)},
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "before False",
+        "DistributedDataParallel",
+        "after True",
+        "missing: module 'ddpspawn' has no attribute 'nothing_here'",
+    ]
+
+
 def test_missing_library_is_a_clear_import_error(tmp_path):
     missing = tmp_path / "nowhere" / "libddpspawn.so.1"
     result = run_python(
