@@ -13,7 +13,7 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
-from . import _lib
+from . import _lib, _torch_distributed
 from ._context import Context
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,17 +64,24 @@ def run_rank(
 ) -> int:
     """Runs ``fn(ctx, *args)`` in a fresh :class:`Context`; returns the exit code.
 
+    When this rank has imported torch, torch.distributed's default group is
+    there too while fn runs (``_torch_distributed``).
+
     Rank 0's return value is pickled and handed to the launcher. Any
     exception is reported with its traceback and gives exit code 1.
     """
     try:
         with Context(backend=backend, timeout=timeout) as ctx:
+            made = _torch_distributed.init(ctx.rank, ctx.world_size, backend, timeout)
             try:
                 value = fn(ctx, *args)
             except BaseException:
                 # Reported before the group closes: the peers that this rank's
                 # leaving fails report after it, so the launcher names it.
                 return report_exception()
+            finally:
+                if made:
+                    _torch_distributed.shutdown()
             if ctx.rank == 0:
                 _set_result(value)
         return 0

@@ -281,3 +281,10 @@ def torch_tensor_collectives(ctx):
     except ddpspawn.DdpspawnError as error:
         mismatch = str(error)
     return per_rank, mismatch
+
+
+def torch_is_imported(ctx):
+    """Whether torch is loaded in this rank (this module never imports it)."""
+    import sys
+
+    return "torch" in sys.modules

@@ -225,3 +225,23 @@ def refusals(ctx):
         except Exception as error:  # noqa: BLE001 - the test reads the type
             errors.append((type(error).__name__, cause in str(error)))
     return errors
+
+
+def torch_distributed_view(ctx):
+    """What torch.distributed says in a rank that imported torch (this module
+    does): its default group, a sum over it, and DistributedSampler's shard."""
+    import torch.distributed as dist
+    from torch.utils.data import DistributedSampler
+
+    total = torch.tensor([float(ctx.rank + 1)])
+    dist.all_reduce(total)
+    mine = {
+        "rank": dist.get_rank(),
+        "world_size": dist.get_world_size(),
+        "backend": dist.get_backend(),
+        "sum": total.item(),
+        "shard": list(DistributedSampler(list(range(10)), shuffle=False)),
+    }
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return everyone

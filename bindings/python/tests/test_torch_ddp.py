@@ -11,6 +11,19 @@ import ddpspawn_torch_workers as workers
 from test_train import script_classes
 
 
+@pytest.mark.parametrize("start_method", ["spawn", "fork", "forkserver"])
+def test_a_rank_that_imported_torch_has_torch_distributed(start_method):
+    """torch.distributed's default group, as under mp.spawn: the same ranks and
+    backend, collectives, and DistributedSampler's strided shards."""
+    everyone = ddpspawn.spawn(
+        workers.torch_distributed_view, nprocs=2, start_method=start_method, timeout=120
+    )
+    assert everyone == [
+        {"rank": 0, "world_size": 2, "backend": "gloo", "sum": 3.0, "shard": [0, 2, 4, 6, 8]},
+        {"rank": 1, "world_size": 2, "backend": "gloo", "sum": 3.0, "shard": [1, 3, 5, 7, 9]},
+    ]
+
+
 @pytest.mark.parametrize("micro_batches", [1, 3], ids=["one_backward", "no_sync_accumulation"])
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_training_matches_one_process_and_torch_ddp(world_size, micro_batches, tmp_path):
