@@ -97,7 +97,7 @@ def test_marking_errors(ctx):
 
 
 def test_unknown_comm_hook_is_a_clear_error(ctx):
-    with pytest.raises(ddpspawn.InvalidArgumentError, match="bogus.*allreduce, fp16, bf16"):
+    with pytest.raises(ddpspawn.InvalidArgumentError, match="bogus.*'allreduce', 'fp16', 'bf16'"):
         ctx.reducer([numpy.zeros(2)], comm_hook="bogus")
     with pytest.raises(ddpspawn.InvalidArgumentError, match="str"):
         ctx.reducer([numpy.zeros(2)], comm_hook=None)
