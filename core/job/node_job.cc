@@ -61,6 +61,7 @@ absl::Status NodeJob::Prepare(LaunchSpec spec) {
   result_.reset();
   failure_shared_ = false;
   restart_refusal_.clear();
+  nprocs_per_node_ = spec.nprocs;  // the job's shape, even when the spec is refused
   spec.nnodes = options_.nnodes;
   spec.node_rank = options_.node_rank;
   if (options_.nnodes > 1) {  // one node: the spec's own (default: loopback, a free port)
@@ -82,9 +83,9 @@ absl::Status NodeJob::Start() {
     node.master_port = options_.master_port;
     node.nnodes = options_.nnodes;
     node.node_rank = options_.node_rank;
-    node.nprocs_per_node = nprocs();
+    node.nprocs_per_node = nprocs_per_node_;
     node.job = absl::StrCat(options_.description, " nnodes=", options_.nnodes,
-                            " nproc_per_node=", nprocs());
+                            " nproc_per_node=", nprocs_per_node_);
     node.timeout = options_.rendezvous_timeout;
     ASSIGN_OR_RETURN(rendezvous_, NodeRendezvous::Join(node));
   }

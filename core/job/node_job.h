@@ -109,6 +109,7 @@ class NodeJob {
 
   NodeJobOptions options_;
   int generation_ = 0;
+  int nprocs_per_node_ = 0;  // the last Prepare()'s spec's, for the rendezvous
   absl::Status prepared_ = absl::FailedPreconditionError("NodeJob::Prepare() was not called");
   std::unique_ptr<Job> ranks_;
   std::unique_ptr<NodeRendezvous> rendezvous_;  // several nodes: from the first Start()
