@@ -247,9 +247,9 @@ def spawn(
 
     Each rank first joins the process group as a :class:`ddpspawn.Context`
     ``ctx`` (with ``backend``), then calls fn. Rank 0's return value is
-    pickled and returned here. In a rank that has imported torch by then,
-    torch.distributed's default group (same ranks and backend) exists while
-    fn runs, on one node (docs/bring-your-own-model.md).
+    pickled and returned here. fn may call
+    :func:`ddpspawn.torch.init_process_group` for torch.distributed's default
+    group over the same ranks (docs/bring-your-own-model.md).
 
     Args:
         fn: the worker function. With ``start_method="spawn"`` or

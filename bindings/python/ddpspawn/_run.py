@@ -64,15 +64,14 @@ def run_rank(
 ) -> int:
     """Runs ``fn(ctx, *args)`` in a fresh :class:`Context`; returns the exit code.
 
-    When this rank has imported torch, torch.distributed's default group is
-    there too while fn runs (``_torch_distributed``).
+    A torch.distributed default group that fn asked for
+    (:func:`ddpspawn.torch.init_process_group`) is destroyed when fn returns.
 
     Rank 0's return value is pickled and handed to the launcher. Any
     exception is reported with its traceback and gives exit code 1.
     """
     try:
         with Context(backend=backend, timeout=timeout) as ctx:
-            made = _torch_distributed.init(ctx.rank, ctx.world_size, backend, timeout)
             try:
                 value = fn(ctx, *args)
             except BaseException:
@@ -80,8 +79,7 @@ def run_rank(
                 # leaving fails report after it, so the launcher names it.
                 return report_exception()
             finally:
-                if made:
-                    _torch_distributed.shutdown()
+                _torch_distributed.shutdown_if_made()
             if ctx.rank == 0:
                 _set_result(value)
         return 0

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator, List, Optional
 
 import torch
 
+from . import _torch_distributed
 from ._errors import InvalidArgumentError
 from ._reducer import Reducer
 from ._train import export
@@ -27,7 +28,7 @@ from ._train import export
 if TYPE_CHECKING:  # pragma: no cover
     from ._context import Context
 
-__all__ = ["DistributedDataParallel", "load_weights"]
+__all__ = ["DistributedDataParallel", "init_process_group", "load_weights"]
 
 
 class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch is Any to mypy
@@ -183,6 +184,22 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
             hook.remove()
         self._hooks = []
         self.reducer.close()
+
+
+def init_process_group(
+    ctx: Context, backend: str = "gloo", timeout: Optional[float] = None
+) -> None:
+    """torch.distributed's default group over ``ctx``'s ranks, as under ``mp.spawn``.
+
+    Call it at the start of fn, in every rank of :func:`ddpspawn.spawn` (on
+    one node), with ctx's backend; then ``DistributedSampler(dataset)``,
+    ``dist.get_rank()`` and ``dist.all_reduce`` work unchanged. The ranks meet
+    through the launcher's private directory (no port), and the group is
+    destroyed when fn returns. Code that calls
+    ``torch.distributed.init_process_group`` itself needs none of this: every
+    rank has ``MASTER_ADDR`` and ``MASTER_PORT``.
+    """
+    _torch_distributed.init(ctx.rank, ctx.world_size, backend, timeout)
 
 
 def load_weights(checkpoint: str, module: torch.nn.Module, *, strict: bool = True) -> List[str]:

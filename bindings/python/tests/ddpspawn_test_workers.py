@@ -282,9 +282,3 @@ def torch_tensor_collectives(ctx):
         mismatch = str(error)
     return per_rank, mismatch
 
-
-def torch_is_imported(ctx):
-    """Whether torch is loaded in this rank (this module never imports it)."""
-    import sys
-
-    return "torch" in sys.modules

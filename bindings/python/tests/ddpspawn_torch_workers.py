@@ -228,11 +228,13 @@ def refusals(ctx):
 
 
 def torch_distributed_view(ctx):
-    """What torch.distributed says in a rank that imported torch (this module
-    does): its default group, a sum over it, and DistributedSampler's shard."""
+    """What torch.distributed says once the rank asked for its default group:
+    the group, a sum over it, and DistributedSampler's shard."""
     import torch.distributed as dist
     from torch.utils.data import DistributedSampler
 
+    assert not dist.is_initialized()  # never made unasked
+    ddpspawn.torch.init_process_group(ctx)
     total = torch.tensor([float(ctx.rank + 1)])
     dist.all_reduce(total)
     mine = {

@@ -82,12 +82,6 @@ def test_fork_takes_any_callable():
     assert ddpspawn.spawn(lambda ctx: ctx.rank + offset, nprocs=2, start_method="fork") == 41
 
 
-def test_a_spawned_rank_that_never_imported_torch_does_not_load_it():
-    """torch.distributed's group is made only where torch is already loaded:
-    importing it would cost each spawned rank seconds."""
-    assert ddpspawn.spawn(workers.torch_is_imported, nprocs=2, start_method="spawn") is False
-
-
 def test_launcher_keeps_its_own_environment():
     before = dict(os.environ)
     ddpspawn.spawn(workers.return_nothing, nprocs=2, start_method="fork")

@@ -12,9 +12,11 @@ from test_train import script_classes
 
 
 @pytest.mark.parametrize("start_method", ["spawn", "fork", "forkserver"])
-def test_a_rank_that_imported_torch_has_torch_distributed(start_method):
+def test_init_process_group_gives_torch_distributed_the_ranks(start_method):
     """torch.distributed's default group, as under mp.spawn: the same ranks and
-    backend, collectives, and DistributedSampler's strided shards."""
+    backend, collectives, and DistributedSampler's strided shards. (The tests
+    above call torch's own init_process_group in the ranks: no group is made
+    unasked.)"""
     everyone = ddpspawn.spawn(
         workers.torch_distributed_view, nprocs=2, start_method=start_method, timeout=120
     )
