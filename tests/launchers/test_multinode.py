@@ -4,6 +4,7 @@ tests/testing/namespace_hosts.py), one launcher in each. Needs root to create
 them; under DDPSPAWN_REQUIRE_ALL_TESTS=1 (CI) a test that cannot is a failure,
 not a skip."""
 
+import importlib.util
 import json
 import math
 import os
@@ -52,13 +53,15 @@ def three_hosts() -> Iterator[Tuple[str, ...]]:
 # Each host gets a /dev/shm and a /tmp of its own (tmpfs, in the mount namespace that `ip netns
 # exec` makes for the command), as separate machines have: what one node's launcher or ranks leave
 # there, another node cannot see or use. The tests' own directory (pytest's base temporary
-# directory, $0 below) stays shared, as a network filesystem would be; an open descriptor keeps it
+# directory, $0 below) stays shared, as a network filesystem would be, and so does the ddpspawn
+# package's source ($1: a checkout under /tmp, as a CI clone may be); an open descriptor keeps each
 # reachable once /tmp is covered.
-PRIVATE_HOST = ('set -e; exec 3<"$0"; '
+PRIVATE_HOST = ('set -e; exec 3<"$0" 4<"$1"; '
                 'mount -t tmpfs -o mode=1777 ddps-host-shm /dev/shm; '
                 'mount -t tmpfs -o mode=1777 ddps-host-tmp /tmp; '
                 'mkdir -p "$0"; mount --no-canonicalize --bind /proc/self/fd/3 "$0"; '
-                'exec 3<&-; exec "$@"')
+                'mkdir -p "$1"; mount --no-canonicalize --bind /proc/self/fd/4 "$1"; '
+                'exec 3<&- 4<&-; shift; exec "$@"')
 SHARED: List[Path] = []  # pytest's base temporary directory, set once per session
 
 
@@ -67,9 +70,17 @@ def shared_directory(tmp_path_factory) -> None:
     SHARED[:] = [tmp_path_factory.getbasetemp().resolve()]
 
 
+def package_source() -> str:
+    """Where the ddpspawn package's files really are: a checkout under /tmp
+    would vanish behind a host's private /tmp, so in_host binds it back."""
+    spec = importlib.util.find_spec("ddpspawn")
+    assert spec is not None and spec.origin is not None, "ddpspawn is not on sys.path"
+    return str(Path(spec.origin).resolve().parent)
+
+
 def in_host(namespace: str, *command: str, env: Dict[str, str] = {}) -> subprocess.Popen:
     return subprocess.Popen(["ip", "netns", "exec", namespace, "sh", "-c", PRIVATE_HOST,
-                             str(SHARED[0]), *command],
+                             str(SHARED[0]), package_source(), *command],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, **env))
 
