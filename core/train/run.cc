@@ -26,7 +26,14 @@ absl::Status Run(const std::string& command, const RunOptions& options, RunRepor
     report->result = *std::move(exported);
     return absl::OkStatus();
   }
-  absl::StatusOr<RunConfig> config = ParseRunConfig(command, options);
+  // The environment is read once: for the options and for how a failure ends.
+  const RunEnvironment environment = ThisProcessEnvironment();
+  absl::StatusOr<RunConfig> config = ParseRunOptions(command, options);
+  if (config.ok()) {
+    if (absl::Status resolved = ResolveRunConfig(*config, environment); !resolved.ok()) {
+      config = resolved;
+    }
+  }
   if (!config.ok()) return Refused(report, config.status());
   DDPSpawnStrategy strategy(StrategyOptionsFor(*config));
   auto run = [&config](DDPSpawnStrategy& s) { return RunCommand(*config, s); };
@@ -37,8 +44,7 @@ absl::Status Run(const std::string& command, const RunOptions& options, RunRepor
     return absl::OkStatus();
   }
   if (absl::Status checked = CheckRun(*config); !checked.ok()) return Refused(report, checked);
-  absl::StatusOr<ClusterInfo> outer = DetectClusterEnvironment();
-  report->outer_rank = outer.ok() && CreatesProcessesExternally(*outer);
+  report->outer_rank = environment.outer.ok() && CreatesProcessesExternally(*environment.outer);
   absl::StatusOr<std::string> result = LaunchWithRestarts(*config, strategy, run);
   report->failed_rank = strategy.last_failed_rank();
   report->outcomes = strategy.last_outcomes();
