@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
-# tools/install to a temporary prefix, then the C hello example built by a pkg-config consumer and
-# by a CMake consumer, the C++ DDPSpawnStrategy example by a CMake consumer of ddpspawn::core, and
-# the Rust one by a cargo consumer, against that prefix; each runs with an empty environment (no
-# LD_LIBRARY_PATH, no DDPSPAWN_* variable) from another directory.
+# tools/install to a temporary prefix, on the torch of a venv of the test's own (the python3 on
+# PATH, as in an activated venv), then the prefix moved elsewhere. Against the moved prefix, where
+# tools/setup's venv and Debian's Abseil cannot be seen (user_env.sh): the C hello example built by
+# a pkg-config consumer and by a CMake consumer (naming its LibTorch by Torch_DIR), the C++
+# DDPSpawnStrategy example by a CMake consumer of ddpspawn::core that does nothing but
+# find_package(ddpspawn), and the Rust one by a cargo consumer; each runs with an empty
+# environment (no LD_LIBRARY_PATH, no DDPSPAWN_* variable) from another directory.
 set -euo pipefail
+source tests/install/user_env.sh
+require_root
 work="${TEST_TMPDIR:-$(mktemp -d)}"
+make_user_venv "$work/venv"
+torch_dir=$(echo "$work"/venv/lib/python3*/site-packages/torch)
+PATH="$work/venv/bin:$PATH" tools/install --from capi/dist --core-from core/cpp_dist "$work/installed"
+mv "$work/installed" "$work/prefix"
 prefix="$work/prefix"
-tools/install --from capi/dist --core-from core/cpp_dist "$prefix"
+if grep -rqs "$setup_venv\|$work/installed" "$prefix/lib/pkgconfig" "$prefix/lib/cmake" ||
+   readelf -d "$prefix/lib/libddpspawn.so.1" | grep -q "$setup_venv"; then
+  echo "FAIL: the prefix names tools/setup's venv or where it was installed:" >&2
+  grep -rs "$setup_venv\|$work/installed" "$prefix/lib/pkgconfig" "$prefix/lib/cmake" >&2
+  readelf -d "$prefix/lib/libddpspawn.so.1" | grep -i path >&2
+  exit 1
+fi
 hello="$PWD/examples/c/hello.c"
 expected="sum over 2 ranks of rank + 1 = 3"
 
 check() {  # check NAME BINARY [EXPECTED]
   local out want="${3:-$expected}"
-  out=$(cd / && env -i PATH=/usr/bin:/bin "$2")
+  out=$(as_user env -i PATH=/usr/bin:/bin bash -c 'cd / && exec "$0"' "$2")
   if [[ "$out" != *"$want"* ]]; then
     echo "FAIL: the $1 consumer printed '$out', expected '$want'" >&2
     exit 1
@@ -22,10 +37,10 @@ check() {  # check NAME BINARY [EXPECTED]
 
 # pkg-config.
 flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs ddpspawn)
-gcc -std=c99 -Wall -Werror -o "$work/hello_pkgconfig" "$hello" $flags
+as_user gcc -std=c99 -Wall -Werror -o "$work/hello_pkgconfig" "$hello" $flags
 check pkg-config "$work/hello_pkgconfig"
 
-# CMake: find_package(ddpspawn 0.1 REQUIRED), target ddpspawn::ddpspawn.
+# CMake: find_package(ddpspawn 0.1 REQUIRED), target ddpspawn::ddpspawn, LibTorch named by Torch_DIR.
 mkdir -p "$work/cmake_project"
 cat > "$work/cmake_project/CMakeLists.txt" <<CMAKE
 cmake_minimum_required(VERSION 3.16)
@@ -34,12 +49,37 @@ find_package(ddpspawn 0.1 REQUIRED)
 add_executable(hello "$hello")
 target_link_libraries(hello PRIVATE ddpspawn::ddpspawn)
 CMAKE
-cmake -S "$work/cmake_project" -B "$work/cmake_build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
-cmake --build "$work/cmake_build" >/dev/null
+as_user cmake -S "$work/cmake_project" -B "$work/cmake_build" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DTorch_DIR="$torch_dir/share/cmake/Torch" >/dev/null
+as_user cmake --build "$work/cmake_build" >/dev/null
 check CMake "$work/cmake_build/hello"
 
-# C++ and CMake: the DDPSpawnStrategy example against ddpspawn::core (the static core and the
-# LibTorch it was built with), spawning its 2 ranks from an empty environment.
+# Another torch release is refused, naming both: by CMake (DDPSPAWN_TORCH_DIR) and tools/install.
+mkdir -p "$work/torch_2_5/include/torch/headeronly" "$work/torch_2_5/lib"
+printf '#define TORCH_VERSION_MAJOR 2\n#define TORCH_VERSION_MINOR 5\n' \
+  > "$work/torch_2_5/include/torch/headeronly/version.h"
+touch "$work/torch_2_5/lib/libtorch_cpu.so"
+if refusal=$(as_user cmake -S "$work/cmake_project" -B "$work/cmake_refused" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DDDPSPAWN_TORCH_DIR="$work/torch_2_5" 2>&1); then
+  echo "FAIL: CMake configured against torch 2.5" >&2
+  exit 1
+fi
+[[ "$refusal" == *"built against torch 2.11"*"is torch '2.5'"* ]] || {
+  echo "FAIL: CMake's refusal does not name both releases: $refusal" >&2
+  exit 1
+}
+if refusal=$(tools/install --from capi/dist --torch "$work/torch_2_5" "$work/refused" 2>&1); then
+  echo "FAIL: tools/install installed on torch 2.5" >&2
+  exit 1
+fi
+[[ "$refusal" == *"is torch 2.5; ddpspawn was built against 2.11"* ]] || {
+  echo "FAIL: tools/install's refusal does not name both releases: $refusal" >&2
+  exit 1
+}
+echo "ok: torch 2.5 refused by CMake and tools/install, naming both releases"
+
+# C++ and CMake: the DDPSpawnStrategy example against ddpspawn::core (the static core, on the
+# venv's LibTorch that tools/install recorded), spawning its 2 ranks from an empty environment.
 mkdir -p "$work/cpp_project"
 cat > "$work/cpp_project/CMakeLists.txt" <<CMAKE
 cmake_minimum_required(VERSION 3.16)
@@ -48,8 +88,8 @@ find_package(ddpspawn 0.1 REQUIRED)
 add_executable(train_ddp "$PWD/examples/cpp/train_ddp.cc")
 target_link_libraries(train_ddp PRIVATE ddpspawn::core)
 CMAKE
-cmake -S "$work/cpp_project" -B "$work/cpp_build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
-cmake --build "$work/cpp_build" >/dev/null
+as_user cmake -S "$work/cpp_project" -B "$work/cpp_build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+as_user cmake --build "$work/cpp_build" >/dev/null
 check "C++ CMake" "$work/cpp_build/train_ddp" "rank 0 learned: weights 2.000 -1.000 0.500, bias 3.000"
 
 # Cargo: a binary crate outside the workspace that depends on the ddpspawn crates, finds the
@@ -81,7 +121,7 @@ RUST
 # The hello example with 2 ranks, printing what the C consumers print.
 sed -e 's/Launcher::new(4)/Launcher::new(2)/' -e 's/over 4 ranks/over 2 ranks/' \
   bindings/rust/ddpspawn/examples/hello.rs > "$work/cargo_project/src/main.rs"
-(cd "$work/cargo_project" &&
+as_user bash -c 'cd "$0" && exec "$@"' "$work/cargo_project" \
   env -u DDPSPAWN_LIB_DIR PKG_CONFIG_PATH="$prefix/lib/pkgconfig" CARGO_TARGET_DIR="$work/cargo_target" \
-    PATH="$PATH:$HOME/.cargo/bin" cargo build --offline --quiet)
+    PATH="$PATH:$HOME/.cargo/bin" cargo build --offline --quiet
 check cargo "$work/cargo_target/debug/hello-ddpspawn"

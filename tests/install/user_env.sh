@@ -23,12 +23,14 @@ make_user_venv() {  # make_user_venv DIR: a new venv holding torch and what torc
 }
 
 # as_user COMMAND...: runs COMMAND in a mount namespace where tools/setup's venv is an empty
-# folder and every Debian libabsl_*.so is /dev/null (so loading one fails).
+# folder, and so are Debian's Abseil headers, and every Debian libabsl_*.so is /dev/null (so
+# loading one fails).
 as_user() {
   unshare --mount --propagation private -- bash -c '
     set -e
     empty=$(mktemp -d)
     mount --bind -o ro "$empty" "$0"
+    mount --bind -o ro "$empty" /usr/include/absl
     for lib in /usr/lib/x86_64-linux-gnu/libabsl_*.so*; do mount --bind /dev/null "$lib"; done
     exec "$@"' "$setup_venv" "$@"
 }
