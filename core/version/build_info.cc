@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 
-#ifdef USE_C10D_NCCL
+#ifdef DDPSPAWN_WITH_CUDA
+// Headers only: the versions are the build's (nothing here loads CUDA).
 #include <cuda_runtime_api.h>
-
-#include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
+#include <nccl.h>
 #endif
 
 namespace ddpspawn {
@@ -21,9 +21,9 @@ const BuildInfo& GetBuildInfo() {
     b->cuda_version = "none";
     b->nccl_version = "none";
     b->backends = "gloo";
-#ifdef USE_C10D_NCCL
+#ifdef DDPSPAWN_WITH_CUDA
     b->cuda_version = absl::StrCat(CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10);
-    b->nccl_version = c10d::getNcclVersion();
+    b->nccl_version = absl::StrCat(NCCL_MAJOR, ".", NCCL_MINOR, ".", NCCL_PATCH);
     b->backends = "gloo,nccl";
 #endif
     return b;

@@ -16,7 +16,7 @@ struct BuildInfo {
   std::string version;        // ddpspawn, e.g. "0.1.0"
   std::string torch_version;  // LibTorch at compile time, e.g. "2.11.0"
   std::string cuda_version;   // CUDA at compile time, e.g. "13.0"; "none"
-  std::string nccl_version;   // NCCL loaded at run time, e.g. "2.28.9"; "none"
+  std::string nccl_version;   // NCCL built against, e.g. "2.28.9"; "none"
   std::string backends;       // compiled in, comma-separated: "gloo,nccl"
 };
 

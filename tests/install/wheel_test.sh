@@ -55,6 +55,20 @@ if readelf -d "$where" | grep -q "$setup_venv"; then
 fi
 echo "ok: the library is the package's, and names no path of tools/setup's"
 
+# CUDA support comes from the package too: asked for, it loads and finds no GPU here (a missing
+# library would say "could not be loaded").
+out=$(user_python -c '
+import ddpspawn
+def work(ctx):
+    return ctx.rank
+try:
+    ddpspawn.spawn(work, nprocs=1, backend="nccl", start_method="fork")
+except ddpspawn.DdpspawnError as e:
+    print(e)
+' 2>&1)
+[[ "$out" == *"no CUDA device is present"* ]] || fail "backend nccl did not load CUDA support: $out"
+echo "ok: CUDA support loads from the package (nccl: no CUDA device here)"
+
 out=$(user_python "$work/torch_model.py")
 [[ "$out" == *"(match)"* ]] || fail "torch_model.py printed '$out'"
 echo "ok: ddpspawn.torch.DistributedDataParallel: $out"

@@ -76,7 +76,7 @@ DDPSPAWN_EXPORT const char* ddpspawn_version(void);
 
 /* What this build is, as "key=value" lines, each ending in '\n': version,
  * torch (LibTorch at compile time, e.g. 2.11.0), cuda (e.g. 13.0, or none),
- * nccl (the NCCL loaded, e.g. 2.28.9, or none), backends (compiled in, e.g.
+ * nccl (the NCCL it was built with, e.g. 2.28.9, or none), backends (compiled in, e.g.
  * gloo,nccl). It never initialises CUDA. Static storage; never NULL. */
 DDPSPAWN_EXPORT const char* ddpspawn_build_info(void);
 
