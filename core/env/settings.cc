@@ -20,6 +20,9 @@ constexpr SettingInfo kSettings[] = {
     {Setting::kResumeFrom, "DDPSPAWN_RESUME_FROM", "a checkpoint (set by the launcher)",
      "the checkpoint that restarted ranks (max_restarts) continue from, instead of "
      "resume_from"},
+    {Setting::kCudaLibrary, "DDPSPAWN_CUDA_LIBRARY", "a path to libddpspawn_cuda.so",
+     "where CUDA support is loaded from when CUDA is asked for (default: beside the library or "
+     "program, Bazel's runfiles, then the loader's path)"},
 };
 
 }  // namespace

@@ -25,6 +25,7 @@ enum class Setting {
   kShmAllReduce,  // DDPSPAWN_SHM_ALLREDUCE
   kDebug,         // DDPSPAWN_DEBUG
   kResumeFrom,    // DDPSPAWN_RESUME_FROM
+  kCudaLibrary,   // DDPSPAWN_CUDA_LIBRARY
 };
 
 struct SettingInfo {

@@ -6,12 +6,14 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/env/settings.h"
 
 namespace ddpspawn {
 namespace {
@@ -26,8 +28,9 @@ std::string Folder(const std::string& path) {
 // Where to look, in order (see LoadCudaSupport).
 std::vector<std::string> Candidates() {
   std::vector<std::string> paths;
-  if (const char* named = std::getenv("DDPSPAWN_CUDA_LIBRARY"); named != nullptr && *named) {
-    paths.push_back(named);
+  if (std::optional<std::string> named = ReadSetting(Setting::kCudaLibrary);
+      named && !named->empty()) {
+    paths.push_back(*named);
     return paths;
   }
   Dl_info info{};
