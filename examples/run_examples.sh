@@ -5,7 +5,7 @@ set -euo pipefail
 work="${TEST_TMPDIR:-$(mktemp -d)}"
 lib="$work/lib"
 mkdir -p "$lib"
-cp -L capi/dist/lib/libddpspawn.so capi/dist/lib/libddpspawn.so.1 "$lib/"
+cp -L capi/dist/lib/libddpspawn.so capi/dist/lib/libddpspawn.so.1 capi/dist/lib/libddpspawn_cuda.so "$lib/"
 
 expect() {  # expect NAME EXPECTED OUTPUT
   if [[ "$3" != *"$2"* ]]; then

@@ -8,7 +8,7 @@
 set -euo pipefail
 work="${TEST_TMPDIR:-$(mktemp -d)}"
 mkdir -p "$work/lib" "$work/src/bindings"
-cp -L capi/dist/lib/libddpspawn.so capi/dist/lib/libddpspawn.so.1 "$work/lib/"
+cp -L capi/dist/lib/libddpspawn.so capi/dist/lib/libddpspawn.so.1 capi/dist/lib/libddpspawn_cuda.so "$work/lib/"
 cp -rL bindings/rust bindings/rust-tch "$work/src/bindings/"
 fetch_digits="$PWD/tools/fetch_digits"
 export DDPSPAWN_LIB_DIR="$work/lib"
