@@ -11,6 +11,9 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # holds ddpspawn/
 
 SCRIPT = textwrap.dedent(
     """
@@ -44,7 +47,8 @@ def test_a_cpu_job_maps_no_cuda_library(tmp_path):
     script = tmp_path / "cpu_job.py"
     script.write_text(SCRIPT)
     done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ))
+                          text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(PACKAGE_ROOT)))
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["torch_imported"] is False
