@@ -8,6 +8,7 @@
 #include <iostream>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -25,7 +26,7 @@ std::string HeavyCudaMappings() {
     maps.clear();
     maps.seekg(0);
     while (std::getline(maps, line)) {
-      if (line.find(name) != std::string::npos) {
+      if (absl::StrContains(line, name)) {
         found += line.substr(line.rfind(' ') + 1) + "\n";
         break;
       }

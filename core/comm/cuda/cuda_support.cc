@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/env/settings.h"
@@ -30,25 +31,25 @@ std::vector<std::string> Candidates() {
   std::vector<std::string> paths;
   if (std::optional<std::string> named = ReadSetting(Setting::kCudaLibrary);
       named && !named->empty()) {
-    paths.push_back(*named);
+    paths.emplace_back(*named);
     return paths;
   }
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&LoadCudaSupport), &info) != 0 && info.dli_fname) {
-    paths.push_back(absl::StrCat(Folder(info.dli_fname), "/", kCudaSupportLibrary));
+    paths.emplace_back(absl::StrCat(Folder(info.dli_fname), "/", kCudaSupportLibrary));
   }
   const std::string in_runfiles = absl::StrCat("/ddpspawn/capi/", kCudaSupportLibrary);
   for (const char* variable : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
     if (const char* dir = std::getenv(variable); dir != nullptr && *dir) {
-      paths.push_back(absl::StrCat(dir, in_runfiles));
+      paths.emplace_back(absl::StrCat(dir, in_runfiles));
     }
   }
   char self[4096];
   const ssize_t length = readlink("/proc/self/exe", self, sizeof self - 1);
   if (length > 0) {
-    paths.push_back(absl::StrCat(std::string(self, length), ".runfiles", in_runfiles));
+    paths.emplace_back(absl::StrCat(std::string(self, length), ".runfiles", in_runfiles));
   }
-  paths.push_back(kCudaSupportLibrary);  // the loader's search path
+  paths.emplace_back(kCudaSupportLibrary);  // the loader's search path
   return paths;
 }
 
@@ -60,20 +61,20 @@ absl::StatusOr<const CudaSupport*> Load() {
   }
   std::vector<std::string> tried;
   for (const std::string& path : Candidates()) {
-    const bool bare = path.find('/') == std::string::npos;
+    const bool bare = !absl::StrContains(path, '/');
     if (!bare && access(path.c_str(), F_OK) != 0) {
-      tried.push_back(absl::StrCat(path, ": no such file"));
+      tried.emplace_back(absl::StrCat(path, ": no such file"));
       continue;
     }
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
-      tried.push_back(dlerror());
+      tried.emplace_back(dlerror());
       continue;
     }
     using EntryPoint = const CudaSupport* (*)();
     auto entry = reinterpret_cast<EntryPoint>(dlsym(handle, kCudaSupportEntryPoint));
     if (entry == nullptr) {
-      tried.push_back(absl::StrCat(path, ": no ", kCudaSupportEntryPoint));
+      tried.emplace_back(absl::StrCat(path, ": no ", kCudaSupportEntryPoint));
       continue;
     }
     loaded.store(true);
