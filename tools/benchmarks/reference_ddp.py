@@ -85,7 +85,14 @@ def main():
         port = probe.getsockname()[1]
     queue = mp.get_context("spawn").SimpleQueue()
     args.launch_time = time.time()  # the launch starts here (torch is already imported)
-    mp.spawn(worker, args=(args, port, queue), nprocs=args.nprocs, join=True)
+    try:
+        mp.spawn(worker, args=(args, port, queue), nprocs=args.nprocs, join=True)
+    except mp.ProcessExitedException as e:
+        # torch 2.11's Gloo group sometimes aborts a rank in destroy_process_group ("terminate
+        # called without an active exception"), after rank 0 has put the measurement: it stands.
+        if queue.empty():
+            raise
+        print(f"reference_ddp.py: a rank aborted after the measurement: {e}", file=sys.stderr)
     print(json.dumps(queue.get()))
 
 
