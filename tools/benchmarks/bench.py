@@ -23,6 +23,7 @@ Usage: tools/bench [--json] [--rounds N] [--steps N] [--workloads mlp,conv] [--m
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -51,19 +52,22 @@ def run(command, env=None):
 
 def bare_start(command):
     """Wall time and peak RSS of a process that loads LibTorch and exits: what every spawned rank
-    (or mp.spawn interpreter) pays before it can do anything."""
+    (or mp.spawn interpreter) pays before it can do anything. The peak is the process's own
+    (VmHWM, which it prints): its rusage would carry this launcher's peak across the exec."""
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(process.pid, 0)
+    out = subprocess.run(command, capture_output=True, text=True)
     seconds = time.perf_counter() - start
-    if status != 0:
-        raise RuntimeError("%s failed with status %d" % (command, status))
-    return seconds, usage.ru_maxrss / 1024.0
+    found = re.search(r"VmHWM:\s*(\d+) kB", out.stdout)
+    if out.returncode != 0 or not found:
+        raise RuntimeError("%s failed (status %d) or printed no VmHWM: %s"
+                           % (command, out.returncode, out.stderr[-2000:]))
+    return seconds, int(found.group(1)) / 1024.0
 
 
 def startup_floor():
     ours_s, ours_mb = bare_start([DDPSPAWN, "--mode", "startup"])
-    torch_s, torch_mb = bare_start([sys.executable, "-c", "import torch"])
+    torch_s, torch_mb = bare_start([sys.executable, "-c", "import torch; print(next(line for line in "
+                                    "open('/proc/self/status') if line.startswith('VmHWM')))"])
     return {"ddpspawn_process_s": ours_s, "ddpspawn_process_rss_mb": ours_mb,
             "python_import_torch_s": torch_s, "python_import_torch_rss_mb": torch_mb}
 
