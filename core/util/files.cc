@@ -22,12 +22,6 @@ absl::Status Errno(absl::string_view what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
 }
 
-std::string DirectoryOf(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 absl::Status LinkRefused(const std::string& path) {
   char target[PATH_MAX] = {};
   const ssize_t n = readlink(path.c_str(), target, sizeof(target) - 1);
@@ -80,6 +74,12 @@ absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& path) 
 }
 
 }  // namespace
+
+std::string DirectoryOf(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes, bool durable,
                                  mode_t mode) {

@@ -39,6 +39,9 @@ absl::Status CheckAppendable(const std::string& path);
 // NotFound when the file does not exist.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
+// The folder part of `path`: "." when it has no slash, "/" for a file in the root.
+std::string DirectoryOf(const std::string& path);
+
 }  // namespace ddpspawn
 
 #endif  // DDPSPAWN_CORE_UTIL_FILES_H_

@@ -15,16 +15,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/env/settings.h"
+#include "core/util/files.h"
 
 namespace ddpspawn {
 namespace {
 
 std::atomic<bool> loaded{false};
-
-std::string Folder(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
 
 // Where to look, in order (see LoadCudaSupport).
 std::vector<std::string> Candidates() {
@@ -36,7 +32,7 @@ std::vector<std::string> Candidates() {
   }
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&LoadCudaSupport), &info) != 0 && info.dli_fname) {
-    paths.emplace_back(absl::StrCat(Folder(info.dli_fname), "/", kCudaSupportLibrary));
+    paths.emplace_back(absl::StrCat(DirectoryOf(info.dli_fname), "/", kCudaSupportLibrary));
   }
   const std::string in_runfiles = absl::StrCat("/ddpspawn/capi/", kCudaSupportLibrary);
   for (const char* variable : {"RUNFILES_DIR", "TEST_SRCDIR"}) {

@@ -1,7 +1,8 @@
 // What ddpspawn does with CUDA and NCCL, behind an interface whose implementation lives in a
 // library of its own, libddpspawn_cuda.so (cuda/nccl_support.cc). It is loaded the first time a
 // CUDA device or the nccl backend is asked for, so a CPU-only process never maps libtorch_cuda,
-// cuDNN, NCCL or the CUDA runtime (as PyTorch registers CUDA only when libtorch_cuda loads).
+// NCCL, cuDNN or cuBLAS (as PyTorch registers CUDA only when libtorch_cuda loads; the CUDA wheel's
+// libtorch_cpu itself still needs the small CUDA runtime and CUPTI).
 #ifndef DDPSPAWN_CORE_COMM_CUDA_CUDA_SUPPORT_H_
 #define DDPSPAWN_CORE_COMM_CUDA_CUDA_SUPPORT_H_
 
