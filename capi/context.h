@@ -20,6 +20,7 @@
 struct ddpspawn_context {
   std::shared_ptr<ddpspawn::ProcessGroup> group;
   std::string environment;
+  std::string straggler_summary;  // ddpspawn_context_straggler's last
 };
 
 namespace ddpspawn::capi {

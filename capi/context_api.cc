@@ -124,7 +124,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_create(const ddpspawn_context_o
         ddpspawn::ProcessGroup::Create(cluster, group_options);
     if (!group.ok()) return group.status();
     *out_context = new ddpspawn_context{*std::move(group),
-                                        std::string(ddpspawn::ClusterKindName(cluster.kind))};
+                                        std::string(ddpspawn::ClusterKindName(cluster.kind)), ""};
     return absl::OkStatus();
   });
 }
@@ -153,6 +153,47 @@ DDPSPAWN_EXPORT int32_t ddpspawn_context_node_rank(const ddpspawn_context* conte
 
 DDPSPAWN_EXPORT const char* ddpspawn_context_environment(const ddpspawn_context* context) {
   return context ? context->environment.c_str() : "";
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_straggler(ddpspawn_context* context,
+                                                           int32_t* out_measured,
+                                                           int64_t* out_collectives,
+                                                           int32_t* out_straggler,
+                                                           const char** out_summary) {
+  return Guard([&]() -> absl::Status {
+    RETURN_IF_ERROR(CheckContext(context));
+    const ddpspawn::ArrivalReport report = context->group->arrivals();
+    if (out_measured != nullptr) *out_measured = report.measured() ? 1 : 0;
+    if (out_collectives != nullptr) *out_collectives = report.collectives;
+    if (out_straggler != nullptr) *out_straggler = report.Straggler();
+    if (out_summary != nullptr) {
+      context->straggler_summary = report.Summary();
+      *out_summary = context->straggler_summary.c_str();
+    }
+    return absl::OkStatus();
+  });
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_rank_arrivals(const ddpspawn_context* context,
+                                                               int32_t rank,
+                                                               int64_t* out_arrived_last,
+                                                               double* out_late_seconds,
+                                                               double* out_waited_seconds) {
+  return Guard([&]() -> absl::Status {
+    RETURN_IF_ERROR(CheckContext(context));
+    const ddpspawn::ArrivalReport report = context->group->arrivals();
+    if (rank < 0 || rank >= context->group->world_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank, " is outside [0, ", context->group->world_size(), ")"));
+    }
+    const ddpspawn::RankArrivals arrivals = static_cast<size_t>(rank) < report.ranks.size()
+                                                ? report.ranks[rank]
+                                                : ddpspawn::RankArrivals{};
+    if (out_arrived_last != nullptr) *out_arrived_last = arrivals.arrived_last;
+    if (out_late_seconds != nullptr) *out_late_seconds = arrivals.late_seconds;
+    if (out_waited_seconds != nullptr) *out_waited_seconds = arrivals.waited_seconds;
+    return absl::OkStatus();
+  });
 }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_barrier(ddpspawn_context* context, const char* name) {

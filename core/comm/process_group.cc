@@ -321,6 +321,27 @@ bool ProcessGroup::uses_shared_memory() const {
   return impl_->shm != nullptr || impl_->hierarchical != nullptr;
 }
 
+ArrivalReport ProcessGroup::arrivals() const {
+  if (impl_->shm) return impl_->shm->arrivals();
+  ArrivalReport report;
+  report.ranks.resize(world_size());
+  if (world_size() == 1) {
+    report.unmeasured = "a group of one rank";
+  } else if (backend() == Backend::kNccl) {
+    report.unmeasured =
+        "nccl's collectives run on the GPUs and do not say when each rank reached them";
+  } else if (impl_->hierarchical) {
+    report.unmeasured =
+        "the ranks span several nodes, whose clocks differ (each node's ranks meet in its own "
+        "shared memory)";
+  } else {
+    report.unmeasured =
+        "gloo over TCP does not say when each rank reached a collective; arrivals are timed "
+        "where one launcher's ranks meet in shared memory (DDPSPAWN_SHM_ALLREDUCE=1)";
+  }
+  return report;
+}
+
 namespace {
 
 // NCCL needs a CUDA build with NCCL, and the rank's device on this machine.

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "core/comm/arrival_report.h"
 #include "core/env/cluster_environment.h"
 #include "core/trace/call_signature.h"
 
@@ -102,6 +103,10 @@ class ProcessGroup {
   // True when float sums and small broadcasts go through shared memory (a
   // launcher's ranks, unless DDPSPAWN_SHM_ALLREDUCE=0 or /dev/shm is full).
   bool uses_shared_memory() const;
+  // Who arrived last at this group's collectives, and by how much, so far
+  // (any thread): measured where the ranks meet in one host's shared memory;
+  // otherwise the report says why it is not.
+  ArrivalReport arrivals() const;
 
   // Waits until every rank reached the barrier; `name` appears in errors.
   absl::Status Barrier(absl::string_view name = "");

@@ -8,6 +8,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,8 +36,9 @@ static_assert(sizeof(CallRecord) == 64, "one cache line per rank");
 
 // At the start of the staging segment, per rank: the last generation it
 // arrived at (its slot is ready and its call published) and left (it is done
-// with the others' slots), its pid (to notice a rank that died instead of
-// waiting until the timeout), and its call. AllocateShared() passes the new
+// with the others' slots), when it arrived (CLOCK_MONOTONIC nanoseconds), its
+// pid (to notice a rank that died instead of waiting until the timeout), and
+// its call. AllocateShared() passes the new
 // segment's name from rank 0 and every rank's success through it.
 struct SharedMemoryCollectives::Header {
   std::atomic<uint64_t> arrived[kMaxRanks];
@@ -45,6 +47,7 @@ struct SharedMemoryCollectives::Header {
   CallRecord call[kMaxRanks];
   std::atomic<int32_t> mapped[kMaxRanks];
   char allocation_name[256];
+  std::atomic<int64_t> arrived_ns[kMaxRanks];
 };
 
 // One mapped /dev/shm segment: an optional header, then one slot per rank.
@@ -185,6 +188,12 @@ std::string Describe(const CallRecord& record) {
   return text;
 }
 
+int64_t MonotonicNanos() {
+  timespec now = {};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
 // Bytes /dev/shm can still take (0 when it cannot be read).
 size_t FreeShmBytes() {
   struct statvfs fs = {};
@@ -239,7 +248,8 @@ SharedMemoryCollectives::SharedMemoryCollectives(std::string name_prefix, int ra
       world_size_(world_size),
       capacity_(capacity),
       timeout_(timeout),
-      staging_(std::move(staging)) {}
+      staging_(std::move(staging)),
+      arrivals_(world_size, "shared memory") {}
 
 SharedMemoryCollectives::~SharedMemoryCollectives() = default;
 
@@ -408,8 +418,16 @@ absl::Status SharedMemoryCollectives::Arrive(const CallSignature& call, int64_t 
   ++generation_;
   // Nobody reads our record now: every rank left the previous generation.
   header->call[rank_] = ToRecord(call, segment, offset);
+  header->arrived_ns[rank_].store(MonotonicNanos(), std::memory_order_relaxed);
   header->arrived[rank_].store(generation_, std::memory_order_release);
   RETURN_IF_ERROR(WaitForAll("arrive", /*arrived=*/true));
+  // Every stamp of this generation is in (released with `arrived`), and none
+  // changes before every rank has left it.
+  int64_t arrived_ns[kMaxRanks];
+  for (int r = 0; r < world_size_; ++r) {
+    arrived_ns[r] = header->arrived_ns[r].load(std::memory_order_relaxed);
+  }
+  arrivals_.Record(arrived_ns);
   absl::Status agreed = compare_calls_ ? CompareCalls() : absl::OkStatus();
   if (!agreed.ok()) {
     // Every rank sees the same records and leaves here.

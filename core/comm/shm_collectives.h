@@ -13,6 +13,8 @@
 // Every collective first compares what each rank is about to run (a
 // CallSignature, through the segment's header): a mismatch is an error on
 // every rank that names each rank's call, never a sum of unrelated buffers.
+// Each rank also stamps its arrival there (CLOCK_MONOTONIC, one clock for the
+// host), so every rank tallies who arrived last and by how much (arrivals()).
 //
 // Segments: rank 0 creates each one exclusively (O_EXCL, mode 0600) under a
 // name with 128 random bits, the other ranks open it only when it belongs to
@@ -41,6 +43,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "core/comm/arrival_report.h"
 #include "core/trace/call_signature.h"
 
 namespace ddpspawn {
@@ -73,6 +76,9 @@ class SharedMemoryCollectives {
   // Off: the collectives no longer compare the ranks' calls (see
   // GroupOptions::check_calls). Every rank must set the same.
   void set_compare_calls(bool compare) { compare_calls_ = compare; }
+
+  // How the ranks arrived at every collective so far (any thread).
+  ArrivalReport arrivals() const { return arrivals_.Snapshot(); }
 
   // The largest buffer that is not in shared memory yet and can be summed.
   size_t capacity() const { return capacity_; }
@@ -140,6 +146,7 @@ class SharedMemoryCollectives {
   absl::Mutex shared_mutex_;
   std::vector<std::weak_ptr<Segment>> shared_ ABSL_GUARDED_BY(shared_mutex_);
   int64_t shared_allocated_ = 0;  // the collectives' thread only
+  ArrivalTally arrivals_;
 };
 
 }  // namespace ddpspawn

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/comm/arrival_report.h"
 
 namespace ddpspawn {
 
@@ -22,8 +23,11 @@ struct FitResult {
   // "max_time", the signal's name ("SIGUSR1") or what a callback said
   // ("early_stopping") when that ended fit early; else empty.
   std::string stopped_by;
+  // Who arrived last at the collectives during fit, and by how much.
+  ArrivalReport straggler;
   // One "key=value" line per field (stopped_by only when set; a metric as
-  // metric.<name>); Decode skips keys it does not know.
+  // metric.<name>; the straggler report as ArrivalReport::ToPairs()); Decode
+  // skips keys it does not know, the straggler report's included.
   std::string Encode() const;
   static absl::StatusOr<FitResult> Decode(const std::string& text);
 };

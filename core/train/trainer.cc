@@ -137,6 +137,8 @@ struct Trainer::FitRun {
   absl::Time epoch_start;
   double epoch_loss = 0, window_loss = 0;  // the window: since the last logged step
   int64_t epoch_batches = 0, window_batches = 0;
+  // The group's arrivals when fit and the epoch in progress began.
+  ArrivalReport arrivals_at_start, arrivals_at_epoch;
 
   // `state` as a checkpoint keeps it: mid-epoch, with this rank's loss of the
   // epoch so far (Trainer::SaveCheckpoint gathers every rank's).
@@ -236,6 +238,7 @@ absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningM
   FitContext context(*this, *run);
   run->context = &context;
   RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnFitStart(context); }));
+  run->arrivals_at_start = run->arrivals_at_epoch = Arrivals();
   while (!run->stop && run->state.epoch < run->max_epochs) {
     RETURN_IF_ERROR(TrainEpoch(*run, train));
     RETURN_IF_ERROR(EndEpoch(*run, validation));
@@ -251,7 +254,32 @@ absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningM
   if (run->out_of_time) result.stopped_by = "max_time";
   if (run->signaled) result.stopped_by = SignalAbbrev(options_.checkpoint_on_signal);
   if (!run->stopped_by.empty()) result.stopped_by = run->stopped_by;
+  result.straggler = Arrivals().Since(run->arrivals_at_start);
   return result;
+}
+
+ArrivalReport Trainer::Arrivals() {
+  if (strategy_.group() != nullptr) return strategy_.group()->arrivals();
+  ArrivalReport none;
+  none.unmeasured = "no process group";
+  return none;
+}
+
+absl::Status Trainer::LogArrivals(FitRun& run) {
+  const ArrivalReport now = Arrivals();
+  const ArrivalReport epoch = now.Since(run.arrivals_at_epoch);
+  run.arrivals_at_epoch = now;
+  if (!epoch.measured() || epoch.collectives == 0) return absl::OkStatus();
+  const int64_t step = run.state.global_step;
+  RETURN_IF_ERROR(Log(run.epoch, step, "straggler_rank", epoch.Straggler()));
+  for (size_t r = 0; r < epoch.ranks.size(); ++r) {
+    const RankArrivals& rank = epoch.ranks[r];
+    RETURN_IF_ERROR(Log(run.epoch, step, absl::StrCat("rank", r, "_arrived_last"),
+                        static_cast<double>(rank.arrived_last) / epoch.collectives));
+    RETURN_IF_ERROR(Log(run.epoch, step, absl::StrCat("rank", r, "_late_ms"),
+                        rank.arrived_last > 0 ? 1e3 * rank.late_seconds / rank.arrived_last : 0.0));
+  }
+  return absl::OkStatus();
 }
 
 // Checks the options, prepares the output directories, makes the optimizer,
@@ -483,6 +511,7 @@ absl::Status Trainer::EndEpoch(FitRun& run, const Dataset* validation) {
                                                    &run.parameters, epoch, state.global_step));
     RETURN_IF_ERROR(Log(epoch, state.global_step, "train_loss_epoch", mean));
     absl::StrAppendFormat(&line, " train_loss %.4f", mean);
+    RETURN_IF_ERROR(LogArrivals(run));
   }
   if (epoch_done && run.validates && (epoch + 1) % options_.check_val_every_n_epoch == 0) {
     RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnValidationStart(*run.context); }));

@@ -8,7 +8,9 @@
 // and when training stops, and resuming from it
 // continues exactly where it stopped. A training loss (or weights) that becomes
 // NaN or infinite stops fit with an error on every rank, before any checkpoint
-// of the diverged weights is written, unless allow_non_finite_loss.
+// of the diverged weights is written, unless allow_non_finite_loss. Which
+// rank arrived last at the collectives (and by how much) goes to metrics.csv
+// each epoch and into the result (comm/arrival_report.h).
 #ifndef DDPSPAWN_CORE_TRAIN_TRAINER_H_
 #define DDPSPAWN_CORE_TRAIN_TRAINER_H_
 
@@ -111,6 +113,12 @@ class Trainer {
   absl::Status OptimizerStep(FitRun& run);
   absl::StatusOr<bool> AfterOptimizerStep(FitRun& run, int64_t batch, double loss);
   absl::Status EndEpoch(FitRun& run, const Dataset* validation);
+  // The group's arrivals so far (not measured without a group).
+  ArrivalReport Arrivals();
+  // Rank 0 writes the epoch's arrivals to metrics.csv where they are measured:
+  // straggler_rank, and per rank r rank<r>_arrived_last (the share of the
+  // epoch's collectives it reached last) and rank<r>_late_ms.
+  absl::Status LogArrivals(FitRun& run);
 
   absl::Status Prepare(const std::shared_ptr<LightningModule>& module);
   absl::StatusOr<std::map<std::string, double>> Evaluate(

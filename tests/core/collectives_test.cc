@@ -1,5 +1,7 @@
 // Every collective, op and dtype against expected values, in real 2-, 3- and
 // 4-rank jobs (the checks run inside tests/core/test_worker's modes).
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/launch/launcher.h"
@@ -62,6 +64,44 @@ TEST(GroupsInTurnTest, EachGroupJoinsAndReduces) {
   absl::StatusOr<std::string> result = RunWorkers(2, "groups_in_turn");
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(*result, "three groups");
+}
+
+// The rank that is slowed on purpose (10 ms before each of 20 all-reduces) is
+// the one the arrivals name, whichever it is, with about that lateness; over
+// Gloo's TCP nothing is timed and the report says so instead of naming a rank.
+class StragglerTest : public testing::TestWithParam<int> {};
+
+TEST_P(StragglerTest, TheSlowedRankIsNamed) {
+  const int slow = GetParam();
+  absl::StatusOr<std::string> report = RunWorkers(3, absl::StrCat("straggler ", slow));
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_THAT(*report, testing::HasSubstr(absl::StrCat("\nstraggler.rank=", slow, "\n")));
+  EXPECT_THAT(*report, testing::StartsWith(
+                           absl::StrCat("rank ", slow, " arrived last at 100% of 20 collectives")));
+  EXPECT_THAT(*report,
+              testing::HasSubstr(absl::StrCat("straggler.rank", slow, ".arrived_last=20\n")));
+  // Late by about the 10 ms it slept: between 5 and 30 ms on average.
+  const std::string key = absl::StrCat("straggler.rank", slow, ".late_ms=");
+  const size_t at = report->find(key);
+  ASSERT_NE(at, std::string::npos) << *report;
+  const double late_ms = std::atof(report->c_str() + at + key.size());
+  EXPECT_GT(late_ms, 5.0) << *report;
+  EXPECT_LT(late_ms, 30.0) << *report;
+  for (int r = 0; r < 3; ++r) {
+    if (r == slow) continue;
+    EXPECT_THAT(*report,
+                testing::HasSubstr(absl::StrCat("straggler.rank", r, ".arrived_last=0\n")));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SlowRanks, StragglerTest, testing::Values(0, 2));
+
+TEST(StragglerOverGlooTest, SaysItIsNotMeasured) {
+  absl::StatusOr<std::string> report = RunWorkers(2, "straggler 1", {"DDPSPAWN_SHM_ALLREDUCE=0"});
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_THAT(*report, testing::StartsWith("not measured: gloo over TCP"));
+  EXPECT_THAT(*report, testing::HasSubstr("\nstraggler.measured_by=none\n"));
+  EXPECT_THAT(*report, testing::HasSubstr("\nstraggler.rank=-1\n"));
 }
 
 // Mismatched calls (rank 0's and rank 1's below) are an error on every rank

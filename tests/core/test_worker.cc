@@ -573,6 +573,26 @@ int Main(int argc, char** argv) {
     if (std::atoi(std::getenv("RANK")) == 0) CheckOk(SetWorkerResult("three groups"), "result");
     return 0;
   }
+  if (mode == "straggler" && argc == 3) {
+    // Rank <slow> sleeps 10 ms before each of 20 all-reduces; rank 0 reports
+    // what the group's arrivals say.
+    const int slow = std::atoi(argv[2]);
+    std::unique_ptr<ProcessGroup> group = Join();
+    const ArrivalReport before = group->arrivals();
+    for (int round = 0; round < 20; ++round) {
+      if (group->rank() == slow) absl::SleepFor(absl::Milliseconds(10));
+      float value = 1.0f;
+      CheckOk(group->AllReduce(&value, 1, DType::kFloat32, ReduceOp::kSum), "all_reduce");
+    }
+    const ArrivalReport report = group->arrivals().Since(before);
+    if (group->rank() == 0) {
+      std::string text = absl::StrCat(report.Summary(), "\n");
+      for (const auto& [key, value] : report.ToPairs())
+        absl::StrAppend(&text, key, "=", value, "\n");
+      CheckOk(SetWorkerResult(text), "result");
+    }
+    return 0;
+  }
   std::fprintf(stderr, "test_worker: unknown mode '%s'\n", mode.c_str());
   return 64;
 }
