@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Dict
 
 from . import _lib
+from ._arrivals import RankArrivals, StragglerReport
 from ._context import Context
 from ._errors import (
     DdpspawnError,
@@ -40,7 +41,9 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "LibraryLoadError",
+    "RankArrivals",
     "Reducer",
+    "StragglerReport",
     "UnavailableError",
     "WorkerFailedError",
     "abi_version",

@@ -9,6 +9,7 @@ from typing import Any, List, Optional, Sequence
 
 from . import _dlpack, _lib
 from ._closable import Closable
+from ._arrivals import RankArrivals, StragglerReport
 from ._buffers import Buffer
 from ._errors import InvalidArgumentError
 from ._reducer import Reducer
@@ -146,6 +147,43 @@ class Context(Closable):
         """The detected cluster environment: "ddpspawn", "torchelastic", "slurm" or "env"."""
         environment: bytes = self._lib.ddpspawn_context_environment(self._live())  # never NULL
         return environment.decode()
+
+    def straggler_report(self) -> StragglerReport:
+        """Which rank arrived last at this group's collectives so far, and by
+        how much (see :class:`StragglerReport`). Unlike the other methods it
+        may be called from another thread while a collective runs."""
+        measured = ctypes.c_int32()
+        collectives = ctypes.c_int64()
+        straggler = ctypes.c_int32()
+        summary = ctypes.c_char_p()
+        handle = self._live()
+        _lib.check(
+            self._lib.ddpspawn_context_straggler(
+                handle,
+                ctypes.byref(measured),
+                ctypes.byref(collectives),
+                ctypes.byref(straggler),
+                ctypes.byref(summary),
+            )
+        )
+        ranks = []
+        for rank in range(self.world_size):
+            last = ctypes.c_int64()
+            late = ctypes.c_double()
+            waited = ctypes.c_double()
+            _lib.check(
+                self._lib.ddpspawn_context_rank_arrivals(
+                    handle, rank, ctypes.byref(last), ctypes.byref(late), ctypes.byref(waited)
+                )
+            )
+            ranks.append(RankArrivals(last.value, late.value, waited.value))
+        return StragglerReport(
+            measured=bool(measured.value),
+            collectives=collectives.value,
+            straggler=straggler.value,
+            summary=(summary.value or b"").decode(),
+            ranks=ranks,
+        )
 
     # -- collectives -------------------------------------------------------
 

@@ -245,6 +245,14 @@ SIGNATURES: Dict[str, Tuple[Optional[_CType], List[_CType]]] = {
     "ddpspawn_context_local_world_size": (c_int32, [ContextPtr]),
     "ddpspawn_context_node_rank": (c_int32, [ContextPtr]),
     "ddpspawn_context_environment": (c_char_p, [ContextPtr]),
+    "ddpspawn_context_straggler": (
+        _Status,
+        [ContextPtr, POINTER(c_int32), POINTER(c_int64), POINTER(c_int32), POINTER(c_char_p)],
+    ),
+    "ddpspawn_context_rank_arrivals": (
+        _Status,
+        [ContextPtr, c_int32, POINTER(c_int64), POINTER(c_double), POINTER(c_double)],
+    ),
     # Collectives.
     "ddpspawn_barrier": (_Status, [ContextPtr, c_char_p]),
     "ddpspawn_broadcast": (

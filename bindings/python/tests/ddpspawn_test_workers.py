@@ -282,3 +282,15 @@ def torch_tensor_collectives(ctx):
         mismatch = str(error)
     return per_rank, mismatch
 
+
+
+def slowed_all_reduces(ctx, slow, rounds=20):
+    """Rank ``slow`` sleeps 10 ms before each of ``rounds`` all-reduces; every
+    rank returns what its context's straggler report says then."""
+    import time
+
+    for _ in range(rounds):
+        if ctx.rank == slow:
+            time.sleep(0.01)
+        ctx.all_reduce([1.0])
+    return ctx.straggler_report()

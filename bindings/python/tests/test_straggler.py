@@ -1,0 +1,99 @@
+"""Which rank holds the others back: a rank slowed on purpose is the one named,
+by a running job's context (ddpspawn_context_straggler) and in fit's result and
+metrics.csv."""
+
+import csv
+import random
+from typing import List
+
+import pytest
+
+import ddpspawn
+import ddpspawn_test_workers as workers
+
+
+@pytest.mark.parametrize("slow", [0, 2])
+def test_the_context_names_the_slowed_rank(slow):
+    report = ddpspawn.spawn(workers.slowed_all_reduces, args=(slow,), nprocs=3, start_method="fork")
+    assert report.measured
+    assert report.straggler == slow
+    assert report.summary.startswith(f"rank {slow} arrived last at 100% of 20 collectives")
+    assert report.ranks[slow].arrived_last == 20
+    # Late by about the 10 ms it slept, each time.
+    assert 0.005 * 20 < report.ranks[slow].late_seconds < 0.03 * 20
+    others = [r for r in range(3) if r != slow]
+    assert all(report.ranks[r].arrived_last == 0 for r in others)
+    # The others waited for it; it hardly waited at all.
+    assert all(report.ranks[r].waited_seconds > report.ranks[slow].waited_seconds for r in others)
+
+
+def test_without_shared_memory_the_context_says_it_is_not_measured(monkeypatch):
+    monkeypatch.setenv("DDPSPAWN_SHM_ALLREDUCE", "0")
+    report = ddpspawn.spawn(workers.slowed_all_reduces, args=(1, 3), nprocs=2, start_method="fork")
+    assert not report.measured
+    assert report.straggler == -1
+    assert report.summary.startswith("not measured: gloo over TCP")
+    assert [r.arrived_last for r in report.ranks] == [0, 0]
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return pytest.importorskip("torch")
+
+
+def slow_on_marked_rows(torch):
+    """A linear regression whose step does ~20 ms of extra matrix products on
+    a batch that holds a row marked with 7.0 in its last feature."""
+
+    class SlowOnMarkedRows(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.linear(x).squeeze(-1)
+
+        @torch.jit.export
+        def training_step(self, batch: List[torch.Tensor], batch_idx: int) -> torch.Tensor:
+            x = batch[0]
+            busy = torch.zeros(1, 1)
+            if bool((x[:, 3] == 7.0).any()):
+                # From the batch, so that TorchScript cannot fold it to a constant.
+                busy = torch.ones(200, 200) * (x[:, 3].max() / 1400.0)
+                for _ in range(120):
+                    busy = busy @ busy
+            # Used, so that TorchScript's optimizer cannot drop the products.
+            loss = torch.nn.functional.mse_loss(self.forward(x), batch[1].reshape(-1))
+            return loss + 0.0 * busy[0, 0]
+
+    torch.manual_seed(0)
+    return torch.jit.script(SlowOnMarkedRows())
+
+
+def test_fit_names_the_rank_whose_shard_is_slow(torch, tmp_path):
+    # Without shuffling, rank 1 of 2 reads the odd rows (PyTorch's
+    # DistributedSampler): only those carry the marker.
+    rng = random.Random(0)
+    with open(tmp_path / "train.csv", "w") as f:
+        for i in range(256):
+            x = [round(rng.uniform(-1.0, 1.0), 6) for _ in range(3)] + [7.0 if i % 2 else 0.0]
+            f.write(",".join(f"{v:.6f}" for v in x) + f",{sum(x[:3]):.6f}\n")
+    result = ddpspawn.fit(
+        slow_on_marked_rows(torch), tmp_path / "train.csv", nprocs=2, max_epochs=2,
+        batch_size=16, shuffle=False, lr=0.01, seed=0, progress=False,
+        default_root_dir=tmp_path / "run",
+    )
+    assert result.straggler_rank == 1, result.straggler
+    assert result.straggler.startswith("rank 1 arrived last at ")
+    assert result.values["straggler.measured_by"] == "shared memory"
+    # At every step's gradient all-reduce at least (8 steps an epoch), by
+    # about the 20 ms its step takes longer; rank 0 arrives last only where it
+    # alone works (the checkpoint).
+    last = int(result.values["straggler.rank1.arrived_last"])
+    assert last >= 16
+    assert last > 2 * int(result.values["straggler.rank0.arrived_last"])
+    assert float(result.values["straggler.rank1.late_ms"]) > 5.0
+    # metrics.csv: each epoch names rank 1.
+    with open(result.metrics_csv) as f:
+        rows = [r for r in csv.DictReader(f) if r["name"] == "straggler_rank"]
+    assert [float(r["value"]) for r in rows] == [1.0, 1.0]
