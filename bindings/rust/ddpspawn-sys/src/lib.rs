@@ -373,6 +373,27 @@ extern "C" {
     pub fn ddpspawn_context_local_world_size(context: *const ddpspawn_context) -> i32;
     pub fn ddpspawn_context_node_rank(context: *const ddpspawn_context) -> i32;
     pub fn ddpspawn_context_environment(context: *const ddpspawn_context) -> *const c_char;
+    /// Which rank holds the others back: whether arrivals are timed, the
+    /// collectives timed, the rank that arrived last most often (-1: none)
+    /// and a summary owned by the context until the next call. Any out
+    /// pointer may be NULL; may run while another thread runs a collective.
+    pub fn ddpspawn_context_straggler(
+        context: *mut ddpspawn_context,
+        out_measured: *mut i32,
+        out_collectives: *mut i64,
+        out_straggler: *mut i32,
+        out_summary: *mut *const c_char,
+    ) -> ddpspawn_status;
+    /// Rank `rank`'s arrivals: collectives it reached last, how much later
+    /// than the next-latest rank summed over those (s), and how long it
+    /// waited for the last rank summed over all (s).
+    pub fn ddpspawn_context_rank_arrivals(
+        context: *const ddpspawn_context,
+        rank: i32,
+        out_arrived_last: *mut i64,
+        out_late_seconds: *mut f64,
+        out_waited_seconds: *mut f64,
+    ) -> ddpspawn_status;
 
     // Collectives.
     pub fn ddpspawn_barrier(context: *mut ddpspawn_context, name: *const c_char)

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use ddpspawn_sys as sys;
 
+use crate::arrivals::{RankArrivals, StragglerReport};
 use crate::defaults::library_defaults;
 use crate::element::{Element, ReduceOp};
 use crate::error::{c_str_to_string, check, to_c_string, Error, Result};
@@ -120,6 +121,52 @@ impl Context {
     pub fn environment(&self) -> String {
         // SAFETY: a live context; the string is copied at once.
         unsafe { c_str_to_string(sys::ddpspawn_context_environment(self.as_const())) }
+    }
+
+    /// Which rank arrived last at this group's collectives so far, and by how
+    /// much (see [`StragglerReport`]).
+    pub fn straggler_report(&self) -> Result<StragglerReport> {
+        let (mut measured, mut collectives, mut straggler) = (0i32, 0i64, -1i32);
+        let mut summary: *const std::os::raw::c_char = ptr::null();
+        // SAFETY: a live context and valid out pointers; the summary is
+        // copied before the next call on the context.
+        check(unsafe {
+            sys::ddpspawn_context_straggler(
+                self.raw.as_ptr(),
+                &mut measured,
+                &mut collectives,
+                &mut straggler,
+                &mut summary,
+            )
+        })?;
+        // SAFETY: the context owns the string until its next such call.
+        let summary = unsafe { c_str_to_string(summary) };
+        let mut ranks = Vec::with_capacity(self.world_size());
+        for rank in 0..self.world_size() {
+            let mut arrivals = RankArrivals {
+                arrived_last: 0,
+                late_seconds: 0.0,
+                waited_seconds: 0.0,
+            };
+            // SAFETY: a live context and valid out pointers.
+            check(unsafe {
+                sys::ddpspawn_context_rank_arrivals(
+                    self.as_const(),
+                    to_rank("rank", rank)?,
+                    &mut arrivals.arrived_last,
+                    &mut arrivals.late_seconds,
+                    &mut arrivals.waited_seconds,
+                )
+            })?;
+            ranks.push(arrivals);
+        }
+        Ok(StragglerReport {
+            measured: measured != 0,
+            collectives,
+            straggler: usize::try_from(straggler).ok(),
+            summary,
+            ranks,
+        })
     }
 
     /// Waits until every rank reached the barrier of this name.

@@ -46,6 +46,7 @@
 //! or pkg-config. Binaries of other crates need the library on the loader's
 //! path (an rpath, or `LD_LIBRARY_PATH`).
 
+mod arrivals;
 mod context;
 mod defaults;
 mod element;
@@ -56,6 +57,7 @@ mod tensor;
 mod trainer;
 mod worker;
 
+pub use arrivals::{RankArrivals, StragglerReport};
 pub use context::Context;
 pub use element::{DType, Element, ReduceOp};
 pub use error::{Error, ErrorKind, Result};

@@ -122,6 +122,30 @@ fn rank0_result_comes_back() {
     assert_eq!(report.into_result(), Some(b"hello from rank 0".to_vec()));
 }
 
+/// The rank slowed on purpose (10 ms before each of 20 all-reduces) is the
+/// one the context's straggler report names, late by about that much.
+#[test]
+fn the_slowed_rank_is_named() {
+    let report = run(3, &["straggler", "2"]).unwrap_or_else(|e| panic!("{e}"));
+    let text = String::from_utf8(report.into_result().unwrap()).unwrap();
+    let fields: Vec<&str> = text.split('|').collect();
+    assert_eq!(fields[..2], ["true", "Some(2)"], "{text}");
+    let ranks: Vec<(i64, f64)> = fields[2]
+        .split(',')
+        .map(|r| {
+            let (last, late) = r.split_once(':').unwrap();
+            (last.parse().unwrap(), late.parse().unwrap())
+        })
+        .collect();
+    assert_eq!((ranks[0].0, ranks[1].0, ranks[2].0), (0, 0, 20), "{text}");
+    // Summed over the 20: 10 ms each, give or take.
+    assert!(ranks[2].1 > 100.0 && ranks[2].1 < 600.0, "{text}");
+    assert!(
+        fields[3].starts_with("rank 2 arrived last at 100% of 20 collectives"),
+        "{text}"
+    );
+}
+
 #[test]
 fn no_result_is_none() {
     let report = run(2, &["none"]).unwrap();
