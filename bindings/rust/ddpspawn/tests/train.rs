@@ -175,6 +175,17 @@ fn fit_learns_and_checkpoints(dir: &Path) {
     assert_eq!((one.epoch(), ten.epoch()), (Some(1), Some(10)));
     // 200 samples, 2 ranks, 16 per rank: 7 steps an epoch.
     assert_eq!((one.global_step(), ten.global_step()), (Some(7), Some(70)));
+    // The 2 forked ranks meet in shared memory: their arrivals are timed, at
+    // 7 gradient all-reduces an epoch at least.
+    assert_eq!(ten.get("straggler.measured_by"), Some("shared memory"));
+    let timed: u64 = ten.get("straggler.collectives").unwrap().parse().unwrap();
+    assert!(timed >= 70, "{:?}", ten.straggler());
+    assert!(
+        ten.straggler().unwrap().starts_with("rank "),
+        "{:?}",
+        ten.straggler()
+    );
+    assert!(ten.straggler_rank().unwrap() < 2);
     let first = one.metric("train_loss_epoch").unwrap();
     let last = ten.metric("train_loss_epoch").unwrap();
     assert!(last < 0.6 * first, "train_loss_epoch {first} -> {last}");
