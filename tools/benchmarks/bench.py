@@ -18,7 +18,11 @@ restart, a later launch of the same process).
 With --multinode RATES (root only): instead, the hierarchical all-reduce of 2 hosts x 2 ranks
 against Gloo among all ranks, at each link rate (tc's, e.g. none,10gbit,1gbit); see multinode.py.
 
+With --models resnet18,gpt or --bucket-sweep: instead, the larger models against the references,
+or DDP's bucket caps; see models_sweep.py.
+
 Usage: tools/bench [--json] [--rounds N] [--steps N] [--workloads mlp,conv] [--multinode RATES]
+                   [--models resnet18,gpt] [--bucket-sweep]
 """
 import argparse
 import json
@@ -94,7 +98,26 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--workloads", default="mlp,conv")
     parser.add_argument("--multinode", metavar="RATES")
+    parser.add_argument("--models", metavar="WORKLOADS")
+    parser.add_argument("--bucket-sweep", action="store_true",
+                        help="DDP's bucket caps on --workloads (default mlp,conv)")
     args = parser.parse_args()
+    if args.models or args.bucket_sweep:
+        import models_sweep
+
+        out = {}
+        if args.models:
+            out["models"] = models_sweep.measure_models(
+                sys.executable, args.models.split(","), args.rounds, args.steps, args.warmup)
+        if args.bucket_sweep:
+            out["bucket_sweep"] = models_sweep.sweep_buckets(
+                args.workloads.split(","), args.rounds, args.steps, args.warmup)
+        if args.json:
+            print(json.dumps(out))
+        else:
+            models_sweep.print_models(out.get("models", []))
+            models_sweep.print_sweep(out.get("bucket_sweep", []))
+        return 0
     if args.multinode:
         import multinode
 

@@ -9,12 +9,15 @@
 // (tools/bench times what starting a LibTorch process costs); mode
 // "c10d_reducer" trains with PyTorch's own c10d::Reducer over Gloo instead of
 // ddpspawn's (steps/s only). --device cuda trains on cuda:local_rank over NCCL.
-// Usage: ddpspawn_bench --workload mlp|conv|conv_bn
+// Usage: ddpspawn_bench --workload mlp|conv|conv_bn|resnet18|gpt (bench_models.h)
 //            --mode ddp|nosync|allreduce|startup|c10d_reducer
 //            [--steps N] [--warmup N] [--nprocs N] [--start-method spawn|fork|forkserver]
 //            [--prestart 0|1]
-//            [--device cpu|cuda]
+//            [--device cpu|cuda] [--breakdown 0|1] [--bucket-cap-mb MB]
 //            [--nnodes N --node-rank K --master-addr A --master-port P]
+// --breakdown 1 adds each rank's milliseconds per step in zero_grad, forward, backward (with the
+// gradient all-reduces) and the optimizer step, and each rank's wait at the shared-memory
+// collectives (their arrivals). --bucket-cap-mb sets every bucket's cap (the first one's too).
 // With --nnodes > 1 this is one node's launcher of a job of several nodes
 // (node 0's serves the rendezvous), as `ddpspawn fit` runs on each host.
 #include <sys/resource.h>
@@ -40,6 +43,7 @@
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
 #include "core/util/status_macros.h"
+#include "tools/benchmarks/bench_models.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
 #include "torch/csrc/distributed/c10d/reducer.hpp"
@@ -64,33 +68,12 @@ struct Flags {
   std::string workload = "mlp", mode = "ddp", start_method = "spawn";
   std::string device = "cpu";  // cpu (gloo) or cuda (nccl, cuda:local_rank)
   int steps = 100, warmup = 10, nprocs = 2;
-  bool check_calls = true;  // GroupOptions::check_calls
+  bool check_calls = true;    // GroupOptions::check_calls
+  bool breakdown = false;     // ddp/nosync: time each phase of the step (--breakdown 1)
+  double bucket_cap_mb = 0;   // ddp: 0 keeps the default; else every bucket's cap (--bucket-cap-mb)
+  bool grads_to_none = true;  // zero_grad(set_to_none) (--zero-grad-to-none 0: zeroed in place)
   double launch_time = 0;
 };
-
-// The workloads of issue 5: the MLP 784-1024-1024-10 and a small CNN, batch 64
-// per rank; conv_bn is the CNN with BatchNorm (buffers broadcast every step).
-torch::nn::Sequential MakeModel(const std::string& workload) {
-  if (workload == "conv_bn") {  // with BatchNorm buffers to broadcast per step
-    return torch::nn::Sequential(
-        torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)),
-        torch::nn::BatchNorm2d(32), torch::nn::ReLU(), torch::nn::MaxPool2d(2),
-        torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)),
-        torch::nn::BatchNorm2d(64), torch::nn::ReLU(), torch::nn::MaxPool2d(2),
-        torch::nn::Flatten(), torch::nn::Linear(64 * 7 * 7, 128), torch::nn::ReLU(),
-        torch::nn::Linear(128, 10));
-  }
-  if (workload == "conv") {
-    return torch::nn::Sequential(
-        torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)), torch::nn::ReLU(),
-        torch::nn::MaxPool2d(2), torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)),
-        torch::nn::ReLU(), torch::nn::MaxPool2d(2), torch::nn::Flatten(),
-        torch::nn::Linear(64 * 7 * 7, 128), torch::nn::ReLU(), torch::nn::Linear(128, 10));
-  }
-  return torch::nn::Sequential(torch::nn::Linear(784, 1024), torch::nn::ReLU(),
-                               torch::nn::Linear(1024, 1024), torch::nn::ReLU(),
-                               torch::nn::Linear(1024, 10));
-}
 
 // Steps/s of PyTorch's own gradient reducer (c10d::Reducer, what
 // torch.nn.parallel.DistributedDataParallel runs, with its default buckets:
@@ -98,8 +81,9 @@ torch::nn::Sequential MakeModel(const std::string& workload) {
 // over a Gloo group of this launcher's ranks, driven from C++ as DDP's forward
 // drives it. What ddpspawn's reducer would be replaced by.
 absl::StatusOr<double> C10dReducerStepsPerSecond(const ClusterInfo& cluster,
-                                                 torch::nn::Sequential net, const torch::Tensor& x,
-                                                 const torch::Tensor& y, const Flags& flags) {
+                                                 const BenchWorkload& net, const Flags& flags) {
+  const torch::Tensor& x = net.inputs;
+  const torch::Tensor& y = net.targets;
   try {
     auto store = c10::make_intrusive<c10d::FileStore>(cluster.run_dir + "/c10d_reducer.store",
                                                       cluster.world_size);
@@ -110,7 +94,7 @@ absl::StatusOr<double> C10dReducerStepsPerSecond(const ClusterInfo& cluster,
     auto group = c10::make_intrusive<c10d::ProcessGroup>(store, cluster.rank, cluster.world_size);
     group->setBackend(c10::kCPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
     group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-    std::vector<at::Tensor> params = net->parameters();
+    std::vector<at::Tensor> params = net.module->parameters();
     constexpr int64_t kFirstBucket = 1 << 20, kBucket = 25 << 20;
     auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
         params, {kFirstBucket, kBucket}, std::vector<bool>(params.size()));
@@ -129,7 +113,7 @@ absl::StatusOr<double> C10dReducerStepsPerSecond(const ClusterInfo& cluster,
       optimizer.zero_grad();
       reducer.rebuild_buckets();
       reducer.prepare_for_forward();
-      torch::Tensor loss = torch::cross_entropy_loss(net->forward(x), y);
+      torch::Tensor loss = torch::cross_entropy_loss(net.forward(x), y);
       reducer.prepare_for_backward({});
       loss.backward();
       optimizer.step();
@@ -152,10 +136,10 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
   torch::set_num_threads(1);
   torch::manual_seed(0);
   const torch::Device device = cuda ? torch::Device(torch::kCUDA, cluster.local_rank) : torch::kCPU;
-  torch::nn::Sequential net = MakeModel(flags.workload);
-  net->to(device);
+  ASSIGN_OR_RETURN(BenchWorkload net, MakeBenchWorkload(flags.workload));
+  net.module->to(device);
   int64_t gradient_elements = 0;
-  for (const auto& p : net->parameters()) gradient_elements += p.numel();
+  for (const auto& p : net.module->parameters()) gradient_elements += p.numel();
   if (flags.mode == "small_allreduce") {
     // Latency of a one-float all-reduce (a logged loss, a flag): where the
     // cross-rank comparison of the calls weighs most.
@@ -194,45 +178,89 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
         staged, in_place, gradient_elements * 4, gradient_elements * 4 / staged / 1e6);
   }
   if (flags.mode == "c10d_reducer") {
-    torch::Tensor x =
-        flags.workload == "mlp" ? torch::randn({64, 784}) : torch::randn({64, 1, 28, 28});
-    torch::Tensor y = torch::randint(0, 10, {64});
-    ASSIGN_OR_RETURN(double steps_per_s, C10dReducerStepsPerSecond(cluster, net, x, y, flags));
+    ASSIGN_OR_RETURN(double steps_per_s, C10dReducerStepsPerSecond(cluster, net, flags));
     return absl::StrFormat("{\"steps_per_s\": %.3f}", steps_per_s);
   }
+  DdpOptions ddp_options;
+  if (flags.bucket_cap_mb > 0) {
+    ddp_options.reducer.bucket_cap_mb = ddp_options.reducer.first_bucket_cap_mb =
+        flags.bucket_cap_mb;
+  }
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
-      DistributedDataParallel::Wrap(net.ptr(), group->get(), {});
+      DistributedDataParallel::Wrap(net.module, group->get(), ddp_options);
   if (!ddp.ok()) return ddp.status();
-  torch::optim::SGD optimizer(net->parameters(), 0.01);
-  torch::Tensor x =
-      (flags.workload == "mlp" ? torch::randn({64, 784}) : torch::randn({64, 1, 28, 28}))
-          .to(device);
-  torch::Tensor y = torch::randint(0, 10, {64}).to(device);
+  torch::optim::SGD optimizer(net.module->parameters(), 0.01);
+  const torch::Tensor x = net.inputs.to(device);
+  const torch::Tensor y = net.targets.to(device);
   double first_batch = 0, steady_start = 0;
+  // --breakdown: seconds in each phase over the timed steps (the clock is
+  // read between phases only then).
+  enum Phase { kZeroGrad, kForward, kBackward, kStep, kPhases };
+  double phase_seconds[kPhases] = {};
+  double mark = 0;
+  auto lap = [&](Phase phase, int step) {
+    if (!flags.breakdown) return;
+    const double now = NowSeconds();
+    if (step >= flags.warmup) phase_seconds[phase] += now - mark;
+    mark = now;
+  };
+  ArrivalReport arrivals_at_start;
   for (int step = 0; step < flags.warmup + flags.steps; ++step) {
     if (step == flags.warmup) {
       if (cuda) torch::cuda::synchronize();
       steady_start = NowSeconds();
+      arrivals_at_start = (*group)->arrivals();
     }
-    optimizer.zero_grad();
+    if (flags.breakdown) mark = NowSeconds();
+    optimizer.zero_grad(flags.grads_to_none);
+    lap(kZeroGrad, step);
     RETURN_IF_ERROR((*ddp)->PrepareForward());
-    torch::Tensor loss = torch::cross_entropy_loss(net->forward(x), y);
+    torch::Tensor loss = torch::cross_entropy_loss(net.forward(x), y);
+    lap(kForward, step);
     if (flags.mode == "nosync") {
       DistributedDataParallel::NoSync no_sync = (*ddp)->no_sync();
       loss.backward();
     } else {
       loss.backward();
     }
+    lap(kBackward, step);
     optimizer.step();
+    lap(kStep, step);
     if (step == 0) first_batch = NowSeconds();
   }
   if (cuda) torch::cuda::synchronize();
   const double steps_per_s = flags.steps / (NowSeconds() - steady_start);
+  const ArrivalReport arrivals = (*group)->arrivals().Since(arrivals_at_start);
   double rss = PeakRssMb();
   RETURN_IF_ERROR((*group)->AllReduce(&rss, 1, DType::kFloat64, ReduceOp::kMax));
+  std::string breakdown;
+  if (flags.breakdown) {
+    // Every rank's phases, in ms per step, and what the arrivals say of the
+    // waits at the shared-memory collectives.
+    std::vector<double> mine(phase_seconds, phase_seconds + kPhases);
+    std::vector<double> all(mine.size() * (*group)->world_size());
+    RETURN_IF_ERROR((*group)->AllGather(mine.data(), mine.size(), DType::kFloat64, all.data()));
+    absl::StrAppend(&breakdown, ", \"phases_ms\": [");
+    for (int r = 0; r < (*group)->world_size(); ++r) {
+      const double* p = &all[r * kPhases];
+      const double per_step = 1e3 / flags.steps;
+      absl::StrAppendFormat(&breakdown,
+                            "%s{\"zero_grad\": %.3f, \"forward\": %.3f, \"backward\": %.3f, "
+                            "\"optimizer_step\": %.3f}",
+                            r == 0 ? "" : ", ", p[kZeroGrad] * per_step, p[kForward] * per_step,
+                            p[kBackward] * per_step, p[kStep] * per_step);
+    }
+    absl::StrAppendFormat(&breakdown, "], \"collectives_per_step\": %.2f, \"waited_ms\": [",
+                          static_cast<double>(arrivals.collectives) / flags.steps);
+    for (size_t r = 0; r < arrivals.ranks.size(); ++r) {
+      absl::StrAppendFormat(&breakdown, "%s%.3f", r == 0 ? "" : ", ",
+                            1e3 * arrivals.ranks[r].waited_seconds / flags.steps);
+    }
+    absl::StrAppendFormat(&breakdown, "], \"straggler\": \"%s\"", arrivals.Summary());
+  }
   return absl::StrFormat(
-      "{\"launch_to_first_batch\": %.4f, \"steps_per_s\": %.3f, \"peak_rss_mb\": %.1f}",
-      first_batch - flags.launch_time, steps_per_s, rss);
+      "{\"launch_to_first_batch\": %.4f, \"steps_per_s\": %.3f, \"peak_rss_mb\": %.1f%s}",
+      first_batch - flags.launch_time, steps_per_s, rss, breakdown);
 }
 
 }  // namespace
@@ -254,6 +282,9 @@ int main(int argc, char** argv) {
     if (key == "--start-method") flags.start_method = value;
     if (key == "--device") flags.device = value;
     if (key == "--check-calls") flags.check_calls = value != "0";
+    if (key == "--breakdown") flags.breakdown = value != "0";
+    if (key == "--zero-grad-to-none") flags.grads_to_none = value != "0";
+    if (key == "--bucket-cap-mb") (void)absl::SimpleAtod(value, &flags.bucket_cap_mb);
     if (key == "--prestart") prestart = value != "0";
     if (key == "--nnodes") nodes.nnodes = std::atoi(value.c_str());
     if (key == "--node-rank") nodes.node_rank = std::atoi(value.c_str());

@@ -23,7 +23,7 @@ import ddpspawn
 import ddpspawn.torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference_ddp import make_model  # noqa: E402  (the same models)
+from bench_models import make_batch, make_model  # noqa: E402  (the same models)
 
 
 def worker(ctx, args):
@@ -31,8 +31,7 @@ def worker(ctx, args):
     torch.manual_seed(0)
     model = ddpspawn.torch.DistributedDataParallel(make_model(args.workload), ctx)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(64, 1, 28, 28) if args.workload == "conv" else torch.randn(64, 784)
-    y = torch.randint(0, 10, (64,))
+    x, y = make_batch(args.workload)
     first_batch = steady_start = 0.0
     for step in range(args.warmup + args.steps):
         if step == args.warmup:

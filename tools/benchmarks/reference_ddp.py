@@ -20,16 +20,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
-
-def make_model(workload):
-    nn = torch.nn
-    if workload == "conv":
-        return nn.Sequential(
-            nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-            nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
-    return nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                         nn.Linear(1024, 10))
+from bench_models import make_batch, make_model  # noqa: E402  the same models as the C++ side
 
 
 def worker(rank, args, port, queue):
@@ -43,8 +34,7 @@ def worker(rank, args, port, queue):
     model = torch.nn.parallel.DistributedDataParallel(
         make_model(args.workload).to(device), device_ids=[rank] if cuda else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(64, 1, 28, 28) if args.workload == "conv" else torch.randn(64, 784)
-    y = torch.randint(0, 10, (64,))
+    x, y = make_batch(args.workload)
     x, y = x.to(device), y.to(device)
     first_batch = steady_start = 0.0
     for step in range(args.warmup + args.steps):

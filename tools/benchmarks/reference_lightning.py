@@ -20,7 +20,7 @@ import warnings
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference_ddp import make_model  # noqa: E402  the same models
+from bench_models import make_batch, make_model  # noqa: E402  the same models
 
 import pytorch_lightning as pl  # noqa: E402
 from pytorch_lightning.strategies import DDPStrategy  # noqa: E402
@@ -31,8 +31,7 @@ class SameBatch(torch.utils.data.Dataset):
 
     def __init__(self, workload, length):
         torch.manual_seed(0)
-        shape = (64, 1, 28, 28) if workload == "conv" else (64, 784)
-        self.x, self.y = torch.randn(*shape), torch.randint(0, 10, (64,))
+        self.x, self.y = make_batch(workload)
         self.length = length
 
     def __len__(self):

@@ -159,10 +159,10 @@ def check_bench(c):
     rows = []
     bench = os.path.join(c.bundle, "bin", "ddpspawn_bench")
     reference = os.path.join(REPO, "tools", "benchmarks", "reference_ddp.py")
-    for workload in ["mlp", "conv"]:
+    for workload, steps in [("mlp", 300), ("conv", 300), ("resnet18", 100), ("gpt", 100)]:
         figures = {"ddpspawn": [], "torch": []}
-        common = ["--workload", workload, "--nprocs", "1", "--device", "cuda", "--steps", "300",
-                  "--warmup", "30"]
+        common = ["--workload", workload, "--nprocs", "1", "--device", "cuda", "--steps",
+                  str(steps), "--warmup", str(steps // 10)]
         for _ in range(3):  # interleaved
             for who, cmd in [("ddpspawn", [bench] + common),
                              ("torch", [sys.executable, reference] + common)]:
