@@ -203,4 +203,20 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create_dlpack(
   });
 }
 
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_buffers_in_buckets_dlpack(
+    ddpspawn_reducer* reducer, DLManagedTensor** out_buffers, size_t num_buffers) {
+  return Guard([&]() -> absl::Status {
+    RETURN_IF_ERROR(NotNull(reducer, "reducer"));
+    RETURN_IF_ERROR(NotNull(out_buffers, "out_buffers"));
+    const size_t count = reducer->reducer->gradient_count();
+    if (num_buffers != count) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "out_buffers has ", num_buffers, " entries; the reducer has ", count, " gradients"));
+    }
+    ASSIGN_OR_RETURN(std::vector<at::Tensor> slots, reducer->reducer->MoveBuffersIntoBuckets());
+    for (size_t i = 0; i < slots.size(); ++i) out_buffers[i] = at::toDLPack(slots[i]);
+    return absl::OkStatus();
+  });
+}
+
 }  // extern "C"

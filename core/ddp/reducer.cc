@@ -147,7 +147,7 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(ProcessGroup* group,
           absl::StrCat("parameter ", i, " does not require grad; pass only trainable parameters"));
     }
   }
-  if (!autograd_mode) options.gradient_as_bucket_view = false;  // caller's buffers
+  if (!autograd_mode) options.gradient_as_bucket_view = false;  // MoveBuffersIntoBuckets()
   if (!options.comm_hook) options.comm_hook = MakeAllReduceHook();
   RETURN_IF_ERROR(CheckSameTensorsOnEveryRank(*group, tensors));
   std::unique_ptr<Reducer> reducer(
@@ -368,6 +368,33 @@ absl::Status Reducer::ShadowIteration() {
   }
   std::fill(used_.begin(), used_.end(), false);  // this rank used no parameter
   return FinalizeLocked();
+}
+
+absl::StatusOr<std::vector<at::Tensor>> Reducer::MoveBuffersIntoBuckets() {
+  absl::MutexLock lock(&mutex_);
+  if (autograd_mode_) {
+    return absl::FailedPreconditionError(
+        "an autograd-mode reducer's gradients live in its buckets already "
+        "(gradient_as_bucket_view)");
+  }
+  if (options_.find_unused_parameters) {
+    return absl::FailedPreconditionError(
+        "with find_unused_parameters the buffers stay outside the buckets: a buffer that no "
+        "rank marked must stay untouched, and its slot is zeroed");
+  }
+  if (std::find(ready_.begin(), ready_.end(), true) != ready_.end()) {
+    return absl::FailedPreconditionError(
+        "an iteration is in progress (some buffer is marked ready): move the buffers between "
+        "iterations");
+  }
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    at::Tensor& slot = buckets_[bucket_of_[i]].views[slot_of_[i]];
+    if (!tensors_[i].is_same(slot)) {
+      slot.copy_(tensors_[i]);
+      tensors_[i] = slot;
+    }
+  }
+  return tensors_;
 }
 
 absl::StatusOr<bool> Reducer::WrittenByLastFinalize(size_t index) const {

@@ -114,6 +114,17 @@ class Reducer {
   // error.
   absl::StatusOr<bool> WrittenByLastFinalize(size_t index) const;
 
+  // Manual mode's gradient_as_bucket_view: copies each caller's buffer into
+  // its slot in its bucket once and from then on reduces the slots, which it
+  // returns (shaped like the buffers; shared memory between a launcher's
+  // ranks; each keeps its memory alive). The caller writes each gradient
+  // into its slot, and neither MarkReady nor Finalize copies anything; the
+  // caller's own buffers are not used again. Between iterations only; refused
+  // in autograd mode and with find_unused_parameters (a buffer no rank marked
+  // is zeroed in its slot, where it should stay untouched).
+  absl::StatusOr<std::vector<at::Tensor>> MoveBuffersIntoBuckets();
+
+  size_t gradient_count() const { return tensors_.size(); }  // fixed at creation
   size_t bucket_count() const { return buckets_.size(); }
   const std::vector<size_t>& bucket_members(size_t bucket) const {
     return buckets_[bucket].members;

@@ -11,6 +11,7 @@ launch of the same process finds it.
 launch_to_first_batch runs from the ddpspawn.spawn call to rank 0's first finished step.
 """
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -37,7 +38,8 @@ def worker(ctx, args):
         if step == args.warmup:
             steady_start = time.time()
         optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
+        with model.no_sync() if args.mode == "nosync" else contextlib.nullcontext():
+            torch.nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
         if step == 0:
             first_batch = time.time()
@@ -55,6 +57,7 @@ def started(ctx):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--workload", default="mlp")
+    parser.add_argument("--mode", default="ddp", choices=["ddp", "nosync"])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--nprocs", type=int, default=2)

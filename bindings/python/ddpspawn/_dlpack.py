@@ -19,6 +19,42 @@ _get_pointer.restype = ctypes.c_void_p
 _get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
+# DLManagedTensor: a DLTensor (data, device, ndim, dtype, shape, strides,
+# byte_offset: 48 bytes on 64-bit platforms), manager_ctx, then deleter.
+_DELETER_OFFSET = 56
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_Destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+# Prototypes of their own: ctypes.pythonapi's attributes are shared objects
+# (_get_pointer above takes a py_object; a destructor gets a raw pointer).
+_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi)
+)
+_pointer_of = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
+_new_capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, _Destructor)(
+    ("PyCapsule_New", ctypes.pythonapi)
+)
+
+
+@_Destructor
+def _release_unconsumed(capsule: int) -> None:
+    # A consumer (torch.from_dlpack) renames the capsule "used_dltensor" and
+    # owns the tensor from then on; one never consumed releases it here.
+    if _is_valid(capsule, b"dltensor"):
+        managed = _pointer_of(capsule, b"dltensor")
+        deleter = ctypes.c_void_p.from_address(managed + _DELETER_OFFSET).value
+        if deleter:
+            _Deleter(deleter)(managed)
+
+
+def owned_capsule(managed: int) -> Any:
+    """A "dltensor" capsule that owns the library's DLManagedTensor at
+    ``managed``: ``torch.from_dlpack`` (or any consumer) takes it over, and
+    the capsule releases it when it is never consumed."""
+    return _new_capsule(managed, b"dltensor", _release_unconsumed)
+
+
 def is_tensor(data: Any) -> bool:
     """True for a DLPack producer that is not a NumPy array."""
     if not hasattr(type(data), "__dlpack__"):

@@ -312,6 +312,10 @@ SIGNATURES: Dict[str, Tuple[Optional[_CType], List[_CType]]] = {
         _Status,
         [ContextPtr, POINTER(c_void_p), c_size_t, POINTER(ReducerOptions), POINTER(ReducerPtr)],
     ),
+    "ddpspawn_reducer_buffers_in_buckets_dlpack": (
+        _Status,
+        [ReducerPtr, POINTER(c_void_p), c_size_t],
+    ),
     # Training runs.
     "ddpspawn_run": (
         _Status,

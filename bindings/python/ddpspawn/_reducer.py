@@ -201,6 +201,22 @@ class Reducer(Closable):
         """The number of buckets the buffers were grouped into."""
         return int(self._lib.ddpspawn_reducer_bucket_count(self._live()))
 
+    def buffers_in_buckets(self) -> List[Any]:
+        """gradient_as_bucket_view: copies each buffer into its slot in its
+        bucket once, and from then on reduces the slots. Returns one DLPack
+        capsule per buffer over its slot (``torch.from_dlpack`` makes it a
+        tensor of the buffer's shape and dtype; shared memory between a
+        launcher's ranks): write each gradient there before marking it ready,
+        and after finalize it holds the mean, with no copy either way. The
+        buffers given at creation are not used again. Between iterations
+        only; refused with ``find_unused_parameters``."""
+        count = len(self._buffers)
+        slots = (ctypes.c_void_p * count)()
+        _lib.check(
+            self._lib.ddpspawn_reducer_buffers_in_buckets_dlpack(self._live(), slots, count)
+        )
+        return [_dlpack.owned_capsule(slots[i]) for i in range(count)]
+
     @property
     def compression(self) -> Tuple[int, int]:
         """With ``comm_hook="powersgd"``: the elements its last compressed

@@ -39,7 +39,12 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
     On creation it broadcasts rank 0's parameters and buffers to the other
     ranks, gives every parameter that requires a gradient a fixed gradient
     tensor (``p.grad``; ``zero_grad(set_to_none=True)`` still works: a new
-    gradient is copied into it once per backward) and hooks them. Buckets of
+    gradient is copied into it once per backward) and hooks them. The fixed
+    gradients live in the reducer's buckets (shared memory between a
+    launcher's ranks: PyTorch's ``gradient_as_bucket_view``), so nothing is
+    copied into the buckets or back; with ``find_unused_parameters`` they are
+    the wrapper's own tensors, copied both ways (an unused one must stay
+    untouched). Buckets of
     gradients (reverse parameter order, ``bucket_cap_mb`` each, 25 by
     default with a first bucket of 1 MB) are reduced while backward runs.
 
@@ -49,8 +54,8 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
     (rank 0's buffers before each forward in training), :meth:`no_sync`, and
     the comm hook by name: ``"allreduce"``, ``"fp16"``, ``"bf16"`` or
     ``"powersgd"`` (``powersgd_rank``, ``powersgd_start_iteration``).
-    ``gradient_as_bucket_view=True`` is refused: the gradients are the
-    wrapper's own tensors, copied into the library's buckets and back.
+    ``gradient_as_bucket_view`` changes nothing (the gradients are bucket
+    views already) and is refused with ``find_unused_parameters``.
 
     Every rank must wrap the same architecture with the same options, and
     run the same number of backward passes. The model's parameters must be
@@ -82,10 +87,12 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"module must be a torch.nn.Module, not {type(module).__name__}")
-        if gradient_as_bucket_view:
+        if gradient_as_bucket_view and find_unused_parameters:
             raise InvalidArgumentError(
-                "gradient_as_bucket_view=True is not supported: the gradients are the "
-                "wrapper's own tensors, copied into the library's buckets and back"
+                "gradient_as_bucket_view=True with find_unused_parameters=True is not "
+                "supported: an unused parameter's gradient must stay untouched, and a bucket's "
+                "slot is zeroed; the gradients stay outside the buckets with "
+                "find_unused_parameters"
             )
         self.module = module
         self._context = context
@@ -114,6 +121,17 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
             powersgd_start_iteration=powersgd_start_iteration,
             find_unused_parameters=find_unused_parameters,
         )
+        if not find_unused_parameters:
+            # gradient_as_bucket_view: the gradients live in the reducer's buckets (shared
+            # memory between a launcher's ranks), so that neither marking nor finalizing copies
+            # them. (With find_unused_parameters an unused gradient must stay untouched, which a
+            # bucket's slot is not.)
+            self._gradients = [
+                torch.from_dlpack(slot) for slot in self.reducer.buffers_in_buckets()
+            ]
+            for parameter, gradient in zip(parameters, self._gradients):
+                if parameter.grad is not None:
+                    parameter.grad = gradient
         self._marked = [False] * len(parameters)
         self._in_backward = False
         self._hooks = [

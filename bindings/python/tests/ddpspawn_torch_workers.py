@@ -210,7 +210,8 @@ def rank_zero_state(ctx, broadcast_buffers):
 def refusals(ctx):
     """The wrapper's refusals: (exception type, whether it names the cause)."""
     cases = [
-        (lambda: (torch.nn.Linear(2, 2), {"gradient_as_bucket_view": True}),
+        (lambda: (torch.nn.Linear(2, 2),
+                  {"gradient_as_bucket_view": True, "find_unused_parameters": True}),
          "gradient_as_bucket_view"),
         (lambda: (torch.nn.Linear(2, 2).requires_grad_(False), {}), "no parameter that requires"),
         (lambda: ((lambda x: x), {}), "torch.nn.Module"),
@@ -247,3 +248,40 @@ def torch_distributed_view(ctx):
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     return everyone
+
+
+def _shared_memory_ranges():
+    """The address ranges this process maps from /dev/shm."""
+    ranges = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5].startswith("/dev/shm/"):
+                start, end = (int(v, 16) for v in fields[0].split("-"))
+                ranges.append((start, end))
+    return ranges
+
+
+def gradients_in_shared_memory(ctx, find_unused):
+    """After two steps (zero_grad to None between them): whether each
+    parameter's gradient lies in shared memory (the reducer's buckets), and
+    whether the ranks' gradients agree."""
+    torch.manual_seed(0)
+    model = ddpspawn.torch.DistributedDataParallel(
+        make_model(), ctx, find_unused_parameters=find_unused
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = make_data(ctx.world_size)
+    for _ in range(2):
+        optimizer.zero_grad(set_to_none=True)
+        mine = slice(ctx.rank * PER_RANK, (ctx.rank + 1) * PER_RANK)
+        torch.nn.functional.mse_loss(model(x[mine]), y[mine]).backward()
+    ranges = _shared_memory_ranges()
+    shared = [
+        any(start <= p.grad.data_ptr() < end for start, end in ranges)
+        for p in model.parameters()
+    ]
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.close()
+    everyone = ctx.all_gather_object([g.tolist() for g in grads])
+    return shared, all(other == everyone[0] for other in everyone)

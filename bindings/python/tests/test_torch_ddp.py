@@ -83,6 +83,19 @@ def test_weights_and_buffers_come_from_rank_zero(broadcast_buffers):
     assert seen1 == (0.0 if broadcast_buffers else 5.0)
 
 
+@pytest.mark.parametrize("find_unused", [False, True])
+def test_gradients_live_in_the_buckets_unless_find_unused(find_unused):
+    """The fixed gradients are the reducer's bucket slots in shared memory
+    (nothing copied in or back), except with find_unused_parameters, where an
+    unused one must stay untouched; the ranks agree either way."""
+    outcome = ddpspawn.spawn(
+        workers.gradients_in_shared_memory, args=(find_unused,), nprocs=2, start_method="fork"
+    )
+    shared, agree = outcome
+    assert agree
+    assert shared == [not find_unused] * len(shared), shared
+
+
 def test_refusals():
     errors = ddpspawn.spawn(workers.refusals, nprocs=1, timeout=120)
     assert errors[0] == ("InvalidArgumentError", True), errors
