@@ -22,6 +22,14 @@ std::string WithThousands(int64_t value) {
 }  // namespace
 
 int ArrivalReport::Straggler() const {
+  if (!measured()) {
+    if (!blocked_known || ranks.size() < 2) return -1;
+    int least = 0;
+    for (size_t r = 1; r < ranks.size(); ++r) {
+      if (ranks[r].blocked_seconds < ranks[least].blocked_seconds) least = static_cast<int>(r);
+    }
+    return least;
+  }
   int slowest = -1;
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (ranks[r].arrived_last > 0 &&
@@ -40,13 +48,25 @@ ArrivalReport ArrivalReport::Since(const ArrivalReport& earlier) const {
     delta.ranks[r].arrived_last -= earlier.ranks[r].arrived_last;
     delta.ranks[r].late_seconds -= earlier.ranks[r].late_seconds;
     delta.ranks[r].waited_seconds -= earlier.ranks[r].waited_seconds;
+    delta.ranks[r].blocked_seconds -= earlier.ranks[r].blocked_seconds;
   }
+  delta.blocked_known = blocked_known && earlier.blocked_known;
   return delta;
 }
 
 std::string ArrivalReport::Summary() const {
-  if (!measured()) return absl::StrCat("not measured: ", unmeasured);
   const int slowest = Straggler();
+  if (!measured()) {
+    if (slowest < 0) return absl::StrCat("not measured: ", unmeasured);
+    int most = slowest == 0 ? 1 : 0;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      if (ranks[r].blocked_seconds > ranks[most].blocked_seconds) most = static_cast<int>(r);
+    }
+    return absl::StrFormat(
+        "rank %d was blocked least in collectives (%.3g s, against %.3g s for rank %d): the "
+        "others waited for it (arrivals are not timed: %s)",
+        slowest, ranks[slowest].blocked_seconds, ranks[most].blocked_seconds, most, unmeasured);
+  }
   if (slowest < 0) return absl::StrCat("no collective timed (", measured_by, ")");
   const RankArrivals& rank = ranks[slowest];
   return absl::StrFormat(
@@ -58,7 +78,9 @@ std::string ArrivalReport::Summary() const {
 std::vector<std::pair<std::string, std::string>> ArrivalReport::ToPairs() const {
   std::vector<std::pair<std::string, std::string>> pairs = {
       {"straggler", Summary()},
-      {"straggler.measured_by", measured() ? measured_by : "none"},
+      {"straggler.measured_by", measured()      ? measured_by
+                                : blocked_known ? "time blocked in collectives"
+                                                : "none"},
       {"straggler.collectives", absl::StrCat(collectives)},
       {"straggler.rank", absl::StrCat(Straggler())},
   };
@@ -71,6 +93,10 @@ std::vector<std::pair<std::string, std::string>> ArrivalReport::ToPairs() const 
         absl::StrFormat("%.6g",
                         rank.arrived_last > 0 ? 1e3 * rank.late_seconds / rank.arrived_last : 0.0));
     pairs.emplace_back(prefix + "waited_ms", absl::StrFormat("%.6g", 1e3 * rank.waited_seconds));
+    if (blocked_known) {
+      pairs.emplace_back(prefix + "blocked_ms",
+                         absl::StrFormat("%.6g", 1e3 * rank.blocked_seconds));
+    }
   }
   return pairs;
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -163,6 +164,9 @@ absl::Status CheckOneGpuPerRank(const CudaSupport& cuda, c10d::Store& store,
 
 struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Backend> group;  // Gloo or NCCL
+  // Time this rank spent inside collectives (blocking ones, and waits for
+  // those in flight): ProcessGroup::blocked_seconds().
+  std::atomic<int64_t> blocked_ns{0};
   // Ranks of a ddpspawn launcher share a host: float sums and small
   // broadcasts go through shared memory.
   std::unique_ptr<SharedMemoryCollectives> shm;
@@ -226,6 +230,31 @@ struct ProcessGroup::Impl {
                         bool shm_enabled, bool debug);
 };
 
+namespace {
+
+// Adds the time from its construction to its destruction to `*total_ns`
+// (nothing when null).
+class BlockedTimer {
+ public:
+  explicit BlockedTimer(std::atomic<int64_t>* total_ns)
+      : total_ns_(total_ns), start_(std::chrono::steady_clock::now()) {}
+  ~BlockedTimer() {
+    if (total_ns_ == nullptr) return;
+    total_ns_->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now() - start_)
+                             .count(),
+                         std::memory_order_relaxed);
+  }
+  BlockedTimer(const BlockedTimer&) = delete;
+  BlockedTimer& operator=(const BlockedTimer&) = delete;
+
+ private:
+  std::atomic<int64_t>* const total_ns_;
+  const std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+
 struct PendingWork::Impl {
   c10::intrusive_ptr<c10d::Work> work;
   at::Tensor tensor;
@@ -240,6 +269,8 @@ struct PendingWork::Impl {
   std::optional<HierarchicalAllReduce::InFlight> in_flight;
   // Ends the call's flight record; returns the status to report.
   std::function<absl::Status(absl::Status)> finish;
+  // The group's time blocked in collectives, to which Wait() adds its own.
+  std::atomic<int64_t>* blocked_ns = nullptr;
 };
 
 PendingWork::PendingWork(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -265,6 +296,7 @@ absl::Status PendingWork::Wait() {
     return absl::FailedPreconditionError("already waited for");
   }
   absl::Status status = absl::OkStatus();
+  const BlockedTimer timer(impl_->blocked_ns);
   if (impl_->work) {
     status = Guarded("all_reduce", [&] {
       impl_->work->wait();
@@ -471,7 +503,16 @@ bool PeerClosedTheConnection(const absl::Status& status) {
 absl::Status ProcessGroup::Recorded(const CallSignature& call,
                                     const std::function<absl::Status()>& body) {
   const uint64_t seq = impl_->recorder->Start(call);
-  return FinishRecorded(seq, body());
+  absl::Status status;
+  {
+    const BlockedTimer timer(&impl_->blocked_ns);
+    status = body();
+  }
+  return FinishRecorded(seq, std::move(status));
+}
+
+double ProcessGroup::blocked_seconds() const {
+  return 1e-9 * static_cast<double>(impl_->blocked_ns.load(std::memory_order_relaxed));
 }
 
 absl::Status ProcessGroup::FinishRecorded(uint64_t seq, absl::Status status) {
@@ -681,7 +722,11 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(at::Te
   absl::Status shm_status;
   // Recorded from here until it ends: now through shared memory, or at Wait().
   const uint64_t seq = impl_->recorder->Start(call);
-  if (impl_->TryShm(tensor, op, world_size(), call, &shm_status)) {  // done already
+  pending->blocked_ns = &impl_->blocked_ns;
+  std::optional<BlockedTimer> shm_timer(std::in_place, &impl_->blocked_ns);  // until a sum ends
+  const bool summed = impl_->TryShm(tensor, op, world_size(), call, &shm_status);
+  shm_timer.reset();
+  if (summed) {  // done already
     shm_status = FinishRecorded(seq, std::move(shm_status));
     if (!shm_status.ok()) return shm_status;
     pending->divide_by = 1;

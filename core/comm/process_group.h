@@ -107,6 +107,11 @@ class ProcessGroup {
   // (any thread): measured where the ranks meet in one host's shared memory;
   // otherwise the report says why it is not.
   ArrivalReport arrivals() const;
+  // Seconds this rank has spent inside collectives (blocking ones, and waits
+  // for those in flight): the ranks that wait least are the ones the others
+  // wait for. Any thread. Meaningless on nccl, whose waits do not block the
+  // host.
+  double blocked_seconds() const;
 
   // Waits until every rank reached the barrier; `name` appears in errors.
   absl::Status Barrier(absl::string_view name = "");

@@ -238,7 +238,8 @@ absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningM
   FitContext context(*this, *run);
   run->context = &context;
   RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnFitStart(context); }));
-  run->arrivals_at_start = run->arrivals_at_epoch = Arrivals();
+  ASSIGN_OR_RETURN(run->arrivals_at_start, Arrivals());
+  run->arrivals_at_epoch = run->arrivals_at_start;
   while (!run->stop && run->state.epoch < run->max_epochs) {
     RETURN_IF_ERROR(TrainEpoch(*run, train));
     RETURN_IF_ERROR(EndEpoch(*run, validation));
@@ -254,30 +255,54 @@ absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningM
   if (run->out_of_time) result.stopped_by = "max_time";
   if (run->signaled) result.stopped_by = SignalAbbrev(options_.checkpoint_on_signal);
   if (!run->stopped_by.empty()) result.stopped_by = run->stopped_by;
-  result.straggler = Arrivals().Since(run->arrivals_at_start);
+  ASSIGN_OR_RETURN(const ArrivalReport arrivals, Arrivals());
+  result.straggler = arrivals.Since(run->arrivals_at_start);
   return result;
 }
 
-ArrivalReport Trainer::Arrivals() {
-  if (strategy_.group() != nullptr) return strategy_.group()->arrivals();
-  ArrivalReport none;
-  none.unmeasured = "no process group";
-  return none;
+absl::StatusOr<ArrivalReport> Trainer::Arrivals() {
+  ProcessGroup* group = strategy_.group();
+  if (group == nullptr) {
+    ArrivalReport none;
+    none.unmeasured = "no process group";
+    return none;
+  }
+  ArrivalReport report = group->arrivals();
+  if (group->backend() == Backend::kGloo && group->world_size() > 1) {
+    // Every rank's time blocked in collectives (one small all-gather): where
+    // arrivals are not timed, the rank blocked least is the one the others
+    // waited for.
+    const double mine = group->blocked_seconds();
+    std::vector<double> everyone(group->world_size());
+    RETURN_IF_ERROR(group->AllGather(&mine, 1, DType::kFloat64, everyone.data()));
+    report.ranks.resize(everyone.size());
+    for (size_t r = 0; r < everyone.size(); ++r) report.ranks[r].blocked_seconds = everyone[r];
+    report.blocked_known = true;
+  }
+  return report;
 }
 
 absl::Status Trainer::LogArrivals(FitRun& run) {
-  const ArrivalReport now = Arrivals();
+  ASSIGN_OR_RETURN(const ArrivalReport now, Arrivals());
   const ArrivalReport epoch = now.Since(run.arrivals_at_epoch);
   run.arrivals_at_epoch = now;
-  if (!epoch.measured() || epoch.collectives == 0) return absl::OkStatus();
+  const bool timed = epoch.measured() && epoch.collectives > 0;
+  if (!timed && !epoch.blocked_known) return absl::OkStatus();
   const int64_t step = run.state.global_step;
   RETURN_IF_ERROR(Log(run.epoch, step, "straggler_rank", epoch.Straggler()));
   for (size_t r = 0; r < epoch.ranks.size(); ++r) {
     const RankArrivals& rank = epoch.ranks[r];
-    RETURN_IF_ERROR(Log(run.epoch, step, absl::StrCat("rank", r, "_arrived_last"),
-                        static_cast<double>(rank.arrived_last) / epoch.collectives));
-    RETURN_IF_ERROR(Log(run.epoch, step, absl::StrCat("rank", r, "_late_ms"),
-                        rank.arrived_last > 0 ? 1e3 * rank.late_seconds / rank.arrived_last : 0.0));
+    if (timed) {
+      RETURN_IF_ERROR(Log(run.epoch, step, absl::StrCat("rank", r, "_arrived_last"),
+                          static_cast<double>(rank.arrived_last) / epoch.collectives));
+      RETURN_IF_ERROR(
+          Log(run.epoch, step, absl::StrCat("rank", r, "_late_ms"),
+              rank.arrived_last > 0 ? 1e3 * rank.late_seconds / rank.arrived_last : 0.0));
+    }
+    if (epoch.blocked_known) {
+      RETURN_IF_ERROR(
+          Log(run.epoch, step, absl::StrCat("rank", r, "_blocked_s"), rank.blocked_seconds));
+    }
   }
   return absl::OkStatus();
 }

@@ -113,11 +113,13 @@ class Trainer {
   absl::Status OptimizerStep(FitRun& run);
   absl::StatusOr<bool> AfterOptimizerStep(FitRun& run, int64_t batch, double loss);
   absl::Status EndEpoch(FitRun& run, const Dataset* validation);
-  // The group's arrivals so far (not measured without a group).
-  ArrivalReport Arrivals();
-  // Rank 0 writes the epoch's arrivals to metrics.csv where they are measured:
-  // straggler_rank, and per rank r rank<r>_arrived_last (the share of the
-  // epoch's collectives it reached last) and rank<r>_late_ms.
+  // The group's arrivals so far (not measured without a group), and on gloo
+  // every rank's time blocked in collectives: a collective (one all-gather).
+  absl::StatusOr<ArrivalReport> Arrivals();
+  // Rank 0 writes the epoch's arrivals to metrics.csv: straggler_rank, and
+  // per rank r, where arrivals are timed, rank<r>_arrived_last (the share of
+  // the epoch's collectives it reached last) and rank<r>_late_ms, and on
+  // gloo rank<r>_blocked_s.
   absl::Status LogArrivals(FitRun& run);
 
   absl::Status Prepare(const std::shared_ptr<LightningModule>& module);

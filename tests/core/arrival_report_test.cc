@@ -76,6 +76,29 @@ TEST(ArrivalReportTest, UnmeasuredSaysWhyAndNamesNoRank) {
   EXPECT_THAT(report.ToPairs(), testing::Contains(testing::Pair("straggler.measured_by", "none")));
 }
 
+TEST(ArrivalReportTest, WithoutArrivalsTheRankBlockedLeastIsNamed) {
+  ArrivalReport report;
+  report.unmeasured = "gloo over TCP";
+  report.ranks.resize(3);
+  report.ranks[0].blocked_seconds = 8.1;
+  report.ranks[1].blocked_seconds = 0.4;
+  report.ranks[2].blocked_seconds = 7.9;
+  EXPECT_EQ(report.Straggler(), -1);  // not gathered yet
+  report.blocked_known = true;
+  EXPECT_EQ(report.Straggler(), 1);
+  EXPECT_EQ(report.Summary(),
+            "rank 1 was blocked least in collectives (0.4 s, against 8.1 s for rank 0): the "
+            "others waited for it (arrivals are not timed: gloo over TCP)");
+  const auto pairs = report.ToPairs();
+  EXPECT_THAT(pairs, testing::Contains(testing::Pair("straggler.rank", "1")));
+  EXPECT_THAT(pairs, testing::Contains(
+                         testing::Pair("straggler.measured_by", "time blocked in collectives")));
+  EXPECT_THAT(pairs, testing::Contains(testing::Pair("straggler.rank1.blocked_ms", "400")));
+  ArrivalReport earlier = report;
+  for (RankArrivals& rank : earlier.ranks) rank.blocked_seconds = 0.1;
+  EXPECT_NEAR(report.Since(earlier).ranks[0].blocked_seconds, 8.0, 1e-12);
+}
+
 TEST(ArrivalTallyTest, NothingRecordedNamesNoRank) {
   ArrivalTally tally(2, "shared memory");
   EXPECT_EQ(tally.Snapshot().Straggler(), -1);

@@ -70,19 +70,28 @@ def slow_on_marked_rows(torch):
     return torch.jit.script(SlowOnMarkedRows())
 
 
-def test_fit_names_the_rank_whose_shard_is_slow(torch, tmp_path):
-    # Without shuffling, rank 1 of 2 reads the odd rows (PyTorch's
-    # DistributedSampler): only those carry the marker.
+def fit_with_a_slow_rank_one(torch, tmp_path):
+    """A 2-rank fit whose rank 1 shard holds marked rows only: without
+    shuffling, rank 1 of 2 reads the odd rows (PyTorch's DistributedSampler)."""
     rng = random.Random(0)
     with open(tmp_path / "train.csv", "w") as f:
         for i in range(256):
             x = [round(rng.uniform(-1.0, 1.0), 6) for _ in range(3)] + [7.0 if i % 2 else 0.0]
             f.write(",".join(f"{v:.6f}" for v in x) + f",{sum(x[:3]):.6f}\n")
-    result = ddpspawn.fit(
+    return ddpspawn.fit(
         slow_on_marked_rows(torch), tmp_path / "train.csv", nprocs=2, max_epochs=2,
         batch_size=16, shuffle=False, lr=0.01, seed=0, progress=False,
         default_root_dir=tmp_path / "run",
     )
+
+
+def straggler_rows(result):
+    with open(result.metrics_csv) as f:
+        return [float(r["value"]) for r in csv.DictReader(f) if r["name"] == "straggler_rank"]
+
+
+def test_fit_names_the_rank_whose_shard_is_slow(torch, tmp_path):
+    result = fit_with_a_slow_rank_one(torch, tmp_path)
     assert result.straggler_rank == 1, result.straggler
     assert result.straggler.startswith("rank 1 arrived last at ")
     assert result.values["straggler.measured_by"] == "shared memory"
@@ -94,6 +103,18 @@ def test_fit_names_the_rank_whose_shard_is_slow(torch, tmp_path):
     assert last > 2 * int(result.values["straggler.rank0.arrived_last"])
     assert float(result.values["straggler.rank1.late_ms"]) > 5.0
     # metrics.csv: each epoch names rank 1.
-    with open(result.metrics_csv) as f:
-        rows = [r for r in csv.DictReader(f) if r["name"] == "straggler_rank"]
-    assert [float(r["value"]) for r in rows] == [1.0, 1.0]
+    assert straggler_rows(result) == [1.0, 1.0]
+
+
+def test_over_gloo_tcp_fit_names_the_rank_blocked_least(torch, tmp_path, monkeypatch):
+    """Without shared memory no arrival is timed; every rank's time blocked in
+    collectives still names the slow rank: the others wait for it."""
+    monkeypatch.setenv("DDPSPAWN_SHM_ALLREDUCE", "0")
+    result = fit_with_a_slow_rank_one(torch, tmp_path)
+    assert result.straggler_rank == 1, result.straggler
+    assert result.straggler.startswith("rank 1 was blocked least in collectives"), result.straggler
+    assert result.values["straggler.measured_by"] == "time blocked in collectives"
+    blocked = [float(result.values[f"straggler.rank{r}.blocked_ms"]) for r in (0, 1)]
+    # Rank 0 waited for rank 1's extra ~20 ms at each of the 16 steps.
+    assert blocked[0] - blocked[1] > 16 * 10.0, blocked
+    assert straggler_rows(result) == [1.0, 1.0]
