@@ -87,7 +87,7 @@ struct GptImpl : nn::Module {
         norm(register_module("norm", nn::LayerNorm(nn::LayerNormOptions({kGptWidth})))),
         head(register_module("head", nn::Linear(kGptWidth, kGptVocab))) {
     for (int i = 0; i < kGptLayers; ++i) {
-      layers.push_back(register_module(
+      layers.emplace_back(register_module(
           absl::StrCat("layer", i),
           nn::TransformerEncoderLayer(nn::TransformerEncoderLayerOptions(kGptWidth, kGptHeads)
                                           .dim_feedforward(4 * kGptWidth)
@@ -101,7 +101,7 @@ struct GptImpl : nn::Module {
     // The mask is no buffer (DDP would broadcast it every step): it follows the input.
     if (mask.device() != x.device()) mask = mask.to(x.device());
     at::Tensor h = tokens(x) + positions(torch::arange(x.size(1), x.options()));  // (B, T, C)
-    h = h.transpose(0, 1);                                           // (T, B, C)
+    h = h.transpose(0, 1);                                                        // (T, B, C)
     for (auto& layer : layers) h = layer(h, mask);
     return head(norm(h.transpose(0, 1))).reshape({-1, kGptVocab});
   }

@@ -242,7 +242,7 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     RETURN_IF_ERROR((*group)->AllGather(mine.data(), mine.size(), DType::kFloat64, all.data()));
     absl::StrAppend(&breakdown, ", \"phases_ms\": [");
     for (int r = 0; r < (*group)->world_size(); ++r) {
-      const double* p = &all[r * kPhases];
+      const double* p = &all[static_cast<size_t>(r) * kPhases];
       const double per_step = 1e3 / flags.steps;
       absl::StrAppendFormat(&breakdown,
                             "%s{\"zero_grad\": %.3f, \"forward\": %.3f, \"backward\": %.3f, "
