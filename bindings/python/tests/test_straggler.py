@@ -10,6 +10,7 @@ import pytest
 
 import ddpspawn
 import ddpspawn_test_workers as workers
+from test_train import script_classes
 
 
 @pytest.mark.parametrize("slow", [0, 2])
@@ -45,14 +46,7 @@ def slow_on_marked_rows(torch):
     """A linear regression whose step does ~20 ms of extra matrix products on
     a batch that holds a row marked with 7.0 in its last feature."""
 
-    class SlowOnMarkedRows(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.linear = torch.nn.Linear(4, 1)
-
-        def forward(self, x):
-            return self.linear(x).squeeze(-1)
-
+    class SlowOnMarkedRows(script_classes(torch)[0]):  # test_train's LinearRegression
         @torch.jit.export
         def training_step(self, batch: List[torch.Tensor], batch_idx: int) -> torch.Tensor:
             x = batch[0]
