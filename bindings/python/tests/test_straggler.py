@@ -91,11 +91,14 @@ def test_fit_names_the_rank_whose_shard_is_slow(torch, tmp_path):
     assert result.values["straggler.measured_by"] == "shared memory"
     # At every step's gradient all-reduce at least (8 steps an epoch), by
     # about the 20 ms its step takes longer; rank 0 arrives last only where it
-    # alone works (the checkpoint).
+    # alone works (the checkpoint), by far less (observed: 18 times 17.9 ms
+    # late against 8 times 0.43 ms; rank 0 waited 322 ms, rank 1 3.5 ms).
     last = int(result.values["straggler.rank1.arrived_last"])
     assert last >= 16
-    assert last > 2 * int(result.values["straggler.rank0.arrived_last"])
+    assert last > int(result.values["straggler.rank0.arrived_last"])
     assert float(result.values["straggler.rank1.late_ms"]) > 5.0
+    waited = [float(result.values[f"straggler.rank{r}.waited_ms"]) for r in (0, 1)]
+    assert waited[0] > 10 * waited[1], waited
     # metrics.csv: each epoch names rank 1.
     assert straggler_rows(result) == [1.0, 1.0]
 
