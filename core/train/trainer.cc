@@ -67,6 +67,11 @@ absl::Status Trainer::Prepare(const std::shared_ptr<LightningModule>& module) {
 absl::Status Trainer::Log(int64_t epoch, int64_t step, const std::string& name, double value) {
   last_metrics_[name] = value;
   epoch_metrics_[name] = value;
+  return WriteMetricRow(epoch, step, name, value);
+}
+
+absl::Status Trainer::WriteMetricRow(int64_t epoch, int64_t step, const std::string& name,
+                                     double value) {
   if (!strategy_.is_global_zero()) return absl::OkStatus();
   // Never through a link (a metrics.csv planted in a shared directory).
   return AppendToFile(options_.default_root_dir + "/metrics.csv",
@@ -289,19 +294,19 @@ absl::Status Trainer::LogArrivals(FitRun& run) {
   const bool timed = epoch.measured() && epoch.collectives > 0;
   if (!timed && !epoch.blocked_known) return absl::OkStatus();
   const int64_t step = run.state.global_step;
-  RETURN_IF_ERROR(Log(run.epoch, step, "straggler_rank", epoch.Straggler()));
+  RETURN_IF_ERROR(WriteMetricRow(run.epoch, step, "straggler_rank", epoch.Straggler()));
   for (size_t r = 0; r < epoch.ranks.size(); ++r) {
     const RankArrivals& rank = epoch.ranks[r];
     if (timed) {
-      RETURN_IF_ERROR(Log(run.epoch, step, absl::StrCat("rank", r, "_arrived_last"),
-                          static_cast<double>(rank.arrived_last) / epoch.collectives));
-      RETURN_IF_ERROR(
-          Log(run.epoch, step, absl::StrCat("rank", r, "_late_ms"),
-              rank.arrived_last > 0 ? 1e3 * rank.late_seconds / rank.arrived_last : 0.0));
+      RETURN_IF_ERROR(WriteMetricRow(run.epoch, step, absl::StrCat("rank", r, "_arrived_last"),
+                                     static_cast<double>(rank.arrived_last) / epoch.collectives));
+      RETURN_IF_ERROR(WriteMetricRow(
+          run.epoch, step, absl::StrCat("rank", r, "_late_ms"),
+          rank.arrived_last > 0 ? 1e3 * rank.late_seconds / rank.arrived_last : 0.0));
     }
     if (epoch.blocked_known) {
-      RETURN_IF_ERROR(
-          Log(run.epoch, step, absl::StrCat("rank", r, "_blocked_s"), rank.blocked_seconds));
+      RETURN_IF_ERROR(WriteMetricRow(run.epoch, step, absl::StrCat("rank", r, "_blocked_s"),
+                                     rank.blocked_seconds));
     }
   }
   return absl::OkStatus();

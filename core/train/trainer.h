@@ -116,7 +116,8 @@ class Trainer {
   // The group's arrivals so far (not measured without a group), and on gloo
   // every rank's time blocked in collectives: a collective (one all-gather).
   absl::StatusOr<ArrivalReport> Arrivals();
-  // Rank 0 writes the epoch's arrivals to metrics.csv: straggler_rank, and
+  // Rank 0 writes the epoch's arrivals to metrics.csv (rows only; the result
+  // has the whole fit's report): straggler_rank, and
   // per rank r, where arrivals are timed, rank<r>_arrived_last (the share of
   // the epoch's collectives it reached last) and rank<r>_late_ms, and on
   // gloo rank<r>_blocked_s.
@@ -136,6 +137,9 @@ class Trainer {
       LightningModule& module, const Dataset& data, bool exactly_once,
       const std::function<absl::Status(const Batch&, int64_t, bool counted)>& step);
   absl::Status Log(int64_t epoch, int64_t step, const std::string& name, double value);
+  // Rank 0's row of metrics.csv alone: a figure of the run (the straggler
+  // report's), not a metric the result, callbacks or monitors see.
+  absl::Status WriteMetricRow(int64_t epoch, int64_t step, const std::string& name, double value);
   // With every callback's state.
   absl::Status SaveCheckpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
                               TrainingState state, const std::string& path);

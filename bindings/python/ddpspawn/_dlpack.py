@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from typing import Any, List
+from typing import Any, List, Optional
 
 _get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _get_pointer.restype = ctypes.c_void_p
@@ -37,22 +37,27 @@ _new_capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_cha
 )
 
 
-@_Destructor
-def _release_unconsumed(capsule: int) -> None:
+def _release_unconsumed(capsule: Optional[int]) -> None:
     # A consumer (torch.from_dlpack) renames the capsule "used_dltensor" and
     # owns the tensor from then on; one never consumed releases it here.
-    if _is_valid(capsule, b"dltensor"):
+    if capsule and _is_valid(capsule, b"dltensor"):
         managed = _pointer_of(capsule, b"dltensor")
         deleter = ctypes.c_void_p.from_address(managed + _DELETER_OFFSET).value
         if deleter:
             _Deleter(deleter)(managed)
 
 
-def owned_capsule(managed: int) -> Any:
+# Kept for as long as the module: capsules call it when they go.
+_RELEASE_UNCONSUMED = _Destructor(_release_unconsumed)
+
+
+def owned_capsule(managed: Optional[int]) -> Any:
     """A "dltensor" capsule that owns the library's DLManagedTensor at
     ``managed``: ``torch.from_dlpack`` (or any consumer) takes it over, and
     the capsule releases it when it is never consumed."""
-    return _new_capsule(managed, b"dltensor", _release_unconsumed)
+    if not managed:
+        raise ValueError("the library returned no tensor")
+    return _new_capsule(managed, b"dltensor", _RELEASE_UNCONSUMED)
 
 
 def is_tensor(data: Any) -> bool:
