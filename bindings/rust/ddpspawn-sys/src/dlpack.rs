@@ -53,6 +53,17 @@ pub struct DLTensor {
     pub byte_offset: u64,
 }
 
+/// A tensor handed over with its owner (`DLManagedTensor`):
+/// `ddpspawn_reducer_buffers_in_buckets_dlpack` returns these; call
+/// `deleter(tensor)` once when done with it.
+#[repr(C)]
+#[derive(Debug)]
+pub struct DLManagedTensor {
+    pub dl_tensor: DLTensor,
+    pub manager_ctx: *mut c_void,
+    pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+}
+
 extern "C" {
     // Tensors are borrowed for the call.
     pub fn ddpspawn_all_reduce_dlpack(
@@ -84,5 +95,13 @@ extern "C" {
         num_gradients: usize,
         options: *const ddpspawn_reducer_options,
         out_reducer: *mut *mut ddpspawn_reducer,
+    ) -> ddpspawn_status;
+    /// gradient_as_bucket_view: moves the reducer's buffers into its buckets
+    /// and writes each bucket slot into `out_buffers` (`num_buffers`
+    /// entries) as a `DLManagedTensor` the caller releases with its deleter.
+    pub fn ddpspawn_reducer_buffers_in_buckets_dlpack(
+        reducer: *mut ddpspawn_reducer,
+        out_buffers: *mut *mut DLManagedTensor,
+        num_buffers: usize,
     ) -> ddpspawn_status;
 }

@@ -83,6 +83,14 @@ fn rust_facts() -> BTreeMap<String, String> {
             byte_offset
         }
     );
+    layout!(
+        facts,
+        DLManagedTensor {
+            dl_tensor,
+            manager_ctx,
+            deleter
+        }
+    );
     let mut put = |key: &str, value: usize| {
         facts.insert(key.to_string(), value.to_string());
     };
