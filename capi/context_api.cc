@@ -181,14 +181,12 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_rank_arrivals(const ddpspawn_co
                                                                double* out_waited_seconds) {
   return Guard([&]() -> absl::Status {
     RETURN_IF_ERROR(CheckContext(context));
-    const ddpspawn::ArrivalReport report = context->group->arrivals();
     if (rank < 0 || rank >= context->group->world_size()) {
       return absl::InvalidArgumentError(
           absl::StrCat("rank ", rank, " is outside [0, ", context->group->world_size(), ")"));
     }
-    const ddpspawn::RankArrivals arrivals = static_cast<size_t>(rank) < report.ranks.size()
-                                                ? report.ranks[rank]
-                                                : ddpspawn::RankArrivals{};
+    // Every report has one entry per rank, measured or not.
+    const ddpspawn::RankArrivals arrivals = context->group->arrivals().ranks[rank];
     if (out_arrived_last != nullptr) *out_arrived_last = arrivals.arrived_last;
     if (out_late_seconds != nullptr) *out_late_seconds = arrivals.late_seconds;
     if (out_waited_seconds != nullptr) *out_waited_seconds = arrivals.waited_seconds;

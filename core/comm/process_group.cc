@@ -723,9 +723,11 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(at::Te
   // Recorded from here until it ends: now through shared memory, or at Wait().
   const uint64_t seq = impl_->recorder->Start(call);
   pending->blocked_ns = &impl_->blocked_ns;
-  std::optional<BlockedTimer> shm_timer(std::in_place, &impl_->blocked_ns);  // until a sum ends
-  const bool summed = impl_->TryShm(tensor, op, world_size(), call, &shm_status);
-  shm_timer.reset();
+  bool summed;
+  {
+    const BlockedTimer timer(&impl_->blocked_ns);  // a sum in shared memory ends here
+    summed = impl_->TryShm(tensor, op, world_size(), call, &shm_status);
+  }
   if (summed) {  // done already
     shm_status = FinishRecorded(seq, std::move(shm_status));
     if (!shm_status.ok()) return shm_status;

@@ -20,8 +20,9 @@ std::string FitResult::Encode() const {
   for (const auto& [name, value] : metrics) {
     absl::StrAppendFormat(&text, "metric.%s=%.17g\n", name, value);
   }
-  for (const auto& [key, value] : straggler.ToPairs())
+  for (const auto& [key, value] : straggler.ToPairs()) {
     absl::StrAppend(&text, key, "=", value, "\n");
+  }
   return text;
 }
 

@@ -69,12 +69,12 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create_dlpack(
  * ddpspawn_reducer_create_dlpack: copies each gradient buffer into its slot
  * in its bucket once, and from then on reduces the slots. out_buffers (an
  * array of num_buffers entries, the reducer's number of gradients) gets each
- * slot as a DLManagedTensor of that gradient's shape and dtype (CPU memory,
- * shared between a launcher's ranks); write each gradient into its tensor
- * before marking it ready, and after finalize it holds the mean: neither
- * copies anything. The caller's own buffers are not used again. Unlike the
- * borrowed tensors above, these are the caller's to release: call each one's
- * deleter when done (it may outlive the reducer). Between iterations only;
+ * slot as a DLManagedTensor of that gradient's shape, dtype and device (on
+ * the CPU, memory shared between a launcher's ranks); write each gradient
+ * into its tensor before marking it ready, and after finalize it holds the
+ * mean: neither copies anything. The caller's own buffers are not used
+ * again. Unlike the borrowed tensors above, these are the caller's to
+ * release: call each one's deleter when done (it may outlive the reducer). Between iterations only;
  * DDPSPAWN_ERR_FAILED_PRECONDITION with find_unused_parameters (a buffer no
  * rank marked would be zeroed in its slot instead of left untouched). */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_buffers_in_buckets_dlpack(
