@@ -631,6 +631,7 @@ absl::Status Job::Wait() {
     MaybeEscalate(stopping);
     absl::SleepFor(kPollInterval);
   }
+  EndWhatRanksLeft();
   CollectReports();
   RemoveRunDir();
   return WaitResult(std::move(status), stopping.escalation);
@@ -730,6 +731,23 @@ void Job::MaybeEscalate(Stopping& stopping) {
       DescribeEscalation(RunningRanks(), again, stopping.signal, spec_.grace_period);
   SignalRunning(SIGKILL);
   stopping.killed = true;
+}
+
+// SIGKILL for whatever is left in the reaped ranks' process groups, then a
+// bounded wait until the groups are gone (their orphans are reaped by init;
+// a container whose init does not reap leaves zombies, which hold nothing).
+void Job::EndWhatRanksLeft() const {
+  std::vector<pid_t> groups;
+  for (const RankOutcome& outcome : outcomes_) {
+    if (outcome.pid > 0 && kill(-outcome.pid, SIGKILL) == 0) groups.push_back(outcome.pid);
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(1);
+  while (!groups.empty() && absl::Now() < give_up) {
+    groups.erase(std::remove_if(groups.begin(), groups.end(),
+                                [](pid_t pgid) { return kill(-pgid, 0) != 0 && errno == ESRCH; }),
+                 groups.end());
+    if (!groups.empty()) absl::SleepFor(absl::Milliseconds(2));
+  }
 }
 
 // The job's status once every rank ended: the failed rank's, headed by the

@@ -126,7 +126,10 @@ class Job {
   // Joins every rank (see the file comment). Ok when every rank exited 0; else
   // Aborted (a rank failed: failed_rank() says which), DeadlineExceeded
   // (timeout) or Cancelled (the launcher got SIGINT/SIGTERM), with a message
-  // that names the rank and cause.
+  // that names the rank and cause. Once the ranks are reaped, what is left in
+  // their process groups (a child a rank forked and left exiting, as a
+  // sanitizer's leak checker may) is killed and waited for, up to a second,
+  // so that no process of the job (nor the memory it holds) outlives Wait().
   absl::Status Wait();
 
   int nprocs() const { return spec_.nprocs; }
@@ -157,6 +160,7 @@ class Job {
   void PassOnSignal();
   void BeginStopping(Stopping& stopping, int sig);
   void MaybeEscalate(Stopping& stopping);
+  void EndWhatRanksLeft() const;
   absl::Status WaitResult(absl::Status status, const std::string& escalation) const;
   void CollectReports();
   void AttributeToFirstReport();

@@ -61,6 +61,22 @@ std::string ProcStat(pid_t pid) {
   return text;
 }
 
+// The processes of process group `pgid`, each as its /proc stat line.
+std::string DescribeGroup(pid_t pgid) {
+  std::string found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    const std::string stat = ProcStat(pid);
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ');
+    if (fields.size() > 2 && fields[2] == absl::StrCat(pgid))
+      absl::StrAppend(&found, "[", stat, "] ");
+  }
+  return found.empty() ? "no process in its group (a race)" : found;
+}
+
 // Gone or dead: a zombie counts, since its reaper may not be this process.
 bool ProcessDead(pid_t pid) {
   if (kill(pid, 0) == -1 && errno == ESRCH) return true;
@@ -102,7 +118,8 @@ void ExpectNoWorkerLeft(const Job& job) {
   for (const RankOutcome& outcome : job.outcomes()) {
     EXPECT_NE(outcome.state, RankState::kRunning);
     EXPECT_GT(outcome.pid, 0) << "a rank never started";
-    EXPECT_TRUE(ProcessGone(outcome.pid)) << "pid " << outcome.pid << " is still there";
+    EXPECT_TRUE(ProcessGone(outcome.pid))
+        << "pid " << outcome.pid << " is still there: " << DescribeGroup(outcome.pid);
   }
 }
 
