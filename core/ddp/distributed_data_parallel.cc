@@ -5,6 +5,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -16,17 +17,27 @@ namespace ddpspawn {
 absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Wrap(
     std::shared_ptr<torch::nn::Module> module, ProcessGroup* group, const DdpOptions& options) {
   if (module == nullptr) return absl::InvalidArgumentError("the module must not be null");
+  absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp = Wrap(*module, group, options);
+  if (ddp.ok()) (*ddp)->module_ = std::move(module);
+  return ddp;
+}
+
+absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Wrap(
+    torch::nn::Module& module, ProcessGroup* group, const DdpOptions& options) {
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
-      Wrap(module->parameters(), module->buffers(), group, options);
+      Wrap(module.parameters(), module.buffers(), group, options);
   if (!ddp.ok()) return ddp;
-  // Every SyncBatchNorm normalizes over this group's ranks.
-  for (const std::shared_ptr<torch::nn::Module>& child : module->modules()) {
-    if (auto sync = std::dynamic_pointer_cast<SyncBatchNormImpl>(child)) {
-      sync->set_process_group(group);
-      (*ddp)->has_sync_batch_norm_ = true;
-    }
+  // Every SyncBatchNorm normalizes over this group's ranks (children only: a
+  // module held by value cannot hand out a shared pointer to itself).
+  std::vector<SyncBatchNormImpl*> layers;
+  if (auto* self = dynamic_cast<SyncBatchNormImpl*>(&module)) layers.push_back(self);
+  for (const std::shared_ptr<torch::nn::Module>& child : module.modules(/*include_self=*/false)) {
+    if (auto* sync = dynamic_cast<SyncBatchNormImpl*>(child.get())) layers.push_back(sync);
   }
-  (*ddp)->module_ = std::move(module);
+  for (SyncBatchNormImpl* sync : layers) {
+    sync->set_process_group(group);
+    (*ddp)->has_sync_batch_norm_ = true;
+  }
   return ddp;
 }
 
@@ -50,15 +61,32 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
       Reducer::Create(group, std::move(trainable), options.reducer, /*autograd_mode=*/true);
   if (!reducer.ok()) return reducer.status();
   ddp->reducer_ = *std::move(reducer);
+  DistributedDataParallel* checked = ddp.get();  // owns the reducer: outlives the check
+  ddp->reducer_->set_backward_check([checked] { return checked->TakePreparedForward(); });
   RETURN_IF_ERROR(ddp->reducer_->InstallAutogradHooks());
   return ddp;
 }
 
+bool DistributedDataParallel::ForwardNeedsPreparing() const {
+  return options_.broadcast_buffers && group_->world_size() > 1 &&
+         std::any_of(buffers_.begin(), buffers_.end(),
+                     [](const at::Tensor& b) { return b.defined() && b.numel() > 0; });
+}
+
 absl::Status DistributedDataParallel::PrepareForward() {
-  if (!options_.broadcast_buffers || buffers_.empty() || !c10::GradMode::is_enabled()) {
-    return absl::OkStatus();
-  }
-  return BroadcastCoalesced(buffers_);
+  if (!ForwardNeedsPreparing() || !c10::GradMode::is_enabled()) return absl::OkStatus();
+  RETURN_IF_ERROR(BroadcastCoalesced(buffers_));
+  forward_prepared_.store(true);
+  return absl::OkStatus();
+}
+
+absl::Status DistributedDataParallel::TakePreparedForward() {
+  if (!ForwardNeedsPreparing() || forward_prepared_.exchange(false)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "rank ", group_->rank(),
+      ": a backward through DistributedDataParallel started without its forward: call "
+      "PrepareForward() before each forward of the module (DdpModule's forward does), or "
+      "every rank keeps its own buffers (BatchNorm's running statistics) instead of rank 0's"));
 }
 
 absl::StatusOr<int> DistributedDataParallel::ActiveRanks(bool has_batch) {
@@ -85,6 +113,7 @@ absl::StatusOr<int> DistributedDataParallel::ActiveRanks(bool has_batch) {
 
 absl::Status DistributedDataParallel::ShadowIteration() {
   RETURN_IF_ERROR(PrepareForward());  // the active ranks' buffer broadcast
+  forward_prepared_.store(false);     // no backward of this rank takes it
   return reducer_->ShadowIteration();
 }
 

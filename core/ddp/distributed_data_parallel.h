@@ -9,6 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -41,18 +42,27 @@ struct DdpOptions {
 class DistributedDataParallel {
  public:
   // Broadcasts parameters and buffers from rank 0, then hooks the parameters
-  // that require grad.
+  // that require grad. The module's SyncBatchNorm layers normalize over
+  // `group`. The by-reference form borrows a module held by value, which must
+  // outlive the wrapper (module() is then null).
   static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Wrap(
       std::shared_ptr<torch::nn::Module> module, ProcessGroup* group,
       const DdpOptions& options = {});
   static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Wrap(
+      torch::nn::Module& module, ProcessGroup* group, const DdpOptions& options = {});
+  static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Wrap(
       std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers, ProcessGroup* group,
       const DdpOptions& options = {});
 
-  // Call before each forward: with broadcast_buffers and gradients enabled,
-  // every rank takes rank 0's buffers. Under no-grad (evaluation) it does
-  // nothing, as torch's DDP forward: evaluation shards may differ in length,
-  // so a collective there could meet no partner.
+  // What torch's DDP forward does before the module's: with broadcast_buffers
+  // and gradients enabled, every rank takes rank 0's buffers. Under no-grad
+  // (evaluation) it does nothing, as torch's: evaluation shards may differ in
+  // length, so a collective there could meet no partner. DdpModule's forward
+  // (ddp_module.h) calls it; a loop that calls the module itself calls it
+  // before each forward. When it has buffers to broadcast and a synchronized
+  // backward starts without it since the last one, that backward fails on
+  // every rank with an error that says so, rather than letting the buffers
+  // (BatchNorm's running statistics) drift apart across ranks.
   absl::Status PrepareForward();
 
   // While the returned guard lives, backward accumulates gradients locally (no
@@ -92,6 +102,10 @@ class DistributedDataParallel {
  private:
   DistributedDataParallel() = default;
   absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors, int root = 0);
+  // Whether PrepareForward() has a collective to run (then it is required).
+  bool ForwardNeedsPreparing() const;
+  // The reducer's backward check: PrepareForward() ran since the last one.
+  absl::Status TakePreparedForward();
   // When every rank has joined: the parameters and buffers of the rank with
   // the most iterations (the highest such rank), everywhere.
   absl::Status SyncFinalModel();
@@ -103,6 +117,9 @@ class DistributedDataParallel {
   std::unique_ptr<Reducer> reducer_;
   int64_t iterations_ = 0;  // ActiveRanks calls with a batch
   bool has_sync_batch_norm_ = false;
+  // Set by PrepareForward() with gradients enabled, taken by the reducer's
+  // backward check on autograd's thread.
+  std::atomic<bool> forward_prepared_{false};
 };
 
 }  // namespace ddpspawn

@@ -198,6 +198,10 @@ absl::Status Reducer::InstallAutogradHooks() {
         [this, i](const torch::autograd::variable_list& outputs,
                   const torch::autograd::variable_list&) {
           absl::MutexLock lock(&mutex_);
+          if (sync_enabled_ && !finalize_queued_ && backward_check_) {
+            absl::Status checked = backward_check_();
+            if (!checked.ok()) throw std::runtime_error(std::string(checked.message()));
+          }
           used_[i] = true;
           if (!sync_enabled_) return outputs;
           if (!finalize_queued_) {

@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -106,6 +107,14 @@ class Reducer {
   void set_sync_enabled(bool enabled);
   bool sync_enabled() const;
 
+  // Autograd mode: called when the first gradient of a synchronized backward
+  // arrives, before any of its collectives; an error fails that backward
+  // (DistributedDataParallel checks that its forward ran). It runs under the
+  // reducer's lock and must not call the reducer. Set before training.
+  void set_backward_check(std::function<absl::Status()> check) {
+    backward_check_ = std::move(check);
+  }
+
   // Whether the last Finalize() wrote gradient `index`: false under no_sync,
   // before the first Finalize(), and, with find_unused_parameters or
   // static_graph, for a gradient that no rank used (left untouched). A caller
@@ -171,6 +180,7 @@ class Reducer {
   // static_graph: how many ranks used each parameter in the first iteration
   // (empty before it).
   std::vector<float> static_globally_used_ ABSL_GUARDED_BY(mutex_);
+  std::function<absl::Status()> backward_check_;  // set before training
   struct Hooks;
   std::unique_ptr<Hooks> hooks_;
 };
