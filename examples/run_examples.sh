@@ -25,6 +25,26 @@ expect "C (DLPack)" "summed 2x3 matrix: [[0 3 6] [9 12 15]]" "$("$work/all_reduc
 
 expect C++ "rank 0 learned: weights 2.000 -1.000 0.500, bias 3.000" "$(examples/train_ddp)"
 
+# Its own LibTorch loop: every rank reruns main() and prints, yet the banner and each epoch's line
+# appear once (the rank-zero helpers), and the held-out accuracy is far above chance (10%).
+out=$(examples/own_loop)
+for line in "own_loop: a CNN on synthetic digits, 2 ranks" "epoch 1: rank 0's loss" \
+  "epoch 3: rank 0's loss"; do
+  count=$(grep -cF "$line" <<<"$out" || true)
+  if [[ "$count" != 1 ]]; then
+    echo "FAIL: C++ (own loop) printed '$line' $count times, expected once:" >&2
+    echo "$out" >&2
+    exit 1
+  fi
+done
+accuracy=$(sed -nE 's/^rank 0 tested: accuracy ([0-9.]+)% on 512 held-out digits$/\1/p' <<<"$out")
+if [[ -z "$accuracy" ]] || ! awk -v a="$accuracy" 'BEGIN { exit !(a >= 75) }'; then
+  echo "FAIL: C++ (own loop): expected an accuracy of 75% or more (observed 85.9%):" >&2
+  echo "$out" >&2
+  exit 1
+fi
+echo "ok: C++ (own loop): accuracy $accuracy%"
+
 out=$(DDPSPAWN_LIBRARY="$lib/libddpspawn.so.1" PYTHONPATH="$PWD/bindings/python" \
   PYTHONDONTWRITEBYTECODE=1 "${DDPSPAWN_PYTHON:-/opt/ddpspawn/venv/bin/python3}" examples/python/hello.py)
 expect Python "{'total': [30], 'names': ['rank 0 of 2', 'rank 1 of 2']}" "$out"

@@ -1,9 +1,11 @@
 // Parsing of every cluster environment: ddpspawn's own, TorchElastic, SLURM and
-// plain variables.
+// plain variables; and which process of a job prints for it (rank_zero.h).
 #include "core/env/cluster_environment.h"
 
 #include <map>
 
+#include "absl/strings/str_cat.h"
+#include "core/env/rank_zero.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -199,6 +201,38 @@ TEST(SlurmNodeListTest, FirstHost) {
   EXPECT_FALSE(FirstHostInSlurmNodeList("n[").ok());
   EXPECT_FALSE(FirstHostInSlurmNodeList("").ok());
   EXPECT_FALSE(FirstHostInSlurmNodeList("n[x-y]").ok());
+}
+
+// Which process prints for the job: rank 0 for what the ranks print; for
+// main()'s banner, a ddpspawn launching process but none of its spawned ranks
+// (which rerun main()), and rank 0 of a torchrun job.
+TEST(RankZeroTest, EachLauncherPrintsOnce) {
+  const std::map<std::string, std::string> spawned = {{"DDPSPAWN_RUN_DIR", "/tmp/x"},
+                                                      {"MASTER_PORT", "1"},
+                                                      {"WORLD_SIZE", "2"},
+                                                      {"LOCAL_RANK", "0"},
+                                                      {"LOCAL_WORLD_SIZE", "2"},
+                                                      {"GROUP_RANK", "0"}};
+  const std::map<std::string, std::string> torchrun = {{"TORCHELASTIC_RUN_ID", "abc"},
+                                                       {"MASTER_ADDR", "host0"},
+                                                       {"MASTER_PORT", "29400"},
+                                                       {"WORLD_SIZE", "2"},
+                                                       {"GROUP_RANK", "0"},
+                                                       {"LOCAL_WORLD_SIZE", "2"}};
+  for (const auto& [vars, name] :
+       {std::pair(spawned, "spawned"), std::pair(torchrun, "torchrun")}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      std::map<std::string, std::string> env = vars;
+      env["RANK"] = env["LOCAL_RANK"] = std::to_string(rank);
+      SCOPED_TRACE(absl::StrCat(name, " rank ", rank));
+      EXPECT_EQ(IsRankZero(FakeEnv(env)), rank == 0);
+      EXPECT_EQ(IsFirstProcessOfJob(FakeEnv(env)), rank == 0 && vars == torchrun);
+    }
+  }
+  EXPECT_TRUE(IsRankZero(FakeEnv({})));  // a launching or single process
+  EXPECT_TRUE(IsFirstProcessOfJob(FakeEnv({})));
+  // A rank that cannot be read: printing, rather than hiding by a guess.
+  EXPECT_TRUE(IsRankZero(FakeEnv({{"WORLD_SIZE", "2"}, {"RANK", "one"}})));
 }
 
 }  // namespace
