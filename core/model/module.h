@@ -49,6 +49,13 @@ struct OptimizerConfig {
   double step_lr_gamma = 0.1;
 };
 
+// A value a training step logged (LightningModule::Log).
+struct LoggedValue {
+  std::string name;
+  double value = 0;
+  bool sync_dist = false;
+};
+
 // Thread-compatible: implementations take no lock, so one thread at a time uses
 // a module (fit runs its steps on the rank's training thread). Ownership: the
 // tensors it returns share storage with its own; strategies and trainers share
@@ -72,6 +79,25 @@ class LightningModule {
   }
   virtual absl::StatusOr<at::Tensor> PredictStep(const Batch& batch, int64_t batch_index) = 0;
   virtual OptimizerConfig ConfigureOptimizers() { return {}; }
+
+  // Lightning's self.log, from TrainingStep: fit logs `name` at each
+  // log_every_n_steps point (the mean of the values since the last one) and
+  // `<name>_epoch` at the epoch's end (the epoch's mean), to metrics.csv, the
+  // callbacks' metrics and fit's result. With sync_dist, the mean over the
+  // ranks of each rank's mean; without, rank 0's: either way every rank's
+  // callbacks see the same value. Every rank logs the same names, each always
+  // with or always without sync_dist, or fit ends with an error that lists
+  // each rank's names. "train_loss" is fit's own. (Evaluation steps report
+  // their metrics by returning them.)
+  void Log(std::string name, double value, bool sync_dist = false) {
+    logged_.push_back({std::move(name), value, sync_dist});
+  }
+  // The values logged since the last call, in order (fit takes them after
+  // each training step).
+  std::vector<LoggedValue> TakeLogged() { return std::exchange(logged_, {}); }
+
+ private:
+  std::vector<LoggedValue> logged_;
 };
 
 // A LightningModule whose tensors live in a torch::nn::Module, which it shares

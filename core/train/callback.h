@@ -36,8 +36,9 @@ class CallbackContext {
   virtual int64_t epoch() const = 0;
   virtual int64_t global_step() const = 0;
   // The latest value of every metric logged so far, and of those logged in
-  // this epoch. Logged values are reduced across the ranks, so every rank
-  // holds the same ones.
+  // this epoch. Every rank holds the same ones: fit's loss and evaluation
+  // metrics are reduced across the ranks, a module's Log() values too (the
+  // mean with sync_dist, else rank 0's), and Log() below is a callback's own.
   virtual const std::map<std::string, double>& metrics() const = 0;
   virtual const std::map<std::string, double>& epoch_metrics() const = 0;
   // Whether fit validates at all (it was given validation data and
@@ -59,7 +60,9 @@ class CallbackContext {
   // Where fit writes: <default_root_dir>/checkpoints.
   virtual std::string checkpoint_dir() const = 0;
 
-  // Records a metric (rank 0 writes it to metrics.csv).
+  // Records a metric as it is, not reduced (rank 0 writes it to
+  // metrics.csv): a callback logs what every rank computes alike (e.g. the
+  // learning rate), or the ranks' metrics() differ from then on.
   virtual absl::Status Log(const std::string& name, double value) = 0;
   // Collective: rank 0 writes a checkpoint of the current state (weights,
   // optimizer, position, every callback's state) to `path`, atomically.

@@ -36,27 +36,34 @@ absl::Status AgreeOnMetricNames(DDPSpawnStrategy& strategy,
                    "); every rank's ", step, " must return the same names, whatever its data"));
 }
 
-absl::StatusOr<double> FiniteWatch::Reduce(DDPSpawnStrategy& strategy, double mean,
-                                           const std::vector<at::Tensor>* weights, int64_t epoch,
-                                           int64_t step) {
+absl::StatusOr<FiniteWatch::Reduced> FiniteWatch::Reduce(DDPSpawnStrategy& strategy, double mean,
+                                                         const std::vector<at::Tensor>* weights,
+                                                         int64_t epoch, int64_t step,
+                                                         const std::vector<double>& riders) {
   // Every rank fills its own slots and the sum gathers them (x + 0 is x,
   // NaN included): the shared-memory all-reduce the logged loss took.
   const int world = strategy.world_size(), rank = strategy.global_rank();
   const bool finite_weights = weights == nullptr || allow_ || AllFinite(*weights);
-  std::vector<double> slots(static_cast<size_t>(world) * kSlots, 0.0);
-  double* mine = &slots[static_cast<size_t>(rank) * kSlots];
+  const int width = kSlots + static_cast<int>(riders.size());
+  std::vector<double> slots(static_cast<size_t>(world) * width, 0.0);
+  double* mine = &slots[static_cast<size_t>(rank) * width];
   mine[0] = mean;
   mine[1] = static_cast<double>(seen_epoch_);
   mine[2] = static_cast<double>(seen_step_);
   mine[3] = seen_value_;
   mine[4] = finite_weights ? 1.0 : 0.0;
+  std::copy(riders.begin(), riders.end(), mine + kSlots);
   ASSIGN_OR_RETURN(at::Tensor summed,
                    strategy.Reduce(at::tensor(slots, at::kDouble), ReduceOp::kSum));
-  at::Tensor all = summed.to(at::kCPU).reshape({world, kSlots});
+  at::Tensor all = summed.to(at::kCPU).reshape({world, width});
   auto a = all.accessor<double, 2>();
-  double total = 0;
-  for (int r = 0; r < world; ++r) total += a[r][0];
-  if (allow_) return total / world;
+  Reduced reduced;
+  for (int r = 0; r < world; ++r) {
+    reduced.loss += a[r][0];
+    for (int i = kSlots; i < width; ++i) reduced.riders.push_back(a[r][i]);
+  }
+  reduced.loss /= world;
+  if (allow_) return reduced;
   // The earliest non-finite loss (the lowest rank among equals).
   int first = -1;
   for (int r = 0; r < world; ++r) {
@@ -77,7 +84,7 @@ absl::StatusOr<double> FiniteWatch::Reduce(DDPSpawnStrategy& strategy, double me
           epoch + 1, step, r));
     }
   }
-  return total / world;
+  return reduced;
 }
 
 bool FiniteWatch::AllFinite(const std::vector<at::Tensor>& tensors) {

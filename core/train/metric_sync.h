@@ -53,13 +53,20 @@ class FiniteWatch {
   // The checkpoint just written from finite weights.
   void Saved(const std::string& checkpoint) { last_good_ = checkpoint; }
 
+  struct Reduced {
+    double loss = 0;  // the mean over the ranks of each rank's mean
+    // Every rank's `riders`, in rank order.
+    std::vector<double> riders;
+  };
   // The mean over the ranks of `mean` (this rank's loss), or, unless allowed,
   // the same error on every rank if a rank saw a non-finite loss or (with
   // `weights`, before a checkpoint) holds non-finite weights. `epoch` and
-  // `step` say where training is, for the error about weights.
-  absl::StatusOr<double> Reduce(DDPSpawnStrategy& strategy, double mean,
-                                const std::vector<at::Tensor>* weights, int64_t epoch,
-                                int64_t step);
+  // `step` say where training is, for the error about weights. `riders`
+  // (the same count on every rank) travel in the same all-reduce, for a
+  // check of other values that must agree (LoggedSums::Riders).
+  absl::StatusOr<Reduced> Reduce(DDPSpawnStrategy& strategy, double mean,
+                                 const std::vector<at::Tensor>* weights, int64_t epoch,
+                                 int64_t step, const std::vector<double>& riders = {});
 
  private:
   static constexpr int kSlots = 5;  // mean loss, seen epoch, step, value, finite weights

@@ -4,6 +4,7 @@
 #include <torch/script.h>
 
 #include <fstream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "core/model/pickle_sizes.h"
@@ -13,11 +14,20 @@
 namespace ddpspawn {
 namespace {
 
-enum class Returns { kTensor, kMetrics };
+// kLoss: a Tensor, or a Dict[str, Tensor] with the loss under "loss".
+enum class Returns { kTensor, kMetrics, kLoss };
 
 std::string Signature(const std::string& name, Returns returns) {
   return absl::StrCat(name, "(self, batch: List[Tensor], batch_idx: int) -> ",
-                      returns == Returns::kTensor ? "Tensor" : "Dict[str, Tensor]");
+                      returns == Returns::kTensor ? "Tensor"
+                      : returns == Returns::kLoss ? "Tensor (or Dict[str, Tensor] with 'loss')"
+                                                  : "Dict[str, Tensor]");
+}
+
+bool IsDictOfTensors(const c10::TypePtr& type) {
+  auto dict = type->cast<c10::DictType>();
+  return dict && dict->getKeyType()->isSubtypeOf(*c10::StringType::get()) &&
+         dict->getValueType()->isSubtypeOf(*c10::TensorType::get());
 }
 
 // Checks an exported step's schema; NotFound when the module has no such
@@ -37,13 +47,10 @@ absl::Status CheckStep(const torch::jit::Module& module, const std::string& path
             args[2].type()->isSubtypeOf(*c10::IntType::get());
   if (ok) {
     const c10::TypePtr& result = schema.returns()[0].type();
-    if (returns == Returns::kTensor) {
-      ok = result->isSubtypeOf(*c10::TensorType::get());
-    } else {
-      auto dict = result->cast<c10::DictType>();
-      ok = dict && dict->getKeyType()->isSubtypeOf(*c10::StringType::get()) &&
-           dict->getValueType()->isSubtypeOf(*c10::TensorType::get());
-    }
+    const bool tensor = result->isSubtypeOf(*c10::TensorType::get());
+    ok = returns == Returns::kTensor    ? tensor
+         : returns == Returns::kMetrics ? IsDictOfTensors(result)
+                                        : tensor || IsDictOfTensors(result);
   }
   if (!ok) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": '", name, "' has the signature ",
@@ -97,7 +104,7 @@ absl::StatusOr<std::shared_ptr<TorchScriptModule>> TorchScriptModule::Load(
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is not a TorchScript module: ", ExceptionMessage(e)));
   }
-  RETURN_IF_ERROR(CheckStep(impl->module, path, "training_step", Returns::kTensor));
+  RETURN_IF_ERROR(CheckStep(impl->module, path, "training_step", Returns::kLoss));
   auto optional_step = [&](const std::string& name, Returns returns, bool* present) {
     absl::Status s = CheckStep(impl->module, path, name, returns);
     *present = s.ok();
@@ -147,8 +154,32 @@ void TorchScriptModule::SetTraining(bool training) { impl_->module.train(trainin
 absl::StatusOr<at::Tensor> TorchScriptModule::TrainingStep(const Batch& batch,
                                                            int64_t batch_index) {
   return InvalidInputOnException("training_step failed", [&]() -> absl::StatusOr<at::Tensor> {
-    return impl_->module.get_method("training_step")(impl_->Arguments(batch, batch_index))
-        .toTensor();
+    c10::IValue out =
+        impl_->module.get_method("training_step")(impl_->Arguments(batch, batch_index));
+    if (out.isTensor()) return out.toTensor();
+    // A dict: the loss, and every other entry logged as with Log(name, value,
+    // sync_dist=true).
+    std::optional<at::Tensor> loss;
+    std::string names;
+    for (const auto& entry : out.toGenericDict()) {
+      const std::string& name = entry.key().toStringRef();
+      const at::Tensor value = entry.value().toTensor();
+      absl::StrAppend(&names, names.empty() ? "" : ", ", name);
+      if (name == "loss") {
+        loss = value;
+      } else if (value.numel() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(impl_->path, ": training_step's '", name,
+                                                       "' has ", value.numel(),
+                                                       " elements; a logged value is one number"));
+      } else {
+        Log(name, value.detach().item<double>(), /*sync_dist=*/true);
+      }
+    }
+    if (!loss.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          impl_->path, ": training_step returned a dict without 'loss' (it has: ", names, ")"));
+    }
+    return *loss;
   });
 }
 

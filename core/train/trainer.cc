@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/train/logged_metrics.h"
 #include "core/train/metric_sync.h"
 #include "core/train/sampler.h"
 #include "core/train/stop_signal.h"
@@ -142,6 +143,7 @@ struct Trainer::FitRun {
   absl::Time epoch_start;
   double epoch_loss = 0, window_loss = 0;  // the window: since the last logged step
   int64_t epoch_batches = 0, window_batches = 0;
+  LoggedSums epoch_logged, window_logged;  // what the module's steps logged
   // The group's arrivals when fit and the epoch in progress began.
   ArrivalReport arrivals_at_start, arrivals_at_epoch;
 
@@ -317,6 +319,7 @@ absl::Status Trainer::LogArrivals(FitRun& run) {
 absl::StatusOr<std::unique_ptr<Trainer::FitRun>> Trainer::StartFit(
     const std::shared_ptr<LightningModule>& module, const Dataset& train) {
   RETURN_IF_ERROR(Prepare(module));
+  module->TakeLogged();  // what a step logged before fit (a check's trial step) is not fit's
   const int rank = strategy_.global_rank(), world = strategy_.world_size();
   if (options_.accumulate_grad_batches < 1) {
     return absl::InvalidArgumentError("accumulate_grad_batches must be >= 1");
@@ -394,6 +397,8 @@ absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train) {
   run.epoch_start = absl::Now();
   run.epoch_loss = run.window_loss = 0;
   run.epoch_batches = run.window_batches = 0;
+  run.epoch_logged.Clear();
+  run.window_logged.Clear();
   if (run.state.batch_in_epoch > 0 && run.state.epoch_loss_batches > 0) {
     // Resumed mid-epoch: the epoch's losses before the checkpoint count too.
     // Another number of ranks than saved them: each takes their mean (the
@@ -433,6 +438,10 @@ absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train) {
     } else {
       DistributedDataParallel::NoSync no_sync = strategy_.model()->no_sync();
       RETURN_IF_ERROR(strategy_.Backward(share));
+    }
+    for (const LoggedValue& logged : run.module->TakeLogged()) {
+      RETURN_IF_ERROR(run.window_logged.Add(logged));
+      RETURN_IF_ERROR(run.epoch_logged.Add(logged));
     }
     const double value = loss.item<double>();
     run.watch.See(value, epoch, run.state.global_step + 1);
@@ -492,9 +501,15 @@ absl::Status Trainer::OptimizerStep(FitRun& run) {
 absl::StatusOr<bool> Trainer::AfterOptimizerStep(FitRun& run, int64_t batch, double loss) {
   TrainingState& state = run.state;
   if (options_.log_every_n_steps > 0 && state.global_step % options_.log_every_n_steps == 0) {
-    ASSIGN_OR_RETURN(double mean, run.watch.Reduce(strategy_, run.window_loss / run.window_batches,
-                                                   nullptr, run.epoch, state.global_step));
-    RETURN_IF_ERROR(Log(run.epoch, state.global_step, "train_loss", mean));
+    ASSIGN_OR_RETURN(FiniteWatch::Reduced reduced,
+                     run.watch.Reduce(strategy_, run.window_loss / run.window_batches, nullptr,
+                                      run.epoch, state.global_step, run.window_logged.Riders()));
+    RETURN_IF_ERROR(Log(run.epoch, state.global_step, "train_loss", reduced.loss));
+    ASSIGN_OR_RETURN(auto logged, run.window_logged.Reduce(strategy_, reduced.riders));
+    for (const auto& [name, value] : logged) {
+      RETURN_IF_ERROR(Log(run.epoch, state.global_step, name, value));
+    }
+    run.window_logged.Clear();
     run.window_loss = 0;
     run.window_batches = 0;
   }
@@ -537,10 +552,18 @@ absl::Status Trainer::EndEpoch(FitRun& run, const Dataset* validation) {
       absl::StrFormat("epoch %d/%d step %d", epoch + 1, options_.max_epochs, state.global_step);
   if (run.epoch_batches > 0) {
     // Before validation and the checkpoint: the weights too.
-    ASSIGN_OR_RETURN(double mean, run.watch.Reduce(strategy_, run.epoch_loss / run.epoch_batches,
-                                                   &run.parameters, epoch, state.global_step));
+    ASSIGN_OR_RETURN(
+        FiniteWatch::Reduced reduced,
+        run.watch.Reduce(strategy_, run.epoch_loss / run.epoch_batches, &run.parameters, epoch,
+                         state.global_step, run.epoch_logged.Riders()));
+    const double mean = reduced.loss;
     RETURN_IF_ERROR(Log(epoch, state.global_step, "train_loss_epoch", mean));
     absl::StrAppendFormat(&line, " train_loss %.4f", mean);
+    ASSIGN_OR_RETURN(auto logged, run.epoch_logged.Reduce(strategy_, reduced.riders));
+    for (const auto& [name, value] : logged) {
+      RETURN_IF_ERROR(Log(epoch, state.global_step, absl::StrCat(name, "_epoch"), value));
+      absl::StrAppendFormat(&line, " %s %.4f", name, value);
+    }
     RETURN_IF_ERROR(LogArrivals(run));
   }
   if (epoch_done && run.validates && (epoch + 1) % options_.check_val_every_n_epoch == 0) {

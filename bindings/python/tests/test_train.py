@@ -479,6 +479,52 @@ def test_metric_names_that_differ_across_ranks_are_an_error(torch, tmp_path):
     assert "rank 0: large, val_loss" in message and "rank 1: small, val_loss" in message, message
 
 
+def test_script_training_step_may_return_a_dict_that_logs(torch, data_dir, tmp_path):
+    """A training_step's dict: its 'loss' is trained on, every other entry is
+    logged, reduced over the ranks as the loss is (Log with sync_dist)."""
+    from typing import Dict, List
+
+    class LogsTwiceTheLoss(script_classes(torch)[0]):
+        @torch.jit.export
+        def training_step(
+            self, batch: List[torch.Tensor], batch_idx: int
+        ) -> Dict[str, torch.Tensor]:
+            loss = torch.nn.functional.mse_loss(self.forward(batch[0]), batch[1].reshape(-1))
+            return {"loss": loss, "twice_the_loss": 2 * loss.detach()}
+
+    torch.manual_seed(0)
+    result = ddpspawn.fit(
+        torch.jit.script(LogsTwiceTheLoss()), data_dir / "reg.csv", nprocs=NPROCS, max_epochs=2,
+        lr=0.05, seed=0, progress=False, log_every_n_steps=1, default_root_dir=tmp_path,
+    )
+    metrics = result.metrics
+    assert metrics["twice_the_loss_epoch"] == pytest.approx(2 * metrics["train_loss_epoch"],
+                                                            rel=1e-12)
+    assert metrics["twice_the_loss"] == pytest.approx(2 * metrics["train_loss"], rel=1e-12)
+    with open(result.metrics_csv) as f:
+        rows = [line.split(",") for line in f]
+    logged = [r for r in rows if r[2] == "twice_the_loss"]
+    losses = [r for r in rows if r[2] == "train_loss"]
+    assert len(logged) == len(losses) > 2
+    for a, b in zip(logged, losses):
+        assert a[:2] == b[:2] and float(a[3]) == pytest.approx(2 * float(b[3]), rel=1e-6)
+
+    class NoLossInTheDict(script_classes(torch)[0]):
+        @torch.jit.export
+        def training_step(
+            self, batch: List[torch.Tensor], batch_idx: int
+        ) -> Dict[str, torch.Tensor]:
+            return {"mse": self.forward(batch[0]).sum()}
+
+    # Found by the check before any rank starts, which runs one step.
+    with pytest.raises(ddpspawn.InvalidArgumentError,
+                       match=r"training_step returned a dict without 'loss' \(it has: mse\)"):
+        ddpspawn.fit(
+            torch.jit.script(NoLossInTheDict()), data_dir / "reg.csv", nprocs=NPROCS,
+            max_epochs=1, progress=False, default_root_dir=tmp_path / "no_loss",
+        )
+
+
 def test_step_checkpoints_wait_for_the_monitored_metric(data_dir, tmp_path):
     """every_n_train_steps=5 monitoring val_loss: at step 5 no validation has
     run (7 steps an epoch), so the check is skipped, as in Lightning; at step
