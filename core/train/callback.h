@@ -87,6 +87,9 @@ class Callback {
 
   // Names the callback's state in checkpoints: unique among a fit's callbacks.
   virtual std::string name() const = 0;
+  // false for a callback that writes or stops (checkpoints, early stopping,
+  // logging the rate), which fast_dev_run leaves out, as Lightning does.
+  virtual bool RunsInFastDevRun() const { return true; }
 
   virtual absl::Status OnFitStart(CallbackContext& /*context*/) { return absl::OkStatus(); }
   virtual absl::Status OnFitEnd(CallbackContext& /*context*/) { return absl::OkStatus(); }

@@ -31,6 +31,7 @@ class EarlyStopping : public Callback {
   explicit EarlyStopping(EarlyStoppingOptions options);
 
   std::string name() const override { return "EarlyStopping"; }
+  bool RunsInFastDevRun() const override { return false; }
   absl::Status OnTrainEpochEnd(CallbackContext& context) override;
   std::string OnSaveCheckpoint() const override;
   absl::Status OnLoadCheckpoint(absl::string_view state) override;

@@ -24,6 +24,7 @@ class LearningRateMonitor : public Callback {
   LearningRateMonitor(LoggingInterval interval, int every_n_steps);
 
   std::string name() const override { return "LearningRateMonitor"; }
+  bool RunsInFastDevRun() const override { return false; }
   absl::Status OnTrainEpochStart(CallbackContext& context) override;
   absl::Status OnTrainBatchEnd(CallbackContext& context, int64_t batch, bool stepped) override;
 

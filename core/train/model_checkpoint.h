@@ -51,6 +51,7 @@ class ModelCheckpoint : public Callback {
   explicit ModelCheckpoint(ModelCheckpointOptions options);
 
   std::string name() const override { return "ModelCheckpoint"; }
+  bool RunsInFastDevRun() const override { return false; }
   absl::Status OnTrainEpochEnd(CallbackContext& context) override;
   absl::Status OnTrainBatchEnd(CallbackContext& context, int64_t batch, bool stepped) override;
   absl::Status OnValidationEnd(CallbackContext& context) override;

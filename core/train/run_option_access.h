@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "core/train/batch_amount.h"
 #include "core/train/run_options.h"
 #include "core/util/status_macros.h"
 
@@ -99,6 +100,21 @@ Access Flag(Field field) {
         return absl::OkStatus();
       },
       [field](const RunConfig& c) -> std::string { return FieldOf(field, c) ? "true" : "false"; }};
+}
+
+// A number of batches (core/train/batch_amount.h): a count, or a fraction of
+// them.
+template <typename Field>
+Access Batches(Field field) {
+  return {[field](RunConfig& c, const std::string& v) -> absl::Status {
+            absl::StatusOr<BatchAmount> amount = BatchAmount::Parse(v);
+            if (!amount.ok()) {
+              return Expected("a count of batches (10) or a fraction of them (0.25, 1.0)");
+            }
+            std::invoke(field, c) = *amount;
+            return absl::OkStatus();
+          },
+          [field](const RunConfig& c) { return FieldOf(field, c).ToString(); }};
 }
 
 // A floating-point option: a finite number >= minimum. SimpleAtod reads "inf",

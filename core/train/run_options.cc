@@ -41,6 +41,7 @@ namespace ddpspawn {
 namespace {
 
 using option_access::Access;
+using option_access::Batches;
 using option_access::Choice;
 using option_access::Expected;
 using option_access::Flag;
@@ -183,6 +184,49 @@ const std::vector<RunOption>& RunOptionTable() {
           return absl::OkStatus();
         },
         [](const RunConfig&) { return std::string(); }}},
+      {"limit_train_batches", trainer, "N|FRACTION",
+       "train on at most N batches of each epoch per rank, or that fraction of them (0.25); "
+       "an integer is a count, a number with a point a fraction (1.0: all)",
+       Batches([](RunConfig& c) -> BatchAmount& { return c.trainer.limit_train_batches; })},
+      {"limit_val_batches", trainer, "N|FRACTION",
+       "validate on at most N batches per rank, or that fraction (0: no validation)",
+       Batches([](RunConfig& c) -> BatchAmount& { return c.trainer.limit_val_batches; })},
+      {"limit_test_batches", trainer, "N|FRACTION", "test on at most N batches per rank",
+       Batches([](RunConfig& c) -> BatchAmount& { return c.trainer.limit_test_batches; })},
+      {"limit_predict_batches", trainer, "N|FRACTION",
+       "predict at most N batches per rank: the dataset's first samples",
+       Batches([](RunConfig& c) -> BatchAmount& { return c.trainer.limit_predict_batches; })},
+      {"val_check_interval", trainer, "N|FRACTION",
+       "validate after every N training batches of an epoch, or at that fraction of it "
+       "(1.0: at its end)",
+       Batches([](RunConfig& c) -> BatchAmount& { return c.trainer.val_check_interval; })},
+      {"num_sanity_val_steps", trainer, "N",
+       "validation batches per rank before the first epoch, not logged (-1: all)",
+       Integer<-1, kInt64Max>(
+           [](RunConfig& c) -> int64_t& { return c.trainer.num_sanity_val_steps; })},
+      {"fast_dev_run",
+       trainer,
+       "N|BOOL",
+       "N batches (true: 1) of training, validation, test and predict in one epoch, without "
+       "sanity steps, checkpoint callbacks, early stopping or the rate monitor",
+       {[](RunConfig& c, const std::string& v) -> absl::Status {
+          if (absl::StatusOr<bool> flag = option_access::ParseBool(v); flag.ok()) {
+            c.trainer.fast_dev_run = *flag ? 1 : 0;
+            return absl::OkStatus();
+          }
+          int64_t n = 0;
+          if (!absl::SimpleAtoi(v, &n) || n < 0) return Expected("true, false or a count >= 0");
+          c.trainer.fast_dev_run = n;
+          return absl::OkStatus();
+        },
+        [](const RunConfig& c) { return absl::StrCat(c.trainer.fast_dev_run); }}},
+      {"overfit_batches", trainer, "N|FRACTION",
+       "train and validate on the first N batches (or that fraction) of each rank's unshuffled "
+       "shard of the training data (0: off)",
+       Batches([](RunConfig& c) -> BatchAmount& { return c.trainer.overfit_batches; })},
+      {"deterministic", trainer, "BOOL",
+       "LibTorch's deterministic algorithms on every rank; an op without one is an error",
+       Flag([](RunConfig& c) -> bool& { return c.trainer.deterministic; })},
       {"allow_non_finite_loss", trainer, "BOOL",
        "false: a nan/inf training loss stops fit with an error, keeping the last good checkpoint",
        Flag([](RunConfig& c) -> bool& { return c.trainer.allow_non_finite_loss; })},

@@ -43,12 +43,37 @@ Batch MakeBatch(const Dataset& data, const std::vector<int64_t>& indices, int64_
 
 }  // namespace
 
+namespace {
+
+// fast_dev_run's few batches of every loop, in one epoch, without the
+// callbacks that write or stop.
+TrainerOptions WithFastDevRun(TrainerOptions options) {
+  if (options.fast_dev_run <= 0) return options;
+  const BatchAmount few = BatchAmount::Count(options.fast_dev_run);
+  options.limit_train_batches = options.limit_val_batches = few;
+  options.limit_test_batches = options.limit_predict_batches = few;
+  options.max_epochs = 1;
+  options.max_steps = -1;
+  options.num_sanity_val_steps = 0;
+  options.val_check_interval = BatchAmount::All();
+  options.check_val_every_n_epoch = 1;
+  std::vector<std::shared_ptr<Callback>> kept;
+  for (std::shared_ptr<Callback>& callback : options.callbacks) {
+    if (callback == nullptr || callback->RunsInFastDevRun()) kept.push_back(std::move(callback));
+  }
+  options.callbacks = std::move(kept);
+  return options;
+}
+
+}  // namespace
+
 Trainer::Trainer(DDPSpawnStrategy& strategy, TrainerOptions options)
-    : strategy_(strategy), options_(std::move(options)) {}
+    : strategy_(strategy), options_(WithFastDevRun(std::move(options))) {}
 
 absl::Status Trainer::Prepare(const std::shared_ptr<LightningModule>& module) {
   if (module == nullptr) return absl::InvalidArgumentError("the trainer needs a module");
   if (options_.batch_size < 1) return absl::InvalidArgumentError("batch_size must be >= 1");
+  if (options_.deterministic) at::globalContext().setDeterministicAlgorithms(true, false);
   if (options_.num_threads > kMaxNumThreads) {
     return absl::InvalidArgumentError(absl::StrCat("num_threads ", options_.num_threads,
                                                    " is above ", kMaxNumThreads,
@@ -135,9 +160,11 @@ struct Trainer::FitRun {
   bool stop = false;
   // A callback's RequestStop(): FitResult::stopped_by and the epoch line's end.
   std::string stopped_by, stop_why;
-  bool validates = false;         // given validation data, checked every n > 0 epochs
-  bool validated = false;         // in the epoch in progress
-  FitContext* context = nullptr;  // FitAndReport's, while it runs
+  bool validates = false;  // given validation data, checked every n > 0 epochs
+  int64_t val_every = 0;   // validate after every this many batches (val_check_interval)
+  BatchAmount val_limit = BatchAmount::All();  // of each validation's batches
+  bool validated = false;                      // in the epoch in progress
+  FitContext* context = nullptr;               // FitAndReport's, while it runs
   // The epoch in progress.
   int64_t epoch = 0;
   absl::Time epoch_start;
@@ -240,15 +267,29 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
 absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningModule>& module,
                                                 const Dataset& train, const Dataset* validation) {
   ASSIGN_OR_RETURN(std::unique_ptr<FitRun> run, StartFit(module, train));
-  run->validates = validation != nullptr && options_.check_val_every_n_epoch > 0;
+  // overfit_batches validates on the batches it trains on (the first ones of
+  // each rank's unshuffled shard; ForEachShardBatch's shards are the same).
+  const bool overfit = !options_.overfit_batches.is_zero();
+  if (overfit) validation = &train;
+  run->val_limit = overfit ? options_.overfit_batches : options_.limit_val_batches;
+  run->validates =
+      validation != nullptr && options_.check_val_every_n_epoch > 0 && !run->val_limit.is_zero();
   StopSignal stop_signal(options_.checkpoint_on_signal);
   FitContext context(*this, *run);
   run->context = &context;
   RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnFitStart(context); }));
+  if (run->validates && options_.num_sanity_val_steps != 0) {
+    // Lightning's sanity check: a few validation batches before training;
+    // their metrics are not logged.
+    const BatchAmount sanity = options_.num_sanity_val_steps < 0
+                                   ? BatchAmount::All()
+                                   : BatchAmount::Count(options_.num_sanity_val_steps);
+    RETURN_IF_ERROR(Evaluate(module, *validation, false, sanity, "num_sanity_val_steps").status());
+  }
   ASSIGN_OR_RETURN(run->arrivals_at_start, Arrivals());
   run->arrivals_at_epoch = run->arrivals_at_start;
   while (!run->stop && run->state.epoch < run->max_epochs) {
-    RETURN_IF_ERROR(TrainEpoch(*run, train));
+    RETURN_IF_ERROR(TrainEpoch(*run, train, validation));
     RETURN_IF_ERROR(EndEpoch(*run, validation));
   }
   RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnFitEnd(context); }));
@@ -368,14 +409,34 @@ absl::StatusOr<std::unique_ptr<Trainer::FitRun>> Trainer::StartFit(
       }
     }
   }
+  const bool overfit = !options_.overfit_batches.is_zero();
   absl::StatusOr<DistributedSampler> sampler = DistributedSampler::Create(
-      train.size(), world, rank, options_.shuffle, options_.seed, options_.drop_last);
+      train.size(), world, rank, options_.shuffle && !overfit, options_.seed, options_.drop_last);
   if (!sampler.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("training data ", train.source, ": ", sampler.status().message()));
   }
   run->sampler = *std::move(sampler);
-  run->batches = BatchCount(run->sampler->num_samples(), options_.batch_size);
+  const int64_t all_batches = BatchCount(run->sampler->num_samples(), options_.batch_size);
+  ASSIGN_OR_RETURN(run->batches,
+                   overfit ? options_.overfit_batches.Of(all_batches, "overfit_batches")
+                           : options_.limit_train_batches.Of(all_batches, "limit_train_batches"));
+  if (run->batches == 0) {
+    return absl::InvalidArgumentError(
+        "limit_train_batches=0 trains nothing; to only validate, call validate");
+  }
+  const BatchAmount& interval = options_.val_check_interval;
+  if (interval.is_count() && (interval.count() < 1 || interval.count() > run->batches)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "val_check_interval=", interval.ToString(), " must be a count in [1, ", run->batches,
+        "], the training batches of an epoch on each rank (or a fraction of them)"));
+  }
+  ASSIGN_OR_RETURN(run->val_every, interval.Of(run->batches, "val_check_interval"));
+  if (run->val_every == 0) {
+    return absl::InvalidArgumentError(
+        "val_check_interval=0 never validates; use "
+        "limit_val_batches=0 to turn validation off");
+  }
   run->max_epochs = options_.max_epochs >= 1 ? options_.max_epochs : INT64_MAX;
   run->bar = options_.enable_progress && strategy_.is_global_zero() && isatty(1);
   run->scaler = strategy_.options().precision_plugin->grad_scaler();
@@ -392,7 +453,25 @@ absl::StatusOr<std::unique_ptr<Trainer::FitRun>> Trainer::StartFit(
 
 // The rest of epoch run.state.epoch: a forward and backward pass per batch,
 // an optimizer step every accumulate_grad_batches.
-absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train) {
+bool Trainer::ValidatesThisEpoch(const FitRun& run) const {
+  return run.validates && (run.epoch + 1) % options_.check_val_every_n_epoch == 0;
+}
+
+absl::StatusOr<std::map<std::string, double>> Trainer::ValidateInFit(FitRun& run,
+                                                                     const Dataset& validation) {
+  RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnValidationStart(*run.context); }));
+  ASSIGN_OR_RETURN(auto metrics,
+                   Evaluate(run.module, validation, false, run.val_limit, "limit_val_batches"));
+  for (const auto& [name, value] : metrics) {
+    RETURN_IF_ERROR(Log(run.epoch, run.state.global_step, name, value));
+  }
+  run.validated = true;
+  run.module->SetTraining(true);
+  RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnValidationEnd(*run.context); }));
+  return metrics;
+}
+
+absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train, const Dataset* validation) {
   const int64_t epoch = run.epoch = run.state.epoch;
   run.epoch_start = absl::Now();
   run.epoch_loss = run.window_loss = 0;
@@ -457,6 +536,12 @@ absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train) {
     }
     RETURN_IF_ERROR(
         CallHooks([&](Callback& c) { return c.OnTrainBatchEnd(*run.context, b, step_now); }));
+    // val_check_interval's validations within the epoch (the one at its end
+    // runs in EndEpoch, after the epoch's loss).
+    if (!run.stop && (b + 1) % run.val_every == 0 && b + 1 < run.batches &&
+        ValidatesThisEpoch(run)) {
+      RETURN_IF_ERROR(ValidateInFit(run, *validation).status());
+    }
     // Between optimizer steps only: a stop asked for within an accumulation
     // takes effect at its step.
     if (run.stop && step_now) break;
@@ -566,16 +651,9 @@ absl::Status Trainer::EndEpoch(FitRun& run, const Dataset* validation) {
     }
     RETURN_IF_ERROR(LogArrivals(run));
   }
-  if (epoch_done && run.validates && (epoch + 1) % options_.check_val_every_n_epoch == 0) {
-    RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnValidationStart(*run.context); }));
-    ASSIGN_OR_RETURN(auto metrics, Evaluate(run.module, *validation, false));
-    for (const auto& [name, value] : metrics) {
-      RETURN_IF_ERROR(Log(epoch, state.global_step, name, value));
-      absl::StrAppendFormat(&line, " %s %.4f", name, value);
-    }
-    run.validated = true;
-    run.module->SetTraining(true);
-    RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnValidationEnd(*run.context); }));
+  if (epoch_done && ValidatesThisEpoch(run) && run.batches % run.val_every == 0) {
+    ASSIGN_OR_RETURN(auto metrics, ValidateInFit(run, *validation));
+    for (const auto& [name, value] : metrics) absl::StrAppendFormat(&line, " %s %.4f", name, value);
   }
   if (epoch_done) {
     RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnTrainEpochEnd(*run.context); }));
@@ -605,7 +683,8 @@ absl::Status Trainer::EndEpoch(FitRun& run, const Dataset* validation) {
 }
 
 absl::StatusOr<std::vector<int64_t>> Trainer::ForEachShardBatch(
-    LightningModule& module, const Dataset& data, bool exactly_once,
+    LightningModule& module, const Dataset& data, bool exactly_once, const BatchAmount& limit,
+    absl::string_view option,
     const std::function<absl::Status(const Batch&, int64_t, bool)>& step) {
   const int world = strategy_.world_size(), rank = strategy_.global_rank();
   absl::StatusOr<DistributedSampler> sampler =
@@ -615,15 +694,24 @@ absl::StatusOr<std::vector<int64_t>> Trainer::ForEachShardBatch(
     return absl::InvalidArgumentError(
         absl::StrCat("data ", data.source, ": ", sampler.status().message()));
   }
+  ASSIGN_OR_RETURN(const int64_t limited,
+                   limit.Of(BatchCount(sampler->num_samples(), options_.batch_size), option));
+  if (limited == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(option, "=0 runs no batch"));
+  }
+  const int64_t cap = limited * options_.batch_size;  // samples
   module.SetTraining(false);
   std::vector<int64_t> indices = sampler->Indices();
   bool counted = true;
   if (exactly_once) {
     // Without shuffling, rank r's k-th sample is position r + k * world of the
     // padded order, which repeats a sample from position data.size() on.
-    const int64_t own = rank < data.size() ? (data.size() - rank + world - 1) / world : 0;
+    const int64_t own =
+        std::min<int64_t>(cap, rank < data.size() ? (data.size() - rank + world - 1) / world : 0);
     indices.resize(static_cast<size_t>(std::max<int64_t>(own, 1)));
     counted = own > 0;
+  } else {
+    indices.resize(static_cast<size_t>(std::min<int64_t>(cap, sampler->num_samples())));
   }
   const int64_t samples = static_cast<int64_t>(indices.size());
   const int64_t batches = BatchCount(samples, options_.batch_size);
@@ -636,11 +724,12 @@ absl::StatusOr<std::vector<int64_t>> Trainer::ForEachShardBatch(
 }
 
 absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(
-    const std::shared_ptr<LightningModule>& module, const Dataset& data, bool test) {
+    const std::shared_ptr<LightningModule>& module, const Dataset& data, bool test,
+    const BatchAmount& limit, absl::string_view option) {
   std::map<std::string, double> sums;
   double samples = 0;
   absl::StatusOr<std::vector<int64_t>> done = ForEachShardBatch(
-      *module, data, /*exactly_once=*/true,
+      *module, data, /*exactly_once=*/true, limit, option,
       [&](const Batch& batch, int64_t b, bool counted) -> absl::Status {
         absl::StatusOr<StepMetrics> metrics =
             test ? strategy_.TestStep(batch, b) : strategy_.ValidationStep(batch, b);
@@ -672,35 +761,36 @@ absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(
 absl::StatusOr<std::map<std::string, double>> Trainer::Validate(
     const std::shared_ptr<LightningModule>& module, const Dataset& data) {
   RETURN_IF_ERROR(Prepare(module));
-  return Evaluate(module, data, false);
+  return Evaluate(module, data, false, options_.limit_val_batches, "limit_val_batches");
 }
 
 absl::StatusOr<std::map<std::string, double>> Trainer::Test(
     const std::shared_ptr<LightningModule>& module, const Dataset& data) {
   RETURN_IF_ERROR(Prepare(module));
-  return Evaluate(module, data, true);
+  return Evaluate(module, data, true, options_.limit_test_batches, "limit_test_batches");
 }
 
 absl::StatusOr<at::Tensor> Trainer::Predict(const std::shared_ptr<LightningModule>& module,
                                             const Dataset& data) {
   RETURN_IF_ERROR(Prepare(module));
   std::vector<at::Tensor> outputs;
-  absl::StatusOr<std::vector<int64_t>> indices =
-      ForEachShardBatch(*module, data, /*exactly_once=*/false,
-                        [&](const Batch& batch, int64_t b, bool) -> absl::Status {
-                          ASSIGN_OR_RETURN(at::Tensor out, strategy_.PredictStep(batch, b));
-                          outputs.push_back(out.detach().cpu().contiguous());
-                          return absl::OkStatus();
-                        });
+  absl::StatusOr<std::vector<int64_t>> indices = ForEachShardBatch(
+      *module, data, /*exactly_once=*/false, options_.limit_predict_batches,
+      "limit_predict_batches", [&](const Batch& batch, int64_t b, bool) -> absl::Status {
+        ASSIGN_OR_RETURN(at::Tensor out, strategy_.PredictStep(batch, b));
+        outputs.push_back(out.detach().cpu().contiguous());
+        return absl::OkStatus();
+      });
   if (!indices.ok()) return indices.status();
   ASSIGN_OR_RETURN(at::Tensor all, strategy_.AllGather(at::cat(outputs)));
   ASSIGN_OR_RETURN(at::Tensor all_indices, strategy_.AllGather(at::tensor(*indices, at::kLong)));
   if (!strategy_.is_global_zero()) return at::Tensor();
   // Scatter back into dataset order; padding repeats a sample with the same
-  // prediction.
+  // prediction. limit_predict_batches keeps each rank's first batches, which
+  // together are the dataset's first samples (the shards are strided).
   at::Tensor flat = all.flatten(0, 1);
   std::vector<int64_t> shape = flat.sizes().vec();
-  shape[0] = data.size();
+  shape[0] = std::min<int64_t>(data.size(), all_indices.max().item<int64_t>() + 1);
   at::Tensor ordered = at::empty(shape, flat.options());
   ordered.index_copy_(0, all_indices.flatten(), flat);
   return ordered;

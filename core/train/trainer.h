@@ -26,6 +26,7 @@
 #include "core/model/checkpoint.h"
 #include "core/model/module.h"
 #include "core/strategy/ddp_spawn_strategy.h"
+#include "core/train/batch_amount.h"
 #include "core/train/callback.h"
 #include "core/train/checkpoint_connector.h"
 #include "core/train/dataset.h"
@@ -76,6 +77,33 @@ struct TrainerOptions {
   // agrees on it), and returns with stopped_by = the signal's name; 0: none
   // (the signal keeps its default action).
   int checkpoint_on_signal = 0;
+  // Lightning's limits on the batches of each loop, per epoch and rank (a
+  // count, or a fraction of the rank's batches); a limit of 0 validation
+  // batches turns validation off.
+  BatchAmount limit_train_batches = BatchAmount::All();
+  BatchAmount limit_val_batches = BatchAmount::All();
+  BatchAmount limit_test_batches = BatchAmount::All();
+  BatchAmount limit_predict_batches = BatchAmount::All();
+  // Validate after every this many training batches of an epoch that
+  // validates, or at this fraction of the epoch's batches (1.0: at its end);
+  // not at the epoch's end unless its batches are a multiple (Lightning's).
+  BatchAmount val_check_interval = BatchAmount::All();
+  // Before the first epoch, this many validation batches on every rank, to
+  // find an error in validation before hours of training; their metrics are
+  // not logged. -1: the whole validation set. Lightning's default, 2.
+  int64_t num_sanity_val_steps = 2;
+  // Lightning's fast_dev_run: n > 0 runs n batches of training and of
+  // validation (and of test and predict), one epoch, no sanity steps and no
+  // callback that writes or stops (ModelCheckpoint, EarlyStopping,
+  // LearningRateMonitor); last.ckpt is still written.
+  int64_t fast_dev_run = 0;
+  // Lightning's overfit_batches (a count or a fraction; 0: off): train on the
+  // first batches of each rank's unshuffled shard, and validate on them.
+  BatchAmount overfit_batches = BatchAmount::Count(0);
+  // LibTorch's deterministic algorithms on every rank
+  // (at::globalContext().setDeterministicAlgorithms): an op that has none is
+  // an error, as in torch.use_deterministic_algorithms(True).
+  bool deterministic = false;
   // Fit calls their hooks in this order on every rank (callback.h); their
   // names must differ.
   std::vector<std::shared_ptr<Callback>> callbacks;
@@ -109,7 +137,12 @@ class Trainer {
                                          const Dataset& train, const Dataset* validation);
   absl::StatusOr<std::unique_ptr<FitRun>> StartFit(const std::shared_ptr<LightningModule>& module,
                                                    const Dataset& train);
-  absl::Status TrainEpoch(FitRun& run, const Dataset& train);
+  absl::Status TrainEpoch(FitRun& run, const Dataset& train, const Dataset* validation);
+  // Whether fit validates in run's epoch (given data, check_val_every_n_epoch).
+  bool ValidatesThisEpoch(const FitRun& run) const;
+  // Validation within fit: its hooks, and its metrics logged (and returned).
+  absl::StatusOr<std::map<std::string, double>> ValidateInFit(FitRun& run,
+                                                              const Dataset& validation);
   absl::Status OptimizerStep(FitRun& run);
   absl::StatusOr<bool> AfterOptimizerStep(FitRun& run, int64_t batch, double loss);
   absl::Status EndEpoch(FitRun& run, const Dataset* validation);
@@ -124,8 +157,10 @@ class Trainer {
   absl::Status LogArrivals(FitRun& run);
 
   absl::Status Prepare(const std::shared_ptr<LightningModule>& module);
+  // `limit` (named `option` in its error) bounds each rank's batches.
   absl::StatusOr<std::map<std::string, double>> Evaluate(
-      const std::shared_ptr<LightningModule>& module, const Dataset& data, bool test);
+      const std::shared_ptr<LightningModule>& module, const Dataset& data, bool test,
+      const BatchAmount& limit, absl::string_view option);
   // Runs `step` on each batch of this rank's shard of `data`, in order (no
   // shuffle), in eval mode; returns the shard's indices. Padded: every rank
   // gets as many samples, the last ones repeating the first samples of the
@@ -133,8 +168,11 @@ class Trainer {
   // shard may be one sample shorter; one left with none runs a single batch of
   // a sample that `step` is told not to count (`counted` false), so that every
   // rank still learns the metrics' names.
+  // At most `limit` of the batches (of the padded shard's, so that every rank
+  // takes as many), named `option` in its error.
   absl::StatusOr<std::vector<int64_t>> ForEachShardBatch(
-      LightningModule& module, const Dataset& data, bool exactly_once,
+      LightningModule& module, const Dataset& data, bool exactly_once, const BatchAmount& limit,
+      absl::string_view option,
       const std::function<absl::Status(const Batch&, int64_t, bool counted)>& step);
   absl::Status Log(int64_t epoch, int64_t step, const std::string& name, double value);
   // Rank 0's row of metrics.csv alone: a figure of the run (the straggler
