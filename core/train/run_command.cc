@@ -107,6 +107,7 @@ absl::StatusOr<std::string> RunResolvedCommand(const RunConfig& config,
   }
   if (config.command == Command::kFit) {
     TrainerOptions options = config.trainer;
+    options.hyperparameters = GivenOptionValues(config);
     std::shared_ptr<ModelCheckpoint> model_checkpoint;
     if (ModelCheckpointEnabled(config.model_checkpoint)) {
       model_checkpoint = std::make_shared<ModelCheckpoint>(config.model_checkpoint);

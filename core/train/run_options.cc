@@ -32,6 +32,7 @@
 #include "core/launch/launcher.h"
 #include "core/strategy/precision.h"
 #include "core/train/callback.h"
+#include "core/train/metric_logger.h"
 #include "core/train/optimizer_factory.h"
 #include "core/train/run_option_access.h"
 #include "core/util/enum_names.h"
@@ -184,6 +185,18 @@ const std::vector<RunOption>& RunOptionTable() {
           return absl::OkStatus();
         },
         [](const RunConfig&) { return std::string(); }}},
+      {"logger",
+       trainer,
+       "csv|tensorboard|csv,tensorboard",
+       "where fit logs: metrics.csv and hparams.yaml (csv), TensorBoard's event files in "
+       "tensorboard/ (tensorboard); the given options are the hyperparameters",
+       {[](RunConfig& c, const std::string& v) -> absl::Status {
+          absl::StatusOr<std::vector<std::string>> names = ParseLoggerNames(v);
+          if (!names.ok()) return Expected("csv, tensorboard or csv,tensorboard");
+          c.trainer.loggers = *std::move(names);
+          return absl::OkStatus();
+        },
+        [](const RunConfig& c) { return absl::StrJoin(c.trainer.loggers, ","); }}},
       {"limit_train_batches", trainer, "N|FRACTION",
        "train on at most N batches of each epoch per rank, or that fraction of them (0.25); "
        "an integer is a count, a number with a point a fraction (1.0: all)",
@@ -556,6 +569,14 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command_name,
   ASSIGN_OR_RETURN(RunConfig config, ParseRunOptions(command_name, options));
   RETURN_IF_ERROR(ResolveRunConfig(config, ThisProcessEnvironment()));
   return config;
+}
+
+std::map<std::string, std::string> GivenOptionValues(const RunConfig& config) {
+  std::map<std::string, std::string> values;
+  for (const RunOption& option : RunOptionTable()) {
+    if (config.given.count(option.key) > 0) values[option.key] = option.access.show(config);
+  }
+  return values;
 }
 
 std::string RunOptionsHelp() {

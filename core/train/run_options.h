@@ -3,6 +3,7 @@
 #ifndef DDPSPAWN_CORE_TRAIN_RUN_OPTIONS_H_
 #define DDPSPAWN_CORE_TRAIN_RUN_OPTIONS_H_
 
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -110,6 +111,10 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command_name,
 
 // The help text of the options.
 std::string RunOptionsHelp();
+
+// The options `config.given` names, each with its value as the option table
+// shows it: the run's hyperparameters, for the loggers.
+std::map<std::string, std::string> GivenOptionValues(const RunConfig& config);
 
 }  // namespace ddpspawn
 

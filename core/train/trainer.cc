@@ -27,7 +27,6 @@
 #include "core/train/metric_sync.h"
 #include "core/train/sampler.h"
 #include "core/train/stop_signal.h"
-#include "core/util/files.h"
 #include "core/util/output_dir.h"
 #include "core/util/status_macros.h"
 
@@ -98,11 +97,10 @@ absl::Status Trainer::Log(int64_t epoch, int64_t step, const std::string& name, 
 
 absl::Status Trainer::WriteMetricRow(int64_t epoch, int64_t step, const std::string& name,
                                      double value) {
-  if (!strategy_.is_global_zero()) return absl::OkStatus();
-  // Never through a link (a metrics.csv planted in a shared directory).
-  return AppendToFile(options_.default_root_dir + "/metrics.csv",
-                      absl::StrFormat("%d,%d,%s,%.9g\n", epoch, step, name, value),
-                      "epoch,step,name,value\n");
+  for (const std::unique_ptr<MetricLogger>& logger : loggers_) {  // rank 0's only
+    RETURN_IF_ERROR(logger->LogMetric(epoch, step, name, value));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
@@ -295,8 +293,10 @@ absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningM
   RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnFitEnd(context); }));
   FitResult result;
   result.checkpoint = std::filesystem::absolute(run->checkpoint).string();
+  const bool csv =
+      std::find(options_.loggers.begin(), options_.loggers.end(), "csv") != options_.loggers.end();
   result.metrics_csv =
-      std::filesystem::absolute(options_.default_root_dir + "/metrics.csv").string();
+      csv ? std::filesystem::absolute(options_.default_root_dir + "/metrics.csv").string() : "";
   result.epoch = run->state.epoch;
   result.global_step = run->state.global_step;
   result.metrics = last_metrics_;
@@ -368,10 +368,17 @@ absl::StatusOr<std::unique_ptr<Trainer::FitRun>> Trainer::StartFit(
   if (options_.max_epochs < 1 && options_.max_steps <= 0) {
     return absl::InvalidArgumentError("set max_epochs >= 1 or max_steps >= 1");
   }
+  loggers_.clear();
   if (strategy_.is_global_zero()) {  // rank 0 writes the metrics and the checkpoints
     for (const std::string& dir :
          {options_.default_root_dir, options_.default_root_dir + "/checkpoints"}) {
       RETURN_IF_ERROR(PrepareOutputDirectory(dir));
+    }
+    ASSIGN_OR_RETURN(loggers_, MakeMetricLoggers(options_.loggers, options_.default_root_dir));
+    if (!options_.hyperparameters.empty()) {
+      for (const std::unique_ptr<MetricLogger>& logger : loggers_) {
+        RETURN_IF_ERROR(logger->LogHyperparameters(options_.hyperparameters));
+      }
     }
   }
   std::set<std::string> names;

@@ -31,6 +31,7 @@
 #include "core/train/checkpoint_connector.h"
 #include "core/train/dataset.h"
 #include "core/train/fit_result.h"
+#include "core/train/metric_logger.h"
 #include "core/train/optimizer_factory.h"
 
 namespace ddpspawn {
@@ -100,6 +101,12 @@ struct TrainerOptions {
   // Lightning's overfit_batches (a count or a fraction; 0: off): train on the
   // first batches of each rank's unshuffled shard, and validate on them.
   BatchAmount overfit_batches = BatchAmount::Count(0);
+  // Where rank 0 logs (metric_logger.h): "csv" (metrics.csv, the result's
+  // metrics_csv; hparams.yaml) and/or "tensorboard" (event files in
+  // <default_root_dir>/tensorboard).
+  std::vector<std::string> loggers = {"csv"};
+  // Logged once at fit's start by every logger (the CLI's: the options given).
+  std::map<std::string, std::string> hyperparameters;
   // LibTorch's deterministic algorithms on every rank
   // (at::globalContext().setDeterministicAlgorithms): an op that has none is
   // an error, as in torch.use_deterministic_algorithms(True).
@@ -187,7 +194,8 @@ class Trainer {
   DDPSpawnStrategy& strategy_;
   TrainerOptions options_;
   std::map<std::string, double> last_metrics_;
-  std::map<std::string, double> epoch_metrics_;  // those logged in fit's current epoch
+  std::map<std::string, double> epoch_metrics_;         // those logged in fit's current epoch
+  std::vector<std::unique_ptr<MetricLogger>> loggers_;  // rank 0's, made by StartFit
 };
 
 }  // namespace ddpspawn
