@@ -237,6 +237,11 @@ const std::vector<RunOption>& RunOptionTable() {
        "train and validate on the first N batches (or that fraction) of each rank's unshuffled "
        "shard of the training data (0: off)",
        Batches([](RunConfig& c) -> BatchAmount& { return c.trainer.overfit_batches; })},
+      {"profiler", trainer, "none|simple|pytorch",
+       "simple: time per action on every rank, in profile.txt; pytorch: LibTorch's profiler, a "
+       "Chrome trace per rank in profiler/",
+       Choice([](RunConfig& c) -> ProfilerKind& { return c.trainer.profiler; }, ParseProfilerKind,
+              ProfilerKindName)},
       {"deterministic", trainer, "BOOL",
        "LibTorch's deterministic algorithms on every rank; an op without one is an error",
        Flag([](RunConfig& c) -> bool& { return c.trainer.deterministic; })},

@@ -169,6 +169,8 @@ struct Trainer::FitRun {
   double epoch_loss = 0, window_loss = 0;  // the window: since the last logged step
   int64_t epoch_batches = 0, window_batches = 0;
   LoggedSums epoch_logged, window_logged;  // what the module's steps logged
+  std::unique_ptr<FitProfiler> profiler;
+  double blocked_at_start = 0;  // the group's time blocked in collectives when fit began
   // The group's arrivals when fit and the epoch in progress began.
   ArrivalReport arrivals_at_start, arrivals_at_epoch;
 
@@ -286,11 +288,19 @@ absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningM
   }
   ASSIGN_OR_RETURN(run->arrivals_at_start, Arrivals());
   run->arrivals_at_epoch = run->arrivals_at_start;
+  run->profiler = std::make_unique<FitProfiler>(options_.profiler);
+  if (strategy_.group() != nullptr) run->blocked_at_start = strategy_.group()->blocked_seconds();
+  RETURN_IF_ERROR(run->profiler->Start());
   while (!run->stop && run->state.epoch < run->max_epochs) {
     RETURN_IF_ERROR(TrainEpoch(*run, train, validation));
     RETURN_IF_ERROR(EndEpoch(*run, validation));
   }
   RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnFitEnd(context); }));
+  RETURN_IF_ERROR(run->profiler->Finish(
+      strategy_, options_.default_root_dir,
+      strategy_.group() != nullptr ? strategy_.group()->blocked_seconds() - run->blocked_at_start
+                                   : 0.0,
+      options_.enable_progress));
   FitResult result;
   result.checkpoint = std::filesystem::absolute(run->checkpoint).string();
   const bool csv =
@@ -467,8 +477,12 @@ bool Trainer::ValidatesThisEpoch(const FitRun& run) const {
 absl::StatusOr<std::map<std::string, double>> Trainer::ValidateInFit(FitRun& run,
                                                                      const Dataset& validation) {
   RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnValidationStart(*run.context); }));
-  ASSIGN_OR_RETURN(auto metrics,
-                   Evaluate(run.module, validation, false, run.val_limit, "limit_val_batches"));
+  absl::StatusOr<std::map<std::string, double>> evaluated;
+  {
+    FitProfiler::Timed timed = run.profiler->Time("validation");
+    evaluated = Evaluate(run.module, validation, false, run.val_limit, "limit_val_batches");
+  }
+  ASSIGN_OR_RETURN(auto metrics, std::move(evaluated));
   for (const auto& [name, value] : metrics) {
     RETURN_IF_ERROR(Log(run.epoch, run.state.global_step, name, value));
   }
@@ -517,26 +531,37 @@ absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train, const Datase
                             BatchEnd(b, options_.batch_size, run.sampler->num_samples()));
     const bool step_now = (b + 1) % accumulate == 0 || b + 1 == run.batches;
     RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnTrainBatchStart(*run.context, b); }));
-    ASSIGN_OR_RETURN(at::Tensor loss, strategy_.TrainingStep(batch, b));
-    const at::Tensor share = loss / static_cast<double>(accumulate);
-    if (step_now) {
-      RETURN_IF_ERROR(strategy_.Backward(share));
-    } else {
-      DistributedDataParallel::NoSync no_sync = strategy_.model()->no_sync();
-      RETURN_IF_ERROR(strategy_.Backward(share));
+    absl::StatusOr<at::Tensor> loss;
+    {
+      FitProfiler::Timed timed = run.profiler->Time("training_step");
+      loss = strategy_.TrainingStep(batch, b);
+    }
+    RETURN_IF_ERROR(loss.status());
+    const at::Tensor share = *loss / static_cast<double>(accumulate);
+    {
+      FitProfiler::Timed timed = run.profiler->Time("backward");
+      if (step_now) {
+        RETURN_IF_ERROR(strategy_.Backward(share));
+      } else {
+        DistributedDataParallel::NoSync no_sync = strategy_.model()->no_sync();
+        RETURN_IF_ERROR(strategy_.Backward(share));
+      }
     }
     for (const LoggedValue& logged : run.module->TakeLogged()) {
       RETURN_IF_ERROR(run.window_logged.Add(logged));
       RETURN_IF_ERROR(run.epoch_logged.Add(logged));
     }
-    const double value = loss.item<double>();
+    const double value = loss->item<double>();
     run.watch.See(value, epoch, run.state.global_step + 1);
     run.epoch_loss += value;
     run.window_loss += value;
     ++run.epoch_batches;
     ++run.window_batches;
     if (step_now) {
-      RETURN_IF_ERROR(OptimizerStep(run));
+      {
+        FitProfiler::Timed timed = run.profiler->Time("optimizer_step");
+        RETURN_IF_ERROR(OptimizerStep(run));
+      }
       run.state.batch_in_epoch = b + 1;
       ASSIGN_OR_RETURN(const bool done, AfterOptimizerStep(run, b, value));
       run.stop = run.stop || done;

@@ -30,6 +30,7 @@
 #include "core/train/callback.h"
 #include "core/train/checkpoint_connector.h"
 #include "core/train/dataset.h"
+#include "core/train/fit_profiler.h"
 #include "core/train/fit_result.h"
 #include "core/train/metric_logger.h"
 #include "core/train/optimizer_factory.h"
@@ -107,6 +108,8 @@ struct TrainerOptions {
   std::vector<std::string> loggers = {"csv"};
   // Logged once at fit's start by every logger (the CLI's: the options given).
   std::map<std::string, std::string> hyperparameters;
+  // Lightning's profiler for fit (fit_profiler.h): simple or pytorch.
+  ProfilerKind profiler = ProfilerKind::kNone;
   // LibTorch's deterministic algorithms on every rank
   // (at::globalContext().setDeterministicAlgorithms): an op that has none is
   // an error, as in torch.use_deterministic_algorithms(True).

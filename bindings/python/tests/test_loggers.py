@@ -62,3 +62,39 @@ def test_tensorboard_alone_writes_no_csv(data, tmp_path):
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
     with pytest.raises(ddpspawn.InvalidArgumentError, match="csv, tensorboard"):
         ddpspawn.fit(MLP, data / "train.csv", max_epochs=1, logger="wandb", **common(tmp_path))
+
+
+def profile_rows(text, rank):
+    """{action: calls} of one rank's table in profile.txt."""
+    section = text.split(f"rank {rank}:\n")[1].split("\n\n")[0]
+    rows = {}
+    for line in section.splitlines()[1:]:
+        fields = line.split()
+        if fields[0] in ("training_step", "backward", "optimizer_step", "validation"):
+            rows[fields[0]] = int(fields[2])
+    return rows
+
+
+def test_simple_profiler_counts_every_rank_s_actions(data, tmp_path):
+    result = ddpspawn.fit(MLP, data / "train.csv", val=data / "val.csv", max_epochs=2,
+                          profiler="simple", accumulate_grad_batches=2, **common(tmp_path))
+    text = (tmp_path / "profile.txt").read_text()
+    # 7 batches an epoch, an optimizer step every 2 and at the epoch's end: 4.
+    for rank in range(NPROCS):
+        assert profile_rows(text, rank) == {
+            "training_step": 14, "backward": 14, "optimizer_step": 8, "validation": 2,
+        }, text
+    assert result.global_step == 8
+    assert "collectives (time blocked)" in text
+
+
+def test_pytorch_profiler_writes_a_chrome_trace_per_rank(data, tmp_path):
+    import json
+
+    ddpspawn.fit(MLP, data / "train.csv", max_epochs=1, profiler="pytorch", **common(tmp_path))
+    for rank in range(NPROCS):
+        with open(tmp_path / "profiler" / f"rank{rank}.pt.trace.json") as f:
+            trace = json.load(f)
+        names = {event.get("name") for event in trace["traceEvents"]}
+        # The MLP's linear layers, forward and backward, as LibTorch ran them.
+        assert "aten::addmm" in names and "aten::mm" in names, sorted(names)[:50]
