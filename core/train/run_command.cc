@@ -68,6 +68,17 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   options.ddp.reducer.static_graph = config.static_graph;
   options.sync_batchnorm = config.sync_batchnorm;
   options.ddp.reducer.gradient_as_bucket_view = config.gradient_as_bucket_view;
+  options.ddp.reducer.bucket_cap_mb = config.bucket_cap_mb;
+  options.ddp.reducer.first_bucket_cap_mb = config.first_bucket_cap_mb;
+  options.ddp.broadcast_buffers = config.broadcast_buffers;
+  if (config.ddp_comm_hook == CommHookKind::kPowerSgd) {
+    options.ddp_comm_state = std::make_shared<PowerSgdState>();
+    options.ddp_comm_state->options.matrix_approximation_rank = config.powersgd_rank;
+    options.ddp_comm_state->options.start_iteration = config.powersgd_start_iteration;
+  }
+  options.ddp_comm_wrapper = config.ddp_comm_wrapper == "fp16"   ? CommWrapper::kFp16
+                             : config.ddp_comm_wrapper == "bf16" ? CommWrapper::kBf16
+                                                                 : CommWrapper::kNone;
   options.precision_plugin = MakePrecisionPlugin(config.precision);
   return options;
 }
@@ -133,6 +144,12 @@ absl::StatusOr<std::string> RunResolvedCommand(const RunConfig& config,
     Trainer trainer(strategy, std::move(options));
     ASSIGN_OR_RETURN(FitResult result, trainer.Fit(module, data, val ? &*val : nullptr));
     std::string text = result.Encode();
+    if (const std::shared_ptr<PowerSgdState>& powersgd = strategy.options().ddp_comm_state) {
+      // What the last compressed step sent, against the dense all-reduce (0
+      // and 0 before powersgd_start_iteration).
+      absl::StrAppend(&text, "powersgd.sent_elements=", powersgd->last_sent_elements,
+                      "\npowersgd.dense_elements=", powersgd->last_dense_elements, "\n");
+    }
     if (model_checkpoint != nullptr && !model_checkpoint->best_model_path().empty()) {
       absl::StrAppend(&text, "best_model_path=",
                       std::filesystem::absolute(model_checkpoint->best_model_path()).string(),

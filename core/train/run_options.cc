@@ -375,6 +375,25 @@ const std::vector<RunOption>& RunOptionTable() {
        Flag(&RunConfig::static_graph)},
       {"gradient_as_bucket_view", distributed, "BOOL", "",
        Flag(&RunConfig::gradient_as_bucket_view)},
+      {"bucket_cap_mb", distributed, "MB", "the gradient buckets' size cap",
+       Number([](RunConfig& c) -> double& { return c.bucket_cap_mb; }, 1e-6)},
+      {"first_bucket_cap_mb", distributed, "MB",
+       "the first bucket's cap (small, so communication starts early)",
+       Number([](RunConfig& c) -> double& { return c.first_bucket_cap_mb; }, 1e-6)},
+      {"broadcast_buffers", distributed, "BOOL",
+       "every rank takes rank 0's buffers (BatchNorm's statistics) before each forward",
+       Flag(&RunConfig::broadcast_buffers)},
+      {"powersgd_rank", distributed, "R",
+       "ddp_comm_hook powersgd's matrix approximation rank (PyTorch's "
+       "matrix_approximation_rank)",
+       Integer<1, kIntMax>([](RunConfig& c) -> int& { return c.powersgd_rank; })},
+      {"powersgd_start_iteration", distributed, "N",
+       "ddp_comm_hook powersgd all-reduces plainly for the first N steps (PyTorch's "
+       "start_powerSGD_iter)",
+       Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& { return c.powersgd_start_iteration; })},
+      {"ddp_comm_wrapper", distributed, "none|fp16|bf16",
+       "Lightning's: the hook's buckets cast to fp16 or bf16 and back around it",
+       OneOf(&RunConfig::ddp_comm_wrapper, {"none", "fp16", "bf16"})},
   };
   return *table;
 }
@@ -541,6 +560,13 @@ absl::Status CheckConsistent(const RunConfig& config) {
         absl::StrCat("max_restarts is for fit (which writes the checkpoint a restart continues "
                      "from), not ",
                      CommandName(command)));
+  }
+  for (const char* key : {"powersgd_rank", "powersgd_start_iteration"}) {
+    if (config.given.count(key) > 0 && config.ddp_comm_hook != CommHookKind::kPowerSgd) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, " is ddp_comm_hook powersgd's; this run's hook is ",
+                       CommHookName(config.ddp_comm_hook)));
+    }
   }
   if (config.nnodes > 1 && config.master_addr.empty()) {
     return absl::InvalidArgumentError(

@@ -81,6 +81,13 @@ struct RunConfig {
   bool static_graph = false;
   bool sync_batchnorm = false;
   bool gradient_as_bucket_view = true;
+  double bucket_cap_mb = 25.0;
+  double first_bucket_cap_mb = 1.0;
+  bool broadcast_buffers = true;
+  int powersgd_rank = 1;  // ddp_comm_hook powersgd's matrix approximation rank
+  int64_t powersgd_start_iteration = 10;
+  // Lightning's ddp_comm_wrapper: "none", "fp16" or "bf16", around the hook.
+  std::string ddp_comm_wrapper = "none";
   // The keys the options named (set by ParseRunConfig), so that a value given
   // can be told from a default.
   std::set<std::string> given;

@@ -214,3 +214,33 @@ def test_deterministic_refuses_an_op_without_a_deterministic_kernel(torch, tmp_p
                      default_root_dir=tmp_path / "deterministic", **options)
     message = str(caught.value) + caught.value.traceback_text
     assert "does not have a deterministic implementation" in message, message
+
+
+def test_ddp_options_reach_fit(data, tmp_path):
+    """The DDP options of the option table, through fit: PowerSGD's rank and
+    start (what the last compressed step sent), the buckets' caps, buffers
+    and the compression wrapper (accepted and trained with)."""
+    from ddpspawn import _train
+
+    runs = []
+
+    def fit(**options):
+        runs.append(options)
+        entries = dict(model="mlp:4,64,64,3", train=str(data / "train.csv"), nproc_per_node=2,
+                       max_epochs=1, batch_size=16, progress="false",
+                       default_root_dir=str(tmp_path / f"run{len(runs)}"), **options)
+        return _train.run("fit", [(k, str(v).encode()) for k, v in entries.items()])
+
+    rank_1 = fit(ddp_comm_hook="powersgd", powersgd_start_iteration=0)
+    rank_2 = fit(ddp_comm_hook="powersgd", powersgd_start_iteration=0, powersgd_rank=2,
+                 bucket_cap_mb=0.01)
+    dense = int(rank_1["powersgd.dense_elements"])
+    assert 0 < int(rank_1["powersgd.sent_elements"]) < int(rank_2["powersgd.sent_elements"])
+    assert int(rank_2["powersgd.sent_elements"]) < dense == int(rank_2["powersgd.dense_elements"])
+    not_yet = fit(ddp_comm_hook="powersgd", powersgd_start_iteration=1000)
+    assert not_yet["powersgd.sent_elements"] == "0"
+    fit(ddp_comm_hook="allreduce", ddp_comm_wrapper="bf16", broadcast_buffers="false",
+        first_bucket_cap_mb=0.001)
+    with pytest.raises(ddpspawn.InvalidArgumentError, match="powersgd_rank is ddp_comm_hook "
+                                                           "powersgd's; this run's hook is fp16"):
+        fit(ddp_comm_hook="fp16", powersgd_rank=2)
