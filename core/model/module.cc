@@ -11,15 +11,15 @@ namespace ddpspawn {
 namespace {
 
 constexpr NamedValue<Optimizer> kOptimizerNames[] = {
-    {"sgd", Optimizer::kSgd},
-    {"adam", Optimizer::kAdam},
-    {"adamw", Optimizer::kAdamW},
+    {"sgd", Optimizer::kSgd},         {"adam", Optimizer::kAdam},
+    {"adamw", Optimizer::kAdamW},     {"rmsprop", Optimizer::kRmsprop},
+    {"adagrad", Optimizer::kAdagrad},
 };
 
 constexpr NamedValue<Optimizer> kOptimizerClassNames[] = {
-    {"SGD", Optimizer::kSgd},
-    {"Adam", Optimizer::kAdam},
-    {"AdamW", Optimizer::kAdamW},
+    {"SGD", Optimizer::kSgd},         {"Adam", Optimizer::kAdam},
+    {"AdamW", Optimizer::kAdamW},     {"RMSprop", Optimizer::kRmsprop},
+    {"Adagrad", Optimizer::kAdagrad},
 };
 
 }  // namespace

@@ -9,8 +9,10 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +24,9 @@
 namespace torch::nn {
 class Module;
 }  // namespace torch::nn
+namespace torch::optim {
+class Optimizer;
+}  // namespace torch::optim
 
 namespace ddpspawn {
 
@@ -31,19 +36,35 @@ using Batch = std::vector<at::Tensor>;
 using StepMetrics = std::map<std::string, at::Tensor>;
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
-// The optimizers fit can make (torch::optim's SGD, Adam and AdamW).
-enum class Optimizer { kSgd, kAdam, kAdamW };
-// "sgd", "adam", "adamw": the run option's values.
+// The optimizers fit can make by name (torch::optim's SGD, Adam, AdamW,
+// RMSprop and Adagrad).
+enum class Optimizer { kSgd, kAdam, kAdamW, kRmsprop, kAdagrad };
+// "sgd", "adam", "adamw", "rmsprop", "adagrad": the run option's values.
 absl::string_view OptimizerName(Optimizer optimizer);
 absl::StatusOr<Optimizer> ParseOptimizer(absl::string_view name);
-// "SGD", "Adam", "AdamW": torch's class names (Lightning's lr-<name> metric).
+// "SGD", "Adam", "AdamW", "RMSprop", "Adagrad": torch's class names
+// (Lightning's lr-<name> metric).
 absl::string_view OptimizerClassName(Optimizer optimizer);
 
 // configure_optimizers: the optimizer and a step learning-rate schedule.
 struct OptimizerConfig {
   Optimizer optimizer = Optimizer::kSgd;
   double lr = 0.01;
-  double momentum = 0.0;  // sgd
+  double momentum = 0.0;  // sgd, rmsprop
+  // adam, adamw: the running averages' coefficients; unset: torch's (0.9,
+  // 0.999).
+  std::optional<std::pair<double, double>> betas;
+  // adam, adamw, rmsprop, adagrad: the term added to the denominator; unset:
+  // torch's default for that optimizer (1e-8; Adagrad's 1e-10).
+  std::optional<double> eps;
+  // Any torch::optim optimizer (with parameter groups, its own options): when
+  // set, fit steps the one it returns for the parameters that take gradients,
+  // and `optimizer`, lr, momentum, betas, eps and weight_decay are not used
+  // (lr is still the base rate of the schedules). Its class name is
+  // `custom_name` (Lightning's lr-<name> metric).
+  std::function<std::unique_ptr<torch::optim::Optimizer>(const std::vector<at::Tensor>& trainable)>
+      custom;
+  std::string custom_name = "Optimizer";
   double weight_decay = 0.0;
   int64_t step_lr_every = 0;  // epochs between decays; 0: constant
   double step_lr_gamma = 0.1;

@@ -48,8 +48,19 @@ absl::StatusOr<OptimizerConfig> ResumedOptimizerConfig(const std::string& checkp
     config.weight_decay = sgd->weight_decay();
   } else if (const auto* adam = dynamic_cast<const torch::optim::AdamOptions*>(&saved)) {
     config.weight_decay = adam->weight_decay();
+    config.betas = std::make_pair(std::get<0>(adam->betas()), std::get<1>(adam->betas()));
+    config.eps = adam->eps();
   } else if (const auto* adamw = dynamic_cast<const torch::optim::AdamWOptions*>(&saved)) {
     config.weight_decay = adamw->weight_decay();
+    config.betas = std::make_pair(std::get<0>(adamw->betas()), std::get<1>(adamw->betas()));
+    config.eps = adamw->eps();
+  } else if (const auto* rmsprop = dynamic_cast<const torch::optim::RMSpropOptions*>(&saved)) {
+    config.momentum = rmsprop->momentum();
+    config.weight_decay = rmsprop->weight_decay();
+    config.eps = rmsprop->eps();
+  } else if (const auto* adagrad = dynamic_cast<const torch::optim::AdagradOptions*>(&saved)) {
+    config.weight_decay = adagrad->weight_decay();
+    config.eps = adagrad->eps();
   }
   return config;
 }

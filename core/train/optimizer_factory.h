@@ -23,10 +23,15 @@ enum class GradientClipAlgorithm { kNorm, kValue };
 absl::string_view GradientClipAlgorithmName(GradientClipAlgorithm algorithm);
 absl::StatusOr<GradientClipAlgorithm> ParseGradientClipAlgorithm(absl::string_view name);
 
-// The optimizer `config` names ("sgd", "adam" or "adamw", with its learning
-// rate, weight decay and, for sgd, momentum) over those of `parameters` that
-// take gradients. InvalidArgument when none does, when the learning rate is
-// not positive, or for another name.
+// InvalidArgument for a learning rate that is not positive, or an option the
+// named optimizer does not have (betas but for adam and adamw, eps for sgd,
+// momentum but for sgd and rmsprop). A custom factory is not checked.
+absl::Status CheckOptimizerConfig(const OptimizerConfig& config);
+
+// The optimizer `config` names (with its learning rate, weight decay and the
+// options CheckOptimizerConfig allows it), or config.custom's, over those of
+// `parameters` that take gradients. InvalidArgument when none does, or for a
+// config CheckOptimizerConfig refuses.
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
     const OptimizerConfig& config, const std::vector<at::Tensor>& parameters);
 

@@ -91,20 +91,30 @@ absl::Status CheckNothingGivenIsOverridden(const RunConfig& config,
       config.lr_scheduler.schedule != LrSchedule::kNone || config.optimizer.step_lr_every > 0;
   struct Overridden {
     const char* key;
-    double given;
-    double saved;
+    std::string given;
+    std::string saved;
+  };
+  auto pair_text = [](const std::optional<std::pair<double, double>>& pair) {
+    return pair ? absl::StrCat(ShortestText(pair->first), ",", ShortestText(pair->second))
+                : std::string("(none)");
+  };
+  auto optional_text = [](const std::optional<double>& value) {
+    return value ? ShortestText(*value) : std::string("(none)");
   };
   for (const Overridden& option :
-       {Overridden{"lr", config.optimizer.lr, resumed.lr},
-        {"momentum", config.optimizer.momentum, resumed.momentum},
-        {"weight_decay", config.optimizer.weight_decay, resumed.weight_decay}}) {
+       {Overridden{"lr", ShortestText(config.optimizer.lr), ShortestText(resumed.lr)},
+        {"momentum", ShortestText(config.optimizer.momentum), ShortestText(resumed.momentum)},
+        {"weight_decay", ShortestText(config.optimizer.weight_decay),
+         ShortestText(resumed.weight_decay)},
+        {"betas", pair_text(config.optimizer.betas), pair_text(resumed.betas)},
+        {"eps", optional_text(config.optimizer.eps), optional_text(resumed.eps)}}) {
     if (config.given.count(option.key) == 0 || option.given == option.saved) continue;
     if (absl::string_view(option.key) == "lr" && scheduled) continue;
     const std::string& path = config.trainer.resume_from;
-    const std::string saved = ShortestText(option.saved);
+    const std::string& saved = option.saved;
     return absl::InvalidArgumentError(absl::StrCat(
-        "option ", option.key, "=", ShortestText(option.given), ": the optimizer state in ", path,
-        " has ", option.key, " ", saved,
+        "option ", option.key, "=", option.given, ": the optimizer state in ", path, " has ",
+        option.key, " ", saved,
         ", and a resumed fit keeps it (as torch's load_state_dict does). Resume with ", option.key,
         "=", saved,
         " or without the option, or start a new fit from the checkpoint's weights alone with "

@@ -286,7 +286,7 @@ const std::vector<RunOption>& RunOptionTable() {
        "log the learning rate as lr-SGD (lr-Adam, lr-AdamW) at each epoch's start or every "
        "--log-every-n-steps steps",
        Choice(&RunConfig::lr_monitor, ParseLoggingInterval, LoggingIntervalName)},
-      {"optimizer", optimizer, "sgd|adam|adamw", "",
+      {"optimizer", optimizer, "sgd|adam|adamw|rmsprop|adagrad", "",
        Choice([](RunConfig& c) -> Optimizer& { return c.optimizer.optimizer; }, ParseOptimizer,
               OptimizerName)},
       {"lr", optimizer, "X", "",
@@ -295,6 +295,40 @@ const std::vector<RunOption>& RunOptionTable() {
        Number([](RunConfig& c) -> double& { return c.optimizer.momentum; }, 0)},
       {"weight_decay", optimizer, "X", "",
        Number([](RunConfig& c) -> double& { return c.optimizer.weight_decay; }, 0)},
+      {"betas",
+       optimizer,
+       "B1,B2",
+       "adam and adamw (default: torch's 0.9,0.999)",
+       {[](RunConfig& c, const std::string& v) -> absl::Status {
+          std::vector<std::string> parts = absl::StrSplit(v, ',');
+          double b1 = 0, b2 = 0;
+          if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &b1) ||
+              !absl::SimpleAtod(parts[1], &b2) || !(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1)) {
+            return Expected("two numbers in [0, 1), such as 0.9,0.999");
+          }
+          c.optimizer.betas = std::make_pair(b1, b2);
+          return absl::OkStatus();
+        },
+        [](const RunConfig& c) {
+          return c.optimizer.betas
+                     ? absl::StrCat(c.optimizer.betas->first, ",", c.optimizer.betas->second)
+                     : std::string();
+        }}},
+      {"eps",
+       optimizer,
+       "X",
+       "adam, adamw, rmsprop and adagrad (default: torch's, 1e-8; adagrad's 1e-10)",
+       {[](RunConfig& c, const std::string& v) -> absl::Status {
+          double eps = 0;
+          if (!absl::SimpleAtod(v, &eps) || !(eps > 0) || !std::isfinite(eps)) {
+            return Expected("a finite number > 0");
+          }
+          c.optimizer.eps = eps;
+          return absl::OkStatus();
+        },
+        [](const RunConfig& c) {
+          return c.optimizer.eps ? absl::StrCat(*c.optimizer.eps) : std::string();
+        }}},
       {"step_lr_every", optimizer, "N", "epochs between learning-rate steps (0: constant)",
        Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& { return c.optimizer.step_lr_every; })},
       {"step_lr_gamma", optimizer, "X", "",
@@ -529,6 +563,7 @@ absl::Status CheckConsistent(const RunConfig& config) {
   RETURN_IF_ERROR(CheckEarlyStoppingOptions(config.early_stopping));
   RETURN_IF_ERROR(CheckModelCheckpointOptions(config.model_checkpoint));
   RETURN_IF_ERROR(CheckLrSchedulerOptions(config.lr_scheduler));
+  RETURN_IF_ERROR(CheckOptimizerConfig(config.optimizer));
   if (config.lr_scheduler.interval == LrInterval::kEpoch && config.trainer.max_epochs < 1 &&
       (config.lr_scheduler.schedule == LrSchedule::kCosine ||
        config.lr_scheduler.schedule == LrSchedule::kOneCycle)) {

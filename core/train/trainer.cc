@@ -205,7 +205,8 @@ class Trainer::FitContext : public CallbackContext {
     return run_.optimizer->param_groups().front().options().get_lr();
   }
   std::string optimizer_name() const override {
-    return std::string(OptimizerClassName(run_.config.optimizer));
+    return run_.config.custom ? run_.config.custom_name
+                              : std::string(OptimizerClassName(run_.config.optimizer));
   }
   double base_learning_rate() const override { return run_.config.lr; }
   int64_t total_steps() const override {

@@ -87,8 +87,28 @@ TEST(RunConfigTest, TheOptimizerIsParsedOnce) {
   ASSERT_TRUE(adamw.ok()) << adamw.status();
   EXPECT_EQ(adamw->optimizer.optimizer, Optimizer::kAdamW);
   EXPECT_EQ(OptimizerClassName(adamw->optimizer.optimizer), "AdamW");
-  EXPECT_THAT(ParseWith("optimizer", "rmsprop").status().message(),
-              HasSubstr("unknown optimizer 'rmsprop'; expected 'sgd', 'adam' or 'adamw'"));
+  absl::StatusOr<RunConfig> rmsprop = ParseWith("optimizer", "rmsprop");
+  ASSERT_TRUE(rmsprop.ok()) << rmsprop.status();
+  EXPECT_EQ(OptimizerClassName(rmsprop->optimizer.optimizer), "RMSprop");
+  EXPECT_THAT(ParseWith("optimizer", "lbfgs").status().message(),
+              HasSubstr("unknown optimizer 'lbfgs'; expected 'sgd', 'adam', 'adamw', 'rmsprop' or "
+                        "'adagrad'"));
+}
+
+// An option the chosen optimizer does not have is refused before any rank
+// starts, not ignored.
+TEST(RunConfigTest, OptionsTheOptimizerLacksAreRefused) {
+  // The default optimizer is SGD.
+  EXPECT_THAT(ParseWith("betas", "0.8,0.9").status().message(),
+              HasSubstr("betas are Adam's and AdamW's, not SGD's"));
+  EXPECT_THAT(ParseWith("eps", "1e-6").status().message(),
+              HasSubstr("eps is not an option of SGD"));
+  absl::StatusOr<RunConfig> adam = ParseRunConfig(
+      "fit",
+      {{"model", "mlp:4,16,3"}, {"train", "t.csv"}, {"optimizer", "adam"}, {"momentum", "0.9"}});
+  EXPECT_THAT(adam.status().message(), HasSubstr("momentum is SGD's and RMSprop's, not Adam's"));
+  EXPECT_THAT(ParseWith("betas", "0.9").status().message(),
+              HasSubstr("two numbers in [0, 1), such as 0.9,0.999"));
 }
 
 TEST(RunConfigTest, IntegersOutOfRangeAreErrorsNotWrappedValues) {

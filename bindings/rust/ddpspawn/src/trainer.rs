@@ -138,7 +138,7 @@ impl<A: Into<PathBuf>, B: Into<PathBuf>> From<(A, B)> for Data {
 ///
 /// Options are the ddpspawn CLI's flags (`ddpspawn --help`), e.g.
 /// `max_epochs`, `batch_size` (per rank), `lr`, `optimizer` (`sgd`, `adam`,
-/// `adamw`), `momentum`, `seed`, `default_root_dir` (where `metrics.csv`,
+/// `adamw`, `rmsprop`, `adagrad`), `momentum`, `betas`, `eps`, `seed`, `default_root_dir` (where `metrics.csv`,
 /// `checkpoints/last.ckpt` and `predictions.csv` go; default
 /// `ddpspawn_logs`), `resume_from`, `checkpoint`. The builder only records
 /// them; the library checks the data, the model and every option before

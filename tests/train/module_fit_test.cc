@@ -1,8 +1,11 @@
-// A module's Log() through a real 2-rank fit: values that differ by rank are
-// the mean over the ranks with sync_dist and rank 0's without, at each log
-// point and as <name>_epoch, in fit's result, metrics.csv and every rank's
-// callback metrics alike; ranks that log different names end fit with an
-// error that lists each rank's. The test binary launches itself as the ranks.
+// A C++ module's own parts through a real 2-rank fit. Log(): values that
+// differ by rank are the mean over the ranks with sync_dist and rank 0's
+// without, at each log point and as <name>_epoch, in fit's result,
+// metrics.csv and every rank's callback metrics alike; ranks that log
+// different names end fit with an error that lists each rank's. Its own
+// torch::optim optimizer from ConfigureOptimizers, with parameter groups: a
+// group at learning rate 0 stays where it started. The test binary launches
+// itself as the ranks.
 #include <torch/torch.h>
 
 #include <cstdlib>
@@ -24,7 +27,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr char kModeEnv[] = "LOGGING_TEST_MODE";  // "agree" or "differ"
+constexpr char kModeEnv[] = "LOGGING_TEST_MODE";  // "agree", "differ" or "groups"
 constexpr char kDirEnv[] = "LOGGING_TEST_DIR";
 
 class LoggingRegressor : public NnModule {
@@ -43,6 +46,21 @@ class LoggingRegressor : public NnModule {
   absl::StatusOr<at::Tensor> PredictStep(const Batch& batch, int64_t) override {
     return net_->forward(batch[0]);
   }
+  // SGD with two parameter groups: the weight at 0.5, the bias frozen at 0.
+  OptimizerConfig ConfigureOptimizers() override {
+    OptimizerConfig config;
+    config.custom = [this](const std::vector<at::Tensor>&) {
+      std::vector<torch::optim::OptimizerParamGroup> groups;
+      groups.emplace_back(std::vector<at::Tensor>{net_->weight},
+                          std::make_unique<torch::optim::SGDOptions>(0.5));
+      groups.emplace_back(std::vector<at::Tensor>{net_->bias},
+                          std::make_unique<torch::optim::SGDOptions>(0.0));
+      return std::make_unique<torch::optim::SGD>(groups, torch::optim::SGDOptions(0.5));
+    };
+    config.custom_name = "SGD";
+    return config;
+  }
+  const torch::nn::Linear& net() const { return net_; }
 
  private:
   LoggingRegressor(const torch::nn::Linear& net, int rank, bool differ)
@@ -69,8 +87,11 @@ class RecordMetrics : public Callback {
 };
 
 absl::StatusOr<std::string> Train(DDPSpawnStrategy& strategy) {
-  const bool differ = std::string(std::getenv(kModeEnv)) == "differ";
+  const std::string mode = std::getenv(kModeEnv);
+  const bool differ = mode == "differ";
   auto module = std::make_shared<LoggingRegressor>(strategy.global_rank(), differ);
+  const at::Tensor weight = module->net()->weight.detach().clone();
+  const at::Tensor bias = module->net()->bias.detach().clone();
   auto recorder = std::make_shared<RecordMetrics>();
   TrainerOptions options;
   options.max_epochs = 2;
@@ -84,6 +105,10 @@ absl::StatusOr<std::string> Train(DDPSpawnStrategy& strategy) {
   Trainer trainer(strategy, options);
   absl::StatusOr<FitResult> fit = trainer.Fit(module, train, nullptr);
   if (!fit.ok()) return fit.status();
+  if (mode == "groups") {  // rank 0's: its start is every rank's (DDP broadcasts it)
+    return absl::StrCat("weight_moved=", !torch::equal(weight, module->net()->weight),
+                        " bias_moved=", !torch::equal(bias, module->net()->bias));
+  }
   absl::StatusOr<std::vector<std::string>> seen = strategy.group()->AllGatherBytes(recorder->seen);
   if (!seen.ok()) return seen.status();
   std::string result;
@@ -117,6 +142,12 @@ TEST(ModuleLogTest, SyncDistAveragesAndOtherwiseRankZerosValue) {
   // 4 steps an epoch (32 samples a rank, batch 8), a log point every 2 steps.
   EXPECT_THAT(text.str(), HasSubstr("0,2,rank_mean,0.5\n"));
   EXPECT_THAT(text.str(), HasSubstr("1,8,rank_zero_epoch,1\n"));
+}
+
+TEST(ModuleOptimizerTest, ParameterGroupsKeepTheirOwnRates) {
+  absl::StatusOr<std::string> result = Launch("groups", TestDir("groups"));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(*result, "weight_moved=1 bias_moved=0");
 }
 
 TEST(ModuleLogTest, RanksThatLogDifferentNamesAreRefused) {
