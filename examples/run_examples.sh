@@ -45,6 +45,17 @@ if [[ -z "$accuracy" ]] || ! awk -v a="$accuracy" 'BEGIN { exit !(a >= 75) }'; t
 fi
 echo "ok: C++ (own loop): accuracy $accuracy%"
 
+# The Trainer on the program's own module and SampleDataset (it writes ./own_data_logs).
+out=$(cd "$work" && "$OLDPWD/examples/trainer_own_data")
+accuracy=$(sed -nE 's/^rank 0: val_accuracy ([0-9.]+) after 128 steps$/\1/p' <<<"$out")
+if [[ -z "$accuracy" ]] || ! awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.7) }'; then
+  echo "FAIL: C++ (Trainer, own data): expected val_accuracy >= 0.7 after 128 steps (observed" \
+    "0.822): $out" >&2
+  exit 1
+fi
+[[ -f "$work/own_data_logs/metrics.csv" ]] || { echo "FAIL: no own_data_logs/metrics.csv" >&2; exit 1; }
+echo "ok: C++ (Trainer, own data): $out"
+
 out=$(DDPSPAWN_LIBRARY="$lib/libddpspawn.so.1" PYTHONPATH="$PWD/bindings/python" \
   PYTHONDONTWRITEBYTECODE=1 "${DDPSPAWN_PYTHON:-/opt/ddpspawn/venv/bin/python3}" examples/python/hello.py)
 expect Python "{'total': [30], 'names': ['rank 0 of 2', 'rank 1 of 2']}" "$out"

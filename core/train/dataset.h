@@ -1,15 +1,18 @@
-// In-memory datasets for training: loading features and labels from NumPy .npy
-// files or from a numeric CSV file, and splitting a dataset in two.
+// Datasets for training: in memory, loading features and labels from NumPy
+// .npy files or from a numeric CSV file, and splitting a dataset in two; or a
+// C++ program's own SampleDataset.
 #ifndef DDPSPAWN_CORE_TRAIN_DATASET_H_
 #define DDPSPAWN_CORE_TRAIN_DATASET_H_
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "core/train/sample_dataset.h"
 
 namespace ddpspawn {
 
@@ -22,9 +25,20 @@ struct Dataset {
   at::Tensor labels;
   // File name(s), for messages.
   std::string source;
+  // A C++ program's own samples (sample_dataset.h): when set, the Trainer
+  // reads every batch from it, and features and labels are not used.
+  std::shared_ptr<const SampleDataset> samples;
 
-  int64_t size() const { return features.size(0); }
+  int64_t size() const { return samples != nullptr ? samples->size() : features.size(0); }
 };
+
+// A Dataset of a program's own samples, named `source` in messages.
+inline Dataset FromSamples(std::shared_ptr<const SampleDataset> samples, std::string source) {
+  Dataset dataset;
+  dataset.samples = std::move(samples);
+  dataset.source = std::move(source);
+  return dataset;
+}
 
 // Reads one array from a .npy file (NumPy format versions 1.0, 2.0 and 3.0),
 // C order and little-endian only. Supported dtypes: '<f4', '<f8', '|i1',

@@ -33,11 +33,21 @@
 namespace ddpspawn {
 namespace {
 
-Batch MakeBatch(const Dataset& data, const std::vector<int64_t>& indices, int64_t begin,
-                int64_t end) {
-  at::Tensor index =
-      at::tensor(std::vector<int64_t>(indices.begin() + begin, indices.begin() + end), at::kLong);
-  return {data.features.index_select(0, index), data.labels.index_select(0, index)};
+// Samples [begin, end) of `indices`: from memory, or read from the program's
+// own dataset on `workers` threads.
+absl::StatusOr<Batch> MakeBatch(const Dataset& data, const std::vector<int64_t>& indices,
+                                int64_t begin, int64_t end, int workers) {
+  std::vector<int64_t> chosen(indices.begin() + begin, indices.begin() + end);
+  if (data.samples != nullptr) {
+    absl::StatusOr<Batch> batch = ReadSamples(*data.samples, chosen, workers);
+    if (!batch.ok()) {
+      return absl::Status(batch.status().code(),
+                          absl::StrCat(data.source, ": ", batch.status().message()));
+    }
+    return batch;
+  }
+  at::Tensor index = at::tensor(chosen, at::kLong);
+  return Batch{data.features.index_select(0, index), data.labels.index_select(0, index)};
 }
 
 }  // namespace
@@ -528,8 +538,10 @@ absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train, const Datase
   run.module->SetTraining(true);
   const int accumulate = options_.accumulate_grad_batches;
   for (int64_t b = run.state.batch_in_epoch; b < run.batches; ++b) {
-    Batch batch = MakeBatch(train, indices, b * options_.batch_size,
-                            BatchEnd(b, options_.batch_size, run.sampler->num_samples()));
+    ASSIGN_OR_RETURN(Batch batch,
+                     MakeBatch(train, indices, b * options_.batch_size,
+                               BatchEnd(b, options_.batch_size, run.sampler->num_samples()),
+                               options_.num_workers));
     const bool step_now = (b + 1) % accumulate == 0 || b + 1 == run.batches;
     RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnTrainBatchStart(*run.context, b); }));
     absl::StatusOr<at::Tensor> loss;
@@ -749,8 +761,9 @@ absl::StatusOr<std::vector<int64_t>> Trainer::ForEachShardBatch(
   const int64_t samples = static_cast<int64_t>(indices.size());
   const int64_t batches = BatchCount(samples, options_.batch_size);
   for (int64_t b = 0; b < batches; ++b) {
-    Batch batch = MakeBatch(data, indices, b * options_.batch_size,
-                            BatchEnd(b, options_.batch_size, samples));
+    ASSIGN_OR_RETURN(Batch batch,
+                     MakeBatch(data, indices, b * options_.batch_size,
+                               BatchEnd(b, options_.batch_size, samples), options_.num_workers));
     RETURN_IF_ERROR(step(batch, b, counted));
   }
   return indices;

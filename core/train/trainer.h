@@ -52,6 +52,10 @@ struct TrainerOptions {
   GradientClipAlgorithm gradient_clip_algorithm = GradientClipAlgorithm::kNorm;
   int check_val_every_n_epoch = 1;
   int64_t batch_size = 32;  // per rank
+  // Threads that read each batch's samples from a Dataset's SampleDataset
+  // (Lightning's DataLoader num_workers; 0: the training thread). In-memory
+  // datasets need none.
+  int num_workers = 0;
   bool shuffle = true;
   bool drop_last = false;
   uint64_t seed = 0;

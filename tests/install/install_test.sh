@@ -89,12 +89,15 @@ add_executable(train_ddp "$PWD/examples/cpp/train_ddp.cc")
 target_link_libraries(train_ddp PRIVATE ddpspawn::core)
 add_executable(own_loop "$PWD/examples/cpp/own_loop.cc")
 target_link_libraries(own_loop PRIVATE ddpspawn::core)
+add_executable(trainer_own_data "$PWD/examples/cpp/trainer_own_data.cc")
+target_link_libraries(trainer_own_data PRIVATE ddpspawn::core)
 CMAKE
 as_user cmake -S "$work/cpp_project" -B "$work/cpp_build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 as_user cmake --build "$work/cpp_build" >/dev/null
 check "C++ CMake" "$work/cpp_build/train_ddp" "rank 0 learned: weights 2.000 -1.000 0.500, bias 3.000"
 # A LibTorch program's own loop, through the installed DdpModule, sampler and rank-zero headers.
 check "C++ CMake (own loop)" "$work/cpp_build/own_loop" "% on 512 held-out digits"
+check "C++ CMake (Trainer, own data)" "$work/cpp_build/trainer_own_data" "after 128 steps"
 
 # Cargo: a binary crate outside the workspace that depends on the ddpspawn crates, finds the
 # library through the installed pkg-config file, and puts it in its RUNPATH with the two-line
