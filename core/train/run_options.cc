@@ -637,6 +637,15 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command_name,
   return config;
 }
 
+std::vector<RunOptionRow> RunOptionRows() {
+  const RunConfig defaults;
+  std::vector<RunOptionRow> rows;
+  for (const RunOption& option : RunOptionTable()) {
+    rows.push_back({option.key, option.section, option.value, option.access.show(defaults)});
+  }
+  return rows;
+}
+
 std::map<std::string, std::string> GivenOptionValues(const RunConfig& config) {
   std::map<std::string, std::string> values;
   for (const RunOption& option : RunOptionTable()) {

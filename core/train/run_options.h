@@ -119,6 +119,15 @@ absl::StatusOr<RunConfig> ParseRunConfig(const std::string& command_name,
 // The help text of the options.
 std::string RunOptionsHelp();
 
+// One row of the option table, for tools that document it (tools/front_ends.py).
+struct RunOptionRow {
+  std::string key;            // "max_epochs"
+  std::string section;        // "Trainer"
+  std::string value;          // "N"
+  std::string default_value;  // as the table shows it; "" when none is shown
+};
+std::vector<RunOptionRow> RunOptionRows();
+
 // The options `config.given` names, each with its value as the option table
 // shows it: the run's hyperparameters, for the loggers.
 std::map<std::string, std::string> GivenOptionValues(const RunConfig& config);
