@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include <utility>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -15,7 +17,7 @@ namespace {
 class MlpModule : public NnModule {
  public:
   MlpModule(const torch::nn::Sequential& net, bool classifier, OptimizerConfig optimizer)
-      : NnModule(net.ptr()), net_(net), classifier_(classifier), optimizer_(optimizer) {}
+      : NnModule(net.ptr()), net_(net), classifier_(classifier), optimizer_(std::move(optimizer)) {}
 
   absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch, int64_t) override {
     return Loss(net_->forward(batch[0].flatten(1)), batch[1]);

@@ -29,7 +29,7 @@ PyTorchDistributedSampler::PyTorchDistributedSampler(ddpspawn::DistributedSample
                                                   static_cast<size_t>(num_replicas),
                                                   static_cast<size_t>(rank),
                                                   /*allow_duplicates=*/!drop_last),
-      sampler_(std::move(sampler)) {}
+      sampler_(sampler) {}
 
 void PyTorchDistributedSampler::reset(std::optional<size_t> new_size) {
   if (new_size.has_value() && *new_size != size_) {

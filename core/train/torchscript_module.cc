@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/model/pickle_sizes.h"
@@ -84,7 +85,7 @@ struct TorchScriptModule::Impl {
 };
 
 TorchScriptModule::TorchScriptModule(std::unique_ptr<Impl> impl, OptimizerConfig optimizer)
-    : impl_(std::move(impl)), optimizer_(optimizer) {}
+    : impl_(std::move(impl)), optimizer_(std::move(optimizer)) {}
 
 TorchScriptModule::~TorchScriptModule() = default;
 

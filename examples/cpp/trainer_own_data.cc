@@ -32,7 +32,7 @@ struct CnnImpl : torch::nn::Module {
   torch::nn::Conv2d conv{
       register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 3).padding(1)))};
   torch::nn::Linear fc{register_module("fc", torch::nn::Linear(8 * 4 * 4, 10))};
-  torch::Tensor forward(torch::Tensor x) {
+  torch::Tensor forward(const torch::Tensor& x) {
     return fc(torch::max_pool2d(torch::relu(conv(x)), 2).flatten(1));
   }
 };
