@@ -7,11 +7,13 @@
 #include <memory>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "capi/rank_report.h"
 #include "capi/status.h"
 #include "core/env/cluster_environment.h"
 #include "core/env/settings.h"
 #include "core/job/node_job.h"
+#include "core/job/restart_policy.h"
 #include "core/launch/forkserver.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
@@ -24,10 +26,12 @@ using ddpspawn::capi::ReadOptions;
 
 namespace ddpspawn::capi {
 
-// The first release's struct ended at unused0 (master_port and its padding).
+// The first release's struct ended at unused0 (master_port and its padding),
+// the second at node_rank.
 template <>
 struct ReleasedSizes<ddpspawn_launch_options> {
   static constexpr size_t kSizes[] = {sizeof(ddpspawn_launch_options),
+                                      offsetof(ddpspawn_launch_options, max_restarts),
                                       offsetof(ddpspawn_launch_options, nnodes)};
 };
 
@@ -36,6 +40,9 @@ struct ReleasedSizes<ddpspawn_launch_options> {
 // Owned by the caller; one thread uses it at a time.
 struct ddpspawn_job {
   std::unique_ptr<ddpspawn::NodeJob> job;
+  ddpspawn::LaunchSpec spec;  // each start's, for a restart
+  int max_restarts = 0;
+  int restarts = 0;
 };
 
 namespace {
@@ -139,10 +146,14 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_create(const ddpspawn_launch_option
     ddpspawn_launch_options o = DDPSPAWN_LAUNCH_OPTIONS_INIT;
     RETURN_IF_ERROR(ReadOptions(options, "DDPSPAWN_LAUNCH_OPTIONS", &o));
     ASSIGN_OR_RETURN(ddpspawn::LaunchSpec spec, ToSpec(o));
+    if (o.max_restarts < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("max_restarts must be >= 0, not ", o.max_restarts));
+    }
     ASSIGN_OR_RETURN(std::unique_ptr<ddpspawn::NodeJob> job,
                      ddpspawn::NodeJob::Create(ToNodeOptions(o, spec)));
-    RETURN_IF_ERROR(job->Prepare(std::move(spec)));
-    *out_job = new ddpspawn_job{std::move(job)};
+    RETURN_IF_ERROR(job->Prepare(spec));
+    *out_job = new ddpspawn_job{std::move(job), std::move(spec), o.max_restarts, 0};
     return absl::OkStatus();
   });
 }
@@ -159,7 +170,28 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_start(ddpspawn_job* job) {
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_wait(ddpspawn_job* job) {
   return Guard([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(job, "job"));
-    return job->job->Wait();
+    absl::Status ended = job->job->Wait();
+    while (!ended.ok()) {
+      const ddpspawn::RestartDecision decision =
+          ddpspawn::DecideRestart(ended, job->restarts, job->max_restarts);
+      if (!decision.restart) {
+        if (job->max_restarts > 0) job->job->DeclineRestart(decision.declined_because);
+        return ddpspawn::AfterRestarts(ended, job->restarts);
+      }
+      // The program keeps its own state: no checkpoint is handed on.
+      absl::StatusOr<std::string> agreed = job->job->PrepareRestart("");
+      if (!agreed.ok()) {
+        const absl::Status after = ddpspawn::AfterRestarts(ended, job->restarts);
+        return absl::Status(
+            ended.code(),
+            absl::StrCat(after.message(), "\nnot restarted: ", agreed.status().message()));
+      }
+      ddpspawn::AnnounceRestart(++job->restarts, job->max_restarts, ended, "");
+      RETURN_IF_ERROR(job->job->Prepare(job->spec));
+      ended = job->job->Start();
+      if (ended.ok()) ended = job->job->Wait();
+    }
+    return ended;
   });
 }
 
@@ -170,6 +202,10 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_run(ddpspawn_job* job) {
 
 DDPSPAWN_EXPORT int32_t ddpspawn_job_nprocs(const ddpspawn_job* job) {
   return job == nullptr ? -1 : job->job->nprocs();
+}
+
+DDPSPAWN_EXPORT int32_t ddpspawn_job_restarts(const ddpspawn_job* job) {
+  return job == nullptr ? -1 : job->restarts;
 }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_rank_report_init_sized(ddpspawn_rank_report* report,

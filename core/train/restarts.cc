@@ -3,7 +3,6 @@
 
 #include <sys/stat.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -15,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/env/settings.h"
+#include "core/job/restart_policy.h"
 #include "core/train/checkpoint_connector.h"
 
 namespace ddpspawn {
@@ -41,22 +41,11 @@ absl::StatusOr<std::string> LaunchWithRestarts(const RunConfig& config, DDPSpawn
       return absl::StrCat(*result, "restarts=", restarts, "\n");
     }
     const absl::Status& failed = result.status();
-    const std::string after =
-        restarts == 0
-            ? ""
-            : absl::StrCat("\n(after ", restarts, restarts == 1 ? " restart" : " restarts", ")");
-    // Only a failed rank is retried: not an interrupt, a timeout of the whole
-    // job or a refusal before any rank ran.
-    if (restarts >= config.max_restarts || !absl::IsAborted(failed)) {
+    const RestartDecision decision = DecideRestart(failed, restarts, config.max_restarts);
+    if (!decision.restart) {
       // The other nodes' launchers, if any, stop waiting for this one.
-      const absl::string_view first_line(failed.message().substr(0, failed.message().find('\n')));
-      strategy.DeclineRestart(
-          !absl::IsAborted(failed)
-              ? absl::StrCat("its job ended in a way a restart does not retry (",
-                             absl::StatusCodeToString(failed.code()), ": ", first_line, ")")
-              : absl::StrCat("it has no restart left (max_restarts=", config.max_restarts, ")"));
-      if (restarts == 0) return result;
-      return absl::Status(failed.code(), absl::StrCat(failed.message(), after));
+      strategy.DeclineRestart(decision.declined_because);
+      return AfterRestarts(failed, restarts);
     }
     // This job's own checkpoint, if it wrote one; else where it started. With
     // several nodes, node 0's choice (rank 0 writes the checkpoints there).
@@ -65,14 +54,13 @@ absl::StatusOr<std::string> LaunchWithRestarts(const RunConfig& config, DDPSpawn
         written.has_value() && *written >= started ? std::filesystem::absolute(checkpoint).string()
                                                    : config.trainer.resume_from);
     if (!resume.ok()) {
+      const absl::Status after = AfterRestarts(failed, restarts);
       return absl::Status(
           failed.code(),
-          absl::StrCat(failed.message(), after, "\nnot restarted: ", resume.status().message()));
+          absl::StrCat(after.message(), "\nnot restarted: ", resume.status().message()));
     }
-    const std::string why(failed.message());
-    std::fprintf(stderr, "ddpspawn: restart %d of %d: %s\nddpspawn: continuing from %s\n",
-                 restarts + 1, config.max_restarts, why.substr(0, why.find('\n')).c_str(),
-                 resume->empty() ? "the start (no checkpoint yet)" : resume->c_str());
+    AnnounceRestart(restarts + 1, config.max_restarts, failed,
+                    resume->empty() ? "the start (no checkpoint yet)" : *resume);
     std::vector<std::string> env;
     if (!resume->empty())
       env.push_back(absl::StrCat(SettingName(Setting::kResumeFrom), "=", *resume));

@@ -310,6 +310,24 @@ static int fork_worker(int32_t rank, void* user_data) {
   return run_collectives();
 }
 
+/* Rank 1 fails in the job's first start; rank 0 hands back which start it
+ * ran in (TORCHELASTIC_RESTART_COUNT). */
+static int fail_first_start(int32_t rank, void* user_data) {
+  (void)user_data;
+  const char* start = getenv("TORCHELASTIC_RESTART_COUNT");
+  if (start == NULL) start = "?";
+  if (strcmp(start, "0") == 0 && rank == 1) {
+    ddpspawn_worker_set_error("rank 1 fails in start 0");
+    return 3;
+  }
+  if (rank == 0) {
+    char result[32];
+    snprintf(result, sizeof result, "start %s", start);
+    ddpspawn_worker_set_result(result, strlen(result));
+  }
+  return 0;
+}
+
 /* A forkserver rank: rank 0 says which process forked it and what
  * ddpspawn_serve_forks_if_forkserver() returned in it. */
 static int report_parent(int served) {
@@ -695,6 +713,29 @@ int main(int argc, char** argv) {
   CHECK(ddpspawn_job_run(job) == DDPSPAWN_OK);
   check_result(job, "sum=3 world=2");
   ddpspawn_job_destroy(job);
+
+  /* max_restarts: after rank 1 fails in the first start, the ranks start
+   * again and the second start's result is the job's. */
+  ddpspawn_launch_options restart_options = fork_options;
+  restart_options.worker_fn = fail_first_start;
+  restart_options.max_restarts = 1;
+  job = NULL;
+  CHECK(ddpspawn_job_create(&restart_options, &job) == DDPSPAWN_OK);
+  CHECK(ddpspawn_job_run(job) == DDPSPAWN_OK);
+  check_result(job, "start 1");
+  CHECK(ddpspawn_job_restarts(job) == 1);
+  ddpspawn_job_destroy(job);
+  restart_options.max_restarts = 0;
+  job = NULL;
+  CHECK(ddpspawn_job_create(&restart_options, &job) == DDPSPAWN_OK);
+  CHECK(ddpspawn_job_run(job) == DDPSPAWN_ERR_WORKER_FAILED);
+  CHECK(strstr(ddpspawn_last_error(), "rank 1 fails in start 0") != NULL);
+  CHECK(ddpspawn_job_restarts(job) == 0);
+  ddpspawn_job_destroy(job);
+  restart_options.max_restarts = -1;
+  CHECK(ddpspawn_job_create(&restart_options, &job) == DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(ddpspawn_last_error(), "max_restarts must be >= 0") != NULL);
+  CHECK(ddpspawn_job_restarts(NULL) == -1);
 
   /* Bad input: a code and a message, never a crash; out-parameters untouched.
    */

@@ -101,7 +101,10 @@ absl::StatusOr<std::string> Train(DDPSpawnStrategy& strategy) {
   options.default_root_dir = std::getenv(kDirEnv);
   options.callbacks = {recorder};
   torch::manual_seed(0);
-  Dataset train{torch::randn({64, 2}), torch::randn({64, 1}), "random"};
+  Dataset train;
+  train.features = torch::randn({64, 2});
+  train.labels = torch::randn({64, 1});
+  train.source = "random";
   Trainer trainer(strategy, options);
   absl::StatusOr<FitResult> fit = trainer.Fit(module, train, nullptr);
   if (!fit.ok()) return fit.status();

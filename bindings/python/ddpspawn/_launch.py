@@ -242,6 +242,7 @@ def spawn(
     node_rank: Optional[int] = None,
     master_addr: Optional[str] = None,
     master_port: Optional[int] = None,
+    max_restarts: int = 0,
 ) -> Any:
     """Runs ``fn(ctx, *args)`` in ``nprocs`` worker processes and waits for them.
 
@@ -285,6 +286,12 @@ def spawn(
             ``master_addr:master_port`` (both needed). Every node returns rank
             0's value. nnodes and node_rank left None are the library's
             defaults (one node, node 0).
+        max_restarts: torchrun's --max-restarts: when a rank fails, every
+            rank starts again (fn runs anew), up to this many times; each
+            start's ranks read which it is in ``TORCHELASTIC_RESTART_COUNT``
+            (0, 1, ...) and continue from whatever state fn keeps. Not after
+            an interrupt or the job's timeout. "spawn" and "forkserver" only:
+            a restart would fork this interpreter from inside the wait.
 
     Raises:
         WorkerFailedError: a rank failed; carries its rank and traceback.
@@ -296,11 +303,17 @@ def spawn(
     # What fits the C fields; the library checks that they describe a job.
     for name, value, low, high in (("nnodes", nnodes, 1, 2**31 - 1),
                                    ("node_rank", node_rank, 0, 2**31 - 1),
+                                   ("max_restarts", max_restarts, 0, 2**31 - 1),
                                    ("master_port", master_port, 0, 65535)):
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise InvalidArgumentError(f"{name} must be an int in [{low}, {high}], not {value!r}")
+    if max_restarts and start_method == "fork":
+        raise InvalidArgumentError(
+            "max_restarts with start_method='fork' is not supported: a restart would fork this "
+            "interpreter from inside the wait; use 'spawn' or 'forkserver'"
+        )
     if master_addr is not None and not isinstance(master_addr, str):
         raise InvalidArgumentError(f"master_addr must be a str, not {master_addr!r}")
     if _payload.loading_main():
@@ -324,6 +337,7 @@ def spawn(
         options.master_addr = master_addr.encode()
     if master_port is not None:
         options.master_port = master_port
+    options.max_restarts = max_restarts
     keep_alive: List[object] = []  # what the C side points into, until the job ends
     payload_path = None
     try:

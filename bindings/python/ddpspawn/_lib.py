@@ -118,6 +118,8 @@ class LaunchOptions(Structure):
         ("unused0", c_int32),
         ("nnodes", c_int32),
         ("node_rank", c_int32),
+        ("max_restarts", c_int32),
+        ("unused1", c_int32),
     ]
 
 
@@ -217,6 +219,7 @@ SIGNATURES: Dict[str, Tuple[Optional[_CType], List[_CType]]] = {
     "ddpspawn_job_wait": (_Status, [JobPtr]),
     "ddpspawn_job_run": (_Status, [JobPtr]),
     "ddpspawn_job_nprocs": (c_int32, [JobPtr]),
+    "ddpspawn_job_restarts": (c_int32, [JobPtr]),
     "ddpspawn_job_rank_report": (_Status, [JobPtr, c_int32, POINTER(RankReport)]),
     "ddpspawn_launch_options_init_sized": (_Status, [POINTER(LaunchOptions), c_uint32]),
     "ddpspawn_rank_report_init_sized": (_Status, [POINTER(RankReport), c_uint32]),

@@ -294,3 +294,12 @@ def slowed_all_reduces(ctx, slow, rounds=20):
             time.sleep(0.01)
         ctx.all_reduce([1.0])
     return ctx.straggler_report()
+
+
+def fail_first_start(ctx, rank):
+    """Rank `rank` fails in the first start; every start returns its number
+    (TORCHELASTIC_RESTART_COUNT) and the world size."""
+    generation = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    if generation == 0 and ctx.rank == rank:
+        raise RuntimeError(f"rank {rank} fails in start 0")
+    return {"generation": generation, "world": ctx.world_size}

@@ -246,3 +246,18 @@ def test_sigint_to_the_launcher_raises_keyboard_interrupt(tmp_path):
     assert launcher.returncode == 0, err
     assert out.startswith("KeyboardInterrupt:")
     assert "SIGINT" in out
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_max_restarts_starts_the_ranks_again(start_method, capfd):
+    result = ddpspawn.spawn(workers.fail_first_start, args=(1,), nprocs=2,
+                            start_method=start_method, max_restarts=1)
+    assert result == {"generation": 1, "world": 2}
+    assert "ddpspawn: restart 1 of 1: " in capfd.readouterr().err
+    # Without a restart left, the first start's failure is the job's.
+    with pytest.raises(ddpspawn.WorkerFailedError, match="rank 1 fails in start 0"):
+        ddpspawn.spawn(workers.fail_first_start, args=(1,), nprocs=2,
+                       start_method=start_method)
+    with pytest.raises(ddpspawn.InvalidArgumentError, match="start_method='fork'"):
+        ddpspawn.spawn(workers.fail_first_start, args=(1,), nprocs=2, start_method="fork",
+                       max_restarts=1)

@@ -149,12 +149,21 @@ typedef struct ddpspawn_launch_options {
    * ddpspawn_job_result gives every node rank 0's result. Default 1 (0 too) and 0. */
   int32_t nnodes;
   int32_t node_rank;
+  /* torchrun's --max-restarts: when a rank fails (not an interrupt, the
+   * job's timeout or a start that failed), ddpspawn_job_wait starts every
+   * rank again, up to this many times, announcing each restart on stderr.
+   * Each start's ranks see which it is in TORCHELASTIC_RESTART_COUNT (0, 1,
+   * ...) and continue from whatever state the program keeps; the job's
+   * reports are the last start's. With nnodes > 1 every node restarts
+   * together or none does. Default 0. */
+  int32_t max_restarts;
+  int32_t unused1; /* padding; ignored */
 } ddpspawn_launch_options;
 
 #define DDPSPAWN_LAUNCH_OPTIONS_INIT                                                              \
   {                                                                                               \
     sizeof(ddpspawn_launch_options), 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0.0, 5.0, \
-        NULL, 0, 0, 1, 0                                                                          \
+        NULL, 0, 0, 1, 0, 0, 0                                                                    \
   }
 
 DDPSPAWN_EXPORT void ddpspawn_launch_options_init(ddpspawn_launch_options* options);
@@ -214,6 +223,10 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_rank_report_init_sized(ddpspawn_rank_re
                                                                 uint32_t struct_size);
 
 DDPSPAWN_EXPORT int32_t ddpspawn_job_nprocs(const ddpspawn_job* job);
+
+/* How many times ddpspawn_job_wait restarted the ranks (max_restarts); -1 for
+ * a NULL job. */
+DDPSPAWN_EXPORT int32_t ddpspawn_job_restarts(const ddpspawn_job* job);
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_report(const ddpspawn_job* job, int32_t rank,
                                                          ddpspawn_rank_report* out_report);

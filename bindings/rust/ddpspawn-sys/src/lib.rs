@@ -110,6 +110,11 @@ pub struct ddpspawn_launch_options {
     pub nnodes: i32,
     /// This launcher's node: its ranks are `node_rank * nprocs ..`. Default 0.
     pub node_rank: i32,
+    /// torchrun's `--max-restarts`: `ddpspawn_job_wait` starts every rank
+    /// again after a rank fails, up to this many times. Default 0.
+    pub max_restarts: i32,
+    /// Padding; ignored.
+    pub unused1: i32,
 }
 
 /// The header's `DDPSPAWN_LAUNCH_OPTIONS_INIT`.
@@ -131,6 +136,8 @@ pub const DDPSPAWN_LAUNCH_OPTIONS_INIT: ddpspawn_launch_options = ddpspawn_launc
     unused0: 0,
     nnodes: 1,
     node_rank: 0,
+    max_restarts: 0,
+    unused1: 0,
 };
 
 impl Default for ddpspawn_launch_options {
@@ -331,6 +338,7 @@ extern "C" {
         struct_size: u32,
     ) -> ddpspawn_status;
     pub fn ddpspawn_job_nprocs(job: *const ddpspawn_job) -> i32;
+    pub fn ddpspawn_job_restarts(job: *const ddpspawn_job) -> i32;
     pub fn ddpspawn_job_rank_report(
         job: *const ddpspawn_job,
         rank: i32,

@@ -188,6 +188,8 @@ fn rust_side() -> RustSide {
             unused0,
             nnodes,
             node_rank,
+            max_restarts,
+            unused1,
         },
         DDPSPAWN_LAUNCH_OPTIONS_INIT
     );

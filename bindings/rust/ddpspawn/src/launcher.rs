@@ -54,6 +54,7 @@ pub struct Launcher {
     master_port: Option<u16>,
     nnodes: usize,
     node_rank: usize,
+    max_restarts: usize,
 }
 
 impl Launcher {
@@ -69,6 +70,7 @@ impl Launcher {
             master_port: None,
             nnodes: 1,
             node_rank: 0,
+            max_restarts: 0,
         }
     }
 
@@ -130,6 +132,18 @@ impl Launcher {
     /// nprocs - 1`; the report's ranks are still numbered from 0.
     pub fn node_rank(mut self, node_rank: usize) -> Launcher {
         self.node_rank = node_rank;
+        self
+    }
+
+    /// torchrun's `--max-restarts` (default 0): when a rank fails, every rank
+    /// starts again, up to this many times, each restart announced on
+    /// stderr. Each start's ranks read which it is in
+    /// `TORCHELASTIC_RESTART_COUNT` (0, 1, ...) and continue from whatever
+    /// state they keep; the report is the last start's, and
+    /// [`Report::restarts`] says how many there were. Not after an interrupt
+    /// or the job's timeout.
+    pub fn max_restarts(mut self, max_restarts: usize) -> Launcher {
+        self.max_restarts = max_restarts;
         self
     }
 
@@ -252,6 +266,9 @@ impl Launcher {
             .map_err(|_| Error::invalid(format!("nnodes {} is too large", self.nnodes)))?;
         let node_rank = i32::try_from(self.node_rank)
             .map_err(|_| Error::invalid(format!("node_rank {} is too large", self.node_rank)))?;
+        let max_restarts = i32::try_from(self.max_restarts).map_err(|_| {
+            Error::invalid(format!("max_restarts {} is too large", self.max_restarts))
+        })?;
 
         let mut env = Vec::with_capacity(self.env.len());
         for (key, value) in &self.env {
@@ -300,6 +317,7 @@ impl Launcher {
         }
         options.nnodes = nnodes;
         options.node_rank = node_rank;
+        options.max_restarts = max_restarts;
 
         let mut job: *mut sys::ddpspawn_job = ptr::null_mut();
         // SAFETY: every pointer in `options` is valid until this returns.
@@ -448,6 +466,7 @@ pub struct Report {
     ranks: Vec<RankReport>,
     failed_rank: Option<usize>,
     result: Option<Vec<u8>>,
+    restarts: usize,
 }
 
 impl Report {
@@ -484,6 +503,13 @@ impl Report {
         self.result
     }
 
+    /// How many times the ranks were started again
+    /// ([`Launcher::max_restarts`]); 0 for a [`Trainer`](crate::Trainer)
+    /// run, whose result says its own.
+    pub fn restarts(&self) -> usize {
+        self.restarts
+    }
+
     /// Reads the report of a job that has run.
     fn from_job(job: &Job) -> Result<Report> {
         let job = job.0.as_ptr() as *const sys::ddpspawn_job;
@@ -517,6 +543,7 @@ impl Report {
                 ranks,
                 failed_rank,
                 result,
+                restarts: usize::try_from(sys::ddpspawn_job_restarts(job)).unwrap_or(0),
             })
         }
     }
@@ -545,6 +572,7 @@ impl Report {
                 ranks,
                 failed_rank: usize::try_from(sys::ddpspawn_run_failed_rank()).ok(),
                 result: None,
+                restarts: 0,
             })
         }
     }

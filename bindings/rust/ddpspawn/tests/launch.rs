@@ -147,6 +147,18 @@ fn the_slowed_rank_is_named() {
 }
 
 #[test]
+fn max_restarts_starts_the_ranks_again() {
+    let report = launcher(2)
+        .max_restarts(1)
+        .spawn_command(worker(), ["fail-first-start"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.restarts(), 1);
+    assert_eq!(report.result(), Some(&b"start 1"[..]));
+    let err = run(2, &["fail-first-start"]).unwrap_err();
+    assert!(err.to_string().contains("rank 1 fails in start 0"), "{err}");
+}
+
+#[test]
 fn no_result_is_none() {
     let report = run(2, &["none"]).unwrap();
     assert_eq!(report.result(), None);
