@@ -17,6 +17,7 @@
 #include "core/util/files.h"
 #include "core/util/output_dir.h"
 #include "core/util/status_macros.h"
+#include "core/util/temp_files.h"
 
 namespace ddpspawn {
 namespace {
@@ -108,12 +109,14 @@ absl::Status FitProfiler::Finish(DDPSpawnStrategy& strategy, const std::string& 
     const std::string traces = dir + "/profiler";
     RETURN_IF_ERROR(PrepareOutputDirectory(traces));
     const std::string path = absl::StrCat(traces, "/rank", rank, ".pt.trace.json");
-    const std::string temporary = absl::StrCat(path, ".partial");
-    RETURN_IF_ERROR(
-        StatusFromException("cannot write the profiler's trace", [&] { result->save(temporary); }));
-    ASSIGN_OR_RETURN(std::string trace, ReadWholeFile(temporary));
-    std::remove(temporary.c_str());
-    return WriteFileAtomically(path, trace, /*durable=*/false, 0644);
+    // LibTorch writes to a path: a named temporary file, created
+    // exclusively, renamed over the trace once written.
+    ASSIGN_OR_RETURN(TempFile temp, CreateNamedTempFileFor(path));
+    absl::Status saved =
+        StatusFromException("cannot write the profiler's trace", [&] { result->save(temp.path); });
+    if (saved.ok()) saved = CommitTempFile(temp, path);
+    DiscardTempFile(temp);
+    return saved;
   }
   if (kind_ != ProfilerKind::kSimple) return absl::OkStatus();
   const std::string mine = Table(blocked_seconds);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/strategy/ddp_spawn_strategy.h"
+#include "core/train/metric_sync.h"
 #include "core/util/crc32.h"
 #include "core/util/status_macros.h"
 
@@ -53,12 +54,7 @@ absl::StatusOr<std::map<std::string, double>> LoggedSums::Reduce(
   std::map<std::string, double> reduced;
   if (!any) return reduced;
   if (!same) {
-    ASSIGN_OR_RETURN(std::vector<std::string> all, strategy.group()->AllGatherBytes(Describe()));
-    std::string each;
-    for (size_t r = 0; r < all.size(); ++r) {
-      absl::StrAppend(&each, r == 0 ? "" : "; ", "rank ", r, ": ",
-                      all[r].empty() ? "(none)" : all[r]);
-    }
+    ASSIGN_OR_RETURN(const std::string each, EachRanksNamesIfTheyDiffer(strategy, Describe()));
     return absl::InvalidArgumentError(absl::StrCat(
         "the ranks' training steps logged different metrics since the last log point (", each,
         "); every rank must Log() the same names, each always with or always without "

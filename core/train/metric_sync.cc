@@ -17,20 +17,27 @@
 
 namespace ddpspawn {
 
-absl::Status AgreeOnMetricNames(DDPSpawnStrategy& strategy,
-                                const std::map<std::string, double>& sums, absl::string_view step) {
-  if (strategy.group() == nullptr || strategy.world_size() == 1) return absl::OkStatus();
-  std::string names;
-  for (const auto& [name, sum] : sums) absl::StrAppend(&names, names.empty() ? "" : ", ", name);
+absl::StatusOr<std::string> EachRanksNamesIfTheyDiffer(DDPSpawnStrategy& strategy,
+                                                       const std::string& names) {
+  if (strategy.group() == nullptr || strategy.world_size() == 1) return std::string();
   ASSIGN_OR_RETURN(std::vector<std::string> all, strategy.group()->AllGatherBytes(names));
   if (std::all_of(all.begin(), all.end(), [&](const std::string& n) { return n == all[0]; })) {
-    return absl::OkStatus();
+    return std::string();
   }
   std::string each;
   for (size_t r = 0; r < all.size(); ++r) {
     absl::StrAppend(&each, r == 0 ? "" : "; ", "rank ", r, ": ",
                     all[r].empty() ? "(none)" : all[r]);
   }
+  return each;
+}
+
+absl::Status AgreeOnMetricNames(DDPSpawnStrategy& strategy,
+                                const std::map<std::string, double>& sums, absl::string_view step) {
+  std::string names;
+  for (const auto& [name, sum] : sums) absl::StrAppend(&names, names.empty() ? "" : ", ", name);
+  ASSIGN_OR_RETURN(const std::string each, EachRanksNamesIfTheyDiffer(strategy, names));
+  if (each.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("the ranks' ", step, " returned different metric names (", each,
                    "); every rank's ", step, " must return the same names, whatever its data"));

@@ -23,6 +23,11 @@ namespace ddpspawn {
 
 class DDPSpawnStrategy;
 
+// A collective: every rank's `names` ("a, b"), gathered, as "rank 0: a, b;
+// rank 1: (none)" when they differ, else "".
+absl::StatusOr<std::string> EachRanksNamesIfTheyDiffer(DDPSpawnStrategy& strategy,
+                                                       const std::string& names);
+
 // The evaluation sums are reduced by position, so every rank must report the
 // same metric names: one all-gather of each rank's names, and an error that
 // lists every rank's names when they differ.

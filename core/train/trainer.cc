@@ -50,10 +50,6 @@ absl::StatusOr<Batch> MakeBatch(const Dataset& data, const std::vector<int64_t>&
   return Batch{data.features.index_select(0, index), data.labels.index_select(0, index)};
 }
 
-}  // namespace
-
-namespace {
-
 // fast_dev_run's few batches of every loop, in one epoch, without the
 // callbacks that write or stop.
 TrainerOptions WithFastDevRun(TrainerOptions options) {
@@ -479,8 +475,6 @@ absl::StatusOr<std::unique_ptr<Trainer::FitRun>> Trainer::StartFit(
   return run;
 }
 
-// The rest of epoch run.state.epoch: a forward and backward pass per batch,
-// an optimizer step every accumulate_grad_batches.
 bool Trainer::ValidatesThisEpoch(const FitRun& run) const {
   return run.validates && (run.epoch + 1) % options_.check_val_every_n_epoch == 0;
 }
@@ -503,6 +497,9 @@ absl::StatusOr<std::map<std::string, double>> Trainer::ValidateInFit(FitRun& run
   return metrics;
 }
 
+// The rest of epoch run.state.epoch: a forward and backward pass per batch,
+// an optimizer step every accumulate_grad_batches, and val_check_interval's
+// validations within it.
 absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train, const Dataset* validation) {
   const int64_t epoch = run.epoch = run.state.epoch;
   run.epoch_start = absl::Now();

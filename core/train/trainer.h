@@ -189,8 +189,9 @@ class Trainer {
       absl::string_view option,
       const std::function<absl::Status(const Batch&, int64_t, bool counted)>& step);
   absl::Status Log(int64_t epoch, int64_t step, const std::string& name, double value);
-  // Rank 0's row of metrics.csv alone: a figure of the run (the straggler
-  // report's), not a metric the result, callbacks or monitors see.
+  // Rank 0's row for its loggers alone (metrics.csv, TensorBoard): a figure of
+  // the run (the straggler report's), not a metric the result, callbacks or
+  // monitors see.
   absl::Status WriteMetricRow(int64_t epoch, int64_t step, const std::string& name, double value);
   // With every callback's state.
   absl::Status SaveCheckpoint(LightningModule& module, torch::optim::Optimizer* optimizer,

@@ -187,11 +187,14 @@ DDPSPAWN_EXPORT void ddpspawn_job_destroy(ddpspawn_job* job);
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_start(ddpspawn_job* job);
 
 /* Waits for every rank. On the first failing rank the others get SIGTERM,
- * then SIGKILL after the grace period. SIGINT/SIGTERM sent to the launcher
- * while waiting are forwarded to the workers. Returns DDPSPAWN_OK when every
- * rank exited 0; else DDPSPAWN_ERR_WORKER_FAILED, DDPSPAWN_ERR_TIMEOUT or
+ * then SIGKILL after the grace period; with max_restarts left, every rank
+ * then starts again (in fork mode, forked from this call's thread) and the
+ * wait goes on. SIGINT/SIGTERM sent to the launcher while waiting are
+ * forwarded to the workers. Returns DDPSPAWN_OK when every rank of the last
+ * start exited 0; else DDPSPAWN_ERR_WORKER_FAILED, DDPSPAWN_ERR_TIMEOUT or
  * DDPSPAWN_ERR_INTERRUPTED with ddpspawn_last_error() naming the rank and the
- * cause. The report below is filled either way. */
+ * cause ("(after N restarts)" when there were any). The report below, the
+ * last start's, is filled either way. */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_wait(ddpspawn_job* job);
 
 /* ddpspawn_job_start then ddpspawn_job_wait. */
