@@ -1,0 +1,289 @@
+// ZeroRedundancyOptimizer: the partition, the sharded step and all-gather, and
+// the unsharded state in and out (see zero_redundancy_optimizer.h).
+#include "core/ddp/zero_redundancy_optimizer.h"
+
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+#include <torch/serialize/archive.h>
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/exception_status.h"
+#include "core/util/status_macros.h"
+
+namespace ddpspawn {
+namespace {
+
+using torch::optim::Optimizer;
+using torch::optim::OptimizerParamGroup;
+
+// Every parameter of `optimizer`, group by group.
+std::vector<at::Tensor> AllParameters(const Optimizer& optimizer) {
+  std::vector<at::Tensor> all;
+  for (const OptimizerParamGroup& group : optimizer.param_groups()) {
+    all.insert(all.end(), group.params().begin(), group.params().end());
+  }
+  return all;
+}
+
+// Largest first, each to the rank with the fewest elements so far (the
+// lowest such rank); ties in size keep their order, so every rank agrees.
+std::vector<int> Partition(const std::vector<at::Tensor>& parameters, int world,
+                           std::vector<int64_t>* elements_per_rank) {
+  std::vector<size_t> order(parameters.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return parameters[a].numel() > parameters[b].numel();
+  });
+  elements_per_rank->assign(world, 0);
+  std::vector<int> owners(parameters.size(), 0);
+  for (size_t index : order) {
+    const int rank =
+        static_cast<int>(std::min_element(elements_per_rank->begin(), elements_per_rank->end()) -
+                         elements_per_rank->begin());
+    owners[index] = rank;
+    (*elements_per_rank)[rank] += parameters[index].numel();
+  }
+  return owners;
+}
+
+// The same groups of the same tensors, or an error naming the difference.
+absl::Status CheckSameParameters(const Optimizer& a, const Optimizer& b) {
+  if (a.param_groups().size() != b.param_groups().size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ZeroRedundancyOptimizer: the optimizer factory made ",
+                     a.param_groups().size(), " parameter groups, then ", b.param_groups().size(),
+                     "; it must make the same optimizer over the same tensors each time"));
+  }
+  for (size_t g = 0; g < a.param_groups().size(); ++g) {
+    const std::vector<at::Tensor>& pa = a.param_groups()[g].params();
+    const std::vector<at::Tensor>& pb = b.param_groups()[g].params();
+    bool same = pa.size() == pb.size();
+    for (size_t i = 0; same && i < pa.size(); ++i) same = pa[i].is_same(pb[i]);
+    if (!same) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ZeroRedundancyOptimizer: the optimizer factory's parameter group ", g,
+          " held other tensors the second time; it must make an optimizer over the same "
+          "parameter tensors each time"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Runs `body`, turning a LibTorch exception into a status after `what`.
+template <typename Body>
+absl::Status Guarded(absl::string_view what, Body body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return ExceptionStatus(what, e);
+  }
+}
+
+}  // namespace
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
+    const std::vector<OptimizerParamGroup>& groups,
+    std::unique_ptr<torch::optim::OptimizerOptions> defaults, OptimizerFactory make,
+    ProcessGroup* group)
+    : Optimizer(groups, std::move(defaults)), make_(std::move(make)), group_(group) {}
+
+absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> ZeroRedundancyOptimizer::Create(
+    OptimizerFactory make, ProcessGroup* group) {
+  if (group == nullptr) return absl::InvalidArgumentError("ZeroRedundancyOptimizer: no group");
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> full, make());
+  const std::vector<at::Tensor> parameters = AllParameters(*full);
+  if (parameters.empty()) {
+    return absl::InvalidArgumentError("ZeroRedundancyOptimizer: the optimizer has no parameters");
+  }
+  for (size_t i = 1; i < parameters.size(); ++i) {
+    if (parameters[i].scalar_type() != parameters[0].scalar_type() ||
+        parameters[i].device() != parameters[0].device()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ZeroRedundancyOptimizer: parameter ", i, " is ", parameters[i].toString(), " on ",
+          parameters[i].device().str(), " but parameter 0 is ", parameters[0].toString(), " on ",
+          parameters[0].device().str(), "; every parameter must be of one dtype and device"));
+    }
+  }
+  std::vector<OptimizerParamGroup> groups;
+  for (const OptimizerParamGroup& g : full->param_groups()) groups.emplace_back(g);
+  auto zero = std::unique_ptr<ZeroRedundancyOptimizer>(
+      new ZeroRedundancyOptimizer(groups, full->defaults().clone(), std::move(make), group));
+  zero->owners_ = Partition(parameters, group->world_size(), &zero->elements_per_rank_);
+  zero->shard_elements_ = zero->elements_per_rank_[group->rank()];
+  ASSIGN_OR_RETURN(zero->shard_, zero->MakeShard(group->rank()));
+  return zero;
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> ZeroRedundancyOptimizer::MakeShard(int rank) const {
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> shard, make_());
+  RETURN_IF_ERROR(CheckSameParameters(*this, *shard));
+  size_t index = 0;
+  for (OptimizerParamGroup& g : shard->param_groups()) {
+    std::vector<at::Tensor> kept;
+    for (const at::Tensor& p : g.params()) {
+      if (owners_[index++] == rank) kept.push_back(p);
+    }
+    g.params() = std::move(kept);
+  }
+  return shard;
+}
+
+absl::Status ZeroRedundancyOptimizer::Step() {
+  RETURN_IF_ERROR(Guarded("ZeroRedundancyOptimizer: the shard's step", [&] {
+    for (size_t g = 0; g < param_groups_.size(); ++g) {
+      shard_->param_groups()[g].set_options(param_groups_[g].options().clone());
+    }
+    shard_->step();
+    return absl::OkStatus();
+  }));
+  return AllGatherParameters();
+}
+
+at::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
+  at::Tensor loss;
+  if (closure != nullptr) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  const absl::Status status = Step();
+  TORCH_CHECK(status.ok(), status.ToString());
+  return loss;
+}
+
+absl::Status ZeroRedundancyOptimizer::AllGatherParameters() {
+  const std::vector<at::Tensor> parameters = AllParameters(*this);
+  const int64_t padded = *std::max_element(elements_per_rank_.begin(), elements_per_rank_.end());
+  std::vector<at::Tensor> gathered;
+  RETURN_IF_ERROR(Guarded("ZeroRedundancyOptimizer: packing the shard", [&] {
+    at::NoGradGuard no_grad;
+    at::Tensor mine = at::zeros({padded}, parameters[0].options());
+    int64_t offset = 0;
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      if (owners_[i] != group_->rank()) continue;
+      const int64_t n = parameters[i].numel();
+      mine.narrow(0, offset, n).copy_(parameters[i].reshape(-1));
+      offset += n;
+    }
+    absl::StatusOr<std::vector<at::Tensor>> all = group_->AllGather(mine);
+    if (!all.ok()) return all.status();
+    gathered = *std::move(all);
+    return absl::OkStatus();
+  }));
+  return Guarded("ZeroRedundancyOptimizer: unpacking the shards", [&] {
+    at::NoGradGuard no_grad;
+    std::vector<int64_t> offsets(elements_per_rank_.size(), 0);
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      const int owner = owners_[i];
+      if (owner == group_->rank()) continue;
+      at::Tensor p = parameters[i];
+      p.copy_(gathered[owner].narrow(0, offsets[owner], p.numel()).view(p.sizes()));
+      offsets[owner] += p.numel();
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ZeroRedundancyOptimizer::ConsolidateStateDict(int to) {
+  if (to < 0 || to >= group_->world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ZeroRedundancyOptimizer: cannot consolidate to rank ", to, " of ", group_->world_size()));
+  }
+  consolidated_.reset();
+  std::string mine;
+  RETURN_IF_ERROR(Guarded("ZeroRedundancyOptimizer: saving the shard's state", [&] {
+    torch::serialize::OutputArchive archive;
+    shard_->save(archive);
+    std::ostringstream bytes;
+    archive.save_to(bytes);
+    mine = bytes.str();
+    return absl::OkStatus();
+  }));
+  // Every rank receives every shard (the group gathers bytes to all), but only
+  // `to` keeps them.
+  ASSIGN_OR_RETURN(std::vector<std::string> shards, group_->AllGatherBytes(mine));
+  if (group_->rank() != to) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> full, make_());
+  RETURN_IF_ERROR(CheckSameParameters(*this, *full));
+  for (int rank = 0; rank < group_->world_size(); ++rank) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> shard, MakeShard(rank));
+    RETURN_IF_ERROR(Guarded(absl::StrCat("ZeroRedundancyOptimizer: rank ", rank, "'s state"), [&] {
+      torch::serialize::InputArchive archive;
+      std::istringstream bytes(shards[rank]);
+      archive.load_from(bytes);
+      shard->load(archive);
+      for (auto& [key, state] : shard->state()) full->state()[key] = std::move(state);
+      return absl::OkStatus();
+    }));
+  }
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    full->param_groups()[g].set_options(param_groups_[g].options().clone());
+  }
+  consolidated_ = std::move(full);
+  return absl::OkStatus();
+}
+
+void ZeroRedundancyOptimizer::save(torch::serialize::OutputArchive& archive) const {
+  TORCH_CHECK(consolidated_ != nullptr, "ZeroRedundancyOptimizer: rank ", group_->rank(),
+              " has no consolidated state to save; call ConsolidateStateDict(to) on every rank, "
+              "then save on rank `to`");
+  consolidated_->save(archive);
+}
+
+void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
+  absl::StatusOr<std::unique_ptr<Optimizer>> made = make_();
+  TORCH_CHECK(made.ok(), made.status().ToString());
+  std::unique_ptr<Optimizer> full = *std::move(made);
+  full->load(archive);
+  const std::vector<at::Tensor> parameters = AllParameters(*this);
+  shard_->state().clear();
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (owners_[i] != group_->rank()) continue;
+    void* key = parameters[i].unsafeGetTensorImpl();
+    auto found = full->state().find(key);
+    if (found != full->state().end()) shard_->state()[key] = std::move(found->second);
+  }
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    param_groups_[g].set_options(full->param_groups()[g].options().clone());
+    shard_->param_groups()[g].set_options(full->param_groups()[g].options().clone());
+  }
+  consolidated_.reset();
+}
+
+absl::StatusOr<int64_t> OptimizerStateBytes(const Optimizer& optimizer) {
+  int64_t bytes = 0;
+  auto add = [&bytes](const at::Tensor& t) {
+    if (t.defined()) bytes += static_cast<int64_t>(t.nbytes());
+  };
+  for (const auto& [key, state] : optimizer.state()) {
+    if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state.get())) {
+      add(adam->exp_avg()), add(adam->exp_avg_sq()), add(adam->max_exp_avg_sq());
+    } else if (const auto* adamw =
+                   dynamic_cast<const torch::optim::AdamWParamState*>(state.get())) {
+      add(adamw->exp_avg()), add(adamw->exp_avg_sq()), add(adamw->max_exp_avg_sq());
+    } else if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state.get())) {
+      add(sgd->momentum_buffer());
+    } else if (const auto* rms =
+                   dynamic_cast<const torch::optim::RMSpropParamState*>(state.get())) {
+      add(rms->square_avg()), add(rms->momentum_buffer()), add(rms->grad_avg());
+    } else if (const auto* ada =
+                   dynamic_cast<const torch::optim::AdagradParamState*>(state.get())) {
+      add(ada->sum());
+    } else {
+      return absl::UnimplementedError(
+          "OptimizerStateBytes: the state of an optimizer other than SGD, Adam, AdamW, RMSprop "
+          "and Adagrad");
+    }
+  }
+  return bytes;
+}
+
+}  // namespace ddpspawn
