@@ -45,14 +45,13 @@ absl::Status CreateReducer(ddpspawn_context* context, std::vector<at::Tensor> gr
   reducer_options.first_bucket_cap_mb = o.first_bucket_cap_mb;
   reducer_options.find_unused_parameters = o.find_unused_parameters != 0;
   ASSIGN_OR_RETURN(CommHookKind hook_kind, ParseCommHook(o.comm_hook ? o.comm_hook : ""));
-  ASSIGN_OR_RETURN(reducer_options.comm_hook,
-                   MakeCommHook(hook_kind, o.powersgd_rank, o.powersgd_start_iteration));
-  std::shared_ptr<PowerSgdState> powersgd;
-  if (hook_kind == CommHookKind::kPowerSgd) {  // the same hook, with a state we can read
-    powersgd = std::make_shared<PowerSgdState>();
-    powersgd->options.matrix_approximation_rank = o.powersgd_rank;
-    powersgd->options.start_iteration = o.powersgd_start_iteration;
+  // PowerSGD's state is kept, to read what it sent.
+  ASSIGN_OR_RETURN(std::shared_ptr<PowerSgdState> powersgd,
+                   MakePowerSgdState(hook_kind, o.powersgd_rank, o.powersgd_start_iteration));
+  if (powersgd != nullptr) {
     reducer_options.comm_hook = MakePowerSgdHook(powersgd);
+  } else {
+    ASSIGN_OR_RETURN(reducer_options.comm_hook, MakeCommHook(hook_kind));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
                    Reducer::Create(context->group.get(), std::move(gradients), reducer_options,

@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
@@ -127,7 +128,9 @@ void Orthogonalize(at::Tensor& matrix) {
 class PowerSgdHook : public CommHook {
  public:
   explicit PowerSgdHook(std::shared_ptr<PowerSgdState> state) : state_(std::move(state)) {}
-  std::string name() const override { return "powersgd"; }
+  std::string name() const override {
+    return state_->options.batched ? "batched_powersgd" : "powersgd";
+  }
 
   // Before start_iteration: a plain mean. After: error feedback, the dense
   // gradients' mean and P = M Q started now; the rest (orthogonalise P, Q =
@@ -172,6 +175,8 @@ class PowerSgdHook : public CommHook {
     at::Tensor input, input_before;  // the bucket, and its copy before compression
     int index = 0;
     bool is_last = false;
+    // Batched: the bucket zero-padded to side * side, the one matrix.
+    at::Tensor batched_square;
     std::vector<at::Tensor> matrices, dense, ps, qs;
     at::Tensor dense_flat, p_flat, q_flat;
     std::unique_ptr<PendingReduction> dense_pending, p_pending;
@@ -181,6 +186,20 @@ class PowerSgdHook : public CommHook {
   // as they are).
   void SplitGradients(const GradBucket& bucket, Work& work) const {
     const PowerSgdOptions& o = state_->options;
+    if (o.batched) {
+      const int64_t n = work.input.numel();
+      int64_t side = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n))));
+      while (side * side < n) ++side;
+      const int64_t rank = std::min<int64_t>(o.matrix_approximation_rank, side);
+      if (static_cast<double>(side) / static_cast<double>(2 * rank) >= o.min_compression_rate) {
+        work.batched_square = at::zeros({side * side}, work.input.options());
+        work.batched_square.narrow(0, 0, n).copy_(work.input);
+        work.matrices.push_back(work.batched_square.view({side, side}));
+      } else {
+        work.dense.push_back(work.input);
+      }
+      return;
+    }
     for (const at::Tensor& g : bucket.gradients) {
       const int64_t rows = g.dim() > 1 ? g.size(0) : 0;
       const int64_t cols = rows > 0 ? g.numel() / rows : 0;
@@ -274,6 +293,9 @@ class PowerSgdHook : public CommHook {
         at::mm_out(work.matrices[i], work.ps[i], work.qs[i].t());
         state.q[work.index][i] = work.qs[i].clone();
       }
+      if (work.batched_square.defined()) {
+        work.input.copy_(work.batched_square.narrow(0, 0, work.input.numel()));
+      }
     }
     if (state.options.use_error_feedback) state.error[work.index] = work.input_before - work.input;
     if (work.is_last) ++state.iteration;
@@ -309,8 +331,11 @@ std::shared_ptr<CommHook> MakePowerSgdHook(std::shared_ptr<PowerSgdState> state)
 }
 
 constexpr NamedValue<CommHookKind> kCommHookKindNames[] = {
-    {"allreduce", CommHookKind::kAllReduce}, {"fp16", CommHookKind::kFp16},
-    {"bf16", CommHookKind::kBf16},           {"powersgd", CommHookKind::kPowerSgd},
+    {"allreduce", CommHookKind::kAllReduce},
+    {"fp16", CommHookKind::kFp16},
+    {"bf16", CommHookKind::kBf16},
+    {"powersgd", CommHookKind::kPowerSgd},
+    {"batched_powersgd", CommHookKind::kBatchedPowerSgd},
     {"", CommHookKind::kAllReduce},
 };
 
@@ -318,6 +343,25 @@ absl::string_view CommHookName(CommHookKind kind) { return NameOf(kCommHookKindN
 
 absl::StatusOr<CommHookKind> ParseCommHook(absl::string_view name) {
   return ParseName(kCommHookKindNames, "communication hook", name);
+}
+
+bool IsPowerSgd(CommHookKind kind) {
+  return kind == CommHookKind::kPowerSgd || kind == CommHookKind::kBatchedPowerSgd;
+}
+
+absl::StatusOr<std::shared_ptr<PowerSgdState>> MakePowerSgdState(CommHookKind kind,
+                                                                 int powersgd_rank,
+                                                                 int64_t powersgd_start) {
+  if (!IsPowerSgd(kind)) return nullptr;
+  if (powersgd_rank < 1 || powersgd_start < 0) {
+    return absl::InvalidArgumentError(
+        "PowerSGD needs a matrix approximation rank >= 1 and a start iteration >= 0");
+  }
+  auto state = std::make_shared<PowerSgdState>();
+  state->options.matrix_approximation_rank = powersgd_rank;
+  state->options.start_iteration = powersgd_start;
+  state->options.batched = kind == CommHookKind::kBatchedPowerSgd;
+  return state;
 }
 
 absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHook(CommHookKind kind, int powersgd_rank,
@@ -330,15 +374,11 @@ absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHook(CommHookKind kind, int po
     case CommHookKind::kBf16:
       return MakeBf16CompressHook();
     case CommHookKind::kPowerSgd:
+    case CommHookKind::kBatchedPowerSgd:
       break;
   }
-  if (powersgd_rank < 1 || powersgd_start < 0) {
-    return absl::InvalidArgumentError(
-        "PowerSGD needs a matrix approximation rank >= 1 and a start iteration >= 0");
-  }
-  auto state = std::make_shared<PowerSgdState>();
-  state->options.matrix_approximation_rank = powersgd_rank;
-  state->options.start_iteration = powersgd_start;
+  ASSIGN_OR_RETURN(std::shared_ptr<PowerSgdState> state,
+                   MakePowerSgdState(kind, powersgd_rank, powersgd_start));
   return MakePowerSgdHook(std::move(state));
 }
 

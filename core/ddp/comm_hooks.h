@@ -80,6 +80,11 @@ struct PowerSgdOptions {
   bool use_error_feedback = true;
   bool warm_start = true;  // reuse Q between iterations
   uint64_t seed = 0;       // for the initial Q; the same on every rank
+  // torch's batched_powerSGD_hook: the whole bucket, zero-padded to the
+  // smallest square, is one matrix (so flat 1-D gradients are compressed
+  // too), compressed when side / (2 * rank) reaches min_compression_rate;
+  // else each gradient of two or more dimensions is a matrix of its own.
+  bool batched = false;
 };
 
 // PowerSGD's state, shared with the caller (Lightning's ddp_comm_state).
@@ -99,17 +104,26 @@ struct PowerSgdState {
 };
 
 // Vogels et al., PowerSGD: one power iteration per step, with error feedback
-// and warm start.
+// and warm start (batched or per matrix, as state->options.batched says).
 std::shared_ptr<CommHook> MakePowerSgdHook(std::shared_ptr<PowerSgdState> state);
 
-// The built-in hooks, named as at the CLI and the C ABI: "allreduce", "fp16", "bf16", "powersgd".
-enum class CommHookKind { kAllReduce, kFp16, kBf16, kPowerSgd };
+// The built-in hooks, named as at the CLI and the C ABI: "allreduce", "fp16",
+// "bf16", "powersgd", "batched_powersgd".
+enum class CommHookKind { kAllReduce, kFp16, kBf16, kPowerSgd, kBatchedPowerSgd };
 absl::string_view CommHookName(CommHookKind kind);
 // "" is "allreduce".
 absl::StatusOr<CommHookKind> ParseCommHook(absl::string_view name);
+bool IsPowerSgd(CommHookKind kind);
 
-// A new hook of that kind (PowerSGD with default options and the given rank and
-// start iteration; InvalidArgument for a rank < 1 or a start < 0).
+// For the PowerSGD kinds: a state with default options and the given rank and
+// start iteration (batched for kBatchedPowerSgd), for MakePowerSgdHook and for
+// reading what it sent; InvalidArgument for a rank < 1 or a start < 0. Null
+// for the other kinds.
+absl::StatusOr<std::shared_ptr<PowerSgdState>> MakePowerSgdState(CommHookKind kind,
+                                                                 int powersgd_rank = 1,
+                                                                 int64_t powersgd_start = 10);
+
+// A new hook of that kind (PowerSGD's with MakePowerSgdState's state).
 absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHook(CommHookKind kind, int powersgd_rank = 1,
                                                        int64_t powersgd_start = 10);
 

@@ -292,8 +292,7 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
   }
   DdpOptions ddp_options = options_.ddp;
   std::shared_ptr<CommHook> hook = options_.ddp_comm_hook_object;
-  if (hook == nullptr && options_.ddp_comm_hook == CommHookKind::kPowerSgd &&
-      options_.ddp_comm_state) {
+  if (hook == nullptr && IsPowerSgd(options_.ddp_comm_hook) && options_.ddp_comm_state) {
     hook = MakePowerSgdHook(options_.ddp_comm_state);
   } else if (hook == nullptr) {
     ASSIGN_OR_RETURN(hook, MakeCommHook(options_.ddp_comm_hook));

@@ -88,7 +88,7 @@ struct StrategyOptions {
   // Communication hook: a built-in one, or an object (which takes precedence).
   CommHookKind ddp_comm_hook = CommHookKind::kAllReduce;
   std::shared_ptr<CommHook> ddp_comm_hook_object;
-  std::shared_ptr<PowerSgdState> ddp_comm_state;  // PowerSGD's state, when ddp_comm_hook is it
+  std::shared_ptr<PowerSgdState> ddp_comm_state;  // PowerSGD's state, when ddp_comm_hook is one
   CommWrapper ddp_comm_wrapper = CommWrapper::kNone;
   std::optional<Backend> process_group_backend;  // none: nccl on CUDA devices, gloo on CPU
   absl::Duration timeout = kDefaultTimeout;

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 
@@ -17,6 +18,10 @@ std::string FitResult::Encode() const {
   std::string text = absl::StrCat("checkpoint=", checkpoint, "\nmetrics_csv=", metrics_csv,
                                   "\nepoch=", epoch, "\nglobal_step=", global_step, "\n");
   if (!stopped_by.empty()) absl::StrAppend(&text, "stopped_by=", stopped_by, "\n");
+  if (!optimizer_state_bytes.empty()) {
+    absl::StrAppend(&text, "optimizer_state_bytes=", absl::StrJoin(optimizer_state_bytes, ","),
+                    "\n");
+  }
   for (const auto& [name, value] : metrics) {
     absl::StrAppendFormat(&text, "metric.%s=%.17g\n", name, value);
   }
@@ -45,6 +50,10 @@ absl::StatusOr<FitResult> FitResult::Decode(const std::string& text) {
       ok = absl::SimpleAtoi(value, &result.global_step);
     } else if (key == "stopped_by") {
       result.stopped_by = std::string(value);
+    } else if (key == "optimizer_state_bytes") {
+      for (absl::string_view bytes : absl::StrSplit(value, ',')) {
+        ok = ok && absl::SimpleAtoi(bytes, &result.optimizer_state_bytes.emplace_back());
+      }
     } else if (absl::StartsWith(key, "metric.")) {
       ok = absl::SimpleAtod(value, &result.metrics[std::string(key.substr(7))]);
     }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/comm/arrival_report.h"
@@ -23,11 +24,14 @@ struct FitResult {
   // "max_time", the signal's name ("SIGUSR1") or what a callback said
   // ("early_stopping") when that ended fit early; else empty.
   std::string stopped_by;
+  // Each rank's optimizer state at fit's end, in bytes, by rank (-1 for an
+  // optimizer whose state OptimizerStateBytes cannot measure).
+  std::vector<int64_t> optimizer_state_bytes;
   // Who arrived last at the collectives during fit, and by how much.
   ArrivalReport straggler;
   // One "key=value" line per field (stopped_by only when set; a metric as
-  // metric.<name>; the straggler report as ArrivalReport::ToPairs()); Decode
-  // skips keys it does not know, the straggler report's included.
+  // metric.<name>; optimizer_state_bytes comma-separated; the straggler report as
+  // ArrivalReport::ToPairs()); Decode skips keys it does not know, the straggler report's included.
   std::string Encode() const;
   static absl::StatusOr<FitResult> Decode(const std::string& text);
 };

@@ -71,11 +71,11 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   options.ddp.reducer.bucket_cap_mb = config.bucket_cap_mb;
   options.ddp.reducer.first_bucket_cap_mb = config.first_bucket_cap_mb;
   options.ddp.broadcast_buffers = config.broadcast_buffers;
-  if (config.ddp_comm_hook == CommHookKind::kPowerSgd) {
-    options.ddp_comm_state = std::make_shared<PowerSgdState>();
-    options.ddp_comm_state->options.matrix_approximation_rank = config.powersgd_rank;
-    options.ddp_comm_state->options.start_iteration = config.powersgd_start_iteration;
-  }
+  // The option table keeps powersgd_rank >= 1 and powersgd_start_iteration >= 0,
+  // which is all MakePowerSgdState checks.
+  absl::StatusOr<std::shared_ptr<PowerSgdState>> powersgd = MakePowerSgdState(
+      config.ddp_comm_hook, config.powersgd_rank, config.powersgd_start_iteration);
+  if (powersgd.ok()) options.ddp_comm_state = *std::move(powersgd);
   options.ddp_comm_wrapper = config.ddp_comm_wrapper == "fp16"   ? CommWrapper::kFp16
                              : config.ddp_comm_wrapper == "bf16" ? CommWrapper::kBf16
                                                                  : CommWrapper::kNone;

@@ -396,7 +396,7 @@ const std::vector<RunOption>& RunOptionTable() {
        Choice(&RunConfig::process_group_backend, ParseBackend, BackendName)},
       {"precision", distributed, "32-true|bf16-mixed|16-mixed", "16-mixed needs cuda",
        Choice(&RunConfig::precision, ParsePrecision, PrecisionName)},
-      {"ddp_comm_hook", distributed, "allreduce|fp16|bf16|powersgd", "",
+      {"ddp_comm_hook", distributed, "allreduce|fp16|bf16|powersgd|batched_powersgd", "",
        Choice(&RunConfig::ddp_comm_hook, ParseCommHook, CommHookName)},
       {"find_unused_parameters", distributed, "BOOL", "", Flag(&RunConfig::find_unused_parameters)},
       {"sync_batchnorm", distributed, "BOOL",
@@ -409,6 +409,10 @@ const std::vector<RunOption>& RunOptionTable() {
        Flag(&RunConfig::static_graph)},
       {"gradient_as_bucket_view", distributed, "BOOL", "",
        Flag(&RunConfig::gradient_as_bucket_view)},
+      {"zero_redundancy_optimizer", distributed, "BOOL",
+       "ZeRO stage 1: each rank keeps and steps the optimizer state of its shard of the "
+       "parameters only (torch's ZeroRedundancyOptimizer); checkpoints hold the unsharded state",
+       Flag([](RunConfig& c) -> bool& { return c.trainer.zero_redundancy_optimizer; })},
       {"bucket_cap_mb", distributed, "MB", "the gradient buckets' size cap",
        Number([](RunConfig& c) -> double& { return c.bucket_cap_mb; }, 1e-6)},
       {"first_bucket_cap_mb", distributed, "MB",
@@ -597,7 +601,7 @@ absl::Status CheckConsistent(const RunConfig& config) {
                      CommandName(command)));
   }
   for (const char* key : {"powersgd_rank", "powersgd_start_iteration"}) {
-    if (config.given.count(key) > 0 && config.ddp_comm_hook != CommHookKind::kPowerSgd) {
+    if (config.given.count(key) > 0 && !IsPowerSgd(config.ddp_comm_hook)) {
       return absl::InvalidArgumentError(
           absl::StrCat(key, " is ddp_comm_hook powersgd's; this run's hook is ",
                        CommHookName(config.ddp_comm_hook)));

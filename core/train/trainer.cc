@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/ddp/zero_redundancy_optimizer.h"
 #include "core/train/logged_metrics.h"
 #include "core/train/metric_sync.h"
 #include "core/train/sampler.h"
@@ -125,6 +126,9 @@ absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Opti
     std::string callback_state = callback->OnSaveCheckpoint();
     if (!callback_state.empty())
       state.callback_states[callback->name()] = std::move(callback_state);
+  }
+  if (auto* sharded = dynamic_cast<ZeroRedundancyOptimizer*>(optimizer)) {
+    RETURN_IF_ERROR(sharded->ConsolidateStateDict(0));  // rank 0 saves the unsharded state
   }
   std::string bytes;
   if (strategy_.is_global_zero()) {
@@ -320,9 +324,35 @@ absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningM
   if (run->out_of_time) result.stopped_by = "max_time";
   if (run->signaled) result.stopped_by = SignalAbbrev(options_.checkpoint_on_signal);
   if (!run->stopped_by.empty()) result.stopped_by = run->stopped_by;
+  ASSIGN_OR_RETURN(result.optimizer_state_bytes, OptimizerStateBytesPerRank(*run->optimizer));
   ASSIGN_OR_RETURN(const ArrivalReport arrivals, Arrivals());
   result.straggler = arrivals.Since(run->arrivals_at_start);
   return result;
+}
+
+absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> Trainer::MakeFitOptimizer(
+    const OptimizerConfig& config, const std::vector<at::Tensor>& parameters) {
+  if (!options_.zero_redundancy_optimizer || strategy_.group() == nullptr) {
+    return MakeOptimizer(config, parameters);
+  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<ZeroRedundancyOptimizer> sharded,
+      ZeroRedundancyOptimizer::Create(
+          [config, parameters] { return MakeOptimizer(config, parameters); }, strategy_.group()));
+  return sharded;
+}
+
+absl::StatusOr<std::vector<int64_t>> Trainer::OptimizerStateBytesPerRank(
+    const torch::optim::Optimizer& optimizer) {
+  const auto* sharded = dynamic_cast<const ZeroRedundancyOptimizer*>(&optimizer);
+  absl::StatusOr<int64_t> bytes =
+      OptimizerStateBytes(sharded != nullptr ? sharded->shard_optimizer() : optimizer);
+  const int64_t mine = bytes.ok() ? *bytes : -1;
+  ProcessGroup* group = strategy_.group();
+  if (group == nullptr) return std::vector<int64_t>{mine};
+  std::vector<int64_t> everyone(group->world_size());
+  RETURN_IF_ERROR(group->AllGather(&mine, 1, DType::kInt64, everyone.data()));
+  return everyone;
 }
 
 absl::StatusOr<ArrivalReport> Trainer::Arrivals() {
@@ -411,7 +441,7 @@ absl::StatusOr<std::unique_ptr<Trainer::FitRun>> Trainer::StartFit(
 
   at::manual_seed(options_.seed + static_cast<uint64_t>(rank));
   run->config = module->ConfigureOptimizers();
-  ASSIGN_OR_RETURN(run->optimizer, MakeOptimizer(run->config, module->parameters()));
+  ASSIGN_OR_RETURN(run->optimizer, MakeFitOptimizer(run->config, module->parameters()));
   TrainingState& state = run->state;
   if (!options_.resume_from.empty()) {
     ASSIGN_OR_RETURN(std::string bytes, strategy_.LoadCheckpoint(options_.resume_from));

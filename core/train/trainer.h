@@ -118,6 +118,11 @@ struct TrainerOptions {
   // (at::globalContext().setDeterministicAlgorithms): an op that has none is
   // an error, as in torch.use_deterministic_algorithms(True).
   bool deterministic = false;
+  // ZeRO stage 1 (zero_redundancy_optimizer.h): each rank keeps and steps the
+  // optimizer state of its shard of the parameters only. Checkpoints hold the
+  // unsharded state (consolidated on rank 0). With one process and no group,
+  // the one shard is the whole optimizer.
+  bool zero_redundancy_optimizer = false;
   // Fit calls their hooks in this order on every rank (callback.h); their
   // names must differ.
   std::vector<std::shared_ptr<Callback>> callbacks;
@@ -149,6 +154,13 @@ class Trainer {
   // Fit() but for telling the callbacks of an error.
   absl::StatusOr<FitResult> FitAndReport(const std::shared_ptr<LightningModule>& module,
                                          const Dataset& train, const Dataset* validation);
+  // The optimizer `config` makes, sharded with zero_redundancy_optimizer.
+  absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeFitOptimizer(
+      const OptimizerConfig& config, const std::vector<at::Tensor>& parameters);
+  // Every rank's optimizer state bytes (its shard's when sharded), by rank;
+  // an all-gather.
+  absl::StatusOr<std::vector<int64_t>> OptimizerStateBytesPerRank(
+      const torch::optim::Optimizer& optimizer);
   absl::StatusOr<std::unique_ptr<FitRun>> StartFit(const std::shared_ptr<LightningModule>& module,
                                                    const Dataset& train);
   absl::Status TrainEpoch(FitRun& run, const Dataset& train, const Dataset* validation);

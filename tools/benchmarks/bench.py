@@ -19,10 +19,12 @@ With --multinode RATES (root only): instead, the hierarchical all-reduce of 2 ho
 against Gloo among all ranks, at each link rate (tc's, e.g. none,10gbit,1gbit); see multinode.py.
 
 With --models resnet18,gpt or --bucket-sweep: instead, the larger models against the references,
-or DDP's bucket caps; see models_sweep.py.
+or DDP's bucket caps; see models_sweep.py. With --zero: instead, ZeRO stage 1's optimizer state
+per rank and steps/s against torch's ZeroRedundancyOptimizer, on --workloads (mlp,gpt) at 2 and 4
+ranks; see zero_sweep.py.
 
 Usage: tools/bench [--json] [--rounds N] [--steps N] [--workloads mlp,conv] [--multinode RATES]
-                   [--models resnet18,gpt] [--bucket-sweep]
+                   [--models resnet18,gpt] [--bucket-sweep] [--zero]
 """
 import argparse
 import json
@@ -101,7 +103,19 @@ def main():
     parser.add_argument("--models", metavar="WORKLOADS")
     parser.add_argument("--bucket-sweep", action="store_true",
                         help="DDP's bucket caps on --workloads (default mlp,conv)")
+    parser.add_argument("--zero", action="store_true",
+                        help="ZeRO stage 1 against torch's on --workloads (say mlp,gpt)")
     args = parser.parse_args()
+    if args.zero:
+        import zero_sweep
+
+        report = zero_sweep.measure_zero(sys.executable, args.workloads.split(","), (2, 4),
+                                         args.rounds, args.steps, args.warmup)
+        if args.json:
+            print(json.dumps(report))
+        else:
+            zero_sweep.print_zero(report)
+        return 0
     if args.models or args.bucket_sweep:
         import models_sweep
 

@@ -14,10 +14,13 @@
 //            [--steps N] [--warmup N] [--nprocs N] [--start-method spawn|fork|forkserver]
 //            [--prestart 0|1]
 //            [--device cpu|cuda] [--breakdown 0|1] [--bucket-cap-mb MB]
+//            [--optimizer sgd|adam|zero_adam]
 //            [--nnodes N --node-rank K --master-addr A --master-port P]
 // --breakdown 1 adds each rank's milliseconds per step in zero_grad, forward, backward (with the
 // gradient all-reduces) and the optimizer step, and each rank's wait at the shared-memory
 // collectives (their arrivals). --bucket-cap-mb sets every bucket's cap (the first one's too).
+// --optimizer: SGD (the default), Adam, or Adam sharded by ZeroRedundancyOptimizer; the JSON
+// then has each rank's optimizer state bytes ("optimizer_state_bytes", by rank).
 // With --nnodes > 1 this is one node's launcher of a job of several nodes
 // (node 0's serves the rendezvous), as `ddpspawn fit` runs on each host.
 #include <sys/resource.h>
@@ -34,8 +37,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/distributed_data_parallel.h"
+#include "core/ddp/zero_redundancy_optimizer.h"
 #include "core/env/cluster_environment.h"
 #include "core/env/settings.h"
 #include "core/job/node_rendezvous.h"
@@ -66,7 +71,8 @@ double PeakRssMb() {
 
 struct Flags {
   std::string workload = "mlp", mode = "ddp", start_method = "spawn";
-  std::string device = "cpu";  // cpu (gloo) or cuda (nccl, cuda:local_rank)
+  std::string device = "cpu";     // cpu (gloo) or cuda (nccl, cuda:local_rank)
+  std::string optimizer = "sgd";  // sgd (lr 0.01), adam (lr 1e-3) or zero_adam
   int steps = 100, warmup = 10, nprocs = 2;
   bool check_calls = true;    // GroupOptions::check_calls
   bool breakdown = false;     // ddp/nosync: time each phase of the step (--breakdown 1)
@@ -122,6 +128,23 @@ absl::StatusOr<double> C10dReducerStepsPerSecond(const ClusterInfo& cluster,
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("c10d reducer: ", e.what()));
   }
+}
+
+// The optimizer --optimizer names, over the module's parameters.
+absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeBenchOptimizer(
+    const std::string& name, torch::nn::Module& module, ProcessGroup* group) {
+  std::vector<at::Tensor> parameters = module.parameters();
+  if (name == "sgd") return std::make_unique<torch::optim::SGD>(parameters, 0.01);
+  auto adam = [parameters]() -> absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> {
+    return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(1e-3));
+  };
+  if (name == "adam") return adam();
+  if (name == "zero_adam") {
+    ASSIGN_OR_RETURN(std::unique_ptr<ZeroRedundancyOptimizer> sharded,
+                     ZeroRedundancyOptimizer::Create(adam, group));
+    return sharded;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--optimizer ", name, ": sgd|adam|zero_adam"));
 }
 
 absl::StatusOr<std::string> Worker(const Flags& flags) {
@@ -189,7 +212,9 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
       DistributedDataParallel::Wrap(net.module, group->get(), ddp_options);
   if (!ddp.ok()) return ddp.status();
-  torch::optim::SGD optimizer(net.module->parameters(), 0.01);
+  ASSIGN_OR_RETURN(std::unique_ptr<torch::optim::Optimizer> made,
+                   MakeBenchOptimizer(flags.optimizer, *net.module, group->get()));
+  torch::optim::Optimizer& optimizer = *made;
   const torch::Tensor x = net.inputs.to(device);
   const torch::Tensor y = net.targets.to(device);
   double first_batch = 0, steady_start = 0;
@@ -234,6 +259,15 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
   double rss = PeakRssMb();
   RETURN_IF_ERROR((*group)->AllReduce(&rss, 1, DType::kFloat64, ReduceOp::kMax));
   std::string breakdown;
+  if (flags.optimizer != "sgd") {
+    const auto* sharded = dynamic_cast<const ZeroRedundancyOptimizer*>(&optimizer);
+    ASSIGN_OR_RETURN(
+        const int64_t mine,
+        OptimizerStateBytes(sharded != nullptr ? sharded->shard_optimizer() : optimizer));
+    std::vector<int64_t> all((*group)->world_size());
+    RETURN_IF_ERROR((*group)->AllGather(&mine, 1, DType::kInt64, all.data()));
+    absl::StrAppend(&breakdown, ", \"optimizer_state_bytes\": [", absl::StrJoin(all, ", "), "]");
+  }
   if (flags.breakdown) {
     // Every rank's phases, in ms per step, and what the arrivals say of the
     // waits at the shared-memory collectives.
@@ -281,6 +315,7 @@ int main(int argc, char** argv) {
     if (key == "--nprocs") flags.nprocs = std::atoi(value.c_str());
     if (key == "--start-method") flags.start_method = value;
     if (key == "--device") flags.device = value;
+    if (key == "--optimizer") flags.optimizer = value;
     if (key == "--check-calls") flags.check_calls = value != "0";
     if (key == "--breakdown") flags.breakdown = value != "0";
     if (key == "--zero-grad-to-none") flags.grads_to_none = value != "0";

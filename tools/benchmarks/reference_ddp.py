@@ -3,7 +3,11 @@ torch.nn.parallel.DistributedDataParallel on the torch 2.11 that tools/setup ins
 LibTorch, Gloo and NCCL as ddpspawn). Trains the same workloads as ddpspawn_bench and prints the same JSON object.
 
 Usage: python3 reference_ddp.py --workload mlp|conv --mode ddp|nosync [--steps N]
-       [--warmup N] [--nprocs N] [--device cpu|cuda]
+       [--warmup N] [--nprocs N] [--device cpu|cuda] [--optimizer sgd|adam|zero_adam]
+
+--optimizer adam or zero_adam (torch.distributed.optim.ZeroRedundancyOptimizer over Adam) adds
+each rank's optimizer state bytes ("optimizer_state_bytes", by rank: every tensor in the state
+of the optimizer that steps the rank's parameters, Adam's scalar `step` tensors included).
 
 launch_to_first_batch runs from the mp.spawn call to rank 0's first finished step.
 """
@@ -23,6 +27,18 @@ import torch.multiprocessing as mp  # noqa: E402
 from bench_models import make_batch, make_model  # noqa: E402  the same models as the C++ side
 
 
+def make_optimizer(name, model):
+    if name == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=0.01)
+    if name == "adam":
+        return torch.optim.Adam(model.parameters(), lr=1e-3)
+    if name == "zero_adam":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam,
+                                       lr=1e-3)
+    raise SystemExit(f"--optimizer {name}: sgd|adam|zero_adam")
+
+
 def worker(rank, args, port, queue):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -33,7 +49,7 @@ def worker(rank, args, port, queue):
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     model = torch.nn.parallel.DistributedDataParallel(
         make_model(args.workload).to(device), device_ids=[rank] if cuda else None)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    optimizer = make_optimizer(args.optimizer, model)
     x, y = make_batch(args.workload)
     x, y = x.to(device), y.to(device)
     first_batch = steady_start = 0.0
@@ -55,9 +71,17 @@ def worker(rank, args, port, queue):
     steps_per_s = args.steps / (time.time() - steady_start)
     rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0]).to(device)
     dist.all_reduce(rss, op=dist.ReduceOp.MAX)
+    result = {"launch_to_first_batch": first_batch - args.launch_time,
+              "steps_per_s": steps_per_s, "peak_rss_mb": rss.item()}
+    if args.optimizer != "sgd":
+        local = optimizer.optim if args.optimizer == "zero_adam" else optimizer
+        mine = sum(t.nbytes for state in local.state.values() for t in state.values()
+                   if torch.is_tensor(t))
+        every = [None] * args.nprocs
+        dist.all_gather_object(every, mine)
+        result["optimizer_state_bytes"] = every
     if rank == 0:
-        queue.put({"launch_to_first_batch": first_batch - args.launch_time,
-                   "steps_per_s": steps_per_s, "peak_rss_mb": rss.item()})
+        queue.put(result)
     dist.destroy_process_group()
 
 
@@ -69,6 +93,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--nprocs", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (nccl)")
+    parser.add_argument("--optimizer", default="sgd", help="sgd, adam or zero_adam")
     args = parser.parse_args()
     with socket.socket() as probe:  # the usual free-port probe
         probe.bind(("127.0.0.1", 0))

@@ -322,7 +322,9 @@ class Context(Closable):
             comm_hook: "allreduce", "fp16" or "bf16" (compressed; lossy), or
                 "powersgd" (low rank with error feedback; only matrices
                 compress: tensors of two or more dimensions, while flat
-                buffers are sent as they are; see ``Reducer.compression``).
+                buffers are sent as they are; see ``Reducer.compression``),
+                or "batched_powersgd" (each bucket as one square matrix, so
+                flat buffers compress too).
             powersgd_rank: PowerSGD's matrix approximation rank.
             powersgd_start_iteration: PowerSGD runs plain all-reduce before it.
             find_unused_parameters: True leaves a buffer that no rank marked

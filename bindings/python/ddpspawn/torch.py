@@ -52,8 +52,9 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
     (a parameter that no rank used keeps its gradient, ``None`` included;
     one that another rank used gets the mean), ``broadcast_buffers``
     (rank 0's buffers before each forward in training), :meth:`no_sync`, and
-    the comm hook by name: ``"allreduce"``, ``"fp16"``, ``"bf16"`` or
-    ``"powersgd"`` (``powersgd_rank``, ``powersgd_start_iteration``).
+    the comm hook by name: ``"allreduce"``, ``"fp16"``, ``"bf16"``,
+    ``"powersgd"`` or ``"batched_powersgd"`` (``powersgd_rank``,
+    ``powersgd_start_iteration``).
     ``gradient_as_bucket_view`` changes nothing (the gradients are bucket
     views already) and is refused with ``find_unused_parameters``.
 

@@ -316,3 +316,54 @@ def reducer_torch_powersgd(ctx, shaped):
                 )
             )
     return ctx.all_gather_object(seen)
+
+
+def reducer_trains_flat(ctx, hook, steps=150, lr=0.1):
+    """Trains a 16-64-1 regression MLP on this rank's own data with the
+    gradients handed to the reducer as flat numpy views of p.grad (as a
+    binding without shapes hands them), averaged through `hook` (PowerSGD
+    rank 2 from iteration 5 for the PowerSGD hooks). Returns the loss on every
+    rank's data together before and after, and the last step's compression
+    figures (elements sent, dense elements), for every rank."""
+    import torch
+
+    torch.set_num_threads(1)
+    teacher = torch.Generator().manual_seed(99)
+    w1, w2 = torch.randn(16, 8, generator=teacher), torch.randn(8, 1, generator=teacher)
+
+    def data(seed, n):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(n, 16, generator=g)
+        return x, torch.tanh(x @ w1) @ w2
+
+    x, y = data(ctx.rank, 64)
+    every = [data(r, 64) for r in range(ctx.world_size)]  # the objective all ranks train
+    x_eval, y_eval = torch.cat([x for x, _ in every]), torch.cat([y for _, y in every])
+    torch.manual_seed(3)  # the same initial weights on every rank
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+    params = list(model.parameters())
+    for p in params:
+        p.grad = torch.zeros_like(p)
+
+    def eval_loss():
+        with torch.no_grad():
+            return float(torch.nn.functional.mse_loss(model(x_eval), y_eval))
+
+    before = eval_loss()
+    options = {}
+    if "powersgd" in hook:
+        options = dict(powersgd_rank=2, powersgd_start_iteration=5)
+    with ctx.reducer([p.grad.view(-1).numpy() for p in params], comm_hook=hook,
+                     **options) as reducer:
+        for _ in range(steps):
+            for p in params:
+                p.grad.zero_()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            for k in reversed(range(len(params))):
+                reducer.mark_ready(k)
+            reducer.finalize()
+            with torch.no_grad():
+                for p in params:
+                    p -= lr * p.grad
+        compression = reducer.compression
+    return ctx.all_gather_object((before, eval_loss(), compression))

@@ -237,6 +237,11 @@ def test_ddp_options_reach_fit(data, tmp_path):
     dense = int(rank_1["powersgd.dense_elements"])
     assert 0 < int(rank_1["powersgd.sent_elements"]) < int(rank_2["powersgd.sent_elements"])
     assert int(rank_2["powersgd.sent_elements"]) < dense == int(rank_2["powersgd.dense_elements"])
+    # Batched: the model's 4,675 elements in one bucket, a 69x69 square; rank 1
+    # sends P and Q of 69 each.
+    batched = fit(ddp_comm_hook="batched_powersgd", powersgd_start_iteration=0)
+    assert (batched["powersgd.sent_elements"], batched["powersgd.dense_elements"]) == (
+        str(2 * 69), str(dense))
     not_yet = fit(ddp_comm_hook="powersgd", powersgd_start_iteration=1000)
     assert not_yet["powersgd.sent_elements"] == "0"
     fit(ddp_comm_hook="allreduce", ddp_comm_wrapper="bf16", broadcast_buffers="false",

@@ -409,9 +409,11 @@ typedef struct ddpspawn_reducer_options {
   double bucket_cap_mb;       /* default 25 */
   double first_bucket_cap_mb; /* default 1: the first bucket starts early */
   /* How a bucket is averaged: "allreduce" (default when NULL), "fp16" or
-   * "bf16" (compressed), or "powersgd" (low rank, with error feedback; only
+   * "bf16" (compressed), "powersgd" (low rank, with error feedback; only
    * matrices compress, so flat buffers are sent as they are: give shaped
-   * gradients with ddpspawn_reducer_create_dlpack, ddpspawn_dlpack.h). */
+   * gradients with ddpspawn_reducer_create_dlpack, ddpspawn_dlpack.h), or
+   * "batched_powersgd" (each bucket, zero-padded to a square, is one matrix:
+   * flat buffers compress too). */
   const char* comm_hook;
   int32_t powersgd_rank;            /* default 1 */
   int32_t powersgd_start_iteration; /* plain all-reduce before it; default 10 */
@@ -468,7 +470,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_written(const ddpspawn_reducer*
 /* Number of buckets; -1 for NULL. */
 DDPSPAWN_EXPORT int32_t ddpspawn_reducer_bucket_count(const ddpspawn_reducer* reducer);
 
-/* With the "powersgd" hook: the elements the last compressed iteration sent
+/* With the "powersgd" and "batched_powersgd" hooks: the elements the last compressed iteration sent
  * and the elements of the gradients they stood for (*out_sent < *out_dense
  * when it compressed). Both 0 before powersgd_start_iteration, and with the
  * other hooks. Read it between iterations. */

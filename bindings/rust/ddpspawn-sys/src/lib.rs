@@ -265,7 +265,8 @@ pub struct ddpspawn_reducer_options {
     pub bucket_cap_mb: c_double,
     /// Size cap of the first bucket in MiB; default 1.
     pub first_bucket_cap_mb: c_double,
-    /// `"allreduce"` (default when NULL), `"fp16"`, `"bf16"` or `"powersgd"`.
+    /// `"allreduce"` (default when NULL), `"fp16"`, `"bf16"`, `"powersgd"` or
+    /// `"batched_powersgd"`.
     pub comm_hook: *const c_char,
     /// PowerSGD's matrix approximation rank; default 1.
     pub powersgd_rank: i32,

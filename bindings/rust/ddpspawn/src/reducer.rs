@@ -206,7 +206,9 @@ impl ReducerBuilder {
     /// How a bucket is averaged: `"allreduce"`, `"fp16"` or `"bf16"`
     /// (compressed, lossy), or `"powersgd"` (low rank with error feedback;
     /// only matrices compress and buffers cross the C ABI flat, so here they
-    /// are sent as they are). Another name makes `build` fail with
+    /// are sent as they are), or `"batched_powersgd"` (each bucket as one
+    /// square matrix, so flat buffers compress too). Another name makes
+    /// `build` fail with
     /// [`Error::InvalidArgument`].
     pub fn comm_hook(mut self, name: impl Into<String>) -> Self {
         self.comm_hook = Some(name.into());

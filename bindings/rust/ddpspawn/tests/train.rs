@@ -26,6 +26,10 @@ fn main() {
         ("fit_learns_and_checkpoints", fit_learns_and_checkpoints),
         ("resume_continues", resume_continues),
         (
+            "zero_redundancy_optimizer_shards_the_state",
+            zero_redundancy_optimizer_shards_the_state,
+        ),
+        (
             "validate_and_test_from_checkpoint",
             validate_and_test_from_checkpoint,
         ),
@@ -299,6 +303,43 @@ fn resume_continues(dir: &Path) {
         weights_moved,
         "the weights after 4 epochs are those after 2"
     );
+}
+
+/// ZeRO stage 1 from Rust: each rank holds its shard of Adam's state, and
+/// training is bit-equal to unsharded Adam.
+fn zero_redundancy_optimizer_shards_the_state(dir: &Path) {
+    let (train, _) = data(dir);
+    let adam = |sub: &str| {
+        trainer(&dir.join(sub), MLP)
+            .option("optimizer", "adam")
+            .option("lr", 0.01)
+            .option("momentum", 0)
+            .option("max_epochs", 2)
+    };
+    let plain = ok(adam("plain").fit(&train));
+    let sharded = ok(adam("sharded")
+        .option("zero_redundancy_optimizer", true)
+        .fit(&train));
+    let bytes = |result: &RunResult| -> Vec<u64> {
+        let text = result.get("optimizer_state_bytes").unwrap();
+        text.split(',').map(|b| b.parse().unwrap()).collect()
+    };
+    let (unsharded, shards) = (bytes(&plain), bytes(&sharded));
+    assert_eq!(unsharded.len(), NPROCS);
+    assert!(
+        unsharded.iter().all(|&b| b == unsharded[0]),
+        "{unsharded:?}"
+    );
+    assert_eq!(shards.iter().sum::<u64>(), unsharded[0], "{shards:?}");
+    assert!(
+        shards.iter().all(|&b| 0 < b && b < unsharded[0]),
+        "{shards:?}"
+    );
+    let (p, s) = (
+        plain.metric("train_loss_epoch").unwrap(),
+        sharded.metric("train_loss_epoch").unwrap(),
+    );
+    assert_eq!(p.to_bits(), s.to_bits(), "unsharded {p}, sharded {s}");
 }
 
 fn validate_and_test_from_checkpoint(dir: &Path) {
