@@ -2,9 +2,11 @@
 // caller buffers (and the handle's creation, shared with dlpack_api.cc).
 #include <ATen/ATen.h>
 
+#include <cstddef>
 #include <memory>
 
 #include "capi/context.h"
+#include "capi/custom_comm_hook.h"
 #include "capi/reducer.h"
 #include "capi/status.h"
 #include "core/ddp/comm_hooks.h"
@@ -35,6 +37,13 @@ absl::StatusOr<at::ScalarType> ToScalarType(int32_t dtype) {
 
 namespace ddpspawn::capi {
 
+// The first releases' struct ended at find_unused_parameters.
+template <>
+struct ReleasedSizes<ddpspawn_reducer_options> {
+  static constexpr size_t kSizes[] = {sizeof(ddpspawn_reducer_options),
+                                      offsetof(ddpspawn_reducer_options, custom_comm_hook)};
+};
+
 absl::Status CreateReducer(ddpspawn_context* context, std::vector<at::Tensor> gradients,
                            const ddpspawn_reducer_options* options,
                            ddpspawn_reducer** out_reducer) {
@@ -48,14 +57,27 @@ absl::Status CreateReducer(ddpspawn_context* context, std::vector<at::Tensor> gr
   // PowerSGD's state is kept, to read what it sent.
   ASSIGN_OR_RETURN(std::shared_ptr<PowerSgdState> powersgd,
                    MakePowerSgdState(hook_kind, o.powersgd_rank, o.powersgd_start_iteration));
-  if (powersgd != nullptr) {
+  std::shared_ptr<CustomCommHook> custom;
+  if (o.custom_comm_hook != nullptr) {
+    if (hook_kind != CommHookKind::kAllReduce) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("comm_hook \"", o.comm_hook,
+                       "\" and a custom_comm_hook were both given; a reducer runs one hook"));
+    }
+    ASSIGN_OR_RETURN(custom, CustomCommHook::Create(*o.custom_comm_hook, context->group));
+    reducer_options.comm_hook = custom;
+  } else if (powersgd != nullptr) {
     reducer_options.comm_hook = MakePowerSgdHook(powersgd);
   } else {
     ASSIGN_OR_RETURN(reducer_options.comm_hook, MakeCommHook(hook_kind));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Reducer> reducer,
-                   Reducer::Create(context->group.get(), std::move(gradients), reducer_options,
-                                   /*autograd_mode=*/false));
+  absl::StatusOr<std::unique_ptr<Reducer>> made = Reducer::Create(
+      context->group.get(), std::move(gradients), reducer_options, /*autograd_mode=*/false);
+  if (!made.ok()) {
+    if (custom != nullptr) custom->Disarm();  // the caller keeps its hook's user_data
+    return made.status();
+  }
+  std::unique_ptr<Reducer> reducer = *std::move(made);
   *out_reducer = new ddpspawn_reducer{context->group, std::move(reducer), std::move(powersgd)};
   return absl::OkStatus();
 }

@@ -53,6 +53,29 @@ ddpspawn_status CodeOf(const absl::Status& status) {
 
 }  // namespace
 
+void SetLastError(absl::string_view message) { t_last_error = Capped(message); }
+
+absl::StatusCode CodeFromStatus(ddpspawn_status code) {
+  switch (code) {
+    case DDPSPAWN_OK:
+      return absl::StatusCode::kOk;
+    case DDPSPAWN_ERR_INVALID_ARGUMENT:
+      return absl::StatusCode::kInvalidArgument;
+    case DDPSPAWN_ERR_WORKER_FAILED:
+      return absl::StatusCode::kAborted;
+    case DDPSPAWN_ERR_TIMEOUT:
+      return absl::StatusCode::kDeadlineExceeded;
+    case DDPSPAWN_ERR_INTERRUPTED:
+      return absl::StatusCode::kCancelled;
+    case DDPSPAWN_ERR_UNAVAILABLE:
+      return absl::StatusCode::kUnavailable;
+    case DDPSPAWN_ERR_FAILED_PRECONDITION:
+      return absl::StatusCode::kFailedPrecondition;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
 ddpspawn_status Report(const absl::Status& status) {
   if (status.ok()) {
     t_last_error.clear();
@@ -68,6 +91,11 @@ extern "C" {
 
 DDPSPAWN_EXPORT const char* ddpspawn_last_error(void) {
   return ddpspawn::capi::t_last_error.c_str();
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_set_last_error(ddpspawn_status code, const char* message) {
+  ddpspawn::capi::SetLastError(message != nullptr ? message : "");
+  return code;
 }
 
 DDPSPAWN_EXPORT int32_t ddpspawn_abi_version(void) { return DDPSPAWN_ABI_VERSION; }

@@ -19,6 +19,11 @@ namespace ddpspawn::capi {
 // Records `status` as this thread's last error (or clears it) and returns its
 // code.
 ddpspawn_status Report(const absl::Status& status);
+// Sets this thread's last error (ddpspawn_set_last_error).
+void SetLastError(absl::string_view message);
+// A status code's absl code (the inverse of Report's mapping, as far as one
+// exists): for a callback's failure.
+absl::StatusCode CodeFromStatus(ddpspawn_status code);
 
 // Runs `body` (returning absl::Status); an exception becomes its
 // ExceptionStatus (LibTorch's without its backtrace), DDPSPAWN_ERR_INTERNAL

@@ -68,6 +68,12 @@ typedef int32_t ddpspawn_status;
  * keeps its first 64 KiB and ends with a note of its full length. */
 DDPSPAWN_EXPORT const char* ddpspawn_last_error(void);
 
+/* For callbacks the library calls (a C communication hook): records `message`
+ * (NULL: "") as this thread's last error and returns `code`, so that a
+ * callback can say why it failed: `return ddpspawn_set_last_error(
+ * DDPSPAWN_ERR_INVALID_ARGUMENT, "...");`. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_set_last_error(ddpspawn_status code, const char* message);
+
 /* DDPSPAWN_ABI_VERSION of the loaded library. */
 DDPSPAWN_EXPORT int32_t ddpspawn_abi_version(void);
 
@@ -404,6 +410,46 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather_bytes(ddpspawn_context* cont
  * every buffer holds the mean over ranks. */
 typedef struct ddpspawn_reducer ddpspawn_reducer;
 
+/* One bucket, as a C communication hook sees it: the gradients of some of the
+ * reducer's buffers, back to back in `data` (the reducer's memory, not the
+ * caller's buffers: it copies the result back after `wait`). */
+typedef struct ddpspawn_bucket {
+  uint32_t struct_size; /* sizeof(ddpspawn_bucket) */
+  int32_t index;        /* buckets start in index order on every rank */
+  int32_t bucket_count; /* the reducer's number of buckets */
+  int32_t dtype;        /* DDPSPAWN_FLOAT32 ... */
+  void* data;           /* `count` elements of `dtype` */
+  size_t count;
+} ddpspawn_bucket;
+
+/* A communication hook written in C, or in any language that can hand C
+ * function pointers (Rust, Python's ctypes): the reducer calls it for every
+ * bucket instead of a built-in hook. `start` begins averaging `bucket`; when
+ * `wait` has returned (right after `start` when `wait` is NULL), bucket->data
+ * must hold the mean over the ranks (or what the hook's compression makes of
+ * it). Both may run ddpspawn's collectives on `context`, a context of the
+ * reducer's group valid only during the call (every rank starts the same
+ * buckets in the same order, so the hook's collectives match across ranks;
+ * they must not use another context of the same group meanwhile). `start`
+ * may set *out_work (NULL on entry), which `wait` gets. Return DDPSPAWN_OK,
+ * or an error code: a failed collective's, or any code with
+ * ddpspawn_set_last_error() saying why; the reducer call that ran the hook
+ * then fails with that code and a message naming the rank, the bucket and the
+ * hook's last error. The reducer copies this struct; user_data must stay
+ * valid until `release` (NULL: nothing), which the reducer calls once, when it
+ * is destroyed; when ddpspawn_reducer_create fails, it is not called (the
+ * caller still owns user_data). Calls come from the thread that
+ * calls ddpspawn_reducer_mark_ready or ddpspawn_reducer_finalize, one at a
+ * time. */
+typedef struct ddpspawn_comm_hook {
+  uint32_t struct_size; /* sizeof(ddpspawn_comm_hook) */
+  void* user_data;
+  ddpspawn_status (*start)(void* user_data, ddpspawn_context* context,
+                           const ddpspawn_bucket* bucket, void** out_work);
+  ddpspawn_status (*wait)(void* user_data, ddpspawn_context* context, void* work);
+  void (*release)(void* user_data);
+} ddpspawn_comm_hook;
+
 typedef struct ddpspawn_reducer_options {
   uint32_t struct_size;       /* sizeof(ddpspawn_reducer_options) */
   double bucket_cap_mb;       /* default 25 */
@@ -421,10 +467,13 @@ typedef struct ddpspawn_reducer_options {
    * (costs one small all-reduce per iteration). 0 (default): unmarked
    * buffers count as zeros and get the mean like the others. */
   int32_t find_unused_parameters;
+  /* Not NULL: this hook averages every bucket (comm_hook must then be NULL
+   * or "allreduce"). Copied at creation; see ddpspawn_comm_hook. */
+  const ddpspawn_comm_hook* custom_comm_hook;
 } ddpspawn_reducer_options;
 
 #define DDPSPAWN_REDUCER_OPTIONS_INIT \
-  { sizeof(ddpspawn_reducer_options), 25.0, 1.0, NULL, 1, 10, 0 }
+  { sizeof(ddpspawn_reducer_options), 25.0, 1.0, NULL, 1, 10, 0, NULL }
 
 DDPSPAWN_EXPORT void ddpspawn_reducer_options_init(ddpspawn_reducer_options* options);
 /* Like ddpspawn_reducer_options_init, for callers that do not compile against

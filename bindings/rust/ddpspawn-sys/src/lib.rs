@@ -253,6 +253,56 @@ pub struct ddpspawn_reducer {
     _marker: PhantomData<(*mut u8, PhantomPinned)>,
 }
 
+/// One bucket, as a C communication hook sees it: `count` elements of
+/// `dtype` back to back at `data` (the reducer's memory).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ddpspawn_bucket {
+    /// `size_of::<ddpspawn_bucket>()`.
+    pub struct_size: u32,
+    /// Buckets start in index order on every rank.
+    pub index: i32,
+    /// The reducer's number of buckets.
+    pub bucket_count: i32,
+    /// `DDPSPAWN_FLOAT32` ...
+    pub dtype: i32,
+    /// `count` elements of `dtype`.
+    pub data: *mut c_void,
+    /// Elements at `data`.
+    pub count: usize,
+}
+
+/// A communication hook as C function pointers (the header's comment says
+/// what each must do); the reducer copies it and calls `release(user_data)`
+/// once, when it is destroyed.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ddpspawn_comm_hook {
+    /// `size_of::<ddpspawn_comm_hook>()`.
+    pub struct_size: u32,
+    /// Passed to every call.
+    pub user_data: *mut c_void,
+    /// Begins averaging a bucket; may set `*out_work` for `wait`.
+    pub start: Option<
+        unsafe extern "C" fn(
+            user_data: *mut c_void,
+            context: *mut ddpspawn_context,
+            bucket: *const ddpspawn_bucket,
+            out_work: *mut *mut c_void,
+        ) -> ddpspawn_status,
+    >,
+    /// Finishes what `start` began; NULL: nothing to finish.
+    pub wait: Option<
+        unsafe extern "C" fn(
+            user_data: *mut c_void,
+            context: *mut ddpspawn_context,
+            work: *mut c_void,
+        ) -> ddpspawn_status,
+    >,
+    /// Called once when the reducer is destroyed; NULL: nothing.
+    pub release: Option<unsafe extern "C" fn(user_data: *mut c_void)>,
+}
+
 /// Options for `ddpspawn_reducer_create`; start from
 /// [`ddpspawn_reducer_options_init_sized`] (or
 /// [`DDPSPAWN_REDUCER_OPTIONS_INIT`]).
@@ -274,6 +324,9 @@ pub struct ddpspawn_reducer_options {
     pub powersgd_start_iteration: i32,
     /// Non-zero: buffers no rank marked ready in an iteration stay untouched.
     pub find_unused_parameters: i32,
+    /// Not NULL: this hook averages every bucket (`comm_hook` NULL or
+    /// `"allreduce"`); copied at creation.
+    pub custom_comm_hook: *const ddpspawn_comm_hook,
 }
 
 /// The header's `DDPSPAWN_REDUCER_OPTIONS_INIT`.
@@ -285,6 +338,7 @@ pub const DDPSPAWN_REDUCER_OPTIONS_INIT: ddpspawn_reducer_options = ddpspawn_red
     powersgd_rank: 1,
     powersgd_start_iteration: 10,
     find_unused_parameters: 0,
+    custom_comm_hook: ptr::null(),
 };
 
 impl Default for ddpspawn_reducer_options {
@@ -311,6 +365,10 @@ pub struct ddpspawn_run_result {
 extern "C" {
     // Errors and versions.
     pub fn ddpspawn_last_error() -> *const c_char;
+    pub fn ddpspawn_set_last_error(
+        code: ddpspawn_status,
+        message: *const c_char,
+    ) -> ddpspawn_status;
     pub fn ddpspawn_abi_version() -> i32;
     pub fn ddpspawn_version() -> *const c_char;
     pub fn ddpspawn_build_info() -> *const c_char;

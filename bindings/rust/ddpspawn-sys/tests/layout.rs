@@ -57,6 +57,13 @@ kind!("uint": u8, u16, u32, u64, usize);
 kind!("float": f32, f64);
 // The header's function-pointer typedefs (nullable, hence `Option`).
 kind!("ptr": Option<unsafe extern "C" fn()>, Option<unsafe extern "C" fn(i32, *mut c_void) -> c_int>);
+// ddpspawn_comm_hook's callbacks.
+kind!("ptr":
+    Option<unsafe extern "C" fn(*mut c_void, *mut ddpspawn_context, *const ddpspawn_bucket,
+                                *mut *mut c_void) -> ddpspawn_status>,
+    Option<unsafe extern "C" fn(*mut c_void, *mut ddpspawn_context, *mut c_void)
+                                -> ddpspawn_status>,
+    Option<unsafe extern "C" fn(*mut c_void)>);
 
 impl<T> Kind for *const T {
     const KIND: &'static str = "ptr";
@@ -130,6 +137,38 @@ macro_rules! full_struct {
                 .insert(format!("init {name}.{}", stringify!($field)), hex(bytes));
         )+
         $side.init_consts.push(stringify!($init));
+    }};
+}
+
+/// A struct with a body and no `*_INIT` macro (one the library fills in or
+/// the caller fills whole): its size and alignment, and each field's offset,
+/// size and kind. The field list must name every field of the Rust struct.
+macro_rules! layout_struct {
+    ($side:ident, $ty:ident { $($field:ident),+ $(,)? }) => {{
+        let _ = |v: $ty| {
+            let $ty { $($field: _),+ } = v;
+        };
+        let name = stringify!($ty);
+        $side.facts.insert(
+            format!("struct {name}"),
+            format!("size={} align={}", size_of::<$ty>(), align_of::<$ty>()),
+        );
+        let value = MaybeUninit::<$ty>::uninit();
+        let base = value.as_ptr();
+        $(
+            // SAFETY: addr_of! only computes the address of a field inside
+            // `value`; nothing is read.
+            let field = unsafe { ptr::addr_of!((*base).$field) };
+            $side.facts.insert(
+                format!("field {name}.{}", stringify!($field)),
+                format!(
+                    "offset={} size={} kind={}",
+                    field as usize - base as usize,
+                    pointee_size(field),
+                    pointee_kind(field),
+                ),
+            );
+        )+
     }};
 }
 
@@ -224,8 +263,30 @@ fn rust_side() -> RustSide {
             powersgd_rank,
             powersgd_start_iteration,
             find_unused_parameters,
+            custom_comm_hook,
         },
         DDPSPAWN_REDUCER_OPTIONS_INIT
+    );
+    layout_struct!(
+        side,
+        ddpspawn_bucket {
+            struct_size,
+            index,
+            bucket_count,
+            dtype,
+            data,
+            count,
+        }
+    );
+    layout_struct!(
+        side,
+        ddpspawn_comm_hook {
+            struct_size,
+            user_data,
+            start,
+            wait,
+            release,
+        }
     );
     opaque_struct!(
         side,

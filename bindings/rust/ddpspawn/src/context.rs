@@ -77,6 +77,12 @@ impl Context {
             })
     }
 
+    /// A handle the library owns and lends (a comm hook's); wrap it in
+    /// `ManuallyDrop`, so that it is never destroyed here.
+    pub(crate) fn borrowed(raw: NonNull<sys::ddpspawn_context>) -> Context {
+        Context { raw }
+    }
+
     fn as_const(&self) -> *const sys::ddpspawn_context {
         self.raw.as_ptr()
     }

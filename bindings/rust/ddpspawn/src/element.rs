@@ -22,6 +22,21 @@ impl DType {
             DType::Int64 => sys::DDPSPAWN_INT64,
         }
     }
+
+    /// The type of a C constant; `None` for an unknown one.
+    pub(crate) fn from_raw(raw: i32) -> Option<DType> {
+        [DType::Float32, DType::Float64, DType::Int32, DType::Int64]
+            .into_iter()
+            .find(|d| d.to_raw() == raw)
+    }
+
+    /// The size of one element, in bytes.
+    pub fn size(self) -> usize {
+        match self {
+            DType::Float32 | DType::Int32 => 4,
+            DType::Float64 | DType::Int64 => 8,
+        }
+    }
 }
 
 mod sealed {

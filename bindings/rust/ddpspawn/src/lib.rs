@@ -47,6 +47,7 @@
 //! path (an rpath, or `LD_LIBRARY_PATH`).
 
 mod arrivals;
+mod comm_hook;
 mod context;
 mod defaults;
 mod element;
@@ -58,6 +59,7 @@ mod trainer;
 mod worker;
 
 pub use arrivals::{RankArrivals, StragglerReport};
+pub use comm_hook::{Bucket, CommHook};
 pub use context::Context;
 pub use element::{DType, Element, ReduceOp};
 pub use error::{Error, ErrorKind, Result};

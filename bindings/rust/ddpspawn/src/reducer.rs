@@ -9,9 +9,11 @@ use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::os::raw::c_void;
 use std::ptr::{self, NonNull};
+use std::sync::{Arc, Mutex};
 
 use ddpspawn_sys as sys;
 
+use crate::comm_hook::{CommHook, HookTable, SharedHook};
 use crate::context::Context;
 use crate::defaults::library_defaults;
 use crate::element::{DType, Element};
@@ -166,6 +168,7 @@ pub struct ReducerBuilder {
     powersgd_rank: Option<u32>,
     powersgd_start_iteration: Option<u32>,
     find_unused_parameters: Option<bool>,
+    custom_comm_hook: Option<SharedHook>,
 }
 
 impl Default for ReducerBuilder {
@@ -186,6 +189,7 @@ impl ReducerBuilder {
             powersgd_rank: None,
             powersgd_start_iteration: None,
             find_unused_parameters: None,
+            custom_comm_hook: None,
         }
     }
 
@@ -235,6 +239,15 @@ impl ReducerBuilder {
         self
     }
 
+    /// A hook written in Rust averages every bucket (instead of
+    /// [`comm_hook`](ReducerBuilder::comm_hook)'s, which must then be unset
+    /// or `"allreduce"`). Reducers built from this builder (or its clones)
+    /// share the one hook, each reducing under its lock.
+    pub fn custom_comm_hook(mut self, hook: impl CommHook + 'static) -> Self {
+        self.custom_comm_hook = Some(SharedHook(Arc::new(Mutex::new(hook))));
+        self
+    }
+
     /// A reducer over `buffers` (anything that converts into
     /// [`GradBuffer`]s: `Vec<f32>`, ..., or `GradBuffer`s of mixed types),
     /// using `context`'s process group. Every rank passes the same lengths
@@ -246,7 +259,7 @@ impl ReducerBuilder {
         I: IntoIterator,
         I::Item: Into<GradBuffer>,
     {
-        let (options, _comm_hook) = self.options()?;
+        let (options, _comm_hook, mut hook_table) = self.options()?;
         let mut buffers: Vec<GradBuffer> = buffers.into_iter().map(Into::into).collect();
         // Pointers to the vectors' heap blocks: moving `buffers` (the outer
         // vector) into the Reducer below does not move them, and the Reducer
@@ -270,6 +283,9 @@ impl ReducerBuilder {
                 &mut raw,
             )
         })?;
+        if let Some(table) = &mut hook_table {
+            table.hand_over();
+        }
         Ok(Reducer {
             handle: Handle::new(raw)?,
             buffers,
@@ -278,9 +294,16 @@ impl ReducerBuilder {
         })
     }
 
-    /// The C options, and the hook name they point into (keep it alive while
-    /// the options are used).
-    pub(crate) fn options(&self) -> Result<(sys::ddpspawn_reducer_options, Option<CString>)> {
+    /// The C options, and the hook name and custom hook table they point
+    /// into (keep them alive while the options are used; hand the table over
+    /// after a successful create).
+    pub(crate) fn options(
+        &self,
+    ) -> Result<(
+        sys::ddpspawn_reducer_options,
+        Option<CString>,
+        Option<HookTable>,
+    )> {
         let comm_hook = match &self.comm_hook {
             Some(name) => Some(to_c_string("comm_hook", name.as_str())?),
             None => None,
@@ -304,7 +327,11 @@ impl ReducerBuilder {
         if let Some(enabled) = self.find_unused_parameters {
             options.find_unused_parameters = i32::from(enabled);
         }
-        Ok((options, comm_hook))
+        let hook_table = self.custom_comm_hook.as_ref().map(HookTable::new);
+        if let Some(table) = &hook_table {
+            options.custom_comm_hook = table.as_ptr();
+        }
+        Ok((options, comm_hook, hook_table))
     }
 }
 

@@ -169,7 +169,7 @@ impl ReducerBuilder {
         context: &'ctx Context,
         tensors: Vec<TensorRef>,
     ) -> Result<TensorReducer<'ctx>> {
-        let (options, _comm_hook) = self.options()?;
+        let (options, _comm_hook, mut hook_table) = self.options()?;
         let mut described: Vec<sys::DLTensor> = tensors.iter().map(TensorRef::to_dl).collect();
         let pointers: Vec<*mut sys::DLTensor> = described
             .iter_mut()
@@ -189,6 +189,9 @@ impl ReducerBuilder {
                 &mut raw,
             )
         })?;
+        if let Some(table) = &mut hook_table {
+            table.hand_over();
+        }
         Ok(TensorReducer {
             handle: Handle::new(raw)?,
             tensors,

@@ -271,6 +271,15 @@ fn comm_hooks_two_ranks() {
 }
 
 #[test]
+fn a_comm_hook_written_in_rust_sparsifies_and_converges() {
+    let summary = reducer_case(2, "topk");
+    assert!(
+        summary.starts_with("topk ok world=2 sent=19200 dense=76800"),
+        "{summary}"
+    );
+}
+
+#[test]
 fn bad_options_in_workers_are_invalid_argument() {
     let want = ["InvalidArgument"; 8].join(" ");
     assert_eq!(reducer_case(2, "bad-options"), want);
