@@ -184,7 +184,7 @@ absl::Status ZeroRedundancyOptimizer::AllGatherParameters() {
     for (size_t i = 0; i < parameters.size(); ++i) {
       const int owner = owners_[i];
       if (owner == group_->rank()) continue;
-      at::Tensor p = parameters[i];
+      const at::Tensor& p = parameters[i];
       p.copy_(gathered[owner].narrow(0, offsets[owner], p.numel()).view(p.sizes()));
       offsets[owner] += p.numel();
     }

@@ -69,7 +69,7 @@ void ExpectShardedAdamMatchesUnsharded(int nprocs) {
     int64_t b = 0, e = 0;
     ASSERT_TRUE(absl::SimpleAtoi(bytes[rank], &b) && absl::SimpleAtoi(elements[rank], &e));
     EXPECT_GT(e, 0) << "rank " << rank << " owns no parameter";
-    EXPECT_EQ(b, 2 * 4 * e) << "rank " << rank;
+    EXPECT_EQ(b, int64_t{8} * e) << "rank " << rank;
     total_bytes += b, total_elements += e;
   }
   EXPECT_EQ(total_bytes, static_cast<int64_t>(Number(fields, "unsharded_state_bytes")));
