@@ -36,8 +36,12 @@
 #include "core/ddp/sync_batch_norm.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/worker_channel.h"
+#include "tests/ddp/worker_checks.h"
 
 namespace ddpspawn {
+
+const char test_worker::kWorkerName[] = "ddp_worker";
+
 namespace {
 
 struct Flags {
@@ -56,15 +60,8 @@ struct Flags {
   }
 };
 
-[[noreturn]] void Fail(const std::string& why) {
-  (void)SetWorkerError(why);
-  std::fprintf(stderr, "ddp_worker: %s\n", why.c_str());
-  std::exit(1);
-}
-
-void CheckOk(const absl::Status& status, const std::string& what) {
-  if (!status.ok()) Fail(absl::StrCat(what, ": ", status.ToString()));
-}
+using test_worker::CheckOk;
+using test_worker::Fail;
 
 // A model with a head that only some ranks use in some steps, and one no rank
 // ever uses.

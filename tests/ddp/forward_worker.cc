@@ -21,19 +21,16 @@
 #include "core/ddp/distributed_data_parallel.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/worker_channel.h"
+#include "tests/ddp/worker_checks.h"
 
 namespace ddpspawn {
+
+const char test_worker::kWorkerName[] = "forward_worker";
+
 namespace {
 
-[[noreturn]] void Fail(const std::string& why) {
-  (void)SetWorkerError(why);
-  std::fprintf(stderr, "forward_worker: %s\n", why.c_str());
-  std::exit(1);
-}
-
-void CheckOk(const absl::Status& status, const std::string& what) {
-  if (!status.ok()) Fail(absl::StrCat(what, ": ", status.ToString()));
-}
+using test_worker::CheckOk;
+using test_worker::Fail;
 
 // Linear, BatchNorm, Linear; remembers the running mean its forward started
 // from.

@@ -27,19 +27,16 @@
 #include "core/ddp/zero_redundancy_optimizer.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/worker_channel.h"
+#include "tests/ddp/worker_checks.h"
 
 namespace ddpspawn {
+
+const char test_worker::kWorkerName[] = "zero_worker";
+
 namespace {
 
-[[noreturn]] void Fail(const std::string& why) {
-  (void)SetWorkerError(why);
-  std::fprintf(stderr, "zero_worker: %s\n", why.c_str());
-  std::exit(1);
-}
-
-void CheckOk(const absl::Status& status, const std::string& what) {
-  if (!status.ok()) Fail(absl::StrCat(what, ": ", status.ToString()));
-}
+using test_worker::CheckOk;
+using test_worker::Fail;
 
 // Parameters of several sizes, so that the partition splits them unevenly.
 torch::nn::Sequential MakeNet() {

@@ -96,53 +96,10 @@ struct RustSide {
     init_consts: Vec<&'static str>,
 }
 
-/// A struct with a body: its size and alignment, each field's offset, size
-/// and kind, and the bytes of each field of its `*_INIT` constant. The field
-/// list must name every field of the Rust struct.
-macro_rules! full_struct {
-    ($side:ident, $ty:ident { $($field:ident),+ $(,)? }, $init:ident) => {{
-        // Exhaustive pattern: stops compiling when the Rust struct gains or
-        // loses a field that is not listed here.
-        let _ = |v: $ty| {
-            let $ty { $($field: _),+ } = v;
-        };
-        let name = stringify!($ty);
-        $side.facts.insert(
-            format!("struct {name}"),
-            format!("size={} align={}", size_of::<$ty>(), align_of::<$ty>()),
-        );
-        let value = MaybeUninit::<$ty>::uninit();
-        let base = value.as_ptr();
-        let init: $ty = $init;
-        $(
-            // SAFETY: addr_of! only computes the address of a field inside
-            // `value`; nothing is read.
-            let field = unsafe { ptr::addr_of!((*base).$field) };
-            $side.facts.insert(
-                format!("field {name}.{}", stringify!($field)),
-                format!(
-                    "offset={} size={} kind={}",
-                    field as usize - base as usize,
-                    pointee_size(field),
-                    pointee_kind(field),
-                ),
-            );
-            let field = ptr::addr_of!(init.$field);
-            // SAFETY: the bytes of one initialized field of `init` (no
-            // padding is read).
-            let bytes =
-                unsafe { std::slice::from_raw_parts(field.cast::<u8>(), pointee_size(field)) };
-            $side
-                .facts
-                .insert(format!("init {name}.{}", stringify!($field)), hex(bytes));
-        )+
-        $side.init_consts.push(stringify!($init));
-    }};
-}
-
-/// A struct with a body and no `*_INIT` macro (one the library fills in or
-/// the caller fills whole): its size and alignment, and each field's offset,
-/// size and kind. The field list must name every field of the Rust struct.
+/// A struct with a body: its size and alignment, and each field's offset,
+/// size and kind (alone for a struct without a `*_INIT` macro, which the
+/// library or the caller fills whole). The field list must name every field
+/// of the Rust struct.
 macro_rules! layout_struct {
     ($side:ident, $ty:ident { $($field:ident),+ $(,)? }) => {{
         let _ = |v: $ty| {
@@ -169,6 +126,27 @@ macro_rules! layout_struct {
                 ),
             );
         )+
+    }};
+}
+
+/// A struct with a body and its `*_INIT` constant: `layout_struct!`'s facts,
+/// and the bytes of each field of the constant.
+macro_rules! full_struct {
+    ($side:ident, $ty:ident { $($field:ident),+ $(,)? }, $init:ident) => {{
+        layout_struct!($side, $ty { $($field),+ });
+        let name = stringify!($ty);
+        let init: $ty = $init;
+        $(
+            let field = ptr::addr_of!(init.$field);
+            // SAFETY: the bytes of one initialized field of `init` (no
+            // padding is read).
+            let bytes =
+                unsafe { std::slice::from_raw_parts(field.cast::<u8>(), pointee_size(field)) };
+            $side
+                .facts
+                .insert(format!("init {name}.{}", stringify!($field)), hex(bytes));
+        )+
+        $side.init_consts.push(stringify!($init));
     }};
 }
 
