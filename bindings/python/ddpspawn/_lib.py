@@ -207,6 +207,7 @@ if TYPE_CHECKING:  # pragma: no cover
 SIGNATURES: Dict[str, Tuple[Optional[_CType], List[_CType]]] = {
     # Status codes and errors.
     "ddpspawn_last_error": (c_char_p, []),
+    "ddpspawn_set_last_error": (c_int32, [c_int32, c_char_p]),
     "ddpspawn_abi_version": (c_int32, []),
     "ddpspawn_version": (c_char_p, []),
     "ddpspawn_build_info": (c_char_p, []),
