@@ -76,6 +76,11 @@ absl::Status CustomCommHook::Failed(const char* callback, int bucket, ddpspawn_s
 absl::StatusOr<std::unique_ptr<PendingReduction>> CustomCommHook::Start(ProcessGroup& group,
                                                                         GradBucket& bucket) {
   (void)group;  // the callbacks get context_, over the same group
+  if (!bucket.buffer.device().is_cpu()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "rank ", context_.group->rank(), ": a C comm hook takes buckets in CPU memory; bucket ",
+        bucket.index, " is on ", bucket.buffer.device().str()));
+  }
   ASSIGN_OR_RETURN(const int32_t dtype, DTypeCode(bucket.buffer.scalar_type()));
   ddpspawn_bucket view = {};
   view.struct_size = sizeof(view);

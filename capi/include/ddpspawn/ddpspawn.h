@@ -424,7 +424,8 @@ typedef struct ddpspawn_bucket {
 
 /* A communication hook written in C, or in any language that can hand C
  * function pointers (Rust, Python's ctypes): the reducer calls it for every
- * bucket instead of a built-in hook. `start` begins averaging `bucket`; when
+ * bucket (in CPU memory: a reducer over CUDA tensors refuses to run it)
+ * instead of a built-in hook. `start` begins averaging `bucket`; when
  * `wait` has returned (right after `start` when `wait` is NULL), bucket->data
  * must hold the mean over the ranks (or what the hook's compression makes of
  * it). Both may run ddpspawn's collectives on `context`, a context of the
