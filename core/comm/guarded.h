@@ -3,8 +3,6 @@
 #ifndef DDPSPAWN_CORE_COMM_GUARDED_H_
 #define DDPSPAWN_CORE_COMM_GUARDED_H_
 
-#include <exception>
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -17,12 +15,7 @@ namespace ddpspawn {
 // else Internal for c10d's errors).
 template <typename Body>
 absl::Status Guarded(absl::string_view what, Body&& body) {
-  try {
-    body();
-    return absl::OkStatus();
-  } catch (const std::exception& e) {
-    return ExceptionStatus(absl::StrCat(what, " failed"), e);
-  }
+  return StatusOnException(absl::StrCat(what, " failed"), [&] { body(); });
 }
 
 }  // namespace ddpspawn

@@ -78,16 +78,6 @@ absl::Status CheckSameParameters(const Optimizer& a, const Optimizer& b) {
   return absl::OkStatus();
 }
 
-// Runs `body`, turning a LibTorch exception into a status after `what`.
-template <typename Body>
-absl::Status Guarded(absl::string_view what, Body body) {
-  try {
-    return body();
-  } catch (const std::exception& e) {
-    return ExceptionStatus(what, e);
-  }
-}
-
 }  // namespace
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
@@ -138,7 +128,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> ZeroRedundancyOptimizer::MakeShard(in
 }
 
 absl::Status ZeroRedundancyOptimizer::Step() {
-  RETURN_IF_ERROR(Guarded("ZeroRedundancyOptimizer: the shard's step", [&] {
+  RETURN_IF_ERROR(StatusOnException("ZeroRedundancyOptimizer: the shard's step", [&] {
     for (size_t g = 0; g < param_groups_.size(); ++g) {
       shard_->param_groups()[g].set_options(param_groups_[g].options().clone());
     }
@@ -163,9 +153,9 @@ absl::Status ZeroRedundancyOptimizer::AllGatherParameters() {
   const std::vector<at::Tensor> parameters = AllParameters(*this);
   const int64_t padded = *std::max_element(elements_per_rank_.begin(), elements_per_rank_.end());
   std::vector<at::Tensor> gathered;
-  RETURN_IF_ERROR(Guarded("ZeroRedundancyOptimizer: packing the shard", [&] {
+  RETURN_IF_ERROR(StatusOnException("ZeroRedundancyOptimizer: packing the shard", [&] {
     at::NoGradGuard no_grad;
-    at::Tensor mine = at::zeros({padded}, parameters[0].options());
+    at::Tensor mine = at::empty({padded}, parameters[0].options());
     int64_t offset = 0;
     for (size_t i = 0; i < parameters.size(); ++i) {
       if (owners_[i] != group_->rank()) continue;
@@ -173,12 +163,13 @@ absl::Status ZeroRedundancyOptimizer::AllGatherParameters() {
       mine.narrow(0, offset, n).copy_(parameters[i].reshape(-1));
       offset += n;
     }
+    mine.narrow(0, offset, padded - offset).zero_();  // the padding up to the largest shard
     absl::StatusOr<std::vector<at::Tensor>> all = group_->AllGather(mine);
     if (!all.ok()) return all.status();
     gathered = *std::move(all);
     return absl::OkStatus();
   }));
-  return Guarded("ZeroRedundancyOptimizer: unpacking the shards", [&] {
+  return StatusOnException("ZeroRedundancyOptimizer: unpacking the shards", [&] {
     at::NoGradGuard no_grad;
     std::vector<int64_t> offsets(elements_per_rank_.size(), 0);
     for (size_t i = 0; i < parameters.size(); ++i) {
@@ -199,7 +190,7 @@ absl::Status ZeroRedundancyOptimizer::ConsolidateStateDict(int to) {
   }
   consolidated_.reset();
   std::string mine;
-  RETURN_IF_ERROR(Guarded("ZeroRedundancyOptimizer: saving the shard's state", [&] {
+  RETURN_IF_ERROR(StatusOnException("ZeroRedundancyOptimizer: saving the shard's state", [&] {
     torch::serialize::OutputArchive archive;
     shard_->save(archive);
     std::ostringstream bytes;
@@ -215,14 +206,15 @@ absl::Status ZeroRedundancyOptimizer::ConsolidateStateDict(int to) {
   RETURN_IF_ERROR(CheckSameParameters(*this, *full));
   for (int rank = 0; rank < group_->world_size(); ++rank) {
     ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> shard, MakeShard(rank));
-    RETURN_IF_ERROR(Guarded(absl::StrCat("ZeroRedundancyOptimizer: rank ", rank, "'s state"), [&] {
-      torch::serialize::InputArchive archive;
-      std::istringstream bytes(shards[rank]);
-      archive.load_from(bytes);
-      shard->load(archive);
-      for (auto& [key, state] : shard->state()) full->state()[key] = std::move(state);
-      return absl::OkStatus();
-    }));
+    RETURN_IF_ERROR(
+        StatusOnException(absl::StrCat("ZeroRedundancyOptimizer: rank ", rank, "'s state"), [&] {
+          torch::serialize::InputArchive archive;
+          std::istringstream bytes(shards[rank]);
+          archive.load_from(bytes);
+          shard->load(archive);
+          for (auto& [key, state] : shard->state()) full->state()[key] = std::move(state);
+          return absl::OkStatus();
+        }));
   }
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     full->param_groups()[g].set_options(param_groups_[g].options().clone());
@@ -259,6 +251,9 @@ void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
 }
 
 absl::StatusOr<int64_t> OptimizerStateBytes(const Optimizer& optimizer) {
+  if (const auto* sharded = dynamic_cast<const ZeroRedundancyOptimizer*>(&optimizer)) {
+    return OptimizerStateBytes(sharded->shard_optimizer());
+  }
   int64_t bytes = 0;
   auto add = [&bytes](const at::Tensor& t) {
     if (t.defined()) bytes += static_cast<int64_t>(t.nbytes());

@@ -89,8 +89,9 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
 };
 
 // Bytes of the tensors in `optimizer`'s per-parameter state (what ZeRO
-// shards): exact for torch::optim's SGD, Adam, AdamW, RMSprop and Adagrad;
-// Unimplemented for another optimizer's state.
+// shards; for a ZeroRedundancyOptimizer, this rank's shard's): exact for
+// torch::optim's SGD, Adam, AdamW, RMSprop and Adagrad; Unimplemented for
+// another optimizer's state.
 absl::StatusOr<int64_t> OptimizerStateBytes(const torch::optim::Optimizer& optimizer);
 
 }  // namespace ddpspawn

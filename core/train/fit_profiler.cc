@@ -28,17 +28,6 @@ constexpr NamedValue<ProfilerKind> kProfilerNames[] = {
     {"pytorch", ProfilerKind::kPyTorch},
 };
 
-// body(), with an exception it throws as "<what>: <message>".
-template <typename Body>
-absl::Status StatusFromException(absl::string_view what, Body&& body) {
-  try {
-    body();
-    return absl::OkStatus();
-  } catch (const std::exception& e) {
-    return ExceptionStatus(what, e);
-  }
-}
-
 namespace profiler = torch::autograd::profiler;
 using torch::profiler::impl::ActivityType;
 using torch::profiler::impl::ProfilerConfig;
@@ -59,7 +48,7 @@ FitProfiler::~FitProfiler() {
 absl::Status FitProfiler::Start() {
   started_ = absl::Now();
   if (kind_ != ProfilerKind::kPyTorch) return absl::OkStatus();
-  return StatusFromException("LibTorch's profiler would not start", [&] {
+  return StatusOnException("LibTorch's profiler would not start", [&] {
     const ProfilerConfig config(ProfilerState::KINETO);
     const std::set<ActivityType> activities = {ActivityType::CPU};
     profiler::prepareProfiler(config, activities);
@@ -101,7 +90,7 @@ absl::Status FitProfiler::Finish(DDPSpawnStrategy& strategy, const std::string& 
   const int rank = strategy.global_rank();
   if (kind_ == ProfilerKind::kPyTorch) {
     std::unique_ptr<profiler::ProfilerResult> result;
-    RETURN_IF_ERROR(StatusFromException("LibTorch's profiler would not stop", [&] {
+    RETURN_IF_ERROR(StatusOnException("LibTorch's profiler would not stop", [&] {
       recording_ = false;
       result = profiler::disableProfiler();
     }));
@@ -113,7 +102,7 @@ absl::Status FitProfiler::Finish(DDPSpawnStrategy& strategy, const std::string& 
     // exclusively, renamed over the trace once written.
     ASSIGN_OR_RETURN(TempFile temp, CreateNamedTempFileFor(path));
     absl::Status saved =
-        StatusFromException("cannot write the profiler's trace", [&] { result->save(temp.path); });
+        StatusOnException("cannot write the profiler's trace", [&] { result->save(temp.path); });
     if (saved.ok()) saved = CommitTempFile(temp, path);
     DiscardTempFile(temp);
     return saved;

@@ -344,9 +344,7 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> Trainer::MakeFitOptimiz
 
 absl::StatusOr<std::vector<int64_t>> Trainer::OptimizerStateBytesPerRank(
     const torch::optim::Optimizer& optimizer) {
-  const auto* sharded = dynamic_cast<const ZeroRedundancyOptimizer*>(&optimizer);
-  absl::StatusOr<int64_t> bytes =
-      OptimizerStateBytes(sharded != nullptr ? sharded->shard_optimizer() : optimizer);
+  absl::StatusOr<int64_t> bytes = OptimizerStateBytes(optimizer);
   const int64_t mine = bytes.ok() ? *bytes : -1;
   ProcessGroup* group = strategy_.group();
   if (group == nullptr) return std::vector<int64_t>{mine};

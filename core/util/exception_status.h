@@ -10,6 +10,7 @@
 
 #include <exception>
 #include <string>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -59,6 +60,24 @@ inline absl::StatusCode ExceptionCode(const std::exception& e) {
 // "<prefix>: <message>" with ExceptionCode(e).
 inline absl::Status ExceptionStatus(absl::string_view prefix, const std::exception& e) {
   return absl::Status(ExceptionCode(e), absl::StrCat(prefix, ": ", ExceptionMessage(e)));
+}
+
+// body() (returning void, absl::Status or absl::StatusOr<T>), with an
+// exception it throws turned into ExceptionStatus(prefix, e).
+template <typename Body>
+auto StatusOnException(absl::string_view prefix, Body&& body) {
+  using Result = decltype(body());
+  using Returned = std::conditional_t<std::is_void_v<Result>, absl::Status, Result>;
+  try {
+    if constexpr (std::is_void_v<Result>) {
+      body();
+      return Returned();
+    } else {
+      return Returned(body());
+    }
+  } catch (const std::exception& e) {
+    return Returned(ExceptionStatus(prefix, e));
+  }
 }
 
 // body() (returning absl::Status or absl::StatusOr<T>), with an exception it

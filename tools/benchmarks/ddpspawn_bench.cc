@@ -260,10 +260,7 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
   RETURN_IF_ERROR((*group)->AllReduce(&rss, 1, DType::kFloat64, ReduceOp::kMax));
   std::string breakdown;
   if (flags.optimizer != "sgd") {
-    const auto* sharded = dynamic_cast<const ZeroRedundancyOptimizer*>(&optimizer);
-    ASSIGN_OR_RETURN(
-        const int64_t mine,
-        OptimizerStateBytes(sharded != nullptr ? sharded->shard_optimizer() : optimizer));
+    ASSIGN_OR_RETURN(const int64_t mine, OptimizerStateBytes(optimizer));
     std::vector<int64_t> all((*group)->world_size());
     RETURN_IF_ERROR((*group)->AllGather(&mine, 1, DType::kInt64, all.data()));
     absl::StrAppend(&breakdown, ", \"optimizer_state_bytes\": [", absl::StrJoin(all, ", "), "]");

@@ -7,7 +7,9 @@ rounds. Reports each rank's optimizer state bytes (the largest rank's, as a shar
 Adam's) and steps/s with sharding against without, for both. The state bytes are deterministic
 (taken from the first round); steps/s are medians.
 """
-from bench import DDPSPAWN, REFERENCE, median_of, run
+import statistics
+
+from bench import DDPSPAWN, REFERENCE, run
 from models_sweep import steps_for
 
 VARIANTS = ("ddpspawn_adam", "ddpspawn_zero", "torch_adam", "torch_zero")
@@ -33,7 +35,7 @@ def measure_zero(python, workloads, nprocs_list, rounds, steps, warmup):
             entry = {"workload": workload, "nprocs": nprocs, "steps": n, "warmup": w}
             for variant in VARIANTS:
                 entry[variant] = {
-                    "steps_per_s": median_of([{"s": r["steps_per_s"]} for r in runs[variant]])["s"],
+                    "steps_per_s": statistics.median(r["steps_per_s"] for r in runs[variant]),
                     "optimizer_state_bytes": runs[variant][0]["optimizer_state_bytes"],
                 }
             for side in ("ddpspawn", "torch"):
