@@ -764,6 +764,45 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(at::Te
   return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
 }
 
+absl::Status ProcessGroup::CheckNodeAllReduce() const {
+  if (cluster_.local_world_size == cluster_.world_size || impl_->hierarchical) {
+    return absl::OkStatus();
+  }
+  return absl::UnimplementedError(absl::StrCat(
+      "an all-reduce within each node needs the node's ranks to meet in shared memory, as a "
+      "ddpspawn launcher's ranks do on each node of a job of several nodes (with gloo); this "
+      "job's ",
+      cluster_.world_size, " ranks span nodes of ", cluster_.local_world_size,
+      " ranks that do not (torchrun, SLURM, nccl, or DDPSPAWN_SHM_ALLREDUCE=0)"));
+}
+
+absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartNodeAllReduce(at::Tensor& tensor,
+                                                                              ReduceOp op) {
+  RETURN_IF_ERROR(CheckNodeAllReduce());
+  if (!impl_->hierarchical) return StartAllReduce(tensor, op);  // one node: every rank
+  if (!impl_->SumsInSharedMemory(tensor, op)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an all-reduce within a node sums (or averages) contiguous CPU float32 or float64 "
+        "tensors in shared memory, of at most ",
+        impl_->hierarchical->node().capacity(), " bytes unless allocated there; rank ", rank(),
+        " has a ", ReduceOpName(op), " of ", DTypeName(tensor.scalar_type()), " on ",
+        tensor.device().str(), " (", tensor.nbytes(), " bytes)"));
+  }
+  const CallSignature call = Signature("node_all_reduce", tensor, op);
+  SharedMemoryCollectives& node = impl_->hierarchical->node();
+  const int divisor = op == ReduceOp::kMean ? cluster_.local_world_size : 1;
+  RETURN_IF_ERROR(Recorded(call, [&]() -> absl::Status {
+    const BlockedTimer timer(&impl_->blocked_ns);
+    return tensor.scalar_type() == at::kFloat
+               ? node.SumFloat(tensor.data_ptr<float>(), tensor.numel(), divisor, call)
+               : node.SumDouble(tensor.data_ptr<double>(), tensor.numel(), divisor, call);
+  }));
+  auto pending = std::make_unique<PendingWork::Impl>();
+  pending->tensor = tensor;
+  pending->done = true;
+  return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
+}
+
 absl::StatusOr<at::Tensor> ProcessGroup::NewReductionBuffer(int64_t elements,
                                                             const at::Tensor& like) {
   const at::TensorOptions options = like.options().requires_grad(false);

@@ -129,6 +129,15 @@ class ProcessGroup {
   // buffer on NCCL, a CUDA tensor on Gloo) is copied there now and back at
   // Wait().
   absl::StatusOr<std::unique_ptr<PendingWork>> StartAllReduce(at::Tensor& tensor, ReduceOp op);
+  // StartAllReduce among this node's ranks only (kSum, or kMean over them):
+  // local SGD's gradient average within each node. On a job of one node that
+  // is every rank; on a ddpspawn launcher's job of several nodes it sums a CPU
+  // float or double tensor through the node's shared memory and is done when
+  // it returns. Elsewhere CheckNodeAllReduce()'s error.
+  absl::StatusOr<std::unique_ptr<PendingWork>> StartNodeAllReduce(at::Tensor& tensor, ReduceOp op);
+  // OK where StartNodeAllReduce() can run; else Unimplemented saying why (the
+  // same answer on every rank).
+  absl::Status CheckNodeAllReduce() const;
 
   // A zeroed 1-D buffer of `like`'s dtype and device for repeated all-reduces
   // (DDP's gradient buckets).

@@ -336,6 +336,7 @@ constexpr NamedValue<CommHookKind> kCommHookKindNames[] = {
     {"bf16", CommHookKind::kBf16},
     {"powersgd", CommHookKind::kPowerSgd},
     {"batched_powersgd", CommHookKind::kBatchedPowerSgd},
+    {"post_localsgd", CommHookKind::kPostLocalSgd},
     {"", CommHookKind::kAllReduce},
 };
 
@@ -376,6 +377,13 @@ absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHook(CommHookKind kind, int po
     case CommHookKind::kPowerSgd:
     case CommHookKind::kBatchedPowerSgd:
       break;
+    case CommHookKind::kPostLocalSgd:
+      // Its state and model averaging live in the strategy
+      // (core/ddp/post_local_sgd.h), which makes the hook itself.
+      return absl::InvalidArgumentError(
+          "post_localsgd needs its start iteration and model averaging period, which fit's "
+          "options give it (ddp_comm_hook=post_localsgd with model_averaging_period); a reducer "
+          "of its own has no optimizer step to average after");
   }
   ASSIGN_OR_RETURN(std::shared_ptr<PowerSgdState> state,
                    MakePowerSgdState(kind, powersgd_rank, powersgd_start));

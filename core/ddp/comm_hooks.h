@@ -108,8 +108,9 @@ struct PowerSgdState {
 std::shared_ptr<CommHook> MakePowerSgdHook(std::shared_ptr<PowerSgdState> state);
 
 // The built-in hooks, named as at the CLI and the C ABI: "allreduce", "fp16",
-// "bf16", "powersgd", "batched_powersgd".
-enum class CommHookKind { kAllReduce, kFp16, kBf16, kPowerSgd, kBatchedPowerSgd };
+// "bf16", "powersgd", "batched_powersgd", "post_localsgd".
+// kPostLocalSgd: torch's post_localSGD_hook (core/ddp/post_local_sgd.h).
+enum class CommHookKind { kAllReduce, kFp16, kBf16, kPowerSgd, kBatchedPowerSgd, kPostLocalSgd };
 absl::string_view CommHookName(CommHookKind kind);
 // "" is "allreduce".
 absl::StatusOr<CommHookKind> ParseCommHook(absl::string_view name);
@@ -123,7 +124,8 @@ absl::StatusOr<std::shared_ptr<PowerSgdState>> MakePowerSgdState(CommHookKind ki
                                                                  int powersgd_rank = 1,
                                                                  int64_t powersgd_start = 10);
 
-// A new hook of that kind (PowerSGD's with MakePowerSgdState's state).
+// A new hook of that kind (PowerSGD's with MakePowerSgdState's state);
+// InvalidArgument for kPostLocalSgd, whose hook PostLocalSgd makes.
 absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHook(CommHookKind kind, int powersgd_rank = 1,
                                                        int64_t powersgd_start = 10);
 

@@ -292,7 +292,16 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
   }
   DdpOptions ddp_options = options_.ddp;
   std::shared_ptr<CommHook> hook = options_.ddp_comm_hook_object;
-  if (hook == nullptr && IsPowerSgd(options_.ddp_comm_hook) && options_.ddp_comm_state) {
+  post_local_sgd_.reset();
+  if (options_.post_localsgd.model_averaging_period > 0 &&
+      (hook != nullptr || options_.ddp_comm_hook != CommHookKind::kPostLocalSgd)) {
+    return absl::InvalidArgumentError(
+        "model_averaging_period is post-local SGD's: it needs ddp_comm_hook post_localsgd");
+  }
+  if (hook == nullptr && options_.ddp_comm_hook == CommHookKind::kPostLocalSgd) {
+    ASSIGN_OR_RETURN(post_local_sgd_, PostLocalSgd::Create(group_.get(), options_.post_localsgd));
+    hook = post_local_sgd_->hook();
+  } else if (hook == nullptr && IsPowerSgd(options_.ddp_comm_hook) && options_.ddp_comm_state) {
     hook = MakePowerSgdHook(options_.ddp_comm_state);
   } else if (hook == nullptr) {
     ASSIGN_OR_RETURN(hook, MakeCommHook(options_.ddp_comm_hook));
@@ -382,6 +391,7 @@ absl::StatusOr<bool> DDPSpawnStrategy::OptimizerStep(torch::optim::Optimizer& op
                                                      const std::function<void()>& before_step) {
   RETURN_IF_ERROR(RequireSetup("OptimizerStep"));
   GradScaler* scaler = options_.precision_plugin->grad_scaler();
+  bool stepped = true;
   if (scaler != nullptr) {
     std::vector<at::Tensor> parameters;
     for (const torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) {
@@ -389,11 +399,26 @@ absl::StatusOr<bool> DDPSpawnStrategy::OptimizerStep(torch::optim::Optimizer& op
     }
     const bool finite = scaler->Unscale(parameters);
     scaler->Update(!finite);
-    if (!finite) return false;
+    stepped = finite;
   }
-  if (before_step) before_step();
-  optimizer.step();
-  return true;
+  if (stepped) {
+    if (before_step) before_step();
+    optimizer.step();
+  }
+  if (post_local_sgd_ != nullptr) {
+    std::vector<at::Tensor> with_gradients;  // what torch's averager averages
+    for (const torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) {
+      for (const at::Tensor& p : group.params()) {
+        if (p.grad().defined()) with_gradients.push_back(p);
+      }
+    }
+    RETURN_IF_ERROR(post_local_sgd_->AfterOptimizerStep(with_gradients));
+  }
+  return stepped;
+}
+
+void DDPSpawnStrategy::ContinueFrom(int64_t optimizer_steps) {
+  if (post_local_sgd_ != nullptr) post_local_sgd_->ContinueFrom(optimizer_steps);
 }
 
 absl::StatusOr<at::Tensor> DDPSpawnStrategy::TrainingStep(const Batch& batch, int64_t batch_index) {

@@ -39,6 +39,7 @@
 #include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/distributed_data_parallel.h"
+#include "core/ddp/post_local_sgd.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/forkserver.h"
 #include "core/launch/launcher.h"
@@ -90,6 +91,9 @@ struct StrategyOptions {
   std::shared_ptr<CommHook> ddp_comm_hook_object;
   std::shared_ptr<PowerSgdState> ddp_comm_state;  // PowerSGD's state, when ddp_comm_hook is one
   CommWrapper ddp_comm_wrapper = CommWrapper::kNone;
+  // ddp_comm_hook kPostLocalSgd's start, gradient averaging within nodes and
+  // Lightning's model_averaging_period (required with it, refused without).
+  PostLocalSgdOptions post_localsgd;
   std::optional<Backend> process_group_backend;  // none: nccl on CUDA devices, gloo on CPU
   absl::Duration timeout = kDefaultTimeout;
   StartMethod start_method = StartMethod::kSpawn;
@@ -231,12 +235,17 @@ class DDPSpawnStrategy {
   // by the scale and skips the step on every rank when any holds an inf or a
   // NaN, then adjusts the scale; `before_step` (e.g. gradient clipping) sees
   // the unscaled gradients of a step that is taken. Returns whether the
-  // optimizer stepped. The gradients are not zeroed.
+  // optimizer stepped. The gradients are not zeroed. With post-local SGD, the
+  // model averager's turn follows (a collective when due), also after a
+  // skipped step, as in Lightning.
   absl::StatusOr<bool> OptimizerStep(torch::optim::Optimizer& optimizer,
                                      const std::function<void()>& before_step = nullptr);
   // Through the DDP wrapper (buffers from rank 0) in the precision plugin's
   // forward context, as are the three evaluation steps; returns the loss.
   absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch, int64_t batch_index);
+  // A resumed fit continues after `optimizer_steps` optimizer steps: where
+  // post-local SGD's hook and averager take up their counts (no-op without).
+  void ContinueFrom(int64_t optimizer_steps);
   absl::StatusOr<StepMetrics> ValidationStep(const Batch& batch, int64_t batch_index);
   absl::StatusOr<StepMetrics> TestStep(const Batch& batch, int64_t batch_index);
   absl::StatusOr<at::Tensor> PredictStep(const Batch& batch, int64_t batch_index);
@@ -274,6 +283,7 @@ class DDPSpawnStrategy {
   std::unique_ptr<ProcessGroup> group_;
   std::shared_ptr<LightningModule> module_;
   std::unique_ptr<DistributedDataParallel> ddp_;
+  std::unique_ptr<PostLocalSgd> post_local_sgd_;  // ddp_comm_hook kPostLocalSgd's
   // Launching (the launcher's thread): this node's part of the last job
   // (core/job/node_job.h), kept after a failed Launch() for PrepareRestart(),
   // which makes the next Launch() its next start.

@@ -79,6 +79,9 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   options.ddp_comm_wrapper = config.ddp_comm_wrapper == "fp16"   ? CommWrapper::kFp16
                              : config.ddp_comm_wrapper == "bf16" ? CommWrapper::kBf16
                                                                  : CommWrapper::kNone;
+  options.post_localsgd.start_iteration = config.post_localsgd_start_iteration;
+  options.post_localsgd.gradient_allreduce_within_node = config.post_local_gradient_allreduce;
+  options.post_localsgd.model_averaging_period = config.model_averaging_period;
   options.precision_plugin = MakePrecisionPlugin(config.precision);
   return options;
 }

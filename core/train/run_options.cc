@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
+#include "core/ddp/post_local_sgd.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/launcher.h"
 #include "core/strategy/precision.h"
@@ -396,8 +397,8 @@ const std::vector<RunOption>& RunOptionTable() {
        Choice(&RunConfig::process_group_backend, ParseBackend, BackendName)},
       {"precision", distributed, "32-true|bf16-mixed|16-mixed", "16-mixed needs cuda",
        Choice(&RunConfig::precision, ParsePrecision, PrecisionName)},
-      {"ddp_comm_hook", distributed, "allreduce|fp16|bf16|powersgd|batched_powersgd", "",
-       Choice(&RunConfig::ddp_comm_hook, ParseCommHook, CommHookName)},
+      {"ddp_comm_hook", distributed, "allreduce|fp16|bf16|powersgd|batched_powersgd|post_localsgd",
+       "", Choice(&RunConfig::ddp_comm_hook, ParseCommHook, CommHookName)},
       {"find_unused_parameters", distributed, "BOOL", "", Flag(&RunConfig::find_unused_parameters)},
       {"sync_batchnorm", distributed, "BOOL",
        "BatchNorm statistics over every rank's batch; refused for a model without BatchNorm "
@@ -429,6 +430,20 @@ const std::vector<RunOption>& RunOptionTable() {
        "ddp_comm_hook powersgd all-reduces plainly for the first N steps (PyTorch's "
        "start_powerSGD_iter)",
        Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& { return c.powersgd_start_iteration; })},
+      {"post_localsgd_start_iteration", distributed, "N",
+       "ddp_comm_hook post_localsgd all-reduces plainly for the first N steps, then steps locally "
+       "(PyTorch's start_localSGD_iter; also the model averaging's warm-up)",
+       Integer<0, kInt64Max>(
+           [](RunConfig& c) -> int64_t& { return c.post_localsgd_start_iteration; })},
+      {"post_local_gradient_allreduce", distributed, "BOOL",
+       "ddp_comm_hook post_localsgd averages gradients within each node after its start "
+       "(PyTorch's post_local_gradient_allreduce with intra-node subgroups); false: each rank "
+       "steps on its own gradients",
+       Flag(&RunConfig::post_local_gradient_allreduce)},
+      {"model_averaging_period", distributed, "N",
+       "ddp_comm_hook post_localsgd (which needs it) averages the parameters over every rank "
+       "every N optimizer steps once local steps start (Lightning's model_averaging_period)",
+       Integer<1, kInt64Max>([](RunConfig& c) -> int64_t& { return c.model_averaging_period; })},
       {"ddp_comm_wrapper", distributed, "none|fp16|bf16",
        "Lightning's: the hook's buckets cast to fp16 or bf16 and back around it",
        OneOf(&RunConfig::ddp_comm_wrapper, {"none", "fp16", "bf16"})},
@@ -606,6 +621,23 @@ absl::Status CheckConsistent(const RunConfig& config) {
           absl::StrCat(key, " is ddp_comm_hook powersgd's; this run's hook is ",
                        CommHookName(config.ddp_comm_hook)));
     }
+  }
+  const bool post_local = config.ddp_comm_hook == CommHookKind::kPostLocalSgd;
+  for (const char* key : {"post_localsgd_start_iteration", "post_local_gradient_allreduce",
+                          "model_averaging_period"}) {
+    if (config.given.count(key) > 0 && !post_local) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, " is ddp_comm_hook post_localsgd's; this run's hook is ",
+                       CommHookName(config.ddp_comm_hook)));
+    }
+  }
+  if (post_local && config.given.count("model_averaging_period") == 0) {
+    return absl::InvalidArgumentError(
+        "ddp_comm_hook post_localsgd needs model_averaging_period (as Lightning's DDPStrategy "
+        "does): without averaging the ranks' models drift apart for good once local steps start");
+  }
+  if (post_local && config.trainer.zero_redundancy_optimizer) {
+    return ZeroRedundancyWithLocalSgdError();
   }
   if (config.nnodes > 1 && config.master_addr.empty()) {
     return absl::InvalidArgumentError(

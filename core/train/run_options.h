@@ -86,6 +86,10 @@ struct RunConfig {
   bool broadcast_buffers = true;
   int powersgd_rank = 1;  // ddp_comm_hook powersgd's matrix approximation rank
   int64_t powersgd_start_iteration = 10;
+  // ddp_comm_hook post_localsgd's (core/ddp/post_local_sgd.h).
+  int64_t post_localsgd_start_iteration = 0;
+  bool post_local_gradient_allreduce = true;
+  int64_t model_averaging_period = 0;
   // Lightning's ddp_comm_wrapper: "none", "fp16" or "bf16", around the hook.
   std::string ddp_comm_wrapper = "none";
   // The keys the options named (set by ParseRunConfig), so that a value given

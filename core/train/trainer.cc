@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/ddp/post_local_sgd.h"
 #include "core/ddp/zero_redundancy_optimizer.h"
 #include "core/train/logged_metrics.h"
 #include "core/train/metric_sync.h"
@@ -335,6 +336,9 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> Trainer::MakeFitOptimiz
   if (!options_.zero_redundancy_optimizer || strategy_.group() == nullptr) {
     return MakeOptimizer(config, parameters);
   }
+  if (strategy_.options().ddp_comm_hook == CommHookKind::kPostLocalSgd) {
+    return ZeroRedundancyWithLocalSgdError();
+  }
   ASSIGN_OR_RETURN(
       std::unique_ptr<ZeroRedundancyOptimizer> sharded,
       ZeroRedundancyOptimizer::Create(
@@ -461,6 +465,7 @@ absl::StatusOr<std::unique_ptr<Trainer::FitRun>> Trainer::StartFit(
       }
     }
   }
+  strategy_.ContinueFrom(state.global_step);  // post-local SGD's counts
   const bool overfit = !options_.overfit_batches.is_zero();
   absl::StatusOr<DistributedSampler> sampler = DistributedSampler::Create(
       train.size(), world, rank, options_.shuffle && !overfit, options_.seed, options_.drop_last);

@@ -400,5 +400,42 @@ TEST(RunConfigTest, NonFiniteDataIsRefusedNamingTheFile) {
   EXPECT_THAT(status.message(), HasSubstr(csv + ":2: column 3: \"nan\" is not a finite number"));
 }
 
+TEST(RunConfigTest, PostLocalSgdOptionsGoTogether) {
+  const RunOptions base = {{"model", "mlp:4,16,3"}, {"train", "train.csv"}};
+  auto with = [&](RunOptions extra) {
+    RunOptions options = base;
+    options.insert(options.end(), extra.begin(), extra.end());
+    return ParseRunConfig("fit", options);
+  };
+  EXPECT_THAT(with({{"model_averaging_period", "4"}}).status().message(),
+              HasSubstr("model_averaging_period is ddp_comm_hook post_localsgd's; this run's "
+                        "hook is allreduce"));
+  EXPECT_THAT(with({{"ddp_comm_hook", "powersgd"}, {"post_local_gradient_allreduce", "false"}})
+                  .status()
+                  .message(),
+              HasSubstr("post_local_gradient_allreduce is ddp_comm_hook post_localsgd's"));
+  EXPECT_THAT(with({{"ddp_comm_hook", "post_localsgd"}}).status().message(),
+              HasSubstr("post_localsgd needs model_averaging_period"));
+  EXPECT_THAT(with({{"ddp_comm_hook", "post_localsgd"},
+                    {"model_averaging_period", "4"},
+                    {"zero_redundancy_optimizer", "true"}})
+                  .status()
+                  .message(),
+              HasSubstr("do not combine"));
+  EXPECT_THAT(with({{"ddp_comm_hook", "post_localsgd"}, {"model_averaging_period", "0"}})
+                  .status()
+                  .message(),
+              HasSubstr("model_averaging_period"));
+  absl::StatusOr<RunConfig> config = with({{"ddp_comm_hook", "post_localsgd"},
+                                           {"model_averaging_period", "4"},
+                                           {"post_localsgd_start_iteration", "8"},
+                                           {"post_local_gradient_allreduce", "false"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->ddp_comm_hook, CommHookKind::kPostLocalSgd);
+  EXPECT_EQ(config->model_averaging_period, 4);
+  EXPECT_EQ(config->post_localsgd_start_iteration, 8);
+  EXPECT_FALSE(config->post_local_gradient_allreduce);
+}
+
 }  // namespace
 }  // namespace ddpspawn
