@@ -25,6 +25,7 @@ DDP_OPTIONS = [
     "ddp_comm_hook", "find_unused_parameters", "static_graph", "sync_batchnorm",
     "gradient_as_bucket_view", "bucket_cap_mb", "first_bucket_cap_mb", "broadcast_buffers",
     "powersgd_rank", "powersgd_start_iteration", "ddp_comm_wrapper",
+    "post_localsgd_start_iteration", "post_local_gradient_allreduce", "model_averaging_period",
 ]
 # The wrappers' names for an option, where they differ from the table's.
 ALIASES = {"ddp_comm_hook": "comm_hook"}
@@ -43,6 +44,13 @@ REASONS = {
     (TCH, "broadcast_buffers"): "not yet",
     (TCH, "ddp_comm_wrapper"): "not yet",
 }
+# Post-local SGD averages the parameters after each optimizer step, which a
+# wrapper around a user's own loop does not take.
+for _wrapper in (PY_DDP, TCH):
+    for _option in ("post_localsgd_start_iteration", "post_local_gradient_allreduce",
+                    "model_averaging_period"):
+        REASONS[(_wrapper, _option)] = ("not yet: post-local SGD averages after the optimizer "
+                                        "step, which the wrapper does not see")
 
 
 def option_rows(binary):

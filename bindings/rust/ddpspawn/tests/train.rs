@@ -29,6 +29,7 @@ fn main() {
             "zero_redundancy_optimizer_shards_the_state",
             zero_redundancy_optimizer_shards_the_state,
         ),
+        ("post_local_sgd_steps_locally", post_local_sgd_steps_locally),
         (
             "validate_and_test_from_checkpoint",
             validate_and_test_from_checkpoint,
@@ -340,6 +341,44 @@ fn zero_redundancy_optimizer_shards_the_state(dir: &Path) {
         sharded.metric("train_loss_epoch").unwrap(),
     );
     assert_eq!(p.to_bits(), s.to_bits(), "unsharded {p}, sharded {s}");
+}
+
+/// Post-local SGD from Rust: local steps train differently from DDP, the
+/// node's gradient mean (one node: every rank) trains exactly as DDP, and
+/// the hook without its averaging period is refused before any rank.
+fn post_local_sgd_steps_locally(dir: &Path) {
+    let (train, _) = data(dir);
+    let sgd = |sub: &str| {
+        trainer(&dir.join(sub), MLP)
+            .option("momentum", 0)
+            .option("max_epochs", 2)
+    };
+    let local_sgd = |sub: &str| {
+        sgd(sub)
+            .option("ddp_comm_hook", "post_localsgd")
+            .option("post_localsgd_start_iteration", 2)
+            .option("model_averaging_period", 2)
+    };
+    let plain = ok(sgd("plain").fit(&train));
+    let local = ok(local_sgd("local")
+        .option("post_local_gradient_allreduce", false)
+        .fit(&train));
+    let within_node = ok(local_sgd("node").fit(&train));
+    let loss = |r: &RunResult| r.metric("train_loss_epoch").unwrap();
+    assert_eq!(
+        loss(&plain).to_bits(),
+        loss(&within_node).to_bits(),
+        "DDP {}, the node's mean {}",
+        loss(&plain),
+        loss(&within_node)
+    );
+    assert_ne!(loss(&plain), loss(&local), "local steps trained as DDP");
+    expect_invalid(
+        sgd("refused")
+            .option("ddp_comm_hook", "post_localsgd")
+            .fit(&train),
+        "needs model_averaging_period",
+    );
 }
 
 fn validate_and_test_from_checkpoint(dir: &Path) {
