@@ -73,15 +73,26 @@ absl::Status PeriodicModelAverager::AverageParameters(const std::vector<at::Tens
   ++step_;
   if (!due || group_->world_size() == 1 || parameters.empty()) return absl::OkStatus();
   c10::NoGradGuard no_grad;
-  std::vector<at::Tensor> flat_parts;
-  flat_parts.reserve(parameters.size());
-  for (const at::Tensor& p : parameters) flat_parts.push_back(p.detach().reshape(-1));
+  int64_t elements = 0;
+  for (const at::Tensor& p : parameters) elements += p.numel();
+  if (!flat_.defined() || flat_.numel() != elements ||
+      flat_.scalar_type() != parameters[0].scalar_type() ||
+      flat_.device() != parameters[0].device()) {
+    // Where the group sums in shared memory, this buffer lives there: its
+    // sum is in place, without Gloo.
+    ASSIGN_OR_RETURN(flat_, group_->NewReductionBuffer(elements, parameters[0]));
+  }
+  int64_t at = 0;
+  for (const at::Tensor& p : parameters) {
+    flat_.narrow(0, at, p.numel()).copy_(p.detach().reshape(-1));
+    at += p.numel();
+  }
   // As torch: divide first, then sum (exact for a power-of-two world).
-  at::Tensor flat = at::cat(flat_parts).div_(group_->world_size());
-  RETURN_IF_ERROR(group_->AllReduce(flat, ReduceOp::kSum));
+  flat_.div_(group_->world_size());
+  RETURN_IF_ERROR(group_->AllReduce(flat_, ReduceOp::kSum));
   int64_t offset = 0;
   for (const at::Tensor& p : parameters) {
-    p.detach().copy_(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+    p.detach().copy_(flat_.narrow(0, offset, p.numel()).view(p.sizes()));
     offset += p.numel();
   }
   ++averaged_;

@@ -35,9 +35,10 @@ class PeriodicModelAverager {
                                                                        int64_t period,
                                                                        int64_t warmup_steps);
   // One call per optimizer step; averages `parameters` (in place, as one
-  // flat all-reduce) when this step is due, and counts the step either way.
-  // A collective when due. torch averages only parameters with a gradient:
-  // pass those.
+  // flat all-reduce of a buffer kept between calls) when this step is due,
+  // and counts the step either way. A collective when due, with the same
+  // parameter shapes on every rank. torch averages only parameters with a
+  // gradient: pass those.
   absl::Status AverageParameters(const std::vector<at::Tensor>& parameters);
   // Steps seen so far (torch's averager.step); set it to continue a run.
   int64_t step() const { return step_; }
@@ -52,6 +53,7 @@ class PeriodicModelAverager {
   const int64_t period_, warmup_steps_;
   int64_t step_ = 0;
   int64_t averaged_ = 0;
+  at::Tensor flat_;  // the parameters, back to back (in shared memory where the group has it)
 };
 
 struct PostLocalSgdOptions {

@@ -8,13 +8,16 @@
 // DDPSPAWN_SHM_ALLREDUCE=0; staged and in place); mode "startup" exits at once
 // (tools/bench times what starting a LibTorch process costs); mode
 // "c10d_reducer" trains with PyTorch's own c10d::Reducer over Gloo instead of
-// ddpspawn's (steps/s only). --device cuda trains on cuda:local_rank over NCCL.
-// Usage: ddpspawn_bench --workload mlp|conv|conv_bn|resnet18|gpt (bench_models.h)
-//            --mode ddp|nosync|allreduce|startup|c10d_reducer
+// ddpspawn's (steps/s only); mode "post_localsgd" trains with post-local SGD
+// from the first step: gradients averaged within each node every step, the
+// parameters over every rank every --averaging-period steps (default 4). --device cuda trains on
+// cuda:local_rank over NCCL. Usage: ddpspawn_bench --workload mlp|conv|conv_bn|resnet18|gpt
+// (bench_models.h)
+//            --mode ddp|nosync|allreduce|startup|c10d_reducer|post_localsgd
 //            [--steps N] [--warmup N] [--nprocs N] [--start-method spawn|fork|forkserver]
 //            [--prestart 0|1]
 //            [--device cpu|cuda] [--breakdown 0|1] [--bucket-cap-mb MB]
-//            [--optimizer sgd|adam|zero_adam]
+//            [--optimizer sgd|adam|zero_adam] [--averaging-period N]
 //            [--nnodes N --node-rank K --master-addr A --master-port P]
 // --breakdown 1 adds each rank's milliseconds per step in zero_grad, forward, backward (with the
 // gradient all-reduces) and the optimizer step, and each rank's wait at the shared-memory
@@ -40,6 +43,7 @@
 #include "absl/strings/str_join.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/distributed_data_parallel.h"
+#include "core/ddp/post_local_sgd.h"
 #include "core/ddp/zero_redundancy_optimizer.h"
 #include "core/env/cluster_environment.h"
 #include "core/env/settings.h"
@@ -76,6 +80,7 @@ struct Flags {
   int steps = 100, warmup = 10, nprocs = 2;
   bool check_calls = true;    // GroupOptions::check_calls
   bool breakdown = false;     // ddp/nosync: time each phase of the step (--breakdown 1)
+  int averaging_period = 4;   // post_localsgd's model averaging period
   double bucket_cap_mb = 0;   // ddp: 0 keeps the default; else every bucket's cap (--bucket-cap-mb)
   bool grads_to_none = true;  // zero_grad(set_to_none) (--zero-grad-to-none 0: zeroed in place)
   double launch_time = 0;
@@ -209,6 +214,13 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     ddp_options.reducer.bucket_cap_mb = ddp_options.reducer.first_bucket_cap_mb =
         flags.bucket_cap_mb;
   }
+  std::unique_ptr<PostLocalSgd> post_local_sgd;
+  if (flags.mode == "post_localsgd") {
+    PostLocalSgdOptions local;
+    local.model_averaging_period = flags.averaging_period;
+    ASSIGN_OR_RETURN(post_local_sgd, PostLocalSgd::Create(group->get(), local));
+    ddp_options.reducer.comm_hook = post_local_sgd->hook();
+  }
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
       DistributedDataParallel::Wrap(net.module, group->get(), ddp_options);
   if (!ddp.ok()) return ddp.status();
@@ -250,6 +262,8 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     }
     lap(kBackward, step);
     optimizer.step();
+    if (post_local_sgd)
+      RETURN_IF_ERROR(post_local_sgd->AfterOptimizerStep(net.module->parameters()));
     lap(kStep, step);
     if (step == 0) first_batch = NowSeconds();
   }
@@ -313,6 +327,7 @@ int main(int argc, char** argv) {
     if (key == "--start-method") flags.start_method = value;
     if (key == "--device") flags.device = value;
     if (key == "--optimizer") flags.optimizer = value;
+    if (key == "--averaging-period") flags.averaging_period = std::atoi(value.c_str());
     if (key == "--check-calls") flags.check_calls = value != "0";
     if (key == "--breakdown") flags.breakdown = value != "0";
     if (key == "--zero-grad-to-none") flags.grads_to_none = value != "0";

@@ -3,7 +3,8 @@ Gloo among all 4 ranks (DDPSPAWN_SHM_ALLREDUCE=0), in the same run. The hosts ar
 namespaces on a bridge (tests/testing/namespace_hosts.py), one ddpspawn_bench launcher in each;
 a link rate (tc's token bucket on each host's end) stands in for the network between real hosts.
 Measures one all-reduce of the MLP's gradient size (7.5 MB, staged and in place) and DDP's steady
-steps/s on the MLP; medians over interleaved rounds. Needs root (namespaces) and the tc command.
+steps/s on the MLP, and post-local SGD's on the hierarchical path (each node's gradient mean every
+step, the parameters over both nodes every 4 steps); medians over interleaved rounds. Needs root (namespaces) and the tc command.
 """
 import json
 import os
@@ -36,6 +37,7 @@ def measure(bench, rates, rounds, steps, warmup):
     for rate in rates:
         runs = {(path, what): [] for path in ("hierarchical", "gloo")
                 for what in ("allreduce", "ddp")}
+        runs[("hierarchical", "post_localsgd")] = []
         with namespace_hosts(2, None if rate == "none" else rate) as names:
             for _ in range(rounds):
                 for path in ("hierarchical", "gloo"):
@@ -47,6 +49,10 @@ def measure(bench, rates, rounds, steps, warmup):
                         bench, names, path == "hierarchical",
                         ["--workload", "mlp", "--mode", "ddp", "--steps", str(steps),
                          "--warmup", str(warmup)]))
+                runs[("hierarchical", "post_localsgd")].append(run_job(
+                    bench, names, True,
+                    ["--workload", "mlp", "--mode", "post_localsgd", "--averaging-period", "4",
+                     "--steps", str(steps), "--warmup", str(warmup)]))
         figures = {}
         for path in ("hierarchical", "gloo"):
             figures[path] = {
@@ -57,10 +63,13 @@ def measure(bench, rates, rounds, steps, warmup):
                 "steps_per_s": statistics.median(r["steps_per_s"] for r in runs[(path, "ddp")]),
             }
         h, g = figures["hierarchical"], figures["gloo"]
+        h["post_localsgd_steps_per_s"] = statistics.median(
+            r["steps_per_s"] for r in runs[("hierarchical", "post_localsgd")])
         figures["ratios"] = {
             "allreduce_time": h["allreduce_ms"] / g["allreduce_ms"],
             "allreduce_in_place_time": h["allreduce_in_place_ms"] / g["allreduce_in_place_ms"],
             "steps_per_s": h["steps_per_s"] / g["steps_per_s"],
+            "post_localsgd_vs_ddp_steps_per_s": h["post_localsgd_steps_per_s"] / h["steps_per_s"],
         }
         results[rate] = figures
     return results
@@ -72,10 +81,11 @@ def report(results, as_json):
         return
     print("2 hosts x 2 ranks, MLP (7.5 MB of gradients): hierarchical vs Gloo among all ranks")
     print(f"{'link rate':>10} {'all-reduce ms (staged / in place)':>38} {'steps/s':>16} "
-          f"{'time ratio':>12} {'steps/s ratio':>14}")
+          f"{'time ratio':>12} {'steps/s ratio':>14} {'post-local SGD /4 vs DDP':>26}")
     for rate, f in results.items():
         h, g, r = f["hierarchical"], f["gloo"], f["ratios"]
         print(f"{rate:>10} {h['allreduce_ms']:8.1f} / {h['allreduce_in_place_ms']:5.1f} vs "
               f"{g['allreduce_ms']:6.1f} / {g['allreduce_in_place_ms']:5.1f} "
               f"{h['steps_per_s']:6.2f} vs {g['steps_per_s']:5.2f} "
-              f"{r['allreduce_in_place_time']:11.2f}x {r['steps_per_s']:13.2f}x")
+              f"{r['allreduce_in_place_time']:11.2f}x {r['steps_per_s']:13.2f}x "
+              f"{h['post_localsgd_steps_per_s']:9.2f} ({r['post_localsgd_vs_ddp_steps_per_s']:.2f}x)")
