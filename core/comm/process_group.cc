@@ -765,7 +765,8 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllReduce(at::Te
 }
 
 absl::Status ProcessGroup::CheckNodeAllReduce() const {
-  if (cluster_.local_world_size == cluster_.world_size || impl_->hierarchical) {
+  if (cluster_.local_world_size == cluster_.world_size || cluster_.local_world_size == 1 ||
+      impl_->hierarchical) {
     return absl::OkStatus();
   }
   return absl::UnimplementedError(absl::StrCat(
@@ -779,7 +780,14 @@ absl::Status ProcessGroup::CheckNodeAllReduce() const {
 absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartNodeAllReduce(at::Tensor& tensor,
                                                                               ReduceOp op) {
   RETURN_IF_ERROR(CheckNodeAllReduce());
-  if (!impl_->hierarchical) return StartAllReduce(tensor, op);  // one node: every rank
+  auto done = [&] {  // the node's sum is already in `tensor`
+    auto pending = std::make_unique<PendingWork::Impl>();
+    pending->tensor = tensor;
+    pending->done = true;
+    return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
+  };
+  if (cluster_.local_world_size == cluster_.world_size) return StartAllReduce(tensor, op);
+  if (cluster_.local_world_size == 1) return done();  // a node of one rank
   if (!impl_->SumsInSharedMemory(tensor, op)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "an all-reduce within a node sums (or averages) contiguous CPU float32 or float64 "
@@ -797,10 +805,7 @@ absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartNodeAllReduce(at
                ? node.SumFloat(tensor.data_ptr<float>(), tensor.numel(), divisor, call)
                : node.SumDouble(tensor.data_ptr<double>(), tensor.numel(), divisor, call);
   }));
-  auto pending = std::make_unique<PendingWork::Impl>();
-  pending->tensor = tensor;
-  pending->done = true;
-  return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
+  return done();
 }
 
 absl::StatusOr<at::Tensor> ProcessGroup::NewReductionBuffer(int64_t elements,

@@ -131,7 +131,8 @@ class ProcessGroup {
   absl::StatusOr<std::unique_ptr<PendingWork>> StartAllReduce(at::Tensor& tensor, ReduceOp op);
   // StartAllReduce among this node's ranks only (kSum, or kMean over them):
   // local SGD's gradient average within each node. On a job of one node that
-  // is every rank; on a ddpspawn launcher's job of several nodes it sums a CPU
+  // is every rank, on nodes of one rank nothing to do; on a ddpspawn
+  // launcher's job of several nodes it sums a CPU
   // float or double tensor through the node's shared memory and is done when
   // it returns. Elsewhere CheckNodeAllReduce()'s error.
   absl::StatusOr<std::unique_ptr<PendingWork>> StartNodeAllReduce(at::Tensor& tensor, ReduceOp op);

@@ -14,7 +14,10 @@ namespace ddpspawn {
 
 struct PostLocalSgd::State {
   PostLocalSgdOptions options;
-  int64_t iteration = 0;  // synchronized backward passes, counted up to the start
+  // Synchronized backward passes, counted up to the start: the hook writes it
+  // under the reducer's lock during backward, ContinueFrom() between steps
+  // (no backward runs then).
+  int64_t iteration = 0;
 };
 
 namespace {
@@ -30,6 +33,8 @@ class GroupReduction : public PendingReduction {
   std::unique_ptr<PendingWork> work_;  // null: the bucket stays as it is
 };
 
+}  // namespace
+
 class PostLocalSgdHook : public CommHook {
  public:
   explicit PostLocalSgdHook(std::shared_ptr<PostLocalSgd::State> state)
@@ -44,17 +49,22 @@ class PostLocalSgdHook : public CommHook {
     if (!state_->options.gradient_allreduce_within_node) {
       return std::make_unique<GroupReduction>(nullptr);  // local: this rank's own gradients
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<PendingWork> work,
-                     group.StartNodeAllReduce(bucket.buffer, ReduceOp::kMean));
-    return std::make_unique<GroupReduction>(std::move(work));
+    absl::StatusOr<std::unique_ptr<PendingWork>> work =
+        group.StartNodeAllReduce(bucket.buffer, ReduceOp::kMean);
+    if (!work.ok()) {
+      return absl::Status(
+          work.status().code(),
+          absl::StrCat("post-local SGD's gradient mean within the node (turn it off with "
+                       "post_local_gradient_allreduce=false): ",
+                       work.status().message()));
+    }
+    return std::make_unique<GroupReduction>(*std::move(work));
   }
 
  private:
   std::shared_ptr<PostLocalSgd::State> state_;
   std::shared_ptr<CommHook> plain_;
 };
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<PeriodicModelAverager>> PeriodicModelAverager::Create(
     ProcessGroup* group, int64_t period, int64_t warmup_steps) {
@@ -74,7 +84,17 @@ absl::Status PeriodicModelAverager::AverageParameters(const std::vector<at::Tens
   if (!due || group_->world_size() == 1 || parameters.empty()) return absl::OkStatus();
   c10::NoGradGuard no_grad;
   int64_t elements = 0;
-  for (const at::Tensor& p : parameters) elements += p.numel();
+  for (const at::Tensor& p : parameters) {
+    if (p.scalar_type() != parameters[0].scalar_type() || p.device() != parameters[0].device()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model averaging flattens the parameters into one buffer, so they must share a dtype "
+          "and a device; rank ",
+          group_->rank(), " has ", c10::toString(parameters[0].scalar_type()), " on ",
+          parameters[0].device().str(), " and ", c10::toString(p.scalar_type()), " on ",
+          p.device().str()));
+    }
+    elements += p.numel();
+  }
   if (!flat_.defined() || flat_.numel() != elements ||
       flat_.scalar_type() != parameters[0].scalar_type() ||
       flat_.device() != parameters[0].device()) {
@@ -117,10 +137,10 @@ absl::StatusOr<std::unique_ptr<PostLocalSgd>> PostLocalSgd::Create(
   }
   if (options.gradient_allreduce_within_node) {
     if (absl::Status s = group->CheckNodeAllReduce(); !s.ok()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "post-local SGD averages gradients within each node after its start (turn that off "
-          "for purely local steps): ",
-          s.message()));
+      return absl::UnimplementedError(
+          absl::StrCat("post-local SGD averages gradients within each node after its start "
+                       "(post_local_gradient_allreduce=false steps on each rank's own instead): ",
+                       s.message()));
     }
   }
   ASSIGN_OR_RETURN(std::unique_ptr<PeriodicModelAverager> averager,
@@ -137,16 +157,16 @@ absl::Status PostLocalSgd::AfterOptimizerStep(const std::vector<at::Tensor>& par
   return averager_->AverageParameters(parameters);
 }
 
+void PostLocalSgd::ContinueFrom(int64_t optimizer_steps) {
+  state_->iteration = std::min(optimizer_steps, state_->options.start_iteration);
+  averager_->set_step(optimizer_steps);
+}
+
 absl::Status ZeroRedundancyWithLocalSgdError() {
   return absl::InvalidArgumentError(
       "zero_redundancy_optimizer and ddp_comm_hook post_localsgd do not combine: ZeRO steps each "
       "parameter on one rank for all, which needs the same gradients everywhere, and local "
       "SGD's differ between ranks");
-}
-
-void PostLocalSgd::ContinueFrom(int64_t optimizer_steps) {
-  state_->iteration = std::min(optimizer_steps, state_->options.start_iteration);
-  averager_->set_step(optimizer_steps);
 }
 
 }  // namespace ddpspawn

@@ -38,7 +38,8 @@ class PeriodicModelAverager {
   // flat all-reduce of a buffer kept between calls) when this step is due,
   // and counts the step either way. A collective when due, with the same
   // parameter shapes on every rank. torch averages only parameters with a
-  // gradient: pass those.
+  // gradient: pass those. InvalidArgument for parameters of several dtypes or
+  // devices.
   absl::Status AverageParameters(const std::vector<at::Tensor>& parameters);
   // Steps seen so far (torch's averager.step); set it to continue a run.
   int64_t step() const { return step_; }
@@ -92,9 +93,10 @@ class PostLocalSgd {
   void ContinueFrom(int64_t optimizer_steps);
   const PeriodicModelAverager& averager() const { return *averager_; }
 
-  struct State;  // the hook's iteration count (post_local_sgd.cc)
-
  private:
+  // The options and the hook's iteration count (post_local_sgd.cc).
+  struct State;
+  friend class PostLocalSgdHook;
   PostLocalSgd(std::shared_ptr<State> state, std::shared_ptr<CommHook> hook,
                std::unique_ptr<PeriodicModelAverager> averager);
   std::shared_ptr<State> state_;

@@ -293,12 +293,29 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
   DdpOptions ddp_options = options_.ddp;
   std::shared_ptr<CommHook> hook = options_.ddp_comm_hook_object;
   post_local_sgd_.reset();
-  if (options_.post_localsgd.model_averaging_period > 0 &&
-      (hook != nullptr || options_.ddp_comm_hook != CommHookKind::kPostLocalSgd)) {
+  const bool post_local = options_.ddp_comm_hook == CommHookKind::kPostLocalSgd;
+  if (options_.post_localsgd.model_averaging_period > 0 && (hook != nullptr || !post_local)) {
     return absl::InvalidArgumentError(
-        "model_averaging_period is post-local SGD's: it needs ddp_comm_hook post_localsgd");
+        hook != nullptr
+            ? "model_averaging_period is post-local SGD's, and ddp_comm_hook_object replaces "
+              "its hook: leave one of them out"
+            : "model_averaging_period is post-local SGD's: it needs ddp_comm_hook post_localsgd");
   }
-  if (hook == nullptr && options_.ddp_comm_hook == CommHookKind::kPostLocalSgd) {
+  if (hook == nullptr && post_local) {
+    if (options_.precision_plugin->grad_scaler() != nullptr) {
+      return absl::InvalidArgumentError(
+          "16-mixed with ddp_comm_hook post_localsgd is not supported yet: the loss scaler "
+          "skips a step by this rank's gradients, which local SGD does not share, so the ranks "
+          "would skip different steps");
+    }
+    if (options_.ddp_comm_wrapper != CommWrapper::kNone &&
+        options_.post_localsgd.gradient_allreduce_within_node &&
+        group_->cluster().local_world_size != group_->world_size()) {
+      return absl::InvalidArgumentError(
+          "ddp_comm_wrapper with post_localsgd's gradient mean within each of several nodes: "
+          "the node's shared memory sums float32 and float64 buckets only; leave the wrapper "
+          "out, or set post_local_gradient_allreduce=false");
+    }
     ASSIGN_OR_RETURN(post_local_sgd_, PostLocalSgd::Create(group_.get(), options_.post_localsgd));
     hook = post_local_sgd_->hook();
   } else if (hook == nullptr && IsPowerSgd(options_.ddp_comm_hook) && options_.ddp_comm_state) {
@@ -342,6 +359,7 @@ absl::Status ApplySyncBatchNorm(LightningModule& module) {
 
 absl::Status DDPSpawnStrategy::Teardown() {
   ddp_.reset();
+  post_local_sgd_.reset();  // borrows the group
   group_.reset();
   return absl::OkStatus();
 }

@@ -283,7 +283,8 @@ class DDPSpawnStrategy {
   std::unique_ptr<ProcessGroup> group_;
   std::shared_ptr<LightningModule> module_;
   std::unique_ptr<DistributedDataParallel> ddp_;
-  std::unique_ptr<PostLocalSgd> post_local_sgd_;  // ddp_comm_hook kPostLocalSgd's
+  // ddp_comm_hook kPostLocalSgd's; borrows group_, so it goes first.
+  std::unique_ptr<PostLocalSgd> post_local_sgd_;
   // Launching (the launcher's thread): this node's part of the last job
   // (core/job/node_job.h), kept after a failed Launch() for PrepareRestart(),
   // which makes the next Launch() its next start.

@@ -210,11 +210,13 @@ def test_fit_on_two_hosts_of_two_trains_like_one_host_of_four(hosts, tmp_path, s
         # Two hosts sum each node's two ranks through shared memory, then the
         # two nodes' sums through Gloo: (g0 + g1) + (g2 + g3); one host sums
         # the four ranks in rank order. Measured: the weights at most 5.96e-8
-        # apart (one float32 step near 0.5), the epoch loss 2.5e-9 (relative);
-        # the bounds are 4 times that.
+        # apart (one float32 step near 0.5), the bound 4 times that; the epoch
+        # loss 2.5e-9 apart (relative) on one machine and 1.2e-8 on another
+        # (their BLAS kernels round differently), the bound one float32 step
+        # (the batches' losses are float32, averaged in double).
         for name in got:
             assert max(abs(a - b) for a, b in zip(got[name], want[name])) <= 2.4e-7, name
-        assert math.isclose(loss, reference, rel_tol=1e-8, abs_tol=0), (loss, reference)
+        assert math.isclose(loss, reference, rel_tol=1.2e-7, abs_tol=0), (loss, reference)
 
 
 @pytest.mark.parametrize("shared_memory", ["1", "0"])

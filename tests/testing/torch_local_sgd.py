@@ -3,9 +3,11 @@ post_localSGD_hook and PeriodicModelAverager (torch.distributed.algorithms),
 on Gloo processes of this machine, training the built-in MLP's layers
 (Linear, ReLU, Linear) from given initial weights on a CSV of four features
 and a class, rank r taking positions r, r + world, ... of the file's order in
-batches, as ddpspawn's unshuffled sampler does. Returns every rank's final
-weights."""
+batches, as ddpspawn's unshuffled sampler does (with `accumulate`
+micro-batches a step, all but the last under no_sync, as fit's
+accumulate_grad_batches). Returns every rank's final weights."""
 
+import contextlib
 import os
 import tempfile
 from typing import Dict, List, Optional
@@ -20,7 +22,8 @@ from torch.distributed.algorithms.model_averaging.averagers import PeriodicModel
 
 
 def _rank_main(rank: int, world: int, store: str, data: str, initial: str, steps: int,
-               batch_size: int, lr: float, momentum: float, local: Optional[Dict]) -> None:
+               batch_size: int, lr: float, momentum: float, local: Optional[Dict],
+               accumulate: int) -> None:
     rows = np.loadtxt(data, delimiter=",")
     x = torch.tensor(rows[:, :4], dtype=torch.float32)
     y = torch.tensor(rows[:, 4], dtype=torch.long)
@@ -44,10 +47,15 @@ def _rank_main(rank: int, world: int, store: str, data: str, initial: str, steps
         averager = PeriodicModelAverager(period=local["period"], warmup_steps=local["start"])
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     span = world * batch_size
-    for k in range(steps):
-        index = torch.arange(rank + span * k, rank + span * (k + 1), world)
+    for step in range(steps):
         optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(ddp(x[index]), y[index]).backward()
+        for micro in range(accumulate):
+            k = accumulate * step + micro
+            index = torch.arange(rank + span * k, rank + span * (k + 1), world)
+            # no_sync must hold the forward too: DDP reads it there.
+            with ddp.no_sync() if micro + 1 < accumulate else contextlib.nullcontext():
+                loss = torch.nn.functional.cross_entropy(ddp(x[index]), y[index]) / accumulate
+                loss.backward()
         optimizer.step()
         if averager is not None:
             averager.average_parameters([p for p in model.parameters() if p.grad is not None])
@@ -57,7 +65,8 @@ def _rank_main(rank: int, world: int, store: str, data: str, initial: str, steps
 
 
 def train(data: str, initial: str, world: int, steps: int, batch_size: int, lr: float,
-          momentum: float, local: Optional[Dict] = None) -> List[Dict[str, torch.Tensor]]:
+          momentum: float, local: Optional[Dict] = None,
+          accumulate: int = 1) -> List[Dict[str, torch.Tensor]]:
     """`local`: None for plain DDP; else {"start": N, "period": P, "node_size": S or None}
     (S: the gradients' mean within groups of S consecutive ranks after the start; None:
     each rank's own)."""
@@ -65,7 +74,7 @@ def train(data: str, initial: str, world: int, steps: int, batch_size: int, lr: 
         store = os.path.join(directory, "run")
         mp.start_processes(_rank_main, nprocs=world, start_method="fork",
                            args=(world, store, data, initial, steps, batch_size, lr, momentum,
-                                 local))
+                                 local, accumulate))
         return [load_file(f"{store}.{rank}.safetensors") for rank in range(world)]
 
 

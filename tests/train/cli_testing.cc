@@ -48,6 +48,16 @@ CliRun Cli(const std::string& args, const std::string& env) {
 
 std::string Dir(const std::string& name) { return absl::StrCat(testing::TempDir(), "/", name); }
 
+std::string ExportedWeights(const std::string& args, const std::string& name) {
+  CliRun fit = Cli(absl::StrCat(args, " --default-root-dir ", Dir(name)));
+  EXPECT_EQ(fit.exit_code, 0) << fit.output;
+  std::string weights = Dir(name + ".safetensors");
+  CliRun exported = Cli(absl::StrCat("export --checkpoint ", fit.values["checkpoint"],
+                                     " --format safetensors --output ", weights));
+  EXPECT_EQ(exported.exit_code, 0) << exported.output;
+  return weights;
+}
+
 std::string WriteClassification(const std::string& name, int rows) {
   std::string path = Dir(name);
   std::ofstream out(path);

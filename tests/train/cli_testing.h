@@ -33,6 +33,11 @@ std::string WriteClassification(const std::string& name, int rows);
 // The built-in model that fits WriteClassification's data.
 inline constexpr char kModel[] = "mlp:4,16,3";
 
+// Runs `fit ARGS --default-root-dir <TempDir>/<name>` and exports its
+// checkpoint to <TempDir>/<name>.safetensors, whose path it returns (either
+// failing is a test failure).
+std::string ExportedWeights(const std::string& args, const std::string& name);
+
 // A kModel checkpoint's weights (a failed load is a test failure).
 NamedTensors LoadWeights(const std::string& checkpoint);
 

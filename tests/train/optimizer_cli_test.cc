@@ -20,16 +20,6 @@ namespace {
 constexpr char kCommon[] =
     " --nproc-per-node 2 --batch-size 16 --shuffle false --seed 7 --accumulate-grad-batches 2";
 
-std::string ExportedWeights(const std::string& args, const std::string& name) {
-  CliRun fit = Cli(absl::StrCat(args, " --default-root-dir ", Dir(name)));
-  EXPECT_EQ(fit.exit_code, 0) << fit.output;
-  std::string weights = Dir(name + ".safetensors");
-  CliRun exported = Cli(absl::StrCat("export --checkpoint ", fit.values["checkpoint"],
-                                     " --format safetensors --output ", weights));
-  EXPECT_EQ(exported.exit_code, 0) << exported.output;
-  return weights;
-}
-
 TEST(OptimizerCliTest, ClippingWithAccumulationMatchesTorchForEveryOptimizer) {
   const std::string data = WriteClassification("optimizers.csv", 240);
   const std::string fit = absl::StrCat("fit --model ", kModel, " --train ", data, kCommon);

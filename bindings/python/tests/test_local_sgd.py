@@ -35,6 +35,8 @@ def test_local_steps_leave_ddp_and_node_averaging_keeps_it(data, tmp_path):
     plain = fit("plain")
     local = fit("local", post_local_gradient_allreduce=False, **LOCAL)
     within_node = fit("node", **LOCAL)
+    once_averaged = fit("once", **{**LOCAL, "model_averaging_period": 1000},
+                         post_local_gradient_allreduce=False)
     assert plain.global_step == local.global_step == within_node.global_step == 9
     read = lambda result, name: weights(torch, result.checkpoint, tmp_path / name)
     # One node: the node's mean is every rank's, and averaging equal
@@ -42,6 +44,9 @@ def test_local_steps_leave_ddp_and_node_averaging_keeps_it(data, tmp_path):
     assert max_difference(read(plain, "plain"), read(within_node, "node")) == 0.0
     # Observed 4.3e-4 after 9 steps (7 of them local).
     assert max_difference(read(plain, "plain"), read(local, "local")) > 1e-4
+    # The averaging every second step moved rank 0's weights: observed 0.020
+    # from a run averaged once, at the start.
+    assert max_difference(read(local, "local"), read(once_averaged, "once")) > 1e-3
 
 
 def test_a_resumed_fit_stays_local_past_the_start(data, tmp_path):

@@ -116,6 +116,8 @@ def test_unknown_comm_hook_is_a_clear_error(ctx):
         ({"powersgd_start_iteration": 2**40}, "out of range"),
         ({"comm_hook": "powersgd", "powersgd_rank": 0}, "rank"),
         ({"comm_hook": "powersgd", "powersgd_start_iteration": -1}, "start iteration"),
+        # Post-local SGD averages after the optimizer step, which a reducer does not see.
+        ({"comm_hook": "post_localsgd"}, "no optimizer step to average after"),
     ],
 )
 def test_bad_options(ctx, options, match):
