@@ -20,16 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int failures = 0;
-
-#define CHECK(cond)                                                                            \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
-              ddpspawn_last_error());                                                          \
-      failures++;                                                                              \
-    }                                                                                          \
-  } while (0)
+#include "tests/c/c_check.h"
 
 /* Whether CUDA would see a device here, told without CUDA: a device node
  * /dev/nvidia<N> (the driver makes one per GPU), unless CUDA_VISIBLE_DEVICES

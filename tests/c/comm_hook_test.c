@@ -17,16 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures = 0;
-
-#define CHECK(cond)                                                                            \
-  do {                                                                                         \
-    if (!(cond)) {                                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
-              ddpspawn_last_error());                                                          \
-      failures++;                                                                              \
-    }                                                                                          \
-  } while (0)
+#include "tests/c/c_check.h"
 
 enum { kFeatures = 128, kRows = 256, kSteps = 150, kTopK = 16 };
 

@@ -62,6 +62,7 @@ struct Flags {
 
 using test_worker::CheckOk;
 using test_worker::Fail;
+using test_worker::JoinGlooGroup;
 
 // A model with a head that only some ranks use in some steps, and one no rank
 // ever uses.
@@ -417,12 +418,8 @@ size_t SharedMemorySegments() {
 }
 
 int Run(const Flags& flags) {
-  absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
-  CheckOk(cluster.status(), "cluster");
-  absl::StatusOr<std::unique_ptr<ProcessGroup>> joined =
-      ProcessGroup::Create(*cluster, {Backend::kGloo, absl::Seconds(60)});
-  CheckOk(joined.status(), "join");
-  ProcessGroup& group = **joined;
+  const std::unique_ptr<ProcessGroup> joined = JoinGlooGroup();
+  ProcessGroup& group = *joined;
   const int rank = group.rank(), world = group.world_size();
   const int steps = static_cast<int>(flags.Number("steps", 5));
   const int batch = static_cast<int>(flags.Number("batch", 4));

@@ -31,6 +31,7 @@ namespace {
 
 using test_worker::CheckOk;
 using test_worker::Fail;
+using test_worker::JoinGlooGroup;
 
 // Linear, BatchNorm, Linear; remembers the running mean its forward started
 // from.
@@ -90,12 +91,8 @@ int TrainNaturally(ProcessGroup& group, Model& model, NetImpl& net) {
 }
 
 int Run(const std::string& mode) {
-  absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
-  CheckOk(cluster.status(), "cluster");
-  absl::StatusOr<std::unique_ptr<ProcessGroup>> joined =
-      ProcessGroup::Create(*cluster, {Backend::kGloo, absl::Seconds(60)});
-  CheckOk(joined.status(), "join");
-  ProcessGroup& group = **joined;
+  const std::unique_ptr<ProcessGroup> joined = JoinGlooGroup();
+  ProcessGroup& group = *joined;
   if (mode == "holder") {
     Net net;
     return TrainNaturally(group, net, *net);

@@ -37,6 +37,7 @@ namespace {
 
 using test_worker::CheckOk;
 using test_worker::Fail;
+using test_worker::JoinGlooGroup;
 
 // Parameters of several sizes, so that the partition splits them unevenly.
 torch::nn::Sequential MakeNet() {
@@ -111,12 +112,8 @@ double ExpAvgDiff(const torch::optim::Adam& a, const torch::optim::Adam& b,
 }
 
 int Run(int steps) {
-  absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
-  CheckOk(cluster.status(), "cluster");
-  absl::StatusOr<std::unique_ptr<ProcessGroup>> joined =
-      ProcessGroup::Create(*cluster, {Backend::kGloo, absl::Seconds(60)});
-  CheckOk(joined.status(), "join");
-  ProcessGroup& group = **joined;
+  const std::unique_ptr<ProcessGroup> joined = JoinGlooGroup();
+  ProcessGroup& group = *joined;
   const int rank = group.rank(), world = group.world_size();
 
   torch::nn::Sequential reference = MakeNet();
