@@ -20,7 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tests/c/c_check.h"
+#include "c_check.h"
 
 /* Whether CUDA would see a device here, told without CUDA: a device node
  * /dev/nvidia<N> (the driver makes one per GPU), unless CUDA_VISIBLE_DEVICES

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/c/c_check.h"
+#include "c_check.h"
 
 enum { kFeatures = 128, kRows = 256, kSteps = 150, kTopK = 16 };
 
