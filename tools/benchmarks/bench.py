@@ -144,6 +144,7 @@ def main():
     for workload in args.workloads.split(","):
         w = ["--workload", workload]
         results = {"ddpspawn": [], "reference": [], "lightning": [], "no_sync": [], "python": [],
+                   "lockstep": [], "reference_no_sync": [],
                    "ddpspawn_fork": [], "c10d_reducer": [], "ddpspawn_gloo": [],
                    "allreduce": [], "allreduce_gloo": [], "startup": [],
                    "ddpspawn_unchecked": [], "small": [], "small_unchecked": [],
@@ -166,6 +167,11 @@ def main():
             results["python_forkserver_prestarted"].append(
                 run(python_forkserver + ["--prestart", "1"], env=PYTHON_DDP_ENV))
             results["no_sync"].append(run([DDPSPAWN] + w + ["--mode", "nosync"] + common))
+            # The no-sync step with one meeting of the ranks: what waiting for the slower rank
+            # costs by itself, which no gradient exchange can avoid.
+            results["lockstep"].append(run([DDPSPAWN] + w + ["--mode", "lockstep"] + common))
+            results["reference_no_sync"].append(
+                run([sys.executable, REFERENCE] + w + ["--mode", "nosync"] + common))
             # Reducer against reducer on the same transport: PyTorch's c10d::Reducer and ours,
             # both over Gloo (ours without its shared-memory all-reduce).
             results["c10d_reducer"].append(
@@ -195,6 +201,8 @@ def main():
             ("ddpspawn", "reference", "lightning", "no_sync", "ddpspawn_fork", "startup",
              "c10d_reducer", "ddpspawn_gloo"))
         python = median_of(results["python"])
+        lockstep = median_of(results["lockstep"])
+        ref_ceiling = median_of(results["reference_no_sync"])
         python_methods = {k: median_of(results["python_" + k])
                           for k in ("fork", "forkserver_cold", "forkserver_prestarted")}
         cold, prestarted = (median_of(results[k])
@@ -211,6 +219,8 @@ def main():
             "python_ddp": python,
             "python_ddp_start_methods": python_methods,
             "no_sync": ceiling,
+            "lockstep": lockstep,
+            "reference_no_sync": ref_ceiling,
             "ddpspawn_fork": forked,
             "forkserver_cold": cold,
             "forkserver_prestarted": prestarted,
@@ -241,6 +251,11 @@ def main():
                 "lightning_steps_per_s": ours["steps_per_s"] / lightning["steps_per_s"],
                 "lightning_peak_rss": ours["peak_rss_mb"] / lightning["peak_rss_mb"],
                 "vs_no_sync_ceiling": ours["steps_per_s"] / ceiling["steps_per_s"],
+                "vs_lockstep_ceiling": ours["steps_per_s"] / lockstep["steps_per_s"],
+                "lockstep_vs_no_sync_ceiling": lockstep["steps_per_s"] / ceiling["steps_per_s"],
+                # PyTorch's DDP against its own no_sync(), in the same rounds.
+                "torch_ddp_vs_its_no_sync_ceiling":
+                    ref["steps_per_s"] / ref_ceiling["steps_per_s"],
                 # ddpspawn.torch.DistributedDataParallel against mp.spawn + torch's DDP.
                 "python_launch_to_first_batch":
                     python["launch_to_first_batch"] / ref["launch_to_first_batch"],
@@ -291,7 +306,9 @@ def main():
             print(("%-6s %-26s " + " ".join([fmt] * 5) + " %7.2fx %7.2fx %7.2fx") % (
                 w["workload"] if i == 0 else "", label, o[key], f[key], r[key], lt[key], c[key],
                 ratio, fork_ratio, lightning_ratio))
-        print("%-6s %-26s %10.2f" % ("", "spawn steps/s / no-sync", q["vs_no_sync_ceiling"]))
+        print("%-6s %-26s %10.2f (lockstep %.2f; torch DDP / its no_sync %.2f)" % (
+            "", "spawn steps/s / no-sync", q["vs_no_sync_ceiling"],
+            q["lockstep_vs_no_sync_ceiling"], q["torch_ddp_vs_its_no_sync_ceiling"]))
         fc, fp = w["forkserver_cold"], w["forkserver_prestarted"]
         print("%-6s %-26s launch %.3f s (%.2fx torch DDP) first, %.3f s (%.2fx) prestarted; "
               "%.1f steps/s (%.2fx); %.0f MB (%.2fx)" % (

@@ -3,9 +3,10 @@
 // forkserver, started during the launch or, with --prestart 1, before it) that train a workload
 // with DistributedDataParallel (or without gradient sync: the ceiling), and prints one JSON object:
 // launch to first batch (s, from before the launch to rank 0's first finished step), steady steps/s
-// per rank (after a warm-up), peak RSS per rank (MB, the largest over the ranks). Mode "allreduce"
-// instead times one all-reduce of the workload's gradient size (shared memory, or Gloo with
-// DDPSPAWN_SHM_ALLREDUCE=0; staged and in place); mode "startup" exits at once
+// (after a warm-up; the slowest rank's, and each rank's), peak RSS per rank (MB, the largest over
+// the ranks). Mode "allreduce" instead times one all-reduce of the workload's gradient size (shared
+// memory, or Gloo with DDPSPAWN_SHM_ALLREDUCE=0; staged, in place, and in place after each rank
+// wrote its buffer); mode "startup" exits at once
 // (tools/bench times what starting a LibTorch process costs); mode
 // "c10d_reducer" trains with PyTorch's own c10d::Reducer over Gloo instead of
 // ddpspawn's (steps/s only); mode "post_localsgd" trains with post-local SGD
@@ -13,15 +14,19 @@
 // parameters over every rank every --averaging-period steps (default 4). --device cuda trains on
 // cuda:local_rank over NCCL. Usage: ddpspawn_bench --workload mlp|conv|conv_bn|resnet18|gpt
 // (bench_models.h)
-//            --mode ddp|nosync|allreduce|startup|c10d_reducer|post_localsgd
+//            --mode ddp|nosync|lockstep|allreduce|startup|c10d_reducer|post_localsgd
 //            [--steps N] [--warmup N] [--nprocs N] [--start-method spawn|fork|forkserver]
 //            [--prestart 0|1]
-//            [--device cpu|cuda] [--breakdown 0|1] [--bucket-cap-mb MB]
+//            [--device cpu|cuda] [--breakdown 0|1] [--timeline 0|1] [--bucket-cap-mb MB]
 //            [--optimizer sgd|adam|zero_adam] [--averaging-period N]
 //            [--nnodes N --node-rank K --master-addr A --master-port P]
 // --breakdown 1 adds each rank's milliseconds per step in zero_grad, forward, backward (with the
 // gradient all-reduces) and the optimizer step, and each rank's wait at the shared-memory
-// collectives (their arrivals). --bucket-cap-mb sets every bucket's cap (the first one's too).
+// collectives (their arrivals). --timeline 1 adds, per rank and bucket, when its reduction started
+// in backward, how long starting it took (a shared-memory sum runs there) and the wait at it
+// (bucket_timeline.h). Mode "lockstep" is the no-sync step plus one one-float all-reduce: the
+// ceiling of any step that waits for every rank. --bucket-cap-mb sets every bucket's cap (the
+// first one's too).
 // --optimizer: SGD (the default), Adam, or Adam sharded by ZeroRedundancyOptimizer; the JSON
 // then has each rank's optimizer state bytes ("optimizer_state_bytes", by rank).
 // With --nnodes > 1 this is one node's launcher of a job of several nodes
@@ -29,6 +34,7 @@
 #include <sys/resource.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +59,7 @@
 #include "core/launch/worker_channel.h"
 #include "core/util/status_macros.h"
 #include "tools/benchmarks/bench_models.h"
+#include "tools/benchmarks/bucket_timeline.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
 #include "torch/csrc/distributed/c10d/ProcessGroupGloo.hpp"
 #include "torch/csrc/distributed/c10d/reducer.hpp"
@@ -80,6 +87,7 @@ struct Flags {
   int steps = 100, warmup = 10, nprocs = 2;
   bool check_calls = true;    // GroupOptions::check_calls
   bool breakdown = false;     // ddp/nosync: time each phase of the step (--breakdown 1)
+  bool timeline = false;      // ddp: time each bucket of the step (--timeline 1)
   int averaging_period = 4;   // post_localsgd's model averaging period
   double bucket_cap_mb = 0;   // ddp: 0 keeps the default; else every bucket's cap (--bucket-cap-mb)
   bool grads_to_none = true;  // zero_grad(set_to_none) (--zero-grad-to-none 0: zeroed in place)
@@ -187,23 +195,34 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     // Raw bandwidth for one gradient-sized buffer: a plain tensor (staged
     // through shared memory, or Gloo) and a reduction buffer like DDP's buckets
     // (in place where shared memory is on).
-    auto milliseconds_per_sum = [&](at::Tensor buffer) -> absl::StatusOr<double> {
+    // `rewrite`: each rank first writes its whole buffer, as DDP's copy of the
+    // gradients into their buckets does, so that the sum finds the other rank's
+    // lines in the other core's cache (a repeated sum finds its chunk in its
+    // own); the time of that write alone is subtracted.
+    auto milliseconds_per_sum = [&](at::Tensor buffer, bool rewrite) -> absl::StatusOr<double> {
       buffer.fill_(1);
       for (int i = 0; i < flags.warmup; ++i) (void)(*group)->AllReduce(buffer, ReduceOp::kSum);
+      double writing = 0;
       const double start = NowSeconds();
       for (int i = 0; i < flags.steps; ++i) {
+        if (rewrite) {
+          const double before = NowSeconds();
+          buffer.fill_(1);
+          writing += NowSeconds() - before;
+        }
         RETURN_IF_ERROR((*group)->AllReduce(buffer, ReduceOp::kSum));
       }
-      return (NowSeconds() - start) / flags.steps * 1e3;
+      return (NowSeconds() - start - writing) / flags.steps * 1e3;
     };
     at::Tensor plain = torch::ones({gradient_elements});
-    ASSIGN_OR_RETURN(double staged, milliseconds_per_sum(plain));
+    ASSIGN_OR_RETURN(double staged, milliseconds_per_sum(plain, false));
     ASSIGN_OR_RETURN(at::Tensor shared, (*group)->NewReductionBuffer(gradient_elements, plain));
-    ASSIGN_OR_RETURN(double in_place, milliseconds_per_sum(shared));
+    ASSIGN_OR_RETURN(double in_place, milliseconds_per_sum(shared, false));
+    ASSIGN_OR_RETURN(double after_write, milliseconds_per_sum(shared, true));
     return absl::StrFormat(
-        "{\"allreduce_ms\": %.4f, \"allreduce_in_place_ms\": %.4f, \"bytes\": %d, "
-        "\"algbw_gb_per_s\": %.4f}",
-        staged, in_place, gradient_elements * 4, gradient_elements * 4 / staged / 1e6);
+        "{\"allreduce_ms\": %.4f, \"allreduce_in_place_ms\": %.4f, "
+        "\"allreduce_in_place_after_write_ms\": %.4f, \"bytes\": %d, \"algbw_gb_per_s\": %.4f}",
+        staged, in_place, after_write, gradient_elements * 4, gradient_elements * 4 / staged / 1e6);
   }
   if (flags.mode == "c10d_reducer") {
     ASSIGN_OR_RETURN(double steps_per_s, C10dReducerStepsPerSecond(cluster, net, flags));
@@ -220,6 +239,13 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     local.model_averaging_period = flags.averaging_period;
     ASSIGN_OR_RETURN(post_local_sgd, PostLocalSgd::Create(group->get(), local));
     ddp_options.reducer.comm_hook = post_local_sgd->hook();
+  }
+  std::shared_ptr<BucketTimeline> timeline;
+  if (flags.timeline) {
+    timeline = std::make_shared<BucketTimeline>(
+        ddp_options.reducer.comm_hook ? ddp_options.reducer.comm_hook : MakeAllReduceHook(),
+        group->get());
+    ddp_options.reducer.comm_hook = timeline;
   }
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
       DistributedDataParallel::Wrap(net.module, group->get(), ddp_options);
@@ -254,11 +280,17 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     RETURN_IF_ERROR((*ddp)->PrepareForward());
     torch::Tensor loss = torch::cross_entropy_loss(net.forward(x), y);
     lap(kForward, step);
-    if (flags.mode == "nosync") {
+    if (timeline) timeline->BeginBackward(step >= flags.warmup);
+    if (flags.mode == "nosync" || flags.mode == "lockstep") {
       DistributedDataParallel::NoSync no_sync = (*ddp)->no_sync();
       loss.backward();
     } else {
       loss.backward();
+    }
+    if (timeline) timeline->EndBackward();
+    if (flags.mode == "lockstep") {  // the ranks meet once a step, with no gradient to sum
+      float meet = 0;
+      RETURN_IF_ERROR((*group)->AllReduce(&meet, 1, DType::kFloat32, ReduceOp::kSum));
     }
     lap(kBackward, step);
     optimizer.step();
@@ -268,8 +300,16 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     if (step == 0) first_batch = NowSeconds();
   }
   if (cuda) torch::cuda::synchronize();
-  const double steps_per_s = flags.steps / (NowSeconds() - steady_start);
+  // The job moves at its slowest rank's pace: without gradient sync (the
+  // ceiling) the ranks drift apart, and rank 0's own rate alone would
+  // overstate it.
+  const double my_steps_per_s = flags.steps / (NowSeconds() - steady_start);
   const ArrivalReport arrivals = (*group)->arrivals().Since(arrivals_at_start);
+  std::vector<double> steps_per_s_by_rank((*group)->world_size());
+  RETURN_IF_ERROR(
+      (*group)->AllGather(&my_steps_per_s, 1, DType::kFloat64, steps_per_s_by_rank.data()));
+  const double steps_per_s =
+      *std::min_element(steps_per_s_by_rank.begin(), steps_per_s_by_rank.end());
   double rss = PeakRssMb();
   RETURN_IF_ERROR((*group)->AllReduce(&rss, 1, DType::kFloat64, ReduceOp::kMax));
   std::string breakdown;
@@ -278,6 +318,13 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     std::vector<int64_t> all((*group)->world_size());
     RETURN_IF_ERROR((*group)->AllGather(&mine, 1, DType::kInt64, all.data()));
     absl::StrAppend(&breakdown, ", \"optimizer_state_bytes\": [", absl::StrJoin(all, ", "), "]");
+  }
+  if (timeline) {
+    std::vector<double> mine = timeline->Flatten();
+    std::vector<double> all(mine.size() * (*group)->world_size());
+    RETURN_IF_ERROR((*group)->AllGather(mine.data(), mine.size(), DType::kFloat64, all.data()));
+    absl::StrAppend(&breakdown,
+                    ", \"timeline\": ", BucketTimeline::ToJson(all, (*group)->world_size()));
   }
   if (flags.breakdown) {
     // Every rank's phases, in ms per step, and what the arrivals say of the
@@ -304,8 +351,12 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     absl::StrAppendFormat(&breakdown, "], \"straggler\": \"%s\"", arrivals.Summary());
   }
   return absl::StrFormat(
-      "{\"launch_to_first_batch\": %.4f, \"steps_per_s\": %.3f, \"peak_rss_mb\": %.1f%s}",
-      first_batch - flags.launch_time, steps_per_s, rss, breakdown);
+      "{\"launch_to_first_batch\": %.4f, \"steps_per_s\": %.3f, \"steps_per_s_by_rank\": [%s], "
+      "\"peak_rss_mb\": %.1f%s}",
+      first_batch - flags.launch_time, steps_per_s,
+      absl::StrJoin(steps_per_s_by_rank, ", ",
+                    [](std::string* out, double v) { absl::StrAppendFormat(out, "%.3f", v); }),
+      rss, breakdown);
 }
 
 }  // namespace
@@ -330,6 +381,7 @@ int main(int argc, char** argv) {
     if (key == "--averaging-period") flags.averaging_period = std::atoi(value.c_str());
     if (key == "--check-calls") flags.check_calls = value != "0";
     if (key == "--breakdown") flags.breakdown = value != "0";
+    if (key == "--timeline") flags.timeline = value != "0";
     if (key == "--zero-grad-to-none") flags.grads_to_none = value != "0";
     if (key == "--bucket-cap-mb") (void)absl::SimpleAtod(value, &flags.bucket_cap_mb);
     if (key == "--prestart") prestart = value != "0";

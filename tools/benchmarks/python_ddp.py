@@ -43,7 +43,8 @@ def worker(ctx, args):
         optimizer.step()
         if step == 0:
             first_batch = time.time()
-    steps_per_s = args.steps / (time.time() - steady_start)
+    # The job moves at its slowest rank's pace (under no_sync the ranks drift apart).
+    steps_per_s = min(ctx.all_gather_object(args.steps / (time.time() - steady_start)))
     model.close()
     rss = max(ctx.all_gather_object(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0))
     return {"launch_to_first_batch": first_batch - args.launch_time,

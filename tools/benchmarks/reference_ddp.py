@@ -68,7 +68,10 @@ def worker(rank, args, port, queue):
             first_batch = time.time()
     if cuda:
         torch.cuda.synchronize()
-    steps_per_s = args.steps / (time.time() - steady_start)
+    # The job moves at its slowest rank's pace (under no_sync the ranks drift apart).
+    steps_per_s = torch.tensor([args.steps / (time.time() - steady_start)]).to(device)
+    dist.all_reduce(steps_per_s, op=dist.ReduceOp.MIN)
+    steps_per_s = steps_per_s.item()
     rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0]).to(device)
     dist.all_reduce(rss, op=dist.ReduceOp.MAX)
     result = {"launch_to_first_batch": first_batch - args.launch_time,

@@ -61,7 +61,9 @@ class Model(pl.LightningModule):
             self.steady_start = time.time()
 
     def on_train_end(self):
-        steps_per_s = self.steps / (time.time() - self.steady_start)
+        # The job moves at its slowest rank's pace.
+        steps_per_s = torch.tensor([self.steps / (time.time() - self.steady_start)])
+        steps_per_s = float(self.trainer.strategy.reduce(steps_per_s, reduce_op="min").item())
         rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0])
         rss = self.trainer.strategy.reduce(rss, reduce_op="max")
         if self.global_rank == 0:
