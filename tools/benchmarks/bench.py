@@ -144,7 +144,7 @@ def main():
     for workload in args.workloads.split(","):
         w = ["--workload", workload]
         results = {"ddpspawn": [], "reference": [], "lightning": [], "no_sync": [], "python": [],
-                   "lockstep": [], "reference_no_sync": [],
+                   "lockstep": [], "reference_no_sync": [], "python_no_sync": [],
                    "ddpspawn_fork": [], "c10d_reducer": [], "ddpspawn_gloo": [],
                    "allreduce": [], "allreduce_gloo": [], "startup": [],
                    "ddpspawn_unchecked": [], "small": [], "small_unchecked": [],
@@ -160,6 +160,9 @@ def main():
             results["lightning"].append(run([sys.executable, LIGHTNING] + w + common))
             python_ddp = [sys.executable, PYTHON_DDP] + w + common
             results["python"].append(run(python_ddp, env=PYTHON_DDP_ENV))
+            # The wrapper's own ceiling: the same Python loop under its no_sync().
+            results["python_no_sync"].append(
+                run(python_ddp + ["--mode", "nosync"], env=PYTHON_DDP_ENV))
             results["python_fork"].append(
                 run(python_ddp + ["--start-method", "fork"], env=PYTHON_DDP_ENV))
             python_forkserver = python_ddp + ["--start-method", "forkserver"]
@@ -203,6 +206,7 @@ def main():
         python = median_of(results["python"])
         lockstep = median_of(results["lockstep"])
         ref_ceiling = median_of(results["reference_no_sync"])
+        python_ceiling = median_of(results["python_no_sync"])
         python_methods = {k: median_of(results["python_" + k])
                           for k in ("fork", "forkserver_cold", "forkserver_prestarted")}
         cold, prestarted = (median_of(results[k])
@@ -221,6 +225,7 @@ def main():
             "no_sync": ceiling,
             "lockstep": lockstep,
             "reference_no_sync": ref_ceiling,
+            "python_no_sync": python_ceiling,
             "ddpspawn_fork": forked,
             "forkserver_cold": cold,
             "forkserver_prestarted": prestarted,
@@ -260,6 +265,11 @@ def main():
                 "python_launch_to_first_batch":
                     python["launch_to_first_batch"] / ref["launch_to_first_batch"],
                 "python_steps_per_s": python["steps_per_s"] / ref["steps_per_s"],
+                "python_vs_cpp_steps_per_s": python["steps_per_s"] / ours["steps_per_s"],
+                "python_vs_its_no_sync_ceiling":
+                    python["steps_per_s"] / python_ceiling["steps_per_s"],
+                "python_no_sync_vs_cpp_no_sync":
+                    python_ceiling["steps_per_s"] / ceiling["steps_per_s"],
                 "python_peak_rss": python["peak_rss_mb"] / ref["peak_rss_mb"],
                 **{f"python_{k}_{m}": v[m] / ref[m]
                    for k, v in python_methods.items() for m in METRICS},
@@ -322,6 +332,9 @@ def main():
                            q["python_steps_per_s"], p["launch_to_first_batch"],
                            q["python_launch_to_first_batch"], p["peak_rss_mb"],
                            q["python_peak_rss"]))
+        print("%-6s %-26s %10.2f (its own no_sync: %.2f; its no_sync / the C++ no-sync %.2f)" % (
+            "", "  Python / the C++ path", q["python_vs_cpp_steps_per_s"],
+            q["python_vs_its_no_sync_ceiling"], q["python_no_sync_vs_cpp_no_sync"]))
         for k, m in w["python_ddp_start_methods"].items():
             print("%-6s %-26s %10.1f steps/s (%.2fx), launch %.3f s (%.2fx), %.0f MB (%.2fx)" % (
                 "", "  Python, " + k, m["steps_per_s"], q[f"python_{k}_steps_per_s"],
