@@ -15,6 +15,7 @@ from typing import Dict
 
 from . import _lib
 from ._arrivals import RankArrivals, StragglerReport
+from ._comm_hook import Bucket
 from ._context import Context
 from ._errors import (
     DdpspawnError,
@@ -33,6 +34,7 @@ from ._train import FitResult, export, fit, predict, test, validate
 __version__ = "0.1.0"
 
 __all__ = [
+    "Bucket",
     "Context",
     "DdpspawnError",
     "DdpspawnTimeoutError",

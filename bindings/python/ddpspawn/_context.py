@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import pickle
 import weakref
-from typing import Any, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
 
 from . import _dlpack, _lib
 from ._closable import Closable
@@ -13,6 +13,9 @@ from ._arrivals import RankArrivals, StragglerReport
 from ._buffers import Buffer
 from ._errors import InvalidArgumentError
 from ._reducer import Reducer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._comm_hook import CommHook
 
 _OPS = {
     "sum": _lib.SUM,
@@ -65,6 +68,8 @@ class Context(Closable):
             for the library's default (1800).
     """
 
+    _borrowed = False  # a comm hook's context (_borrow): the library owns the handle
+
     def __init__(self, backend: str = "gloo", timeout: Optional[float] = None) -> None:
         self._handle: Optional[ctypes._Pointer[_lib.ContextHandle]] = None
         # Open reducers use this context's process group: close() closes them first.
@@ -85,6 +90,17 @@ class Context(Closable):
         """Joins the group that the environment describes (see the class doc)."""
         return cls(backend=backend, timeout=timeout)
 
+    @classmethod
+    def _borrow(cls, handle: ctypes._Pointer[_lib.ContextHandle]) -> "Context":
+        """A Context over a handle the library lends for one call (a comm
+        hook's): closing it only forgets the handle, never destroys it."""
+        context = cls.__new__(cls)
+        context._reducers = weakref.WeakSet()
+        context._lib = _lib.lib()
+        context._borrowed = True
+        context._handle = handle
+        return context
+
     # -- lifetime ----------------------------------------------------------
 
     def close(self) -> None:
@@ -93,7 +109,7 @@ class Context(Closable):
         for reducer in list(getattr(self, "_reducers", ())):
             reducer.close()
         handle, self._handle = self._handle, None
-        if handle is not None:
+        if handle is not None and not self._borrowed:
             self._lib.ddpspawn_context_destroy(handle)
 
     def _adopt(self, reducer: Reducer) -> None:
@@ -302,7 +318,7 @@ class Context(Closable):
         *,
         bucket_cap_mb: float = 25.0,
         first_bucket_cap_mb: float = 1.0,
-        comm_hook: str = "allreduce",
+        comm_hook: Union[str, CommHook] = "allreduce",
         powersgd_rank: int = 1,
         powersgd_start_iteration: int = 10,
         find_unused_parameters: bool = False,
@@ -324,7 +340,14 @@ class Context(Closable):
                 compress: tensors of two or more dimensions, while flat
                 buffers are sent as they are; see ``Reducer.compression``),
                 or "batched_powersgd" (each bucket as one square matrix, so
-                flat buffers compress too).
+                flat buffers compress too); or a hook written in Python, a
+                callable ``hook(context, bucket)`` that leaves the mean over
+                the ranks in ``bucket.data`` (a :class:`ddpspawn.Bucket`),
+                with any collectives of ``context`` (the reducer's group,
+                lent for the call); an exception it raises fails the reducer
+                call that ran it, naming the rank, the bucket and the
+                exception. It runs in Python for every bucket, on the thread
+                that marks or finalizes.
             powersgd_rank: PowerSGD's matrix approximation rank.
             powersgd_start_iteration: PowerSGD runs plain all-reduce before it.
             find_unused_parameters: True leaves a buffer that no rank marked

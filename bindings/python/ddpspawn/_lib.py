@@ -146,6 +146,41 @@ class ContextOptions(Structure):
     ]
 
 
+class BucketStruct(Structure):
+    """``ddpspawn_bucket``: one bucket, as a communication hook sees it."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("index", c_int32),
+        ("bucket_count", c_int32),
+        ("dtype", c_int32),
+        ("data", c_void_p),
+        ("count", c_size_t),
+    ]
+
+
+#: ``ddpspawn_status (*start)(void*, ddpspawn_context*, const ddpspawn_bucket*, void**)``
+CommHookStart = CFUNCTYPE(
+    c_int32, c_void_p, POINTER(ContextHandle), POINTER(BucketStruct), POINTER(c_void_p)
+)
+#: ``ddpspawn_status (*wait)(void*, ddpspawn_context*, void*)``
+CommHookWait = CFUNCTYPE(c_int32, c_void_p, POINTER(ContextHandle), c_void_p)
+#: ``void (*release)(void*)``
+CommHookRelease = CFUNCTYPE(None, c_void_p)
+
+
+class CommHookTable(Structure):
+    """``ddpspawn_comm_hook``: a communication hook's functions."""
+
+    _fields_ = [
+        ("struct_size", c_uint32),
+        ("user_data", c_void_p),
+        ("start", CommHookStart),
+        ("wait", CommHookWait),
+        ("release", CommHookRelease),
+    ]
+
+
 class ReducerOptions(Structure):
     """``ddpspawn_reducer_options``; build it with :func:`reducer_options`."""
 
@@ -157,6 +192,7 @@ class ReducerOptions(Structure):
         ("powersgd_rank", c_int32),
         ("powersgd_start_iteration", c_int32),
         ("find_unused_parameters", c_int32),
+        ("custom_comm_hook", POINTER(CommHookTable)),
     ]
 
 

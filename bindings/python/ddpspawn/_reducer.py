@@ -9,10 +9,11 @@ import contextlib
 import ctypes
 import numbers
 import operator
-from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _dlpack, _lib
 from ._closable import Closable
+from ._comm_hook import CommHook, HookTable
 from ._buffers import DTYPE_NAMES, reducer_buffer
 from ._errors import InvalidArgumentError
 
@@ -39,7 +40,10 @@ def _int32(name: str, value: Any) -> int:
 
 def _comm_hook_name(value: Any) -> bytes:
     if not isinstance(value, str):
-        raise InvalidArgumentError(f"comm_hook must be a str, not {value!r}")
+        raise InvalidArgumentError(
+            f"comm_hook must be a hook's name (a str) or a callable(context, bucket), "
+            f"not {value!r}"
+        )
     if "\0" in value:
         raise InvalidArgumentError(f"comm_hook contains a NUL character: {value!r}")
     return value.encode()
@@ -73,12 +77,13 @@ class Reducer(Closable):
         *,
         bucket_cap_mb: float = 25.0,
         first_bucket_cap_mb: float = 1.0,
-        comm_hook: str = "allreduce",
+        comm_hook: Union[str, CommHook] = "allreduce",
         powersgd_rank: int = 1,
         powersgd_start_iteration: int = 10,
         find_unused_parameters: bool = False,
     ) -> None:
         self._handle: Optional[ctypes._Pointer[_lib.ReducerHandle]] = None
+        self._hook_table: Optional[HookTable] = None
         # Everything is checked before the first C call.
         if isinstance(buffers, (str, bytes, bytearray, memoryview)) or not isinstance(
             buffers, collections.abc.Sequence
@@ -103,8 +108,12 @@ class Reducer(Closable):
         options.first_bucket_cap_mb = _positive_megabytes(
             "first_bucket_cap_mb", first_bucket_cap_mb
         )
-        hook = _comm_hook_name(comm_hook)
-        options.comm_hook = hook
+        # A callable is a hook written in Python: the library calls it for every bucket.
+        hook_table = HookTable(comm_hook) if callable(comm_hook) else None
+        if hook_table is not None:
+            options.custom_comm_hook = ctypes.pointer(hook_table.table)
+        else:
+            options.comm_hook = _comm_hook_name(comm_hook)
         options.powersgd_rank = _int32("powersgd_rank", powersgd_rank)
         options.powersgd_start_iteration = _int32(
             "powersgd_start_iteration", powersgd_start_iteration
@@ -153,7 +162,9 @@ class Reducer(Closable):
         self._buffers: Tuple[Any, ...] = tuple(buffers)
         self._pointers = pointers
         self._dtypes = dtype_names
-        self._comm_hook = comm_hook
+        self._comm_hook: Optional[Union[str, CommHook]] = comm_hook
+        # The ctypes callbacks must outlive the C reducer, which may call them until destroyed.
+        self._hook_table = hook_table
         self._sync = True
         self._handle = handle
         context._adopt(self)
@@ -166,6 +177,8 @@ class Reducer(Closable):
         handle, self._handle = self._handle, None
         if handle is not None:
             self._lib.ddpspawn_reducer_destroy(handle)
+            self._hook_table = None
+            self._comm_hook = None  # a Python hook's objects go with the C reducer
             self._pointers = []
             self._buffers = ()
             self._context._forget(self)

@@ -16,7 +16,7 @@ import contextlib
 import functools
 import os
 import tempfile
-from typing import TYPE_CHECKING, Any, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Union
 
 import torch
 
@@ -26,6 +26,7 @@ from ._reducer import Reducer
 from ._train import export
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._comm_hook import CommHook
     from ._context import Context
 
 __all__ = ["DistributedDataParallel", "init_process_group", "load_weights"]
@@ -54,7 +55,8 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
     (rank 0's buffers before each forward in training), :meth:`no_sync`, and
     the comm hook by name: ``"allreduce"``, ``"fp16"``, ``"bf16"``,
     ``"powersgd"`` or ``"batched_powersgd"`` (``powersgd_rank``,
-    ``powersgd_start_iteration``).
+    ``powersgd_start_iteration``), or written in Python: a callable
+    ``hook(context, bucket)`` (see :meth:`ddpspawn.Context.reducer`).
     ``gradient_as_bucket_view`` changes nothing (the gradients are bucket
     views already) and is refused with ``find_unused_parameters``.
 
@@ -81,7 +83,7 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
         find_unused_parameters: bool = False,
         broadcast_buffers: bool = True,
         gradient_as_bucket_view: bool = False,
-        comm_hook: str = "allreduce",
+        comm_hook: Union[str, "CommHook"] = "allreduce",
         powersgd_rank: int = 1,
         powersgd_start_iteration: int = 10,
     ) -> None:

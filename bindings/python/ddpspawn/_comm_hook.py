@@ -1,0 +1,111 @@
+"""Communication hooks written in Python: a callable averages each bucket of a
+:class:`Reducer` in place of the built-in hooks, through the C ABI's
+``ddpspawn_comm_hook`` (give it as ``comm_hook=`` to :meth:`Context.reducer`
+or ``ddpspawn.torch.DistributedDataParallel``)."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import TYPE_CHECKING, Any, Callable, Optional, cast
+
+from . import _lib
+from ._errors import DdpspawnError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._context import Context
+
+# ddpspawn dtype code -> (name, memoryview format, itemsize).
+_FORMATS = {
+    _lib.FLOAT32: ("float32", "f", 4),
+    _lib.FLOAT64: ("float64", "d", 8),
+    _lib.INT32: ("int32", "i", 4),
+    _lib.INT64: ("int64", "q", 8),
+}
+
+
+class Bucket:
+    """One bucket: some of the reducer's gradients, back to back.
+
+    ``data`` is a writable memoryview of the reducer's memory, of ``dtype``
+    elements (``numpy.frombuffer(bucket.data, dtype=bucket.dtype)`` and
+    ``torch.frombuffer`` view it without a copy). It is valid only during the
+    hook's call: when the hook returns, it must hold the mean over the ranks
+    (or what the hook's compression makes of it). Buckets come in ``index``
+    order on every rank, ``bucket_count`` of them per iteration.
+    """
+
+    __slots__ = ("index", "bucket_count", "dtype", "data")
+
+    def __init__(self, index: int, bucket_count: int, dtype: str, data: memoryview) -> None:
+        self.index = index
+        self.bucket_count = bucket_count
+        self.dtype = dtype
+        self.data = data
+
+    def __repr__(self) -> str:
+        return (
+            f"<ddpspawn.Bucket index={self.index} of {self.bucket_count} "
+            f"dtype={self.dtype} len={len(self.data)}>"
+        )
+
+
+#: ``hook(context, bucket)``: averages ``bucket`` across the ranks of
+#: ``context`` (the reducer's group, lent for the call) with any of its
+#: collectives; what it returns is ignored.
+CommHook = Callable[["Context", Bucket], Any]
+
+
+class HookTable:
+    """The C table of a Python hook. The Reducer that uses it holds it (and
+    with it the ctypes callback and the hook) until the library has destroyed
+    the C reducer, so the table needs no ``release``."""
+
+    def __init__(self, hook: CommHook) -> None:
+        self._hook = hook
+        self._start = _lib.CommHookStart(self._run)
+        self.table = _lib.CommHookTable(
+            struct_size=ctypes.sizeof(_lib.CommHookTable),
+            user_data=None,
+            start=self._start,
+            wait=_lib.CommHookWait(),  # NULL: the averaging ends in start
+            release=_lib.CommHookRelease(),  # NULL
+        )
+
+    def _run(
+        self,
+        _user_data: Optional[int],
+        context: ctypes._Pointer[_lib.ContextHandle],
+        bucket: ctypes._Pointer[_lib.BucketStruct],
+        _out_work: Any,
+    ) -> int:
+        # Nothing may escape a ctypes callback (ctypes would print it and
+        # return 0, which the reducer reads as success): every failure becomes
+        # a status and ddpspawn_set_last_error's message.
+        try:
+            view = bucket.contents
+            name, fmt, itemsize = _FORMATS[view.dtype]
+            raw = (ctypes.c_char * (view.count * itemsize)).from_address(view.data)
+            from ._context import Context  # here: _context imports _reducer, which imports this
+
+            lent = Context._borrow(context)
+            # Any: typeshed types cast() per literal format, and fmt is one of four.
+            data: memoryview = cast(Any, memoryview(raw).cast("B")).cast(fmt)
+            try:
+                self._hook(lent, Bucket(view.index, view.bucket_count, name, data))
+            finally:
+                lent.close()  # later use is a clear error, not a dangling handle
+                try:
+                    data.release()  # likewise for the bucket's view ...
+                except BufferError:
+                    pass  # ... unless the hook still holds an export of it (numpy.frombuffer)
+            return _lib.OK
+        except BaseException as error:  # noqa: B902 - everything ends here, KeyboardInterrupt too
+            if isinstance(error, KeyboardInterrupt):
+                code = _lib.ERR_INTERRUPTED
+            elif isinstance(error, DdpspawnError) and error.status:
+                code = error.status
+            else:
+                code = _lib.ERR_INTERNAL
+            message = f"{type(error).__name__}: {error}".replace("\0", " ")
+            _lib.lib().ddpspawn_set_last_error(code, message.encode("utf-8", "replace"))
+            return code
