@@ -1,5 +1,6 @@
 """pytest setup: import ddpspawn and the test workers from this checkout, find
-the C library, and turn skips into failures under DDPSPAWN_REQUIRE_ALL_TESTS=1.
+the C library, and turn skips into failures under DDPSPAWN_REQUIRE_ALL_TESTS=1;
+and the `ctx` fixture, a Context of a group of one in this process.
 
 DDPSPAWN_LIBRARY, when set (the Bazel test wrapper sets it), names the library;
 otherwise the one Bazel builds in this clone is used.
@@ -82,3 +83,32 @@ def pytest_make_collect_report(
     report = yield
     _fail_if_required(report)
     return report
+
+
+# Variables a cluster environment could be detected from.
+_CLUSTER_PREFIXES = ("SLURM_", "TORCHELASTIC_", "PMI_", "OMPI_")
+_CLUSTER_NAMES = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "DDPSPAWN_RUN_DIR",
+)
+
+
+@pytest.fixture(scope="module")
+def ctx() -> Generator[object, None, None]:
+    """A Context of a group of one in this process, joined from an environment
+    with none of a launcher's, torchrun's or SLURM's variables."""
+    import ddpspawn
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name in list(os.environ):
+            if name in _CLUSTER_NAMES or name.startswith(_CLUSTER_PREFIXES):
+                patch.delenv(name)
+        with ddpspawn.Context.from_env(timeout=60) as context:
+            yield context

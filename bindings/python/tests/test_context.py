@@ -3,36 +3,11 @@ environment without any launcher, torchrun or SLURM variables, plus the
 argument checks that happen before any collective runs."""
 
 import array
-import os
 
 import numpy
 import pytest
 
 import ddpspawn
-
-# Variables a cluster environment could be detected from.
-_CLUSTER_PREFIXES = ("SLURM_", "TORCHELASTIC_", "PMI_", "OMPI_")
-_CLUSTER_NAMES = (
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "WORLD_SIZE",
-    "RANK",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "NODE_RANK",
-    "GROUP_RANK",
-    "DDPSPAWN_RUN_DIR",
-)
-
-
-@pytest.fixture(scope="module")
-def ctx():
-    with pytest.MonkeyPatch.context() as patch:
-        for name in list(os.environ):
-            if name in _CLUSTER_NAMES or name.startswith(_CLUSTER_PREFIXES):
-                patch.delenv(name)
-        with ddpspawn.Context.from_env() as context:
-            yield context
 
 
 def test_single_process_without_environment(ctx):

@@ -5,7 +5,6 @@ buffers and through ddpspawn.torch.DistributedDataParallel, between real
 worker processes."""
 
 import gc
-import os
 import weakref
 
 import numpy
@@ -13,20 +12,6 @@ import pytest
 
 import ddpspawn
 import ddpspawn_hook_workers as workers
-
-_CLUSTER_PREFIXES = ("SLURM_", "TORCHELASTIC_", "PMI_", "OMPI_")
-_CLUSTER_NAMES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK",
-                  "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "DDPSPAWN_RUN_DIR")
-
-
-@pytest.fixture(scope="module")
-def ctx():
-    with pytest.MonkeyPatch.context() as patch:
-        for name in list(os.environ):
-            if name in _CLUSTER_NAMES or name.startswith(_CLUSTER_PREFIXES):
-                patch.delenv(name)
-        with ddpspawn.Context.from_env(timeout=60) as context:
-            yield context
 
 
 def _run_once(reducer, count):

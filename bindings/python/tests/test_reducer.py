@@ -19,30 +19,6 @@ import ddpspawn_reducer_workers as workers
 START_METHODS = ["spawn", "fork"]
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
-# Variables a cluster environment could be detected from (see test_context).
-_CLUSTER_PREFIXES = ("SLURM_", "TORCHELASTIC_", "PMI_", "OMPI_")
-_CLUSTER_NAMES = (
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "WORLD_SIZE",
-    "RANK",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "NODE_RANK",
-    "GROUP_RANK",
-    "DDPSPAWN_RUN_DIR",
-)
-
-
-@pytest.fixture(scope="module")
-def ctx():
-    with pytest.MonkeyPatch.context() as patch:
-        for name in list(os.environ):
-            if name in _CLUSTER_NAMES or name.startswith(_CLUSTER_PREFIXES):
-                patch.delenv(name)
-        with ddpspawn.Context.from_env(timeout=60) as context:
-            yield context
-
 
 # -- a group of one ----------------------------------------------------------
 
