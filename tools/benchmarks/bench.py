@@ -89,7 +89,14 @@ def blas_in_use():
 
 
 def median_of(runs):
-    return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+    """Each number's median over the runs; a list (steps/s by rank) is taken
+    element by element."""
+    def median(values):
+        if isinstance(values[0], list):
+            return [statistics.median(column) for column in zip(*values)]
+        return statistics.median(values)
+
+    return {key: median([r[key] for r in runs]) for key in runs[0]}
 
 
 def main():

@@ -2,6 +2,7 @@
 #include "tools/benchmarks/bucket_timeline.h"
 
 #include <chrono>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

@@ -9,10 +9,24 @@ import ctypes
 from typing import TYPE_CHECKING, Any, Callable, Optional, cast
 
 from . import _lib
-from ._errors import DdpspawnError
+from ._errors import (
+    DdpspawnError,
+    DdpspawnTimeoutError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    UnavailableError,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._context import Context
+
+# ddpspawn's errors raised without a C status (its own checks) -> their status.
+_STATUS_OF = {
+    InvalidArgumentError: _lib.ERR_INVALID_ARGUMENT,
+    DdpspawnTimeoutError: _lib.ERR_TIMEOUT,
+    UnavailableError: _lib.ERR_UNAVAILABLE,
+    FailedPreconditionError: _lib.ERR_FAILED_PRECONDITION,
+}
 
 # ddpspawn dtype code -> (name, memoryview format, itemsize).
 _FORMATS = {
@@ -83,6 +97,8 @@ class HookTable:
         # a status and ddpspawn_set_last_error's message.
         try:
             view = bucket.contents
+            if view.dtype not in _FORMATS:
+                raise InvalidArgumentError(f"a bucket of unknown dtype code {view.dtype}")
             name, fmt, itemsize = _FORMATS[view.dtype]
             raw = (ctypes.c_char * (view.count * itemsize)).from_address(view.data)
             from ._context import Context  # here: _context imports _reducer, which imports this
@@ -100,12 +116,24 @@ class HookTable:
                     pass  # ... unless the hook still holds an export of it (numpy.frombuffer)
             return _lib.OK
         except BaseException as error:  # noqa: B902 - everything ends here, KeyboardInterrupt too
-            if isinstance(error, KeyboardInterrupt):
-                code = _lib.ERR_INTERRUPTED
-            elif isinstance(error, DdpspawnError) and error.status:
-                code = error.status
-            else:
-                code = _lib.ERR_INTERNAL
-            message = f"{type(error).__name__}: {error}".replace("\0", " ")
-            _lib.lib().ddpspawn_set_last_error(code, message.encode("utf-8", "replace"))
-            return code
+            return _report(error)
+
+
+def _report(error: BaseException) -> int:
+    """The status for `error`, with its message set as the library's last
+    error. Never raises (a failure here falls back to a fixed message)."""
+    code = _lib.ERR_INTERNAL
+    try:
+        if isinstance(error, KeyboardInterrupt):
+            code = _lib.ERR_INTERRUPTED
+        elif isinstance(error, DdpspawnError):
+            # A failed collective's status, or the kind of ddpspawn's own check.
+            code = error.status or _STATUS_OF.get(type(error), _lib.ERR_INTERNAL)
+        message = f"{type(error).__name__}: {error}".replace("\0", " ")
+        _lib.lib().ddpspawn_set_last_error(code, message.encode("utf-8", "replace"))
+    except BaseException:  # noqa: B902 - a broken __str__, MemoryError, a second Ctrl-C
+        try:
+            _lib.lib().ddpspawn_set_last_error(code, b"the Python comm hook failed")
+        except BaseException:  # noqa: B902
+            pass
+    return code

@@ -347,7 +347,8 @@ class Context(Closable):
                 lent for the call); an exception it raises fails the reducer
                 call that ran it, naming the rank, the bucket and the
                 exception. It runs in Python for every bucket, on the thread
-                that marks or finalizes.
+                that marks or finalizes; CPU buffers only; it must not call
+                its own reducer (which holds its lock during the call).
             powersgd_rank: PowerSGD's matrix approximation rank.
             powersgd_start_iteration: PowerSGD runs plain all-reduce before it.
             find_unused_parameters: True leaves a buffer that no rank marked

@@ -192,8 +192,15 @@ class ReducerOptions(Structure):
         ("powersgd_rank", c_int32),
         ("powersgd_start_iteration", c_int32),
         ("find_unused_parameters", c_int32),
-        ("custom_comm_hook", POINTER(CommHookTable)),
     ]
+
+
+class ReducerOptionsWithHook(ReducerOptions):
+    """``ddpspawn_reducer_options`` with ``custom_comm_hook``, the field a later
+    ABI minor added: used only for a hook written in Python, so that a reducer
+    without one still works with a library that predates the field."""
+
+    _fields_ = [("custom_comm_hook", POINTER(CommHookTable))]
 
 
 _StructT = TypeVar("_StructT", bound=Structure)
@@ -226,6 +233,11 @@ def context_options() -> ContextOptions:
 def reducer_options() -> ReducerOptions:
     """A ``ddpspawn_reducer_options`` with the library's defaults."""
     return _initialized(ReducerOptions, "ddpspawn_reducer_options_init_sized")
+
+
+def reducer_options_with_hook() -> ReducerOptionsWithHook:
+    """The same, with ``custom_comm_hook`` (NULL)."""
+    return _initialized(ReducerOptionsWithHook, "ddpspawn_reducer_options_init_sized")
 
 
 _Status = c_int32

@@ -103,17 +103,20 @@ class Reducer(Closable):
                 "(torch) for every gradient, or buffers (numpy) for every one"
             )
         checked = [] if tensors[0] else [reducer_buffer(d, i) for i, d in enumerate(buffers)]
-        options = _lib.reducer_options()
+        options: _lib.ReducerOptions
+        hook_table: Optional[HookTable] = None
+        if callable(comm_hook):  # a hook written in Python: the library calls it for every bucket
+            hook_table = HookTable(comm_hook)
+            with_hook = _lib.reducer_options_with_hook()
+            with_hook.custom_comm_hook = ctypes.pointer(hook_table.table)
+            options = with_hook
+        else:
+            options = _lib.reducer_options()
+            options.comm_hook = _comm_hook_name(comm_hook)
         options.bucket_cap_mb = _positive_megabytes("bucket_cap_mb", bucket_cap_mb)
         options.first_bucket_cap_mb = _positive_megabytes(
             "first_bucket_cap_mb", first_bucket_cap_mb
         )
-        # A callable is a hook written in Python: the library calls it for every bucket.
-        hook_table = HookTable(comm_hook) if callable(comm_hook) else None
-        if hook_table is not None:
-            options.custom_comm_hook = ctypes.pointer(hook_table.table)
-        else:
-            options.comm_hook = _comm_hook_name(comm_hook)
         options.powersgd_rank = _int32("powersgd_rank", powersgd_rank)
         options.powersgd_start_iteration = _int32(
             "powersgd_start_iteration", powersgd_start_iteration

@@ -103,6 +103,12 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
         parameters = [p for p in module.parameters() if p.requires_grad]
         if not parameters:
             raise InvalidArgumentError("the module has no parameter that requires a gradient")
+        if callable(comm_hook) and any(p.device.type != "cpu" for p in parameters):
+            device = next(p.device for p in parameters if p.device.type != "cpu")
+            raise InvalidArgumentError(
+                f"a comm hook written in Python averages buckets in CPU memory, and the "
+                f"module has parameters on {device}: use a built-in hook by name"
+            )
         for name, submodule in module.named_modules():
             if getattr(submodule, "sparse", False) is True:
                 raise InvalidArgumentError(

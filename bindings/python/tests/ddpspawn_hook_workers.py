@@ -11,6 +11,17 @@ def mean_hook(ctx, bucket):
     ctx.all_reduce(bucket.data, "mean")
 
 
+class CountingMean:
+    """mean_hook, counting its calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, ctx, bucket):
+        self.calls += 1
+        mean_hook(ctx, bucket)
+
+
 def max_hook(ctx, bucket):
     """Not an average: the largest value over the ranks, so that a test can
     tell this hook's collective ran instead of the built-in mean."""
@@ -64,8 +75,10 @@ def _regression(rank, world_size):
 
 def wrapper_trains(ctx, hook, steps=60, lr=0.1):
     """Trains the regression MLP with ddpspawn.torch.DistributedDataParallel
-    and `hook` (a name, or "topk" for TopK(64)); returns every rank's
-    (loss before, loss after, flat weights, elements sent, bucket elements)."""
+    and `hook` (a name, "mean" for CountingMean, or "topk" for TopK(64));
+    returns every rank's (loss before, loss after, flat weights, figures):
+    the figures are (calls, buckets per step) for "mean", (elements sent,
+    bucket elements) for "topk", else None."""
     import torch
 
     import ddpspawn.torch
@@ -74,7 +87,7 @@ def wrapper_trains(ctx, hook, steps=60, lr=0.1):
     (x, y), (x_all, y_all) = _regression(ctx.rank, ctx.world_size)
     torch.manual_seed(3)
     net = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
-    chosen = {"mean": mean_hook, "topk": TopK(64)}.get(hook, hook)
+    chosen = {"mean": CountingMean(), "topk": TopK(64)}.get(hook, hook)
     model = ddpspawn.torch.DistributedDataParallel(net, ctx, comm_hook=chosen)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
 
@@ -87,10 +100,14 @@ def wrapper_trains(ctx, hook, steps=60, lr=0.1):
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
+    figures = None
+    if isinstance(chosen, TopK):
+        figures = (chosen.sent, chosen.dense)
+    elif isinstance(chosen, CountingMean):
+        figures = (chosen.calls, model.reducer.bucket_count)
     model.close()
     weights = torch.cat([p.detach().flatten() for p in net.parameters()]).tolist()
-    sent = (chosen.sent, chosen.dense) if isinstance(chosen, TopK) else None
-    return ctx.all_gather_object((before, loss_on_everything(), weights, sent))
+    return ctx.all_gather_object((before, loss_on_everything(), weights, figures))
 
 
 def max_of_ranks(ctx):

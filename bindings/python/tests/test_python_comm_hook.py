@@ -57,12 +57,29 @@ def test_a_failing_hook_names_the_rank_the_bucket_and_the_exception(ctx):
             _run_once(reducer, 1)
 
 
-def test_a_hooks_ddpspawn_error_keeps_its_kind(ctx):
-    def timed_out(context, bucket):
-        raise ddpspawn.DdpspawnTimeoutError("a peer was too slow", status=3)
+@pytest.mark.parametrize("error", [
+    ddpspawn.DdpspawnTimeoutError("a peer was too slow", status=3),  # a failed collective's
+    ddpspawn.InvalidArgumentError("a peer was too slow"),  # ddpspawn's own check: no status
+], ids=["with_status", "without_status"])
+def test_a_hooks_ddpspawn_error_keeps_its_kind(ctx, error):
+    def failing(context, bucket):
+        raise error
 
-    with ctx.reducer([numpy.ones(4, numpy.float32)], comm_hook=timed_out) as reducer:
-        with pytest.raises(ddpspawn.DdpspawnTimeoutError, match="a peer was too slow"):
+    with ctx.reducer([numpy.ones(4, numpy.float32)], comm_hook=failing) as reducer:
+        with pytest.raises(type(error), match="a peer was too slow"):
+            _run_once(reducer, 1)
+
+
+def test_an_exception_that_cannot_be_printed_is_still_an_error(ctx):
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("no text")
+
+    def failing(context, bucket):
+        raise Unprintable()
+
+    with ctx.reducer([numpy.ones(4, numpy.float32)], comm_hook=failing) as reducer:
+        with pytest.raises(ddpspawn.InternalError, match="the Python comm hook failed"):
             _run_once(reducer, 1)
 
 
@@ -129,7 +146,8 @@ def test_a_python_mean_hook_trains_exactly_as_the_builtin_one():
     builtin = ddpspawn.spawn(workers.wrapper_trains, args=("allreduce",), nprocs=2, timeout=120)
     python = ddpspawn.spawn(workers.wrapper_trains, args=("mean",), nprocs=2, timeout=120)
     for rank in range(2):
-        before, after, weights, _ = python[rank]
+        before, after, weights, (calls, buckets) = python[rank]
+        assert calls == 60 * buckets, (rank, calls, buckets)  # the hook averaged every bucket
         assert after < 0.2 * before, (rank, before, after)
         # The same sums in the same order: bit for bit.
         assert weights == builtin[rank][2], rank
@@ -149,3 +167,12 @@ def test_a_topk_hook_with_error_feedback_trains_sending_a_fraction():
         print(f"rank {rank}: loss {before:.4f} -> {after:.4f} top-k, {exact_after:.4f} exact")
         assert after < 0.5 * before, (rank, before, after)
     assert topk[0][2] == topk[1][2]  # every rank applied the same sparse mean
+
+
+def test_the_torch_wrapper_refuses_a_python_hook_off_the_cpu(ctx):
+    torch = pytest.importorskip("torch")
+    import ddpspawn.torch
+
+    off_cpu = torch.nn.Linear(3, 2, device="meta")  # what a CUDA module meets, without a GPU
+    with pytest.raises(ddpspawn.InvalidArgumentError, match="parameters on meta"):
+        ddpspawn.torch.DistributedDataParallel(off_cpu, ctx, comm_hook=workers.mean_hook)
