@@ -96,9 +96,15 @@ def test_fit_names_the_rank_whose_shard_is_slow(torch, tmp_path):
     last = int(result.values["straggler.rank1.arrived_last"])
     assert last >= 16
     assert last > int(result.values["straggler.rank0.arrived_last"])
-    assert float(result.values["straggler.rank1.late_ms"]) > 5.0
+    late_ms = float(result.values["straggler.rank1.late_ms"])
+    assert late_ms > 5.0
+    # With 2 ranks, each time rank 1 is last by L, rank 0 waits exactly L: its
+    # wait covers all of rank 1's lateness (to the pairs' 6 digits). Not
+    # compared with rank 1's own wait: in one CI run (another test ran beside
+    # it) a stall of rank 0, cause unknown, made rank 1 wait 451 ms against
+    # rank 0's 404.
     waited = [float(result.values[f"straggler.rank{r}.waited_ms"]) for r in (0, 1)]
-    assert waited[0] > 10 * waited[1], waited
+    assert waited[0] >= 0.999 * last * late_ms, (waited, last, late_ms)
     # metrics.csv: each epoch names rank 1.
     assert straggler_rows(result) == [1.0, 1.0]
 
