@@ -226,7 +226,8 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
   }
   if (flags.mode == "c10d_reducer") {
     ASSIGN_OR_RETURN(double steps_per_s, C10dReducerStepsPerSecond(cluster, net, flags));
-    return absl::StrFormat("{\"steps_per_s\": %.3f}", steps_per_s);
+    RETURN_IF_ERROR((*group)->AllReduce(&steps_per_s, 1, DType::kFloat64, ReduceOp::kMin));
+    return absl::StrFormat("{\"steps_per_s\": %.3f}", steps_per_s);  // the slowest rank's
   }
   DdpOptions ddp_options;
   if (flags.bucket_cap_mb > 0) {
