@@ -64,31 +64,20 @@
 #include "core/launch/forkserver.h"
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
+#include "tests/testing/worker_checks.h"
 
 namespace ddpspawn {
+
+const char test_worker::kWorkerName[] = "test_worker";
+
 namespace {
 
-[[noreturn]] void Fail(const std::string& why) {
-  (void)SetWorkerError(why);
-  std::fprintf(stderr, "test_worker: %s\n", why.c_str());
-  std::exit(1);
-}
+using test_worker::CheckOk;
+using test_worker::Fail;
+using test_worker::JoinGlooGroup;
 
 void Check(bool ok, const std::string& what) {
   if (!ok) Fail(absl::StrCat("check failed: ", what));
-}
-
-void CheckOk(const absl::Status& status, const std::string& what) {
-  if (!status.ok()) Fail(absl::StrCat(what, ": ", status.ToString()));
-}
-
-std::unique_ptr<ProcessGroup> Join() {
-  absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
-  CheckOk(cluster.status(), "cluster environment");
-  absl::StatusOr<std::unique_ptr<ProcessGroup>> group =
-      ProcessGroup::Create(*cluster, {Backend::kGloo, absl::Seconds(60)});
-  CheckOk(group.status(), "join");
-  return *std::move(group);
 }
 
 [[noreturn]] void SleepForever() {
@@ -151,7 +140,7 @@ void CheckReductions(ProcessGroup& group, DType dtype, const char* name) {
 }
 
 void Collectives() {
-  std::unique_ptr<ProcessGroup> group = Join();
+  std::unique_ptr<ProcessGroup> group = JoinGlooGroup();
   const int rank = group->rank(), world = group->world_size();
   CheckOk(group->Barrier("start"), "barrier");
   // Shared memory: for the ranks of ddpspawn launchers (not torchrun's), all
@@ -275,7 +264,7 @@ void Collectives() {
 // get an error, and the group must still work afterwards. Rank 0 hands back
 // the path ("shm" or "gloo") and its error.
 void MismatchedCalls(const std::string& which) {
-  std::unique_ptr<ProcessGroup> group = Join();
+  std::unique_ptr<ProcessGroup> group = JoinGlooGroup();
   const int rank = group->rank();
   std::vector<float> floats(rank == 0 ? 4 : 8, 1.0f);
   std::vector<double> doubles(4, 1.0);
@@ -487,7 +476,7 @@ int ForkAfterParallel() {
 }
 
 int Elastic(const char* failing_rank) {
-  std::unique_ptr<ProcessGroup> group = Join();
+  std::unique_ptr<ProcessGroup> group = JoinGlooGroup();
   double value = group->rank() + 1.0;
   CheckOk(group->AllReduce(&value, 1, DType::kFloat64, ReduceOp::kSum), "all_reduce");
   if (group->cluster().attempt == 0 && ThisRank(failing_rank)) std::exit(5);
@@ -517,7 +506,7 @@ int Main(int argc, char** argv) {
   }
   if (mode == "throw" && argc == 3) {
     InstallTerminateHandler();
-    std::unique_ptr<ProcessGroup> group = Join();
+    std::unique_ptr<ProcessGroup> group = JoinGlooGroup();
     if (ThisRank(argv[2])) throw std::runtime_error("deliberate failure in the test worker");
     CheckOk(group->Barrier("after throw"),
             "barrier");  // fails once the thrower is gone
@@ -563,7 +552,7 @@ int Main(int argc, char** argv) {
     // Three groups one after another; the last rank lets go of each one late,
     // while the others already join the next.
     for (int round = 0; round < 3; ++round) {
-      std::unique_ptr<ProcessGroup> group = Join();
+      std::unique_ptr<ProcessGroup> group = JoinGlooGroup();
       double value = group->rank() + 1.0;
       CheckOk(group->AllReduce(&value, 1, DType::kFloat64, ReduceOp::kSum), "all_reduce");
       const int world = group->world_size();
@@ -577,7 +566,7 @@ int Main(int argc, char** argv) {
     // Rank <slow> sleeps 10 ms before each of 20 all-reduces; rank 0 reports
     // what the group's arrivals say.
     const int slow = std::atoi(argv[2]);
-    std::unique_ptr<ProcessGroup> group = Join();
+    std::unique_ptr<ProcessGroup> group = JoinGlooGroup();
     const ArrivalReport before = group->arrivals();
     for (int round = 0; round < 20; ++round) {
       if (group->rank() == slow) absl::SleepFor(absl::Milliseconds(10));

@@ -21,7 +21,7 @@
 #include "core/ddp/distributed_data_parallel.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/worker_channel.h"
-#include "tests/ddp/worker_checks.h"
+#include "tests/testing/worker_checks.h"
 
 namespace ddpspawn {
 

@@ -27,7 +27,7 @@
 #include "core/ddp/zero_redundancy_optimizer.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/worker_channel.h"
-#include "tests/ddp/worker_checks.h"
+#include "tests/testing/worker_checks.h"
 
 namespace ddpspawn {
 

@@ -1,9 +1,9 @@
-// What the DDP test workers do when a check fails: the launcher gets the
+// What the test workers do when a check fails: the launcher gets the
 // reason as the rank's error (SetWorkerError), stderr gets it with the
 // program's name, and the rank exits 1; and how they join their Gloo group.
 // Header-only; for test workers.
-#ifndef DDPSPAWN_TESTS_DDP_WORKER_CHECKS_H_
-#define DDPSPAWN_TESTS_DDP_WORKER_CHECKS_H_
+#ifndef DDPSPAWN_TESTS_TESTING_WORKER_CHECKS_H_
+#define DDPSPAWN_TESTS_TESTING_WORKER_CHECKS_H_
 
 #include <cstdio>
 #include <cstdlib>
@@ -44,4 +44,4 @@ inline std::unique_ptr<ProcessGroup> JoinGlooGroup() {
 
 }  // namespace ddpspawn::test_worker
 
-#endif  // DDPSPAWN_TESTS_DDP_WORKER_CHECKS_H_
+#endif  // DDPSPAWN_TESTS_TESTING_WORKER_CHECKS_H_
