@@ -75,6 +75,10 @@ class HookTable:
     the C reducer, so the table needs no ``release``."""
 
     def __init__(self, hook: CommHook) -> None:
+        # Imported here: _context imports _reducer, which imports this module.
+        from ._context import Context
+
+        self._context_type = Context
         self._hook = hook
         self._start = _lib.CommHookStart(self._run)
         self.table = _lib.CommHookTable(
@@ -101,9 +105,7 @@ class HookTable:
                 raise InvalidArgumentError(f"a bucket of unknown dtype code {view.dtype}")
             name, fmt, itemsize = _FORMATS[view.dtype]
             raw = (ctypes.c_char * (view.count * itemsize)).from_address(view.data)
-            from ._context import Context  # here: _context imports _reducer, which imports this
-
-            lent = Context._borrow(context)
+            lent = self._context_type._borrow(context)
             # Any: typeshed types cast() per literal format, and fmt is one of four.
             data: memoryview = cast(Any, memoryview(raw).cast("B")).cast(fmt)
             try:
