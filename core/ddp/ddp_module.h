@@ -3,7 +3,9 @@
 // the right one. Its forward runs DistributedDataParallel::PrepareForward()
 // (rank 0's buffers, when broadcast_buffers) and then the module's own.
 // Distribute() wraps a module holder (a TORCH_MODULE type) or a module held
-// by value, which it borrows.
+// by value, which it borrows, over a group, as torch's DDP does; under a
+// DDPSpawnStrategy, Distribute(model, strategy) (core/strategy/distribute.h)
+// also applies the strategy's sync_batchnorm, device, DDP options and hook.
 #ifndef DDPSPAWN_CORE_DDP_DDP_MODULE_H_
 #define DDPSPAWN_CORE_DDP_DDP_MODULE_H_
 
@@ -51,7 +53,8 @@ class DdpModule {
   ModuleType* operator->() { return module_.get(); }
   ModuleType& module() { return *module_; }
   DistributedDataParallel& ddp() { return *ddp_; }
-  DistributedDataParallel::NoSync no_sync() { return ddp_->no_sync(); }
+  // DistributedDataParallel::no_sync: `enabled` false changes nothing.
+  DistributedDataParallel::NoSync no_sync(bool enabled = true) { return ddp_->no_sync(enabled); }
 
  private:
   std::shared_ptr<ModuleType> module_;

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/ddp/sync_batch_norm.h"
@@ -24,9 +26,28 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
 
 absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Wrap(
     torch::nn::Module& module, ProcessGroup* group, const DdpOptions& options) {
+  // Refusals come before the first collective, and every rank reaches the
+  // same one: the ranks hold the same model.
+  if (group != nullptr && GroupWrapRulesOf(group).sync_batchnorm) {
+    if (std::string layer = FirstBatchNormName(module); !layer.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", group->rank(), ": the strategy has sync_batchnorm, and BatchNorm '", layer,
+          "' would normalize each rank's batch alone: wrap with Distribute(model, strategy), "
+          "which converts the BatchNorm layers first, or ConvertSyncBatchNorm before wrapping"));
+    }
+  }
+  if (IsWrapped(module)) {
+    WrapClaim probe;  // the claim's own error names the case
+    RETURN_IF_ERROR(WrapClaim::Make(module, probe));
+  }
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
       Wrap(module.parameters(), module.buffers(), group, options);
   if (!ddp.ok()) return ddp;
+  RETURN_IF_ERROR(WrapClaim::Make(module, (*ddp)->claim_));
+  (*ddp)->watched_ = &module;
+  for (const std::vector<at::Tensor>* tensors : {&(*ddp)->parameters_, &(*ddp)->buffers_}) {
+    for (const at::Tensor& t : *tensors) (*ddp)->layout_.emplace_back(t.device(), t.scalar_type());
+  }
   // Every SyncBatchNorm normalizes over this group's ranks (children only: a
   // module held by value cannot hand out a shared pointer to itself).
   std::vector<SyncBatchNormImpl*> layers;
@@ -73,8 +94,46 @@ bool DistributedDataParallel::ForwardNeedsPreparing() const {
                      [](const at::Tensor& b) { return b.defined() && b.numel() > 0; });
 }
 
+absl::Status DistributedDataParallel::CheckModuleUnchanged() const {
+  if (watched_ == nullptr) return absl::OkStatus();
+  const std::vector<at::Tensor> parameters = watched_->parameters();
+  const std::vector<at::Tensor> buffers = watched_->buffers();
+  const auto fix = [this](const std::string& what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", group_->rank(), ": ", what,
+                     " after Distribute, so the wrapper would leave it out of the gradient "
+                     "averaging and the ranks would drift apart; make every change to the model "
+                     "(ConvertSyncBatchNorm, new layers, to(device or dtype)) before Distribute"));
+  };
+  if (parameters.size() != parameters_.size() || buffers.size() != buffers_.size()) {
+    return fix(absl::StrCat("the module has ", parameters.size(), " parameters and ",
+                            buffers.size(), " buffers now, ", parameters_.size(), " and ",
+                            buffers_.size(), " when wrapped: one was added or removed"));
+  }
+  size_t index = 0;
+  for (const auto& [now, wrapped] :
+       {std::pair{&parameters, &parameters_}, std::pair{&buffers, &buffers_}}) {
+    for (size_t i = 0; i < now->size(); ++i, ++index) {
+      const at::Tensor& tensor = (*now)[i];
+      const auto& [device, dtype] = layout_[index];
+      const bool replaced = !tensor.is_same((*wrapped)[i]);
+      if (!replaced && tensor.device() == device && tensor.scalar_type() == dtype) continue;
+      const std::string name =
+          now == &parameters
+              ? absl::StrCat("parameter '", watched_->named_parameters().keys()[i], "'")
+              : absl::StrCat("buffer '", watched_->named_buffers().keys()[i], "'");
+      if (replaced) return fix(absl::StrCat(name, " was replaced"));
+      return fix(absl::StrCat(name, " moved from ", device.str(), " ", c10::toString(dtype), " to ",
+                              tensor.device().str(), " ", c10::toString(tensor.scalar_type())));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DistributedDataParallel::PrepareForward() {
-  if (!ForwardNeedsPreparing() || !c10::GradMode::is_enabled()) return absl::OkStatus();
+  if (!c10::GradMode::is_enabled()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckModuleUnchanged());
+  if (!ForwardNeedsPreparing()) return absl::OkStatus();
   RETURN_IF_ERROR(BroadcastCoalesced(buffers_));
   forward_prepared_.store(true);
   return absl::OkStatus();

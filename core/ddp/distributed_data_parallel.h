@@ -12,12 +12,14 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/reducer.h"
+#include "core/ddp/wrap_registry.h"
 
 namespace torch::nn {
 class Module;
@@ -45,6 +47,13 @@ class DistributedDataParallel {
   // that require grad. The module's SyncBatchNorm layers normalize over
   // `group`. The by-reference form borrows a module held by value, which must
   // outlive the wrapper (module() is then null).
+  //
+  // A module form refuses (FailedPrecondition, naming the fix) what would
+  // silently break the sync: a module that another live wrapper already wraps
+  // (or holds a part of), and a BatchNorm layer when the group's strategy has
+  // sync_batchnorm (GroupWrapRules). Its PrepareForward() then refuses a module
+  // whose parameters or buffers changed after wrapping: one added or replaced
+  // (e.g. by ConvertSyncBatchNorm), or moved to another device or dtype.
   static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Wrap(
       std::shared_ptr<torch::nn::Module> module, ProcessGroup* group,
       const DdpOptions& options = {});
@@ -67,19 +76,29 @@ class DistributedDataParallel {
 
   // While the returned guard lives, backward accumulates gradients locally (no
   // communication); the first backward after it ends averages everything
-  // accumulated. It borrows the reducer, which must outlive it; made and ended
-  // on the training thread, as no_sync() is.
+  // accumulated. `enabled` false gives a guard that changes nothing, so that a
+  // conditional no_sync is one line (`auto local = ddp.no_sync(skip_sync);`);
+  // the guard's end restores the setting it found. It borrows the reducer,
+  // which must outlive it; made and ended on the training thread, as no_sync()
+  // is.
   class NoSync {
    public:
-    explicit NoSync(Reducer* reducer) : reducer_(reducer) { reducer_->set_sync_enabled(false); }
-    ~NoSync() { reducer_->set_sync_enabled(true); }
+    explicit NoSync(Reducer* reducer, bool enabled = true)
+        : reducer_(enabled ? reducer : nullptr),
+          previous_(reducer_ != nullptr && reducer_->sync_enabled()) {
+      if (reducer_ != nullptr) reducer_->set_sync_enabled(false);
+    }
+    ~NoSync() {
+      if (reducer_ != nullptr) reducer_->set_sync_enabled(previous_);
+    }
     NoSync(const NoSync&) = delete;
     NoSync& operator=(const NoSync&) = delete;
 
    private:
-    Reducer* reducer_;
+    Reducer* reducer_;  // null: a guard that does nothing
+    bool previous_;
   };
-  NoSync no_sync() { return NoSync(reducer_.get()); }
+  NoSync no_sync(bool enabled = true) { return NoSync(reducer_.get(), enabled); }
 
   // Uneven inputs (PyTorch's Join): ranks with different numbers of batches.
   // Every rank calls ActiveRanks(has_batch) before each iteration, and gets
@@ -102,6 +121,9 @@ class DistributedDataParallel {
  private:
   DistributedDataParallel() = default;
   absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors, int root = 0);
+  // The module form's module still has the parameters and buffers it was
+  // wrapped with, on their devices and dtypes.
+  absl::Status CheckModuleUnchanged() const;
   // Whether PrepareForward() has a collective to run (then it is required).
   bool ForwardNeedsPreparing() const;
   // The reducer's backward check: PrepareForward() ran since the last one.
@@ -111,6 +133,11 @@ class DistributedDataParallel {
   absl::Status SyncFinalModel();
 
   std::shared_ptr<torch::nn::Module> module_;
+  // The module form's module (borrowed or module_), checked by
+  // CheckModuleUnchanged(); null for the tensor form.
+  const torch::nn::Module* watched_ = nullptr;
+  std::vector<std::pair<c10::Device, at::ScalarType>> layout_;  // of parameters_, then buffers_
+  WrapClaim claim_;  // the module form's: the module is wrapped while this lives
   ProcessGroup* group_ = nullptr;
   DdpOptions options_;
   std::vector<at::Tensor> parameters_, buffers_;

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/comm/process_group.h"
+#include "core/ddp/wrap_registry.h"
 
 namespace ddpspawn {
 namespace {
@@ -216,7 +217,26 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
 
 absl::StatusOr<int> ConvertSyncBatchNorm(const std::shared_ptr<torch::nn::Module>& module) {
   if (module == nullptr) return absl::InvalidArgumentError("the module must not be null");
+  if (IsWrapped(*module)) {
+    return absl::FailedPreconditionError(
+        "ConvertSyncBatchNorm on a module that a DistributedDataParallel already wraps: the new "
+        "layers' parameters would have no gradient hooks and no process group, and the ranks "
+        "would drift apart; convert before Distribute (or give the strategy sync_batchnorm and "
+        "use Distribute(model, strategy), which converts first)");
+  }
   return ConvertIn(module, "");
+}
+
+std::string FirstBatchNormName(const torch::nn::Module& module) {
+  for (const auto& named : module.named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
+    const torch::nn::Module* layer = named.value().get();
+    if (dynamic_cast<const torch::nn::BatchNorm1dImpl*>(layer) != nullptr ||
+        dynamic_cast<const torch::nn::BatchNorm2dImpl*>(layer) != nullptr ||
+        dynamic_cast<const torch::nn::BatchNorm3dImpl*>(layer) != nullptr) {
+      return named.key().empty() ? std::string("(the module itself)") : named.key();
+    }
+  }
+  return "";
 }
 
 }  // namespace ddpspawn

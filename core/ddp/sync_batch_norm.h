@@ -14,6 +14,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 
@@ -50,8 +51,14 @@ TORCH_MODULE(SyncBatchNorm);
 // recursively) with a SyncBatchNorm holding its options, weights and running
 // statistics; returns how many it replaced. A BatchNorm that another kind of
 // module holds is an error naming it: such a module keeps its own pointer to
-// the layer, so declare a SyncBatchNorm there instead.
+// the layer, so declare a SyncBatchNorm there instead. FailedPrecondition for a
+// module that a live DistributedDataParallel wraps (or holds a part of):
+// convert before wrapping.
 absl::StatusOr<int> ConvertSyncBatchNorm(const std::shared_ptr<torch::nn::Module>& module);
+
+// The name of the first BatchNorm1d/2d/3d in `module` (itself included) in
+// named_modules() order; empty when it holds none.
+std::string FirstBatchNormName(const torch::nn::Module& module);
 
 }  // namespace ddpspawn
 

@@ -4,12 +4,14 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
+#include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/comm/cuda/cuda_support.h"
 #include "core/ddp/sync_batch_norm.h"
+#include "core/ddp/wrap_registry.h"
 #include "core/env/settings.h"
 #include "core/job/node_job.h"
 #include "core/launch/launcher.h"
@@ -257,6 +259,10 @@ absl::Status DDPSpawnStrategy::SetupDistributed() {
       ProcessGroup::Create(cluster_, group_options);
   if (!group.ok()) return group.status();
   group_ = *std::move(group);
+  // An own loop's DistributedDataParallel over this group refuses BatchNorm
+  // layers that sync_batchnorm should have converted (Distribute(model,
+  // strategy) converts them).
+  SetGroupWrapRules(group_.get(), {options_.sync_batchnorm});
   return absl::OkStatus();
 }
 
@@ -290,6 +296,34 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
       }
     }
   }
+  ASSIGN_OR_RETURN(DdpOptions ddp_options, DdpOptionsWithHook());
+  ASSIGN_OR_RETURN(std::unique_ptr<DistributedDataParallel> ddp,
+                   DistributedDataParallel::Wrap(module_->parameters(), module_->buffers(),
+                                                 group_.get(), ddp_options));
+  ddp_ = std::move(ddp);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// sync_batchnorm on `network`: its BatchNorm layers converted; InvalidArgument
+// where the option would change nothing (neither a BatchNorm nor a
+// SyncBatchNorm layer).
+absl::Status ConvertForSyncBatchNorm(const std::shared_ptr<torch::nn::Module>& network) {
+  ASSIGN_OR_RETURN(const int converted, ConvertSyncBatchNorm(network));
+  if (converted > 0) return absl::OkStatus();
+  for (const std::shared_ptr<torch::nn::Module>& child : network->modules()) {
+    // Declared by the model (or converted by an earlier Setup): they normalize over the group.
+    if (std::dynamic_pointer_cast<SyncBatchNormImpl>(child) != nullptr) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      "sync_batchnorm: the model has no BatchNorm layer to convert (in a Sequential container), "
+      "so the option would change nothing: leave it out");
+}
+
+}  // namespace
+
+absl::StatusOr<DdpOptions> DDPSpawnStrategy::DdpOptionsWithHook() {
   DdpOptions ddp_options = options_.ddp;
   std::shared_ptr<CommHook> hook = options_.ddp_comm_hook_object;
   post_local_sgd_.reset();
@@ -330,11 +364,32 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
             options_.ddp_comm_wrapper == CommWrapper::kFp16 ? at::kHalf : at::kBFloat16, hook));
   }
   ddp_options.reducer.comm_hook = hook;
-  ASSIGN_OR_RETURN(std::unique_ptr<DistributedDataParallel> ddp,
-                   DistributedDataParallel::Wrap(module_->parameters(), module_->buffers(),
-                                                 group_.get(), ddp_options));
-  ddp_ = std::move(ddp);
-  return absl::OkStatus();
+  return ddp_options;
+}
+
+absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DDPSpawnStrategy::WrapModule(
+    torch::nn::Module& module, std::shared_ptr<torch::nn::Module> owner) {
+  if (group_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "Distribute(model, strategy) needs the process group: call it in a rank, inside the "
+        "function that Launch() or RunWorker() runs");
+  }
+  if (owner != nullptr && owner.get() != &module) {
+    return absl::InvalidArgumentError("WrapModule: `owner` must hold `module`");
+  }
+  if (options_.sync_batchnorm) {
+    // A non-owning alias: ConvertSyncBatchNorm replaces children, never the module itself.
+    RETURN_IF_ERROR(ConvertForSyncBatchNorm(
+        std::shared_ptr<torch::nn::Module>(std::shared_ptr<torch::nn::Module>(), &module)));
+  }
+  {
+    c10::NoGradGuard no_grad;
+    module.to(root_device());
+  }
+  ASSIGN_OR_RETURN(DdpOptions ddp_options, DdpOptionsWithHook());
+  if (owner != nullptr)
+    return DistributedDataParallel::Wrap(std::move(owner), group_.get(), ddp_options);
+  return DistributedDataParallel::Wrap(module, group_.get(), ddp_options);
 }
 
 absl::Status ApplySyncBatchNorm(LightningModule& module) {
@@ -346,20 +401,13 @@ absl::Status ApplySyncBatchNorm(LightningModule& module) {
         "cannot be scripted), so its BatchNorm layers would keep each rank's own statistics: "
         "leave sync_batchnorm out");
   }
-  ASSIGN_OR_RETURN(const int converted, ConvertSyncBatchNorm(network->network()));
-  if (converted > 0) return absl::OkStatus();
-  for (const std::shared_ptr<torch::nn::Module>& child : network->network()->modules()) {
-    // Declared by the model (or converted by an earlier Setup): they normalize over the group.
-    if (std::dynamic_pointer_cast<SyncBatchNormImpl>(child) != nullptr) return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      "sync_batchnorm: the model has no BatchNorm layer to convert (in a Sequential container), "
-      "so the option would change nothing: leave it out");
+  return ConvertForSyncBatchNorm(network->network());
 }
 
 absl::Status DDPSpawnStrategy::Teardown() {
   ddp_.reset();
   post_local_sgd_.reset();  // borrows the group
+  if (group_ != nullptr) SetGroupWrapRules(group_.get(), {});
   group_.reset();
   return absl::OkStatus();
 }

@@ -47,6 +47,9 @@
 #include "core/strategy/checkpoint_io.h"
 #include "core/strategy/precision.h"
 
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
 namespace torch::optim {
 class Optimizer;
 }  // namespace torch::optim
@@ -104,11 +107,13 @@ struct StrategyOptions {
   // what a restarted job's ranks continue from).
   std::vector<std::string> worker_env;
   DdpOptions ddp;  // find_unused_parameters, broadcast_buffers, ...
-  // Lightning's sync_batchnorm: Setup() replaces the BatchNorm layers of an
-  // NnModule's Sequential containers with SyncBatchNorm (core/ddp/
-  // sync_batch_norm.h), and refuses a model where that would change nothing
-  // (ApplySyncBatchNorm). SyncBatchNorm layers a module declares itself
-  // normalize over the group either way.
+  // Lightning's sync_batchnorm: Setup() and an own loop's Distribute(model,
+  // strategy) replace the BatchNorm layers of the model's Sequential
+  // containers with SyncBatchNorm (core/ddp/sync_batch_norm.h), and refuse a
+  // model where that would change nothing (ApplySyncBatchNorm). A wrapper made
+  // over the strategy's group any other way refuses a model that still holds
+  // a BatchNorm layer. SyncBatchNorm layers a module declares itself normalize
+  // over the group either way.
   bool sync_batchnorm = false;
   absl::Duration launch_timeout = absl::InfiniteDuration();  // whole job, for Launch()
 };
@@ -185,6 +190,15 @@ class DDPSpawnStrategy {
   // DistributedDataParallel.
   absl::Status Setup(std::shared_ptr<LightningModule> module);
   absl::Status ModelToDevice();
+  // The own loop's Setup (Fabric's setup_module): what Distribute(model,
+  // strategy) (core/strategy/distribute.h) calls. Converts the BatchNorm
+  // layers with sync_batchnorm (refusing where it would change nothing),
+  // moves `module` to root_device(), and wraps it over the group with the
+  // strategy's DDP options and communication hook. `owner` holds `module`, or
+  // is null for a borrowed module (which must outlive the wrapper). Needs
+  // SetupDistributed() (a rank's fn runs after it).
+  absl::StatusOr<std::unique_ptr<DistributedDataParallel>> WrapModule(
+      torch::nn::Module& module, std::shared_ptr<torch::nn::Module> owner = nullptr);
   // Releases the DDP wrapper and the process group.
   absl::Status Teardown();
 
@@ -272,6 +286,9 @@ class DDPSpawnStrategy {
   // fn, with an escaping exception turned into an error.
   absl::StatusOr<std::string> RunCaught(const WorkerFn& fn);
   absl::Status RequireSetup(absl::string_view what) const;
+  // options_.ddp with the communication hook the options name (and, for
+  // post-local SGD, a new post_local_sgd_ whose hook it is).
+  absl::StatusOr<DdpOptions> DdpOptionsWithHook();
   // The precision plugin's forward context on this rank's device.
   std::unique_ptr<PrecisionPlugin::StepContext> ForwardContext();
   // The accelerator, parallel_devices and precision fit together.

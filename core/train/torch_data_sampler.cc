@@ -10,11 +10,22 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/env/cluster_environment.h"
 
 namespace ddpspawn {
 
 absl::StatusOr<PyTorchDistributedSampler> PyTorchDistributedSampler::Create(
     int64_t dataset_size, int num_replicas, int rank, bool shuffle, uint64_t seed, bool drop_last) {
+  // In a rank of a job, the sampler must deal to that job's ranks: another
+  // world size or rank would silently skip or repeat samples.
+  if (absl::StatusOr<ClusterInfo> job = DetectClusterEnvironment();
+      job.ok() && job->world_size > 1 && (num_replicas != job->world_size || rank != job->rank)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PyTorchDistributedSampler for rank ", rank, " of ", num_replicas, " replicas in rank ",
+        job->rank, " of a job of ", job->world_size,
+        ": the ranks would skip or repeat samples; pass the strategy's world_size() and "
+        "global_rank() (distributed_sampler_kwargs())"));
+  }
   absl::StatusOr<ddpspawn::DistributedSampler> sampler = ddpspawn::DistributedSampler::Create(
       dataset_size, num_replicas, rank, shuffle, seed, drop_last);
   if (!sampler.ok()) return sampler.status();

@@ -8,7 +8,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
-#include "core/ddp/ddp_module.h"
+#include "core/strategy/distribute.h"
 #include "core/env/rank_zero.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "core/train/torch_data_sampler.h"
@@ -49,7 +49,7 @@ struct Net : torch::nn::Module {
 absl::StatusOr<std::string> Train(ddpspawn::DDPSpawnStrategy& strategy) {
   torch::manual_seed(strategy.global_rank());  // Distribute() gives every rank rank 0's weights
   Net model;
-  absl::StatusOr<ddpspawn::DdpModule<Net>> ddp = ddpspawn::Distribute(model, strategy.group());
+  absl::StatusOr<ddpspawn::DdpModule<Net>> ddp = ddpspawn::Distribute(model, strategy);
   if (!ddp.ok()) return ddp.status();
   SyntheticDigits train(2048, /*seed=*/1);
   absl::StatusOr<ddpspawn::PyTorchDistributedSampler> sampler =

@@ -1,0 +1,156 @@
+// A program with its own training loop under DDPSpawnStrategy, as a user
+// ports one: 2 forked ranks, each on data of its own distribution (rank r's
+// inputs have mean r), a model with BatchNorm, Adam. Each mode is one of the
+// own-loop API's traps; rank 0's result says what happened. Usage:
+//   own_loop_main MODE
+// sync_bn_strategy    sync_batchnorm on the strategy, Distribute(model,
+//                     strategy): "converted=N max_diff=D" (SyncBatchNorm
+//                     layers, and the largest difference between the ranks'
+//                     parameters and buffers after 3 steps; the other modes'
+//                     max_diff compares the parameters)
+// sync_bn_group       the same strategy, Distribute(model, group): refused
+// convert_after_wrap  ConvertSyncBatchNorm after Distribute: refused
+// distribute_twice    a second Distribute of the same model: refused
+// added_after_wrap    a parameter registered after Distribute: the next
+//                     forward is refused
+// dtype_after_wrap    to(kDouble) after Distribute (as a move to another
+//                     device): the next forward is refused
+// optimizer_before    the optimizer made before Distribute, 3 steps:
+//                     "max_diff=D"
+// no_sync_flag        ddp.no_sync(step % 2 == 0) on every rank, 4 backwards
+//                     and 2 steps: "max_diff=D local_backwards=2"
+// sampler_world       a sampler for 4 replicas in a job of 2: refused
+// A refusal's result is "refused: <rank 0's error>"; a refusal on rank 1 only
+// fails the job.
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/ddp/sync_batch_norm.h"
+#include "core/strategy/ddp_spawn_strategy.h"
+#include "core/strategy/distribute.h"
+#include "core/train/torch_data_sampler.h"
+
+namespace ddpspawn {
+namespace {
+
+std::string g_mode;  // set in main, before the ranks fork
+
+torch::nn::Sequential MakeModel() {
+  torch::manual_seed(7);
+  return torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::BatchNorm1d(8),
+                               torch::nn::ReLU(), torch::nn::Linear(8, 1));
+}
+
+torch::Tensor Batch(int rank, int step) {
+  torch::manual_seed(1000 * rank + step);
+  return torch::randn({16, 4}) + static_cast<double>(rank);
+}
+
+// The largest difference between this rank's parameters (and buffers) and the
+// other rank's (a collective). A BatchNorm's running statistics are rank 0's
+// before each forward and the rank's own after it; a SyncBatchNorm's are the
+// same on every rank.
+absl::StatusOr<double> MaxDiffAcrossRanks(DDPSpawnStrategy& strategy, torch::nn::Module& model,
+                                          bool with_buffers) {
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& t : model.parameters())
+    flat.push_back(t.detach().flatten().to(at::kDouble));
+  if (with_buffers) {
+    for (const at::Tensor& t : model.buffers())
+      flat.push_back(t.detach().flatten().to(at::kDouble));
+  }
+  absl::StatusOr<at::Tensor> all = strategy.AllGather(at::cat(flat));
+  if (!all.ok()) return all.status();
+  return ((*all)[0] - (*all)[1]).abs().max().item<double>();
+}
+
+// `steps` Adam steps through the wrapper, one backward each; with
+// `accumulate`, every even step's backward runs under no_sync (one line, with
+// a flag) and the next one averages both. Returns how many backwards ran with
+// syncing off.
+template <typename Model>
+int Train(DDPSpawnStrategy& strategy, DdpModule<Model>& ddp, torch::optim::Adam& adam, int steps,
+          bool accumulate) {
+  int local = 0;
+  for (int step = 0; step < steps; ++step) {
+    const bool skip_sync = accumulate && step % 2 == 0;
+    if (!accumulate || skip_sync) adam.zero_grad();
+    auto no_sync = ddp.no_sync(/*enabled=*/skip_sync);
+    if (!ddp.ddp().reducer().sync_enabled()) ++local;
+    ddp(Batch(strategy.global_rank(), step)).square().mean().backward();
+    if (!skip_sync) adam.step();
+  }
+  return local;
+}
+
+// Rank 0's result for a call every rank should refuse.
+absl::StatusOr<std::string> Refused(const absl::Status& status) {
+  if (status.ok()) return absl::InternalError("not refused");
+  return absl::StrCat("refused: ", status.message());
+}
+
+absl::StatusOr<std::string> Work(DDPSpawnStrategy& strategy) {
+  torch::nn::Sequential model = MakeModel();
+  const std::string& mode = g_mode;
+  if (mode == "sync_bn_strategy" || mode == "optimizer_before" || mode == "no_sync_flag") {
+    torch::optim::Adam adam(model->parameters(), 0.01);  // before Distribute: the same tensors
+    absl::StatusOr<DdpModule<torch::nn::SequentialImpl>> ddp = Distribute(model, strategy);
+    if (!ddp.ok()) return ddp.status();
+    const bool accumulate = mode == "no_sync_flag";
+    const int local = Train(strategy, *ddp, adam, accumulate ? 4 : 3, accumulate);
+    int converted = 0;
+    for (const auto& layer : model->modules()) {
+      if (std::dynamic_pointer_cast<SyncBatchNormImpl>(layer)) ++converted;
+    }
+    absl::StatusOr<double> diff =
+        MaxDiffAcrossRanks(strategy, *model, /*with_buffers=*/mode == "sync_bn_strategy");
+    if (!diff.ok()) return diff.status();
+    if (mode == "sync_bn_strategy")
+      return absl::StrFormat("converted=%d max_diff=%g", converted, *diff);
+    if (mode == "no_sync_flag")
+      return absl::StrFormat("max_diff=%g local_backwards=%d", *diff, local);
+    return absl::StrFormat("max_diff=%g", *diff);
+  }
+  if (mode == "sync_bn_group") return Refused(Distribute(model, strategy.group()).status());
+  if (mode == "sampler_world") {
+    return Refused(PyTorchDistributedSampler::Create(64, 4, strategy.global_rank()).status());
+  }
+  absl::StatusOr<DdpModule<torch::nn::SequentialImpl>> ddp = Distribute(model, strategy);
+  if (!ddp.ok()) return ddp.status();
+  if (mode == "convert_after_wrap") return Refused(ConvertSyncBatchNorm(model.ptr()).status());
+  if (mode == "distribute_twice") return Refused(Distribute(model, strategy).status());
+  if (mode == "added_after_wrap") {
+    model->register_parameter("late", torch::zeros({1}));
+  } else if (mode == "dtype_after_wrap") {
+    model->to(at::kDouble);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown mode '", mode, "'"));
+  }
+  return Refused(
+      ddp->Forward(Batch(strategy.global_rank(), 0).to(model->parameters()[0].scalar_type()))
+          .status());
+}
+
+}  // namespace
+}  // namespace ddpspawn
+
+int main(int argc, char** argv) {
+  ddpspawn::g_mode = argc > 1 ? argv[1] : "";
+  ddpspawn::StrategyOptions options;
+  options.parallel_devices = {c10::kCPU, c10::kCPU};
+  options.start_method = ddpspawn::StartMethod::kFork;
+  options.sync_batchnorm =
+      ddpspawn::g_mode == "sync_bn_strategy" || ddpspawn::g_mode == "sync_bn_group";
+  ddpspawn::DDPSpawnStrategy strategy(options);
+  absl::StatusOr<std::string> result = strategy.Launch(ddpspawn::Work);
+  if (!result.ok()) {
+    std::printf("failed: %s\n", result.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("result: %s\n", result->c_str());
+  return 0;
+}

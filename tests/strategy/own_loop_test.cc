@@ -1,0 +1,86 @@
+// The own-loop API's traps (tests/strategy/own_loop_main, 2 forked ranks on
+// per-rank data): each either works, with the ranks' weights equal after a
+// few steps, or is refused on every rank with an error that names the fix.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// The program's output (its stdout and stderr) for `mode`; fails the test on
+// a non-zero exit.
+std::string RunMode(const std::string& mode) {
+  const std::string command = "tests/strategy/own_loop_main " + mode + " 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  std::string output;
+  char chunk[4096];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof(chunk), pipe.get())) > 0) output.append(chunk, n);
+  const int status = pclose(pipe.release());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+  const size_t at = output.rfind("result: ");
+  return at == std::string::npos ? output : output.substr(at + 8);
+}
+
+TEST(OwnLoopTest, StrategySyncBatchnormConvertsInDistribute) {
+  // Without the conversion the ranks' running statistics differ after the
+  // last step (each normalized its own batch): max_diff > 0.
+  EXPECT_EQ(RunMode("sync_bn_strategy"), "converted=1 max_diff=0\n");
+}
+
+TEST(OwnLoopTest, GroupFormRefusesBatchNormUnderSyncBatchnorm) {
+  EXPECT_THAT(RunMode("sync_bn_group"),
+              AllOf(StartsWith("refused: rank 0: the strategy has sync_batchnorm"),
+                    HasSubstr("BatchNorm '1'"), HasSubstr("Distribute(model, strategy)")));
+}
+
+TEST(OwnLoopTest, ConvertSyncBatchNormAfterDistributeIsRefused) {
+  EXPECT_THAT(RunMode("convert_after_wrap"),
+              AllOf(StartsWith("refused: ConvertSyncBatchNorm on a module that a "
+                               "DistributedDataParallel already wraps"),
+                    HasSubstr("convert before Distribute")));
+}
+
+TEST(OwnLoopTest, DistributeTwiceIsRefused) {
+  EXPECT_THAT(RunMode("distribute_twice"),
+              StartsWith("refused: this module is already wrapped by a DistributedDataParallel"));
+}
+
+TEST(OwnLoopTest, ParameterAddedAfterDistributeIsRefusedAtForward) {
+  EXPECT_THAT(RunMode("added_after_wrap"),
+              AllOf(StartsWith("refused: rank 0: the module has 7 parameters and 3 buffers now, 6 "
+                               "and 3 when wrapped"),
+                    HasSubstr("before Distribute")));
+}
+
+TEST(OwnLoopTest, ModelMovedAfterDistributeIsRefusedAtForward) {
+  EXPECT_THAT(RunMode("dtype_after_wrap"),
+              StartsWith("refused: rank 0: parameter '0.weight' moved from cpu Float to cpu "
+                         "Double after Distribute"));
+}
+
+TEST(OwnLoopTest, OptimizerMadeBeforeDistributeTrainsTheSameTensors) {
+  EXPECT_EQ(RunMode("optimizer_before"), "max_diff=0\n");
+}
+
+TEST(OwnLoopTest, ConditionalNoSyncIsOneLine) {
+  EXPECT_EQ(RunMode("no_sync_flag"), "max_diff=0 local_backwards=2\n");
+}
+
+TEST(OwnLoopTest, SamplerForAnotherWorldSizeIsRefused) {
+  EXPECT_THAT(RunMode("sampler_world"),
+              AllOf(StartsWith("refused: PyTorchDistributedSampler for rank 0 of 4 replicas in "
+                               "rank 0 of a job of 2"),
+                    HasSubstr("world_size()")));
+}
+
+}  // namespace
