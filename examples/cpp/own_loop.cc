@@ -8,9 +8,9 @@
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
-#include "core/strategy/distribute.h"
 #include "core/env/rank_zero.h"
 #include "core/strategy/ddp_spawn_strategy.h"
+#include "core/strategy/distribute.h"
 #include "core/train/torch_data_sampler.h"
 
 // Ten classes, each a fixed random 8x8 pattern; a sample is its class's
