@@ -305,12 +305,14 @@ class Reducer(Closable):
         self._sync = bool(enabled)
 
     @contextlib.contextmanager
-    def no_sync(self) -> Iterator["Reducer"]:
+    def no_sync(self, enabled: bool = True) -> Iterator["Reducer"]:
         """A ``with`` block of gradient accumulation without communication,
         like ``DistributedDataParallel.no_sync()``; the previous setting comes
-        back on exit."""
+        back on exit. ``enabled=False`` changes nothing, so that a conditional
+        no_sync is one line: ``with reducer.no_sync(skip_sync):``."""
         previous = self._sync
-        self.set_sync(False)
+        if enabled:
+            self.set_sync(False)
         try:
             yield self
         finally:

@@ -199,10 +199,12 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
     # -- PyTorch's DDP API -------------------------------------------------
 
     @contextlib.contextmanager
-    def no_sync(self) -> Iterator["DistributedDataParallel"]:
+    def no_sync(self, enabled: bool = True) -> Iterator["DistributedDataParallel"]:
         """Backward passes inside accumulate gradients locally, without
-        communication; the first one after the block averages the sum."""
-        with self.reducer.no_sync():
+        communication; the first one after the block averages the sum.
+        ``enabled=False`` changes nothing (a conditional no_sync in one line:
+        ``with ddp.no_sync(skip_sync):``)."""
+        with self.reducer.no_sync(enabled):
             yield self
 
     def close(self) -> None:

@@ -109,7 +109,9 @@ def reducer_unused(ctx, find_unused):
 def reducer_no_sync(ctx):
     """Two iterations of local accumulation under no_sync, then a synced one.
     Returns, per rank: the buffer after the no_sync iterations, the sync flag
-    inside and after, and the buffer after the synced iteration."""
+    inside and after, the buffer after the synced iteration, and the sync flag
+    inside ``no_sync(False)`` (a conditional no_sync whose flag is off) and
+    ``no_sync(True)``."""
     rank = ctx.rank
     grad = numpy.zeros(5, dtype=numpy.float32)
     other = numpy.zeros(3, dtype=numpy.float64)
@@ -138,7 +140,11 @@ def reducer_no_sync(ctx):
         reducer.mark_ready(1)
         reducer.finalize()
         plain = (grad.tolist(), other.tolist())
-    return ctx.all_gather_object((local, inside, after, synced, plain))
+        with reducer.no_sync(False):
+            conditional = [reducer.sync]
+        with reducer.no_sync(True):
+            conditional.append(reducer.sync)
+    return ctx.all_gather_object((local, inside, after, synced, plain, conditional))
 
 
 def hook_values(rank, n, dtype):

@@ -287,7 +287,8 @@ def test_no_sync_accumulates_locally(world_size, start_method):
         workers.reducer_no_sync, nprocs=world_size, start_method=start_method, timeout=120
     )
     mean = (world_size + 1) / 2  # of rank + 1
-    for rank, (local, inside, after, synced, plain) in enumerate(per_rank):
+    for rank, (local, inside, after, synced, plain, conditional) in enumerate(per_rank):
+        assert conditional == [True, False], rank  # no_sync(False) leaves syncing on
         assert inside == (False, False) and after is True, rank  # sync, and written
         # Nothing was communicated under no_sync.
         assert local == ([2.0 * (rank + 1)] * 5, [4.0 * (rank + 1)] * 3), rank

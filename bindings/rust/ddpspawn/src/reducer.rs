@@ -508,8 +508,17 @@ impl<'ctx> Reducer<'ctx> {
     /// # }
     /// ```
     pub fn no_sync(&mut self) -> Result<NoSync<'_, 'ctx>> {
+        self.no_sync_if(true)
+    }
+
+    /// [`no_sync`](Reducer::no_sync) when `enabled`, else a guard that
+    /// changes nothing: a conditional no_sync is one line,
+    /// `let mut r = reducer.no_sync_if(skip_sync)?;`.
+    pub fn no_sync_if(&mut self, enabled: bool) -> Result<NoSync<'_, 'ctx>> {
         let previous = self.sync;
-        self.set_sync(false)?;
+        if enabled {
+            self.set_sync(false)?;
+        }
         Ok(NoSync {
             reducer: self,
             previous,

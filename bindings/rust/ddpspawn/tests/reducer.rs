@@ -212,6 +212,13 @@ fn no_sync_guard_restores_the_previous_setting() {
         outer.finalize().unwrap();
     }
     assert!(reducer.sync_enabled());
+    {
+        let mut off = reducer.no_sync_if(false).unwrap(); // a conditional no_sync, flag off
+        assert!(off.sync_enabled());
+        assert!(!off.no_sync_if(true).unwrap().sync_enabled());
+        assert!(off.sync_enabled());
+    }
+    assert!(reducer.sync_enabled());
     reducer.set_sync(false).unwrap();
     assert!(!reducer.sync_enabled());
     reducer.set_sync(true).unwrap();
