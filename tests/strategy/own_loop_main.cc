@@ -20,6 +20,9 @@
 // no_sync_flag        ddp.no_sync(step % 2 == 0) on every rank, 4 backwards
 //                     and 2 steps: "max_diff=D local_backwards=2"
 // sampler_world       a sampler for 4 replicas in a job of 2: refused
+// no_sync_one_rank    rank 1 alone under no_sync for the first of 3 steps: the
+//                     job fails at the next step's buffer broadcast, which
+//                     meets rank 0's all-reduce (exit code 1)
 // A refusal's result is "refused: <rank 0's error>"; a refusal on rank 1 only
 // fails the job.
 #include <torch/torch.h>
@@ -113,6 +116,20 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& strategy) {
       return absl::StrFormat("converted=%d max_diff=%g", converted, *diff);
     if (mode == "no_sync_flag")
       return absl::StrFormat("max_diff=%g local_backwards=%d", *diff, local);
+    return absl::StrFormat("max_diff=%g", *diff);
+  }
+  if (mode == "no_sync_one_rank") {  // rank 1 skips the first step's all-reduce
+    torch::optim::Adam adam(model->parameters(), 0.01);
+    absl::StatusOr<DdpModule<torch::nn::SequentialImpl>> ddp = Distribute(model, strategy);
+    if (!ddp.ok()) return ddp.status();
+    for (int step = 0; step < 3; ++step) {
+      adam.zero_grad();
+      auto local = ddp->no_sync(/*enabled=*/step == 0 && strategy.global_rank() == 1);
+      (*ddp)(Batch(strategy.global_rank(), step)).square().mean().backward();
+      adam.step();
+    }
+    absl::StatusOr<double> diff = MaxDiffAcrossRanks(strategy, *model, /*with_buffers=*/false);
+    if (!diff.ok()) return diff.status();
     return absl::StrFormat("max_diff=%g", *diff);
   }
   if (mode == "sync_bn_group") return Refused(Distribute(model, strategy.group()).status());
