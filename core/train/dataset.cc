@@ -575,4 +575,21 @@ absl::StatusOr<std::pair<Dataset, Dataset>> SplitDataset(const Dataset& dataset,
   return std::make_pair(part(0, count), part(count, size - count));
 }
 
+absl::StatusOr<std::vector<at::Tensor>> ReadBatch(const Dataset& data,
+                                                  const std::vector<int64_t>& indices,
+                                                  int64_t begin, int64_t end, int workers) {
+  std::vector<int64_t> chosen(indices.begin() + begin, indices.begin() + end);
+  if (data.samples != nullptr) {
+    absl::StatusOr<std::vector<at::Tensor>> batch = ReadSamples(*data.samples, chosen, workers);
+    if (!batch.ok()) {
+      return absl::Status(batch.status().code(),
+                          absl::StrCat(data.source, ": ", batch.status().message()));
+    }
+    return batch;
+  }
+  at::Tensor index = at::tensor(chosen, at::kLong);
+  return std::vector<at::Tensor>{data.features.index_select(0, index),
+                                 data.labels.index_select(0, index)};
+}
+
 }  // namespace ddpspawn

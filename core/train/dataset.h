@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "core/train/sample_dataset.h"
@@ -95,6 +96,13 @@ absl::StatusOr<Dataset> LoadCsvDataset(const std::string& path, const CsvOptions
 // must be in [0, size()]. The parts are views of the dataset's tensors (no
 // copy) and their sources say which rows they hold.
 absl::StatusOr<std::pair<Dataset, Dataset>> SplitDataset(const Dataset& dataset, int64_t count);
+
+// The batch (features, labels) of samples [begin, end) of `indices`: from
+// memory, or read from the program's own dataset on `workers` threads; an
+// error names the dataset's source.
+absl::StatusOr<std::vector<at::Tensor>> ReadBatch(const Dataset& data,
+                                                  const std::vector<int64_t>& indices,
+                                                  int64_t begin, int64_t end, int workers);
 
 }  // namespace ddpspawn
 
