@@ -32,7 +32,6 @@
 namespace ddpspawn {
 namespace {
 
-using option_access::Access;
 using option_access::Batches;
 using option_access::Choice;
 using option_access::Expected;
