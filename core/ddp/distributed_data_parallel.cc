@@ -45,8 +45,8 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   if (!ddp.ok()) return ddp;
   RETURN_IF_ERROR(WrapClaim::Make(module, (*ddp)->claim_));
   (*ddp)->watched_ = &module;
-  for (const std::vector<at::Tensor>* tensors : {&(*ddp)->parameters_, &(*ddp)->buffers_}) {
-    for (const at::Tensor& t : *tensors) (*ddp)->layout_.emplace_back(t.device(), t.scalar_type());
+  for (const at::Tensor& t : (*ddp)->parameters_) {
+    (*ddp)->layout_.emplace_back(t.device(), t.scalar_type());
   }
   // Every SyncBatchNorm normalizes over this group's ranks (children only: a
   // module held by value cannot hand out a shared pointer to itself).
@@ -94,45 +94,47 @@ bool DistributedDataParallel::ForwardNeedsPreparing() const {
                      [](const at::Tensor& b) { return b.defined() && b.numel() > 0; });
 }
 
-absl::Status DistributedDataParallel::CheckModuleUnchanged() const {
+absl::Status DistributedDataParallel::FollowModule() {
   if (watched_ == nullptr) return absl::OkStatus();
   const std::vector<at::Tensor> parameters = watched_->parameters();
-  const std::vector<at::Tensor> buffers = watched_->buffers();
   const auto fix = [this](const std::string& what) {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", group_->rank(), ": ", what,
                      " after Distribute, so the wrapper would leave it out of the gradient "
-                     "averaging and the ranks would drift apart; make every change to the model "
-                     "(ConvertSyncBatchNorm, new layers, to(device or dtype)) before Distribute"));
+                     "averaging and the ranks would drift apart; make every change to the "
+                     "model's parameters (ConvertSyncBatchNorm, new layers, to(device or dtype)) "
+                     "before Distribute"));
   };
-  if (parameters.size() != parameters_.size() || buffers.size() != buffers_.size()) {
-    return fix(absl::StrCat("the module has ", parameters.size(), " parameters and ",
-                            buffers.size(), " buffers now, ", parameters_.size(), " and ",
-                            buffers_.size(), " when wrapped: one was added or removed"));
+  if (parameters.size() != parameters_.size()) {
+    return fix(absl::StrCat("the module has ", parameters.size(), " parameters now, ",
+                            parameters_.size(), " when wrapped: one was added or removed"));
   }
-  size_t index = 0;
-  for (const auto& [now, wrapped] :
-       {std::pair{&parameters, &parameters_}, std::pair{&buffers, &buffers_}}) {
-    for (size_t i = 0; i < now->size(); ++i, ++index) {
-      const at::Tensor& tensor = (*now)[i];
-      const auto& [device, dtype] = layout_[index];
-      const bool replaced = !tensor.is_same((*wrapped)[i]);
-      if (!replaced && tensor.device() == device && tensor.scalar_type() == dtype) continue;
-      const std::string name =
-          now == &parameters
-              ? absl::StrCat("parameter '", watched_->named_parameters().keys()[i], "'")
-              : absl::StrCat("buffer '", watched_->named_buffers().keys()[i], "'");
-      if (replaced) return fix(absl::StrCat(name, " was replaced"));
-      return fix(absl::StrCat(name, " moved from ", device.str(), " ", c10::toString(dtype), " to ",
-                              tensor.device().str(), " ", c10::toString(tensor.scalar_type())));
-    }
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const at::Tensor& tensor = parameters[i];
+    const auto& [device, dtype] = layout_[i];
+    const bool replaced = !tensor.is_same(parameters_[i]);
+    if (!replaced && tensor.device() == device && tensor.scalar_type() == dtype) continue;
+    const std::string name =
+        absl::StrCat("parameter '", watched_->named_parameters().keys()[i], "'");
+    if (replaced) return fix(absl::StrCat(name, " was replaced"));
+    return fix(absl::StrCat(name, " moved from ", device.str(), " ", c10::toString(dtype), " to ",
+                            tensor.device().str(), " ", c10::toString(tensor.scalar_type())));
   }
+  // Buffers are followed, not refused: one registered after wrapping (a cache a forward adds)
+  // is broadcast from rank 0 with the rest. Ranks whose buffers differ then call different
+  // broadcasts, which the group refuses, naming both.
+  std::vector<at::Tensor> buffers = watched_->buffers();
+  const bool same =
+      buffers.size() == buffers_.size() &&
+      std::equal(buffers.begin(), buffers.end(), buffers_.begin(),
+                 [](const at::Tensor& a, const at::Tensor& b) { return a.is_same(b); });
+  if (!same) buffers_ = std::move(buffers);
   return absl::OkStatus();
 }
 
 absl::Status DistributedDataParallel::PrepareForward() {
   if (!c10::GradMode::is_enabled()) return absl::OkStatus();
-  RETURN_IF_ERROR(CheckModuleUnchanged());
+  RETURN_IF_ERROR(FollowModule());
   if (!ForwardNeedsPreparing()) return absl::OkStatus();
   RETURN_IF_ERROR(BroadcastCoalesced(buffers_));
   forward_prepared_.store(true);

@@ -52,8 +52,9 @@ class DistributedDataParallel {
   // silently break the sync: a module that another live wrapper already wraps
   // (or holds a part of), and a BatchNorm layer when the group's strategy has
   // sync_batchnorm (GroupWrapRules). Its PrepareForward() then refuses a module
-  // whose parameters or buffers changed after wrapping: one added or replaced
-  // (e.g. by ConvertSyncBatchNorm), or moved to another device or dtype.
+  // whose parameters changed after wrapping (one added, removed or replaced,
+  // or moved to another device or dtype), and follows its buffers: one
+  // registered after wrapping is broadcast from rank 0 with the rest.
   static absl::StatusOr<std::unique_ptr<DistributedDataParallel>> Wrap(
       std::shared_ptr<torch::nn::Module> module, ProcessGroup* group,
       const DdpOptions& options = {});
@@ -121,9 +122,9 @@ class DistributedDataParallel {
  private:
   DistributedDataParallel() = default;
   absl::Status BroadcastCoalesced(const std::vector<at::Tensor>& tensors, int root = 0);
-  // The module form's module still has the parameters and buffers it was
-  // wrapped with, on their devices and dtypes.
-  absl::Status CheckModuleUnchanged() const;
+  // The module form: its module must still have the parameters it was wrapped
+  // with, on their devices and dtypes; buffers_ becomes its buffers now.
+  absl::Status FollowModule();
   // Whether PrepareForward() has a collective to run (then it is required).
   bool ForwardNeedsPreparing() const;
   // The reducer's backward check: PrepareForward() ran since the last one.
@@ -134,9 +135,9 @@ class DistributedDataParallel {
 
   std::shared_ptr<torch::nn::Module> module_;
   // The module form's module (borrowed or module_), checked by
-  // CheckModuleUnchanged(); null for the tensor form.
+  // FollowModule(); null for the tensor form.
   const torch::nn::Module* watched_ = nullptr;
-  std::vector<std::pair<c10::Device, at::ScalarType>> layout_;  // of parameters_, then buffers_
+  std::vector<std::pair<c10::Device, at::ScalarType>> layout_;  // of parameters_
   WrapClaim claim_;  // the module form's: the module is wrapped while this lives
   ProcessGroup* group_ = nullptr;
   DdpOptions options_;

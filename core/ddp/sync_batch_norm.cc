@@ -109,19 +109,14 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
   }
 };
 
-// `batch_norm` as a SyncBatchNorm with its options, weights and statistics.
+// `batch_norm` as a SyncBatchNorm with its options, and its own weight, bias
+// and statistics tensors.
 template <typename BatchNorm>
 SyncBatchNorm Converted(const BatchNorm& batch_norm) {
-  SyncBatchNorm sync(batch_norm->options);
-  c10::NoGradGuard no_grad;
-  for (auto [to, from] :
-       {std::pair{sync->weight, batch_norm->weight}, std::pair{sync->bias, batch_norm->bias},
-        std::pair{sync->running_mean, batch_norm->running_mean},
-        std::pair{sync->running_var, batch_norm->running_var},
-        std::pair{sync->num_batches_tracked, batch_norm->num_batches_tracked}}) {
-    if (to.defined() && from.defined()) to.copy_(from);
-  }
-  return sync;
+  return SyncBatchNorm(
+      batch_norm->options,
+      SyncBatchNormImpl::Adopted{batch_norm->weight, batch_norm->bias, batch_norm->running_mean,
+                                 batch_norm->running_var, batch_norm->num_batches_tracked});
 }
 
 // A SyncBatchNorm in place of `module` when it is a BatchNorm; else null.
@@ -175,6 +170,29 @@ SyncBatchNormImpl::SyncBatchNormImpl(const torch::nn::BatchNormOptions& options_
   reset();
 }
 
+SyncBatchNormImpl::SyncBatchNormImpl(const torch::nn::BatchNormOptions& options_,
+                                     const Adopted& adopted)
+    : options(options_) {
+  const int64_t n = options.num_features();
+  if (options.affine()) {
+    const auto parameter = [this](const char* name, const at::Tensor& given, at::Tensor made) {
+      return given.defined() ? register_parameter(name, given, given.requires_grad())
+                             : register_parameter(name, std::move(made));
+    };
+    weight = parameter("weight", adopted.weight, at::ones({n}));
+    bias = parameter("bias", adopted.bias, at::zeros({n}));
+  }
+  if (options.track_running_stats()) {
+    const auto buffer = [this](const char* name, const at::Tensor& given, const at::Tensor& made) {
+      return register_buffer(name, given.defined() ? given : made);
+    };
+    running_mean = buffer("running_mean", adopted.running_mean, at::zeros({n}));
+    running_var = buffer("running_var", adopted.running_var, at::ones({n}));
+    num_batches_tracked =
+        buffer("num_batches_tracked", adopted.num_batches_tracked, at::zeros({}, at::kLong));
+  }
+}
+
 void SyncBatchNormImpl::reset() {
   if (options.affine()) {
     weight = register_parameter("weight", at::ones({options.num_features()}));
@@ -220,21 +238,23 @@ absl::StatusOr<int> ConvertSyncBatchNorm(const std::shared_ptr<torch::nn::Module
   if (IsWrapped(*module)) {
     return absl::FailedPreconditionError(
         "ConvertSyncBatchNorm on a module that a DistributedDataParallel already wraps: the new "
-        "layers' parameters would have no gradient hooks and no process group, and the ranks "
-        "would drift apart; convert before Distribute (or give the strategy sync_batchnorm and "
-        "use Distribute(model, strategy), which converts first)");
+        "layers would have no process group, so each rank would normalize its own batch alone; "
+        "convert before Distribute (or give the strategy sync_batchnorm and use "
+        "Distribute(model, strategy), which converts first)");
   }
   return ConvertIn(module, "");
 }
 
 std::string FirstBatchNormName(const torch::nn::Module& module) {
-  for (const auto& named : module.named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
-    const torch::nn::Module* layer = named.value().get();
-    if (dynamic_cast<const torch::nn::BatchNorm1dImpl*>(layer) != nullptr ||
-        dynamic_cast<const torch::nn::BatchNorm2dImpl*>(layer) != nullptr ||
-        dynamic_cast<const torch::nn::BatchNorm3dImpl*>(layer) != nullptr) {
-      return named.key().empty() ? std::string("(the module itself)") : named.key();
-    }
+  const auto is_batch_norm = [](const torch::nn::Module* layer) {
+    return dynamic_cast<const torch::nn::BatchNorm1dImpl*>(layer) != nullptr ||
+           dynamic_cast<const torch::nn::BatchNorm2dImpl*>(layer) != nullptr ||
+           dynamic_cast<const torch::nn::BatchNorm3dImpl*>(layer) != nullptr;
+  };
+  // Not named_modules(include_self=true): it throws for a module held by value.
+  if (is_batch_norm(&module)) return "(the module itself)";
+  for (const auto& named : module.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+    if (is_batch_norm(named.value().get())) return named.key();
   }
   return "";
 }

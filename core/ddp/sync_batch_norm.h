@@ -29,6 +29,14 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
   explicit SyncBatchNormImpl(int64_t num_features)
       : SyncBatchNormImpl(torch::nn::BatchNormOptions(num_features)) {}
   explicit SyncBatchNormImpl(const torch::nn::BatchNormOptions& options);
+  // A BatchNorm's own tensors, which the layer takes over (not copies), as
+  // torch.nn.SyncBatchNorm.convert_sync_batchnorm does: an optimizer made on
+  // the BatchNorm's parameters trains this layer's, and a frozen parameter
+  // stays frozen. Undefined ones are made as by reset().
+  struct Adopted {
+    at::Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+  };
+  SyncBatchNormImpl(const torch::nn::BatchNormOptions& options, const Adopted& adopted);
 
   void reset() override;
   // Input [N, C, ...]: any number of dimensions after the channels.
@@ -48,12 +56,13 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
 TORCH_MODULE(SyncBatchNorm);
 
 // Replaces each BatchNorm1d/2d/3d in `module`'s Sequential containers (found
-// recursively) with a SyncBatchNorm holding its options, weights and running
-// statistics; returns how many it replaced. A BatchNorm that another kind of
+// recursively) with a SyncBatchNorm holding its options and its very weight,
+// bias and running-statistics tensors (SyncBatchNormImpl::Adopted); returns
+// how many it replaced. A BatchNorm that another kind of
 // module holds is an error naming it: such a module keeps its own pointer to
 // the layer, so declare a SyncBatchNorm there instead. FailedPrecondition for a
-// module that a live DistributedDataParallel wraps (or holds a part of):
-// convert before wrapping.
+// module that a live DistributedDataParallel wraps (or holds a part of): the
+// new layers would have no process group; convert before wrapping.
 absl::StatusOr<int> ConvertSyncBatchNorm(const std::shared_ptr<torch::nn::Module>& module);
 
 // The name of the first BatchNorm1d/2d/3d in `module` (itself included) in

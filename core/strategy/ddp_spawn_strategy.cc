@@ -71,7 +71,10 @@ DDPSpawnStrategy::DDPSpawnStrategy(StrategyOptions options) : options_(std::move
   }
 }
 
-DDPSpawnStrategy::~DDPSpawnStrategy() = default;
+DDPSpawnStrategy::~DDPSpawnStrategy() {
+  if (group_ != nullptr)
+    SetGroupWrapRules(group_.get(), {});  // a later group may reuse the address
+}
 
 c10::Device DDPSpawnStrategy::root_device() const {
   if (cluster_.local_rank >= 0 && cluster_.local_rank < num_processes()) {
@@ -312,8 +315,10 @@ namespace {
 absl::Status ConvertForSyncBatchNorm(const std::shared_ptr<torch::nn::Module>& network) {
   ASSIGN_OR_RETURN(const int converted, ConvertSyncBatchNorm(network));
   if (converted > 0) return absl::OkStatus();
-  for (const std::shared_ptr<torch::nn::Module>& child : network->modules()) {
-    // Declared by the model (or converted by an earlier Setup): they normalize over the group.
+  // Declared by the model (or converted by an earlier Setup): they normalize over the group.
+  // (modules(include_self=false): a module held by value cannot be listed with itself.)
+  if (dynamic_cast<SyncBatchNormImpl*>(network.get()) != nullptr) return absl::OkStatus();
+  for (const std::shared_ptr<torch::nn::Module>& child : network->modules(false)) {
     if (std::dynamic_pointer_cast<SyncBatchNormImpl>(child) != nullptr) return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
@@ -376,6 +381,10 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DDPSpawnStrategy::WrapM
   }
   if (owner != nullptr && owner.get() != &module) {
     return absl::InvalidArgumentError("WrapModule: `owner` must hold `module`");
+  }
+  if (IsWrapped(module)) {  // before converting or moving anything: the claim's error says why
+    WrapClaim probe;
+    RETURN_IF_ERROR(WrapClaim::Make(module, probe));
   }
   if (options_.sync_batchnorm) {
     // A non-owning alias: ConvertSyncBatchNorm replaces children, never the module itself.

@@ -16,10 +16,13 @@ namespace ddpspawn {
 
 absl::StatusOr<PyTorchDistributedSampler> PyTorchDistributedSampler::Create(
     int64_t dataset_size, int num_replicas, int rank, bool shuffle, uint64_t seed, bool drop_last) {
-  // In a rank of a job, the sampler must deal to that job's ranks: another
-  // world size or rank would silently skip or repeat samples.
+  // In a rank of a job, a sharded sampler must deal to that job's ranks:
+  // another world size or rank would silently skip or repeat samples. One
+  // replica (every sample, e.g. rank 0 evaluating alone) is a choice, not a
+  // shard.
   if (absl::StatusOr<ClusterInfo> job = DetectClusterEnvironment();
-      job.ok() && job->world_size > 1 && (num_replicas != job->world_size || rank != job->rank)) {
+      num_replicas > 1 && job.ok() && job->world_size > 1 &&
+      (num_replicas != job->world_size || rank != job->rank)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "PyTorchDistributedSampler for rank ", rank, " of ", num_replicas, " replicas in rank ",
         job->rank, " of a job of ", job->world_size,

@@ -30,8 +30,9 @@ class PyTorchDistributedSampler : public torch::data::samplers::DistributedSampl
  public:
   // The arguments of DistributedSampler::Create, and its errors. In a rank of
   // a job (DetectClusterEnvironment: a ddpspawn launcher, torchrun, SLURM,
-  // WORLD_SIZE), num_replicas and rank must be that job's world size and rank:
-  // InvalidArgument otherwise, as the ranks would skip or repeat samples.
+  // WORLD_SIZE), num_replicas and rank must be that job's world size and rank,
+  // or num_replicas 1 (every sample): InvalidArgument otherwise, as the ranks
+  // would skip or repeat samples.
   static absl::StatusOr<PyTorchDistributedSampler> Create(int64_t dataset_size, int num_replicas,
                                                           int rank, bool shuffle = true,
                                                           uint64_t seed = 0,

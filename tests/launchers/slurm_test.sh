@@ -3,6 +3,8 @@
 # (tools/setup installs them); without them the test is skipped, and under
 # DDPSPAWN_REQUIRE_ALL_TESTS=1 (tools/test, CI) it fails instead.
 set -uo pipefail
+# Slurm's and munge's daemons live in /usr/sbin, which Bazel's fixed PATH (--incompatible_strict_action_env) leaves out.
+export PATH="$PATH:/usr/sbin:/sbin"
 why=""
 [[ $(id -u) -eq 0 ]] || why="not root"
 command -v slurmctld >/dev/null || why="${why:+$why, }Slurm is not installed"

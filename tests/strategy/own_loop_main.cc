@@ -3,16 +3,22 @@
 // inputs have mean r), a model with BatchNorm, Adam. Each mode is one of the
 // own-loop API's traps; rank 0's result says what happened. Usage:
 //   own_loop_main MODE
-// sync_bn_strategy    sync_batchnorm on the strategy, Distribute(model,
-//                     strategy): "converted=N max_diff=D" (SyncBatchNorm
-//                     layers, and the largest difference between the ranks'
-//                     parameters and buffers after 3 steps; the other modes'
-//                     max_diff compares the parameters)
+// sync_bn_strategy    sync_batchnorm on the strategy, the optimizer made
+//                     first, Distribute(model, strategy): "converted=N
+//                     max_diff=D bn_trained=B" (SyncBatchNorm layers, the
+//                     largest difference between the ranks' parameters and
+//                     buffers after 3 steps, whether the optimizer moved the
+//                     converted layer's weight; the other modes' max_diff
+//                     compares the parameters)
+// sync_bn_by_value    the same with a module held by value
+// buffer_after_wrap   a buffer registered after Distribute, with each rank's
+//                     own value: "buffer=V" (every rank's after a training
+//                     forward: rank 0's)
 // sync_bn_group       the same strategy, Distribute(model, group): refused
 // convert_after_wrap  ConvertSyncBatchNorm after Distribute: refused
 // distribute_twice    a second Distribute of the same model: refused
 // added_after_wrap    a parameter registered after Distribute: the next
-//                     forward is refused
+//                     training forward is refused
 // dtype_after_wrap    to(kDouble) after Distribute (as a move to another
 //                     device): the next forward is refused
 // optimizer_before    the optimizer made before Distribute, 3 steps:
@@ -47,6 +53,13 @@ torch::nn::Sequential MakeModel() {
   return torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::BatchNorm1d(8),
                                torch::nn::ReLU(), torch::nn::Linear(8, 1));
 }
+
+// A module held by value whose BatchNorm sits in a Sequential member.
+struct ByValueNet : torch::nn::Module {
+  ByValueNet() : net(register_module("net", MakeModel())) {}
+  torch::Tensor forward(const torch::Tensor& x) { return net->forward(x); }
+  torch::nn::Sequential net;
+};
 
 torch::Tensor Batch(int rank, int step) {
   torch::manual_seed(1000 * rank + step);
@@ -90,6 +103,23 @@ int Train(DDPSpawnStrategy& strategy, DdpModule<Model>& ddp, torch::optim::Adam&
   return local;
 }
 
+// "converted=N max_diff=D bn_trained=B": the model's SyncBatchNorm layers,
+// the ranks' largest difference, and whether the first layer's weight left
+// its initial ones (the optimizer, made on the BatchNorm's parameters before
+// the conversion, trains the converted layer).
+std::string SyncBatchNormReport(torch::nn::Module& model, double diff) {
+  int converted = 0;
+  bool trained = false;
+  for (const auto& layer : model.modules(/*include_self=*/false)) {
+    if (auto sync = std::dynamic_pointer_cast<SyncBatchNormImpl>(layer)) {
+      trained = trained ||
+                (converted == 0 && !torch::equal(sync->weight, torch::ones_like(sync->weight)));
+      ++converted;
+    }
+  }
+  return absl::StrFormat("converted=%d max_diff=%g bn_trained=%d", converted, diff, trained);
+}
+
 // Rank 0's result for a call every rank should refuse.
 absl::StatusOr<std::string> Refused(const absl::Status& status) {
   if (status.ok()) return absl::InternalError("not refused");
@@ -105,18 +135,36 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& strategy) {
     if (!ddp.ok()) return ddp.status();
     const bool accumulate = mode == "no_sync_flag";
     const int local = Train(strategy, *ddp, adam, accumulate ? 4 : 3, accumulate);
-    int converted = 0;
-    for (const auto& layer : model->modules()) {
-      if (std::dynamic_pointer_cast<SyncBatchNormImpl>(layer)) ++converted;
-    }
     absl::StatusOr<double> diff =
         MaxDiffAcrossRanks(strategy, *model, /*with_buffers=*/mode == "sync_bn_strategy");
     if (!diff.ok()) return diff.status();
-    if (mode == "sync_bn_strategy")
-      return absl::StrFormat("converted=%d max_diff=%g", converted, *diff);
-    if (mode == "no_sync_flag")
+    if (mode == "sync_bn_strategy") return SyncBatchNormReport(*model, *diff);
+    if (mode == "no_sync_flag") {
       return absl::StrFormat("max_diff=%g local_backwards=%d", *diff, local);
+    }
     return absl::StrFormat("max_diff=%g", *diff);
+  }
+  if (mode == "sync_bn_by_value") {
+    ByValueNet net;
+    torch::optim::Adam adam(net.parameters(), 0.01);
+    absl::StatusOr<DdpModule<ByValueNet>> ddp = Distribute(net, strategy);
+    if (!ddp.ok()) return ddp.status();
+    Train(strategy, *ddp, adam, 3, /*accumulate=*/false);
+    absl::StatusOr<double> diff = MaxDiffAcrossRanks(strategy, net, /*with_buffers=*/true);
+    if (!diff.ok()) return diff.status();
+    return SyncBatchNormReport(net, *diff);
+  }
+  if (mode == "buffer_after_wrap") {
+    absl::StatusOr<DdpModule<torch::nn::SequentialImpl>> ddp = Distribute(model, strategy);
+    if (!ddp.ok()) return ddp.status();
+    at::Tensor late = model->register_buffer(
+        "late", torch::full({1}, static_cast<double>(strategy.global_rank() + 5)));
+    (*ddp)(Batch(strategy.global_rank(), 0)).square().mean().backward();
+    absl::StatusOr<at::Tensor> all = strategy.AllGather(late);
+    if (!all.ok()) return all.status();
+    if (!torch::equal((*all)[0], (*all)[1]))
+      return absl::InternalError("the ranks' buffers differ");
+    return absl::StrFormat("buffer=%g", late.item<double>());
   }
   if (mode == "no_sync_one_rank") {  // rank 1 skips the first step's all-reduce
     torch::optim::Adam adam(model->parameters(), 0.01);
@@ -160,8 +208,9 @@ int main(int argc, char** argv) {
   ddpspawn::StrategyOptions options;
   options.parallel_devices = {c10::kCPU, c10::kCPU};
   options.start_method = ddpspawn::StartMethod::kFork;
-  options.sync_batchnorm =
-      ddpspawn::g_mode == "sync_bn_strategy" || ddpspawn::g_mode == "sync_bn_group";
+  options.sync_batchnorm = ddpspawn::g_mode == "sync_bn_strategy" ||
+                           ddpspawn::g_mode == "sync_bn_by_value" ||
+                           ddpspawn::g_mode == "sync_bn_group";
   ddpspawn::DDPSpawnStrategy strategy(options);
   absl::StatusOr<std::string> result = strategy.Launch(ddpspawn::Work);
   if (!result.ok()) {

@@ -40,8 +40,18 @@ std::string RunMode(const std::string& mode) {
 
 TEST(OwnLoopTest, StrategySyncBatchnormConvertsInDistribute) {
   // Without the conversion the ranks' running statistics differ after the
-  // last step (each normalized its own batch): max_diff > 0.
-  EXPECT_EQ(RunMode("sync_bn_strategy"), "converted=1 max_diff=0\n");
+  // last step (each normalized its own batch): max_diff > 0. Were the
+  // converted layer's tensors new ones, the optimizer (made before) would
+  // never move its weight: bn_trained=0.
+  EXPECT_EQ(RunMode("sync_bn_strategy"), "converted=1 max_diff=0 bn_trained=1\n");
+}
+
+TEST(OwnLoopTest, StrategySyncBatchnormConvertsAModuleHeldByValue) {
+  EXPECT_EQ(RunMode("sync_bn_by_value"), "converted=1 max_diff=0 bn_trained=1\n");
+}
+
+TEST(OwnLoopTest, BufferRegisteredAfterDistributeFollowsRankZero) {
+  EXPECT_EQ(RunMode("buffer_after_wrap"), "buffer=5\n");  // rank 0's 0 + 5, on both ranks
 }
 
 TEST(OwnLoopTest, GroupFormRefusesBatchNormUnderSyncBatchnorm) {
@@ -64,8 +74,7 @@ TEST(OwnLoopTest, DistributeTwiceIsRefused) {
 
 TEST(OwnLoopTest, ParameterAddedAfterDistributeIsRefusedAtForward) {
   EXPECT_THAT(RunMode("added_after_wrap"),
-              AllOf(StartsWith("refused: rank 0: the module has 7 parameters and 3 buffers now, 6 "
-                               "and 3 when wrapped"),
+              AllOf(StartsWith("refused: rank 0: the module has 7 parameters now, 6 when wrapped"),
                     HasSubstr("before Distribute")));
 }
 
