@@ -12,7 +12,8 @@ use crate::arrivals::{RankArrivals, StragglerReport};
 use crate::defaults::library_defaults;
 use crate::element::{Element, ReduceOp};
 use crate::error::{c_str_to_string, check, to_c_string, Error, Result};
-use crate::reducer::{GradBuffer, Reducer, ReducerBuilder};
+use crate::grad_buffer::GradBuffer;
+use crate::reducer::{Reducer, ReducerBuilder};
 
 /// A joined process group: this rank's place in the job and the collectives
 /// between all ranks.

@@ -40,7 +40,7 @@ impl DType {
 }
 
 mod sealed {
-    use crate::reducer::GradBuffer;
+    use crate::grad_buffer::GradBuffer;
 
     /// Seals [`Element`](super::Element), and moves values of the element
     /// type in and out of a [`GradBuffer`] (crate-internal: the trait is
