@@ -36,10 +36,7 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
           "which converts the BatchNorm layers first, or ConvertSyncBatchNorm before wrapping"));
     }
   }
-  if (IsWrapped(module)) {
-    WrapClaim probe;  // the claim's own error names the case
-    RETURN_IF_ERROR(WrapClaim::Make(module, probe));
-  }
+  RETURN_IF_ERROR(CheckNotWrapped(module));
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
       Wrap(module.parameters(), module.buffers(), group, options);
   if (!ddp.ok()) return ddp;

@@ -35,22 +35,31 @@ std::vector<const torch::nn::Module*> Tree(const torch::nn::Module& module) {
   return tree;
 }
 
-}  // namespace
-
-absl::Status WrapClaim::Make(const torch::nn::Module& module, WrapClaim& claim) {
-  Registry& registry = TheRegistry();
-  const std::vector<const torch::nn::Module*> tree = Tree(module);
-  absl::MutexLock lock(&registry.mutex);
+// The error for `tree` (a module, then those under it) when one of them is
+// wrapped; OK otherwise.
+absl::Status WrappedError(const Registry& registry,
+                          const std::vector<const torch::nn::Module*>& tree)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry.mutex) {
   for (const torch::nn::Module* member : tree) {
     if (registry.wrapped.count(member) != 0) {
       return absl::FailedPreconditionError(
-          member == &module
+          member == tree.front()
               ? "this module is already wrapped by a DistributedDataParallel: Distribute a "
                 "module once, and use that wrapper"
               : "a module inside this one is already wrapped by a DistributedDataParallel: "
                 "wrap the whole model once, not a part of it and then the whole");
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WrapClaim::Make(const torch::nn::Module& module, WrapClaim& claim) {
+  Registry& registry = TheRegistry();
+  const std::vector<const torch::nn::Module*> tree = Tree(module);
+  absl::MutexLock lock(&registry.mutex);
+  if (absl::Status wrapped = WrappedError(registry, tree); !wrapped.ok()) return wrapped;
   for (const torch::nn::Module* member : tree) registry.wrapped.emplace(member, &claim);
   claim.held_ = true;
   return absl::OkStatus();
@@ -65,14 +74,13 @@ WrapClaim::~WrapClaim() {
   }
 }
 
-bool IsWrapped(const torch::nn::Module& module) {
+bool IsWrapped(const torch::nn::Module& module) { return !CheckNotWrapped(module).ok(); }
+
+absl::Status CheckNotWrapped(const torch::nn::Module& module) {
   Registry& registry = TheRegistry();
   const std::vector<const torch::nn::Module*> tree = Tree(module);
   absl::MutexLock lock(&registry.mutex);
-  for (const torch::nn::Module* member : tree) {
-    if (registry.wrapped.count(member) != 0) return true;
-  }
-  return false;
+  return WrappedError(registry, tree);
 }
 
 void SetGroupWrapRules(const ProcessGroup* group, GroupWrapRules rules) {

@@ -35,6 +35,8 @@ class WrapClaim {
 // Whether `module`, or a module under it, is wrapped by a live
 // DistributedDataParallel.
 bool IsWrapped(const torch::nn::Module& module);
+// OK when IsWrapped(module) is false; else WrapClaim::Make's error.
+absl::Status CheckNotWrapped(const torch::nn::Module& module);
 
 // What a strategy asks of every module wrapped over its group.
 struct GroupWrapRules {

@@ -382,10 +382,7 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DDPSpawnStrategy::WrapM
   if (owner != nullptr && owner.get() != &module) {
     return absl::InvalidArgumentError("WrapModule: `owner` must hold `module`");
   }
-  if (IsWrapped(module)) {  // before converting or moving anything: the claim's error says why
-    WrapClaim probe;
-    RETURN_IF_ERROR(WrapClaim::Make(module, probe));
-  }
+  RETURN_IF_ERROR(CheckNotWrapped(module));  // before converting or moving anything
   if (options_.sync_batchnorm) {
     // A non-owning alias: ConvertSyncBatchNorm replaces children, never the module itself.
     RETURN_IF_ERROR(ConvertForSyncBatchNorm(
