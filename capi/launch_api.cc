@@ -170,28 +170,19 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_start(ddpspawn_job* job) {
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_wait(ddpspawn_job* job) {
   return Guard([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(job, "job"));
-    absl::Status ended = job->job->Wait();
-    while (!ended.ok()) {
-      const ddpspawn::RestartDecision decision =
-          ddpspawn::DecideRestart(ended, job->restarts, job->max_restarts);
-      if (!decision.restart) {
-        if (job->max_restarts > 0) job->job->DeclineRestart(decision.declined_because);
-        return ddpspawn::AfterRestarts(ended, job->restarts);
-      }
-      // The program keeps its own state: no checkpoint is handed on.
-      absl::StatusOr<std::string> agreed = job->job->PrepareRestart("");
-      if (!agreed.ok()) {
-        const absl::Status after = ddpspawn::AfterRestarts(ended, job->restarts);
-        return absl::Status(
-            ended.code(),
-            absl::StrCat(after.message(), "\nnot restarted: ", agreed.status().message()));
-      }
-      ddpspawn::AnnounceRestart(++job->restarts, job->max_restarts, ended, "");
-      RETURN_IF_ERROR(job->job->Prepare(job->spec));
-      ended = job->job->Start();
-      if (ended.ok()) ended = job->job->Wait();
-    }
-    return ended;
+    // The first attempt was started by ddpspawn_job_start.
+    bool started = true;
+    ddpspawn::RestartSteps steps;
+    steps.run_attempt = [&]() -> absl::Status {
+      if (!started) RETURN_IF_ERROR(job->job->Start());
+      started = false;
+      return job->job->Wait();
+    };
+    steps.decline = [&](const std::string& why) { job->job->DeclineRestart(why); };
+    // The program keeps its own state: no checkpoint is handed on.
+    steps.agree_resume_point = [&]() { return job->job->PrepareRestart(""); };
+    steps.prepare_next = [&](const std::string&) { return job->job->Prepare(job->spec); };
+    return ddpspawn::RunWithRestarts(steps, job->max_restarts, job->restarts);
   });
 }
 

@@ -2,16 +2,25 @@
 #include "core/job/restart_policy.h"
 
 #include <cstdio>
+#include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
 
 absl::string_view FirstLine(absl::string_view text) { return text.substr(0, text.find('\n')); }
 
-}  // namespace
+// Plain values.
+struct RestartDecision {
+  bool restart = false;
+  // When not restarting: why, for RestartSteps::decline.
+  std::string declined_because;
+};
 
+// After an attempt ended with `ended` (not Ok), having restarted `restarts`
+// times of `max_restarts`.
 RestartDecision DecideRestart(const absl::Status& ended, int restarts, int max_restarts) {
   RestartDecision decision;
   if (!absl::IsAborted(ended)) {
@@ -27,6 +36,7 @@ RestartDecision DecideRestart(const absl::Status& ended, int restarts, int max_r
   return decision;
 }
 
+// `ended`, its message followed by "(after N restarts)" when there were any.
 absl::Status AfterRestarts(const absl::Status& ended, int restarts) {
   if (restarts == 0) return ended;
   return absl::Status(ended.code(), absl::StrCat(ended.message(), "\n(after ", restarts,
@@ -40,6 +50,31 @@ void AnnounceRestart(int restart, int max_restarts, const absl::Status& ended,
   if (!continuing_from.empty()) {
     std::fprintf(stderr, "ddpspawn: continuing from %.*s\n",
                  static_cast<int>(continuing_from.size()), continuing_from.data());
+  }
+}
+
+}  // namespace
+
+absl::Status RunWithRestarts(const RestartSteps& steps, int max_restarts, int& restarts) {
+  for (;;) {
+    const absl::Status ended = steps.run_attempt();
+    if (ended.ok()) return ended;
+    const RestartDecision decision = DecideRestart(ended, restarts, max_restarts);
+    if (!decision.restart) {
+      // With no restarts allowed, no node waits for an answer.
+      if (max_restarts > 0) steps.decline(decision.declined_because);
+      return AfterRestarts(ended, restarts);
+    }
+    absl::StatusOr<std::string> resume_point = steps.agree_resume_point();
+    if (!resume_point.ok()) {
+      const absl::Status after = AfterRestarts(ended, restarts);
+      return absl::Status(ended.code(), absl::StrCat(after.message(), "\nnot restarted: ",
+                                                     resume_point.status().message()));
+    }
+    ++restarts;
+    AnnounceRestart(restarts, max_restarts, ended,
+                    resume_point->empty() ? steps.empty_resume_point_reads_as : *resume_point);
+    RETURN_IF_ERROR(steps.prepare_next(*resume_point));
   }
 }
 

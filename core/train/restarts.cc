@@ -16,6 +16,7 @@
 #include "core/env/settings.h"
 #include "core/job/restart_policy.h"
 #include "core/train/checkpoint_connector.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 
@@ -34,38 +35,33 @@ absl::StatusOr<std::string> LaunchWithRestarts(const RunConfig& config, DDPSpawn
                                                const DDPSpawnStrategy::WorkerFn& fn) {
   const absl::Time started = absl::Now();
   const std::string checkpoint = LastCheckpointPath(config.trainer);
-  for (int restarts = 0;; ++restarts) {
-    absl::StatusOr<std::string> result = strategy.Launch(fn);
-    if (result.ok()) {
-      if (config.max_restarts == 0) return result;
-      return absl::StrCat(*result, "restarts=", restarts, "\n");
-    }
-    const absl::Status& failed = result.status();
-    const RestartDecision decision = DecideRestart(failed, restarts, config.max_restarts);
-    if (!decision.restart) {
-      // The other nodes' launchers, if any, stop waiting for this one.
-      strategy.DeclineRestart(decision.declined_because);
-      return AfterRestarts(failed, restarts);
-    }
-    // This job's own checkpoint, if it wrote one; else where it started. With
-    // several nodes, node 0's choice (rank 0 writes the checkpoints there).
+  std::string result;
+  RestartSteps steps;
+  steps.run_attempt = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(result, strategy.Launch(fn));
+    return absl::OkStatus();
+  };
+  steps.decline = [&](const std::string& why) { strategy.DeclineRestart(why); };
+  // This job's own checkpoint, if it wrote one; else where it started. With
+  // several nodes, node 0's choice (rank 0 writes the checkpoints there).
+  steps.agree_resume_point = [&]() {
     std::optional<absl::Time> written = ModifiedAt(checkpoint);
-    absl::StatusOr<std::string> resume = strategy.PrepareRestart(
-        written.has_value() && *written >= started ? std::filesystem::absolute(checkpoint).string()
-                                                   : config.trainer.resume_from);
-    if (!resume.ok()) {
-      const absl::Status after = AfterRestarts(failed, restarts);
-      return absl::Status(
-          failed.code(),
-          absl::StrCat(after.message(), "\nnot restarted: ", resume.status().message()));
-    }
-    AnnounceRestart(restarts + 1, config.max_restarts, failed,
-                    resume->empty() ? "the start (no checkpoint yet)" : *resume);
+    return strategy.PrepareRestart(written.has_value() && *written >= started
+                                       ? std::filesystem::absolute(checkpoint).string()
+                                       : config.trainer.resume_from);
+  };
+  steps.prepare_next = [&](const std::string& resume_point) {
     std::vector<std::string> env;
-    if (!resume->empty())
-      env.push_back(absl::StrCat(SettingName(Setting::kResumeFrom), "=", *resume));
+    if (!resume_point.empty())
+      env.push_back(absl::StrCat(SettingName(Setting::kResumeFrom), "=", resume_point));
     strategy.set_worker_env(std::move(env));
-  }
+    return absl::OkStatus();
+  };
+  steps.empty_resume_point_reads_as = "the start (no checkpoint yet)";
+  int restarts = 0;
+  RETURN_IF_ERROR(RunWithRestarts(steps, config.max_restarts, restarts));
+  if (config.max_restarts == 0) return result;
+  return absl::StrCat(result, "restarts=", restarts, "\n");
 }
 
 }  // namespace ddpspawn
