@@ -9,24 +9,10 @@ import ctypes
 from typing import TYPE_CHECKING, Any, Callable, Optional, cast
 
 from . import _lib
-from ._errors import (
-    DdpspawnError,
-    DdpspawnTimeoutError,
-    FailedPreconditionError,
-    InvalidArgumentError,
-    UnavailableError,
-)
+from ._errors import InvalidArgumentError, status_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._context import Context
-
-# ddpspawn's errors raised without a C status (its own checks) -> their status.
-_STATUS_OF = {
-    InvalidArgumentError: _lib.ERR_INVALID_ARGUMENT,
-    DdpspawnTimeoutError: _lib.ERR_TIMEOUT,
-    UnavailableError: _lib.ERR_UNAVAILABLE,
-    FailedPreconditionError: _lib.ERR_FAILED_PRECONDITION,
-}
 
 # ddpspawn dtype code -> (name, memoryview format, itemsize).
 _FORMATS = {
@@ -74,11 +60,11 @@ class HookTable:
     with it the ctypes callback and the hook) until the library has destroyed
     the C reducer, so the table needs no ``release``."""
 
-    def __init__(self, hook: CommHook) -> None:
-        # Imported here: _context imports _reducer, which imports this module.
-        from ._context import Context
-
-        self._context_type = Context
+    def __init__(
+        self, hook: CommHook, borrow: Callable[[ctypes._Pointer[_lib.ContextHandle]], Context]
+    ) -> None:
+        # borrow: Context._borrow, given by the reducer (this module is below _context).
+        self._borrow = borrow
         self._hook = hook
         self._start = _lib.CommHookStart(self._run)
         self.table = _lib.CommHookTable(
@@ -105,7 +91,7 @@ class HookTable:
                 raise InvalidArgumentError(f"a bucket of unknown dtype code {view.dtype}")
             name, fmt, itemsize = _FORMATS[view.dtype]
             raw = (ctypes.c_char * (view.count * itemsize)).from_address(view.data)
-            lent = self._context_type._borrow(context)
+            lent = self._borrow(context)
             # Any: typeshed types cast() per literal format, and fmt is one of four.
             data: memoryview = cast(Any, memoryview(raw).cast("B")).cast(fmt)
             try:
@@ -126,11 +112,7 @@ def _report(error: BaseException) -> int:
     error. Never raises (a failure here falls back to a fixed message)."""
     code = _lib.ERR_INTERNAL
     try:
-        if isinstance(error, KeyboardInterrupt):
-            code = _lib.ERR_INTERRUPTED
-        elif isinstance(error, DdpspawnError):
-            # A failed collective's status, or the kind of ddpspawn's own check.
-            code = error.status or _STATUS_OF.get(type(error), _lib.ERR_INTERNAL)
+        code = status_of(error)
         message = f"{type(error).__name__}: {error}".replace("\0", " ")
         _lib.lib().ddpspawn_set_last_error(code, message.encode("utf-8", "replace"))
     except BaseException:  # noqa: B902 - a broken __str__, MemoryError, a second Ctrl-C

@@ -316,11 +316,11 @@ class Context(Closable):
         self,
         buffers: Sequence[Any],
         *,
-        bucket_cap_mb: float = 25.0,
-        first_bucket_cap_mb: float = 1.0,
+        bucket_cap_mb: Optional[float] = None,
+        first_bucket_cap_mb: Optional[float] = None,
         comm_hook: Union[str, CommHook] = "allreduce",
-        powersgd_rank: int = 1,
-        powersgd_start_iteration: int = 10,
+        powersgd_rank: Optional[int] = None,
+        powersgd_start_iteration: Optional[int] = None,
         find_unused_parameters: bool = False,
     ) -> Reducer:
         """A :class:`Reducer` that averages ``buffers`` across the ranks, DDP-style.
@@ -332,7 +332,9 @@ class Context(Closable):
                 with ``__dlpack__``), which keep their shapes. Not lists: the
                 means are written into the buffers in place. Every rank passes
                 the same sizes and types.
-            bucket_cap_mb: size cap of a bucket, in MiB.
+            bucket_cap_mb: size cap of a bucket, in MiB. This and the other
+                numbers given None take the library's defaults
+                (``ddpspawn_defaults.h``).
             first_bucket_cap_mb: size cap of the first bucket (the buffers at
                 the end of the list), so communication starts early.
             comm_hook: "allreduce", "fp16" or "bf16" (compressed; lossy), or

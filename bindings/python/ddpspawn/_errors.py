@@ -1,9 +1,20 @@
-"""Exceptions of the ddpspawn package and the mapping from C status codes."""
+"""Exceptions of the ddpspawn package, the C status codes and the one table
+between them."""
 
 from __future__ import annotations
 
 import builtins
-from typing import NoReturn, Optional, Tuple, Type
+from typing import Dict, NoReturn, Optional, Tuple, Type
+
+# Status codes (DDPSPAWN_OK, DDPSPAWN_ERR_*); ``_lib`` re-exports them.
+OK = 0
+ERR_INVALID_ARGUMENT = 1
+ERR_WORKER_FAILED = 2
+ERR_TIMEOUT = 3
+ERR_INTERRUPTED = 4
+ERR_UNAVAILABLE = 5
+ERR_FAILED_PRECONDITION = 6
+ERR_INTERNAL = 7
 
 
 class DdpspawnError(Exception):
@@ -49,7 +60,7 @@ class WorkerFailedError(DdpspawnError):
         text = message
         if traceback_text.strip() and traceback_text.strip() not in message:
             text += f"\n\nError reported by rank {rank}:\n{traceback_text.rstrip()}"
-        super().__init__(text, status=2)
+        super().__init__(text, status=ERR_WORKER_FAILED)
         self.rank = rank
         self.message = message
         self.traceback_text = traceback_text
@@ -81,16 +92,27 @@ class InternalError(DdpspawnError):
     """A system call or a collective failed (peer gone, connection reset ...)."""
 
 
-_BY_STATUS = {
-    1: InvalidArgumentError,
-    3: DdpspawnTimeoutError,
-    5: UnavailableError,
-    6: FailedPreconditionError,
-    7: InternalError,
+# The status of each error type but the two that raise_status treats apart
+# (a worker failure, an interrupt); both ways: status -> type, type -> status.
+_BY_STATUS: Dict[int, Type[DdpspawnError]] = {
+    ERR_INVALID_ARGUMENT: InvalidArgumentError,
+    ERR_TIMEOUT: DdpspawnTimeoutError,
+    ERR_UNAVAILABLE: UnavailableError,
+    ERR_FAILED_PRECONDITION: FailedPreconditionError,
+    ERR_INTERNAL: InternalError,
 }
+_STATUS_OF = {error_type: status for status, error_type in _BY_STATUS.items()}
 
-_ERR_WORKER_FAILED = 2
-_ERR_INTERRUPTED = 4
+
+def status_of(error: BaseException) -> int:
+    """The C status that stands for ``error`` (a Python hook's failure told to
+    the library): a ddpspawn error's own status, else its type's;
+    ``ERR_INTERRUPTED`` for KeyboardInterrupt; ``ERR_INTERNAL`` for the rest."""
+    if isinstance(error, KeyboardInterrupt):
+        return ERR_INTERRUPTED
+    if isinstance(error, DdpspawnError):
+        return error.status or _STATUS_OF.get(type(error), ERR_INTERNAL)
+    return ERR_INTERNAL
 
 
 def raise_status(status: int, message: str) -> NoReturn:
@@ -100,9 +122,9 @@ def raise_status(status: int, message: str) -> NoReturn:
     failure met outside a job (no rank known) becomes a
     :class:`WorkerFailedError` with rank -1; the launcher builds a richer one.
     """
-    if status == _ERR_INTERRUPTED:
+    if status == ERR_INTERRUPTED:
         raise KeyboardInterrupt(message)
-    if status == _ERR_WORKER_FAILED:
+    if status == ERR_WORKER_FAILED:
         raise WorkerFailedError(-1, message)
     error_type = _BY_STATUS.get(status, DdpspawnError)
     if error_type is DdpspawnError:

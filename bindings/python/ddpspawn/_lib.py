@@ -34,6 +34,16 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Type, TypeVa
 
 from ._errors import LibraryLoadError, raise_status
 
+# Status codes (DDPSPAWN_OK, DDPSPAWN_ERR_*): _errors' table, re-exported for the other modules.
+from ._errors import ERR_FAILED_PRECONDITION as ERR_FAILED_PRECONDITION
+from ._errors import ERR_INTERNAL as ERR_INTERNAL
+from ._errors import ERR_INTERRUPTED as ERR_INTERRUPTED
+from ._errors import ERR_INVALID_ARGUMENT as ERR_INVALID_ARGUMENT
+from ._errors import ERR_TIMEOUT as ERR_TIMEOUT
+from ._errors import ERR_UNAVAILABLE as ERR_UNAVAILABLE
+from ._errors import ERR_WORKER_FAILED as ERR_WORKER_FAILED
+from ._errors import OK as OK
+
 #: The ABI major version these declarations describe (``DDPSPAWN_ABI_VERSION``).
 ABI_VERSION = 1
 #: File name of the shared library; its SONAME carries the ABI major.
@@ -41,15 +51,6 @@ LIBRARY_NAME = f"libddpspawn.so.{ABI_VERSION}"
 #: Environment variable that names the library to load.
 LIBRARY_ENV = "DDPSPAWN_LIBRARY"
 
-# Status codes (DDPSPAWN_OK, DDPSPAWN_ERR_*).
-OK = 0
-ERR_INVALID_ARGUMENT = 1
-ERR_WORKER_FAILED = 2
-ERR_TIMEOUT = 3
-ERR_INTERRUPTED = 4
-ERR_UNAVAILABLE = 5
-ERR_FAILED_PRECONDITION = 6
-ERR_INTERNAL = 7
 
 # How a rank ended (DDPSPAWN_RANK_*).
 RANK_NOT_STARTED = 0

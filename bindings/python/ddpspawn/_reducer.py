@@ -75,11 +75,11 @@ class Reducer(Closable):
         context: "Context",
         buffers: Sequence[Any],
         *,
-        bucket_cap_mb: float = 25.0,
-        first_bucket_cap_mb: float = 1.0,
+        bucket_cap_mb: Optional[float] = None,
+        first_bucket_cap_mb: Optional[float] = None,
         comm_hook: Union[str, CommHook] = "allreduce",
-        powersgd_rank: int = 1,
-        powersgd_start_iteration: int = 10,
+        powersgd_rank: Optional[int] = None,
+        powersgd_start_iteration: Optional[int] = None,
         find_unused_parameters: bool = False,
     ) -> None:
         self._handle: Optional[ctypes._Pointer[_lib.ReducerHandle]] = None
@@ -106,21 +106,26 @@ class Reducer(Closable):
         options: _lib.ReducerOptions
         hook_table: Optional[HookTable] = None
         if callable(comm_hook):  # a hook written in Python: the library calls it for every bucket
-            hook_table = HookTable(comm_hook)
+            hook_table = HookTable(comm_hook, context._borrow)
             with_hook = _lib.reducer_options_with_hook()
             with_hook.custom_comm_hook = ctypes.pointer(hook_table.table)
             options = with_hook
         else:
             options = _lib.reducer_options()
             options.comm_hook = _comm_hook_name(comm_hook)
-        options.bucket_cap_mb = _positive_megabytes("bucket_cap_mb", bucket_cap_mb)
-        options.first_bucket_cap_mb = _positive_megabytes(
-            "first_bucket_cap_mb", first_bucket_cap_mb
-        )
-        options.powersgd_rank = _int32("powersgd_rank", powersgd_rank)
-        options.powersgd_start_iteration = _int32(
-            "powersgd_start_iteration", powersgd_start_iteration
-        )
+        # None keeps the library's default (ddpspawn_defaults.h), which the options came with.
+        if bucket_cap_mb is not None:
+            options.bucket_cap_mb = _positive_megabytes("bucket_cap_mb", bucket_cap_mb)
+        if first_bucket_cap_mb is not None:
+            options.first_bucket_cap_mb = _positive_megabytes(
+                "first_bucket_cap_mb", first_bucket_cap_mb
+            )
+        if powersgd_rank is not None:
+            options.powersgd_rank = _int32("powersgd_rank", powersgd_rank)
+        if powersgd_start_iteration is not None:
+            options.powersgd_start_iteration = _int32(
+                "powersgd_start_iteration", powersgd_start_iteration
+            )
         options.find_unused_parameters = 1 if find_unused_parameters else 0
 
         handle = _lib.ReducerPtr()

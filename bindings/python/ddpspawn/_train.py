@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _lib
 from ._errors import DdpspawnError, InvalidArgumentError, WorkerFailedError
+from ._run import flush_std_streams
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 #: A CSV file (label in the last column), or ``(features.npy, labels.npy)``.
@@ -205,15 +206,6 @@ def _worker_failed(message: str) -> WorkerFailedError:
     return WorkerFailedError(rank, message, text, exit_code=exit_code, signal=signal)
 
 
-def _flush_std_streams() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except Exception:
-            pass
-
-
 def run(command: str, entries: List[Tuple[str, bytes]]) -> Dict[str, str]:
     """``ddpspawn_run(command, key=value...)``; returns rank 0's pairs."""
     lib = _lib.lib()
@@ -226,7 +218,7 @@ def run(command: str, entries: List[Tuple[str, bytes]]) -> Dict[str, str]:
     options = (ctypes.c_char_p * (len(raw) + 1))(*raw, None)
     result = _lib.RunResultPtr()
     with _run_lock:
-        _flush_std_streams()  # output order: ours before the ranks'
+        flush_std_streams()  # output order: ours before the ranks'
         launcher_pid = os.getpid()
         status = lib.ddpspawn_run(command.encode(), options, ctypes.byref(result))
         if os.getpid() != launcher_pid:  # a forked rank must never get here

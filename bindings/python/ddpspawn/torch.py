@@ -46,8 +46,9 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
     copied into the buckets or back; with ``find_unused_parameters`` they are
     the wrapper's own tensors, copied both ways (an unused one must stay
     untouched). Buckets of
-    gradients (reverse parameter order, ``bucket_cap_mb`` each, 25 by
-    default with a first bucket of 1 MB) are reduced while backward runs.
+    gradients (reverse parameter order, ``bucket_cap_mb`` each, the
+    library's defaults, with a small first bucket, when not given) are
+    reduced while backward runs.
 
     Options as PyTorch's: ``bucket_cap_mb``, ``find_unused_parameters``
     (a parameter that no rank used keeps its gradient, ``None`` included;
@@ -84,8 +85,8 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
         broadcast_buffers: bool = True,
         gradient_as_bucket_view: bool = False,
         comm_hook: Union[str, "CommHook"] = "allreduce",
-        powersgd_rank: int = 1,
-        powersgd_start_iteration: int = 10,
+        powersgd_rank: Optional[int] = None,
+        powersgd_start_iteration: Optional[int] = None,
     ) -> None:
         super().__init__()
         if not isinstance(module, torch.nn.Module):
@@ -122,9 +123,10 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
         self._gradients = [self._fixed_gradient(p) for p in parameters]
         self.reducer: Reducer = context.reducer(
             self._gradients,
-            # As PyTorch's: the first bucket is 1 MB unless a cap is given.
-            bucket_cap_mb=25.0 if bucket_cap_mb is None else bucket_cap_mb,
-            first_bucket_cap_mb=1.0 if bucket_cap_mb is None else bucket_cap_mb,
+            # As PyTorch's: the library's default buckets (a small first one) unless a cap is
+            # given, which the first bucket takes too.
+            bucket_cap_mb=bucket_cap_mb,
+            first_bucket_cap_mb=bucket_cap_mb,
             comm_hook=comm_hook,
             powersgd_rank=powersgd_rank,
             powersgd_start_iteration=powersgd_start_iteration,
