@@ -6,7 +6,8 @@ set -euo pipefail
 work="${TEST_TMPDIR:-$(mktemp -d)}"
 mkdir -p "$work/lib" "$work/include/ddpspawn" "$work/src"
 cp -L capi/dist/lib/libddpspawn.so capi/dist/lib/libddpspawn.so.1 capi/dist/lib/libddpspawn_cuda.so "$work/lib/"
-cp -L capi/dist/include/ddpspawn/ddpspawn.h capi/dist/include/ddpspawn/ddpspawn_dlpack.h \
+cp -L capi/dist/include/ddpspawn/ddpspawn.h capi/dist/include/ddpspawn/ddpspawn_defaults.h \
+  capi/dist/include/ddpspawn/ddpspawn_dlpack.h \
   "$work/include/ddpspawn/"
 cp -rL bindings/rust/. "$work/src/"
 export DDPSPAWN_LIB_DIR="$work/lib"

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/comm/process_group.h"
+#include "ddpspawn/ddpspawn_defaults.h"
 
 namespace ddpspawn {
 
@@ -71,10 +72,10 @@ absl::StatusOr<std::shared_ptr<CommHook>> MakeCompressWrapper(at::ScalarType dty
                                                               std::shared_ptr<CommHook> inner);
 
 struct PowerSgdOptions {
-  int matrix_approximation_rank = 1;
+  int matrix_approximation_rank = DDPSPAWN_DEFAULT_POWERSGD_RANK;
   // Plain all-reduce for the first iterations (PowerSGD's error feedback needs
   // warm gradients).
-  int64_t start_iteration = 10;
+  int64_t start_iteration = DDPSPAWN_DEFAULT_POWERSGD_START_ITERATION;
   // Compress a matrix only when rows*cols / ((rows+cols)*rank) exceeds this.
   double min_compression_rate = 2.0;
   bool use_error_feedback = true;
@@ -120,14 +121,15 @@ bool IsPowerSgd(CommHookKind kind);
 // start iteration (batched for kBatchedPowerSgd), for MakePowerSgdHook and for
 // reading what it sent; InvalidArgument for a rank < 1 or a start < 0. Null
 // for the other kinds.
-absl::StatusOr<std::shared_ptr<PowerSgdState>> MakePowerSgdState(CommHookKind kind,
-                                                                 int powersgd_rank = 1,
-                                                                 int64_t powersgd_start = 10);
+absl::StatusOr<std::shared_ptr<PowerSgdState>> MakePowerSgdState(
+    CommHookKind kind, int powersgd_rank = DDPSPAWN_DEFAULT_POWERSGD_RANK,
+    int64_t powersgd_start = DDPSPAWN_DEFAULT_POWERSGD_START_ITERATION);
 
 // A new hook of that kind (PowerSGD's with MakePowerSgdState's state);
 // InvalidArgument for kPostLocalSgd, whose hook PostLocalSgd makes.
-absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHook(CommHookKind kind, int powersgd_rank = 1,
-                                                       int64_t powersgd_start = 10);
+absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHook(
+    CommHookKind kind, int powersgd_rank = DDPSPAWN_DEFAULT_POWERSGD_RANK,
+    int64_t powersgd_start = DDPSPAWN_DEFAULT_POWERSGD_START_ITERATION);
 
 }  // namespace ddpspawn
 

@@ -24,12 +24,14 @@
 #include "absl/synchronization/mutex.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
+#include "ddpspawn/ddpspawn_defaults.h"
 
 namespace ddpspawn {
 
 struct ReducerOptions {
-  double bucket_cap_mb = 25.0;
-  double first_bucket_cap_mb = 1.0;  // a small first bucket starts communication early
+  double bucket_cap_mb = DDPSPAWN_DEFAULT_BUCKET_CAP_MB;
+  // A small first bucket starts communication early.
+  double first_bucket_cap_mb = DDPSPAWN_DEFAULT_FIRST_BUCKET_CAP_MB;
   // Parameters that no rank used in an iteration keep their gradient untouched
   // (undefined stays undefined), as in PyTorch; costs one small all-reduce per
   // iteration. Without it, such a parameter still never hangs the ranks, but

@@ -29,6 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/launch/run_dir_guard.h"
+#include "ddpspawn/ddpspawn_defaults.h"
 
 namespace ddpspawn {
 
@@ -72,7 +73,7 @@ struct LaunchSpec {
   // send them to whatever file reuses the number.
   bool fork_close_descriptors = false;
   absl::Duration timeout = absl::InfiniteDuration();
-  absl::Duration grace_period = absl::Seconds(5);
+  absl::Duration grace_period = absl::Seconds(DDPSPAWN_DEFAULT_GRACE_PERIOD_S);
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: a free port
   // A job of several nodes (one launcher each): this launcher starts ranks

@@ -20,6 +20,7 @@
 #include "core/train/lr_scheduler.h"
 #include "core/train/model_checkpoint.h"
 #include "core/train/trainer.h"
+#include "ddpspawn/ddpspawn_defaults.h"
 
 namespace ddpspawn {
 
@@ -81,11 +82,12 @@ struct RunConfig {
   bool static_graph = false;
   bool sync_batchnorm = false;
   bool gradient_as_bucket_view = true;
-  double bucket_cap_mb = 25.0;
-  double first_bucket_cap_mb = 1.0;
+  double bucket_cap_mb = DDPSPAWN_DEFAULT_BUCKET_CAP_MB;
+  double first_bucket_cap_mb = DDPSPAWN_DEFAULT_FIRST_BUCKET_CAP_MB;
   bool broadcast_buffers = true;
-  int powersgd_rank = 1;  // ddp_comm_hook powersgd's matrix approximation rank
-  int64_t powersgd_start_iteration = 10;
+  // ddp_comm_hook powersgd's matrix approximation rank.
+  int powersgd_rank = DDPSPAWN_DEFAULT_POWERSGD_RANK;
+  int64_t powersgd_start_iteration = DDPSPAWN_DEFAULT_POWERSGD_START_ITERATION;
   // ddp_comm_hook post_localsgd's (core/ddp/post_local_sgd.h).
   int64_t post_localsgd_start_iteration = 0;
   bool post_local_gradient_allreduce = true;

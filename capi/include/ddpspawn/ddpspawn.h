@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ddpspawn/ddpspawn_defaults.h"
+
 #if defined(DDPSPAWN_BUILDING_LIBRARY)
 #define DDPSPAWN_EXPORT __attribute__((visibility("default")))
 #else
@@ -166,10 +168,10 @@ typedef struct ddpspawn_launch_options {
   int32_t unused1; /* padding; ignored */
 } ddpspawn_launch_options;
 
-#define DDPSPAWN_LAUNCH_OPTIONS_INIT                                                              \
-  {                                                                                               \
-    sizeof(ddpspawn_launch_options), 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0.0, 5.0, \
-        NULL, 0, 0, 1, 0, 0, 0                                                                    \
+#define DDPSPAWN_LAUNCH_OPTIONS_INIT                                                         \
+  {                                                                                          \
+    sizeof(ddpspawn_launch_options), 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0.0, \
+        DDPSPAWN_DEFAULT_GRACE_PERIOD_S, NULL, 0, 0, 1, 0, 0, 0                              \
   }
 
 DDPSPAWN_EXPORT void ddpspawn_launch_options_init(ddpspawn_launch_options* options);
@@ -473,8 +475,12 @@ typedef struct ddpspawn_reducer_options {
   const ddpspawn_comm_hook* custom_comm_hook;
 } ddpspawn_reducer_options;
 
-#define DDPSPAWN_REDUCER_OPTIONS_INIT \
-  { sizeof(ddpspawn_reducer_options), 25.0, 1.0, NULL, 1, 10, 0, NULL }
+#define DDPSPAWN_REDUCER_OPTIONS_INIT                                               \
+  {                                                                                 \
+    sizeof(ddpspawn_reducer_options), DDPSPAWN_DEFAULT_BUCKET_CAP_MB,               \
+        DDPSPAWN_DEFAULT_FIRST_BUCKET_CAP_MB, NULL, DDPSPAWN_DEFAULT_POWERSGD_RANK, \
+        DDPSPAWN_DEFAULT_POWERSGD_START_ITERATION, 0, NULL                          \
+  }
 
 DDPSPAWN_EXPORT void ddpspawn_reducer_options_init(ddpspawn_reducer_options* options);
 /* Like ddpspawn_reducer_options_init, for callers that do not compile against

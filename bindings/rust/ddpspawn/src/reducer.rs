@@ -28,7 +28,7 @@ use crate::grad_buffer::{GradBuffer, GradBufferMut};
 /// # fn main() -> ddpspawn::Result<()> {
 /// let ctx = Context::from_env()?;
 /// let mut reducer = ReducerBuilder::new()
-///     .bucket_cap_mb(25.0)
+///     .bucket_cap_mb(50.0)
 ///     .comm_hook("fp16")
 ///     .find_unused_parameters(true)
 ///     .build(&ctx, vec![vec![0.0f32; 1024], vec![0.0f32; 16]])?;
@@ -54,9 +54,9 @@ impl Default for ReducerBuilder {
 }
 
 impl ReducerBuilder {
-    /// The library's defaults (`ddpspawn_reducer_options_init_sized`); for
-    /// this version 25 MiB buckets, a 1 MiB first bucket, the `"allreduce"`
-    /// hook, PowerSGD rank 1 from iteration 10, no unused-buffer detection.
+    /// The library's defaults (`ddpspawn_reducer_options_init_sized`, with
+    /// the numbers of `ddpspawn/ddpspawn_defaults.h`): PyTorch's bucket
+    /// sizes, the `"allreduce"` hook, no unused-buffer detection.
     pub fn new() -> ReducerBuilder {
         ReducerBuilder {
             bucket_cap_mb: None,
