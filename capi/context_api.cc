@@ -1,5 +1,5 @@
-// The C ABI inside a worker: a context (cluster environment + process group)
-// and the collectives on plain buffers.
+// The C ABI inside a worker: a context (cluster environment + process group) and the collectives on
+// plain buffers.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -21,9 +21,9 @@ using ddpspawn::capi::ToReduceOp;
 
 namespace {
 
-// The most bytes one rank may pass to ddpspawn_broadcast_bytes and
-// ddpspawn_all_gather_bytes (1 GiB, as ddpspawn.h says): every rank allocates
-// the broadcast, and world_size times the longest contribution to a gather.
+// The most bytes one rank may pass to ddpspawn_broadcast_bytes and ddpspawn_all_gather_bytes (1
+// GiB, as ddpspawn.h says): every rank allocates the broadcast, and world_size times the longest
+// contribution to a gather.
 constexpr size_t kMaxCollectiveBytes = size_t{1} << 30;
 
 absl::Status CheckContext(const ddpspawn_context* context) { return NotNull(context, "context"); }
@@ -59,8 +59,8 @@ absl::StatusOr<ddpspawn::DType> CheckBuffer(const ddpspawn_context* context, con
 
 // Copies `bytes` into memory the caller frees with ddpspawn_free.
 void* CopyOut(absl::string_view bytes) {
-  // Never true (collectives cap their sizes); it tells GCC's allocation-size
-  // check that the size is bounded.
+  // Never true (collectives cap their sizes); it tells GCC's allocation-size check that the size is
+  // bounded.
   if (bytes.size() > static_cast<size_t>(PTRDIFF_MAX)) return nullptr;
   void* out = std::malloc(bytes.empty() ? 1 : bytes.size());
   if (out != nullptr && !bytes.empty()) std::memcpy(out, bytes.data(), bytes.size());

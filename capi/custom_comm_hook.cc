@@ -1,5 +1,5 @@
-// CustomCommHook: a bucket handed to C callbacks, and their failures as
-// statuses (see custom_comm_hook.h and ddpspawn.h).
+// CustomCommHook: a bucket handed to C callbacks, and their failures as statuses (see
+// custom_comm_hook.h and ddpspawn.h).
 #include "capi/custom_comm_hook.h"
 
 #include <ATen/ATen.h>

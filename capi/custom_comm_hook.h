@@ -1,5 +1,5 @@
-// A communication hook given through the C ABI (ddpspawn_comm_hook): the
-// core's CommHook over a table of C function pointers.
+// A communication hook given through the C ABI (ddpspawn_comm_hook): the core's CommHook over a
+// table of C function pointers.
 #ifndef DDPSPAWN_CAPI_CUSTOM_COMM_HOOK_H_
 #define DDPSPAWN_CAPI_CUSTOM_COMM_HOOK_H_
 
@@ -13,10 +13,9 @@
 
 namespace ddpspawn::capi {
 
-// Thread safety: as CommHook (the reducer calls it under its mutex).
-// Ownership: shares the reducer's group through a context it hands the
-// callbacks; calls the table's release(user_data) once, when destroyed,
-// unless Disarm()ed (a reducer whose creation failed leaves user_data to its
+// Thread safety: as CommHook (the reducer calls it under its mutex). Ownership: shares the
+// reducer's group through a context it hands the callbacks; calls the table's release(user_data)
+// once, when destroyed, unless Disarm()ed (a reducer whose creation failed leaves user_data to its
 // caller).
 class CustomCommHook : public CommHook {
  public:
@@ -31,8 +30,8 @@ class CustomCommHook : public CommHook {
 
  private:
   CustomCommHook(const ddpspawn_comm_hook& table, std::shared_ptr<ProcessGroup> group);
-  // The callback's failure as a status: its code, the rank, the bucket and
-  // this thread's last error (the callback's or its failed collective's).
+  // The callback's failure as a status: its code, the rank, the bucket and this thread's last error
+  // (the callback's or its failed collective's).
   absl::Status Failed(const char* callback, int bucket, ddpspawn_status code) const;
 
   ddpspawn_comm_hook table_;

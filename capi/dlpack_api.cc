@@ -1,13 +1,11 @@
-// The C ABI's collectives and reducer on borrowed DLPack tensors
-// (ddpspawn_dlpack.h): each DLTensor is checked, viewed as an at::Tensor over
-// the caller's memory without a copy (at::fromDLPack, with a deleter that frees
-// nothing), and handed to the process group's tensor collectives or the
+// The C ABI's collectives and reducer on borrowed DLPack tensors (ddpspawn_dlpack.h): each DLTensor
+// is checked, viewed as an at::Tensor over the caller's memory without a copy (at::fromDLPack, with
+// a deleter that frees nothing), and handed to the process group's tensor collectives or the
 // reducer.
 //
-// LibTorch's DLConvertor.h comes first: it brings LibTorch's own copy of
-// dlpack.h, whose include guard the public header's <dlpack/dlpack.h> shares,
-// so the library is compiled against one definition of DLTensor (the same
-// layout in every DLPack release since 0.6).
+// LibTorch's DLConvertor.h comes first: it brings LibTorch's own copy of dlpack.h, whose include
+// guard the public header's <dlpack/dlpack.h> shares, so the library is compiled against one
+// definition of DLTensor (the same layout in every DLPack release since 0.6).
 // clang-format off
 #include <ATen/DLConvertor.h>
 
@@ -33,8 +31,7 @@ using ddpspawn::capi::ToReduceOp;
 
 namespace {
 
-// "float32", "bfloat16", ... for the element types ddpspawn_dlpack.h accepts;
-// "" for any other.
+// "float32", "bfloat16", ... for the element types ddpspawn_dlpack.h accepts; "" for any other.
 std::string DTypeName(DLDataType dtype) {
   if (dtype.lanes != 1) return "";
   const int bits = dtype.bits;
@@ -54,9 +51,8 @@ std::string DTypeName(DLDataType dtype) {
   }
 }
 
-// Checks `tensor` (named `name` in errors) against what ddpspawn_dlpack.h
-// accepts and returns a tensor over its memory, which stays the caller's: the
-// view must not outlive it.
+// Checks `tensor` (named `name` in errors) against what ddpspawn_dlpack.h accepts and returns a
+// tensor over its memory, which stays the caller's: the view must not outlive it.
 absl::StatusOr<at::Tensor> ViewOf(const DLTensor* tensor, const char* name) {
   RETURN_IF_ERROR(NotNull(tensor, name));
   const DLTensor& t = *tensor;

@@ -1,6 +1,5 @@
-// The C ABI of the launcher: jobs (of one node, or one node's part of several
-// through node 0's rendezvous), their reports, and the worker side's result
-// and error.
+// The C ABI of the launcher: jobs (of one node, or one node's part of several through node 0's
+// rendezvous), their reports, and the worker side's result and error.
 #include <cstddef>
 #include <cstdlib>
 #include <filesystem>
@@ -26,8 +25,8 @@ using ddpspawn::capi::ReadOptions;
 
 namespace ddpspawn::capi {
 
-// The first release's struct ended at unused0 (master_port and its padding),
-// the second at node_rank.
+// The first release's struct ended at unused0 (master_port and its padding), the second at
+// node_rank.
 template <>
 struct ReleasedSizes<ddpspawn_launch_options> {
   static constexpr size_t kSizes[] = {sizeof(ddpspawn_launch_options),
@@ -77,9 +76,9 @@ absl::StatusOr<ddpspawn::LaunchSpec> ToSpec(const ddpspawn_launch_options& o) {
     spec.worker = [fn, user_data](int rank) { return fn(rank, user_data); };
   }
   spec.fork_hooks = {Hook(o.before_fork), Hook(o.after_fork_parent), Hook(o.after_fork_child)};
-  // worker_fn runs on the thread that forked, with the caller's descriptors
-  // open (see ddpspawn_worker_fn in the header): a foreign runtime's callback
-  // may need that thread (CPython's holds the GIL there) and its open files.
+  // worker_fn runs on the thread that forked, with the caller's descriptors open (see
+  // ddpspawn_worker_fn in the header): a foreign runtime's callback may need that thread (CPython's
+  // holds the GIL there) and its open files.
   spec.fork_worker_thread = false;
   spec.fork_close_descriptors = false;
   if (!(o.timeout_s >= 0.0) || !(o.grace_period_s >= 0.0)) {
@@ -95,8 +94,8 @@ absl::StatusOr<ddpspawn::LaunchSpec> ToSpec(const ddpspawn_launch_options& o) {
   return spec;
 }
 
-// This launcher's place in the job. The job every node checks the others
-// against: the start method and the program.
+// This launcher's place in the job. The job every node checks the others against: the start method
+// and the program.
 ddpspawn::NodeJobOptions ToNodeOptions(const ddpspawn_launch_options& o,
                                        const ddpspawn::LaunchSpec& spec) {
   ddpspawn::NodeJobOptions node;

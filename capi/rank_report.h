@@ -1,5 +1,5 @@
-// Fills the C ABI's ddpspawn_rank_report from a launcher's RankOutcome, for
-// jobs (ddpspawn_job_rank_report) and training runs (ddpspawn_run_rank_report).
+// Fills the C ABI's ddpspawn_rank_report from a launcher's RankOutcome, for jobs
+// (ddpspawn_job_rank_report) and training runs (ddpspawn_run_rank_report).
 #ifndef DDPSPAWN_CAPI_RANK_REPORT_H_
 #define DDPSPAWN_CAPI_RANK_REPORT_H_
 
@@ -12,8 +12,8 @@
 
 namespace ddpspawn::capi {
 
-// Writes `outcome` into the caller's report, as many bytes as its struct_size
-// says (a released size).
+// Writes `outcome` into the caller's report, as many bytes as its struct_size says (a released
+// size).
 inline absl::Status FillRankReport(const RankOutcome& outcome, ddpspawn_rank_report* out_report) {
   if (absl::Status s = NotNull(out_report, "out_report"); !s.ok()) return s;
   ddpspawn_rank_report report = DDPSPAWN_RANK_REPORT_INIT;

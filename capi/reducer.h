@@ -1,5 +1,5 @@
-// The C ABI's gradient reducer handle, shared by the flat-buffer entry points
-// (reducer_api.cc) and the DLPack ones (dlpack_api.cc).
+// The C ABI's gradient reducer handle, shared by the flat-buffer entry points (reducer_api.cc) and
+// the DLPack ones (dlpack_api.cc).
 #ifndef DDPSPAWN_CAPI_REDUCER_H_
 #define DDPSPAWN_CAPI_REDUCER_H_
 
@@ -15,11 +15,10 @@ namespace at {
 class Tensor;
 }  // namespace at
 
-// Ownership: keeps its context's group alive (declared first, so it is
-// released after the reducer that uses it) and, with the powersgd hook, that
-// hook's state (read by ddpspawn_reducer_compression between iterations).
-// Thread-safety: not thread-safe; calls on one reducer must not overlap
-// (ddpspawn.h), nor its all-reduces the collectives of its context (they
+// Ownership: keeps its context's group alive (declared first, so it is released after the reducer
+// that uses it) and, with the powersgd hook, that hook's state (read by
+// ddpspawn_reducer_compression between iterations). Thread-safety: not thread-safe; calls on one
+// reducer must not overlap (ddpspawn.h), nor its all-reduces the collectives of its context (they
 // share one group).
 struct ddpspawn_reducer {
   std::shared_ptr<ddpspawn::ProcessGroup> group;
@@ -29,8 +28,8 @@ struct ddpspawn_reducer {
 
 namespace ddpspawn::capi {
 
-// A reducer over `gradients` (views of the caller's memory, which must outlive
-// it) with the caller's options (NULL: the defaults), into *out_reducer.
+// A reducer over `gradients` (views of the caller's memory, which must outlive it) with the
+// caller's options (NULL: the defaults), into *out_reducer.
 absl::Status CreateReducer(ddpspawn_context* context, std::vector<at::Tensor> gradients,
                            const ddpspawn_reducer_options* options, ddpspawn_reducer** out_reducer);
 

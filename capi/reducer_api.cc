@@ -1,5 +1,5 @@
-// The C ABI of the gradient reducer: core/ddp's Reducer in manual mode over
-// caller buffers (and the handle's creation, shared with dlpack_api.cc).
+// The C ABI of the gradient reducer: core/ddp's Reducer in manual mode over caller buffers (and the
+// handle's creation, shared with dlpack_api.cc).
 #include <ATen/ATen.h>
 
 #include <cstddef>

@@ -1,5 +1,4 @@
-// The C ABI of training runs: the CLI's options as key=value strings, ranks
-// forked from the caller.
+// The C ABI of training runs: the CLI's options as key=value strings, ranks forked from the caller.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -8,7 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "capi/rank_report.h"
 #include "capi/status.h"
-#include "core/train/run.h"
+#include "core/train/run/run.h"
 #include "core/util/status_macros.h"
 #include "ddpspawn/ddpspawn.h"
 
@@ -23,8 +22,7 @@ struct ddpspawn_run_result {
 
 namespace {
 
-// How the ranks of this thread's last ddpspawn_run ended (per thread, like
-// ddpspawn_last_error()).
+// How the ranks of this thread's last ddpspawn_run ended (per thread, like ddpspawn_last_error()).
 struct LastRun {
   int failed_rank = -1;
   std::vector<ddpspawn::RankOutcome> outcomes;

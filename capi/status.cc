@@ -1,5 +1,4 @@
-// Status codes and the thread-local last error of the C ABI; the version entry
-// points.
+// Status codes and the thread-local last error of the C ABI; the version entry points.
 #include "capi/status.h"
 
 #include <cstdlib>
@@ -12,12 +11,12 @@ namespace {
 
 thread_local std::string t_last_error;
 
-// ddpspawn_last_error's longest text (ddpspawn.h): a rank's 10 MB traceback is
-// not copied whole into every thread's last error.
+// ddpspawn_last_error's longest text (ddpspawn.h): a rank's 10 MB traceback is not copied whole
+// into every thread's last error.
 constexpr size_t kMaxErrorBytes = size_t{64} * 1024;
 
-// `message`, or its start and a note when it is longer than kMaxErrorBytes
-// (cut between UTF-8 characters, not inside one).
+// `message`, or its start and a note when it is longer than kMaxErrorBytes (cut between UTF-8
+// characters, not inside one).
 std::string Capped(absl::string_view message) {
   if (message.size() <= kMaxErrorBytes) return std::string(message);
   const std::string note =

@@ -1,5 +1,5 @@
-// The C ABI's error plumbing: absl::Status to status codes, the thread-local
-// last error, and a guard that keeps C++ exceptions from crossing the boundary.
+// The C ABI's error plumbing: absl::Status to status codes, the thread-local last error, and a
+// guard that keeps C++ exceptions from crossing the boundary.
 #ifndef DDPSPAWN_CAPI_STATUS_H_
 #define DDPSPAWN_CAPI_STATUS_H_
 
@@ -16,18 +16,16 @@
 
 namespace ddpspawn::capi {
 
-// Records `status` as this thread's last error (or clears it) and returns its
-// code.
+// Records `status` as this thread's last error (or clears it) and returns its code.
 ddpspawn_status Report(const absl::Status& status);
 // Sets this thread's last error (ddpspawn_set_last_error).
 void SetLastError(absl::string_view message);
-// A status code's absl code (the inverse of Report's mapping, as far as one
-// exists): for a callback's failure.
+// A status code's absl code (the inverse of Report's mapping, as far as one exists): for a
+// callback's failure.
 absl::StatusCode CodeFromStatus(ddpspawn_status code);
 
-// Runs `body` (returning absl::Status); an exception becomes its
-// ExceptionStatus (LibTorch's without its backtrace), DDPSPAWN_ERR_INTERNAL
-// unless its type or a timeout says otherwise.
+// Runs `body` (returning absl::Status); an exception becomes its ExceptionStatus (LibTorch's
+// without its backtrace), DDPSPAWN_ERR_INTERNAL unless its type or a timeout says otherwise.
 template <typename Body>
 ddpspawn_status Guard(Body&& body) {
   try {
@@ -44,9 +42,9 @@ inline absl::Status NotNull(const void* pointer, const char* name) {
   return absl::InvalidArgumentError(absl::StrCat(name, " must not be NULL"));
 }
 
-// A caller's (data, size) buffer as a view: data may be NULL only when size is
-// 0, and size must be at most `limit` (a size no buffer can have, such as
-// SIZE_MAX, would otherwise trip an assertion inside absl::string_view).
+// A caller's (data, size) buffer as a view: data may be NULL only when size is 0, and size must be
+// at most `limit` (a size no buffer can have, such as SIZE_MAX, would otherwise trip an assertion
+// inside absl::string_view).
 inline absl::StatusOr<absl::string_view> BytesArgument(const void* data, size_t size, size_t limit,
                                                        const char* name) {
   if (size > limit) {
@@ -58,19 +56,17 @@ inline absl::StatusOr<absl::string_view> BytesArgument(const void* data, size_t 
   return absl::string_view(static_cast<const char*>(data), size);
 }
 
-// The struct_size of every released version of an option struct. A caller's
-// struct must end exactly where one of them ends; a size that ends mid-field
-// is refused. When a field is appended to a struct, add its previous size
-// (offsetof the new field) to its list here.
+// The struct_size of every released version of an option struct. A caller's struct must end exactly
+// where one of them ends; a size that ends mid-field is refused. When a field is appended to a
+// struct, add its previous size (offsetof the new field) to its list here.
 template <typename Options>
 struct ReleasedSizes {
   static constexpr size_t kSizes[] = {sizeof(Options)};
 };
 
-// Copies a caller's option struct over `defaults`, honouring struct_size: an
-// older caller's smaller struct keeps the newer fields' defaults; a size that
-// no released version has (larger: the caller was built against a newer
-// header; mid-field: garbage) is an error.
+// Copies a caller's option struct over `defaults`, honouring struct_size: an older caller's smaller
+// struct keeps the newer fields' defaults; a size that no released version has (larger: the caller
+// was built against a newer header; mid-field: garbage) is an error.
 template <typename Options>
 absl::Status ReadOptions(const Options* given, const char* name, Options* out) {
   if (given == nullptr) return absl::OkStatus();
@@ -88,10 +84,9 @@ absl::Status ReadOptions(const Options* given, const char* name, Options* out) {
       released, "); start from ", name, "_INIT or ", name, "_init()"));
 }
 
-// libgit2's *_init(opts, version): writes `defaults` (the current *_INIT)
-// into the caller's struct, only as many bytes as the caller's struct_size,
-// which must be a released size, so a newer library never writes past an
-// older caller's struct.
+// libgit2's *_init(opts, version): writes `defaults` (the current *_INIT) into the caller's struct,
+// only as many bytes as the caller's struct_size, which must be a released size, so a newer library
+// never writes past an older caller's struct.
 template <typename Options>
 absl::Status InitOptions(Options* options, uint32_t struct_size, const char* name,
                          const Options& defaults) {

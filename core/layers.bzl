@@ -19,7 +19,12 @@ CORE_LAYERS = {
     "version": 4,
     "model": 5,
     "strategy": 6,
-    "train": 7,
+    "train/data": 7,
+    "train/models": 7,
+    "train/callbacks": 7,
+    "train/loggers": 7,
+    "train/loop": 8,
+    "train/run": 9,
 }
 
 # Everything outside core/ builds on it: the C ABI, the bindings, the tools, the tests.
@@ -55,8 +60,8 @@ def core_cc_library(name, copts = [], visibility = None, **kwargs):
         **kwargs
     )
 
-def core_package_files():
-    """:headers (for the installable archive) and :sources (for core/layers_test.sh)."""
+def core_package_files(name = "sources"):
+    """:sources (for core/layers_test.sh; `name`) and :headers (for the installable archive)."""
     _layer_of_this_package()
     native.filegroup(
         name = "headers",
@@ -64,7 +69,7 @@ def core_package_files():
         visibility = ["//core:__pkg__"],
     )
     native.filegroup(
-        name = "sources",
+        name = name,
         srcs = native.glob(["**/*.h", "**/*.cc"]),
         visibility = ["//core:__pkg__"],
     )

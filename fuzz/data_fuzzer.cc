@@ -1,7 +1,7 @@
-// libFuzzer target: the CSV and .npy loaders. The first two bytes pick the
-// loader and the CSV options (label column, header, delimiter, label type);
-// the rest is the file, read through a memfd. A loaded dataset must keep the
-// loaders' promises: as many labels as samples, and finite float32 features.
+// libFuzzer target: the CSV and .npy loaders. The first two bytes pick the loader and the CSV
+// options (label column, header, delimiter, label type); the rest is the file, read through a
+// memfd. A loaded dataset must keep the loaders' promises: as many labels as samples, and finite
+// float32 features.
 #include <ATen/ATen.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "core/train/dataset.h"
+#include "core/train/data/dataset.h"
 
 namespace {
 

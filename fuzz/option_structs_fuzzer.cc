@@ -1,10 +1,8 @@
-// libFuzzer target: the C ABI's option structs and their struct_size. Each
-// input makes launch options (any sizes, counts, strings and limits; spawn or
-// fork; never started) in a heap buffer exactly as large as its struct_size
-// says (a read past it is an AddressSanitizer report), and asks each
-// *_init_sized to write defaults into a buffer of a fuzzed size. Refusing is
-// fine; reading or writing past the caller's struct, crashing or aborting is
-// a finding.
+// libFuzzer target: the C ABI's option structs and their struct_size. Each input makes launch
+// options (any sizes, counts, strings and limits; spawn or fork; never started) in a heap buffer
+// exactly as large as its struct_size says (a read past it is an AddressSanitizer report), and asks
+// each *_init_sized to write defaults into a buffer of a fuzzed size. Refusing is fine; reading or
+// writing past the caller's struct, crashing or aborting is a finding.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -22,8 +20,8 @@ namespace {
 
 int Worker(int32_t /*rank*/, void* /*user_data*/) { return 0; }
 
-// The struct sizes worth trying most: none, mid-field, each released size
-// and past it, and anything.
+// The struct sizes worth trying most: none, mid-field, each released size and past it, and
+// anything.
 template <typename Options>
 uint32_t StructSize(FuzzedDataProvider& input) {
   const uint32_t sizes[] = {0,
@@ -37,9 +35,8 @@ uint32_t StructSize(FuzzedDataProvider& input) {
   return sizes[input.ConsumeIntegralInRange<size_t>(0, std::size(sizes) - 1)];
 }
 
-// The caller's struct: `struct_size` bytes on the heap (at least the size
-// field itself; at most a little past the struct, since a library that
-// refuses a larger size reads no more of it).
+// The caller's struct: `struct_size` bytes on the heap (at least the size field itself; at most a
+// little past the struct, since a library that refuses a larger size reads no more of it).
 struct CallerStruct {
   CallerStruct(uint32_t struct_size, size_t struct_bytes)
       : length(

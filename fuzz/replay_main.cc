@@ -1,9 +1,8 @@
-// Replays a libFuzzer target's inputs as an ordinary test, without libFuzzer:
-// each file named on the command line, or inside a directory named there,
-// goes once through LLVMFuzzerTestOneInput. fuzz/BUILD.bazel links it with
-// every target, so the seed corpora and the regression inputs run in every
-// `bazel test` (and under --config=asan with ASan+UBSan); tools/fuzz runs the
-// libFuzzer campaigns. A replay that finds no input fails: it checked nothing.
+// Replays a libFuzzer target's inputs as an ordinary test, without libFuzzer: each file named on
+// the command line, or inside a directory named there, goes once through LLVMFuzzerTestOneInput.
+// fuzz/BUILD.bazel links it with every target, so the seed corpora and the regression inputs run in
+// every `bazel test` (and under --config=asan with ASan+UBSan); tools/fuzz runs the libFuzzer
+// campaigns. A replay that finds no input fails: it checked nothing.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -19,8 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 
 namespace {
 
-// The files to replay: each argument that is a file, and every regular file in
-// each argument that is a directory, in a fixed (sorted) order.
+// The files to replay: each argument that is a file, and every regular file in each argument that
+// is a directory, in a fixed (sorted) order.
 bool CollectInputs(int argc, char** argv, std::vector<std::filesystem::path>& inputs) {
   for (int i = 1; i < argc; ++i) {
     const std::filesystem::path path(argv[i]);

@@ -1,7 +1,6 @@
-// libFuzzer target: reading weights and checkpoints, as `--checkpoint`,
-// `--resume-from` and `ddpspawn export` do: a ddpspawn checkpoint (its
-// envelope's size and checksum first), safetensors, or a torch.save'd state
-// dict. Every tensor returned is read whole.
+// libFuzzer target: reading weights and checkpoints, as `--checkpoint`, `--resume-from` and
+// `ddpspawn export` do: a ddpspawn checkpoint (its envelope's size and checksum first),
+// safetensors, or a torch.save'd state dict. Every tensor returned is read whole.
 #include <ATen/ATen.h>
 
 #include <cstddef>

@@ -1,8 +1,8 @@
-// Prints the run option table as tab-separated rows (key, section, value,
-// default), for tools/front_ends.py, which generates docs/options.md.
+// Prints the run option table as tab-separated rows (key, section, value, default), for
+// tools/front_ends.py, which generates docs/options.md.
 #include <cstdio>
 
-#include "core/train/run_options.h"
+#include "core/train/run/run_options.h"
 
 int main() {
   for (const ddpspawn::RunOptionRow& row : ddpspawn::RunOptionRows()) {

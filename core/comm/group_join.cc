@@ -24,8 +24,7 @@ bool IsLoopback(const std::string& addr) {
   return addr == "localhost" || absl::StartsWith(addr, "127.") || addr == "::1";
 }
 
-// Per rank: the largest float buffer that goes through shared memory (bigger
-// ones use Gloo).
+// Per rank: the largest float buffer that goes through shared memory (bigger ones use Gloo).
 constexpr size_t kShmCapacityBytes = 64 << 20;
 
 // Rank 0's `value` (at most 255 bytes) on every rank, through Gloo.
@@ -39,10 +38,9 @@ std::string BroadcastFromRank0(c10d::Backend& group, const std::string& value) {
   return std::string(text, strnlen(text, 256));
 }
 
-// Creates the segments with `channel` among `rank` of `world_size` (all of the
-// job's ranks, or one node's), agreed over every rank of `job_group`: the
-// same staging capacity everywhere, a refusal anywhere an error everywhere,
-// and null everywhere unless every rank has them.
+// Creates the segments with `channel` among `rank` of `world_size` (all of the job's ranks, or one
+// node's), agreed over every rank of `job_group`: the same staging capacity everywhere, a refusal
+// anywhere an error everywhere, and null everywhere unless every rank has them.
 absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> JoinAgreed(
     c10d::Backend& job_group, const ClusterInfo& cluster, int rank, int world_size,
     const SharedMemoryCollectives::SetupChannel& channel, const std::string& name_prefix,
@@ -53,8 +51,8 @@ absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> JoinAgreed(
   absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> shm = SharedMemoryCollectives::Create(
       name_prefix, rank, world_size, static_cast<size_t>(std::max<int64_t>(capacity, 0)), timeout,
       channel);
-  // The least of: the job rank of a refusing rank, else world size when some
-  // rank has none, else world size + 1.
+  // The least of: the job rank of a refusing rank, else world size when some rank has none, else
+  // world size + 1.
   const bool refused = absl::IsPermissionDenied(shm.status());
   const int64_t outcome = MinOverRanks(
       job_group, refused ? cluster.rank : cluster.world_size + (shm.ok() && *shm ? 1 : 0));
@@ -111,14 +109,13 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(const ClusterInfo& cluster
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   }
-  // A launcher-started or single-node group stays on loopback: nothing off this
-  // host can reach it.
+  // A launcher-started or single-node group stays on loopback: nothing off this host can reach it.
   if ((cluster.kind == ClusterKind::kDdpspawn && !cluster.store_is_external) ||
       IsLoopback(cluster.master_addr)) {
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   }
-  // Else the address this host reaches the master from (not whatever its
-  // hostname resolves to, which may be loopback or another network).
+  // Else the address this host reaches the master from (not whatever its hostname resolves to,
+  // which may be loopback or another network).
   absl::StatusOr<std::string> local = LocalAddressTowards(cluster.master_addr, cluster.master_port);
   if (local.ok()) return c10d::ProcessGroupGloo::createDeviceForHostname(*local);
   return c10d::ProcessGroupGloo::createDefaultDevice();

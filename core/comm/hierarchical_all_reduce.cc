@@ -1,5 +1,4 @@
-// Shared memory within each node, Gloo between the nodes' leaders (see
-// hierarchical_all_reduce.h).
+// Shared memory within each node, Gloo between the nodes' leaders (see hierarchical_all_reduce.h).
 #include "core/comm/hierarchical_all_reduce.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -28,8 +27,8 @@ absl::StatusOr<std::unique_ptr<HierarchicalAllReduce>> HierarchicalAllReduce::Jo
     const ClusterInfo& cluster, int generation,
     const std::shared_ptr<::gloo::transport::Device>& device, absl::Duration timeout, bool wanted,
     bool compare_calls) {
-  // Only when every rank fits and wants it (each node's launcher has its own
-  // environment, DDPSPAWN_SHM_ALLREDUCE included).
+  // Only when every rank fits and wants it (each node's launcher has its own environment,
+  // DDPSPAWN_SHM_ALLREDUCE included).
   if (MinOverRanks(*job_group, wanted && Fits(cluster) ? 1 : 0) == 0) return nullptr;
   ASSIGN_OR_RETURN(
       std::unique_ptr<SharedMemoryCollectives> node,
@@ -93,8 +92,8 @@ absl::Status HierarchicalAllReduce::Finish(InFlight& sum) {
     });
   }
   sum.leaders_sum.reset();
-  // First the leader's outcome (its status code), then its result: each a
-  // call of its own (root 0), so that neither passes for the node's sum.
+  // First the leader's outcome (its status code), then its result: each a call of its own (root 0),
+  // so that neither passes for the node's sum.
   CallSignature outcome_call = sum.call;
   outcome_call.dtype = "status";
   outcome_call.count = 1;
@@ -117,8 +116,8 @@ absl::StatusOr<std::shared_ptr<void>> HierarchicalAllReduce::AllocateShared(size
   absl::StatusOr<std::shared_ptr<void>> memory = node_->AllocateShared(bytes);
   const bool full =
       absl::IsResourceExhausted(memory.status()) || absl::IsUnavailable(memory.status());
-  // The least of: the rank of a rank that failed, else the world size when
-  // some node's /dev/shm is too small, else twice the world size.
+  // The least of: the rank of a rank that failed, else the world size when some node's /dev/shm is
+  // too small, else twice the world size.
   const int64_t outcome = MinOverRanks(*job_group_, memory.ok() ? 2 * job_world_size_
                                                     : full      ? job_world_size_
                                                                 : job_rank_);

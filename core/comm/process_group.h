@@ -1,8 +1,7 @@
-// A c10d process group joined from the cluster environment, and the collectives
-// on it. Every collective returns an error (never hangs past the group's
-// timeout, never throws): a timeout is DeadlineExceeded, a failed peer or
-// transport is Internal. The header keeps LibTorch out: tensors are only
-// forward-declared.
+// A c10d process group joined from the cluster environment, and the collectives on it. Every
+// collective returns an error (never hangs past the group's timeout, never throws): a timeout is
+// DeadlineExceeded, a failed peer or transport is Internal. The header keeps LibTorch out: tensors
+// are only forward-declared.
 #ifndef DDPSPAWN_CORE_COMM_PROCESS_GROUP_H_
 #define DDPSPAWN_CORE_COMM_PROCESS_GROUP_H_
 
@@ -44,26 +43,24 @@ size_t DTypeSize(DType dtype);
 struct GroupOptions {
   Backend backend = Backend::kGloo;
   absl::Duration timeout = kDefaultTimeout;
-  // Every collective is first compared across ranks (kind, dtype, count, op,
-  // root; a mismatch is an error naming each rank's call, where Gloo would
-  // hang or abort a rank): through shared memory for free, or with one small
-  // all-gather on CPU. This also checks all-reduces in flight (DDP's) without
-  // shared memory, and NCCL's collectives, which costs a GPU sync each. Also
-  // on when DDPSPAWN_DEBUG=1.
+  // Every collective is first compared across ranks (kind, dtype, count, op, root; a mismatch is an
+  // error naming each rank's call, where Gloo would hang or abort a rank): through shared memory
+  // for free, or with one small all-gather on CPU. This also checks all-reduces in flight (DDP's)
+  // without shared memory, and NCCL's collectives, which costs a GPU sync each. Also on when
+  // DDPSPAWN_DEBUG=1.
   bool debug_checks = false;
-  // Off skips the comparison on every path (debug_checks aside). Only for
-  // measuring what it costs (tools/bench): without it a mismatched call goes
-  // through silently on shared memory and hangs or aborts a rank on Gloo.
+  // Off skips the comparison on every path (debug_checks aside). Only for measuring what it costs
+  // (tools/bench): without it a mismatched call goes through silently on shared memory and hangs or
+  // aborts a rank on Gloo.
   bool check_calls = true;
   // nccl: this rank's CUDA device; -1: the local rank's index.
   int device_index = -1;
 };
 
-// A collective in flight (see ProcessGroup::StartAllReduce).
-// Not thread-safe: one thread at a time waits for it (DDP's reducer starts
-// and waits under its mutex, perhaps on different threads). Ownership: it
-// holds the tensor and the c10d work, and its destructor waits for a
-// collective still in flight; the group that started it must outlive it.
+// A collective in flight (see ProcessGroup::StartAllReduce). Not thread-safe: one thread at a time
+// waits for it (DDP's reducer starts and waits under its mutex, perhaps on different threads).
+// Ownership: it holds the tensor and the c10d work, and its destructor waits for a collective still
+// in flight; the group that started it must outlive it.
 class PendingWork {
  public:
   ~PendingWork();
@@ -82,16 +79,15 @@ bool NcclAvailable();
 // CUDA devices visible to this process (0 without a CUDA build or a GPU).
 int CudaDeviceCount();
 
-// Thread safety: thread-compatible. Collectives must reach the group in the
-// same order on every rank, so a rank issues them from one thread at a time
-// (DDP's reducer issues its bucket all-reduces under its own mutex); the const
-// accessors may be called from any thread. Ownership: owns its c10d backend,
-// store and shared memory; the PendingWork it returns, and the reducers and
+// Thread safety: thread-compatible. Collectives must reach the group in the same order on every
+// rank, so a rank issues them from one thread at a time (DDP's reducer issues its bucket
+// all-reduces under its own mutex); the const accessors may be called from any thread. Ownership:
+// owns its c10d backend, store and shared memory; the PendingWork it returns, and the reducers and
 // hooks that keep a pointer to it, must not outlive it.
 class ProcessGroup {
  public:
-  // Joins the group every rank of `cluster` joins. All ranks must call this the
-  // same number of times in the same order.
+  // Joins the group every rank of `cluster` joins. All ranks must call this the same number of
+  // times in the same order.
   static absl::StatusOr<std::unique_ptr<ProcessGroup>> Create(const ClusterInfo& cluster,
                                                               const GroupOptions& options = {});
   ~ProcessGroup();
@@ -100,17 +96,15 @@ class ProcessGroup {
   int rank() const { return cluster_.rank; }
   int world_size() const { return cluster_.world_size; }
   Backend backend() const { return options_.backend; }
-  // True when float sums and small broadcasts go through shared memory (a
-  // launcher's ranks, unless DDPSPAWN_SHM_ALLREDUCE=0 or /dev/shm is full).
+  // True when float sums and small broadcasts go through shared memory (a launcher's ranks, unless
+  // DDPSPAWN_SHM_ALLREDUCE=0 or /dev/shm is full).
   bool uses_shared_memory() const;
-  // Who arrived last at this group's collectives, and by how much, so far
-  // (any thread): measured where the ranks meet in one host's shared memory;
-  // otherwise the report says why it is not.
+  // Who arrived last at this group's collectives, and by how much, so far (any thread): measured
+  // where the ranks meet in one host's shared memory; otherwise the report says why it is not.
   ArrivalReport arrivals() const;
-  // Seconds this rank has spent inside collectives (blocking ones, and waits
-  // for those in flight): the ranks that wait least are the ones the others
-  // wait for. Any thread. Meaningless on nccl, whose waits do not block the
-  // host.
+  // Seconds this rank has spent inside collectives (blocking ones, and waits for those in flight):
+  // the ranks that wait least are the ones the others wait for. Any thread. Meaningless on nccl,
+  // whose waits do not block the host.
   double blocked_seconds() const;
 
   // Waits until every rank reached the barrier; `name` appears in errors.
@@ -123,28 +117,24 @@ class ProcessGroup {
   absl::Status Reduce(at::Tensor& tensor, ReduceOp op, int dst);
   // One tensor per rank, in rank order.
   absl::StatusOr<std::vector<at::Tensor>> AllGather(const at::Tensor& tensor);
-  // Starts an all-reduce and returns at once; `tensor` must stay alive and
-  // untouched until Wait(). Collectives are matched across ranks by the order
-  // they start in. A tensor on another device than the backend's (a CPU
-  // buffer on NCCL, a CUDA tensor on Gloo) is copied there now and back at
-  // Wait().
+  // Starts an all-reduce and returns at once; `tensor` must stay alive and untouched until Wait().
+  // Collectives are matched across ranks by the order they start in. A tensor on another device
+  // than the backend's (a CPU buffer on NCCL, a CUDA tensor on Gloo) is copied there now and back
+  // at Wait().
   absl::StatusOr<std::unique_ptr<PendingWork>> StartAllReduce(at::Tensor& tensor, ReduceOp op);
-  // StartAllReduce among this node's ranks only (kSum, or kMean over them):
-  // local SGD's gradient average within each node. On a job of one node that
-  // is every rank, on nodes of one rank nothing to do; on a ddpspawn
-  // launcher's job of several nodes it sums a CPU
-  // float or double tensor through the node's shared memory and is done when
-  // it returns. Elsewhere CheckNodeAllReduce()'s error.
+  // StartAllReduce among this node's ranks only (kSum, or kMean over them): local SGD's gradient
+  // average within each node. On a job of one node that is every rank, on nodes of one rank nothing
+  // to do; on a ddpspawn launcher's job of several nodes it sums a CPU float or double tensor
+  // through the node's shared memory and is done when it returns. Elsewhere CheckNodeAllReduce()'s
+  // error.
   absl::StatusOr<std::unique_ptr<PendingWork>> StartNodeAllReduce(at::Tensor& tensor, ReduceOp op);
-  // OK where StartNodeAllReduce() can run; else Unimplemented saying why (the
-  // same answer on every rank).
+  // OK where StartNodeAllReduce() can run; else Unimplemented saying why (the same answer on every
+  // rank).
   absl::Status CheckNodeAllReduce() const;
 
-  // A zeroed 1-D buffer of `like`'s dtype and device for repeated all-reduces
-  // (DDP's gradient buckets).
-  // Where float sums go through shared memory, it lives there and its sums
-  // need no copy. Every rank must call this in the same order with the same
-  // size; it outlives the group safely.
+  // A zeroed 1-D buffer of `like`'s dtype and device for repeated all-reduces (DDP's gradient
+  // buckets). Where float sums go through shared memory, it lives there and its sums need no copy.
+  // Every rank must call this in the same order with the same size; it outlives the group safely.
   absl::StatusOr<at::Tensor> NewReductionBuffer(int64_t elements, const at::Tensor& like);
 
   // The same on plain buffers of `count` elements (count 0 is a no-op).
@@ -162,17 +152,15 @@ class ProcessGroup {
   struct Impl;
   ProcessGroup(ClusterInfo cluster, GroupOptions options, std::unique_ptr<Impl> impl);
   absl::Status CheckRank(int rank, absl::string_view what) const;
-  // Runs `body` as collective `call` in the flight recorder; on a timeout the
-  // error says what every rank was last doing.
+  // Runs `body` as collective `call` in the flight recorder; on a timeout the error says what every
+  // rank was last doing.
   absl::Status Recorded(const CallSignature& call, const std::function<absl::Status()>& body);
-  // Ends call `seq`'s record and returns `status`, with the ranks' last calls
-  // added to a timeout.
+  // Ends call `seq`'s record and returns `status`, with the ranks' last calls added to a timeout.
   absl::Status FinishRecorded(uint64_t seq, absl::Status status);
   absl::Status ReduceOnBackend(at::Tensor& tensor, ReduceOp op, int dst);
-  // Compares what every rank is about to run; any difference is an error on
-  // every rank naming each rank's call. Through shared memory where the group
-  // has it (free); else one small all-gather, on CPU groups always (but not
-  // for an all-reduce `in_flight`, DDP's), on NCCL with debug_checks.
+  // Compares what every rank is about to run; any difference is an error on every rank naming each
+  // rank's call. Through shared memory where the group has it (free); else one small all-gather, on
+  // CPU groups always (but not for an all-reduce `in_flight`, DDP's), on NCCL with debug_checks.
   absl::Status CheckAgreement(const CallSignature& call, const at::Tensor& tensor,
                               bool in_flight = false);
 

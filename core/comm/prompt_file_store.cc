@@ -12,8 +12,8 @@
 namespace ddpspawn {
 namespace {
 
-// FileStore only creates its file on the first write, and a check before that
-// blocks (holding the store's lock) until the file appears: create it first.
+// FileStore only creates its file on the first write, and a check before that blocks (holding the
+// store's lock) until the file appears: create it first.
 c10::intrusive_ptr<c10d::FileStore> OpenFileStore(const std::string& path, int world_size) {
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd >= 0) close(fd);
@@ -63,8 +63,8 @@ void PromptFileStore::wait(const std::vector<std::string>& keys) { wait(keys, ti
 void PromptFileStore::wait(const std::vector<std::string>& keys,
                            const std::chrono::milliseconds& timeout) {
   const auto start = std::chrono::steady_clock::now();
-  // Short pauses first (the peers are usually a moment behind), then up to
-  // 1 ms, so that a long wait does not take a core from the ranks that work.
+  // Short pauses first (the peers are usually a moment behind), then up to 1 ms, so that a long
+  // wait does not take a core from the ranks that work.
   std::chrono::microseconds pause(50);
   while (!file_->check(keys)) {
     TORCH_CHECK(timeout == kNoTimeout || std::chrono::steady_clock::now() - start < timeout,

@@ -25,8 +25,8 @@
 
 namespace ddpspawn {
 
-// One rank's call as the header keeps it, plus where its data lies (an
-// AllocateShared() segment's index and offset, or -1).
+// One rank's call as the header keeps it, plus where its data lies (an AllocateShared() segment's
+// index and offset, or -1).
 struct CallRecord {
   CallFingerprint call;
   int64_t segment;
@@ -34,12 +34,11 @@ struct CallRecord {
 };
 static_assert(sizeof(CallRecord) == 64, "one cache line per rank");
 
-// At the start of the staging segment, per rank: the last generation it
-// arrived at (its slot is ready and its call published) and left (it is done
-// with the others' slots), when it arrived (CLOCK_MONOTONIC nanoseconds), its
-// pid (to notice a rank that died instead of waiting until the timeout), and
-// its call. AllocateShared() passes the new
-// segment's name from rank 0 and every rank's success through it.
+// At the start of the staging segment, per rank: the last generation it arrived at (its slot is
+// ready and its call published) and left (it is done with the others' slots), when it arrived
+// (CLOCK_MONOTONIC nanoseconds), its pid (to notice a rank that died instead of waiting until the
+// timeout), and its call. AllocateShared() passes the new segment's name from rank 0 and every
+// rank's success through it.
 struct SharedMemoryCollectives::Header {
   std::atomic<uint64_t> arrived[kMaxRanks];
   std::atomic<uint64_t> left[kMaxRanks];
@@ -50,9 +49,9 @@ struct SharedMemoryCollectives::Header {
   std::atomic<int64_t> arrived_ns[kMaxRanks];
 };
 
-// One mapped /dev/shm segment: an optional header, then one slot per rank.
-// Unmapped when the last reference goes; its creator unlinks the name as soon
-// as every rank has mapped it (or when it goes, should that never happen).
+// One mapped /dev/shm segment: an optional header, then one slot per rank. Unmapped when the last
+// reference goes; its creator unlinks the name as soon as every rank has mapped it (or when it
+// goes, should that never happen).
 struct SharedMemoryCollectives::Segment {
   std::string name;  // set while this process created it and it is not unlinked
   int64_t index = -1;
@@ -84,8 +83,8 @@ size_t RoundUp(size_t value, size_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
 
-// "/<prefix>.<32 hex digits>": 128 bits from the kernel's random source, so
-// that no other user can create the name first.
+// "/<prefix>.<32 hex digits>": 128 bits from the kernel's random source, so that no other user can
+// create the name first.
 absl::StatusOr<std::string> UnpredictableName(const std::string& prefix) {
   unsigned char random[16];
   if (getrandom(random, sizeof random, 0) != static_cast<ssize_t>(sizeof random)) {
@@ -116,10 +115,9 @@ std::shared_ptr<Segment> NewSegment(size_t header_bytes, size_t slot_bytes, int 
   return segment;
 }
 
-// Creates a segment that did not exist (mode 0600) under a new unpredictable
-// name starting with `prefix`, and maps it. With `reserve`, the pages are
-// allocated now, so that a full /dev/shm is an error here rather than a SIGBUS
-// later.
+// Creates a segment that did not exist (mode 0600) under a new unpredictable name starting with
+// `prefix`, and maps it. With `reserve`, the pages are allocated now, so that a full /dev/shm is an
+// error here rather than a SIGBUS later.
 absl::StatusOr<std::shared_ptr<Segment>> CreateSegment(const std::string& prefix,
                                                        size_t header_bytes, size_t slot_bytes,
                                                        int world_size, bool reserve) {
@@ -143,8 +141,8 @@ absl::StatusOr<std::shared_ptr<Segment>> CreateSegment(const std::string& prefix
   return MapFd(fd, std::move(segment));
 }
 
-// Opens and maps the segment rank 0 created, refusing anything that is not a
-// file of this user's, of the expected size, that no one else may access.
+// Opens and maps the segment rank 0 created, refusing anything that is not a file of this user's,
+// of the expected size, that no one else may access.
 absl::StatusOr<std::shared_ptr<Segment>> OpenSegment(const std::string& name, size_t header_bytes,
                                                      size_t slot_bytes, int world_size) {
   std::shared_ptr<Segment> segment = NewSegment(header_bytes, slot_bytes, world_size);
@@ -207,9 +205,8 @@ bool Alive(int64_t pid) {
   return !HasExited(ReadProcessState(static_cast<pid_t>(pid)));
 }
 
-// Sums element i of every rank's copy in rank order, divides, and writes the
-// result into every copy, for i in [begin, end). Fixed-size blocks, so that
-// the compiler vectorizes the loops.
+// Sums element i of every rank's copy in rank order, divides, and writes the result into every
+// copy, for i in [begin, end). Fixed-size blocks, so that the compiler vectorizes the loops.
 template <typename T>
 void ReduceRange(T* const* copies, int world_size, size_t begin, size_t end, int divisor) {
   constexpr size_t kBlock = 1024;
@@ -296,9 +293,9 @@ absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> SharedMemoryCollectives
 }
 
 size_t SharedMemoryCollectives::AffordableCapacity(int world_size, size_t wanted_bytes) {
-  // The staging slots stay sparse (pages appear as buffers use them): keep
-  // them to half of what /dev/shm has free, so that a small one (a container's
-  // 64 MB) means smaller slots rather than a SIGBUS.
+  // The staging slots stay sparse (pages appear as buffers use them): keep them to half of what
+  // /dev/shm has free, so that a small one (a container's 64 MB) means smaller slots rather than a
+  // SIGBUS.
   return std::min(wanted_bytes, FreeShmBytes() / 2 / world_size) / kPageBytes * kPageBytes;
 }
 
@@ -421,8 +418,8 @@ absl::Status SharedMemoryCollectives::Arrive(const CallSignature& call, int64_t 
   header->arrived_ns[rank_].store(MonotonicNanos(), std::memory_order_relaxed);
   header->arrived[rank_].store(generation_, std::memory_order_release);
   RETURN_IF_ERROR(WaitForAll("arrive", /*arrived=*/true));
-  // Every stamp of this generation is in (released with `arrived`), and none
-  // changes before every rank has left it.
+  // Every stamp of this generation is in (released with `arrived`), and none changes before every
+  // rank has left it.
   int64_t arrived_ns[kMaxRanks];
   for (int r = 0; r < world_size_; ++r) {
     arrived_ns[r] = header->arrived_ns[r].load(std::memory_order_relaxed);
@@ -469,8 +466,8 @@ absl::Status SharedMemoryCollectives::Sum(T* data, size_t count, int divisor,
     if (bytes > capacity_) {
       return absl::InvalidArgumentError("buffer larger than the shared-memory slots");
     }
-    // Nobody reads our slot any more: every rank left the previous generation's
-    // reduction before we could.
+    // Nobody reads our slot any more: every rank left the previous generation's reduction before we
+    // could.
     segment = staging_;
     if (bytes > 0) std::memcpy(segment->slot(rank_), data, bytes);
   }

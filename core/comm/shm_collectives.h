@@ -1,32 +1,26 @@
-// Collectives through shared memory for ranks on one host (the ddpspawn
-// launcher's), where Gloo's TCP loopback would spend the CPU the ranks need
-// for backward, and milliseconds of thread wake-ups on busy cores.
-// All-reduce (float32 and float64 sums): every rank's copy of the buffer sits
-// in a /dev/shm segment that all ranks map; once all have arrived, rank r sums
-// chunk r of every copy in rank order (so every rank gets the same bits),
-// divides it when averaging, and writes the result back into every copy. A
-// buffer allocated with AllocateShared() is summed in place, with no copy at
-// all (DDP's gradient buckets); any other buffer is copied into a staging slot
-// and back. Broadcast: the source copies its bytes into its slot, the others
-// copy them out.
+// Collectives through shared memory for ranks on one host (the ddpspawn launcher's), where Gloo's
+// TCP loopback would spend the CPU the ranks need for backward, and milliseconds of thread wake-ups
+// on busy cores. All-reduce (float32 and float64 sums): every rank's copy of the buffer sits in a
+// /dev/shm segment that all ranks map; once all have arrived, rank r sums chunk r of every copy in
+// rank order (so every rank gets the same bits), divides it when averaging, and writes the result
+// back into every copy. A buffer allocated with AllocateShared() is summed in place, with no copy
+// at all (DDP's gradient buckets); any other buffer is copied into a staging slot and back.
+// Broadcast: the source copies its bytes into its slot, the others copy them out.
 //
-// Every collective first compares what each rank is about to run (a
-// CallSignature, through the segment's header): a mismatch is an error on
-// every rank that names each rank's call, never a sum of unrelated buffers.
-// Each rank also stamps its arrival there (CLOCK_MONOTONIC, one clock for the
+// Every collective first compares what each rank is about to run (a CallSignature, through the
+// segment's header): a mismatch is an error on every rank that names each rank's call, never a sum
+// of unrelated buffers. Each rank also stamps its arrival there (CLOCK_MONOTONIC, one clock for the
 // host), so every rank tallies who arrived last and by how much (arrivals()).
 //
-// Segments: rank 0 creates each one exclusively (O_EXCL, mode 0600) under a
-// name with 128 random bits, the other ranks open it only when it belongs to
-// this user with no access for anyone else, and rank 0 unlinks the name as
-// soon as every rank has mapped it, so that no other process can reach the
-// memory and nothing is left in /dev/shm, however the ranks end.
+// Segments: rank 0 creates each one exclusively (O_EXCL, mode 0600) under a name with 128 random
+// bits, the other ranks open it only when it belongs to this user with no access for anyone else,
+// and rank 0 unlinks the name as soon as every rank has mapped it, so that no other process can
+// reach the memory and nothing is left in /dev/shm, however the ranks end.
 //
-// Thread-compatible: one thread at a time calls the collectives (they are
-// matched across ranks by their order). AllocateShared's memory may be used
-// and released from any thread. Ownership: it owns its mapping of the staging
-// segment; each AllocateShared() segment belongs to the pointers returned for
-// it (the object keeps weak ones).
+// Thread-compatible: one thread at a time calls the collectives (they are matched across ranks by
+// their order). AllocateShared's memory may be used and released from any thread. Ownership: it
+// owns its mapping of the staging segment; each AllocateShared() segment belongs to the pointers
+// returned for it (the object keeps weak ones).
 #ifndef DDPSPAWN_CORE_COMM_SHM_COLLECTIVES_H_
 #define DDPSPAWN_CORE_COMM_SHM_COLLECTIVES_H_
 
@@ -52,9 +46,8 @@ class SharedMemoryCollectives {
  public:
   static constexpr int kMaxRanks = 64;
 
-  // How the ranks reach each other while the first segment is set up (the
-  // process group's own transport). Either function may throw; Create() is
-  // exception-safe.
+  // How the ranks reach each other while the first segment is set up (the process group's own
+  // transport). Either function may throw; Create() is exception-safe.
   struct SetupChannel {
     // Returns rank 0's `value` on every rank.
     std::function<std::string(const std::string& value)> broadcast_from_rank0;
@@ -62,19 +55,19 @@ class SharedMemoryCollectives {
     std::function<bool(bool ok)> all;
   };
 
-  // The staging capacity per rank, at most `wanted_bytes`, that /dev/shm can
-  // hold now (0: none). Ranks may see different figures: agree on the least.
+  // The staging capacity per rank, at most `wanted_bytes`, that /dev/shm can hold now (0: none).
+  // Ranks may see different figures: agree on the least.
   static size_t AffordableCapacity(int world_size, size_t wanted_bytes);
-  // Every rank calls this with the same name prefix (which identifies the
-  // job's segments to the launcher's clean-up), world size and staging
-  // capacity. An error on one rank is an error on every rank.
+  // Every rank calls this with the same name prefix (which identifies the job's segments to the
+  // launcher's clean-up), world size and staging capacity. An error on one rank is an error on
+  // every rank.
   static absl::StatusOr<std::unique_ptr<SharedMemoryCollectives>> Create(
       const std::string& name_prefix, int rank, int world_size, size_t capacity_bytes,
       absl::Duration timeout, const SetupChannel& channel);
   ~SharedMemoryCollectives();
 
-  // Off: the collectives no longer compare the ranks' calls (see
-  // GroupOptions::check_calls). Every rank must set the same.
+  // Off: the collectives no longer compare the ranks' calls (see GroupOptions::check_calls). Every
+  // rank must set the same.
   void set_compare_calls(bool compare) { compare_calls_ = compare; }
 
   // How the ranks arrived at every collective so far (any thread).
@@ -83,31 +76,29 @@ class SharedMemoryCollectives {
   // The largest buffer that is not in shared memory yet and can be summed.
   size_t capacity() const { return capacity_; }
 
-  // `bytes` of zeroed memory that the other ranks reach in place: a
-  // collective, which every rank calls in the same order with the same size;
-  // an error on one rank is an error on every rank. The memory stays mapped
-  // while the returned pointer (or a copy) lives, also after this object is
+  // `bytes` of zeroed memory that the other ranks reach in place: a collective, which every rank
+  // calls in the same order with the same size; an error on one rank is an error on every rank. The
+  // memory stays mapped while the returned pointer (or a copy) lives, also after this object is
   // gone.
   absl::StatusOr<std::shared_ptr<void>> AllocateShared(size_t bytes);
   // True when `bytes` at `data` lie in memory from AllocateShared().
   bool IsShared(const void* data, size_t bytes);
 
-  // Waits until every rank calls Agree with an equal signature: a barrier,
-  // and the check before a collective that runs elsewhere (Gloo).
+  // Waits until every rank calls Agree with an equal signature: a barrier, and the check before a
+  // collective that runs elsewhere (Gloo).
   absl::Status Agree(const CallSignature& call);
-  // In place: data becomes the sum over the ranks, divided by `divisor`. Every
-  // rank calls with the same count and divisor, and with the same kind of
-  // memory: the same offset of an AllocateShared() buffer on every rank (as
-  // DDP's buckets are), or ordinary memory of at most capacity() bytes on
-  // every rank. `call` is what the caller runs (for the check).
+  // In place: data becomes the sum over the ranks, divided by `divisor`. Every rank calls with the
+  // same count and divisor, and with the same kind of memory: the same offset of an
+  // AllocateShared() buffer on every rank (as DDP's buckets are), or ordinary memory of at most
+  // capacity() bytes on every rank. `call` is what the caller runs (for the check).
   absl::Status SumFloat(float* data, size_t count, int divisor, const CallSignature& call);
   absl::Status SumDouble(double* data, size_t count, int divisor, const CallSignature& call);
-  // `bytes` at `data` become `src`'s (at most capacity() bytes, through
-  // `src`'s staging slot, whatever memory each rank passes).
+  // `bytes` at `data` become `src`'s (at most capacity() bytes, through `src`'s staging slot,
+  // whatever memory each rank passes).
   absl::Status Broadcast(void* data, size_t bytes, int src, const CallSignature& call);
-  // The same with Sum's rule for memory: the same offset of an
-  // AllocateShared() buffer on every rank (copied from `src`'s copy directly,
-  // any size), or ordinary memory of at most capacity() bytes on every rank.
+  // The same with Sum's rule for memory: the same offset of an AllocateShared() buffer on every
+  // rank (copied from `src`'s copy directly, any size), or ordinary memory of at most capacity()
+  // bytes on every rank.
   absl::Status BroadcastInPlace(void* data, size_t bytes, int src, const CallSignature& call);
 
   struct Header;
@@ -118,22 +109,21 @@ class SharedMemoryCollectives {
                           absl::Duration timeout, std::shared_ptr<Segment> staging);
   template <typename T>
   absl::Status Sum(T* data, size_t count, int divisor, const CallSignature& call);
-  // Broadcast, from `src`'s copy of an AllocateShared() buffer when `data`
-  // lies in one and `in_place`.
+  // Broadcast, from `src`'s copy of an AllocateShared() buffer when `data` lies in one and
+  // `in_place`.
   absl::Status Copy(void* data, size_t bytes, int src, bool in_place, const CallSignature& call);
-  // The segment and offset of `bytes` at `data` within this rank's slot of an
-  // AllocateShared() segment, or null.
+  // The segment and offset of `bytes` at `data` within this rank's slot of an AllocateShared()
+  // segment, or null.
   std::shared_ptr<Segment> FindShared(const void* data, size_t bytes, size_t* offset);
   absl::Status WaitForAll(const char* what, bool arrived);
-  // Starts the next generation: publishes this rank's call, announces that
-  // its slot is ready, waits for every rank's, and compares the calls. On a
-  // mismatch every rank leaves the generation and returns the same error.
+  // Starts the next generation: publishes this rank's call, announces that its slot is ready, waits
+  // for every rank's, and compares the calls. On a mismatch every rank leaves the generation and
+  // returns the same error.
   absl::Status Arrive(const CallSignature& call, int64_t segment, uint64_t offset);
-  // Announces that this rank is done with the others' slots and waits until
-  // every rank is.
+  // Announces that this rank is done with the others' slots and waits until every rank is.
   absl::Status Leave(const char* what);
-  // The others' and this rank's calls of this generation, or an error naming
-  // each one when they differ.
+  // The others' and this rank's calls of this generation, or an error naming each one when they
+  // differ.
   absl::Status CompareCalls();
 
   const std::string name_prefix_;  // of every segment's name

@@ -30,10 +30,9 @@ class DeferredReduction : public PendingReduction {
   std::function<absl::Status()> finish_;
 };
 
-// Averages `tensor` across ranks in place. fp16 and bf16 are divided before
-// the sum (against overflow); on Gloo, which cannot reduce bf16, bf16 is
-// all-gathered as raw bytes instead and summed in fp32 at Wait(). NCCL reduces
-// bf16 natively.
+// Averages `tensor` across ranks in place. fp16 and bf16 are divided before the sum (against
+// overflow); on Gloo, which cannot reduce bf16, bf16 is all-gathered as raw bytes instead and
+// summed in fp32 at Wait(). NCCL reduces bf16 natively.
 absl::StatusOr<std::unique_ptr<PendingReduction>> StartMean(ProcessGroup& group,
                                                             at::Tensor tensor) {
   const int world = group.world_size();
@@ -87,8 +86,7 @@ class CompressWrapper : public CommHook {
   }
   absl::StatusOr<std::unique_ptr<PendingReduction>> Start(ProcessGroup& group,
                                                           GradBucket& bucket) override {
-    // Integer buckets would not survive a float16 round trip: they go as they
-    // are.
+    // Integer buckets would not survive a float16 round trip: they go as they are.
     if (!at::isFloatingType(bucket.buffer.scalar_type())) {
       return inner_->Start(group, bucket);
     }
@@ -132,9 +130,9 @@ class PowerSgdHook : public CommHook {
     return state_->options.batched ? "batched_powersgd" : "powersgd";
   }
 
-  // Before start_iteration: a plain mean. After: error feedback, the dense
-  // gradients' mean and P = M Q started now; the rest (orthogonalise P, Q =
-  // M^T P, mean of Q, M = P Q^T) when the reduction is waited for.
+  // Before start_iteration: a plain mean. After: error feedback, the dense gradients' mean and P =
+  // M Q started now; the rest (orthogonalise P, Q = M^T P, mean of Q, M = P Q^T) when the reduction
+  // is waited for.
   absl::StatusOr<std::unique_ptr<PendingReduction>> Start(ProcessGroup& group,
                                                           GradBucket& bucket) override {
     PowerSgdState& s = *state_;
@@ -182,8 +180,7 @@ class PowerSgdHook : public CommHook {
     std::unique_ptr<PendingReduction> dense_pending, p_pending;
   };
 
-  // The bucket's gradients worth compressing (as matrices), and the rest (sent
-  // as they are).
+  // The bucket's gradients worth compressing (as matrices), and the rest (sent as they are).
   void SplitGradients(const GradBucket& bucket, Work& work) const {
     const PowerSgdOptions& o = state_->options;
     if (o.batched) {
@@ -226,8 +223,8 @@ class PowerSgdHook : public CommHook {
     return absl::OkStatus();
   }
 
-  // P = M Q for every matrix, in one flat buffer so that one collective sends
-  // them all; Q is this bucket's last one (warm start) or a fresh draw.
+  // P = M Q for every matrix, in one flat buffer so that one collective sends them all; Q is this
+  // bucket's last one (warm start) or a fresh draw.
   absl::Status StartP(ProcessGroup& group, Work& work) {
     PowerSgdState& s = *state_;
     const PowerSgdOptions& o = s.options;
@@ -239,8 +236,8 @@ class PowerSgdHook : public CommHook {
                                          (o.warm_start ? 0 : static_cast<uint64_t>(s.iteration)));
       for (const at::Tensor& m : work.matrices) {
         const int64_t rank = std::min<int64_t>({o.matrix_approximation_rank, m.size(0), m.size(1)});
-        // Drawn on the CPU (the generator's device), so that every rank gets
-        // the same Q whatever its device, then moved to the bucket's.
+        // Drawn on the CPU (the generator's device), so that every rank gets the same Q whatever
+        // its device, then moved to the bucket's.
         qs.push_back(at::randn({m.size(1), rank}, generator, work.input.options().device(at::kCPU))
                          .to(work.input.device()));
       }
@@ -269,9 +266,9 @@ class PowerSgdHook : public CommHook {
     return absl::OkStatus();
   }
 
-  // When the bucket's reduction is waited for: the dense gradients back in
-  // place, then P's mean orthogonalised, Q = M^T P averaged, and M = P Q^T;
-  // the error feedback and the warm start kept for the next step.
+  // When the bucket's reduction is waited for: the dense gradients back in place, then P's mean
+  // orthogonalised, Q = M^T P averaged, and M = P Q^T; the error feedback and the warm start kept
+  // for the next step.
   static absl::Status Finish(ProcessGroup& group, Work& work, PowerSgdState& state) {
     if (work.dense_pending) {
       RETURN_IF_ERROR(work.dense_pending->Wait());
@@ -378,8 +375,8 @@ absl::StatusOr<std::shared_ptr<CommHook>> MakeCommHook(CommHookKind kind, int po
     case CommHookKind::kBatchedPowerSgd:
       break;
     case CommHookKind::kPostLocalSgd:
-      // Its state and model averaging live in the strategy
-      // (core/ddp/post_local_sgd.h), which makes the hook itself.
+      // Its state and model averaging live in the strategy (core/ddp/post_local_sgd.h), which makes
+      // the hook itself.
       return absl::InvalidArgumentError(
           "post_localsgd needs its start iteration and model averaging period, which fit's "
           "options give it (ddp_comm_hook=post_localsgd with model_averaging_period); a reducer "

@@ -1,11 +1,10 @@
-// DdpModule: a LibTorch module with torch's DDP forward, so that the natural
-// training loop (`auto out = model(x); loss(out).backward(); opt.step();`) is
-// the right one. Its forward runs DistributedDataParallel::PrepareForward()
-// (rank 0's buffers, when broadcast_buffers) and then the module's own.
-// Distribute() wraps a module holder (a TORCH_MODULE type) or a module held
-// by value, which it borrows, over a group, as torch's DDP does; under a
-// DDPSpawnStrategy, Distribute(model, strategy) (core/strategy/distribute.h)
-// also applies the strategy's sync_batchnorm, device, DDP options and hook.
+// DdpModule: a LibTorch module with torch's DDP forward, so that the natural training loop (`auto
+// out = model(x); loss(out).backward(); opt.step();`) is the right one. Its forward runs
+// DistributedDataParallel::PrepareForward() (rank 0's buffers, when broadcast_buffers) and then the
+// module's own. Distribute() wraps a module holder (a TORCH_MODULE type) or a module held by value,
+// which it borrows, over a group, as torch's DDP does; under a DDPSpawnStrategy, Distribute(model,
+// strategy) (core/strategy/distribute.h) also applies the strategy's sync_batchnorm, device, DDP
+// options and hook.
 #ifndef DDPSPAWN_CORE_DDP_DDP_MODULE_H_
 #define DDPSPAWN_CORE_DDP_DDP_MODULE_H_
 
@@ -24,9 +23,8 @@
 
 namespace ddpspawn {
 
-// Thread safety and ownership: those of DistributedDataParallel, which it
-// owns. It shares a holder's module, or borrows a module held by value (which
-// must outlive it).
+// Thread safety and ownership: those of DistributedDataParallel, which it owns. It shares a
+// holder's module, or borrows a module held by value (which must outlive it).
 template <typename ModuleType>
 class DdpModule {
  public:
@@ -41,8 +39,8 @@ class DdpModule {
     return module_->forward(std::forward<Inputs>(inputs)...);
   }
 
-  // Forward() as a LibTorch module is called: its error is thrown, as a
-  // module's forward throws (std::runtime_error with the status's text).
+  // Forward() as a LibTorch module is called: its error is thrown, as a module's forward throws
+  // (std::runtime_error with the status's text).
   template <typename... Inputs>
   auto operator()(Inputs&&... inputs) {
     auto output = Forward(std::forward<Inputs>(inputs)...);
@@ -72,8 +70,8 @@ absl::StatusOr<DdpModule<Module>> Distribute(Holder& holder, ProcessGroup* group
   return DdpModule<Module>(std::move(module), *std::move(ddp));
 }
 
-// A module held by value (`struct Net : torch::nn::Module`): borrowed; it must
-// outlive the DdpModule.
+// A module held by value (`struct Net : torch::nn::Module`): borrowed; it must outlive the
+// DdpModule.
 template <typename Module,
           typename = std::enable_if_t<std::is_base_of_v<torch::nn::Module, Module>>>
 absl::StatusOr<DdpModule<Module>> Distribute(Module& module, ProcessGroup* group,

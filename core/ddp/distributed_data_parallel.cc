@@ -26,8 +26,8 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
 
 absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Wrap(
     torch::nn::Module& module, ProcessGroup* group, const DdpOptions& options) {
-  // Refusals come before the first collective, and every rank reaches the
-  // same one: the ranks hold the same model.
+  // Refusals come before the first collective, and every rank reaches the same one: the ranks hold
+  // the same model.
   if (group != nullptr && GroupWrapRulesOf(group).sync_batchnorm) {
     if (std::string layer = FirstBatchNormName(module); !layer.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -45,8 +45,8 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel
   for (const at::Tensor& t : (*ddp)->parameters_) {
     (*ddp)->layout_.emplace_back(t.device(), t.scalar_type());
   }
-  // Every SyncBatchNorm normalizes over this group's ranks (children only: a
-  // module held by value cannot hand out a shared pointer to itself).
+  // Every SyncBatchNorm normalizes over this group's ranks (children only: a module held by value
+  // cannot hand out a shared pointer to itself).
   std::vector<SyncBatchNormImpl*> layers;
   if (auto* self = dynamic_cast<SyncBatchNormImpl*>(&module)) layers.push_back(self);
   for (const std::shared_ptr<torch::nn::Module>& child : module.modules(/*include_self=*/false)) {
@@ -117,9 +117,9 @@ absl::Status DistributedDataParallel::FollowModule() {
     return fix(absl::StrCat(name, " moved from ", device.str(), " ", c10::toString(dtype), " to ",
                             tensor.device().str(), " ", c10::toString(tensor.scalar_type())));
   }
-  // Buffers are followed, not refused: one registered after wrapping (a cache a forward adds)
-  // is broadcast from rank 0 with the rest. Ranks whose buffers differ then call different
-  // broadcasts, which the group refuses, naming both.
+  // Buffers are followed, not refused: one registered after wrapping (a cache a forward adds) is
+  // broadcast from rank 0 with the rest. Ranks whose buffers differ then call different broadcasts,
+  // which the group refuses, naming both.
   std::vector<at::Tensor> buffers = watched_->buffers();
   const bool same =
       buffers.size() == buffers_.size() &&
@@ -185,8 +185,7 @@ absl::Status DistributedDataParallel::SyncFinalModel() {
   return BroadcastCoalesced(buffers_, last);
 }
 
-// One broadcast per dtype: the tensors are flattened into one buffer,
-// broadcast, and copied back.
+// One broadcast per dtype: the tensors are flattened into one buffer, broadcast, and copied back.
 absl::Status DistributedDataParallel::BroadcastCoalesced(const std::vector<at::Tensor>& tensors,
                                                          int root) {
   if (group_->world_size() == 1) return absl::OkStatus();

@@ -14,16 +14,15 @@ namespace ddpspawn {
 
 struct PostLocalSgd::State {
   PostLocalSgdOptions options;
-  // Synchronized backward passes, counted up to the start: the hook writes it
-  // under the reducer's lock during backward, ContinueFrom() between steps
-  // (no backward runs then).
+  // Synchronized backward passes, counted up to the start: the hook writes it under the reducer's
+  // lock during backward, ContinueFrom() between steps (no backward runs then).
   int64_t iteration = 0;
 };
 
 namespace {
 
-// A reduction that finished when it started (or had nothing to do), or one
-// the process group still runs.
+// A reduction that finished when it started (or had nothing to do), or one the process group still
+// runs.
 class GroupReduction : public PendingReduction {
  public:
   explicit GroupReduction(std::unique_ptr<PendingWork> work) : work_(std::move(work)) {}
@@ -98,8 +97,8 @@ absl::Status PeriodicModelAverager::AverageParameters(const std::vector<at::Tens
   if (!flat_.defined() || flat_.numel() != elements ||
       flat_.scalar_type() != parameters[0].scalar_type() ||
       flat_.device() != parameters[0].device()) {
-    // Where the group sums in shared memory, this buffer lives there: its
-    // sum is in place, without Gloo.
+    // Where the group sums in shared memory, this buffer lives there: its sum is in place, without
+    // Gloo.
     ASSIGN_OR_RETURN(flat_, group_->NewReductionBuffer(elements, parameters[0]));
   }
   int64_t at = 0;

@@ -19,17 +19,16 @@
 namespace ddpspawn {
 
 struct Reducer::Hooks {
-  // The accumulators are held strongly: a tensor only keeps a weak reference to
-  // its own.
+  // The accumulators are held strongly: a tensor only keeps a weak reference to its own.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
   std::vector<uintptr_t> handles;
 };
 
 namespace {
 
-// A tensor shaped like `like` over buffer[offset, offset + like.numel()). It
-// shares the buffer's storage but is not an autograd view, so LibTorch's
-// Optimizer::zero_grad (which detaches gradients in place) works on it.
+// A tensor shaped like `like` over buffer[offset, offset + like.numel()). It shares the buffer's
+// storage but is not an autograd view, so LibTorch's Optimizer::zero_grad (which detaches gradients
+// in place) works on it.
 at::Tensor AliasInto(const at::Tensor& buffer, int64_t offset, const at::Tensor& like) {
   at::Tensor alias = at::empty({0}, buffer.options());
   alias.set_(buffer.storage(), buffer.storage_offset() + offset, like.sizes(),
@@ -37,15 +36,14 @@ at::Tensor AliasInto(const at::Tensor& buffer, int64_t offset, const at::Tensor&
   return alias;
 }
 
-// Every rank must reduce the same tensors (count, sizes, dtypes), or the bucket
-// collectives would not match (Gloo aborts the process on a size mismatch). One
-// small all-gather of a fingerprint, as PyTorch's DDP verifies parameter shapes
-// at construction.
+// Every rank must reduce the same tensors (count, sizes, dtypes), or the bucket collectives would
+// not match (Gloo aborts the process on a size mismatch). One small all-gather of a fingerprint, as
+// PyTorch's DDP verifies parameter shapes at construction.
 absl::Status CheckSameTensorsOnEveryRank(ProcessGroup& group,
                                          const std::vector<at::Tensor>& tensors) {
   if (group.world_size() == 1) return absl::OkStatus();
-  // The fingerprint wraps around in unsigned arithmetic (signed overflow would be undefined:
-  // UBSan found it).
+  // The fingerprint wraps around in unsigned arithmetic (signed overflow would be undefined: UBSan
+  // found it).
   uint64_t fingerprint = 17;
   int64_t mine[3] = {static_cast<int64_t>(tensors.size()), 0, 0};
   for (const at::Tensor& t : tensors) {
@@ -99,8 +97,7 @@ std::vector<std::vector<size_t>> AssignBuckets(const std::vector<at::Tensor>& te
     if (bucket.bytes >= limit) close(bucket);
   }
   for (auto& [dtype, bucket] : open) close(bucket);
-  // Ready order in backward: the bucket holding the latest-registered tensor
-  // first.
+  // Ready order in backward: the bucket holding the latest-registered tensor first.
   std::sort(buckets.begin(), buckets.end(),
             [](const std::vector<size_t>& a, const std::vector<size_t>& b) {
               return a.front() > b.front();
@@ -286,17 +283,17 @@ absl::Status Reducer::FinalizeLocked() {
   std::fill(written_.begin(), written_.end(), false);
   if (!sync_enabled_) return absl::OkStatus();
   absl::Status status = absl::OkStatus();
-  // Gradients that never became ready (unused parameters) count as zero, unless
-  // no_sync iterations left an accumulated gradient.
+  // Gradients that never became ready (unused parameters) count as zero, unless no_sync iterations
+  // left an accumulated gradient.
   for (size_t i = 0; i < tensors_.size() && status.ok(); ++i) {
     if (!ready_[i]) status = MarkReadyLocked(i, used_[i]);
   }
-  // How many ranks used each parameter: a float sum (exact for these counts),
-  // because float sums take the shared-memory path where Gloo's small
-  // all-reduce would cost milliseconds of wake-ups on busy cores.
+  // How many ranks used each parameter: a float sum (exact for these counts), because float sums
+  // take the shared-memory path where Gloo's small all-reduce would cost milliseconds of wake-ups
+  // on busy cores.
   std::vector<float> globally_used;
-  // static_graph alone finds them too, once (as PyTorch's: "it does not matter
-  // whether users set find_unused_parameters").
+  // static_graph alone finds them too, once (as PyTorch's: "it does not matter whether users set
+  // find_unused_parameters").
   if (status.ok() && (options_.find_unused_parameters || options_.static_graph)) {
     if (!static_globally_used_.empty()) {
       globally_used = static_globally_used_;

@@ -1,13 +1,13 @@
-// The gradient reducer behind DistributedDataParallel, written on the public c10d ProcessGroup
-// API: gradients are grouped into buckets (reverse registration order, up to a size cap), a bucket
-// is handed to the communication hook as soon as all its gradients are ready, strictly in bucket
-// order on every rank, and Finalize() waits, averages and writes the gradients back.
+// The gradient reducer behind DistributedDataParallel, written on the public c10d ProcessGroup API:
+// gradients are grouped into buckets (reverse registration order, up to a size cap), a bucket is
+// handed to the communication hook as soon as all its gradients are ready, strictly in bucket order
+// on every rank, and Finalize() waits, averages and writes the gradients back.
 //
 // Two ways to feed it:
-// - autograd: InstallAutogradHooks() hooks each parameter's gradient accumulator, and the
-//   finalize step runs as a callback at the end of backward();
-// - manual: the caller writes gradient buffers and calls MarkReady(i) and Finalize() itself
-//   (the C ABI's reducer, for frameworks that are not LibTorch).
+// - autograd: InstallAutogradHooks() hooks each parameter's gradient accumulator, and the finalize
+//   step runs as a callback at the end of backward();
+// - manual: the caller writes gradient buffers and calls MarkReady(i) and Finalize() itself (the C
+//   ABI's reducer, for frameworks that are not LibTorch).
 #ifndef DDPSPAWN_CORE_DDP_REDUCER_H_
 #define DDPSPAWN_CORE_DDP_REDUCER_H_
 
@@ -24,7 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
-#include "ddpspawn/ddpspawn_defaults.h"
+#include "core/util/option_defaults.h"
 
 namespace ddpspawn {
 
@@ -32,53 +32,45 @@ struct ReducerOptions {
   double bucket_cap_mb = DDPSPAWN_DEFAULT_BUCKET_CAP_MB;
   // A small first bucket starts communication early.
   double first_bucket_cap_mb = DDPSPAWN_DEFAULT_FIRST_BUCKET_CAP_MB;
-  // Parameters that no rank used in an iteration keep their gradient untouched
-  // (undefined stays undefined), as in PyTorch; costs one small all-reduce per
-  // iteration. Without it, such a parameter still never hangs the ranks, but
-  // gets a zero gradient.
+  // Parameters that no rank used in an iteration keep their gradient untouched (undefined stays
+  // undefined), as in PyTorch; costs one small all-reduce per iteration. Without it, such a
+  // parameter still never hangs the ranks, but gets a zero gradient.
   bool find_unused_parameters = false;
-  // PyTorch's static_graph: every iteration uses the same parameters. With or
-  // without find_unused_parameters (as in PyTorch), the first synchronized
-  // iteration learns which parameters some rank uses (one small all-reduce)
-  // and later ones reuse that: those no rank used keep their gradient
-  // untouched, with no all-reduce; a rank that later uses a parameter no rank
-  // used then gets an error naming it. (Buckets keep their reverse
-  // registration order: unlike PyTorch's, they are not rebuilt from the
-  // observed gradient order.)
+  // PyTorch's static_graph: every iteration uses the same parameters. With or without
+  // find_unused_parameters (as in PyTorch), the first synchronized iteration learns which
+  // parameters some rank uses (one small all-reduce) and later ones reuse that: those no rank used
+  // keep their gradient untouched, with no all-reduce; a rank that later uses a parameter no rank
+  // used then gets an error naming it. (Buckets keep their reverse registration order: unlike
+  // PyTorch's, they are not rebuilt from the observed gradient order.)
   bool static_graph = false;
-  // Gradients live in the bucket buffers: no copy in or out (on by default,
-  // unlike PyTorch: the copies cost ~12% of an MLP step here, docs/ddp.md).
-  // They alias the buffer without being autograd views, so Optimizer::zero_grad
-  // works; a .grad replaced by another tensor is copied in once and aliased
-  // again. Manual mode (caller buffers) needs it off.
+  // Gradients live in the bucket buffers: no copy in or out (on by default, unlike PyTorch: the
+  // copies cost ~12% of an MLP step here, docs/ddp.md). They alias the buffer without being
+  // autograd views, so Optimizer::zero_grad works; a .grad replaced by another tensor is copied in
+  // once and aliased again. Manual mode (caller buffers) needs it off.
   bool gradient_as_bucket_view = true;
   std::shared_ptr<CommHook> comm_hook;  // null: MakeAllReduceHook()
 };
 
-// Groups tensors into buckets: reverse order, one dtype per bucket, the first
-// closed at `first_cap_bytes` and the rest at `cap_bytes`; a tensor larger than
-// the cap gets its own. Returns tensor indices per bucket, in the order the
-// buckets become ready in backward.
+// Groups tensors into buckets: reverse order, one dtype per bucket, the first closed at
+// `first_cap_bytes` and the rest at `cap_bytes`; a tensor larger than the cap gets its own. Returns
+// tensor indices per bucket, in the order the buckets become ready in backward.
 std::vector<std::vector<size_t>> AssignBuckets(const std::vector<at::Tensor>& tensors,
                                                size_t first_cap_bytes, size_t cap_bytes);
 
-// Thread safety: MarkReady(), Finalize(), set_sync_enabled(), sync_enabled()
-// and TakeLaunchLog() may be called from any thread, concurrently (autograd
-// runs the gradient hooks on its own threads); one mutex orders them, and a
-// call never re-enters the reducer while holding it. Create() and
-// InstallAutogradHooks() run before any of them, on one thread. The bucket
-// layout (bucket_count(), bucket_members()) is fixed at creation.
+// Thread safety: MarkReady(), Finalize(), set_sync_enabled(), sync_enabled() and TakeLaunchLog()
+// may be called from any thread, concurrently (autograd runs the gradient hooks on its own
+// threads); one mutex orders them, and a call never re-enters the reducer while holding it.
+// Create() and InstallAutogradHooks() run before any of them, on one thread. The bucket layout
+// (bucket_count(), bucket_members()) is fixed at creation.
 //
-// Ownership: the reducer does not own `group`, which must outlive it. In
-// autograd mode the hooks it installs on the parameters' gradient accumulators
-// capture the reducer: it must outlive every backward() of those parameters
-// (DistributedDataParallel owns it next to the parameters). The communication
-// hook is shared, and captures nothing of the reducer.
+// Ownership: the reducer does not own `group`, which must outlive it. In autograd mode the hooks it
+// installs on the parameters' gradient accumulators capture the reducer: it must outlive every
+// backward() of those parameters (DistributedDataParallel owns it next to the parameters). The
+// communication hook is shared, and captures nothing of the reducer.
 class Reducer {
  public:
-  // `tensors`: in autograd mode the parameters (their .grad() is reduced); in
-  // manual mode the gradient buffers themselves. All must be dense, contiguous,
-  // and on the group's device.
+  // `tensors`: in autograd mode the parameters (their .grad() is reduced); in manual mode the
+  // gradient buffers themselves. All must be dense, contiguous, and on the group's device.
   static absl::StatusOr<std::unique_ptr<Reducer>> Create(ProcessGroup* group,
                                                          std::vector<at::Tensor> tensors,
                                                          ReducerOptions options,
@@ -88,51 +80,44 @@ class Reducer {
   // Hooks every parameter's gradient accumulator (autograd mode only).
   absl::Status InstallAutogradHooks();
 
-  // Gradient `index` is final for this iteration: copy it into its bucket and
-  // start every bucket that is now complete, in order.
+  // Gradient `index` is final for this iteration: copy it into its bucket and start every bucket
+  // that is now complete, in order.
   absl::Status MarkReady(size_t index);
 
-  // Starts the buckets still waiting (their unused gradients count as zero),
-  // waits for every bucket, and writes the averaged gradients back.
+  // Starts the buckets still waiting (their unused gradients count as zero), waits for every
+  // bucket, and writes the averaged gradients back.
   absl::Status Finalize();
 
-  // Uneven inputs: one iteration's collectives with every gradient zero, for a
-  // rank that has no batch while others train (DistributedDataParallel::
-  // ShadowIteration).
+  // Uneven inputs: one iteration's collectives with every gradient zero, for a rank that has no
+  // batch while others train (DistributedDataParallel:: ShadowIteration).
   absl::Status ShadowIteration();
-  // Multiplies the averaged gradients of the next iterations (1: the plain
-  // mean over the ranks).
+  // Multiplies the averaged gradients of the next iterations (1: the plain mean over the ranks).
   void set_gradient_scale(double scale);
 
-  // no_sync: while disabled, gradients accumulate locally and nothing is
-  // communicated.
+  // no_sync: while disabled, gradients accumulate locally and nothing is communicated.
   void set_sync_enabled(bool enabled);
   bool sync_enabled() const;
 
-  // Autograd mode: called when the first gradient of a synchronized backward
-  // arrives, before any of its collectives; an error fails that backward
-  // (DistributedDataParallel checks that its forward ran). It runs under the
-  // reducer's lock and must not call the reducer. Set before training.
+  // Autograd mode: called when the first gradient of a synchronized backward arrives, before any of
+  // its collectives; an error fails that backward (DistributedDataParallel checks that its forward
+  // ran). It runs under the reducer's lock and must not call the reducer. Set before training.
   void set_backward_check(std::function<absl::Status()> check) {
     backward_check_ = std::move(check);
   }
 
-  // Whether the last Finalize() wrote gradient `index`: false under no_sync,
-  // before the first Finalize(), and, with find_unused_parameters or
-  // static_graph, for a gradient that no rank used (left untouched). A caller
-  // that keeps gradients of its own (the C ABI's) needs it for gradients that
-  // this rank did not use but another one did. An index out of range is an
-  // error.
+  // Whether the last Finalize() wrote gradient `index`: false under no_sync, before the first
+  // Finalize(), and, with find_unused_parameters or static_graph, for a gradient that no rank used
+  // (left untouched). A caller that keeps gradients of its own (the C ABI's) needs it for gradients
+  // that this rank did not use but another one did. An index out of range is an error.
   absl::StatusOr<bool> WrittenByLastFinalize(size_t index) const;
 
-  // Manual mode's gradient_as_bucket_view: copies each caller's buffer into
-  // its slot in its bucket once and from then on reduces the slots, which it
-  // returns (shaped like the buffers; shared memory between a launcher's
-  // ranks; each keeps its memory alive). The caller writes each gradient
-  // into its slot, and neither MarkReady nor Finalize copies anything; the
-  // caller's own buffers are not used again. Between iterations only; refused
-  // in autograd mode and with find_unused_parameters (a buffer no rank marked
-  // is zeroed in its slot, where it should stay untouched).
+  // Manual mode's gradient_as_bucket_view: copies each caller's buffer into its slot in its bucket
+  // once and from then on reduces the slots, which it returns (shaped like the buffers; shared
+  // memory between a launcher's ranks; each keeps its memory alive). The caller writes each
+  // gradient into its slot, and neither MarkReady nor Finalize copies anything; the caller's own
+  // buffers are not used again. Between iterations only; refused in autograd mode and with
+  // find_unused_parameters (a buffer no rank marked is zeroed in its slot, where it should stay
+  // untouched).
   absl::StatusOr<std::vector<at::Tensor>> MoveBuffersIntoBuckets();
 
   size_t gradient_count() const { return tensors_.size(); }  // fixed at creation
@@ -158,8 +143,8 @@ class Reducer {
   absl::Status FinalizeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   at::Tensor& GradientOf(size_t index);
   void ResetIteration() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // static_graph: an error when this rank used a parameter that no rank used
-  // in the first iteration.
+  // static_graph: an error when this rank used a parameter that no rank used in the first
+  // iteration.
   absl::Status CheckStaticGraph(const std::vector<float>& first_used) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
@@ -167,8 +152,8 @@ class Reducer {
   std::vector<at::Tensor> tensors_;
   const ReducerOptions options_;
   const bool autograd_mode_;
-  // The layout is fixed at creation; each bucket's pending count, reduction
-  // and buffer contents change under mutex_.
+  // The layout is fixed at creation; each bucket's pending count, reduction and buffer contents
+  // change under mutex_.
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_, slot_of_;  // fixed at creation
   mutable absl::Mutex mutex_;
@@ -179,8 +164,7 @@ class Reducer {
   bool finalize_queued_ ABSL_GUARDED_BY(mutex_) = false;
   std::vector<int> launch_log_ ABSL_GUARDED_BY(mutex_);
   double gradient_scale_ ABSL_GUARDED_BY(mutex_) = 1.0;
-  // static_graph: how many ranks used each parameter in the first iteration
-  // (empty before it).
+  // static_graph: how many ranks used each parameter in the first iteration (empty before it).
   std::vector<float> static_globally_used_ ABSL_GUARDED_BY(mutex_);
   std::function<absl::Status()> backward_check_;  // set before training
   struct Hooks;

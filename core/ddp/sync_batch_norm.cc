@@ -26,8 +26,8 @@ std::vector<int64_t> ReducedDims(const at::Tensor& input) {
   return dims;
 }
 
-// Sums `local` (float64) over the group's ranks, in place; throws, as autograd
-// functions report errors.
+// Sums `local` (float64) over the group's ranks, in place; throws, as autograd functions report
+// errors.
 void SumOverRanks(ProcessGroup* group, at::Tensor& local, const char* what) {
   if (group == nullptr || group->world_size() == 1) return;
   if (absl::Status s = group->AllReduce(local, ReduceOp::kSum); !s.ok()) {
@@ -35,13 +35,11 @@ void SumOverRanks(ProcessGroup* group, at::Tensor& local, const char* what) {
   }
 }
 
-// The normalization with statistics over every rank's batch. Forward: the
-// per-channel sum, sum of squares and count, summed over the ranks (float64),
-// give the mean and the biased variance. Backward: with x^ the normalized
-// input and g the incoming gradient, the input's gradient is
-// w / std * (g - sum(g) / n - x^ * sum(g x^) / n), both sums over every rank's
-// batch (n samples in all); the weight's and bias's are this rank's sums,
-// which DDP then averages like any gradient.
+// The normalization with statistics over every rank's batch. Forward: the per-channel sum, sum of
+// squares and count, summed over the ranks (float64), give the mean and the biased variance.
+// Backward: with x^ the normalized input and g the incoming gradient, the input's gradient is w /
+// std * (g - sum(g) / n - x^ * sum(g x^) / n), both sums over every rank's batch (n samples in
+// all); the weight's and bias's are this rank's sums, which DDP then averages like any gradient.
 class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
@@ -109,8 +107,8 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
   }
 };
 
-// `batch_norm` as a SyncBatchNorm with its options, and its own weight, bias
-// and statistics tensors.
+// `batch_norm` as a SyncBatchNorm with its options, and its own weight, bias and statistics
+// tensors.
 template <typename BatchNorm>
 SyncBatchNorm Converted(const BatchNorm& batch_norm) {
   return SyncBatchNorm(

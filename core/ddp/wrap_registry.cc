@@ -1,5 +1,4 @@
-// The process-wide record of wrapped modules and group rules (see
-// wrap_registry.h).
+// The process-wide record of wrapped modules and group rules (see wrap_registry.h).
 #include "core/ddp/wrap_registry.h"
 
 #include <torch/nn/module.h>
@@ -35,8 +34,7 @@ std::vector<const torch::nn::Module*> Tree(const torch::nn::Module& module) {
   return tree;
 }
 
-// The error for `tree` (a module, then those under it) when one of them is
-// wrapped; OK otherwise.
+// The error for `tree` (a module, then those under it) when one of them is wrapped; OK otherwise.
 absl::Status WrappedError(const Registry& registry,
                           const std::vector<const torch::nn::Module*>& tree)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry.mutex) {

@@ -1,5 +1,5 @@
-// ZeroRedundancyOptimizer: the partition, the sharded step and all-gather, and
-// the unsharded state in and out (see zero_redundancy_optimizer.h).
+// ZeroRedundancyOptimizer: the partition, the sharded step and all-gather, and the unsharded state
+// in and out (see zero_redundancy_optimizer.h).
 #include "core/ddp/zero_redundancy_optimizer.h"
 
 #include <torch/optim/adagrad.h>
@@ -34,8 +34,8 @@ std::vector<at::Tensor> AllParameters(const Optimizer& optimizer) {
   return all;
 }
 
-// Largest first, each to the rank with the fewest elements so far (the
-// lowest such rank); ties in size keep their order, so every rank agrees.
+// Largest first, each to the rank with the fewest elements so far (the lowest such rank); ties in
+// size keep their order, so every rank agrees.
 std::vector<int> Partition(const std::vector<at::Tensor>& parameters, int world,
                            std::vector<int64_t>* elements_per_rank) {
   std::vector<size_t> order(parameters.size());
@@ -198,8 +198,7 @@ absl::Status ZeroRedundancyOptimizer::ConsolidateStateDict(int to) {
     mine = bytes.str();
     return absl::OkStatus();
   }));
-  // Every rank receives every shard (the group gathers bytes to all), but only
-  // `to` keeps them.
+  // Every rank receives every shard (the group gathers bytes to all), but only `to` keeps them.
   ASSIGN_OR_RETURN(std::vector<std::string> shards, group_->AllGatherBytes(mine));
   if (group_->rank() != to) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> full, make_());

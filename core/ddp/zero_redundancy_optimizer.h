@@ -1,12 +1,10 @@
-// ZeroRedundancyOptimizer (ZeRO stage 1, torch's
-// torch.distributed.optim.ZeroRedundancyOptimizer): each rank keeps the
-// optimizer state of its own shard of the parameters only and steps that
-// shard; the updated parameters then reach every rank in one all-gather of a
-// flat buffer. Wraps any torch::optim optimizer, parameter groups included,
-// and sits after DDP's gradient all-reduce (every rank holds the averaged
-// gradients of every parameter; only the state and the step are sharded).
-// Its checkpoint state is the unsharded optimizer's, in LibTorch's own
-// format: it resumes on any number of ranks, with or without sharding.
+// ZeroRedundancyOptimizer (ZeRO stage 1, torch's torch.distributed.optim.ZeroRedundancyOptimizer):
+// each rank keeps the optimizer state of its own shard of the parameters only and steps that shard;
+// the updated parameters then reach every rank in one all-gather of a flat buffer. Wraps any
+// torch::optim optimizer, parameter groups included, and sits after DDP's gradient all-reduce
+// (every rank holds the averaged gradients of every parameter; only the state and the step are
+// sharded). Its checkpoint state is the unsharded optimizer's, in LibTorch's own format: it resumes
+// on any number of ranks, with or without sharding.
 #ifndef DDPSPAWN_CORE_DDP_ZERO_REDUNDANCY_OPTIMIZER_H_
 #define DDPSPAWN_CORE_DDP_ZERO_REDUNDANCY_OPTIMIZER_H_
 
@@ -23,47 +21,42 @@
 
 namespace ddpspawn {
 
-// Makes the optimizer to shard, over the same parameter tensors (all of
-// them, in the same groups and order) each time it is called.
+// Makes the optimizer to shard, over the same parameter tensors (all of them, in the same groups
+// and order) each time it is called.
 using OptimizerFactory = std::function<absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>>()>;
 
-// Thread safety: thread-compatible; step(), ConsolidateStateDict() and
-// load() are collectives or change the shard, so one thread drives it, as a
-// training loop does. Ownership: owns the shard's optimizer; borrows the
-// group, which must outlive it, and the parameters, which it updates in
-// place. The base class's param_groups() list every parameter with the
-// options a scheduler sets; each step copies them onto the shard's groups.
+// Thread safety: thread-compatible; step(), ConsolidateStateDict() and load() are collectives or
+// change the shard, so one thread drives it, as a training loop does. Ownership: owns the shard's
+// optimizer; borrows the group, which must outlive it, and the parameters, which it updates in
+// place. The base class's param_groups() list every parameter with the options a scheduler sets;
+// each step copies them onto the shard's groups.
 class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
  public:
-  // Calls `make` for the optimizer to shard. Every rank must call this with
-  // the same parameters (count, shapes, groups, order); they must all be of
-  // one dtype and on one device. Parameters go to ranks largest first, each
-  // to the rank with the fewest elements so far (torch's partition).
+  // Calls `make` for the optimizer to shard. Every rank must call this with the same parameters
+  // (count, shapes, groups, order); they must all be of one dtype and on one device. Parameters go
+  // to ranks largest first, each to the rank with the fewest elements so far (torch's partition).
   static absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> Create(OptimizerFactory make,
                                                                          ProcessGroup* group);
 
-  // Steps this rank's shard with the base groups' options, then all-gathers
-  // every rank's updated shard into every rank's parameters. A collective.
+  // Steps this rank's shard with the base groups' options, then all-gathers every rank's updated
+  // shard into every rank's parameters. A collective.
   absl::Status Step();
-  // Step(), as torch::optim::Optimizer's interface wants it: the closure goes
-  // to the shard's optimizer; an error throws c10::Error.
+  // Step(), as torch::optim::Optimizer's interface wants it: the closure goes to the shard's
+  // optimizer; an error throws c10::Error.
   at::Tensor step(LossClosure closure = nullptr) override;
 
-  // Gathers every rank's shard of the state onto rank `to`, whose save() then
-  // writes the unsharded optimizer's state. A collective (torch's
-  // consolidate_state_dict).
+  // Gathers every rank's shard of the state onto rank `to`, whose save() then writes the unsharded
+  // optimizer's state. A collective (torch's consolidate_state_dict).
   absl::Status ConsolidateStateDict(int to = 0);
-  // On the consolidating rank, after ConsolidateStateDict(): the unsharded
-  // state, as the wrapped optimizer would save it. Elsewhere, or before, it
-  // throws: a sharded save would lose the other ranks' state.
+  // On the consolidating rank, after ConsolidateStateDict(): the unsharded state, as the wrapped
+  // optimizer would save it. Elsewhere, or before, it throws: a sharded save would lose the other
+  // ranks' state.
   void save(torch::serialize::OutputArchive& archive) const override;
-  // Reads an unsharded state (saved by this class, or by the wrapped
-  // optimizer without sharding, on any number of ranks) and keeps this rank's
-  // shard of it. Not a collective.
+  // Reads an unsharded state (saved by this class, or by the wrapped optimizer without sharding, on
+  // any number of ranks) and keeps this rank's shard of it. Not a collective.
   void load(torch::serialize::InputArchive& archive) override;
 
-  // The rank that steps each parameter, in the order of param_groups()
-  // (group by group).
+  // The rank that steps each parameter, in the order of param_groups() (group by group).
   const std::vector<int>& owners() const { return owners_; }
   // Elements of the parameters this rank steps.
   int64_t shard_elements() const { return shard_elements_; }
@@ -88,10 +81,9 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
   std::unique_ptr<torch::optim::Optimizer> consolidated_;
 };
 
-// Bytes of the tensors in `optimizer`'s per-parameter state (what ZeRO
-// shards; for a ZeroRedundancyOptimizer, this rank's shard's): exact for
-// torch::optim's SGD, Adam, AdamW, RMSprop and Adagrad; Unimplemented for
-// another optimizer's state.
+// Bytes of the tensors in `optimizer`'s per-parameter state (what ZeRO shards; for a
+// ZeroRedundancyOptimizer, this rank's shard's): exact for torch::optim's SGD, Adam, AdamW, RMSprop
+// and Adagrad; Unimplemented for another optimizer's state.
 absl::StatusOr<int64_t> OptimizerStateBytes(const torch::optim::Optimizer& optimizer);
 
 }  // namespace ddpspawn

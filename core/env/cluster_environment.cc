@@ -61,8 +61,8 @@ absl::Status Validate(const ClusterInfo& info) {
   return absl::OkStatus();
 }
 
-// torchrun-style variables: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK,
-// LOCAL_RANK, LOCAL_WORLD_SIZE and the node rank under `node_rank_var`.
+// torchrun-style variables: MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK,
+// LOCAL_WORLD_SIZE and the node rank under `node_rank_var`.
 absl::StatusOr<ClusterInfo> FromTorchrunVariables(const EnvLookup& env, ClusterKind kind,
                                                   const char* node_rank_var, bool all_required) {
   auto fallback = [&](int v) -> std::optional<int> {
@@ -97,8 +97,8 @@ absl::StatusOr<ClusterInfo> FromSlurm(const EnvLookup& env) {
   info.rank = rank;
   info.local_rank = local_rank;
   info.node_rank = node_rank;
-  // SLURM_TASKS_PER_NODE looks like "2(x3),1": this node's count is not named,
-  // so use the first group's count, which is exact on homogeneous allocations.
+  // SLURM_TASKS_PER_NODE looks like "2(x3),1": this node's count is not named, so use the first
+  // group's count, which is exact on homogeneous allocations.
   info.local_world_size = std::max(info.local_rank + 1, 1);
   std::string per_node = StrVar(env, "SLURM_NTASKS_PER_NODE", "");
   if (per_node.empty()) per_node = StrVar(env, "SLURM_TASKS_PER_NODE", "");
@@ -117,8 +117,7 @@ absl::StatusOr<ClusterInfo> FromSlurm(const EnvLookup& env) {
     ASSIGN_OR_RETURN(std::string host, FirstHostInSlurmNodeList(nodes));
     info.master_addr = host;
   }
-  // Lightning's rule: 15000 + the last four digits of the job id, unless
-  // MASTER_PORT is set.
+  // Lightning's rule: 15000 + the last four digits of the job id, unless MASTER_PORT is set.
   if (env("MASTER_PORT").has_value()) {
     ASSIGN_OR_RETURN(int port, IntVar(env, "MASTER_PORT", std::nullopt));
     info.master_port = port;
@@ -145,8 +144,8 @@ bool IsTorchElastic(const EnvLookup& env) {
   return true;
 }
 
-// Which start of the job this is, for a launcher's ranks (a ddpspawn launcher
-// restarting its ranks sets it as torchrun does); an error replaces `info`.
+// Which start of the job this is, for a launcher's ranks (a ddpspawn launcher restarting its ranks
+// sets it as torchrun does); an error replaces `info`.
 void ReadAttempt(const EnvLookup& env, absl::StatusOr<ClusterInfo>& info) {
   absl::StatusOr<int> attempt = IntVar(env, "TORCHELASTIC_RESTART_COUNT", 0);
   if (attempt.ok()) {

@@ -1,7 +1,6 @@
-// Cluster environments: where a worker learns its rank, the world size and the
-// rendezvous address. Detected as Lightning does: a ddpspawn launcher,
-// TorchElastic (torchrun), SLURM, or plain environment variables (a single
-// process when none is set).
+// Cluster environments: where a worker learns its rank, the world size and the rendezvous address.
+// Detected as Lightning does: a ddpspawn launcher, TorchElastic (torchrun), SLURM, or plain
+// environment variables (a single process when none is set).
 #ifndef DDPSPAWN_CORE_ENV_CLUSTER_ENVIRONMENT_H_
 #define DDPSPAWN_CORE_ENV_CLUSTER_ENVIRONMENT_H_
 
@@ -16,8 +15,8 @@
 
 namespace ddpspawn {
 
-// How long a rank waits for the others (joining, each collective) unless told
-// otherwise: torch.distributed's default.
+// How long a rank waits for the others (joining, each collective) unless told otherwise:
+// torch.distributed's default.
 inline constexpr absl::Duration kDefaultTimeout = absl::Minutes(30);
 
 enum class ClusterKind { kDdpspawn, kTorchElastic, kSlurm, kEnv };
@@ -34,23 +33,21 @@ struct ClusterInfo {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  // The launcher's private directory (FileStore, result and error files);
-  // set only for ClusterKind::kDdpspawn.
+  // The launcher's private directory (FileStore, result and error files); set only for
+  // ClusterKind::kDdpspawn.
   std::string run_dir;
-  // The store at master_addr:master_port is served by someone else (torchrun's
-  // agent, a ddpspawn launcher of a multi-node job), so rank 0 connects to it
-  // instead of serving it.
+  // The store at master_addr:master_port is served by someone else (torchrun's agent, a ddpspawn
+  // launcher of a multi-node job), so rank 0 connects to it instead of serving it.
   bool store_is_external = false;
-  // Which start of the job this is (torchrun's TORCHELASTIC_RESTART_COUNT,
-  // which a ddpspawn launcher sets too): each attempt rendezvouses under keys
-  // of its own, because torchrun's store, and a multi-node launcher's,
-  // outlives its attempts.
+  // Which start of the job this is (torchrun's TORCHELASTIC_RESTART_COUNT, which a ddpspawn
+  // launcher sets too): each attempt rendezvouses under keys of its own, because torchrun's store,
+  // and a multi-node launcher's, outlives its attempts.
   int attempt = 0;
 };
 
-// True when someone else started this process as one of the job's ranks
-// (torchrun, srun with more than one task, or WORLD_SIZE > 1 set by hand): it
-// must join that job, not launch ranks of its own.
+// True when someone else started this process as one of the job's ranks (torchrun, srun with more
+// than one task, or WORLD_SIZE > 1 set by hand): it must join that job, not launch ranks of its
+// own.
 bool CreatesProcessesExternally(const ClusterInfo& info);
 
 // Looks up one environment variable; nullopt when unset.
@@ -59,12 +56,11 @@ using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
 // Reads the real process environment.
 std::optional<std::string> ProcessEnv(const char* name);
 
-// Detects the environment and validates it (integers parse, 0 <= rank < world
-// size, ...).
+// Detects the environment and validates it (integers parse, 0 <= rank < world size, ...).
 absl::StatusOr<ClusterInfo> DetectClusterEnvironment(const EnvLookup& env = ProcessEnv);
 
-// The SLURM job this process runs in (SLURM_JOB_ID is set), whatever started
-// it: its id and how many times SLURM requeued it (SLURM_RESTART_COUNT).
+// The SLURM job this process runs in (SLURM_JOB_ID is set), whatever started it: its id and how
+// many times SLURM requeued it (SLURM_RESTART_COUNT).
 struct SlurmJob {
   std::string job_id;
   int restart_count = 0;

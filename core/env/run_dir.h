@@ -1,8 +1,7 @@
-// The layout of a launcher's run directory (a private 0700 directory made with
-// mkdtemp, named to the ranks by DDPSPAWN_RUN_DIR): every name in it, and the
-// prefix of the job's /dev/shm segments. The launcher, the worker channel, the
-// process groups and the flight recorder all take their names from here.
-// Pure functions; thread-safe.
+// The layout of a launcher's run directory (a private 0700 directory made with mkdtemp, named to
+// the ranks by DDPSPAWN_RUN_DIR): every name in it, and the prefix of the job's /dev/shm segments.
+// The launcher, the worker channel, the process groups and the flight recorder all take their names
+// from here. Pure functions; thread-safe.
 #ifndef DDPSPAWN_CORE_ENV_RUN_DIR_H_
 #define DDPSPAWN_CORE_ENV_RUN_DIR_H_
 
@@ -28,13 +27,12 @@ std::string RunDirFailureOrderFile(const std::string& run_dir);
 // A rank's flight recorder of its `generation`-th group's collectives.
 std::string RunDirCallsFile(const std::string& run_dir, int rank, int generation);
 
-// The process groups of the job's workers, for the guardian to kill should
-// the launcher die (binary pid_t values).
+// The process groups of the job's workers, for the guardian to kill should the launcher die (binary
+// pid_t values).
 std::string RunDirProcessGroupsFile(const std::string& run_dir);
 
-// The start of the names of the job's /dev/shm segments (which add a
-// generation and random characters); the launcher's clean-up removes what
-// starts with it.
+// The start of the names of the job's /dev/shm segments (which add a generation and random
+// characters); the launcher's clean-up removes what starts with it.
 std::string SharedMemoryPrefix(const std::string& run_dir);
 
 }  // namespace ddpspawn

@@ -1,8 +1,8 @@
-// ddpspawn's own environment variables: the one table of their names, values and meanings, and
-// the one place that reads them. docs/ARCHITECTURE.md's "Environment settings" table lists the
-// same names (//tests/core:settings_test checks it). Variables of other tools (torchrun's RANK,
-// SLURM's, GLOO_SOCKET_IFNAME) are read where they are interpreted: cluster_environment.h, the
-// process group.
+// ddpspawn's own environment variables: the one table of their names, values and meanings, and the
+// one place that reads them. docs/ARCHITECTURE.md's "Environment settings" table lists the same
+// names (//tests/core:settings_test checks it). Variables of other tools (torchrun's RANK, SLURM's,
+// GLOO_SOCKET_IFNAME) are read where they are interpreted: cluster_environment.h, the process
+// group.
 //
 // Thread-safety: the functions read the process environment and may run concurrently with each
 // other, not with setenv/unsetenv (as getenv).

@@ -15,8 +15,7 @@
 namespace ddpspawn {
 namespace {
 
-// Rank 0's result crosses the rendezvous tagged, so that "none" and empty
-// bytes stay apart.
+// Rank 0's result crosses the rendezvous tagged, so that "none" and empty bytes stay apart.
 constexpr char kHasResult = 'r';
 
 // Whether this node can continue from node 0's checkpoint (empty: yes).
@@ -112,9 +111,8 @@ absl::Status NodeJob::Run() {
 
 absl::Status NodeJob::FinishNode(const absl::Status& waited, bool ranks_ran) {
   if (!waited.ok()) {
-    // The rendezvous stays, for PrepareRestart(). The other nodes' ranks end
-    // soon after this node's; when this node's never ran, theirs wait to form
-    // their group until its timeout.
+    // The rendezvous stays, for PrepareRestart(). The other nodes' ranks end soon after this
+    // node's; when this node's never ran, theirs wait to form their group until its timeout.
     failure_shared_ = true;
     const absl::Time failed_at =
         ranks_ == nullptr ? absl::Now() : ranks_->failed_at().value_or(absl::Now());
@@ -122,8 +120,8 @@ absl::Status NodeJob::FinishNode(const absl::Status& waited, bool ranks_ran) {
         waited, failed_at, ranks_ran ? options_.rendezvous_timeout : NodeRendezvous::kNoRanksWait,
         &restart_refusal_);
   }
-  // Every node returns rank 0's result, which node 0 hands over; should node
-  // 0's ranks fail after this node's ended, the nodes may restart together.
+  // Every node returns rank 0's result, which node 0 hands over; should node 0's ranks fail after
+  // this node's ended, the nodes may restart together.
   const std::optional<std::string>& own = ranks_->result();
   ASSIGN_OR_RETURN(
       std::string handed,

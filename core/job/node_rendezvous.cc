@@ -1,11 +1,10 @@
 // The launchers' rendezvous on node 0's TCPStore (see node_rendezvous.h).
 //
-// Liveness: a launcher that waits for another (its failure report, its
-// answer to a restart, its reading of rank 0's result) waits only while that
-// one lives. Every launcher adds to a counter of its own twice a second; one
-// whose counter stood still for kGoneAfter, as this launcher watched it, is
-// gone (killed, or its host unreachable). One that still counts is waited for,
-// up to the caller's limit: its ranks may be in a long step.
+// Liveness: a launcher that waits for another (its failure report, its answer to a restart, its
+// reading of rank 0's result) waits only while that one lives. Every launcher adds to a counter of
+// its own twice a second; one whose counter stood still for kGoneAfter, as this launcher watched
+// it, is gone (killed, or its host unreachable). One that still counts is waited for, up to the
+// caller's limit: its ranks may be in a long step.
 #include "core/job/node_rendezvous.h"
 
 #include <algorithm>
@@ -52,8 +51,8 @@ std::chrono::milliseconds Millis(absl::Duration d) {
 constexpr char kReady[] = "ready";
 constexpr char kRefused[] = "refused ";
 
-// How often a launcher says it is alive, and how long a launcher that did not
-// counts as gone (killed, or its host unreachable).
+// How often a launcher says it is alive, and how long a launcher that did not counts as gone
+// (killed, or its host unreachable).
 constexpr absl::Duration kHeartbeatEvery = absl::Milliseconds(500);
 constexpr absl::Duration kGoneAfter = absl::Seconds(5);
 // How long node 0 keeps the store for the others to read what it wrote last.
@@ -61,14 +60,14 @@ constexpr absl::Duration kLastWordsWait = absl::Seconds(10);
 
 }  // namespace
 
-// Owned by its NodeRendezvous; the launching thread uses everything but the
-// heartbeat, which has a thread and a store connection of its own.
+// Owned by its NodeRendezvous; the launching thread uses everything but the heartbeat, which has a
+// thread and a store connection of its own.
 struct NodeRendezvous::Impl {
   NodeRendezvousOptions options;
   c10::intrusive_ptr<c10d::TCPStore> store;
   int generation = 0;
-  // Liveness: a counter under "node<n>/beat" that grows twice a second while
-  // this launcher lives, added to by a thread on a connection of its own.
+  // Liveness: a counter under "node<n>/beat" that grows twice a second while this launcher lives,
+  // added to by a thread on a connection of its own.
   c10::intrusive_ptr<c10d::TCPStore> beat_store;
   std::thread heartbeat;
   std::mutex mutex;
@@ -77,8 +76,8 @@ struct NodeRendezvous::Impl {
   // Another node's last counter and when it last changed, as this one saw it.
   std::map<int, std::pair<int64_t, absl::Time>> seen_beats;
 
-  // Waits for the heartbeat's current add, at most its store's timeout
-  // (kGoneAfter) should node 0's host have vanished.
+  // Waits for the heartbeat's current add, at most its store's timeout (kGoneAfter) should node 0's
+  // host have vanished.
   ~Impl() {
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -89,8 +88,8 @@ struct NodeRendezvous::Impl {
   }
 
   std::string Where() const { return absl::StrCat(options.master_addr, ":", options.master_port); }
-  // A key of generation `of` (the current one by default): each generation's
-  // failures and result are its own.
+  // A key of generation `of` (the current one by default): each generation's failures and result
+  // are its own.
   std::string GenerationKey(absl::string_view name, int of = -1) const {
     return Key(absl::StrCat("gen", of < 0 ? generation : of, "/", name));
   }
@@ -99,8 +98,8 @@ struct NodeRendezvous::Impl {
   }
   bool Has(const std::string& key) { return store->check({key}); }
 
-  // Connects the heartbeat's store here, on the launching thread (before any
-  // rank is forked), then starts its thread.
+  // Connects the heartbeat's store here, on the launching thread (before any rank is forked), then
+  // starts its thread.
   void StartHeartbeat() {
     c10d::TCPStoreOptions beat_options;
     beat_options.port = static_cast<std::uint16_t>(options.master_port);
@@ -125,8 +124,7 @@ struct NodeRendezvous::Impl {
     });
   }
 
-  // Whether `node`'s launcher stopped beating for kGoneAfter, as far as this
-  // one has watched it.
+  // Whether `node`'s launcher stopped beating for kGoneAfter, as far as this one has watched it.
   bool Gone(int node) {
     const int64_t beats = store->add(Key(absl::StrCat("node", node, "/beat")), 0);
     const absl::Time now = absl::Now();
@@ -141,8 +139,8 @@ struct NodeRendezvous::Impl {
     return absl::StrCat("ranks ", first, "..", first + options.nprocs_per_node - 1);
   }
 
-  // Waits until `done(node)` for every other node, or that node is gone, or
-  // `wait` passed; returns the nodes left undone (gone or late).
+  // Waits until `done(node)` for every other node, or that node is gone, or `wait` passed; returns
+  // the nodes left undone (gone or late).
   template <typename Done>
   std::vector<int> AwaitOthers(absl::Duration wait, Done done) {
     const absl::Time deadline = absl::Now() + wait;
@@ -254,8 +252,8 @@ void NodeRendezvous::ReportFailure(absl::Time at, const std::string& message) {
 std::optional<NodeFailure> NodeRendezvous::FirstFailure(absl::Duration wait) {
   std::optional<NodeFailure> first;
   try {
-    // Every other node's ranks end soon after this node's (they lose their
-    // peers); wait for those whose launchers live.
+    // Every other node's ranks end soon after this node's (they lose their peers); wait for those
+    // whose launchers live.
     impl_->AwaitOthers(wait, [&](int node) { return impl_->Has(impl_->NodeKey(node, "ended")); });
     for (int node = 0; node < impl_->options.nnodes; ++node) {
       const std::string key = impl_->NodeKey(node, "failure");
@@ -338,8 +336,8 @@ absl::StatusOr<std::string> NodeRendezvous::Finish(absl::Duration wait, const st
                         : std::string("waiting for rank 0's result from node 0's launcher"),
               [&] {
                 impl_->store->setTimeout(std::chrono::seconds(2));
-                // Said first, so that another node whose ranks fail now waits for
-                // this one's word, not for its result.
+                // Said first, so that another node whose ranks fail now waits for this one's word,
+                // not for its result.
                 impl_->store->set(impl_->NodeKey(self, "ended"), Bytes("ok"));
                 if (self == 0) {
                   impl_->store->set(result_key, Bytes(result));

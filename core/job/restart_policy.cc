@@ -19,8 +19,8 @@ struct RestartDecision {
   std::string declined_because;
 };
 
-// After an attempt ended with `ended` (not Ok), having restarted `restarts`
-// times of `max_restarts`.
+// After an attempt ended with `ended` (not Ok), having restarted `restarts` times of
+// `max_restarts`.
 RestartDecision DecideRestart(const absl::Status& ended, int restarts, int max_restarts) {
   RestartDecision decision;
   if (!absl::IsAborted(ended)) {
@@ -68,8 +68,9 @@ absl::Status RunWithRestarts(const RestartSteps& steps, int max_restarts, int& r
     absl::StatusOr<std::string> resume_point = steps.agree_resume_point();
     if (!resume_point.ok()) {
       const absl::Status after = AfterRestarts(ended, restarts);
-      return absl::Status(ended.code(), absl::StrCat(after.message(), "\nnot restarted: ",
-                                                     resume_point.status().message()));
+      return absl::Status(
+          ended.code(),
+          absl::StrCat(after.message(), "\nnot restarted: ", resume_point.status().message()));
     }
     ++restarts;
     AnnounceRestart(restarts, max_restarts, ended,

@@ -61,8 +61,8 @@ void CloseDescriptorsAbove2(int keep) {
                                : close_span(3, static_cast<unsigned>(keep) - 1) &&
                                      close_span(static_cast<unsigned>(keep) + 1, ~0U);
   if (closed) return;
-  // Kernels before 5.9 lack close_range: close what /proc/self/fd lists, again
-  // until a pass finds nothing (closing changes the listing under getdents).
+  // Kernels before 5.9 lack close_range: close what /proc/self/fd lists, again until a pass finds
+  // nothing (closing changes the listing under getdents).
   bool listed = false;
   for (bool found = true; found;) {
     found = false;

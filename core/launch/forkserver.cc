@@ -1,5 +1,4 @@
-// The forkserver start method: the server's loop and the launcher's handle
-// (see forkserver.h).
+// The forkserver start method: the server's loop and the launcher's handle (see forkserver.h).
 #include "core/launch/forkserver.h"
 
 #include <fcntl.h>
@@ -47,12 +46,12 @@ struct Message {
   int32_t value = 0;
 };
 
-// How many servers (of different programs, arguments or environments) a
-// process keeps for later launches.
+// How many servers (of different programs, arguments or environments) a process keeps for later
+// launches.
 constexpr size_t kMaxSharedServers = 4;
 
-// A request is a 4-byte length, then the working directory and each NAME=value
-// of the environment, each ending in '\0'. Larger ones are refused.
+// A request is a 4-byte length, then the working directory and each NAME=value of the environment,
+// each ending in '\0'. Larger ones are refused.
 constexpr uint32_t kMaxRequestBytes = 16u << 20;
 
 bool WriteAll(int fd, const void* data, size_t size) {
@@ -105,9 +104,8 @@ bool Send(int fd, MessageKind kind, pid_t pid, int value) {
   std::_Exit(0);
 }
 
-// An allocation that lives, on purpose, for the rest of the process: told to
-// LeakSanitizer, which would report it (at -O2 no pointer to it need stay in
-// memory where the leak check could see one).
+// An allocation that lives, on purpose, for the rest of the process: told to LeakSanitizer, which
+// would report it (at -O2 no pointer to it need stay in memory where the leak check could see one).
 template <typename T>
 T* NeverFreed(T* object) {
 #if defined(__SANITIZE_ADDRESS__)
@@ -116,15 +114,15 @@ T* NeverFreed(T* object) {
   return object;
 }
 
-// In the new rank: it leaves the server's loop with the request's environment
-// and working directory. `request` stays allocated for the process's life.
+// In the new rank: it leaves the server's loop with the request's environment and working
+// directory. `request` stays allocated for the process's life.
 void BecomeRank(pid_t server, std::string* request, const sigset_t& old_mask) {
   NeverFreed(request);
   PrepareChild(server, /*reset_signals=*/true);
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-  // The server's other descriptors stay: what its libraries opened as they
-  // loaded is the rank's as much as the server's. Nothing of the launcher's
-  // reached the server (its exec kept only the socket).
+  // The server's other descriptors stay: what its libraries opened as they loaded is the rank's as
+  // much as the server's. Nothing of the launcher's reached the server (its exec kept only the
+  // socket).
   std::vector<char*> entries;
   for (size_t begin = 0; begin < request->size();) {
     const size_t end = request->find('\0', begin);
@@ -153,8 +151,8 @@ void ServeForksIfForkserver() {
   }
   unsetenv(kForkserverFdEnv);
   fcntl(fd, F_SETFD, FD_CLOEXEC);
-  // Terminal and SLURM signals are the launcher's to pass on; the server keeps
-  // serving through them (its ranks get the default actions back).
+  // Terminal and SLURM signals are the launcher's to pass on; the server keeps serving through them
+  // (its ranks get the default actions back).
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGPIPE}) signal(sig, SIG_IGN);
   sigset_t child_signal, old_mask;
   sigemptyset(&child_signal);
@@ -209,19 +207,17 @@ absl::StatusOr<std::shared_ptr<Forkserver>> Forkserver::Shared(const std::string
                                                                const std::vector<std::string>& env,
                                                                absl::Duration ready_timeout) {
   static absl::Mutex mu(absl::kConstInit);
-  // Never destroyed: the servers die with this process. The most recently
-  // used last.
+  // Never destroyed: the servers die with this process. The most recently used last.
   static auto* servers = new std::vector<std::shared_ptr<Forkserver>>();
   static pid_t owner = 0;  // the process whose servers these are
-  // A server dies with the thread that started it (PR_SET_PDEATHSIG), so only
-  // that thread's launches share it: another's job would die with a thread it
-  // does not know.
+  // A server dies with the thread that started it (PR_SET_PDEATHSIG), so only that thread's
+  // launches share it: another's job would die with a thread it does not know.
   std::string key = absl::StrCat(program, "\n", absl::StrJoin(argv, "\1"), "\n",
                                  absl::StrJoin(env, "\1"), "\n", gettid());
   absl::MutexLock lock(&mu);
   if (owner != getpid()) {
-    // Copies of another process's handles, inherited through fork: using or
-    // closing them would disturb that process's servers. Left alone, for good.
+    // Copies of another process's handles, inherited through fork: using or closing them would
+    // disturb that process's servers. Left alone, for good.
     NeverFreed(new std::vector<std::shared_ptr<Forkserver>>(std::move(*servers)));
     servers->clear();
     owner = getpid();
@@ -312,8 +308,8 @@ Forkserver::Forkserver(int fd, pid_t pid, std::string key)
     : fd_(fd), pid_(pid), key_(std::move(key)) {}
 
 Forkserver::~Forkserver() {
-  // shutdown() reaches the server even while a forked child of this process
-  // still holds a copy of the descriptor; close() alone would not.
+  // shutdown() reaches the server even while a forked child of this process still holds a copy of
+  // the descriptor; close() alone would not.
   shutdown(fd_, SHUT_RDWR);
   close(fd_);
   int status = 0;
@@ -386,8 +382,8 @@ absl::StatusOr<pid_t> Forkserver::StartRank(const std::vector<std::string>& env)
           absl::StrCat("the forkserver (pid ", pid_, ") died while starting a rank"));
     }
     if (started_.empty() && absl::Now() >= deadline) {
-      // A late answer would be taken for the next request's: this server is
-      // done (its ranks die with it).
+      // A late answer would be taken for the next request's: this server is done (its ranks die
+      // with it).
       gone_ = true;
       kill(pid_, SIGKILL);
       return absl::DeadlineExceededError(

@@ -46,66 +46,10 @@ extern char** environ;
 namespace ddpspawn {
 namespace {
 
-// Variables the launcher sets for each rank; the caller's `env` may not set
-// them.
+// Variables the launcher sets for each rank; the caller's `env` may not set them.
 constexpr const char* kContractVariables[] = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
                                               "RANK",        "LOCAL_RANK",  "LOCAL_WORLD_SIZE",
                                               "NODE_RANK",   "GROUP_RANK",  kRunDirEnv};
-
-constexpr absl::Duration kPollInterval = absl::Milliseconds(2);
-// How long a rank's failing exit waits for a peer killed by a signal, the more
-// likely cause, before the launcher stops the others (see Wait()).
-constexpr absl::Duration kCauseWindow = absl::Milliseconds(100);
-
-// The signal (SIGINT/SIGTERM) the launcher received while waiting, and how
-// many.
-volatile sig_atomic_t g_received_signal = 0;
-volatile sig_atomic_t g_received_count = 0;
-// The signal that stopped the latest job (SignalThatStoppedLastJob()).
-std::atomic<int> g_stopping_signal{0};
-
-void RecordSignal(int sig) {
-  g_received_signal = sig;
-  g_received_count = g_received_count + 1;
-}
-
-// SIGUSR1 or SIGUSR2 the launcher received and has not yet passed to the ranks
-// (SLURM's warning before it ends a job; see TrainerOptions::checkpoint_on_signal).
-volatile sig_atomic_t g_passed_on_signal = 0;
-
-void RecordPassedOnSignal(int sig) { g_passed_on_signal = sig; }
-
-// Routes SIGINT and SIGTERM to RecordSignal, SIGUSR1 and SIGUSR2 to
-// RecordPassedOnSignal, while alive; restores the old handlers after.
-class ForwardedSignals {
- public:
-  ForwardedSignals() {
-    g_stopping_signal = 0;
-    g_received_signal = 0;
-    g_received_count = 0;
-    struct sigaction action = {};
-    action.sa_handler = RecordSignal;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, &old_int_);
-    sigaction(SIGTERM, &action, &old_term_);
-    g_passed_on_signal = 0;
-    action.sa_handler = RecordPassedOnSignal;
-    sigaction(SIGUSR1, &action, &old_usr1_);
-    sigaction(SIGUSR2, &action, &old_usr2_);
-  }
-  ~ForwardedSignals() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-    sigaction(SIGUSR1, &old_usr1_, nullptr);
-    sigaction(SIGUSR2, &old_usr2_, nullptr);
-  }
-
- private:
-  struct sigaction old_int_ = {};
-  struct sigaction old_term_ = {};
-  struct sigaction old_usr1_ = {};
-  struct sigaction old_usr2_ = {};
-};
 
 bool IsContractVariable(absl::string_view name) {
   for (const char* reserved : kContractVariables) {
@@ -114,9 +58,9 @@ bool IsContractVariable(absl::string_view name) {
   return false;
 }
 
-// The launcher's environment without the contract's variables and without
-// the variables `overrides` (NAME=value entries) sets again: a process's
-// getenv finds a name's first entry, which must be the override.
+// The launcher's environment without the contract's variables and without the variables `overrides`
+// (NAME=value entries) sets again: a process's getenv finds a name's first entry, which must be the
+// override.
 std::vector<std::string> InheritedEnvironment(const std::vector<std::string>& overrides) {
   std::set<std::string, std::less<>> overridden;
   for (const std::string& entry : overrides) overridden.insert(entry.substr(0, entry.find('=')));
@@ -138,8 +82,8 @@ bool IsThreadCount(absl::string_view entry) {
   return false;
 }
 
-// As torchrun does: unless `env` says otherwise, OpenMP and OpenBLAS use one
-// rank's share of the cores, not all of them in every rank.
+// As torchrun does: unless `env` says otherwise, OpenMP and OpenBLAS use one rank's share of the
+// cores, not all of them in every rank.
 void AddThreadShares(int nprocs, std::vector<std::string>& env) {
   const int share = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / nprocs);
   for (const char* name : kThreadCountVariables) {
@@ -188,10 +132,9 @@ absl::StatusOr<int> FreeLoopbackPort() {
   return ntohs(addr.sin_port);
 }
 
-// A forked rank inherits the launcher's OpenBLAS, already sized for every core;
-// give it this rank's share, as the environment does for spawned ranks
-// (OPENBLAS_NUM_THREADS is read only when OpenBLAS starts). A no-op without
-// OpenBLAS.
+// A forked rank inherits the launcher's OpenBLAS, already sized for every core; give it this rank's
+// share, as the environment does for spawned ranks (OPENBLAS_NUM_THREADS is read only when OpenBLAS
+// starts). A no-op without OpenBLAS.
 void LimitBlasThreads(int nprocs) {
   using SetThreads = void (*)(int);
   if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr && nprocs > 0) {
@@ -212,8 +155,7 @@ int RunWorker(const std::function<int(int)>& worker, int rank) {
   return 1;
 }
 
-// RunWorker on a new thread (see LaunchSpec::fork_worker_thread), which this
-// one waits for.
+// RunWorker on a new thread (see LaunchSpec::fork_worker_thread), which this one waits for.
 int RunWorkerOnNewThread(const std::function<int(int)>& worker, int rank) {
   int code = 1;
   try {
@@ -227,55 +169,7 @@ int RunWorkerOnNewThread(const std::function<int(int)>& worker, int rank) {
   return code;
 }
 
-// Why `ranks`, which the launcher was stopping with `stop_signal`, got SIGKILL:
-// a second signal to the launcher, or the end of the grace period. Empty
-// without ranks.
-std::string DescribeEscalation(const std::vector<int>& ranks, bool second_signal, int stop_signal,
-                               absl::Duration grace_period) {
-  if (ranks.empty()) return "";
-  const bool one = ranks.size() == 1;
-  const std::string which = absl::StrCat(one ? "rank " : "ranks ", absl::StrJoin(ranks, ", "));
-  if (second_signal) {
-    return absl::StrCat(which, one ? " was" : " were",
-                        " killed with SIGKILL: the launcher got a second signal while stopping it");
-  }
-  const char* abbrev = sigabbrev_np(stop_signal);
-  return absl::StrCat(which, " did not stop within the ", absl::FormatDuration(grace_period),
-                      " grace period after SIG", abbrev ? abbrev : "?", " and ",
-                      one ? "was" : "were", " killed with SIGKILL");
-}
-
-std::string DescribeOutcome(const RankOutcome& outcome) {
-  if (outcome.state == RankState::kSignaled) {
-    return absl::StrCat("was killed by signal ", SignalName(outcome.signal));
-  }
-  return absl::StrCat("exited with code ", outcome.exit_code);
-}
-
-// How a rank that reported its own error ended after that report: second to
-// the report, which says why it failed. `by_stop`: the signal was the one the
-// launcher sent while stopping the job.
-std::string DescribeEndAfterReport(const RankOutcome& outcome, bool by_stop) {
-  if (outcome.state != RankState::kSignaled) {
-    return absl::StrCat("it then exited with code ", outcome.exit_code);
-  }
-  if (by_stop) {
-    return absl::StrCat("it was still running when the launcher stopped the job: ",
-                        SignalName(outcome.signal), " from the launcher ended it");
-  }
-  return absl::StrCat("it was then killed by signal ", SignalName(outcome.signal));
-}
-
 }  // namespace
-
-std::string SignalName(int signal) {
-  const char* abbrev = sigabbrev_np(signal);
-  const char* description = sigdescr_np(signal);
-  if (abbrev == nullptr) return absl::StrCat("signal ", signal);
-  return absl::StrCat("SIG", abbrev, " (", description ? description : "unknown", ")");
-}
-
-int SignalThatStoppedLastJob() { return g_stopping_signal; }
 
 constexpr NamedValue<StartMethod> kStartMethodNames[] = {
     {"spawn", StartMethod::kSpawn},
@@ -294,25 +188,6 @@ Job::Job(LaunchSpec spec) : spec_(std::move(spec)), outcomes_(static_cast<size_t
 Job::~Job() {
   for (RankOutcome& outcome : outcomes_) KillAndReap(outcome);
   RemoveRunDir();
-}
-
-// SIGKILL for a running rank and its process group, and its end collected.
-void Job::KillAndReap(RankOutcome& outcome) {
-  if (outcome.state != RankState::kRunning) return;
-  kill(-outcome.pid, SIGKILL);
-  kill(outcome.pid, SIGKILL);
-  if (forkserver_ == nullptr) {
-    waitpid(outcome.pid, nullptr, 0);
-  } else {  // the server reaps it and says so; a server that does not is killed
-    const absl::Time give_up = absl::Now() + absl::Seconds(10);
-    while (!forkserver_->TakeEnd(outcome.pid).has_value()) {
-      if (absl::Now() >= give_up) kill(forkserver_->pid(), SIGKILL);
-      absl::SleepFor(kPollInterval);
-    }
-  }
-  outcome.state = RankState::kSignaled;
-  outcome.signal = SIGKILL;
-  outcome.stopped_by_launcher = true;
 }
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Create(LaunchSpec spec) {
@@ -405,12 +280,11 @@ std::vector<std::string> ForkserverEnvironment(const LaunchSpec& spec) {
 
 absl::StatusOr<std::shared_ptr<Forkserver>> SharedForkserver(const LaunchSpec& spec,
                                                              const std::string& program) {
-  // The server's environment holds what libraries read as they load (the
-  // thread counts among it); the rest of LaunchSpec::env goes with each
-  // rank's request, so that a restart with a new DDPSPAWN_RESUME_FROM still
-  // finds the server ready. Like a spawned rank's exec, the server's start is
-  // not the job's time (LaunchSpec::timeout runs from Wait()); loading
-  // LibTorch takes about a second, far longer under a sanitizer.
+  // The server's environment holds what libraries read as they load (the thread counts among it);
+  // the rest of LaunchSpec::env goes with each rank's request, so that a restart with a new
+  // DDPSPAWN_RESUME_FROM still finds the server ready. Like a spawned rank's exec, the server's
+  // start is not the job's time (LaunchSpec::timeout runs from Wait()); loading LibTorch takes
+  // about a second, far longer under a sanitizer.
   return Forkserver::Shared(program, spec.argv, ForkserverEnvironment(spec), absl::Minutes(2));
 }
 
@@ -563,280 +437,6 @@ absl::Status Job::StartRank(int rank, const std::vector<std::string>& env) {
   absl::Status recorded = run_dir_guard_.AddProcessGroup(pid);
   RETURN_IF_ERROR(AwaitExec(pid, exec_error[0], GlobalRank(rank), program_path_, outcome));
   return recorded;
-}
-
-// How Wait() stops the ranks once something ended the job: a signal to each
-// running rank's process group, then SIGKILL after the grace period or at a
-// second SIGINT/SIGTERM to the launcher.
-struct Job::Stopping {
-  bool started = false;
-  bool killed = false;
-  int signal = 0;
-  int escalations_seen = 0;  // g_received_count when stopping started
-  absl::Time kill_at = absl::InfiniteFuture();
-  std::string escalation;  // which ranks needed SIGKILL, and why
-};
-
-absl::Status Job::Wait() {
-  if (!started_) return absl::FailedPreconditionError("the job was not started");
-  if (waited_) return absl::FailedPreconditionError("the job was already waited for");
-  waited_ = true;
-  ForwardedSignals forwarded;
-  const absl::Time deadline = absl::Now() + spec_.timeout;
-  absl::Status status = absl::OkStatus();
-  Stopping stopping;
-  while (true) {
-    bool any_running = false;
-    const std::vector<int> newly_failed = ReapRanks(any_running);
-    if (!stopping.started) {
-      // A signal is more likely the cause than an exit. A rank that exits
-      // because a peer was killed can be reaped before that peer, whose
-      // threads may still be ending (a killed process is reapable only once
-      // all have), so an exit waits kCauseWindow for such a peer before the
-      // others are stopped.
-      for (int r : newly_failed) {
-        if (failed_rank_ < 0) {
-          failed_rank_ = r;
-          failed_at_ = absl::Now();
-        }
-        if (outcomes_[r].state == RankState::kSignaled &&
-            outcomes_[failed_rank_].state != RankState::kSignaled) {
-          failed_rank_ = r;
-        }
-      }
-      if (failed_rank_ >= 0 && (outcomes_[failed_rank_].state == RankState::kSignaled ||
-                                absl::Now() >= *failed_at_ + kCauseWindow)) {
-        status = absl::AbortedError("");  // the message is written below, with the error text
-        BeginStopping(stopping, SIGTERM);
-      }
-    }
-    if (!any_running) break;
-    PassOnSignal();
-    if (!stopping.started && g_received_signal != 0) {
-      const int sig = g_received_signal;
-      g_stopping_signal = sig;
-      status = absl::CancelledError(
-          absl::StrCat("the launcher received ", SignalName(sig),
-                       " and forwarded it to the workers; ranks still running then: ",
-                       absl::StrJoin(RunningRanks(), ", ")));
-      BeginStopping(stopping, sig);
-    }
-    if (!stopping.started && absl::Now() >= deadline) {
-      status = absl::DeadlineExceededError(
-          absl::StrCat("the job ran past its timeout of ", absl::FormatDuration(spec_.timeout),
-                       "; ranks still running then: ", absl::StrJoin(RunningRanks(), ", "),
-                       " (stopped with SIGTERM)", LastCalls()));
-      BeginStopping(stopping, SIGTERM);
-    }
-    MaybeEscalate(stopping);
-    absl::SleepFor(kPollInterval);
-  }
-  EndWhatRanksLeft();
-  CollectReports();
-  RemoveRunDir();
-  return WaitResult(std::move(status), stopping.escalation);
-}
-
-// Reaps the ranks that ended since the last poll; returns those that failed
-// (a signal or a non-zero exit) and says whether any still runs.
-std::vector<int> Job::ReapRanks(bool& any_running) {
-  std::vector<int> newly_failed;
-  for (int r = 0; r < spec_.nprocs; ++r) {
-    RankOutcome& outcome = outcomes_[r];
-    if (outcome.state != RankState::kRunning) continue;
-    int raw = 0;
-    pid_t got = 0;
-    if (forkserver_ != nullptr) {
-      if (std::optional<ForkedRankEnd> end = forkserver_->TakeEnd(outcome.pid)) {
-        got = outcome.pid;
-        raw = end->wait_status;
-        if (end->server_died) {
-          outcome.error_text = absl::StrCat("the forkserver that started it (pid ",
-                                            forkserver_->pid(), ") died, and the rank with it");
-        }
-      }
-    } else {
-      got = waitpid(outcome.pid, &raw, WNOHANG);
-    }
-    if (got == 0 || (got < 0 && errno == EINTR)) {
-      any_running = true;
-      continue;
-    }
-    if (got < 0) {  // not our child any more (someone else reaped it)
-      outcome.state = RankState::kExited;
-      outcome.exit_code = -1;
-      newly_failed.push_back(r);
-      continue;
-    }
-    if (WIFSIGNALED(raw)) {
-      outcome.state = RankState::kSignaled;
-      outcome.signal = WTERMSIG(raw);
-    } else {
-      outcome.state = RankState::kExited;
-      outcome.exit_code = WEXITSTATUS(raw);
-    }
-    if (outcome.state == RankState::kSignaled || outcome.exit_code != 0) {
-      newly_failed.push_back(r);
-    }
-  }
-  return newly_failed;
-}
-
-void Job::SignalRunning(int sig) {
-  for (RankOutcome& outcome : outcomes_) {
-    if (outcome.state != RankState::kRunning) continue;
-    if (kill(-outcome.pid, sig) != 0) kill(outcome.pid, sig);
-    outcome.stopped_by_launcher = true;
-  }
-}
-
-std::vector<int> Job::RunningRanks() const {
-  std::vector<int> ranks;
-  for (int r = 0; r < spec_.nprocs; ++r) {
-    if (outcomes_[r].state == RankState::kRunning) ranks.push_back(GlobalRank(r));
-  }
-  return ranks;
-}
-
-// A signal the launcher passes on (SIGUSR1/SIGUSR2) goes to the ranks
-// themselves, not their process groups (whose other processes may not handle
-// it).
-void Job::PassOnSignal() {
-  const int sig = g_passed_on_signal;
-  if (sig == 0) return;
-  g_passed_on_signal = 0;
-  for (const RankOutcome& outcome : outcomes_) {
-    if (outcome.state == RankState::kRunning) kill(outcome.pid, sig);
-  }
-}
-
-void Job::BeginStopping(Stopping& stopping, int sig) {
-  stopping.started = true;
-  stopping.signal = sig;
-  stopping.escalations_seen = g_received_count;
-  SignalRunning(sig);
-  // A stopped rank (SIGSTOP, a terminal's ^Z) acts on nothing but SIGKILL
-  // until it is continued. Continuing every rank after the stop signal, as
-  // systemd does, ends a stopped one now rather than at the grace period.
-  SignalRunning(SIGCONT);
-  stopping.kill_at = absl::Now() + spec_.grace_period;
-}
-
-// A second SIGINT/SIGTERM while stopping, or the grace period's end: SIGKILL.
-void Job::MaybeEscalate(Stopping& stopping) {
-  if (!stopping.started || stopping.killed) return;
-  const bool again = g_received_count > stopping.escalations_seen;
-  if (absl::Now() < stopping.kill_at && !again) return;
-  stopping.escalation =
-      DescribeEscalation(RunningRanks(), again, stopping.signal, spec_.grace_period);
-  SignalRunning(SIGKILL);
-  stopping.killed = true;
-}
-
-// SIGKILL for whatever is left in the reaped ranks' process groups, then a
-// bounded wait until the groups are gone (their orphans are reaped by init;
-// a container whose init does not reap leaves zombies, which hold nothing).
-void Job::EndWhatRanksLeft() const {
-  std::vector<pid_t> groups;
-  for (const RankOutcome& outcome : outcomes_) {
-    if (outcome.pid > 0 && kill(-outcome.pid, SIGKILL) == 0) groups.push_back(outcome.pid);
-  }
-  const absl::Time give_up = absl::Now() + absl::Seconds(1);
-  while (!groups.empty() && absl::Now() < give_up) {
-    groups.erase(std::remove_if(groups.begin(), groups.end(),
-                                [](pid_t pgid) { return kill(-pgid, 0) != 0 && errno == ESRCH; }),
-                 groups.end());
-    if (!groups.empty()) absl::SleepFor(absl::Milliseconds(2));
-  }
-}
-
-// The job's status once every rank ended: the failed rank's, headed by the
-// error it reported (then how its process ended), else by how it ended; or
-// `status` (OK, cancelled, or past the timeout), with the escalation.
-absl::Status Job::WaitResult(absl::Status status, const std::string& escalation) const {
-  if (failed_rank_ >= 0) {
-    const RankOutcome& failed = outcomes_[failed_rank_];
-    std::string message =
-        absl::StrCat("rank ", GlobalRank(failed_rank_), " (pid ", failed.pid, ") ");
-    if (failed.reported) {
-      absl::StrAppend(&message, "failed: ", absl::StripTrailingAsciiWhitespace(failed.error_text),
-                      "\n(", DescribeEndAfterReport(failed, failed_rank_ended_by_stop_));
-      if (!escalation.empty()) absl::StrAppend(&message, "; ", escalation);
-      absl::StrAppend(&message, ")");
-      return absl::AbortedError(message);
-    }
-    absl::StrAppend(&message, DescribeOutcome(failed));
-    if (!escalation.empty()) absl::StrAppend(&message, "; ", escalation);
-    if (!failed.error_text.empty()) absl::StrAppend(&message, ":\n", failed.error_text);
-    return absl::AbortedError(message);
-  }
-  if (!status.ok() && !escalation.empty()) {
-    return absl::Status(status.code(), absl::StrCat(status.message(), "; ", escalation));
-  }
-  return status;
-}
-
-void Job::CollectReports() {
-  for (int r = 0; r < spec_.nprocs; ++r) {
-    if (std::optional<std::string> text = ReadWorkerError(run_dir_, GlobalRank(r))) {
-      outcomes_[r].error_text = std::move(*text);
-      outcomes_[r].reported = !outcomes_[r].error_text.empty();
-    }
-  }
-  result_ = ReadWorkerResult(run_dir_);
-  AttributeToFirstReport();
-}
-
-// A rank that fails because a peer exited can be reaped first: the peer's
-// exit may still be under way (its threads ending, a sanitizer's checks) when
-// the rank saw it gone. A peer reports before it exits, so a failed rank that
-// reported before the one chosen is the cause. Not applied when the one chosen
-// was killed by a signal (the likelier cause, and one that cannot report) or
-// did not report (then nothing orders it against the others). The stop began
-// after the chosen rank was reaped, so after its report: an earlier report
-// was not a rank answering the launcher's stop.
-void Job::AttributeToFirstReport() {
-  if (failed_rank_ < 0 || outcomes_[failed_rank_].state == RankState::kSignaled) return;
-  const std::vector<int> order = ReadFailureReportOrder(run_dir_);
-  if (absl::c_find(order, GlobalRank(failed_rank_)) == order.end()) return;
-  for (const int global : order) {
-    const int r = global - GlobalRank(0);
-    if (r == failed_rank_) return;
-    if (r < 0 || r >= spec_.nprocs) continue;
-    RankOutcome& outcome = outcomes_[r];
-    const bool failed = outcome.state == RankState::kSignaled ||
-                        (outcome.state == RankState::kExited && outcome.exit_code != 0);
-    if (failed) {
-      failed_rank_ = r;
-      // Still running at the stop (its exit was slow), the stop's signal ended it.
-      failed_rank_ended_by_stop_ =
-          outcome.state == RankState::kSignaled && outcome.stopped_by_launcher;
-      outcome.stopped_by_launcher = false;  // it failed first; the stop came after
-      return;
-    }
-  }
-}
-
-std::string Job::LastCalls() const {
-  const std::string calls = DescribeNewestGroup(run_dir_, spec_.nprocs, absl::Now());
-  return calls.empty() ? ""
-                       : absl::StrCat("\nwhat every rank was last doing (flight recorder):", calls);
-}
-
-void Job::RemoveRunDir() {
-  if (run_dir_.empty()) return;
-  std::error_code ignored;
-  std::filesystem::remove_all(run_dir_, ignored);
-  // The workers' shared-memory segments, should a rank have died before
-  // removing its own.
-  const std::string prefix = SharedMemoryPrefix(run_dir_);
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ignored)) {
-    if (absl::StartsWith(entry.path().filename().string(), prefix)) {
-      std::filesystem::remove(entry.path(), ignored);
-    }
-  }
-  run_dir_.clear();
-  run_dir_guard_.Stop();
 }
 
 }  // namespace ddpspawn

@@ -1,18 +1,17 @@
-// The launcher: starts N worker processes (spawn: fork+exec of a program; fork:
-// a callback in a forked child; forkserver: forked by a server that is itself
-// an exec of the program, see forkserver.h), gives each the torchrun-compatible environment
-// and a private rendezvous, and joins them. The first failing rank stops the
-// others (SIGTERM, a grace period, SIGKILL); the failure names the rank and its
-// cause. Workers die with the launcher (PR_SET_PDEATHSIG), and so do the
+// The launcher: starts N worker processes (spawn: fork+exec of a program; fork: a callback in a
+// forked child; forkserver: forked by a server that is itself an exec of the program, see
+// forkserver.h), gives each the torchrun-compatible environment and a private rendezvous, and joins
+// them. The first failing rank stops the others (SIGTERM, a grace period, SIGKILL); the failure
+// names the rank and its cause. Workers die with the launcher (PR_SET_PDEATHSIG), and so do the
 // processes they forked (RunDirGuard kills each worker's process group).
 //
-// SIGUSR1 and SIGUSR2 that the launcher receives while it waits are passed on
-// to the ranks (SLURM's warning before it ends a job reaches the training).
+// SIGUSR1 and SIGUSR2 that the launcher receives while it waits are passed on to the ranks (SLURM's
+// warning before it ends a job reaches the training).
 //
-// What a worker inherits: the launcher's whole environment (plus the contract's
-// variables and LaunchSpec::env), and descriptors 0, 1 and 2. A spawned rank
-// gets no other descriptor; a forked one keeps every descriptor of the
-// launcher unless LaunchSpec::fork_close_descriptors says otherwise.
+// What a worker inherits: the launcher's whole environment (plus the contract's variables and
+// LaunchSpec::env), and descriptors 0, 1 and 2. A spawned rank gets no other descriptor; a forked
+// one keeps every descriptor of the launcher unless LaunchSpec::fork_close_descriptors says
+// otherwise.
 #ifndef DDPSPAWN_CORE_LAUNCH_LAUNCHER_H_
 #define DDPSPAWN_CORE_LAUNCH_LAUNCHER_H_
 
@@ -29,7 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/launch/run_dir_guard.h"
-#include "ddpspawn/ddpspawn_defaults.h"
+#include "core/util/option_defaults.h"
 
 namespace ddpspawn {
 
@@ -45,9 +44,8 @@ struct ForkHooks {
   std::function<void()> after_fork_child;   // in the child, first thing
 };
 
-// The most ranks one launcher starts (and so the most --nproc-per-node): far
-// more than one machine runs usefully, small enough that rank arithmetic in
-// int never overflows.
+// The most ranks one launcher starts (and so the most --nproc-per-node): far more than one machine
+// runs usefully, small enough that rank arithmetic in int never overflows.
 inline constexpr int kMaxNprocs = 65536;
 
 struct LaunchSpec {
@@ -57,29 +55,25 @@ struct LaunchSpec {
   std::vector<std::string> env;         // extra NAME=value for every rank
   std::function<int(int rank)> worker;  // fork: returns the exit code
   ForkHooks fork_hooks;
-  // fork: run the worker on a thread of its own in the child, which the
-  // forking thread waits for. GNU OpenMP (LibTorch's CPU ops, MKL) keeps a
-  // thread's pool with that thread: in a child forked from a thread that ran a
-  // parallel region, the pool's threads are gone, and that thread's next
-  // region with more than one thread waits for them forever. A new thread
-  // starts a pool of its own. Off for a worker that must run on the forking
-  // thread (a language runtime's callback, e.g. CPython's, whose lock that
-  // thread holds).
+  // fork: run the worker on a thread of its own in the child, which the forking thread waits for.
+  // GNU OpenMP (LibTorch's CPU ops, MKL) keeps a thread's pool with that thread: in a child forked
+  // from a thread that ran a parallel region, the pool's threads are gone, and that thread's next
+  // region with more than one thread waits for them forever. A new thread starts a pool of its own.
+  // Off for a worker that must run on the forking thread (a language runtime's callback, e.g.
+  // CPython's, whose lock that thread holds).
   bool fork_worker_thread = true;
-  // fork: close every descriptor above 2 in the child before the worker runs,
-  // for a worker that opens what it uses itself (the training runs'). Off by
-  // default: a forked worker is a copy of its caller and may use the files and
-  // sockets the caller opened; closing them under it would fail its writes, or
-  // send them to whatever file reuses the number.
+  // fork: close every descriptor above 2 in the child before the worker runs, for a worker that
+  // opens what it uses itself (the training runs'). Off by default: a forked worker is a copy of
+  // its caller and may use the files and sockets the caller opened; closing them under it would
+  // fail its writes, or send them to whatever file reuses the number.
   bool fork_close_descriptors = false;
   absl::Duration timeout = absl::InfiniteDuration();
   absl::Duration grace_period = absl::Seconds(DDPSPAWN_DEFAULT_GRACE_PERIOD_S);
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: a free port
-  // A job of several nodes (one launcher each): this launcher starts ranks
-  // node_rank * nprocs ... node_rank * nprocs + nprocs - 1 of nnodes * nprocs,
-  // which get those global RANKs, and messages name them so. Its ranks find
-  // each other at master_addr:master_port, which someone must serve.
+  // A job of several nodes (one launcher each): this launcher starts ranks node_rank * nprocs ...
+  // node_rank * nprocs + nprocs - 1 of nnodes * nprocs, which get those global RANKs, and messages
+  // name them so. Its ranks find each other at master_addr:master_port, which someone must serve.
   int nnodes = 1;
   int node_rank = 0;
 };
@@ -93,49 +87,46 @@ struct RankOutcome {
   pid_t pid = -1;
   bool stopped_by_launcher = false;
   std::string error_text;  // what the rank reported, if anything
-  // error_text is the rank's own report (SetWorkerError: its exception, its
-  // traceback), not a note of the launcher's.
+  // error_text is the rank's own report (SetWorkerError: its exception, its traceback), not a note
+  // of the launcher's.
   bool reported = false;
 };
 
 class Forkserver;
 
-// A job: launched once, joined once. Not thread-safe; one thread drives it.
-// Ownership: it owns its ranks (its destructor kills and reaps those still
-// running), its run directory and that directory's guardian; the forkserver it
-// forks through is shared with later jobs of the same thread and program.
+// A job: launched once, joined once. Not thread-safe; one thread drives it. Ownership: it owns its
+// ranks (its destructor kills and reaps those still running), its run directory and that
+// directory's guardian; the forkserver it forks through is shared with later jobs of the same
+// thread and program.
 class Job {
  public:
   // Validates the spec; nothing starts yet.
   static absl::StatusOr<std::unique_ptr<Job>> Create(LaunchSpec spec);
 
-  // Starts the forkserver that a job of `spec` (start method forkserver) would
-  // use, so that its launch finds it ready: the launch then costs about what
-  // fork's does. Every later job with the same program, arguments and extra
-  // environment reuses it. A no-op for the other start methods.
+  // Starts the forkserver that a job of `spec` (start method forkserver) would use, so that its
+  // launch finds it ready: the launch then costs about what fork's does. Every later job with the
+  // same program, arguments and extra environment reuses it. A no-op for the other start methods.
   static absl::Status PrestartForkserver(const LaunchSpec& spec);
 
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
-  // Kills (SIGKILL) and reaps any rank still running, removes the run
-  // directory.
+  // Kills (SIGKILL) and reaps any rank still running, removes the run directory.
   ~Job();
 
   // Starts every rank. In fork mode the children never return from here.
   absl::Status Start();
 
-  // Joins every rank (see the file comment). Ok when every rank exited 0; else
-  // Aborted (a rank failed: failed_rank() says which), DeadlineExceeded
-  // (timeout) or Cancelled (the launcher got SIGINT/SIGTERM), with a message
-  // that names the rank and cause. Once the ranks are reaped, what is left in
-  // their process groups (a child a rank forked and left exiting, as a
-  // sanitizer's leak checker may) is killed and waited for, up to a second,
-  // so that no process of the job (nor the memory it holds) outlives Wait().
+  // Joins every rank (see the file comment). Ok when every rank exited 0; else Aborted (a rank
+  // failed: failed_rank() says which), DeadlineExceeded (timeout) or Cancelled (the launcher got
+  // SIGINT/SIGTERM), with a message that names the rank and cause. Once the ranks are reaped, what
+  // is left in their process groups (a child a rank forked and left exiting, as a sanitizer's leak
+  // checker may) is killed and waited for, up to a second, so that no process of the job (nor the
+  // memory it holds) outlives Wait().
   absl::Status Wait();
 
   int nprocs() const { return spec_.nprocs; }
-  // One per rank this launcher started, in order (the global rank of
-  // outcomes()[i] is GlobalRank(i)).
+  // One per rank this launcher started, in order (the global rank of outcomes()[i] is
+  // GlobalRank(i)).
   const std::vector<RankOutcome>& outcomes() const { return outcomes_; }
   // The index in outcomes() of the rank whose failure ended the job; -1: none.
   int failed_rank() const { return failed_rank_; }
@@ -149,8 +140,8 @@ class Job {
   explicit Job(LaunchSpec spec);
   absl::Status StartRank(int rank, const std::vector<std::string>& env);
   std::vector<std::string> RankEnvironment(int rank) const;
-  // What every rank's environment has in common: the launcher's, the spec's
-  // and the thread counts (the forkserver runs with it).
+  // What every rank's environment has in common: the launcher's, the spec's and the thread counts
+  // (the forkserver runs with it).
   std::vector<std::string> CommonEnvironment() const;
   void KillAndReap(RankOutcome& outcome);
   // Wait() in steps (launcher.cc).
@@ -165,8 +156,8 @@ class Job {
   absl::Status WaitResult(absl::Status status, const std::string& escalation) const;
   void CollectReports();
   void AttributeToFirstReport();
-  // The ranks' flight records of their newest group, as text for an error;
-  // empty when none recorded anything.
+  // The ranks' flight records of their newest group, as text for an error; empty when none recorded
+  // anything.
   std::string LastCalls() const;
   void RemoveRunDir();
 
@@ -176,24 +167,23 @@ class Job {
   std::string run_dir_;
   std::vector<RankOutcome> outcomes_;
   int failed_rank_ = -1;
-  // The failed rank, named for its earlier report, was still running when the
-  // launcher stopped the job, and the launcher's signal ended it.
+  // The failed rank, named for its earlier report, was still running when the launcher stopped the
+  // job, and the launcher's signal ended it.
   bool failed_rank_ended_by_stop_ = false;
   std::optional<absl::Time> failed_at_;
   bool started_ = false;
   bool waited_ = false;
   std::optional<std::string> result_;
-  // Removes the run directory and shared memory should this process die
-  // without RemoveRunDir().
+  // Removes the run directory and shared memory should this process die without RemoveRunDir().
   RunDirGuard run_dir_guard_;
 };
 
 // "SIGSEGV (Segmentation fault)".
 std::string SignalName(int signal);
 
-// The signal (SIGINT or SIGTERM) that made the latest Job::Wait() in this
-// process stop its ranks, ending it Cancelled; 0 when none did. A program can
-// end the way that signal asks once it has cleaned up (tools/cli does).
+// The signal (SIGINT or SIGTERM) that made the latest Job::Wait() in this process stop its ranks,
+// ending it Cancelled; 0 when none did. A program can end the way that signal asks once it has
+// cleaned up (tools/cli does).
 int SignalThatStoppedLastJob();
 
 }  // namespace ddpspawn

@@ -1,6 +1,6 @@
-// The run directory's guardian process (see run_dir_guard.h). The child is
-// forked from a launcher that may have many threads (LibTorch's, Python's), so
-// it uses plain system calls only: no allocation, no locks.
+// The run directory's guardian process (see run_dir_guard.h). The child is forked from a launcher
+// that may have many threads (LibTorch's, Python's), so it uses plain system calls only: no
+// allocation, no locks.
 #include "core/launch/run_dir_guard.h"
 
 #include <dirent.h>
@@ -22,9 +22,9 @@
 namespace ddpspawn {
 namespace {
 
-// Unlinks the entries of `directory` whose names start with `prefix` (every
-// entry for an empty prefix). Passes again until one removes nothing, since a
-// listing that changes under getdents may skip entries.
+// Unlinks the entries of `directory` whose names start with `prefix` (every entry for an empty
+// prefix). Passes again until one removes nothing, since a listing that changes under getdents may
+// skip entries.
 void UnlinkEntries(const char* directory, const char* prefix) {
   const size_t prefix_length = std::strlen(prefix);
   for (bool removed = true; removed;) {
@@ -43,9 +43,9 @@ void UnlinkEntries(const char* directory, const char* prefix) {
 }
 
 // Kills (SIGKILL) each process group whose id the launcher appended to `path`
-// (RunDirGuard::AddProcessGroup). Its leader, a rank, has died with the
-// launcher a moment before; a group left with members keeps its id, an empty
-// one is not there to kill (its id is not reused within that moment).
+// (RunDirGuard::AddProcessGroup). Its leader, a rank, has died with the launcher a moment before; a
+// group left with members keeps its id, an empty one is not there to kill (its id is not reused
+// within that moment).
 void KillProcessGroups(const char* path) {
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
@@ -64,8 +64,8 @@ void KillProcessGroups(const char* path) {
   sigfillset(&all);
   sigprocmask(SIG_BLOCK, &all, nullptr);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
-  // Hold nothing of the launcher's open: a pipe kept open here would keep its
-  // reader waiting after the launcher ends.
+  // Hold nothing of the launcher's open: a pipe kept open here would keep its reader waiting after
+  // the launcher ends.
   const int null = open("/dev/null", O_RDWR);
   for (int fd = 0; fd < 3 && null >= 0; ++fd) dup2(null, fd);
   syscall(SYS_close_range, 3U, ~0U, 0U);
@@ -76,8 +76,8 @@ void KillProcessGroups(const char* path) {
     while (sigwaitinfo(&term, nullptr) < 0 && errno == EINTR) {
     }
   }
-  // Stop()'s SIGTERM comes from a living launcher; PR_SET_PDEATHSIG's comes
-  // after this process was handed to another parent.
+  // Stop()'s SIGTERM comes from a living launcher; PR_SET_PDEATHSIG's comes after this process was
+  // handed to another parent.
   if (getppid() != launcher) KillProcessGroups(groups_file);
   UnlinkEntries(run_dir, "");
   rmdir(run_dir);

@@ -1,5 +1,4 @@
-// Result and error files between workers and the launcher (see
-// worker_channel.h).
+// Result and error files between workers and the launcher (see worker_channel.h).
 #include "core/launch/worker_channel.h"
 
 #include <cstdlib>

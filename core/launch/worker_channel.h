@@ -1,9 +1,8 @@
-// The channel between workers and their launcher: files in the launcher's
-// private run directory. Rank 0 leaves a result (bytes); any rank can leave the
-// text of its failure. Both are written atomically (temporary file, then
-// rename), so the launcher never reads half a file. A failing rank also appends
-// its rank to one shared file (O_APPEND, one short write), which orders the
-// reports: a rank failing because a peer did reports after that peer.
+// The channel between workers and their launcher: files in the launcher's private run directory.
+// Rank 0 leaves a result (bytes); any rank can leave the text of its failure. Both are written
+// atomically (temporary file, then rename), so the launcher never reads half a file. A failing rank
+// also appends its rank to one shared file (O_APPEND, one short write), which orders the reports: a
+// rank failing because a peer did reports after that peer.
 #ifndef DDPSPAWN_CORE_LAUNCH_WORKER_CHANNEL_H_
 #define DDPSPAWN_CORE_LAUNCH_WORKER_CHANNEL_H_
 
@@ -16,16 +15,16 @@
 
 namespace ddpspawn {
 
-// In a worker: rank 0 hands `bytes` back to the launcher. Unavailable outside a
-// ddpspawn worker; FailedPrecondition on another rank.
+// In a worker: rank 0 hands `bytes` back to the launcher. Unavailable outside a ddpspawn worker;
+// FailedPrecondition on another rank.
 absl::Status SetWorkerResult(absl::string_view bytes);
 
-// In a worker: records why this rank is failing, and that it reported after
-// the ranks that already had.
+// In a worker: records why this rank is failing, and that it reported after the ranks that already
+// had.
 absl::Status SetWorkerError(absl::string_view text);
 
-// In a worker: makes an uncaught C++ exception record its message
-// (SetWorkerError) before the process aborts. Idempotent.
+// In a worker: makes an uncaught C++ exception record its message (SetWorkerError) before the
+// process aborts. Idempotent.
 void InstallTerminateHandler();
 
 // In the launcher: what the workers left in `run_dir`.

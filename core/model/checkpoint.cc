@@ -21,12 +21,10 @@
 namespace ddpspawn {
 namespace {
 
-// What the archive says it is ("format"); the file around it says the same
-// (checkpoint_envelope.h).
+// What the archive says it is ("format"); the file around it says the same (checkpoint_envelope.h).
 std::string FormatName(int format) { return absl::StrCat("ddpspawn-checkpoint-", format); }
 
-// Keys of the weights (model.<name>) and of the callbacks' states
-// (callback.<name>).
+// Keys of the weights (model.<name>) and of the callbacks' states (callback.<name>).
 constexpr absl::string_view kModelPrefix = "model.";
 constexpr absl::string_view kCallbackPrefix = "callback.";
 
@@ -77,8 +75,8 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
 
 namespace {
 
-// Verifies `bytes` whole (a damaged file is refused before anything is read
-// from it) and opens its archive; tensors load onto `device` (none: the CPU).
+// Verifies `bytes` whole (a damaged file is refused before anything is read from it) and opens its
+// archive; tensors load onto `device` (none: the CPU).
 absl::Status OpenCheckpointArchive(const std::string& bytes, c10::optional<c10::Device> device,
                                    torch::serialize::InputArchive& archive) {
   ASSIGN_OR_RETURN(UnsealedCheckpoint unsealed, UnsealCheckpoint(bytes));
@@ -140,8 +138,8 @@ absl::Status RestoreModelTensors(torch::serialize::InputArchive& archive, Lightn
           absl::StrCat("tensor '", name, "' has shape ", c10::str(saved.sizes()),
                        " in the checkpoint but ", c10::str(tensor.sizes()), " in the model"));
     }
-    // A tensor of an exotic dtype (a format-1 file has no checksum to stop
-    // one) may not copy: an error, not an exception through the caller.
+    // A tensor of an exotic dtype (a format-1 file has no checksum to stop one) may not copy: an
+    // error, not an exception through the caller.
     at::Tensor target = tensor;  // a handle: a lambda cannot capture a binding in C++17
     RETURN_IF_ERROR(
         InvalidInputOnException(absl::StrCat("restoring tensor '", name, "'"), [&target, &saved] {
@@ -179,9 +177,9 @@ absl::Status RestoreTrainingState(torch::serialize::InputArchive& archive, Train
   state.world_size = archive.try_read("world_size", value) && value.isInt() ? value.toInt() : 0;
   state.cpu_rng_per_rank.clear();
   while (true) {
-    // A fresh tensor for each rank: try_read into a tensor already read
-    // set_()s it to the new data, and every state kept so far (.cpu() of a
-    // CPU tensor is the same tensor) would become the last rank's.
+    // A fresh tensor for each rank: try_read into a tensor already read set_()s it to the new data,
+    // and every state kept so far (.cpu() of a CPU tensor is the same tensor) would become the last
+    // rank's.
     at::Tensor rng;
     if (!archive.try_read(absl::StrCat("rng.cpu.", state.cpu_rng_per_rank.size()), rng)) break;
     state.cpu_rng_per_rank.push_back(rng.cpu());
@@ -219,8 +217,8 @@ absl::Status RestoreTrainingState(torch::serialize::InputArchive& archive, Train
 
 absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module,
                                torch::optim::Optimizer* optimizer, TrainingState* state) {
-  // Tensors come back on the module's device (a checkpoint saved on one
-  // device loads on another); the RNG states go back to the CPU.
+  // Tensors come back on the module's device (a checkpoint saved on one device loads on another);
+  // the RNG states go back to the CPU.
   std::vector<at::Tensor> params = module.parameters();
   torch::serialize::InputArchive archive;
   RETURN_IF_ERROR(OpenCheckpointArchive(bytes,

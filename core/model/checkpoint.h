@@ -1,7 +1,6 @@
-// Checkpoint contents: the module's state (parameters and buffers by name), the
-// optimizer's state, where training stands (epoch, step, position in the epoch)
-// and the CPU random generator, so that resuming continues exactly where
-// training stopped. Serialized with LibTorch's archives.
+// Checkpoint contents: the module's state (parameters and buffers by name), the optimizer's state,
+// where training stands (epoch, step, position in the epoch) and the CPU random generator, so that
+// resuming continues exactly where training stopped. Serialized with LibTorch's archives.
 #ifndef DDPSPAWN_CORE_MODEL_CHECKPOINT_H_
 #define DDPSPAWN_CORE_MODEL_CHECKPOINT_H_
 
@@ -24,8 +23,7 @@ struct TrainingState {
   int64_t epoch = 0;           // the epoch training is in (or starts next)
   int64_t batch_in_epoch = 0;  // the next batch of that epoch
   int64_t global_step = 0;     // optimizer steps so far
-  // Each rank's CPU generator state (at::Generator::get_state()), indexed by
-  // rank.
+  // Each rank's CPU generator state (at::Generator::get_state()), indexed by rank.
   std::vector<at::Tensor> cpu_rng_per_rank;
   // The number of ranks that saved it (0: not recorded, an older checkpoint).
   int64_t world_size = 0;
@@ -34,9 +32,9 @@ struct TrainingState {
   int64_t grad_scale_growth_tracker = 0;
   // Each fit callback's state (Callback::OnSaveCheckpoint), by its name.
   std::map<std::string, std::string> callback_states;
-  // Saved mid-epoch: each rank's training losses of the epoch so far, summed
-  // (indexed by rank), over epoch_loss_batches batches each; a fit resumed
-  // there reports the whole epoch's train_loss_epoch, not only its own part.
+  // Saved mid-epoch: each rank's training losses of the epoch so far, summed (indexed by rank),
+  // over epoch_loss_batches batches each; a fit resumed there reports the whole epoch's
+  // train_loss_epoch, not only its own part.
   std::vector<double> epoch_loss_sum_per_rank;
   int64_t epoch_loss_batches = 0;
 };
@@ -46,15 +44,13 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
                                                 torch::optim::Optimizer* optimizer,
                                                 const TrainingState& state);
 
-// Restores what `bytes` holds into the module (and the optimizer and `state`,
-// when not null). A tensor the module has and the checkpoint lacks, or with
-// another shape, is an error that names it.
+// Restores what `bytes` holds into the module (and the optimizer and `state`, when not null). A
+// tensor the module has and the checkpoint lacks, or with another shape, is an error that names it.
 absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module,
                                torch::optim::Optimizer* optimizer, TrainingState* state);
 
-// The weights a checkpoint holds (its model's parameters and buffers by
-// name, on the CPU), without a module to restore them into; each must pass
-// CheckWeightTensor (weights_io.h).
+// The weights a checkpoint holds (its model's parameters and buffers by name, on the CPU), without
+// a module to restore them into; each must pass CheckWeightTensor (weights_io.h).
 absl::StatusOr<NamedTensors> ReadCheckpointWeights(const std::string& bytes);
 
 }  // namespace ddpspawn

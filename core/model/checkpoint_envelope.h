@@ -1,5 +1,5 @@
-// The framing of a checkpoint file around its LibTorch archive, so that a
-// damaged file is refused instead of loaded.
+// The framing of a checkpoint file around its LibTorch archive, so that a damaged file is refused
+// instead of loaded.
 //
 //   format 2 (written now): one header line, then the archive:
 //     "ddpspawn-checkpoint-2 crc32=<8 hex digits> size=<decimal bytes>\n"
@@ -30,9 +30,9 @@ struct UnsealedCheckpoint {
   absl::string_view archive;  // points into the bytes given to UnsealCheckpoint
 };
 
-// The archive inside `bytes`, verified when it has a checksum (format 2). A
-// corrupt or truncated file, or one that is no checkpoint at all, is an
-// InvalidArgument error that says so (the caller adds the file's name).
+// The archive inside `bytes`, verified when it has a checksum (format 2). A corrupt or truncated
+// file, or one that is no checkpoint at all, is an InvalidArgument error that says so (the caller
+// adds the file's name).
 absl::StatusOr<UnsealedCheckpoint> UnsealCheckpoint(absl::string_view bytes);
 
 }  // namespace ddpspawn

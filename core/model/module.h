@@ -1,8 +1,7 @@
-// The module interface a strategy and a trainer train, in the spirit of
-// LightningModule: the tensors DDP keeps in sync, the steps, and the optimizer
-// to use. NnModule adapts a torch::nn::Module; TorchScriptModule
-// (core/train/torchscript_module.h) a scripted one. Errors are Status values,
-// not exceptions.
+// The module interface a strategy and a trainer train, in the spirit of LightningModule: the
+// tensors DDP keeps in sync, the steps, and the optimizer to use. NnModule adapts a
+// torch::nn::Module; TorchScriptModule (core/train/models/torchscript_module.h) a scripted one.
+// Errors are Status values, not exceptions.
 #ifndef DDPSPAWN_CORE_MODEL_MODULE_H_
 #define DDPSPAWN_CORE_MODEL_MODULE_H_
 
@@ -36,14 +35,12 @@ using Batch = std::vector<at::Tensor>;
 using StepMetrics = std::map<std::string, at::Tensor>;
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
-// The optimizers fit can make by name (torch::optim's SGD, Adam, AdamW,
-// RMSprop and Adagrad).
+// The optimizers fit can make by name (torch::optim's SGD, Adam, AdamW, RMSprop and Adagrad).
 enum class Optimizer { kSgd, kAdam, kAdamW, kRmsprop, kAdagrad };
 // "sgd", "adam", "adamw", "rmsprop", "adagrad": the run option's values.
 absl::string_view OptimizerName(Optimizer optimizer);
 absl::StatusOr<Optimizer> ParseOptimizer(absl::string_view name);
-// "SGD", "Adam", "AdamW", "RMSprop", "Adagrad": torch's class names
-// (Lightning's lr-<name> metric).
+// "SGD", "Adam", "AdamW", "RMSprop", "Adagrad": torch's class names (Lightning's lr-<name> metric).
 absl::string_view OptimizerClassName(Optimizer optimizer);
 
 // configure_optimizers: the optimizer and a step learning-rate schedule.
@@ -51,17 +48,15 @@ struct OptimizerConfig {
   Optimizer optimizer = Optimizer::kSgd;
   double lr = 0.01;
   double momentum = 0.0;  // sgd, rmsprop
-  // adam, adamw: the running averages' coefficients; unset: torch's (0.9,
-  // 0.999).
+  // adam, adamw: the running averages' coefficients; unset: torch's (0.9, 0.999).
   std::optional<std::pair<double, double>> betas;
-  // adam, adamw, rmsprop, adagrad: the term added to the denominator; unset:
-  // torch's default for that optimizer (1e-8; Adagrad's 1e-10).
+  // adam, adamw, rmsprop, adagrad: the term added to the denominator; unset: torch's default for
+  // that optimizer (1e-8; Adagrad's 1e-10).
   std::optional<double> eps;
-  // Any torch::optim optimizer (with parameter groups, its own options): when
-  // set, fit steps the one it returns for the parameters that take gradients,
-  // and `optimizer`, lr, momentum, betas, eps and weight_decay are not used
-  // (lr is still the base rate of the schedules). Its class name is
-  // `custom_name` (Lightning's lr-<name> metric).
+  // Any torch::optim optimizer (with parameter groups, its own options): when set, fit steps the
+  // one it returns for the parameters that take gradients, and `optimizer`, lr, momentum, betas,
+  // eps and weight_decay are not used (lr is still the base rate of the schedules). Its class name
+  // is `custom_name` (Lightning's lr-<name> metric).
   std::function<std::unique_ptr<torch::optim::Optimizer>(const std::vector<at::Tensor>& trainable)>
       custom;
   std::string custom_name = "Optimizer";
@@ -77,15 +72,14 @@ struct LoggedValue {
   bool sync_dist = false;
 };
 
-// Thread-compatible: implementations take no lock, so one thread at a time uses
-// a module (fit runs its steps on the rank's training thread). Ownership: the
-// tensors it returns share storage with its own; strategies and trainers share
-// the module (shared_ptr) with their caller.
+// Thread-compatible: implementations take no lock, so one thread at a time uses a module (fit runs
+// its steps on the rank's training thread). Ownership: the tensors it returns share storage with
+// its own; strategies and trainers share the module (shared_ptr) with their caller.
 class LightningModule {
  public:
   virtual ~LightningModule() = default;
-  // Every parameter (DDP syncs those that require grad) and buffer, and both by
-  // name (the checkpoint's state dict).
+  // Every parameter (DDP syncs those that require grad) and buffer, and both by name (the
+  // checkpoint's state dict).
   virtual std::vector<at::Tensor> parameters() = 0;
   virtual std::vector<at::Tensor> buffers() = 0;
   virtual NamedTensors named_state() = 0;
@@ -101,28 +95,25 @@ class LightningModule {
   virtual absl::StatusOr<at::Tensor> PredictStep(const Batch& batch, int64_t batch_index) = 0;
   virtual OptimizerConfig ConfigureOptimizers() { return {}; }
 
-  // Lightning's self.log, from TrainingStep: fit logs `name` at each
-  // log_every_n_steps point (the mean of the values since the last one) and
-  // `<name>_epoch` at the epoch's end (the epoch's mean), to metrics.csv, the
-  // callbacks' metrics and fit's result. With sync_dist, the mean over the
-  // ranks of each rank's mean; without, rank 0's: either way every rank's
-  // callbacks see the same value. Every rank logs the same names, each always
-  // with or always without sync_dist, or fit ends with an error that lists
-  // each rank's names. "train_loss" is fit's own. (Evaluation steps report
-  // their metrics by returning them.)
+  // Lightning's self.log, from TrainingStep: fit logs `name` at each log_every_n_steps point (the
+  // mean of the values since the last one) and `<name>_epoch` at the epoch's end (the epoch's
+  // mean), to metrics.csv, the callbacks' metrics and fit's result. With sync_dist, the mean over
+  // the ranks of each rank's mean; without, rank 0's: either way every rank's callbacks see the
+  // same value. Every rank logs the same names, each always with or always without sync_dist, or
+  // fit ends with an error that lists each rank's names. "train_loss" is fit's own. (Evaluation
+  // steps report their metrics by returning them.)
   void Log(std::string name, double value, bool sync_dist = false) {
     logged_.push_back({std::move(name), value, sync_dist});
   }
-  // The values logged since the last call, in order (fit takes them after
-  // each training step).
+  // The values logged since the last call, in order (fit takes them after each training step).
   std::vector<LoggedValue> TakeLogged() { return std::exchange(logged_, {}); }
 
  private:
   std::vector<LoggedValue> logged_;
 };
 
-// A LightningModule whose tensors live in a torch::nn::Module, which it shares
-// with its caller (network()). Thread-compatible, as LibTorch modules are.
+// A LightningModule whose tensors live in a torch::nn::Module, which it shares with its caller
+// (network()). Thread-compatible, as LibTorch modules are.
 class NnModule : public LightningModule {
  public:
   explicit NnModule(std::shared_ptr<torch::nn::Module> network) : network_(std::move(network)) {}

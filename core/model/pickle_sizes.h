@@ -13,10 +13,10 @@
 
 namespace ddpspawn {
 
-// InvalidArgument, naming `name`, the opcode's offset and the size, when an argument's length
-// runs past the end of `pickle` or a memo index exceeds its length (a pickler numbers its memo
-// entries from 0, one per put, and each put takes at least 2 bytes). Stops at STOP, at an
-// opcode it does not know and at a truncated argument, all of which LibTorch refuses itself.
+// InvalidArgument, naming `name`, the opcode's offset and the size, when an argument's length runs
+// past the end of `pickle` or a memo index exceeds its length (a pickler numbers its memo entries
+// from 0, one per put, and each put takes at least 2 bytes). Stops at STOP, at an opcode it does
+// not know and at a truncated argument, all of which LibTorch refuses itself.
 absl::Status CheckPickleSizes(absl::string_view pickle, absl::string_view name);
 
 // CheckPickleSizes on the pickles LibTorch reads from the zip archive `archive`: data.pkl

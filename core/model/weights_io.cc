@@ -43,8 +43,8 @@ const std::vector<std::pair<std::string, at::ScalarType>>& SafetensorsDtypes() {
   return *dtypes;
 }
 
-// The header is a JSON object padded with spaces to a multiple of 8 bytes;
-// the tensors' bytes follow, back to back in the order given.
+// The header is a JSON object padded with spaces to a multiple of 8 bytes; the tensors' bytes
+// follow, back to back in the order given.
 absl::StatusOr<std::string> EncodeSafetensors(const NamedTensors& weights) {
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}};
@@ -77,8 +77,7 @@ absl::Status BadSafetensors(absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("not a valid safetensors file: ", why));
 }
 
-// Whether `bytes` starts like a safetensors file: a length that fits, then
-// a JSON object.
+// Whether `bytes` starts like a safetensors file: a length that fits, then a JSON object.
 bool LooksLikeSafetensors(const std::string& bytes) {
   uint64_t length = 0;
   if (bytes.size() < sizeof(length) + 2) return false;
@@ -94,8 +93,7 @@ absl::StatusOr<NamedTensors> DecodeSafetensors(const std::string& bytes) {
   if (header.is_discarded() || !header.is_object())
     return BadSafetensors("its header is not a JSON object");
   const absl::string_view data = absl::string_view(bytes).substr(sizeof(length) + length);
-  // Every byte of the data belongs to one tensor, in order (as safetensors
-  // itself checks).
+  // Every byte of the data belongs to one tensor, in order (as safetensors itself checks).
   std::map<uint64_t, std::pair<uint64_t, std::string>> spans;  // begin -> end, name
   NamedTensors weights;
   for (const auto& [name, entry] : header.items()) {
@@ -159,8 +157,8 @@ absl::StatusOr<NamedTensors> DecodeSafetensors(const std::string& bytes) {
   return weights;
 }
 
-// LibTorch's unpickler reads an OrderedDict as None, and so
-// torch.save(model.state_dict()) as it is; every error says what to do.
+// LibTorch's unpickler reads an OrderedDict as None, and so torch.save(model.state_dict()) as it
+// is; every error says what to do.
 absl::Status BadTorchFile(absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(
       "not a state dict LibTorch can read (", why,
@@ -200,10 +198,9 @@ absl::StatusOr<NamedTensors> DecodeTorch(const std::string& bytes) {
   return weights;
 }
 
-// What torch.save writes for a dict of tensors: the pickle in data.pkl, each
-// tensor's storage in data/<i>, in a zip archive. Unlike
-// torch::jit::pickle_save, without TorchScript's type tags, which torch.load's
-// default (weights_only=True) refuses.
+// What torch.save writes for a dict of tensors: the pickle in data.pkl, each tensor's storage in
+// data/<i>, in a zip archive. Unlike torch::jit::pickle_save, without TorchScript's type tags,
+// which torch.load's default (weights_only=True) refuses.
 std::string SaveAsTorchDoes(const c10::IValue& value) {
   std::string pickled;
   torch::jit::Pickler pickler(
@@ -225,9 +222,8 @@ std::string SaveAsTorchDoes(const c10::IValue& value) {
   return archive;
 }
 
-// A zip file whose records include a TorchScript module's constants: a
-// ddpspawn checkpoint of format 1 (the bare LibTorch archive), not a
-// torch.save'd dict.
+// A zip file whose records include a TorchScript module's constants: a ddpspawn checkpoint of
+// format 1 (the bare LibTorch archive), not a torch.save'd dict.
 bool IsModuleArchive(const std::string& bytes) {
   try {
     std::istringstream in(bytes);

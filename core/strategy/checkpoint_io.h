@@ -1,6 +1,5 @@
-// CheckpointIO: where a strategy's checkpoints go. The default writes
-// atomically (temporary file, fsync, rename), so a crash never leaves a torn
-// checkpoint behind.
+// CheckpointIO: where a strategy's checkpoints go. The default writes atomically (temporary file,
+// fsync, rename), so a crash never leaves a torn checkpoint behind.
 #ifndef DDPSPAWN_CORE_STRATEGY_CHECKPOINT_IO_H_
 #define DDPSPAWN_CORE_STRATEGY_CHECKPOINT_IO_H_
 
@@ -13,10 +12,9 @@
 
 namespace ddpspawn {
 
-// Thread-safety: the default keeps no state, so any thread may call it (two
-// saves to one path: the last rename wins); a strategy calls its own from its
-// one thread. Ownership: shared (shared_ptr) by the strategies given it; it
-// keeps no file open between calls.
+// Thread-safety: the default keeps no state, so any thread may call it (two saves to one path: the
+// last rename wins); a strategy calls its own from its one thread. Ownership: shared (shared_ptr)
+// by the strategies given it; it keeps no file open between calls.
 class CheckpointIO {
  public:
   virtual ~CheckpointIO() = default;

@@ -199,9 +199,8 @@ void DDPSpawnStrategy::DeclineRestart(const std::string& why) {
   restart_prepared_ = false;
 }
 
-// This process is one rank of a job that torchrun, srun or the user started:
-// it runs fn itself. A mismatch between the job and these options is refused
-// rather than trained around.
+// This process is one rank of a job that torchrun, srun or the user started: it runs fn itself. A
+// mismatch between the job and these options is refused rather than trained around.
 absl::StatusOr<std::string> DDPSpawnStrategy::RunAsOuterRank(const ClusterInfo& outer,
                                                              const WorkerFn& fn) {
   if (outer.local_world_size != num_processes()) {
@@ -262,9 +261,8 @@ absl::Status DDPSpawnStrategy::SetupDistributed() {
       ProcessGroup::Create(cluster_, group_options);
   if (!group.ok()) return group.status();
   group_ = *std::move(group);
-  // An own loop's DistributedDataParallel over this group refuses BatchNorm
-  // layers that sync_batchnorm should have converted (Distribute(model,
-  // strategy) converts them).
+  // An own loop's DistributedDataParallel over this group refuses BatchNorm layers that
+  // sync_batchnorm should have converted (Distribute(model, strategy) converts them).
   SetGroupWrapRules(group_.get(), {options_.sync_batchnorm});
   return absl::OkStatus();
 }
@@ -309,9 +307,8 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
 
 namespace {
 
-// sync_batchnorm on `network`: its BatchNorm layers converted; InvalidArgument
-// where the option would change nothing (neither a BatchNorm nor a
-// SyncBatchNorm layer).
+// sync_batchnorm on `network`: its BatchNorm layers converted; InvalidArgument where the option
+// would change nothing (neither a BatchNorm nor a SyncBatchNorm layer).
 absl::Status ConvertForSyncBatchNorm(const std::shared_ptr<torch::nn::Module>& network) {
   ASSIGN_OR_RETURN(const int converted, ConvertSyncBatchNorm(network));
   if (converted > 0) return absl::OkStatus();
@@ -500,8 +497,8 @@ absl::StatusOr<at::Tensor> DDPSpawnStrategy::TrainingStep(const Batch& batch, in
   return module_->TrainingStep(ToDevice(batch, root_device()), batch_index);
 }
 
-// No buffer broadcast in evaluation: PrepareForward does nothing under
-// no-grad, as DDP's forward in eval.
+// No buffer broadcast in evaluation: PrepareForward does nothing under no-grad, as DDP's forward in
+// eval.
 absl::StatusOr<StepMetrics> DDPSpawnStrategy::ValidationStep(const Batch& batch,
                                                              int64_t batch_index) {
   RETURN_IF_ERROR(RequireSetup("ValidationStep"));

@@ -1,25 +1,23 @@
-// DDPSpawnStrategy: PyTorch Lightning's strategy of the same name, in C++. It
-// has a launcher (spawn, fork or forkserver), a cluster environment, a checkpoint IO and a
-// precision plugin; it joins the process group (nccl on CUDA devices, gloo on
-// CPU), wraps the module in DistributedDataParallel (with the DDP options and
-// comm hooks), runs the steps through it, and offers the collectives a training
-// loop needs.
+// DDPSpawnStrategy: PyTorch Lightning's strategy of the same name, in C++. It has a launcher
+// (spawn, fork or forkserver), a cluster environment, a checkpoint IO and a precision plugin; it
+// joins the process group (nccl on CUDA devices, gloo on CPU), wraps the module in
+// DistributedDataParallel (with the DDP options and comm hooks), runs the steps through it, and
+// offers the collectives a training loop needs.
 //
-// Launching. In the launching process, Launch(fn) starts num_processes ranks
-// and returns rank 0's result. With start_method "spawn" each rank re-runs this
-// program's command line, so main() must send workers to RunWorker(fn):
+// Launching. In the launching process, Launch(fn) starts num_processes ranks and returns rank 0's
+// result. With start_method "spawn" each rank re-runs this program's command line, so main() must
+// send workers to RunWorker(fn):
 //
 //   DDPSpawnStrategy strategy(options);
 //   if (IsWorkerProcess()) return strategy.RunWorker(fn);
 //   absl::StatusOr<std::string> result = strategy.Launch(fn);
 //
-// With "forkserver" the program's command line runs once more, as a server that
-// forks the ranks (core/launch/forkserver.h), so main() must also begin with
-// ServeForksIfForkserver(), before it reads its arguments or environment.
+// With "forkserver" the program's command line runs once more, as a server that forks the ranks
+// (core/launch/forkserver.h), so main() must also begin with ServeForksIfForkserver(), before it
+// reads its arguments or environment.
 //
-// With "fork", fn runs in forked children, on a new thread there (so that
-// OpenMP work this process did before does not hang it; see
-// LaunchSpec::fork_worker_thread), and RunWorker is not needed.
+// With "fork", fn runs in forked children, on a new thread there (so that OpenMP work this process
+// did before does not hang it; see LaunchSpec::fork_worker_thread), and RunWorker is not needed.
 #ifndef DDPSPAWN_CORE_STRATEGY_DDP_SPAWN_STRATEGY_H_
 #define DDPSPAWN_CORE_STRATEGY_DDP_SPAWN_STRATEGY_H_
 
@@ -71,19 +69,18 @@ enum class CommWrapper { kNone, kFp16, kBf16 };
 
 struct StrategyOptions {
   Accelerator accelerator = Accelerator::kCpu;
-  // One per local rank: local rank i runs on parallel_devices[i] (its model,
-  // buckets and NCCL communicator); "cuda:N" devices for accelerator "cuda".
+  // One per local rank: local rank i runs on parallel_devices[i] (its model, buckets and NCCL
+  // communicator); "cuda:N" devices for accelerator "cuda".
   std::vector<c10::Device> parallel_devices = {c10::Device(c10::kCPU)};
-  // Several nodes, one Launch() on each (torchrun's --nnodes, --node-rank,
-  // --master-addr, --master-port): node 0's launcher serves the rendezvous at
-  // master_addr:master_port (see core/job/node_rendezvous.h); ranks are
-  // node_rank * num_processes + local rank.
+  // Several nodes, one Launch() on each (torchrun's --nnodes, --node-rank, --master-addr,
+  // --master-port): node 0's launcher serves the rendezvous at master_addr:master_port (see
+  // core/job/node_rendezvous.h); ranks are node_rank * num_processes + local rank.
   int num_nodes = 1;
   int node_rank = 0;
   std::string master_addr;
   int master_port = 29500;
-  // What every node runs (e.g. the command and model): the rendezvous refuses
-  // a node whose description differs.
+  // What every node runs (e.g. the command and model): the rendezvous refuses a node whose
+  // description differs.
   std::string job_description;
   // Reads this rank's place in the world; default: DetectClusterEnvironment().
   std::function<absl::StatusOr<ClusterInfo>()> cluster_environment;
@@ -94,36 +91,34 @@ struct StrategyOptions {
   std::shared_ptr<CommHook> ddp_comm_hook_object;
   std::shared_ptr<PowerSgdState> ddp_comm_state;  // PowerSGD's state, when ddp_comm_hook is one
   CommWrapper ddp_comm_wrapper = CommWrapper::kNone;
-  // ddp_comm_hook kPostLocalSgd's start, gradient averaging within nodes and
-  // Lightning's model_averaging_period (required with it, refused without).
+  // ddp_comm_hook kPostLocalSgd's start, gradient averaging within nodes and Lightning's
+  // model_averaging_period (required with it, refused without).
   PostLocalSgdOptions post_localsgd;
   std::optional<Backend> process_group_backend;  // none: nccl on CUDA devices, gloo on CPU
   absl::Duration timeout = kDefaultTimeout;
   StartMethod start_method = StartMethod::kSpawn;
-  // "fork": the ranks close every descriptor of this process above 2 first
-  // (for an fn that opens what it uses; see LaunchSpec::fork_close_descriptors).
+  // "fork": the ranks close every descriptor of this process above 2 first (for an fn that opens
+  // what it uses; see LaunchSpec::fork_close_descriptors).
   bool fork_close_descriptors = false;
-  // NAME=value for every rank's environment besides the launcher's own (e.g.
-  // what a restarted job's ranks continue from).
+  // NAME=value for every rank's environment besides the launcher's own (e.g. what a restarted job's
+  // ranks continue from).
   std::vector<std::string> worker_env;
   DdpOptions ddp;  // find_unused_parameters, broadcast_buffers, ...
-  // Lightning's sync_batchnorm: Setup() and an own loop's Distribute(model,
-  // strategy) replace the BatchNorm layers of the model's Sequential
-  // containers with SyncBatchNorm (core/ddp/sync_batch_norm.h), and refuse a
-  // model where that would change nothing (ApplySyncBatchNorm). A wrapper made
-  // over the strategy's group any other way refuses a model that still holds
-  // a BatchNorm layer. SyncBatchNorm layers a module declares itself normalize
+  // Lightning's sync_batchnorm: Setup() and an own loop's Distribute(model, strategy) replace the
+  // BatchNorm layers of the model's Sequential containers with SyncBatchNorm
+  // (core/ddp/sync_batch_norm.h), and refuse a model where that would change nothing
+  // (ApplySyncBatchNorm). A wrapper made over the strategy's group any other way refuses a model
+  // that still holds a BatchNorm layer. SyncBatchNorm layers a module declares itself normalize
   // over the group either way.
   bool sync_batchnorm = false;
   absl::Duration launch_timeout = absl::InfiniteDuration();  // whole job, for Launch()
 };
 
-// sync_batchnorm on `module`: converts the BatchNorm layers of its Sequential
-// containers (ConvertSyncBatchNorm). InvalidArgument where the option would
-// change nothing: a TorchScript module (its layers are not LibTorch modules,
-// and torch.nn.SyncBatchNorm cannot be scripted), or a module with neither a
-// BatchNorm nor a SyncBatchNorm layer. Setup() calls it in every rank; the CLI
-// and ddpspawn_run call it before any rank starts (CheckRun).
+// sync_batchnorm on `module`: converts the BatchNorm layers of its Sequential containers
+// (ConvertSyncBatchNorm). InvalidArgument where the option would change nothing: a TorchScript
+// module (its layers are not LibTorch modules, and torch.nn.SyncBatchNorm cannot be scripted), or a
+// module with neither a BatchNorm nor a SyncBatchNorm layer. Setup() calls it in every rank; the
+// CLI and ddpspawn_run call it before any rank starts (CheckRun).
 absl::Status ApplySyncBatchNorm(LightningModule& module);
 
 // Lightning's distributed_sampler_kwargs.
@@ -132,13 +127,11 @@ struct DistributedSamplerArgs {
   int rank = 0;
 };
 
-// Thread-safety: not thread-safe; one thread drives it: the launching thread
-// for Launch() and restarts, a rank's training thread for the rest
-// (autograd's threads run only its reducer's hooks, which the reducer
-// guards). Ownership: it owns the process group and the DDP wrapper
-// (Teardown() releases both, the wrapper first) and, after Launch(), this
-// node's NodeJob (its ranks and the rendezvous); it shares the module,
-// checkpoint IO, precision plugin and comm hook with its caller.
+// Thread-safety: not thread-safe; one thread drives it: the launching thread for Launch() and
+// restarts, a rank's training thread for the rest (autograd's threads run only its reducer's hooks,
+// which the reducer guards). Ownership: it owns the process group and the DDP wrapper (Teardown()
+// releases both, the wrapper first) and, after Launch(), this node's NodeJob (its ranks and the
+// rendezvous); it shares the module, checkpoint IO, precision plugin and comm hook with its caller.
 class DDPSpawnStrategy {
  public:
   // A rank's work; its result (rank 0's) goes back to the launching process.
@@ -149,54 +142,48 @@ class DDPSpawnStrategy {
 
   // --- Launching
   // --------------------------------------------------------------------------
-  // In the launching process: starts the ranks and returns rank 0's result; a
-  // failing rank's error names it and its cause. With num_nodes > 1, every
-  // node calls Launch() and gets rank 0's result (node 0's launcher hands it
-  // over), and a node whose ranks failed because another node's did says
-  // which failed first. In a process that
-  // torchrun, srun (more than one task) or the user (WORLD_SIZE > 1) started as one rank of a job,
-  // it launches nothing: it joins that job as that rank, runs fn and returns rank 0's result on
-  // every rank; the node's process count must equal num_processes().
+  // In the launching process: starts the ranks and returns rank 0's result; a failing rank's error
+  // names it and its cause. With num_nodes > 1, every node calls Launch() and gets rank 0's result
+  // (node 0's launcher hands it over), and a node whose ranks failed because another node's did
+  // says which failed first. In a process that torchrun, srun (more than one task) or the user
+  // (WORLD_SIZE > 1) started as one rank of a job, it launches nothing: it joins that job as that
+  // rank, runs fn and returns rank 0's result on every rank; the node's process count must equal
+  // num_processes().
   absl::StatusOr<std::string> Launch(const WorkerFn& fn);
-  // After Launch(): the rank whose failure ended the job (-1: none failed,
-  // e.g. success, a timeout or an interrupt) and how every rank ended.
+  // After Launch(): the rank whose failure ended the job (-1: none failed, e.g. success, a timeout
+  // or an interrupt) and how every rank ended.
   int last_failed_rank() const;
   // Replaces StrategyOptions::worker_env for the next Launch().
   void set_worker_env(std::vector<std::string> env) { options_.worker_env = std::move(env); }
-  // After a failed Launch(), to run the ranks again (max_restarts): the next
-  // Launch() starts the next generation, whose ranks see it in
-  // TORCHELASTIC_RESTART_COUNT. Returns the checkpoint they continue from:
-  // `resume_from` on one node. With several nodes every node's launcher calls
-  // it (or DeclineRestart()), and all restart or none: node 0's `resume_from`
-  // is every node's (each checks that it can read it). A multi-node Launch()
-  // that failed keeps node 0's rendezvous served until one of the two is
-  // called, or the next Launch(). FailedPrecondition when the job cannot
-  // restart (a node that never reported, refused or declined), else the
-  // rendezvous' error.
+  // After a failed Launch(), to run the ranks again (max_restarts): the next Launch() starts the
+  // next generation, whose ranks see it in TORCHELASTIC_RESTART_COUNT. Returns the checkpoint they
+  // continue from: `resume_from` on one node. With several nodes every node's launcher calls it (or
+  // DeclineRestart()), and all restart or none: node 0's `resume_from` is every node's (each checks
+  // that it can read it). A multi-node Launch() that failed keeps node 0's rendezvous served until
+  // one of the two is called, or the next Launch(). FailedPrecondition when the job cannot restart
+  // (a node that never reported, refused or declined), else the rendezvous' error.
   absl::StatusOr<std::string> PrepareRestart(const std::string& resume_from);
-  // After a failed Launch() that this launcher does not restart, because
-  // `why`: the other nodes' PrepareRestart() fails at once naming it.
+  // After a failed Launch() that this launcher does not restart, because `why`: the other nodes'
+  // PrepareRestart() fails at once naming it.
   void DeclineRestart(const std::string& why);
   const std::vector<RankOutcome>& last_outcomes() const;
-  // In a spawned rank: SetupDistributed(), fn, hand the result back,
-  // Teardown(); returns the process exit code.
+  // In a spawned rank: SetupDistributed(), fn, hand the result back, Teardown(); returns the
+  // process exit code.
   int RunWorker(const WorkerFn& fn);
 
   // --- Lifecycle
   // --------------------------------------------------------------------------
   // Reads the cluster environment and joins the process group.
   absl::Status SetupDistributed();
-  // ModelToDevice(), then wraps the module's network in
-  // DistributedDataParallel.
+  // ModelToDevice(), then wraps the module's network in DistributedDataParallel.
   absl::Status Setup(std::shared_ptr<LightningModule> module);
   absl::Status ModelToDevice();
-  // The own loop's Setup (Fabric's setup_module): what Distribute(model,
-  // strategy) (core/strategy/distribute.h) calls. Converts the BatchNorm
-  // layers with sync_batchnorm (refusing where it would change nothing),
-  // moves `module` to root_device(), and wraps it over the group with the
-  // strategy's DDP options and communication hook. `owner` holds `module`, or
-  // is null for a borrowed module (which must outlive the wrapper). Needs
-  // SetupDistributed() (a rank's fn runs after it).
+  // The own loop's Setup (Fabric's setup_module): what Distribute(model, strategy)
+  // (core/strategy/distribute.h) calls. Converts the BatchNorm layers with sync_batchnorm (refusing
+  // where it would change nothing), moves `module` to root_device(), and wraps it over the group
+  // with the strategy's DDP options and communication hook. `owner` holds `module`, or is null for
+  // a borrowed module (which must outlive the wrapper). Needs SetupDistributed() (a rank's fn runs
+  // after it).
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> WrapModule(
       torch::nn::Module& module, std::shared_ptr<torch::nn::Module> owner = nullptr);
   // Releases the DDP wrapper and the process group.
@@ -240,25 +227,23 @@ class DDPSpawnStrategy {
   // ------------------------------------------------------------------------------
   // Nothing to prepare: the reducer finds unused parameters when backward ends.
   absl::Status PreBackward(const at::Tensor& loss);
-  // Lightning's strategy.backward: PreBackward, then backward of the loss
-  // scaled by the precision plugin's loss scaler ("16-mixed"; else as it is).
-  // Use it (not loss.backward()) in a hand-written loop, with OptimizerStep.
+  // Lightning's strategy.backward: PreBackward, then backward of the loss scaled by the precision
+  // plugin's loss scaler ("16-mixed"; else as it is). Use it (not loss.backward()) in a
+  // hand-written loop, with OptimizerStep.
   absl::Status Backward(const at::Tensor& loss);
-  // Lightning's strategy.optimizer_step: with a loss scaler, divides the
-  // optimizer's gradients (already averaged by DDP, so equal on every rank)
-  // by the scale and skips the step on every rank when any holds an inf or a
-  // NaN, then adjusts the scale; `before_step` (e.g. gradient clipping) sees
-  // the unscaled gradients of a step that is taken. Returns whether the
-  // optimizer stepped. The gradients are not zeroed. With post-local SGD, the
-  // model averager's turn follows (a collective when due), also after a
-  // skipped step, as in Lightning.
+  // Lightning's strategy.optimizer_step: with a loss scaler, divides the optimizer's gradients
+  // (already averaged by DDP, so equal on every rank) by the scale and skips the step on every rank
+  // when any holds an inf or a NaN, then adjusts the scale; `before_step` (e.g. gradient clipping)
+  // sees the unscaled gradients of a step that is taken. Returns whether the optimizer stepped. The
+  // gradients are not zeroed. With post-local SGD, the model averager's turn follows (a collective
+  // when due), also after a skipped step, as in Lightning.
   absl::StatusOr<bool> OptimizerStep(torch::optim::Optimizer& optimizer,
                                      const std::function<void()>& before_step = nullptr);
-  // Through the DDP wrapper (buffers from rank 0) in the precision plugin's
-  // forward context, as are the three evaluation steps; returns the loss.
+  // Through the DDP wrapper (buffers from rank 0) in the precision plugin's forward context, as are
+  // the three evaluation steps; returns the loss.
   absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch, int64_t batch_index);
-  // A resumed fit continues after `optimizer_steps` optimizer steps: where
-  // post-local SGD's hook and averager take up their counts (no-op without).
+  // A resumed fit continues after `optimizer_steps` optimizer steps: where post-local SGD's hook
+  // and averager take up their counts (no-op without).
   void ContinueFrom(int64_t optimizer_steps);
   absl::StatusOr<StepMetrics> ValidationStep(const Batch& batch, int64_t batch_index);
   absl::StatusOr<StepMetrics> TestStep(const Batch& batch, int64_t batch_index);
@@ -266,28 +251,27 @@ class DDPSpawnStrategy {
 
   // --- Checkpoints
   // ------------------------------------------------------------------------
-  // Rank 0 writes `bytes` (e.g. SerializeCheckpoint's) through the checkpoint
-  // IO; the other ranks write nothing. Every rank learns whether it worked, so
-  // all return the same status.
+  // Rank 0 writes `bytes` (e.g. SerializeCheckpoint's) through the checkpoint IO; the other ranks
+  // write nothing. Every rank learns whether it worked, so all return the same status.
   absl::Status SaveCheckpoint(absl::string_view bytes, const std::string& path);
   // The checkpoint's bytes, on the calling rank.
   absl::StatusOr<std::string> LoadCheckpoint(const std::string& path);
-  // Rank 0 removes a checkpoint (one already gone is no error); every rank
-  // returns the same status, as with SaveCheckpoint.
+  // Rank 0 removes a checkpoint (one already gone is no error); every rank returns the same status,
+  // as with SaveCheckpoint.
   absl::Status RemoveCheckpoint(const std::string& path);
 
  private:
-  // Rank 0's `status` on every rank (a collective): the others return an
-  // error saying `failed_on_rank_zero` when it failed.
+  // Rank 0's `status` on every rank (a collective): the others return an error saying
+  // `failed_on_rank_zero` when it failed.
   absl::Status AgreeOnRankZero(absl::Status status, const std::string& failed_on_rank_zero);
-  // Launch() under an outer launcher: SetupDistributed(), fn, rank 0's
-  // result to every rank, Teardown().
+  // Launch() under an outer launcher: SetupDistributed(), fn, rank 0's result to every rank,
+  // Teardown().
   absl::StatusOr<std::string> RunAsOuterRank(const ClusterInfo& outer, const WorkerFn& fn);
   // fn, with an escaping exception turned into an error.
   absl::StatusOr<std::string> RunCaught(const WorkerFn& fn);
   absl::Status RequireSetup(absl::string_view what) const;
-  // options_.ddp with the communication hook the options name (and, for
-  // post-local SGD, a new post_local_sgd_ whose hook it is).
+  // options_.ddp with the communication hook the options name (and, for post-local SGD, a new
+  // post_local_sgd_ whose hook it is).
   absl::StatusOr<DdpOptions> DdpOptionsWithHook();
   // The precision plugin's forward context on this rank's device.
   std::unique_ptr<PrecisionPlugin::StepContext> ForwardContext();
@@ -302,9 +286,8 @@ class DDPSpawnStrategy {
   std::unique_ptr<DistributedDataParallel> ddp_;
   // ddp_comm_hook kPostLocalSgd's; borrows group_, so it goes first.
   std::unique_ptr<PostLocalSgd> post_local_sgd_;
-  // Launching (the launcher's thread): this node's part of the last job
-  // (core/job/node_job.h), kept after a failed Launch() for PrepareRestart(),
-  // which makes the next Launch() its next start.
+  // Launching (the launcher's thread): this node's part of the last job (core/job/node_job.h), kept
+  // after a failed Launch() for PrepareRestart(), which makes the next Launch() its next start.
   std::unique_ptr<NodeJob> node_job_;
   bool restart_prepared_ = false;
 };

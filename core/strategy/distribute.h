@@ -1,11 +1,9 @@
-// Distribute(model, strategy): the own loop's one call to make a LibTorch
-// module data-parallel under a DDPSpawnStrategy (Lightning Fabric's
-// fabric.setup(model)). It applies everything the strategy was given:
-// sync_batchnorm (the BatchNorm layers become SyncBatchNorm first), the
-// device, the DDP options and the communication hook. The group form,
-// Distribute(model, group) (core/ddp/ddp_module.h), is torch's
-// DistributedDataParallel(model, process_group): it applies none of them, and
-// refuses a BatchNorm layer when the group's strategy has sync_batchnorm.
+// Distribute(model, strategy): the own loop's one call to make a LibTorch module data-parallel
+// under a DDPSpawnStrategy (Lightning Fabric's fabric.setup(model)). It applies everything the
+// strategy was given: sync_batchnorm (the BatchNorm layers become SyncBatchNorm first), the device,
+// the DDP options and the communication hook. The group form, Distribute(model, group)
+// (core/ddp/ddp_module.h), is torch's DistributedDataParallel(model, process_group): it applies
+// none of them, and refuses a BatchNorm layer when the group's strategy has sync_batchnorm.
 //
 //   Net model;  // every change to the model (layers, dtype) comes before this
 //   ASSIGN_OR_RETURN(ddpspawn::DdpModule<Net> ddp, ddpspawn::Distribute(model, strategy));
@@ -33,8 +31,8 @@ absl::StatusOr<DdpModule<Module>> Distribute(Holder& holder, DDPSpawnStrategy& s
   return DdpModule<Module>(std::move(module), *std::move(ddp));
 }
 
-// A module held by value (`struct Net : torch::nn::Module`): borrowed; it must
-// outlive the DdpModule.
+// A module held by value (`struct Net : torch::nn::Module`): borrowed; it must outlive the
+// DdpModule.
 template <typename Module,
           typename = std::enable_if_t<std::is_base_of_v<torch::nn::Module, Module>>>
 absl::StatusOr<DdpModule<Module>> Distribute(Module& module, DDPSpawnStrategy& strategy) {

@@ -15,9 +15,8 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options) {
 at::Tensor GradScaler::Scale(const at::Tensor& loss) const { return loss * state_.scale; }
 
 bool GradScaler::Unscale(const std::vector<at::Tensor>& parameters) const {
-  // ATen's fused kernel (what torch.amp.GradScaler uses): one launch per
-  // device and dtype unscales every gradient and raises a flag on an inf or
-  // a NaN; one host sync per group reads the flag.
+  // ATen's fused kernel (what torch.amp.GradScaler uses): one launch per device and dtype unscales
+  // every gradient and raises a flag on an inf or a NaN; one host sync per group reads the flag.
   std::vector<std::vector<at::Tensor>> groups;  // same device and dtype
   for (const at::Tensor& p : parameters) {
     const at::Tensor& grad = p.grad();

@@ -1,12 +1,11 @@
-// Dynamic loss scaling for float16 mixed precision ("16-mixed"), as
-// torch.amp.GradScaler does it: the loss is multiplied by a scale before
-// backward; before the optimizer step the gradients are divided by it and
-// checked; a step whose gradients hold an inf or a NaN is skipped and the scale
+// Dynamic loss scaling for float16 mixed precision ("16-mixed"), as torch.amp.GradScaler does it:
+// the loss is multiplied by a scale before backward; before the optimizer step the gradients are
+// divided by it and checked; a step whose gradients hold an inf or a NaN is skipped and the scale
 // shrinks; after `growth_interval` good steps in a row it grows.
 //
-// Every rank must make the same decision: call Unscale on gradients that are
-// already averaged across the ranks (after DDP's all-reduce), so that all ranks
-// see the same values. Not thread-safe; one per training loop.
+// Every rank must make the same decision: call Unscale on gradients that are already averaged
+// across the ranks (after DDP's all-reduce), so that all ranks see the same values. Not
+// thread-safe; one per training loop.
 #ifndef DDPSPAWN_CORE_STRATEGY_GRAD_SCALER_H_
 #define DDPSPAWN_CORE_STRATEGY_GRAD_SCALER_H_
 
@@ -37,8 +36,8 @@ class GradScaler {
 
   // loss * scale.
   at::Tensor Scale(const at::Tensor& loss) const;
-  // Divides every defined gradient of `parameters` by the scale; false when any
-  // of them holds an inf or a NaN (then skip the optimizer step).
+  // Divides every defined gradient of `parameters` by the scale; false when any of them holds an
+  // inf or a NaN (then skip the optimizer step).
   bool Unscale(const std::vector<at::Tensor>& parameters) const;
   // After each optimizer step (taken or skipped): adjusts the scale.
   void Update(bool found_non_finite);

@@ -17,8 +17,8 @@ class FullPrecision : public PrecisionPlugin {
   }
 };
 
-// Autocast to `dtype` on one device type for the duration of a step; restores
-// the previous state after.
+// Autocast to `dtype` on one device type for the duration of a step; restores the previous state
+// after.
 class Autocast : public PrecisionPlugin::StepContext {
  public:
   Autocast(c10::DeviceType device, at::ScalarType dtype)

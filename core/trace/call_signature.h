@@ -1,8 +1,7 @@
-// What a rank is about to run in a collective (kind, dtype, count, op, root),
-// compared across ranks before it runs, and the error that names every rank's
-// call when they differ. CallFingerprint is the one fixed-size form of a call
-// that crosses processes: the shared-memory header, the flight recorder's
-// file and the process group's agreement row all hold it, as c10d's
+// What a rank is about to run in a collective (kind, dtype, count, op, root), compared across ranks
+// before it runs, and the error that names every rank's call when they differ. CallFingerprint is
+// the one fixed-size form of a call that crosses processes: the shared-memory header, the flight
+// recorder's file and the process group's agreement row all hold it, as c10d's
 // CollectiveFingerPrint. Plain values; thread-compatible.
 #ifndef DDPSPAWN_CORE_TRACE_CALL_SIGNATURE_H_
 #define DDPSPAWN_CORE_TRACE_CALL_SIGNATURE_H_
@@ -24,8 +23,8 @@ struct CallSignature {
   int root = -1;            // the source or destination rank; -1: none
 };
 
-// A CallSignature packed into 48 bytes, with no pointer: the texts are
-// NUL-padded (cut to fit), so two fingerprints compare by their bytes.
+// A CallSignature packed into 48 bytes, with no pointer: the texts are NUL-padded (cut to fit), so
+// two fingerprints compare by their bytes.
 struct CallFingerprint {
   char kind[16];
   char dtype[12];

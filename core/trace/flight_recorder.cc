@@ -26,8 +26,8 @@ constexpr size_t kFileBytes = 4096;
 
 enum State : int32_t { kEmpty = 0, kStarted = 1, kSucceeded = 2, kFailed = 3 };
 
-// One call. `seq` is 0 while the writer fills the entry in (a reader that
-// sees it change while copying throws its copy away).
+// One call. `seq` is 0 while the writer fills the entry in (a reader that sees it change while
+// copying throws its copy away).
 struct Entry {
   std::atomic<uint64_t> seq;
   std::atomic<int32_t> state;
@@ -43,8 +43,8 @@ int64_t NowNanos() { return absl::ToUnixNanos(absl::Now()); }
 // The call an entry holds (read while it may change: the caller checks seq).
 std::string DescribeEntry(const Entry& entry) { return Describe(entry.call.signature()); }
 
-// What /proc says of `pid`'s state; `notable` is false for a process that is
-// merely running or sleeping.
+// What /proc says of `pid`'s state; `notable` is false for a process that is merely running or
+// sleeping.
 std::string DescribeProcessState(pid_t pid, bool* notable) {
   *notable = true;
   switch (ReadProcessState(pid)) {

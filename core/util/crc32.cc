@@ -1,8 +1,7 @@
 // CRC-32 and CRC-32C (see crc32.h). CRC-32 with the slicing-by-16 implementation LibTorch ships for
-// its own zip archives (caffe2/serialize/crc_alt.h, Stephan Brumme's Crc32).
-// That header defines its functions and tables rather than declaring them, so
-// it may be included in this one file only; they stay hidden inside our
-// library (-fvisibility=hidden) and LibTorch does not export its copy.
+// its own zip archives (caffe2/serialize/crc_alt.h, Stephan Brumme's Crc32). That header defines
+// its functions and tables rather than declaring them, so it may be included in this one file only;
+// they stay hidden inside our library (-fvisibility=hidden) and LibTorch does not export its copy.
 #include "core/util/crc32.h"
 
 #include <caffe2/serialize/crc_alt.h>
@@ -11,8 +10,8 @@ namespace ddpspawn {
 
 uint32_t Crc32(absl::string_view bytes) { return crc32_fast(bytes.data(), bytes.size()); }
 
-// A byte at a time from a 256-entry table of the reflected polynomial
-// 0x82f63b78: TensorBoard's event files are small, so speed does not matter.
+// A byte at a time from a 256-entry table of the reflected polynomial 0x82f63b78: TensorBoard's
+// event files are small, so speed does not matter.
 uint32_t Crc32c(absl::string_view bytes) {
   static const auto* const kTable = [] {
     auto* table = new uint32_t[256];

@@ -1,6 +1,6 @@
-// The names of an enum's values, in one table per enum: each Parse...() and
-// ...Name() pair reads its table through these two functions, so the names,
-// their aliases and the "expected ..." message of a bad name cannot drift apart.
+// The names of an enum's values, in one table per enum: each Parse...() and ...Name() pair reads
+// its table through these two functions, so the names, their aliases and the "expected ..." message
+// of a bad name cannot drift apart.
 //
 //   constexpr NamedValue<Backend> kBackendNames[] = {{"gloo", Backend::kGloo},
 //                                                    {"nccl", Backend::kNccl}};
@@ -9,8 +9,8 @@
 //     return ParseName(kBackendNames, "backend", name);
 //   }
 //
-// A value's first entry is its name; later entries for the same value are
-// aliases that parse but are neither shown nor listed. Stateless; thread-safe.
+// A value's first entry is its name; later entries for the same value are aliases that parse but
+// are neither shown nor listed. Stateless; thread-safe.
 #ifndef DDPSPAWN_CORE_UTIL_ENUM_NAMES_H_
 #define DDPSPAWN_CORE_UTIL_ENUM_NAMES_H_
 
@@ -39,8 +39,8 @@ absl::string_view NameOf(const NamedValue<Enum> (&table)[N], Enum value) {
   return "?";
 }
 
-// The value named `name` (a name or an alias); else InvalidArgument
-// "unknown <what> '<name>'; expected 'a', 'b' or 'c'", listing the names.
+// The value named `name` (a name or an alias); else InvalidArgument "unknown <what> '<name>';
+// expected 'a', 'b' or 'c'", listing the names.
 template <typename Enum, size_t N>
 absl::StatusOr<Enum> ParseName(const NamedValue<Enum> (&table)[N], absl::string_view what,
                                absl::string_view name) {

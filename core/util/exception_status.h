@@ -1,8 +1,7 @@
-// LibTorch's exceptions as absl::Status, at every place that catches one:
-// the message without LibTorch's C++ backtrace (c10::Error::what() appends one),
-// after the caller's prefix, with a code from the exception's type (or, for a
-// bad input, InvalidArgument: InvalidInputOnException). Header-only;
-// its users link LibTorch (c10), as //core:crc32's do.
+// LibTorch's exceptions as absl::Status, at every place that catches one: the message without
+// LibTorch's C++ backtrace (c10::Error::what() appends one), after the caller's prefix, with a code
+// from the exception's type (or, for a bad input, InvalidArgument: InvalidInputOnException).
+// Header-only; its users link LibTorch (c10), as //core:crc32's do.
 #ifndef DDPSPAWN_CORE_UTIL_EXCEPTION_STATUS_H_
 #define DDPSPAWN_CORE_UTIL_EXCEPTION_STATUS_H_
 
@@ -32,12 +31,12 @@ inline const char* ExceptionMessage(const std::exception& e) {
 // - c10::NotImplementedError: Unimplemented;
 // - c10::ValueError, TypeError, IndexError: InvalidArgument;
 // - c10::OutOfMemoryError: ResourceExhausted;
-// - a message that speaks of a timeout (c10d's stores and sockets, Gloo, NCCL's
-//   watchdog: "timed out", "Timeout", "wait timeout after ...ms"): DeadlineExceeded,
-//   which the process group turns into a report of what every rank was doing;
-// - c10::DistError (DistBackendError, DistStoreError, DistNetworkError) and any
-//   other exception: Internal, which the C ABI documents as "a collective
-//   failed (peer gone, connection reset ...)" (DDPSPAWN_ERR_INTERNAL).
+// - a message that speaks of a timeout (c10d's stores and sockets, Gloo, NCCL's watchdog: "timed
+//   out", "Timeout", "wait timeout after ...ms"): DeadlineExceeded, which the process group turns
+//   into a report of what every rank was doing;
+// - c10::DistError (DistBackendError, DistStoreError, DistNetworkError) and any other exception:
+//   Internal, which the C ABI documents as "a collective failed (peer gone, connection reset ...)"
+//   (DDPSPAWN_ERR_INTERNAL).
 inline absl::StatusCode ExceptionCode(const std::exception& e) {
   if (dynamic_cast<const c10::NotImplementedError*>(&e) != nullptr) {
     return absl::StatusCode::kUnimplemented;
@@ -62,8 +61,8 @@ inline absl::Status ExceptionStatus(absl::string_view prefix, const std::excepti
   return absl::Status(ExceptionCode(e), absl::StrCat(prefix, ": ", ExceptionMessage(e)));
 }
 
-// body() (returning void, absl::Status or absl::StatusOr<T>), with an
-// exception it throws turned into ExceptionStatus(prefix, e).
+// body() (returning void, absl::Status or absl::StatusOr<T>), with an exception it throws turned
+// into ExceptionStatus(prefix, e).
 template <typename Body>
 auto StatusOnException(absl::string_view prefix, Body&& body) {
   using Result = decltype(body());
@@ -80,9 +79,9 @@ auto StatusOnException(absl::string_view prefix, Body&& body) {
   }
 }
 
-// body() (returning absl::Status or absl::StatusOr<T>), with an exception it
-// throws turned into InvalidArgument "<prefix>: <message>": for code whose
-// exceptions mean a bad input (a model, a checkpoint, a batch).
+// body() (returning absl::Status or absl::StatusOr<T>), with an exception it throws turned into
+// InvalidArgument "<prefix>: <message>": for code whose exceptions mean a bad input (a model, a
+// checkpoint, a batch).
 template <typename Body>
 auto InvalidInputOnException(absl::string_view prefix, Body&& body) -> decltype(body()) {
   try {

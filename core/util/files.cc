@@ -44,8 +44,8 @@ absl::Status CheckReplaceable(const std::string& path) {
   return absl::OkStatus();
 }
 
-// What AppendToFile refuses in the file `info` describes (the link is refused
-// before: lstat, or O_NOFOLLOW).
+// What AppendToFile refuses in the file `info` describes (the link is refused before: lstat, or
+// O_NOFOLLOW).
 absl::Status CheckAppendableStat(const std::string& path, const struct stat& info) {
   if (!S_ISREG(info.st_mode)) {
     return absl::FailedPreconditionError(
@@ -83,8 +83,8 @@ std::string DirectoryOf(const std::string& path) {
 
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes, bool durable,
                                  mode_t mode) {
-  // rename() replaces a link rather than following it, so this check is for
-  // a clear error, not for safety.
+  // rename() replaces a link rather than following it, so this check is for a clear error, not for
+  // safety.
   RETURN_IF_ERROR(CheckReplaceable(path));
   SweepStaleTempFiles(path);
   ASSIGN_OR_RETURN(TempFile temp, CreateTempFileFor(path));

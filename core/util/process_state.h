@@ -1,5 +1,5 @@
-// What the kernel says of a process (/proc/<pid>/stat's state field), for
-// deciding whether a peer or a writer is still there. Thread-safe.
+// What the kernel says of a process (/proc/<pid>/stat's state field), for deciding whether a peer
+// or a writer is still there. Thread-safe.
 #ifndef DDPSPAWN_CORE_UTIL_PROCESS_STATE_H_
 #define DDPSPAWN_CORE_UTIL_PROCESS_STATE_H_
 

@@ -4,8 +4,8 @@
 //   ASSIGN_OR_RETURN(Dataset data, Load(path));   // declares `data`, or returns Load's Status
 //
 // Both work in any function or lambda whose return type is constructible from absl::Status
-// (absl::Status and every absl::StatusOr<T>). ASSIGN_OR_RETURN's first argument is a declaration
-// or an existing lvalue; a type with a comma in it needs `auto`.
+// (absl::Status and every absl::StatusOr<T>). ASSIGN_OR_RETURN's first argument is a declaration or
+// an existing lvalue; a type with a comma in it needs `auto`.
 #ifndef DDPSPAWN_CORE_UTIL_STATUS_MACROS_H_
 #define DDPSPAWN_CORE_UTIL_STATUS_MACROS_H_
 

@@ -85,8 +85,8 @@ bool RemoveIfStale(int dir_fd, const char* name, pid_t pid) {
   struct stat opened {};
   bool stale = fstat(fd, &opened) == 0 && opened.st_dev == before.st_dev &&
                opened.st_ino == before.st_ino && flock(fd, LOCK_EX | LOCK_NB) == 0;
-  // Unlinked while we hold its lock: a writer that locks it next sees
-  // st_nlink == 0 and starts over with a new file.
+  // Unlinked while we hold its lock: a writer that locks it next sees st_nlink == 0 and starts over
+  // with a new file.
   stale = stale && unlinkat(dir_fd, name, 0) == 0;
   close(fd);
   return stale;
@@ -95,8 +95,8 @@ bool RemoveIfStale(int dir_fd, const char* name, pid_t pid) {
 }  // namespace
 
 absl::StatusOr<TempFile> CreateTempFileFor(const std::string& path) {
-  // Naming an unnamed file takes /proc (see CommitTempFile), which a minimal
-  // container or chroot may lack.
+  // Naming an unnamed file takes /proc (see CommitTempFile), which a minimal container or chroot
+  // may lack.
   static const bool proc_mounted = access("/proc/self/fd", X_OK) == 0;
   if (!proc_mounted) return CreateNamedTempFileFor(path);
   const std::string directory = SplitPath(path).directory;
@@ -121,8 +121,8 @@ absl::StatusOr<TempFile> CreateNamedTempFileFor(const std::string& path) {
       return absl::InternalError(
           absl::StrCat("cannot create a temporary file ", name, ": ", std::strerror(errno)));
     }
-    // A sweeper that took this file for a dead writer's holds its lock, or
-    // has unlinked it already: start over.
+    // A sweeper that took this file for a dead writer's holds its lock, or has unlinked it already:
+    // start over.
     struct stat info {};
     if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &info) == 0 && info.st_nlink > 0) {
       return TempFile{fd, std::move(name)};
@@ -142,8 +142,8 @@ absl::Status CommitTempFile(TempFile& temp, const std::string& path) {
     }
     ASSIGN_OR_RETURN(const std::string random, RandomNameChars());
     std::string name = absl::StrCat(path, kInfix, getpid(), ".", random);
-    // Through /proc: linking an open file by its descriptor alone
-    // (AT_EMPTY_PATH) needs CAP_DAC_READ_SEARCH.
+    // Through /proc: linking an open file by its descriptor alone (AT_EMPTY_PATH) needs
+    // CAP_DAC_READ_SEARCH.
     const std::string self = absl::StrCat("/proc/self/fd/", temp.fd);
     if (linkat(AT_FDCWD, self.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) {
       temp.path = std::move(name);

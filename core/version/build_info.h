@@ -1,7 +1,6 @@
-// What this build of ddpspawn is: its version, the LibTorch, CUDA and NCCL it
-// was compiled against, and the process-group backends compiled in. Thread-safe
-// (computed once). It never initialises CUDA, so a launcher may ask before
-// forking ranks that use CUDA.
+// What this build of ddpspawn is: its version, the LibTorch, CUDA and NCCL it was compiled against,
+// and the process-group backends compiled in. Thread-safe (computed once). It never initialises
+// CUDA, so a launcher may ask before forking ranks that use CUDA.
 #ifndef DDPSPAWN_CORE_VERSION_BUILD_INFO_H_
 #define DDPSPAWN_CORE_VERSION_BUILD_INFO_H_
 
@@ -22,8 +21,8 @@ struct BuildInfo {
 
 const BuildInfo& GetBuildInfo();
 
-// The build info as "key=value" lines (version, torch, cuda, nccl, backends),
-// each ending in a newline.
+// The build info as "key=value" lines (version, torch, cuda, nccl, backends), each ending in a
+// newline.
 const std::string& BuildInfoText();
 
 }  // namespace ddpspawn

@@ -1,6 +1,6 @@
-/* Collectives on DLPack tensors from C: it launches itself as 2 workers; each describes its own
- * 2x3 float matrix as a DLTensor (shape and dtype travel with the data) and all-reduces it in
- * place, and rank 0 hands the summed matrix back to the launcher. */
+/* Collectives on DLPack tensors from C: it launches itself as 2 workers; each describes its own 2x3
+ * float matrix as a DLTensor (shape and dtype travel with the data) and all-reduces it in place,
+ * and rank 0 hands the summed matrix back to the launcher. */
 #include <ddpspawn/ddpspawn.h>
 #include <ddpspawn/ddpspawn_dlpack.h>
 #include <stdio.h>

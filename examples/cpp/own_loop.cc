@@ -1,8 +1,7 @@
-// A LibTorch program of the pytorch/examples kind (its own module, dataset and
-// training loop) made data-parallel: 2 spawned ranks, each reading its shard
-// as PyTorch's DistributedSampler deals it, train a small CNN on synthetic
-// 8x8 digits in the natural loop, and rank 0 hands back its test accuracy.
-// docs/cpp.md walks through what changed from the single-process program.
+// A LibTorch program of the pytorch/examples kind (its own module, dataset and training loop) made
+// data-parallel: 2 spawned ranks, each reading its shard as PyTorch's DistributedSampler deals it,
+// train a small CNN on synthetic 8x8 digits in the natural loop, and rank 0 hands back its test
+// accuracy. docs/cpp.md walks through what changed from the single-process program.
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -11,10 +10,10 @@
 #include "core/env/rank_zero.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "core/strategy/distribute.h"
-#include "core/train/torch_data_sampler.h"
+#include "core/train/data/torch_data_sampler.h"
 
-// Ten classes, each a fixed random 8x8 pattern; a sample is its class's
-// pattern plus noise drawn from `seed`.
+// Ten classes, each a fixed random 8x8 pattern; a sample is its class's pattern plus noise drawn
+// from `seed`.
 class SyntheticDigits : public torch::data::datasets::Dataset<SyntheticDigits> {
  public:
   SyntheticDigits(int64_t size, uint64_t seed) {

@@ -1,6 +1,5 @@
-// DDPSpawnStrategy from C++: 2 spawned ranks train a linear regression with
-// DistributedDataParallel (each rank on its own half of the data) and hand the
-// learned weights back to the launcher.
+// DDPSpawnStrategy from C++: 2 spawned ranks train a linear regression with DistributedDataParallel
+// (each rank on its own half of the data) and hand the learned weights back to the launcher.
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -39,8 +38,8 @@ absl::StatusOr<std::string> Train(ddpspawn::DDPSpawnStrategy& strategy) {
     optimizer.zero_grad();
     absl::StatusOr<at::Tensor> loss = strategy.TrainingStep({x, y}, step);
     if (!loss.ok()) return loss.status();
-    // Backward (loss scaled under "16-mixed"; gradients averaged across the
-    // ranks here), then the step (unscaled; skipped on every rank on an inf).
+    // Backward (loss scaled under "16-mixed"; gradients averaged across the ranks here), then the
+    // step (unscaled; skipped on every rank on an inf).
     if (absl::Status s = strategy.Backward(*loss); !s.ok()) return s;
     if (absl::Status s = strategy.OptimizerStep(optimizer).status(); !s.ok()) return s;
   }

@@ -1,15 +1,15 @@
-// The Trainer on a program's own torch::nn::Module and dataset: 2 ranks fit a
-// CNN on synthetic 8x8 digits (2 loading threads each), writing to ./own_data_logs.
+// The Trainer on a program's own torch::nn::Module and dataset: 2 ranks fit a CNN on synthetic 8x8
+// digits (2 loading threads each), writing to ./own_data_logs.
 #include <torch/torch.h>
 
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
 #include "core/strategy/ddp_spawn_strategy.h"
-#include "core/train/trainer.h"
+#include "core/train/loop/trainer.h"
 
-// Ten classes, each a random 8x8 pattern; a sample is its class's pattern plus
-// noise. Get() only reads, so the loading threads may call it at once.
+// Ten classes, each a random 8x8 pattern; a sample is its class's pattern plus noise. Get() only
+// reads, so the loading threads may call it at once.
 class Digits : public ddpspawn::SampleDataset {
  public:
   Digits(int64_t size, uint64_t seed) {

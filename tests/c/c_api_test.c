@@ -22,9 +22,8 @@
 
 #include "c_check.h"
 
-/* Whether CUDA would see a device here, told without CUDA: a device node
- * /dev/nvidia<N> (the driver makes one per GPU), unless CUDA_VISIBLE_DEVICES
- * hides them all (empty, or starting with -1). */
+/* Whether CUDA would see a device here, told without CUDA: a device node /dev/nvidia<N> (the driver
+ * makes one per GPU), unless CUDA_VISIBLE_DEVICES hides them all (empty, or starting with -1). */
 static int cuda_device_visible(void) {
   const char* visible = getenv("CUDA_VISIBLE_DEVICES");
   if (visible != NULL) {
@@ -43,9 +42,8 @@ static int cuda_device_visible(void) {
   return found;
 }
 
-/* The gradient reducer: two iterations over three buffers, one of them never
- * marked ready (find_unused_parameters leaves it untouched); returns 1 when
- * every value is as expected. */
+/* The gradient reducer: two iterations over three buffers, one of them never marked ready
+ * (find_unused_parameters leaves it untouched); returns 1 when every value is as expected. */
 static int check_reducer(ddpspawn_context* ctx, int rank, int world) {
   float a[6]; /* room for the uneven case below */
   double b[3];
@@ -157,8 +155,8 @@ static int check_dlpack(ddpspawn_context* ctx, int rank, int world) {
   DLTensor out = cpu_tensor(gathered, 2, gathered_shape, kDLInt, 32);
   ok = ok && world <= 16 && ddpspawn_all_gather_dlpack(ctx, &in, &out) == DDPSPAWN_OK;
   for (int r = 0; r < world && ok; r++) ok = gathered[r][0] == 100 + r && gathered[r][1] == -r;
-  /* A reducer over a 16x8 weight and a bias of 8 as DLPack tensors: PowerSGD
-   * (rank 1, from the first iteration) sends the weight as 16 + 8 factors. */
+  /* A reducer over a 16x8 weight and a bias of 8 as DLPack tensors: PowerSGD (rank 1, from the
+   * first iteration) sends the weight as 16 + 8 factors. */
   float weight[16][8], bias[8];
   int64_t weight_shape[2] = {16, 8}, bias_shape[1] = {8};
   for (int i = 0; i < 128; i++) weight[i / 8][i % 8] = (float)((i % 7) * (rank + 1));
@@ -301,8 +299,8 @@ static int fork_worker(int32_t rank, void* user_data) {
   return run_collectives();
 }
 
-/* Rank 1 fails in the job's first start; rank 0 hands back which start it
- * ran in (TORCHELASTIC_RESTART_COUNT). */
+/* Rank 1 fails in the job's first start; rank 0 hands back which start it ran in
+ * (TORCHELASTIC_RESTART_COUNT). */
 static int fail_first_start(int32_t rank, void* user_data) {
   (void)user_data;
   const char* start = getenv("TORCHELASTIC_RESTART_COUNT");
@@ -362,8 +360,8 @@ static int free_port(void) {
   return port;
 }
 
-/* One node's launcher of a 2 x 2 job at 127.0.0.1:port: exits 0 when its job
- * ran and it got rank 0's result, which node 0 hands to node 1. */
+/* One node's launcher of a 2 x 2 job at 127.0.0.1:port: exits 0 when its job ran and it got rank
+ * 0's result, which node 0 hands to node 1. */
 static void run_node(const char* const* worker_argv, int node, int port) {
   ddpspawn_launch_options options = DDPSPAWN_LAUNCH_OPTIONS_INIT;
   options.nprocs = 2;
@@ -400,8 +398,8 @@ static void check_two_nodes(const char* const* worker_argv) {
     CHECK(nodes[node] > 0 && waitpid(nodes[node], &status, 0) == nodes[node]);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
-  /* A struct of the first release (it ended before nnodes) is one node's job,
-   * whatever lies beyond its size. */
+  /* A struct of the first release (it ended before nnodes) is one node's job, whatever lies beyond
+   * its size. */
   ddpspawn_launch_options old = DDPSPAWN_LAUNCH_OPTIONS_INIT;
   old.struct_size = (uint32_t)offsetof(ddpspawn_launch_options, nnodes);
   old.nprocs = 2;
@@ -436,9 +434,8 @@ static int remove_entry(const char* path, const struct stat* info, int type, str
   return remove(path);
 }
 
-/* A training run through ddpspawn_run: 2 forked ranks fit the built-in MLP on a
- * CSV this test writes, then validate its checkpoint; bad options are errors
- * before anything runs. */
+/* A training run through ddpspawn_run: 2 forked ranks fit the built-in MLP on a CSV this test
+ * writes, then validate its checkpoint; bad options are errors before anything runs. */
 static void check_training_run(void) {
   char dir[] = "/tmp/ddpspawn-c-run-XXXXXX";
   if (mkdtemp(dir) == NULL) {
@@ -536,9 +533,9 @@ static void check_training_run(void) {
   CHECK(nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0);
 }
 
-/* Byte counts no buffer can have (SIZE_MAX), or over the 1 GiB limit of the
- * byte collectives, are DDPSPAWN_ERR_INVALID_ARGUMENT with the out-parameters
- * untouched, not an abort inside the library. */
+/* Byte counts no buffer can have (SIZE_MAX), or over the 1 GiB limit of the byte collectives, are
+ * DDPSPAWN_ERR_INVALID_ARGUMENT with the out-parameters untouched, not an abort inside the library.
+ */
 static void check_byte_sizes(void) {
   ddpspawn_context* ctx = NULL;
   CHECK(ddpspawn_context_create(NULL, &ctx) == DDPSPAWN_OK);
@@ -568,8 +565,8 @@ static void check_byte_sizes(void) {
   ddpspawn_context_destroy(ctx);
 }
 
-/* A 10 MB error text is not copied whole into ddpspawn_last_error: its first
- * 64 KiB are kept, with a note. */
+/* A 10 MB error text is not copied whole into ddpspawn_last_error: its first 64 KiB are kept, with
+ * a note. */
 static void check_long_error(void) {
   const size_t length = (size_t)10 * 1024 * 1024;
   char* backend = malloc(length + 1);
@@ -602,8 +599,8 @@ static ddpspawn_job* forkserver_job(const char* const* argv) {
   return job;
 }
 
-/* The pid of the process that forked rank 0 of a forkserver job of 2 ranks
- * running `argv`; 0 when the job failed. */
+/* The pid of the process that forked rank 0 of a forkserver job of 2 ranks running `argv`; 0 when
+ * the job failed. */
 static long forkserver_parent(const char* const* argv) {
   long parent = 0;
   ddpspawn_job* job = forkserver_job(argv);
@@ -624,9 +621,9 @@ static long forkserver_parent(const char* const* argv) {
   return parent;
 }
 
-/* forkserver: the ranks are forked by a server (this program, exec'd once),
- * not by the launcher, and a second job reuses it; the collectives work
- * there; a program that does not serve is a clear error. */
+/* forkserver: the ranks are forked by a server (this program, exec'd once), not by the launcher,
+ * and a second job reuses it; the collectives work there; a program that does not serve is a clear
+ * error. */
 static void check_forkserver(const char* self) {
   const char* parent_argv[] = {self, "parent", NULL};
   long first = forkserver_parent(parent_argv);
@@ -705,8 +702,8 @@ int main(int argc, char** argv) {
   check_result(job, "sum=3 world=2");
   ddpspawn_job_destroy(job);
 
-  /* max_restarts: after rank 1 fails in the first start, the ranks start
-   * again and the second start's result is the job's. */
+  /* max_restarts: after rank 1 fails in the first start, the ranks start again and the second
+   * start's result is the job's. */
   ddpspawn_launch_options restart_options = fork_options;
   restart_options.worker_fn = fail_first_start;
   restart_options.max_restarts = 1;
@@ -762,8 +759,8 @@ int main(int argc, char** argv) {
   context_options.backend = "mpi";
   CHECK(ddpspawn_context_create(&context_options, &ctx) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   CHECK(strstr(ddpspawn_last_error(), "backend") != NULL);
-  /* nccl: unavailable, saying why, exactly without NCCL in the build or
-   * without a CUDA device; else a group of one joins. */
+  /* nccl: unavailable, saying why, exactly without NCCL in the build or without a CUDA device; else
+   * a group of one joins. */
   context_options.backend = "nccl";
   if (strstr(ddpspawn_build_info(), "\nnccl=none\n") != NULL) {
     CHECK(ddpspawn_context_create(&context_options, &ctx) == DDPSPAWN_ERR_UNAVAILABLE);

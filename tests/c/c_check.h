@@ -1,6 +1,6 @@
-/* CHECK(cond) for the C tests: a failed condition prints where, the
- * condition and the library's last error, and counts into `failures`, which
- * the test reads at its end. Include it from one translation unit. */
+/* CHECK(cond) for the C tests: a failed condition prints where, the condition and the library's
+ * last error, and counts into `failures`, which the test reads at its end. Include it from one
+ * translation unit. */
 #ifndef DDPSPAWN_TESTS_C_C_CHECK_H_
 #define DDPSPAWN_TESTS_C_C_CHECK_H_
 

@@ -104,9 +104,8 @@ static double loss_and_gradient(const float* w, const float* x, const float* y, 
   return loss;
 }
 
-/* Trains w from zero with SGD, the gradients averaged through `options`;
- * returns the mean loss over the ranks' data at the end (and at the start in
- * *start). */
+/* Trains w from zero with SGD, the gradients averaged through `options`; returns the mean loss over
+ * the ranks' data at the end (and at the start in *start). */
 static double train(ddpspawn_context* ctx, const ddpspawn_reducer_options* options, const float* x,
                     const float* y, double* start) {
   float w[kFeatures] = {0}, grad[kFeatures];
@@ -220,12 +219,10 @@ int main(int argc, char** argv) {
   long long sent = 0, dense = 0;
   CHECK(sscanf(text, "start=%lf exact=%lf topk=%lf sent=%lld dense=%lld", &start, &exact, &topk,
                &sent, &dense) == 5);
-  /* 16 of 128 entries a step, as an int32 index and a float32 value: 1/4 of
-   * the dense bytes. */
+  /* 16 of 128 entries a step, as an int32 index and a float32 value: 1/4 of the dense bytes. */
   CHECK(sent == (long long)kSteps * kTopK * 8 && sent * 4 == dense);
-  /* Both converge (observed: 3.65 -> 4.4e-4 exact, 3.7e-4 top-k: its error
-   * feedback makes up for what each step leaves out), and the hook's sums,
-   * not the exact mean, trained the second run. */
+  /* Both converge (observed: 3.65 -> 4.4e-4 exact, 3.7e-4 top-k: its error feedback makes up for
+   * what each step leaves out), and the hook's sums, not the exact mean, trained the second run. */
   CHECK(exact < 1e-3 * start);
   CHECK(topk < 1e-3 * start);
   CHECK(fabs(topk - exact) > 1e-2 * exact);

@@ -1,5 +1,5 @@
-// ArrivalTally and ArrivalReport from arrival times given by hand: who arrived
-// last, by how much, how long each rank waited, and the report's forms.
+// ArrivalTally and ArrivalReport from arrival times given by hand: who arrived last, by how much,
+// how long each rank waited, and the report's forms.
 #include "core/comm/arrival_report.h"
 
 #include "gmock/gmock.h"

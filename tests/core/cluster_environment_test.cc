@@ -1,5 +1,5 @@
-// Parsing of every cluster environment: ddpspawn's own, TorchElastic, SLURM and
-// plain variables; and which process of a job prints for it (rank_zero.h).
+// Parsing of every cluster environment: ddpspawn's own, TorchElastic, SLURM and plain variables;
+// and which process of a job prints for it (rank_zero.h).
 #include "core/env/cluster_environment.h"
 
 #include <map>
@@ -68,8 +68,8 @@ TEST(ClusterEnvironmentTest, DdpspawnLauncherWins) {
   EXPECT_EQ(info->attempt, 0);
 }
 
-// A launcher's restarted ranks (max_restarts) are told their generation as
-// torchrun tells its attempts: a multi-node job's store outlives generations.
+// A launcher's restarted ranks (max_restarts) are told their generation as torchrun tells its
+// attempts: a multi-node job's store outlives generations.
 TEST(ClusterEnvironmentTest, DdpspawnRanksReadTheirGeneration) {
   std::map<std::string, std::string> vars = {{"DDPSPAWN_RUN_DIR", "/tmp/x"},
                                              {"MASTER_PORT", "1"},
@@ -203,9 +203,9 @@ TEST(SlurmNodeListTest, FirstHost) {
   EXPECT_FALSE(FirstHostInSlurmNodeList("n[x-y]").ok());
 }
 
-// Which process prints for the job: rank 0 for what the ranks print; for
-// main()'s banner, a ddpspawn launching process but none of its spawned ranks
-// (which rerun main()), and rank 0 of a torchrun job.
+// Which process prints for the job: rank 0 for what the ranks print; for main()'s banner, a
+// ddpspawn launching process but none of its spawned ranks (which rerun main()), and rank 0 of a
+// torchrun job.
 TEST(RankZeroTest, EachLauncherPrintsOnce) {
   const std::map<std::string, std::string> spawned = {{"DDPSPAWN_RUN_DIR", "/tmp/x"},
                                                       {"MASTER_PORT", "1"},

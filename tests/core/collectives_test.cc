@@ -1,5 +1,5 @@
-// Every collective, op and dtype against expected values, in real 2-, 3- and
-// 4-rank jobs (the checks run inside tests/core/test_worker's modes).
+// Every collective, op and dtype against expected values, in real 2-, 3- and 4-rank jobs (the
+// checks run inside tests/core/test_worker's modes).
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -28,9 +28,8 @@ absl::StatusOr<std::string> RunWorkers(int nprocs, const std::string& mode,
   return (*job)->result().value_or("");
 }
 
-// (world size, shared-memory all-reduce on): float sums take shared memory by
-// default between a launcher's ranks; DDPSPAWN_SHM_ALLREDUCE=0 sends them
-// through Gloo.
+// (world size, shared-memory all-reduce on): float sums take shared memory by default between a
+// launcher's ranks; DDPSPAWN_SHM_ALLREDUCE=0 sends them through Gloo.
 class CollectivesTest : public testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(CollectivesTest, EveryOpAndDtype) {
@@ -58,17 +57,17 @@ TEST(SettingsTest, AnUnknownSwitchValueIsRefused) {
   }
 }
 
-// Groups created one after another in the same job each rendezvous on their
-// own: a rank that lets go of a group late must not wipe the next group's keys.
+// Groups created one after another in the same job each rendezvous on their own: a rank that lets
+// go of a group late must not wipe the next group's keys.
 TEST(GroupsInTurnTest, EachGroupJoinsAndReduces) {
   absl::StatusOr<std::string> result = RunWorkers(2, "groups_in_turn");
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(*result, "three groups");
 }
 
-// The rank that is slowed on purpose (10 ms before each of 20 all-reduces) is
-// the one the arrivals name, whichever it is, with about that lateness; over
-// Gloo's TCP nothing is timed and the report says so instead of naming a rank.
+// The rank that is slowed on purpose (10 ms before each of 20 all-reduces) is the one the arrivals
+// name, whichever it is, with about that lateness; over Gloo's TCP nothing is timed and the report
+// says so instead of naming a rank.
 class StragglerTest : public testing::TestWithParam<int> {};
 
 TEST_P(StragglerTest, TheSlowedRankIsNamed) {
@@ -104,9 +103,9 @@ TEST(StragglerOverGlooTest, SaysItIsNotMeasured) {
   EXPECT_THAT(*report, testing::HasSubstr("\nstraggler.rank=-1\n"));
 }
 
-// Mismatched calls (rank 0's and rank 1's below) are an error on every rank
-// that names each rank's call, on the shared-memory path and on Gloo, and the
-// group still works afterwards (test_worker checks both).
+// Mismatched calls (rank 0's and rank 1's below) are an error on every rank that names each rank's
+// call, on the shared-memory path and on Gloo, and the group still works afterwards (test_worker
+// checks both).
 struct Mismatch {
   const char* which;
   const char* rank0;
@@ -145,10 +144,9 @@ INSTANTIATE_TEST_SUITE_P(
                           std::get<1>(info.param) ? "_shm" : "_gloo");
     });
 
-// A rank that stops (SIGSTOP) between collectives: the others' next one times
-// out after the group's timeout (3 s here), and the error names the rank that
-// never reached the call, what it did last and that its process is stopped
-// (the flight recorder), on shared memory and on Gloo.
+// A rank that stops (SIGSTOP) between collectives: the others' next one times out after the group's
+// timeout (3 s here), and the error names the rank that never reached the call, what it did last
+// and that its process is stopped (the flight recorder), on shared memory and on Gloo.
 class StallTest : public testing::TestWithParam<bool> {};
 
 TEST_P(StallTest, ATimeoutNamesTheRankThatNeverArrived) {

@@ -1,7 +1,7 @@
-// A stranger who connects to a forming Gloo group's listeners and sends the pairs' sequence
-// numbers first stands in for a peer; CheckEveryConnection turns that into an error on both
-// ranks that names the cause, within its deadline, and passes an untouched group. The last test
-// does the same to ProcessGroup::Create as a launcher's ranks call it: the check is on that path.
+// A stranger who connects to a forming Gloo group's listeners and sends the pairs' sequence numbers
+// first stands in for a peer; CheckEveryConnection turns that into an error on both ranks that
+// names the cause, within its deadline, and passes an untouched group. The last test does the same
+// to ProcessGroup::Create as a launcher's ranks call it: the check is on that path.
 #include "core/comm/connection_check.h"
 
 #include <arpa/inet.h>
@@ -50,8 +50,8 @@ struct Rank {
   int result = -1;  // the rank writes its check's status text ("OK" or the error)
 };
 
-// In the child: make the Gloo device (its listener starts now), wait for the word, join the
-// group and check it. Never returns.
+// In the child: make the Gloo device (its listener starts now), wait for the word, join the group
+// and check it. Never returns.
 [[noreturn]] void RunRank(int rank, const std::string& store_path, int ready, int go, int result) {
   auto store = c10::make_intrusive<c10d::FileStore>(store_path, kWorldSize);
   auto options = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(30));
@@ -112,8 +112,8 @@ std::vector<int> ListeningPorts(pid_t pid) {
   return ports;
 }
 
-// What a stranger does: for every sequence number a pair may wait for, a connection to `port`
-// that sends it, held open.
+// What a stranger does: for every sequence number a pair may wait for, a connection to `port` that
+// sends it, held open.
 std::vector<int> ClaimSequenceNumbers(int port) {
   std::vector<int> sockets;
   for (uint64_t sequence = 0; sequence < 16; ++sequence) {
@@ -196,9 +196,8 @@ TEST(ConnectionCheckTest, AStrangerStandingInForAPeerFailsBothRanksNamingTheCaus
   EXPECT_LT(absl::Now() - start, absl::Seconds(25));
 }
 
-// In the child: ProcessGroup::Create as a launcher's rank calls it (its run directory's store,
-// Gloo on 127.0.0.1, the connection check, shared memory); writes "OK" or the error. Never
-// returns.
+// In the child: ProcessGroup::Create as a launcher's rank calls it (its run directory's store, Gloo
+// on 127.0.0.1, the connection check, shared memory); writes "OK" or the error. Never returns.
 [[noreturn]] void CreateRank(int rank, const std::string& run_dir, int result) {
   ClusterInfo cluster;
   cluster.kind = ClusterKind::kDdpspawn;
@@ -235,11 +234,11 @@ std::vector<int> WaitUntilListening(pid_t pid) {
   return {};
 }
 
-// A rank's Gloo listener is up before it reads its peers' addresses from the store, and it
-// connects only once it has them all. Rank 1 starts alone (it waits for rank 0's address), the
-// stranger claims its sequence numbers, and it is stopped; then rank 0 starts, and the stranger
-// claims its numbers before rank 1 runs again. Whichever side of the pair listens, the stranger
-// holds it, with no race.
+// A rank's Gloo listener is up before it reads its peers' addresses from the store, and it connects
+// only once it has them all. Rank 1 starts alone (it waits for rank 0's address), the stranger
+// claims its sequence numbers, and it is stopped; then rank 0 starts, and the stranger claims its
+// numbers before rank 1 runs again. Whichever side of the pair listens, the stranger holds it, with
+// no race.
 TEST(ConnectionCheckTest, ProcessGroupCreateRunsTheCheck) {
   std::string run_dir = testing::TempDir() + "/runXXXXXX";
   ASSERT_NE(mkdtemp(run_dir.data()), nullptr);

@@ -1,6 +1,6 @@
-// CUDA support is a library of its own, loaded on first use: before that this process maps none
-// of CUDA's big libraries; loading it maps libtorch_cuda; a named path that does not exist is an
-// error that names it.
+// CUDA support is a library of its own, loaded on first use: before that this process maps none of
+// CUDA's big libraries; loading it maps libtorch_cuda; a named path that does not exist is an error
+// that names it.
 #include "core/comm/cuda/cuda_support.h"
 
 #include <cstdlib>
@@ -17,8 +17,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// The CUDA libraries of this process's memory map that a CPU-only process must not load (the
-// CUDA wheel's libtorch_cpu itself needs the small CUDA runtime and CUPTI; those are left out).
+// The CUDA libraries of this process's memory map that a CPU-only process must not load (the CUDA
+// wheel's libtorch_cpu itself needs the small CUDA runtime and CUPTI; those are left out).
 std::string HeavyCudaMappings() {
   std::ifstream maps("/proc/self/maps");
   std::string line, found;
@@ -48,8 +48,8 @@ TEST(CudaSupportTest, LoadedOnFirstUseOnly) {
   EXPECT_EQ(*LoadCudaSupport(), *cuda) << "loaded once";
 }
 
-// In a process of its own (the first load decides for the whole process): threadsafe death
-// tests run the statement in a fresh run of this program.
+// In a process of its own (the first load decides for the whole process): threadsafe death tests
+// run the statement in a fresh run of this program.
 TEST(CudaSupportDeathTest, AMissingLibraryIsNamed) {
   if (!CudaSupportBuilt()) GTEST_SKIP() << "this build has no CUDA support";
   GTEST_FLAG_SET(death_test_style, "threadsafe");

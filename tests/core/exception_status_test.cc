@@ -1,5 +1,5 @@
-// ExceptionStatus: LibTorch's message without its backtrace, after the
-// caller's prefix, with a code from the exception's type.
+// ExceptionStatus: LibTorch's message without its backtrace, after the caller's prefix, with a code
+// from the exception's type.
 #include "core/util/exception_status.h"
 
 #include <c10/util/Exception.h>

@@ -1,7 +1,6 @@
-// The files ddpspawn writes: never through a symbolic link (a link at the
-// target is refused and its target left alone; a link planted at a guessable
-// temporary name redirects nothing), temporary files of dead writers swept,
-// and output directories another user controls refused.
+// The files ddpspawn writes: never through a symbolic link (a link at the target is refused and its
+// target left alone; a link planted at a guessable temporary name redirects nothing), temporary
+// files of dead writers swept, and output directories another user controls refused.
 #include "core/util/files.h"
 
 #include <fcntl.h>
@@ -143,8 +142,8 @@ TEST(FilesTest, CheckAppendableRefusesWhatAppendWouldAndAcceptsNothingYet) {
 TEST(FilesTest, TemporaryFilesOfDeadWritersAreSweptAndNoOthers) {
   const std::string dir = NewDir("sweep");
   const std::string path = dir + "/last.ckpt";
-  // A writer killed half way with a named temporary file (where O_TMPFILE is
-  // not available): its file stays behind.
+  // A writer killed half way with a named temporary file (where O_TMPFILE is not available): its
+  // file stays behind.
   const pid_t killed = fork();
   if (killed == 0) {
     absl::StatusOr<TempFile> temp = CreateNamedTempFileFor(path);
@@ -168,8 +167,7 @@ TEST(FilesTest, TemporaryFilesOfDeadWritersAreSweptAndNoOthers) {
     Write(name, "x");
   }
   ASSERT_EQ(symlink(other_file.c_str(), planted.c_str()), 0);
-  // A writer in another pid namespace: its pid means nothing here, its lock
-  // does.
+  // A writer in another pid namespace: its pid means nothing here, its lock does.
   const int lock_fd = open(locked.c_str(), O_RDONLY | O_CLOEXEC);
   ASSERT_EQ(flock(lock_fd, LOCK_EX), 0);
 
@@ -193,9 +191,9 @@ std::vector<std::string> Names(const std::string& dir) {
   return names;
 }
 
-// The test directory's file system (ext4 or tmpfs) has unnamed temporary
-// files (O_TMPFILE): a writer killed before it commits leaves nothing there,
-// and one that commits leaves only the target.
+// The test directory's file system (ext4 or tmpfs) has unnamed temporary files (O_TMPFILE): a
+// writer killed before it commits leaves nothing there, and one that commits leaves only the
+// target.
 TEST(FilesTest, AWriterKilledBeforeItCommitsLeavesNothing) {
   const std::string dir = NewDir("unnamed");
   const std::string path = dir + "/last.ckpt";
@@ -230,9 +228,8 @@ TEST(FilesTest, AWriterKilledBeforeItCommitsLeavesNothing) {
   EXPECT_EQ(Read(path), "next");
 }
 
-// The named kind (no O_TMPFILE): committing leaves only the target; a commit
-// that fails (the target is a directory) leaves no temporary file once
-// discarded.
+// The named kind (no O_TMPFILE): committing leaves only the target; a commit that fails (the target
+// is a directory) leaves no temporary file once discarded.
 TEST(FilesTest, ANamedTemporaryFileCommitsOrIsDiscarded) {
   const std::string dir = NewDir("named");
   const std::string path = dir + "/last.ckpt";

@@ -1,7 +1,6 @@
-// The flight recorder without ranks: what a rank writes is what others read,
-// and the description names a rank that never reached a call, one still in it
-// whose process is stopped, and one whose process has exited; process states
-// read from /proc (a zombie counts as exited).
+// The flight recorder without ranks: what a rank writes is what others read, and the description
+// names a rank that never reached a call, one still in it whose process is stopped, and one whose
+// process has exited; process states read from /proc (a zombie counts as exited).
 #include "core/trace/flight_recorder.h"
 
 #include <signal.h>

@@ -1,10 +1,8 @@
-// Launcher tests with real processes: results, each failure kind in every start
-// method (spawn, fork, forkserver; the forkserver's reuse, its death, a
-// program that does not serve) (the reported rank and cause, and no process left behind), timeouts,
-// a SIGKILLed launcher (its ranks and their children die with it), SIGKILL for
-// a rank that ignores SIGTERM, SIGINT/SIGTERM forwarded to the ranks, the
-// descriptors workers inherit, and forked ranks after OpenMP work in the
-// launcher.
+// Launcher tests with real processes: results, each failure kind in every start method (spawn,
+// fork, forkserver; the forkserver's reuse, its death, a program that does not serve) (the reported
+// rank and cause, and no process left behind), timeouts, a SIGKILLed launcher (its ranks and their
+// children die with it), SIGKILL for a rank that ignores SIGTERM, SIGINT/SIGTERM forwarded to the
+// ranks, the descriptors workers inherit, and forked ranks after OpenMP work in the launcher.
 #include "core/launch/launcher.h"
 
 #include <dirent.h>
@@ -48,9 +46,9 @@ bool ProcessGone(pid_t pid) {
   return kill(pid, 0) == -1 && errno == ESRCH && kill(-pid, 0) == -1 && errno == ESRCH;
 }
 
-// /proc/<pid>/stat's text; empty once the process is gone. Read with read(2): a
-// process reaped between open and read fails the read with ESRCH, which
-// libstdc++'s filebuf turns into an exception.
+// /proc/<pid>/stat's text; empty once the process is gone. Read with read(2): a process reaped
+// between open and read fails the read with ESRCH, which libstdc++'s filebuf turns into an
+// exception.
 std::string ProcStat(pid_t pid) {
   std::string text;
   const int fd = open(absl::StrCat("/proc/", pid, "/stat").c_str(), O_RDONLY | O_CLOEXEC);
@@ -86,8 +84,8 @@ bool ProcessDead(pid_t pid) {
          (text[name_end + 2] == 'Z' || text[name_end + 2] == 'X');
 }
 
-// Sends `sig` to this process once Job::Wait() handles it (it installs its
-// handler on entry; before that, the default action would end the test).
+// Sends `sig` to this process once Job::Wait() handles it (it installs its handler on entry; before
+// that, the default action would end the test).
 void SendWhenHandled(int sig) {
   for (struct sigaction current = {};;) {
     sigaction(sig, nullptr, &current);
@@ -97,8 +95,8 @@ void SendWhenHandled(int sig) {
   kill(getpid(), sig);
 }
 
-// The default action for `sig` while alive, so that ranks forked meanwhile
-// inherit it (a test run in the background may start with SIGINT ignored).
+// The default action for `sig` while alive, so that ranks forked meanwhile inherit it (a test run
+// in the background may start with SIGINT ignored).
 class DefaultDisposition {
  public:
   explicit DefaultDisposition(int sig) : sig_(sig) {
@@ -206,8 +204,8 @@ TEST(LauncherSpawnTest, ExitCodeIsReported) {
   ExpectNoWorkerLeft(*job);
 }
 
-// The rank that failed first is named even when a peer that failed because
-// of it is reaped first (its own exit is slower).
+// The rank that failed first is named even when a peer that failed because of it is reaped first
+// (its own exit is slower).
 TEST(LauncherSpawnTest, TheFirstRankToReportIsTheCauseThoughReapedLast) {
   absl::Status status;
   std::unique_ptr<Job> job = RunJob(SpawnSpec(3, {"slow_exit", "0"}), &status);
@@ -220,9 +218,8 @@ TEST(LauncherSpawnTest, TheFirstRankToReportIsTheCauseThoughReapedLast) {
   ExpectNoWorkerLeft(*job);
 }
 
-// A rank that reported its error but was still running when the launcher
-// stopped the job (its exit hung) is named by its error, not by the
-// launcher's SIGTERM that ended it.
+// A rank that reported its error but was still running when the launcher stopped the job (its exit
+// hung) is named by its error, not by the launcher's SIGTERM that ended it.
 TEST(LauncherSpawnTest, AReportedErrorHeadsTheMessageThoughTheLauncherEndedTheRank) {
   absl::Status status;
   std::unique_ptr<Job> job = RunJob(SpawnSpec(3, {"report_and_hang", "0"}), &status);
@@ -270,8 +267,8 @@ TEST(LauncherSpawnTest, HangingRankHitsTheTimeout) {
   ExpectNoWorkerLeft(*job);
 }
 
-// The job's own limit, reached while ranks wait in a collective for a stopped
-// one: the error adds what every rank was last doing (their flight records).
+// The job's own limit, reached while ranks wait in a collective for a stopped one: the error adds
+// what every rank was last doing (their flight records).
 TEST(LauncherSpawnTest, TheJobTimeoutSaysWhatEveryRankWasDoing) {
   LaunchSpec spec = SpawnSpec(2, {"stall", "1", "600"});
   spec.timeout = absl::Seconds(8);
@@ -283,8 +280,8 @@ TEST(LauncherSpawnTest, TheJobTimeoutSaysWhatEveryRankWasDoing) {
                                           "running for"));
   EXPECT_THAT(status.message(), HasSubstr("rank 1: never reached call #3"));
   EXPECT_THAT(status.message(), HasSubstr("is stopped"));
-  // The stopped rank was continued, so it ended by the SIGTERM, not by a
-  // SIGKILL at the grace period's end.
+  // The stopped rank was continued, so it ended by the SIGTERM, not by a SIGKILL at the grace
+  // period's end.
   EXPECT_EQ(job->outcomes()[1].state, RankState::kSignaled);
   EXPECT_EQ(job->outcomes()[1].signal, SIGTERM);
   EXPECT_THAT(status.message(), Not(HasSubstr("grace period")));
@@ -318,8 +315,8 @@ TEST(LauncherSpawnTest, EnvironmentFollowsTheTorchrunContract) {
       "\"$MASTER_PORT\" -gt 0 && test \"$EXTRA\" = yes && test -d \"$DDPSPAWN_RUN_DIR\" && test "
       "\"$OPENBLAS_NUM_THREADS\" -ge 1 && test \"$OMP_NUM_THREADS\" = 3 && test \"$(stat -c %a "
       "\"$DDPSPAWN_RUN_DIR\")\" = 700 && test \"$(ls /proc/self/fd | wc -l)\" -le 5 && "
-      // spec.env replaces what the launcher inherited (getenv finds a name's
-      // first entry): one EXTRA reaches the rank.
+      // spec.env replaces what the launcher inherited (getenv finds a name's first entry): one
+      // EXTRA reaches the rank.
       "test \"$(tr '\\0' '\\n' < /proc/$$/environ | grep -c '^EXTRA=')\" = 1"};
   spec.env = {"EXTRA=yes", "OMP_NUM_THREADS=3"};
   setenv("EXTRA", "inherited", 1);
@@ -329,10 +326,9 @@ TEST(LauncherSpawnTest, EnvironmentFollowsTheTorchrunContract) {
   EXPECT_TRUE(status.ok()) << status;
 }
 
-// The ranks' parent is a server that is an exec of the worker program (not a
-// fork of this test), a child of this launcher, and the next launch with the
-// same program, arguments and environment reuses it, though another
-// program's launch came between.
+// The ranks' parent is a server that is an exec of the worker program (not a fork of this test), a
+// child of this launcher, and the next launch with the same program, arguments and environment
+// reuses it, though another program's launch came between.
 TEST(LauncherForkserverTest, AnExecedServerForksTheRanksAndServesTheNextLaunchToo) {
   absl::Status status;
   std::unique_ptr<Job> first = RunJob(ForkserverSpec(3, {"parent"}), &status);
@@ -347,8 +343,7 @@ TEST(LauncherForkserverTest, AnExecedServerForksTheRanksAndServesTheNextLaunchTo
   EXPECT_EQ(exe.filename(), "test_worker") << exe;  // this test's binary is launcher_test
   for (const RankOutcome& outcome : first->outcomes()) EXPECT_EQ(outcome.state, RankState::kExited);
 
-  // Another program's arguments get a server of their own, and the first
-  // stays for its next launch.
+  // Another program's arguments get a server of their own, and the first stays for its next launch.
   std::unique_ptr<Job> other = RunJob(ForkserverSpec(2, {"parent", "other arguments"}), &status);
   ASSERT_TRUE(status.ok()) << status;
   EXPECT_NE(other->result().value_or(""), result);
@@ -394,8 +389,8 @@ TEST(LauncherForkserverTest, AProgramThatDoesNotServeIsRefusedWithTheReason) {
   EXPECT_THAT(status.message(), HasSubstr("ServeForksIfForkserver()"));
 }
 
-// A server that dies takes its ranks with it; the job says so, and the next
-// launch starts a new server.
+// A server that dies takes its ranks with it; the job says so, and the next launch starts a new
+// server.
 TEST(LauncherForkserverTest, ADeadServerFailsItsJobAndIsReplaced) {
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(ForkserverSpec(2, {"hang"}));
   ASSERT_TRUE(job.ok()) << job.status();
@@ -477,8 +472,7 @@ TEST(LauncherForkTest, ExitCodeSignalsAndTimeout) {
   ExpectNoWorkerLeft(*job);
 }
 
-// This process's open descriptors, as test_worker's descriptors mode lists
-// them.
+// This process's open descriptors, as test_worker's descriptors mode lists them.
 std::string OpenDescriptors() {
   std::vector<int> fds;
   DIR* dir = opendir("/proc/self/fd");
@@ -501,8 +495,7 @@ std::set<int> DescriptorSet(const std::string& list) {
   return fds;
 }
 
-// A file the launcher holds open without O_CLOEXEC, as a caller's files often
-// are.
+// A file the launcher holds open without O_CLOEXEC, as a caller's files often are.
 class InheritableFile {
  public:
   InheritableFile() : fd_(open("/dev/null", O_RDONLY)) {}
@@ -566,9 +559,9 @@ TEST(LauncherForkTest, WorkerRunsOnANewThreadUnlessTold) {
   }
 }
 
-// GNU OpenMP's pool does not survive fork in the thread that used it: forked
-// ranks that run 2-thread ATen work after the launcher's thread did must still
-// finish (test_worker's own job times out after 60 s rather than hang).
+// GNU OpenMP's pool does not survive fork in the thread that used it: forked ranks that run
+// 2-thread ATen work after the launcher's thread did must still finish (test_worker's own job times
+// out after 60 s rather than hang).
 TEST(LauncherForkTest, RanksForkedAfterOpenMpWorkDoNotHang) {
   LaunchSpec spec = SpawnSpec(1, {"fork_after_parallel"});
   spec.timeout = absl::Seconds(120);
@@ -578,9 +571,8 @@ TEST(LauncherForkTest, RanksForkedAfterOpenMpWorkDoNotHang) {
   EXPECT_EQ(job->result().value_or(""), "forked ranks ran 2-thread work");
 }
 
-// A launcher that dies by SIGKILL takes its workers with it, in both start
-// methods, and the children the workers forked, and its run directory goes too
-// (its guardian removes it).
+// A launcher that dies by SIGKILL takes its workers with it, in both start methods, and the
+// children the workers forked, and its run directory goes too (its guardian removes it).
 TEST(LauncherOrphanTest, WorkersAndTheirChildrenDieWithAKilledLauncher) {
   for (const char* method : {"spawn", "fork", "forkserver"}) {
     std::string pid_file = absl::StrCat(testing::TempDir(), "/pids-", method);
@@ -643,8 +635,7 @@ TEST(LauncherOrphanTest, WorkersAndTheirChildrenDieWithAKilledLauncher) {
   }
 }
 
-// SIGINT to the launcher reaches the workers, and the job reports the
-// interrupt.
+// SIGINT to the launcher reaches the workers, and the job reports the interrupt.
 TEST(LauncherSignalTest, SigintIsForwarded) {
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(SpawnSpec(2, {"hang"}));
   ASSERT_TRUE(job.ok());
@@ -664,10 +655,9 @@ TEST(LauncherSignalTest, SigintIsForwarded) {
   ExpectNoWorkerLeft(**job);
 }
 
-// A rank that ignores SIGTERM is killed with SIGKILL once the grace period is
-// over, and the job says so: the failing rank is the one reported, the
-// ignoring rank's outcome is SIGKILL and the message names it, and a rank that
-// heeds SIGTERM ends by SIGTERM.
+// A rank that ignores SIGTERM is killed with SIGKILL once the grace period is over, and the job
+// says so: the failing rank is the one reported, the ignoring rank's outcome is SIGKILL and the
+// message names it, and a rank that heeds SIGTERM ends by SIGTERM.
 TEST(LauncherSignalTest, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
   LaunchSpec spec = SpawnSpec(3, {"ignore_term", "1"});  // rank 2 fails once all are ready
   spec.grace_period = absl::Seconds(1);
@@ -696,8 +686,8 @@ TEST(LauncherSignalTest, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {
   ExpectNoWorkerLeft(**job);
 }
 
-// In fork mode too, SIGTERM and SIGINT sent to the launcher reach every rank,
-// and the job reports the signal.
+// In fork mode too, SIGTERM and SIGINT sent to the launcher reach every rank, and the job reports
+// the signal.
 TEST(LauncherSignalTest, SigtermAndSigintAreForwardedToForkedRanks) {
   for (int sig : {SIGTERM, SIGINT}) {
     DefaultDisposition inherited(sig);
@@ -719,14 +709,14 @@ TEST(LauncherSignalTest, SigtermAndSigintAreForwardedToForkedRanks) {
   }
 }
 
-// What the forked ranks of SecondSigtermKillsAtOnce write to the test: 'r' once
-// their SIGTERM handler is in place, 't' when it runs.
+// What the forked ranks of SecondSigtermKillsAtOnce write to the test: 'r' once their SIGTERM
+// handler is in place, 't' when it runs.
 int g_rank_pipe = -1;
 
 void NoteSigterm(int) { (void)!write(g_rank_pipe, "t", 1); }
 
-// A second SIGTERM while the ranks are being stopped does not wait for the
-// grace period: every rank still running gets SIGKILL at once.
+// A second SIGTERM while the ranks are being stopped does not wait for the grace period: every rank
+// still running gets SIGKILL at once.
 TEST(LauncherSignalTest, SecondSigtermKillsAtOnce) {
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
@@ -742,8 +732,8 @@ TEST(LauncherSignalTest, SecondSigtermKillsAtOnce) {
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_TRUE((*job)->Start().ok());
   std::thread sender([read_end = fds[0]] {
-    // Whether `count` bytes `want` came within 30 s (a broken launcher fails
-    // the test instead of hanging it).
+    // Whether `count` bytes `want` came within 30 s (a broken launcher fails the test instead of
+    // hanging it).
     auto await = [read_end](char want, int count) {
       pollfd readable = {read_end, POLLIN, 0};
       for (char c; count > 0;) {

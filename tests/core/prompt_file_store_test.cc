@@ -1,5 +1,5 @@
-// The launcher's rendezvous store: values set by another thread reach a
-// waiting get, and a wait for a key nobody sets ends in a timeout error.
+// The launcher's rendezvous store: values set by another thread reach a waiting get, and a wait for
+// a key nobody sets ends in a timeout error.
 #include "core/comm/prompt_file_store.h"
 
 #include <stdlib.h>

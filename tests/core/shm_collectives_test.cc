@@ -1,6 +1,6 @@
-// The shared-memory collectives' segments: a segment that another user could
-// have made or can open is refused, and no name stays in /dev/shm once every
-// rank has mapped it (so nothing is left however the ranks end).
+// The shared-memory collectives' segments: a segment that another user could have made or can open
+// is refused, and no name stays in /dev/shm once every rank has mapped it (so nothing is left
+// however the ranks end).
 #include "core/comm/shm_collectives.h"
 
 #include <fcntl.h>
@@ -32,8 +32,8 @@ std::vector<std::string> NamesStartingWith(const std::string& prefix) {
   return names;
 }
 
-// A channel for one process playing `rank`: rank 0's name is `rank0_name`,
-// and every rank succeeds as this one does.
+// A channel for one process playing `rank`: rank 0's name is `rank0_name`, and every rank succeeds
+// as this one does.
 SharedMemoryCollectives::SetupChannel ChannelWithRank0Name(const std::string& rank0_name) {
   SharedMemoryCollectives::SetupChannel channel;
   channel.broadcast_from_rank0 = [rank0_name](const std::string& value) {
@@ -43,8 +43,7 @@ SharedMemoryCollectives::SetupChannel ChannelWithRank0Name(const std::string& ra
   return channel;
 }
 
-// Makes /dev/shm/<name> as a stranger might: the right size, then `mode` and
-// (as root) `owner`.
+// Makes /dev/shm/<name> as a stranger might: the right size, then `mode` and (as root) `owner`.
 void PreCreate(const std::string& name, mode_t mode, uid_t owner) {
   int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   ASSERT_GE(fd, 0) << name;
@@ -89,8 +88,8 @@ TEST(SharedMemorySegmentTest, OneOfAnotherSizeIsRefused) {
   ASSERT_TRUE(absl::IsPermissionDenied(shm.status())) << shm.status();
 }
 
-// Rank 0 of a one-rank group: the staging segment and a shared buffer are
-// mapped, and their names are gone.
+// Rank 0 of a one-rank group: the staging segment and a shared buffer are mapped, and their names
+// are gone.
 TEST(SharedMemorySegmentTest, NoNameOutlivesTheMapping) {
   const std::string prefix = absl::StrCat("ddpspawn-test-", getpid(), "-names");
   auto shm = SharedMemoryCollectives::Create(prefix, /*rank=*/0, /*world_size=*/1, kCapacity,

@@ -1,41 +1,35 @@
-// The worker program the core tests launch (spawn start method), one behaviour
-// per mode:
+// The worker program the core tests launch (spawn start method), one behaviour per mode:
 // - ok: rank 0 hands "result from rank 0 of N" back.
 // - throw <rank>: that rank throws a C++ exception after joining the group.
 // - exit <rank> <code>: that rank exits with the code.
 // - signal <rank> <sig>: that rank raises the signal (11: SIGSEGV, 9: SIGKILL).
-// - slow_exit <rank>: that rank reports a failure, then takes 500 ms to exit
-//   (code 1, ignoring SIGTERM), as a rank whose exit is slow (its threads
-//   ending, a sanitizer's checks); the others report that they saw it fail
-//   once its report is there, and exit with code 1 at once.
-// - report_and_hang <rank>: as slow_exit, but that rank never exits (a rank
-//   whose exit hangs) and keeps SIGTERM's default action: the launcher's stop
-//   ends it.
+// - slow_exit <rank>: that rank reports a failure, then takes 500 ms to exit (code 1, ignoring
+//   SIGTERM), as a rank whose exit is slow (its threads ending, a sanitizer's checks); the others
+//   report that they saw it fail once its report is there, and exit with code 1 at once.
+// - report_and_hang <rank>: as slow_exit, but that rank never exits (a rank whose exit hangs) and
+//   keeps SIGTERM's default action: the launcher's stop ends it.
 // - hang [<rank>]: that rank (or every rank) sleeps forever.
-// - ignore_term <rank>: that rank ignores SIGTERM; once every rank is ready
-//   (a file each in the run directory), the last rank exits with code 3 and
-//   the others sleep forever.
-// - hang_with_child <pid-file>: forks a child that sleeps forever, writes its
-//   pid to <pid-file>.child<RANK>, and sleeps forever.
+// - ignore_term <rank>: that rank ignores SIGTERM; once every rank is ready (a file each in the run
+//   directory), the last rank exits with code 3 and the others sleep forever.
+// - hang_with_child <pid-file>: forks a child that sleeps forever, writes its pid to
+//   <pid-file>.child<RANK>, and sleeps forever.
 // - groups_in_turn: joins three groups one after another.
 // - mismatch <how>: ranks 0 and 1 call different collectives.
-// - stall <rank> [<timeout_s>]: that rank stops itself (SIGSTOP) between two
-//   collectives.
-// - collectives: checks every collective, op and dtype against expected values
-//   (under any launcher: ddpspawn's, torchrun, several nodes); prints
-//   "collectives ok on rank R of N (shared memory|gloo)".
-// - launch <method> <pid-file>: is itself a launcher: starts 2 ranks (spawn,
-//   fork or forkserver) that each fork a sleeping child (hang_with_child; in
-//   fork mode the same in the forked rank), writes the ranks' pids to <pid-file>, and waits.
+// - stall <rank> [<timeout_s>]: that rank stops itself (SIGSTOP) between two collectives.
+// - collectives: checks every collective, op and dtype against expected values (under any launcher:
+//   ddpspawn's, torchrun, several nodes); prints "collectives ok on rank R of N (shared
+//   memory|gloo)".
+// - launch <method> <pid-file>: is itself a launcher: starts 2 ranks (spawn, fork or forkserver)
+//   that each fork a sleeping child (hang_with_child; in fork mode the same in the forked rank),
+//   writes the ranks' pids to <pid-file>, and waits.
 // - parent: rank 0 hands back "parent <its parent's pid>".
 // - descriptors: rank 0 hands back its open descriptors ("0 1 2").
-// - elastic <rank>: for a worker of torchrun: joins the group and all-reduces;
-//   on the first attempt (TORCHELASTIC_RESTART_COUNT 0) that rank then exits
-//   with code 5, so that its peers fail and torchrun restarts them all; later
-//   attempts all-reduce again and print "attempt A rank R sum S".
-// - fork_after_parallel: runs 2-thread ATen/OpenMP work on this thread, then
-//   launches 2 forked ranks (its own launcher) that do the same; hands back
-//   "forked ranks ran 2-thread work", or fails with the inner job's error.
+// - elastic <rank>: for a worker of torchrun: joins the group and all-reduces; on the first attempt
+//   (TORCHELASTIC_RESTART_COUNT 0) that rank then exits with code 5, so that its peers fail and
+//   torchrun restarts them all; later attempts all-reduce again and print "attempt A rank R sum S".
+// - fork_after_parallel: runs 2-thread ATen/OpenMP work on this thread, then launches 2 forked
+//   ranks (its own launcher) that do the same; hands back "forked ranks ran 2-thread work", or
+//   fails with the inner job's error.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <dirent.h>
@@ -143,11 +137,10 @@ void Collectives() {
   std::unique_ptr<ProcessGroup> group = JoinGlooGroup();
   const int rank = group->rank(), world = group->world_size();
   CheckOk(group->Barrier("start"), "barrier");
-  // Shared memory: for the ranks of ddpspawn launchers (not torchrun's), all
-  // of the job's on one node, or each node's where several nodes have
-  // several ranks each, unless DDPSPAWN_SHM_ALLREDUCE=0 (on any node: a test
-  // that sets it on one node only says what to expect in
-  // TEST_EXPECT_SHARED_MEMORY).
+  // Shared memory: for the ranks of ddpspawn launchers (not torchrun's), all of the job's on one
+  // node, or each node's where several nodes have several ranks each, unless
+  // DDPSPAWN_SHM_ALLREDUCE=0 (on any node: a test that sets it on one node only says what to expect
+  // in TEST_EXPECT_SHARED_MEMORY).
   const char* shm_setting = std::getenv("DDPSPAWN_SHM_ALLREDUCE");
   const char* expected = std::getenv("TEST_EXPECT_SHARED_MEMORY");
   const ClusterInfo& cluster = group->cluster();
@@ -173,9 +166,9 @@ void Collectives() {
     Check((*gathered)[r].equal(at::arange(3, at::kLong) + 10 * r), "tensor all_gather value");
   }
 
-  // Large float buffers, element by element (the shared-memory all-reduce
-  // splits them into one chunk per rank): a plain tensor (staged through
-  // shared memory) and a reduction buffer (summed in place), three times each.
+  // Large float buffers, element by element (the shared-memory all-reduce splits them into one
+  // chunk per rank): a plain tensor (staged through shared memory) and a reduction buffer (summed
+  // in place), three times each.
   const int64_t n = 100003;  // not a multiple of any chunk size
   at::Tensor index = at::arange(n, at::kFloat);
   at::Tensor expected_sum = index * world + 1000.0 * world * (world - 1) / 2;
@@ -184,8 +177,8 @@ void Collectives() {
   at::Tensor in_place = *buffer;
   Check(in_place.numel() == n && in_place.eq(0).all().item<bool>(),
         "reduction buffer starts zeroed");
-  // Every rank has mapped the segments: their names are gone from /dev/shm
-  // (rank 0 removes them before it reaches the barrier).
+  // Every rank has mapped the segments: their names are gone from /dev/shm (rank 0 removes them
+  // before it reaches the barrier).
   CheckOk(group->Barrier("mapped"), "barrier");
   const std::string prefix = SharedMemoryPrefix(group->cluster().run_dir);
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
@@ -202,10 +195,9 @@ void Collectives() {
     Check(in_place.equal(expected_sum / world), "reduction buffer all_reduce value");
   }
 
-  // As DDP's reducer does: two buckets started, a synchronous all-reduce in
-  // between, then waited for in order; floats whose sums depend on
-  // their order, so every rank must hold the same bits (compared through an
-  // all-gather), close to the sum in double precision.
+  // As DDP's reducer does: two buckets started, a synchronous all-reduce in between, then waited
+  // for in order; floats whose sums depend on their order, so every rank must hold the same bits
+  // (compared through an all-gather), close to the sum in double precision.
   {
     at::Tensor first_values = at::sin(at::arange(n, at::kFloat) * (0.37 * (rank + 1)));
     at::Tensor second_values = at::cos(at::arange(7, at::kFloat) * (1.3 * (rank + 1)));
@@ -260,9 +252,8 @@ void Collectives() {
               group->uses_shared_memory() ? "shared memory" : "gloo");
 }
 
-// Rank 0 and rank 1 make different calls (`which` says how); every rank must
-// get an error, and the group must still work afterwards. Rank 0 hands back
-// the path ("shm" or "gloo") and its error.
+// Rank 0 and rank 1 make different calls (`which` says how); every rank must get an error, and the
+// group must still work afterwards. Rank 0 hands back the path ("shm" or "gloo") and its error.
 void MismatchedCalls(const std::string& which) {
   std::unique_ptr<ProcessGroup> group = JoinGlooGroup();
   const int rank = group->rank();
@@ -298,10 +289,8 @@ void MismatchedCalls(const std::string& which) {
   }
 }
 
-// Every rank joins a group with a 3 s timeout (or the one given) and runs two
-// collectives; then
-// rank `stalled` stops itself (SIGSTOP), and the others' next all-reduce times
-// out, naming it.
+// Every rank joins a group with a 3 s timeout (or the one given) and runs two collectives; then
+// rank `stalled` stops itself (SIGSTOP), and the others' next all-reduce times out, naming it.
 void Stall(int stalled, absl::Duration timeout) {
   absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
   CheckOk(cluster.status(), "cluster environment");
@@ -318,8 +307,7 @@ void Stall(int stalled, absl::Duration timeout) {
 
 bool ThisRank(const char* arg) { return std::atoi(arg) == std::atoi(std::getenv("RANK")); }
 
-// Writes `text` to `path` whole (a temporary file, then rename), for a reader
-// that polls.
+// Writes `text` to `path` whole (a temporary file, then rename), for a reader that polls.
 void WriteAtomically(const std::string& path, const std::string& text) {
   {
     std::ofstream out(path + ".tmp");
@@ -336,8 +324,7 @@ void WriteAtomically(const std::string& path, const std::string& text) {
   SleepForever();
 }
 
-// A rank other than `failing_rank`: waits for that rank's report, then fails
-// itself, second.
+// A rank other than `failing_rank`: waits for that rank's report, then fails itself, second.
 [[noreturn]] void FailAfter(const char* failing_rank) {
   const std::string report =
       RunDirErrorFile(std::getenv("DDPSPAWN_RUN_DIR"), std::atoi(failing_rank));
@@ -395,8 +382,8 @@ int Launch(const std::string& method, const std::string& pid_file, const char* s
   return (*job)->Wait().ok() ? 0 : 1;
 }
 
-// One node's launcher of a job of `nnodes` nodes of 2 ranks each, meeting at
-// `master`:`port` (node 0 serves the store), whose ranks run `collectives`.
+// One node's launcher of a job of `nnodes` nodes of 2 ranks each, meeting at `master`:`port` (node
+// 0 serves the store), whose ranks run `collectives`.
 int LaunchNode(int nnodes, int node_rank, const std::string& master, int port, const char* self) {
   NodeRendezvousOptions options;
   options.master_addr = master;
@@ -446,8 +433,8 @@ std::string OpenDescriptors() {
   return absl::StrJoin(fds, " ");
 }
 
-// A matrix product and an element-wise sum with `threads` intra-op threads:
-// both are OpenMP parallel regions in LibTorch's CPU build.
+// A matrix product and an element-wise sum with `threads` intra-op threads: both are OpenMP
+// parallel regions in LibTorch's CPU build.
 double ParallelWork(int threads) {
   at::set_num_threads(threads);
   at::Tensor a = at::ones({256, 256});
@@ -549,8 +536,8 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (mode == "groups_in_turn") {
-    // Three groups one after another; the last rank lets go of each one late,
-    // while the others already join the next.
+    // Three groups one after another; the last rank lets go of each one late, while the others
+    // already join the next.
     for (int round = 0; round < 3; ++round) {
       std::unique_ptr<ProcessGroup> group = JoinGlooGroup();
       double value = group->rank() + 1.0;
@@ -563,8 +550,8 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (mode == "straggler" && argc == 3) {
-    // Rank <slow> sleeps 10 ms before each of 20 all-reduces; rank 0 reports
-    // what the group's arrivals say.
+    // Rank <slow> sleeps 10 ms before each of 20 all-reduces; rank 0 reports what the group's
+    // arrivals say.
     const int slow = std::atoi(argv[2]);
     std::unique_ptr<ProcessGroup> group = JoinGlooGroup();
     const ArrivalReport before = group->arrivals();

@@ -1,5 +1,5 @@
-// Bucket assignment, and the reducer starting buckets in bucket order whatever
-// order gradients become ready in (in-process, world size 1).
+// Bucket assignment, and the reducer starting buckets in bucket order whatever order gradients
+// become ready in (in-process, world size 1).
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
@@ -38,8 +38,7 @@ TEST(AssignBucketsTest, ManySmallAndOneLargerThanTheCap) {
   }
   EXPECT_EQ(seen.size(), tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) EXPECT_EQ(seen.count(i), 1u) << i;
-  // The large tensor is alone; the first bucket holds the last-registered
-  // tensors.
+  // The large tensor is alone; the first bucket holds the last-registered tensors.
   auto large = std::find_if(buckets.begin(), buckets.end(), [](const std::vector<size_t>& b) {
     return std::find(b.begin(), b.end(), 20) != b.end();
   });
@@ -101,8 +100,8 @@ class ThrowingHook : public CommHook {
   }
 };
 
-// The reducer's status has the hook's message and code, not LibTorch's C++
-// backtrace (was: Internal, with "Exception raised from ... frame #0 ...").
+// The reducer's status has the hook's message and code, not LibTorch's C++ backtrace (was:
+// Internal, with "Exception raised from ... frame #0 ...").
 TEST(ReducerTest, AHooksLibTorchErrorIsItsMessage) {
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group = ProcessGroup::Create(ClusterInfo{});
   ASSERT_TRUE(group.ok()) << group.status();

@@ -1,7 +1,6 @@
-// DdpModule, torch's DDP forward in C++: the natural loop keeps every rank's
-// buffers on rank 0's, for a module holder and a module held by value; a loop
-// that skips PrepareForward is refused at its first backward, on every rank.
-// (The checks run in tests/ddp/forward_worker.)
+// DdpModule, torch's DDP forward in C++: the natural loop keeps every rank's buffers on rank 0's,
+// for a module holder and a module held by value; a loop that skips PrepareForward is refused at
+// its first backward, on every rank. (The checks run in tests/ddp/forward_worker.)
 #include <memory>
 #include <string>
 

@@ -1,10 +1,9 @@
-// The worker the DDP tests launch. Each rank trains a DDP replica on its shard
-// of every global batch; rank 0 also trains a single-process reference on the
-// whole batch (N*b) from the same initial weights, and checks that both reach
-// the same parameters, and that every rank holds rank 0's parameters and
-// buffers (its own buffers with --no-broadcast-buffers). With a comm hook it also checks what the
-// hook did to the first step's gradients (see CheckFirstStep), and with --expect-sent=N that
-// PowerSGD sent N elements per step once compressing. Usage:
+// The worker the DDP tests launch. Each rank trains a DDP replica on its shard of every global
+// batch; rank 0 also trains a single-process reference on the whole batch (N*b) from the same
+// initial weights, and checks that both reach the same parameters, and that every rank holds rank
+// 0's parameters and buffers (its own buffers with --no-broadcast-buffers). With a comm hook it
+// also checks what the hook did to the first step's gradients (see CheckFirstStep), and with
+// --expect-sent=N that PowerSGD sent N elements per step once compressing. Usage:
 //   ddp_worker MODEL [--steps=N] [--batch=B] [--view] [--cap-mb=X]
 //              [--first-cap-mb=X] [--find-unused] [--static-graph]
 //              [--no-broadcast-buffers]
@@ -64,8 +63,7 @@ using test_worker::CheckOk;
 using test_worker::Fail;
 using test_worker::JoinGlooGroup;
 
-// A model with a head that only some ranks use in some steps, and one no rank
-// ever uses.
+// A model with a head that only some ranks use in some steps, and one no rank ever uses.
 struct TwoHeadImpl : torch::nn::Module {
   TwoHeadImpl()
       : body(register_module("body", torch::nn::Linear(8, 16))),
@@ -90,8 +88,8 @@ struct ManyParamsImpl : torch::nn::Module {
     large = register_parameter("large", torch::randn({8, 8192}) * 0.01);
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    // Each small parameter gets a gradient tensor of its own (a stacked or
-    // summed use would make LibTorch alias their gradients).
+    // Each small parameter gets a gradient tensor of its own (a stacked or summed use would make
+    // LibTorch alias their gradients).
     torch::Tensor h = x;
     for (size_t i = 0; i < small.size(); ++i) h = h + small[i] * static_cast<double>(i + 1);
     return h.mm(large).narrow(1, 0, 4) * 0.1;
@@ -103,12 +101,11 @@ TORCH_MODULE(ManyParams);
 
 struct Model {
   std::shared_ptr<torch::nn::Module> module;
-  // Forward for the sample block of `rank` at `step` (the reference passes each
-  // block's rank).
+  // Forward for the sample block of `rank` at `step` (the reference passes each block's rank).
   std::function<torch::Tensor(const torch::Tensor&, int step, int rank)> forward;
   std::vector<int64_t> input_shape;
-  // The reference runs each step's whole batch in one forward (SyncBatchNorm:
-  // statistics over every rank's samples), not one forward per rank's block.
+  // The reference runs each step's whole batch in one forward (SyncBatchNorm: statistics over every
+  // rank's samples), not one forward per rank's block.
   bool whole_batch = false;
 };
 
@@ -208,8 +205,7 @@ std::vector<torch::Tensor> Gradients(const torch::nn::Module& module) {
   return out;
 }
 
-// The dtype that the hook rounds every gradient to on its way between ranks, if
-// any.
+// The dtype that the hook rounds every gradient to on its way between ranks, if any.
 std::optional<at::ScalarType> RoundingDtype(const Flags& flags) {
   for (const char* name : {"hook", "wrap"}) {
     if (flags.Text(name) == "fp16") return at::kHalf;
@@ -218,11 +214,10 @@ std::optional<at::ScalarType> RoundingDtype(const Flags& flags) {
   return std::nullopt;
 }
 
-// How far, per element, a mean of `world` shares that went through `dtype` may
-// be from the exact mean. Each share is rounded once to the dtype and each
-// partial sum (or the final mean) once more: at most 2*world roundings of values
-// no larger than `abs_sum` (the sum of the shares' magnitudes), each off by at
-// most u*|value| (u: half an ulp), or half the smallest subnormal step below the
+// How far, per element, a mean of `world` shares that went through `dtype` may be from the exact
+// mean. Each share is rounded once to the dtype and each partial sum (or the final mean) once more:
+// at most 2*world roundings of values no larger than `abs_sum` (the sum of the shares' magnitudes),
+// each off by at most u*|value| (u: half an ulp), or half the smallest subnormal step below the
 // normal range. The fp32 reference adds up to 2*world fp32 roundings of its own.
 torch::Tensor RoundingBound(at::ScalarType dtype, int world, const torch::Tensor& abs_sum) {
   double u = std::ldexp(1.0, -24), half_subnormal = std::ldexp(1.0, -150);  // float32
@@ -246,24 +241,22 @@ double CheckWithin(const torch::Tensor& a, const torch::Tensor& b, const torch::
   return ratio;
 }
 
-// Tolerances for PowerSGD's result at step 0 (CheckFirstStep), about 4x what
-// rank-1 PowerSGD showed at 2 and 4 ranks: its second singular value was at most 1.8e-8 of
-// its first, and <result, mean - result> at most 2.5e-7 of |mean|^2.
+// Tolerances for PowerSGD's result at step 0 (CheckFirstStep), about 4x what rank-1 PowerSGD showed
+// at 2 and 4 ranks: its second singular value was at most 1.8e-8 of its first, and <result, mean -
+// result> at most 2.5e-7 of |mean|^2.
 constexpr double kRankRatioTolerance = 8e-8;
 constexpr double kOrthogonalityTolerance = 1e-6;
 
-// At step 0 the reference's gradient on rank 0 is the exact mean of the ranks'
-// gradients (the same weights, the same samples), so what the hook did to it
-// shows: `ddp` are DDP's averaged gradients, `exact` the reference's, `abs_sum`
-// the sum over ranks of the magnitude of each rank's share. Checks:
-// - fp16/bf16 (or a wrapper): every averaged element is a value of that dtype
-//   (it went through it), some differ from the exact mean, and each is within
-//   RoundingBound of it;
-// - PowerSGD compressing from step 0: each matrix it compresses (rank r below
-//   the matrix's) comes back with rank r, as the orthogonal projection of the
-//   exact mean onto r columns (so it is off by at least the best rank-r
-//   approximation's error, Eckart-Young, and at most by the mean's norm); what
-//   it sends dense comes back within fp32 rounding.
+// At step 0 the reference's gradient on rank 0 is the exact mean of the ranks' gradients (the same
+// weights, the same samples), so what the hook did to it shows: `ddp` are DDP's averaged gradients,
+// `exact` the reference's, `abs_sum` the sum over ranks of the magnitude of each rank's share.
+// Checks:
+// - fp16/bf16 (or a wrapper): every averaged element is a value of that dtype (it went through it),
+//   some differ from the exact mean, and each is within RoundingBound of it;
+// - PowerSGD compressing from step 0: each matrix it compresses (rank r below the matrix's) comes
+//   back with rank r, as the orthogonal projection of the exact mean onto r columns (so it is off
+//   by at least the best rank-r approximation's error, Eckart-Young, and at most by the mean's
+//   norm); what it sends dense comes back within fp32 rounding.
 // Returns what it measured, for the job's result.
 std::string CheckFirstStep(const Flags& flags, int world, const std::vector<torch::Tensor>& ddp,
                            const std::vector<torch::Tensor>& exact,
@@ -334,17 +327,16 @@ std::string CheckFirstStep(const Flags& flags, int world, const std::vector<torc
                       " dense_of_bound=", worst_dense);
 }
 
-// The bound on DDP's difference from the single-process reference for the
-// cases without a lossy hook or SyncBatchNorm: they differ only by the order
-// of float32 additions, observed 0 or 1.49e-8 on 2 and 4 ranks (ddp_test's
-// output), so a few ulps; a lossy change (fp16's error is 1.5e-5) fails it.
+// The bound on DDP's difference from the single-process reference for the cases without a lossy
+// hook or SyncBatchNorm: they differ only by the order of float32 additions, observed 0 or 1.49e-8
+// on 2 and 4 ranks (ddp_test's output), so a few ulps; a lossy change (fp16's error is 1.5e-5)
+// fails it.
 constexpr double kDefaultTolerance = 1e-7;
 
-// Uneven inputs: rank r has 3 + 2 * (r % 2) batches (3 and 5 with 2 ranks)
-// of the `steps` (5) generated, and trains through ActiveRanks and
-// ShadowIteration. The reference trains on each step's batches of the ranks
-// that have one, averaged over every rank (--divide-by-active: over those
-// ranks), as DDP promises; afterwards every rank must hold its parameters.
+// Uneven inputs: rank r has 3 + 2 * (r % 2) batches (3 and 5 with 2 ranks) of the `steps` (5)
+// generated, and trains through ActiveRanks and ShadowIteration. The reference trains on each
+// step's batches of the ranks that have one, averaged over every rank (--divide-by-active: over
+// those ranks), as DDP promises; afterwards every rank must hold its parameters.
 template <typename Block>
 int RunUneven(const Flags& flags, ProcessGroup& group, DistributedDataParallel& ddp, Model& model,
               Model& reference, torch::optim::Optimizer& optimizer,
@@ -405,8 +397,8 @@ int RunUneven(const Flags& flags, ProcessGroup& group, DistributedDataParallel& 
   return 0;
 }
 
-// The /dev/shm segments this process has mapped: the distinct inodes of its /dev/shm mappings
-// (each segment is unlinked once every rank mapped it: "/dev/shm/NAME (deleted)").
+// The /dev/shm segments this process has mapped: the distinct inodes of its /dev/shm mappings (each
+// segment is unlinked once every rank mapped it: "/dev/shm/NAME (deleted)").
 size_t SharedMemorySegments() {
   std::ifstream maps("/proc/self/maps");
   std::set<std::string> inodes;
@@ -427,8 +419,7 @@ int Run(const Flags& flags) {
   const double tol = flags.Number("tol", kDefaultTolerance);
   torch::set_num_threads(1);
 
-  // Each rank builds its replica from a different seed: DDP must make them
-  // identical.
+  // Each rank builds its replica from a different seed: DDP must make them identical.
   torch::manual_seed(100 + rank);
   Model model = MakeModel(flags.model);
   torch::manual_seed(100);
@@ -471,8 +462,7 @@ int Run(const Flags& flags) {
   torch::optim::SGD reference_optimizer(reference.module->parameters(),
                                         torch::optim::SGDOptions(0.05).momentum(0.9));
 
-  // The same data on every rank: step s, micro-batch m, rank r owns block [r*b,
-  // (r+1)*b).
+  // The same data on every rank: step s, micro-batch m, rank r owns block [r*b, (r+1)*b).
   torch::manual_seed(7);
   std::vector<int64_t> shape = {steps, accum, static_cast<int64_t>(world) * batch};
   shape.insert(shape.end(), model.input_shape.begin(), model.input_shape.end());
@@ -501,9 +491,9 @@ int Run(const Flags& flags) {
   std::vector<double> losses;
   for (int step = 0; step < steps; ++step) {
     // Gradients are zeroed, not set to None (LibTorch 2.x's default): without
-    // find_unused_parameters a parameter that no rank used in a step gets a
-    // zero gradient from DDP, where the reference would have none, and SGD's
-    // momentum treats the two differently. (docs/ddp.md)
+    // find_unused_parameters a parameter that no rank used in a step gets a zero gradient from DDP,
+    // where the reference would have none, and SGD's momentum treats the two differently.
+    // (docs/ddp.md)
     optimizer.zero_grad(/*set_to_none=*/false);
     double step_loss = 0;
     for (int micro = 0; micro < accum; ++micro) {
@@ -608,9 +598,9 @@ int Run(const Flags& flags) {
     }
   }
 
-  // Every rank must hold rank 0's parameters (bit for bit) and, with
-  // broadcast_buffers after a final PrepareForward, rank 0's buffers; without
-  // it, buffers of its own (running statistics of other data).
+  // Every rank must hold rank 0's parameters (bit for bit) and, with broadcast_buffers after a
+  // final PrepareForward, rank 0's buffers; without it, buffers of its own (running statistics of
+  // other data).
   CheckOk(ddp.PrepareForward(), "prepare forward");
   for (const auto& [what, tensors] : {std::make_pair("parameters", model.module->parameters()),
                                       std::make_pair("buffers", model.module->buffers())}) {
@@ -642,8 +632,7 @@ int Run(const Flags& flags) {
     std::printf("max |ddp - reference| = %.3g, losses: %s\n", diff,
                 absl::StrJoin(losses, " ").c_str());
     if (flags.Has("expect-diverge")) {
-      // Lossy compression: the parameters may drift from the reference, but
-      // training must work.
+      // Lossy compression: the parameters may drift from the reference, but training must work.
       const size_t k = std::max<size_t>(1, losses.size() / 4);
       double first = 0, last = 0;
       for (size_t i = 0; i < k; ++i) {

@@ -1,13 +1,11 @@
-// The worker ddp_forward_test launches: a model with BatchNorm trained in the
-// natural LibTorch loop, each rank on data of its own distribution. Usage:
+// The worker ddp_forward_test launches: a model with BatchNorm trained in the natural LibTorch
+// loop, each rank on data of its own distribution. Usage:
 //   forward_worker holder|by_value|forgot
-// holder / by_value: the model (a TORCH_MODULE holder, or a module held by
-// value) is wrapped with Distribute() and called as a module; at every step
-// the buffers its forward starts from must be rank 0's on every rank. Rank 0's
-// result: "buffers_checked=<steps>".
-// forgot: DistributedDataParallel::Wrap, then the module's own forward; the
-// first backward must fail with the error that says so. Result (rank 0):
-// "refused: <the error>".
+// holder / by_value: the model (a TORCH_MODULE holder, or a module held by value) is wrapped with
+// Distribute() and called as a module; at every step the buffers its forward starts from must be
+// rank 0's on every rank. Rank 0's result: "buffers_checked=<steps>". forgot:
+// DistributedDataParallel::Wrap, then the module's own forward; the first backward must fail with
+// the error that says so. Result (rank 0): "refused: <the error>".
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -33,8 +31,7 @@ using test_worker::CheckOk;
 using test_worker::Fail;
 using test_worker::JoinGlooGroup;
 
-// Linear, BatchNorm, Linear; remembers the running mean its forward started
-// from.
+// Linear, BatchNorm, Linear; remembers the running mean its forward started from.
 struct NetImpl : torch::nn::Module {
   NetImpl()
       : in(register_module("in", torch::nn::Linear(4, 8))),
@@ -51,8 +48,8 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-// Rank r's batch at `step`: its mean is r, so the ranks' running statistics
-// differ unless rank 0's are taken before each forward.
+// Rank r's batch at `step`: its mean is r, so the ranks' running statistics differ unless rank 0's
+// are taken before each forward.
 torch::Tensor Batch(int rank, int step) {
   torch::manual_seed(1000 * rank + step);
   return torch::randn({16, 4}) + static_cast<double>(rank);

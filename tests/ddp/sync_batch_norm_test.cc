@@ -1,8 +1,7 @@
-// SyncBatchNorm in one process: without a group it computes what BatchNorm
-// does (training and eval, running statistics included), and
-// ConvertSyncBatchNorm replaces the BatchNorm layers of nested Sequential
-// containers, keeping their weights and statistics, and refuses one that a
-// custom module holds, naming it.
+// SyncBatchNorm in one process: without a group it computes what BatchNorm does (training and eval,
+// running statistics included), and ConvertSyncBatchNorm replaces the BatchNorm layers of nested
+// Sequential containers, keeping their weights and statistics, and refuses one that a custom module
+// holds, naming it.
 #include "core/ddp/sync_batch_norm.h"
 
 #include <torch/torch.h>

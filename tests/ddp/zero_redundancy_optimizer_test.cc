@@ -1,7 +1,6 @@
-// ZeroRedundancyOptimizer in real 2- and 3-rank jobs (tests/ddp/zero_worker):
-// the same weights as unsharded Adam, each rank holding only its shard of the
-// state, and a consolidated state that a plain Adam and a sharded one both
-// resume from.
+// ZeroRedundancyOptimizer in real 2- and 3-rank jobs (tests/ddp/zero_worker): the same weights as
+// unsharded Adam, each rank holding only its shard of the state, and a consolidated state that a
+// plain Adam and a sharded one both resume from.
 #include <cstdint>
 #include <iostream>
 #include <map>
@@ -18,9 +17,9 @@
 namespace ddpspawn {
 namespace {
 
-// Observed on this machine's CPU (float32, 6 + 3 Adam steps at lr 0.01): at
-// most 1.5e-7 from the reference (the all-reduced mean of two batch means is
-// not bit-equal to one mean of both batches); one step moves a weight ~1e-2.
+// Observed on this machine's CPU (float32, 6 + 3 Adam steps at lr 0.01): at most 1.5e-7 from the
+// reference (the all-reduced mean of two batch means is not bit-equal to one mean of both batches);
+// one step moves a weight ~1e-2.
 constexpr double kTolerance = 1e-6;
 // zero_worker's model: Linear(8, 32), Linear(32, 16), Linear(16, 1).
 constexpr int64_t kModelElements = 8 * 32 + 32 + 32 * 16 + 16 + 16 + 1;
@@ -58,8 +57,8 @@ void ExpectShardedAdamMatchesUnsharded(int nprocs) {
   EXPECT_LT(Number(fields, "consolidated_diff"), kTolerance);
   EXPECT_LT(Number(fields, "resumed_diff"), kTolerance);
   EXPECT_LT(Number(fields, "unsharded_diff"), kTolerance);
-  // Every rank holds its shard's state only: Adam's exp_avg and exp_avg_sq,
-  // two float32 elements per element of the shard, and nothing else.
+  // Every rank holds its shard's state only: Adam's exp_avg and exp_avg_sq, two float32 elements
+  // per element of the shard, and nothing else.
   std::vector<std::string> bytes = absl::StrSplit(fields["state_bytes"], ',');
   std::vector<std::string> elements = absl::StrSplit(fields["shard_elements"], ',');
   ASSERT_EQ(bytes.size(), static_cast<size_t>(nprocs));

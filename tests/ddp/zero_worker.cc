@@ -1,8 +1,6 @@
-// The worker zero_redundancy_optimizer_test launches: DDP with a
-// ZeroRedundancyOptimizer over Adam, each rank on its own data, against a
-// reference every rank trains alone with plain Adam on all ranks' data.
-// Usage: zero_worker <steps>
-// Rank 0's result, space-separated key=value:
+// The worker zero_redundancy_optimizer_test launches: DDP with a ZeroRedundancyOptimizer over Adam,
+// each rank on its own data, against a reference every rank trains alone with plain Adam on all
+// ranks' data. Usage: zero_worker <steps> Rank 0's result, space-separated key=value:
 //   max_diff        the largest |parameter - reference| after <steps> steps
 //   state_bytes     each rank's Adam state bytes, comma-separated
 //   shard_elements  each rank's parameter elements, comma-separated
@@ -66,8 +64,8 @@ double MaxDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Ten
   return worst;
 }
 
-// The reference: plain Adam on every rank's batches at once (the mean of
-// equal-sized batches' means is what DDP averages).
+// The reference: plain Adam on every rank's batches at once (the mean of equal-sized batches' means
+// is what DDP averages).
 void ReferenceStep(torch::nn::Sequential& net, torch::optim::Adam& adam, int world, int step) {
   adam.zero_grad();
   std::vector<torch::Tensor> xs, ys;

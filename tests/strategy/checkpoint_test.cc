@@ -1,7 +1,7 @@
-// Checkpoint integrity: a checkpoint carries a checksum of its archive, and a
-// file with flipped bytes, cut short or stripped of its header is refused
-// before anything is loaded from it; an untouched one, and one written before
-// checksums (format 1), loads. Each rank's RNG state comes back as its own.
+// Checkpoint integrity: a checkpoint carries a checksum of its archive, and a file with flipped
+// bytes, cut short or stripped of its header is refused before anything is loaded from it; an
+// untouched one, and one written before checksums (format 1), loads. Each rank's RNG state comes
+// back as its own.
 #include "core/model/checkpoint.h"
 
 #include <ATen/ATen.h>
@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/model/weights_io.h"
 #include "core/strategy/checkpoint_io.h"
-#include "core/train/mlp_module.h"
+#include "core/train/models/mlp_module.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -119,8 +119,8 @@ TEST(CheckpointTest, TruncatedOrStrippedFilesAreRefused) {
   EXPECT_FALSE(RestoreCheckpoint("not a checkpoint", *target, nullptr, nullptr).ok());
 }
 
-// Checkpoints written before checksums existed (a bare LibTorch archive that
-// says format 1) still load.
+// Checkpoints written before checksums existed (a bare LibTorch archive that says format 1) still
+// load.
 TEST(CheckpointTest, FormatOneWithoutAChecksumStillLoads) {
   std::shared_ptr<LightningModule> saved = Mlp(7), target = Mlp(8);
   torch::serialize::OutputArchive archive;
@@ -133,10 +133,10 @@ TEST(CheckpointTest, FormatOneWithoutAChecksumStillLoads) {
   EXPECT_TRUE(SameState(*target, *saved));
 }
 
-// A damaged torch.save file whose zip directory points past its end (the
-// input tools/fuzz found) is an error, as foreign weights and as a format-1
-// checkpoint (an archive without a checksum). LibTorch's own in-memory readers
-// copied past the end of the buffer there, which ASan reports (--config=asan).
+// A damaged torch.save file whose zip directory points past its end (the input tools/fuzz found) is
+// an error, as foreign weights and as a format-1 checkpoint (an archive without a checksum).
+// LibTorch's own in-memory readers copied past the end of the buffer there, which ASan reports
+// (--config=asan).
 TEST(CheckpointTest, AnArchiveThatPointsPastItsEndIsAnError) {
   std::ifstream in("fuzz/corpus/weights/regression_zip_directory_past_end", std::ios::binary);
   ASSERT_TRUE(in) << "the fuzz corpus file is missing from the test's data";
@@ -148,9 +148,9 @@ TEST(CheckpointTest, AnArchiveThatPointsPastItsEndIsAnError) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// A torch.save file holding a tensor of a dtype no operation here supports
-// (UInt5, found by tools/fuzz) is refused by name; it used to be returned,
-// and copying it into a model threw through the launcher.
+// A torch.save file holding a tensor of a dtype no operation here supports (UInt5, found by
+// tools/fuzz) is refused by name; it used to be returned, and copying it into a model threw through
+// the launcher.
 TEST(CheckpointTest, WeightsOfAnExoticDtypeAreRefused) {
   std::ifstream in("fuzz/corpus/weights/regression_uint5_tensor", std::ios::binary);
   ASSERT_TRUE(in) << "the fuzz corpus file is missing from the test's data";
@@ -160,9 +160,9 @@ TEST(CheckpointTest, WeightsOfAnExoticDtypeAreRefused) {
   EXPECT_THAT(weights.status().message(), HasSubstr("' is UInt5 (Strided); weights are dense"));
 }
 
-// Damaged torch.save files (found by tools/fuzz) whose pickle states a 4 GB string or a memo
-// index of 1.9 billion: LibTorch's unpickler allocated that much (the memo table 28 GB) before
-// it found the bytes missing. Each is refused before it reads the pickle, naming the size.
+// Damaged torch.save files (found by tools/fuzz) whose pickle states a 4 GB string or a memo index
+// of 1.9 billion: LibTorch's unpickler allocated that much (the memo table 28 GB) before it found
+// the bytes missing. Each is refused before it reads the pickle, naming the size.
 TEST(CheckpointTest, APickleStatingSizesBeyondItsBytesIsRefusedUnread) {
   for (const auto& [file, size] :
        {std::pair<std::string, std::string>{"regression_pickle_string_of_4gb", "a length of"},
@@ -178,8 +178,8 @@ TEST(CheckpointTest, APickleStatingSizesBeyondItsBytesIsRefusedUnread) {
   }
 }
 
-// Resuming gives each rank the generator state it saved: reading the states
-// into one tensor made every rank's the last rank's.
+// Resuming gives each rank the generator state it saved: reading the states into one tensor made
+// every rank's the last rank's.
 TEST(CheckpointTest, EveryRanksRngStateComesBackAsItsOwn) {
   TrainingState state;
   for (int rank = 0; rank < 3; ++rank) {

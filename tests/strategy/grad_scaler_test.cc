@@ -1,6 +1,6 @@
-// The loss scaler of "16-mixed": scaling, unscaling, skipping a step on
-// non-finite gradients, backing off and growing the scale, and its state in a
-// checkpoint. The arithmetic is the same on any device, so the CPU checks it.
+// The loss scaler of "16-mixed": scaling, unscaling, skipping a step on non-finite gradients,
+// backing off and growing the scale, and its state in a checkpoint. The arithmetic is the same on
+// any device, so the CPU checks it.
 #include "core/strategy/grad_scaler.h"
 
 #include <ATen/ATen.h>
@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "core/model/checkpoint.h"
-#include "core/train/mlp_module.h"
+#include "core/train/models/mlp_module.h"
 #include "gtest/gtest.h"
 
 namespace ddpspawn {

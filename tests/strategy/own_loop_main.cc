@@ -1,7 +1,6 @@
-// A program with its own training loop under DDPSpawnStrategy, as a user
-// ports one: 2 forked ranks, each on data of its own distribution (rank r's
-// inputs have mean r), a model with BatchNorm, Adam. Each mode is one of the
-// own-loop API's traps; rank 0's result says what happened. Usage:
+// A program with its own training loop under DDPSpawnStrategy, as a user ports one: 2 forked ranks,
+// each on data of its own distribution (rank r's inputs have mean r), a model with BatchNorm, Adam.
+// Each mode is one of the own-loop API's traps; rank 0's result says what happened. Usage:
 //   own_loop_main MODE
 // sync_bn_strategy    sync_batchnorm on the strategy, the optimizer made
 //                     first, Distribute(model, strategy): "converted=N
@@ -29,8 +28,7 @@
 // no_sync_one_rank    rank 1 alone under no_sync for the first of 3 steps: the
 //                     job fails at the next step's buffer broadcast, which
 //                     meets rank 0's all-reduce (exit code 1)
-// A refusal's result is "refused: <rank 0's error>"; a refusal on rank 1 only
-// fails the job.
+// A refusal's result is "refused: <rank 0's error>"; a refusal on rank 1 only fails the job.
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -41,7 +39,7 @@
 #include "core/ddp/sync_batch_norm.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "core/strategy/distribute.h"
-#include "core/train/torch_data_sampler.h"
+#include "core/train/data/torch_data_sampler.h"
 
 namespace ddpspawn {
 namespace {
@@ -66,10 +64,9 @@ torch::Tensor Batch(int rank, int step) {
   return torch::randn({16, 4}) + static_cast<double>(rank);
 }
 
-// The largest difference between this rank's parameters (and buffers) and the
-// other rank's (a collective). A BatchNorm's running statistics are rank 0's
-// before each forward and the rank's own after it; a SyncBatchNorm's are the
-// same on every rank.
+// The largest difference between this rank's parameters (and buffers) and the other rank's (a
+// collective). A BatchNorm's running statistics are rank 0's before each forward and the rank's own
+// after it; a SyncBatchNorm's are the same on every rank.
 absl::StatusOr<double> MaxDiffAcrossRanks(DDPSpawnStrategy& strategy, torch::nn::Module& model,
                                           bool with_buffers) {
   std::vector<at::Tensor> flat;
@@ -84,10 +81,9 @@ absl::StatusOr<double> MaxDiffAcrossRanks(DDPSpawnStrategy& strategy, torch::nn:
   return ((*all)[0] - (*all)[1]).abs().max().item<double>();
 }
 
-// `steps` Adam steps through the wrapper, one backward each; with
-// `accumulate`, every even step's backward runs under no_sync (one line, with
-// a flag) and the next one averages both. Returns how many backwards ran with
-// syncing off.
+// `steps` Adam steps through the wrapper, one backward each; with `accumulate`, every even step's
+// backward runs under no_sync (one line, with a flag) and the next one averages both. Returns how
+// many backwards ran with syncing off.
 template <typename Model>
 int Train(DDPSpawnStrategy& strategy, DdpModule<Model>& ddp, torch::optim::Adam& adam, int steps,
           bool accumulate) {
@@ -103,10 +99,9 @@ int Train(DDPSpawnStrategy& strategy, DdpModule<Model>& ddp, torch::optim::Adam&
   return local;
 }
 
-// "converted=N max_diff=D bn_trained=B": the model's SyncBatchNorm layers,
-// the ranks' largest difference, and whether the first layer's weight left
-// its initial ones (the optimizer, made on the BatchNorm's parameters before
-// the conversion, trains the converted layer).
+// "converted=N max_diff=D bn_trained=B": the model's SyncBatchNorm layers, the ranks' largest
+// difference, and whether the first layer's weight left its initial ones (the optimizer, made on
+// the BatchNorm's parameters before the conversion, trains the converted layer).
 std::string SyncBatchNormReport(torch::nn::Module& model, double diff) {
   int converted = 0;
   bool trained = false;

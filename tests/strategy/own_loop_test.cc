@@ -1,6 +1,6 @@
-// The own-loop API's traps (tests/strategy/own_loop_main, 2 forked ranks on
-// per-rank data): each either works, with the ranks' weights equal after a
-// few steps, or is refused on every rank with an error that names the fix.
+// The own-loop API's traps (tests/strategy/own_loop_main, 2 forked ranks on per-rank data): each
+// either works, with the ranks' weights equal after a few steps, or is refused on every rank with
+// an error that names the fix.
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -17,8 +17,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// The program's output (its stdout and stderr) for `mode`, and whether it
-// exited 0.
+// The program's output (its stdout and stderr) for `mode`, and whether it exited 0.
 std::pair<std::string, bool> RunProgram(const std::string& mode) {
   const std::string command = "tests/strategy/own_loop_main " + mode + " 2>&1";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
@@ -39,10 +38,9 @@ std::string RunMode(const std::string& mode) {
 }
 
 TEST(OwnLoopTest, StrategySyncBatchnormConvertsInDistribute) {
-  // Without the conversion the ranks' running statistics differ after the
-  // last step (each normalized its own batch): max_diff > 0. Were the
-  // converted layer's tensors new ones, the optimizer (made before) would
-  // never move its weight: bn_trained=0.
+  // Without the conversion the ranks' running statistics differ after the last step (each
+  // normalized its own batch): max_diff > 0. Were the converted layer's tensors new ones, the
+  // optimizer (made before) would never move its weight: bn_trained=0.
   EXPECT_EQ(RunMode("sync_bn_strategy"), "converted=1 max_diff=0 bn_trained=1\n");
 }
 
@@ -99,10 +97,9 @@ TEST(OwnLoopTest, SamplerForAnotherWorldSizeIsRefused) {
                     HasSubstr("world_size()")));
 }
 
-// Not refused where it happens: a model with buffers fails at the next
-// step's buffer broadcast, which meets the other rank's bucket all-reduce (a
-// model without buffers would pair buckets of different steps unnoticed;
-// docs/cpp.md says so).
+// Not refused where it happens: a model with buffers fails at the next step's buffer broadcast,
+// which meets the other rank's bucket all-reduce (a model without buffers would pair buckets of
+// different steps unnoticed; docs/cpp.md says so).
 TEST(OwnLoopTest, NoSyncOnOneRankFailsAtTheNextMismatchedCollective) {
   auto [output, ok] = RunProgram("no_sync_one_rank");
   EXPECT_FALSE(ok);

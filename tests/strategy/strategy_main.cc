@@ -1,8 +1,7 @@
-// A program that uses DDPSpawnStrategy as a user would: it launches itself as 2
-// ranks (start method from argv[1]: spawn or fork; precision from argv[2]) and,
-// in each rank, exercises every part of the strategy's API against expected
-// values. Prints rank 0's report and exits 0 when every check passed. Usage:
-// strategy_main spawn|fork|forkserver 32-true|bf16-mixed|scaled-32 CHECKPOINT_DIR
+// A program that uses DDPSpawnStrategy as a user would: it launches itself as 2 ranks (start method
+// from argv[1]: spawn or fork; precision from argv[2]) and, in each rank, exercises every part of
+// the strategy's API against expected values. Prints rank 0's report and exits 0 when every check
+// passed. Usage: strategy_main spawn|fork|forkserver 32-true|bf16-mixed|scaled-32 CHECKPOINT_DIR
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -59,9 +58,9 @@ at::Tensor Flat(const std::vector<at::Tensor>& tensors) {
   return torch::cat(flat);
 }
 
-// "scaled-32": full precision with a loss scaler (init 1024, grows after 5
-// good steps), so that DDPSpawnStrategy's Backward and OptimizerStep are
-// checked with scaling on CPU, where "16-mixed" cannot run.
+// "scaled-32": full precision with a loss scaler (init 1024, grows after 5 good steps), so that
+// DDPSpawnStrategy's Backward and OptimizerStep are checked with scaling on CPU, where "16-mixed"
+// cannot run.
 class ScaledFullPrecision : public PrecisionPlugin {
  public:
   std::string name() const override { return "scaled-32"; }
@@ -119,8 +118,8 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
     optimizer.zero_grad();
     absl::StatusOr<at::Tensor> loss = s.TrainingStep({x, y}, step);
     EXPECT_OK(loss.status());
-    // Step 7: rank 1's loss is inf, so the averaged gradients hold a NaN on
-    // both ranks and both skip the step.
+    // Step 7: rank 1's loss is inf, so the averaged gradients hold a NaN on both ranks and both
+    // skip the step.
     const bool poisoned = scaler != nullptr && step == 7;
     if (poisoned && rank == 1) *loss = *loss * std::numeric_limits<float>::infinity();
     // The gradients DDP will average, unscaled, for comparison.
@@ -153,8 +152,8 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
     (step == 0 ? first_loss : last_loss) = mean_loss->item<double>();
   }
   EXPECT(last_loss < first_loss);
-  // 1024, halved at step 7, doubled after every 5 good steps in a row: 7 good
-  // steps before (x2 after 5), 12 after (x2 after 5 and 10): 1024.
+  // 1024, halved at step 7, doubled after every 5 good steps in a row: 7 good steps before (x2
+  // after 5), 12 after (x2 after 5 and 10): 1024.
   if (scaler != nullptr) EXPECT(scaler->scale() == 1024.0 * 2 / 2 * 4);
   const bool bf16 = s.options().precision_plugin->name() == "bf16-mixed";
   EXPECT(module->last_output_dtype == (bf16 ? at::kBFloat16 : at::kFloat));
@@ -189,9 +188,9 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& s) {
   EXPECT(!s.LoadCheckpoint(path + ".missing").ok());
   EXPECT(!RestoreCheckpoint("not a checkpoint", *module, nullptr, nullptr).ok());
 
-  // A SyncBatchNorm the model declares normalizes over both ranks' batches
-  // (Setup gives it the group): rank 0's batch is all 0 and rank 1's all 1,
-  // so one step moves the running mean by momentum x 0.5 on both ranks.
+  // A SyncBatchNorm the model declares normalizes over both ranks' batches (Setup gives it the
+  // group): rank 0's batch is all 0 and rank 1's all 1, so one step moves the running mean by
+  // momentum x 0.5 on both ranks.
   auto normalized =
       std::make_shared<Regressor>(torch::nn::Sequential(SyncBatchNorm(4), torch::nn::Linear(4, 1)));
   EXPECT_OK(s.Setup(normalized));

@@ -1,6 +1,5 @@
-// DDPSpawnStrategy in real multi-process runs (tests/strategy/strategy_main,
-// both start methods and both precisions), plus the errors a single process can
-// see.
+// DDPSpawnStrategy in real multi-process runs (tests/strategy/strategy_main, both start methods and
+// both precisions), plus the errors a single process can see.
 #include <sys/wait.h>
 #include <torch/nn.h>
 #include <unistd.h>
@@ -22,8 +21,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Runs the program with its output in a file; returns the exit code and the
-// output.
+// Runs the program with its output in a file; returns the exit code and the output.
 std::pair<int, std::string> RunProgram(const std::vector<std::string>& args) {
   std::string out_path = absl::StrCat(testing::TempDir(), "/out-", getpid(), "-", args[1]);
   std::string command = "tests/strategy/strategy_main";
@@ -62,15 +60,14 @@ TEST(StrategySingleProcessTest, ErrorsAreStatuses) {
 
   EXPECT_TRUE(strategy.Teardown().ok());
 
-  // A device past this machine's last one, with or without GPUs: what the
-  // rank that asks for it is told.
+  // A device past this machine's last one, with or without GPUs: what the rank that asks for it is
+  // told.
   const int present = CudaDeviceCount();
   const std::string lacking = present == 0
                                   ? std::string("no CUDA device is present")
                                   : absl::StrCat("this machine has ", present, " CUDA device");
 
-  // nccl needs cuda:<local rank> (on the CPU accelerator): local rank
-  // `present` has none.
+  // nccl needs cuda:<local rank> (on the CPU accelerator): local rank `present` has none.
   StrategyOptions nccl = options;
   nccl.process_group_backend = Backend::kNccl;
   nccl.parallel_devices.assign(present + 1, c10::Device(c10::kCPU));

@@ -1,7 +1,6 @@
-// What the test workers do when a check fails: the launcher gets the
-// reason as the rank's error (SetWorkerError), stderr gets it with the
-// program's name, and the rank exits 1; and how they join their Gloo group.
-// Header-only; for test workers.
+// What the test workers do when a check fails: the launcher gets the reason as the rank's error
+// (SetWorkerError), stderr gets it with the program's name, and the rank exits 1; and how they join
+// their Gloo group. Header-only; for test workers.
 #ifndef DDPSPAWN_TESTS_TESTING_WORKER_CHECKS_H_
 #define DDPSPAWN_TESTS_TESTING_WORKER_CHECKS_H_
 
@@ -31,8 +30,7 @@ inline void CheckOk(const absl::Status& status, const std::string& what) {
   if (!status.ok()) Fail(absl::StrCat(what, ": ", status.ToString()));
 }
 
-// This rank's Gloo group with the launcher's other ranks (60 s timeout);
-// a failure ends the rank.
+// This rank's Gloo group with the launcher's other ranks (60 s timeout); a failure ends the rank.
 inline std::unique_ptr<ProcessGroup> JoinGlooGroup() {
   absl::StatusOr<ClusterInfo> cluster = DetectClusterEnvironment();
   CheckOk(cluster.status(), "cluster");

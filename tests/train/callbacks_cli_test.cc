@@ -1,9 +1,8 @@
-// Fit's callbacks end to end through the CLI, on 2 real ranks: early stopping
-// ends a stalled run after `patience` checks and resumes with its count; the
-// top-k checkpoints are exactly the k best by the monitored metric, hold the
-// weights that scored it, and never replace another run's files; the
-// learning-rate monitor logs the scheduled rate, and the cosine and plateau
-// schedules set it; bad callback options are refused with the reason.
+// Fit's callbacks end to end through the CLI, on 2 real ranks: early stopping ends a stalled run
+// after `patience` checks and resumes with its count; the top-k checkpoints are exactly the k best
+// by the monitored metric, hold the weights that scored it, and never replace another run's files;
+// the learning-rate monitor logs the scheduled rate, and the cosine and plateau schedules set it;
+// bad callback options are refused with the reason.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -78,16 +77,16 @@ TEST(CallbacksCliTest, EarlyStoppingEndsAStalledRunAndResumesWithItsCount) {
               HasSubstr("fit stopped after epoch 3: early stopping: val_loss did not improve by "
                         "more than 0.01 in 2 checks (best "));
   EXPECT_EQ(MetricByEpoch(Dir("early"), "val_loss").size(), 3u);
-  // Resumed, the count goes on from 2: one more stalled check stops it. A
-  // fresh count would run three more epochs.
+  // Resumed, the count goes on from 2: one more stalled check stops it. A fresh count would run
+  // three more epochs.
   CliRun resumed = Cli(absl::StrCat(args, " --resume-from ", run.values["checkpoint"]));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(resumed.Number("epoch"), 4) << resumed.output;
   EXPECT_EQ(resumed.values["stopped_by"], "early_stopping");
 }
 
-// The k best under ModelCheckpoint's rule: a later score enters when the k are
-// not yet there, or when it beats the worst of them strictly.
+// The k best under ModelCheckpoint's rule: a later score enters when the k are not yet there, or
+// when it beats the worst of them strictly.
 std::set<int64_t> TopK(const std::map<int64_t, double>& scores, size_t k) {
   std::vector<std::pair<double, int64_t>> kept;
   for (const auto& [epoch, score] : scores) {
@@ -119,8 +118,7 @@ TEST(CallbacksCliTest, SaveTopKKeepsExactlyTheBestCheckpointsBesideLast) {
                                     (epoch + 1) * 8, accuracy.at(epoch)));
   }
   EXPECT_EQ(CheckpointFiles(Dir("topk")), expected) << run.output;
-  // The best file holds the weights that scored it (the same batches, so the
-  // same sums).
+  // The best file holds the weights that scored it (the same batches, so the same sums).
   const std::string best_path = run.values["best_model_path"];
   ASSERT_TRUE(absl::StrContains(best_path, "val_accuracy=")) << run.output;
   CliRun validated = Cli(absl::StrCat("validate --model ", kModel, " --data ", Dir("topk_val.csv"),
@@ -132,8 +130,7 @@ TEST(CallbacksCliTest, SaveTopKKeepsExactlyTheBestCheckpointsBesideLast) {
   for (const auto& [epoch, score] : accuracy) best_score = std::max(best_score, score);
   EXPECT_NEAR(run.Number("best_model_score"), best_score, 1e-8);  // metrics.csv has 9 digits
 
-  // A second run into the same directory names its files -v1 and removes
-  // none of the first run's.
+  // A second run into the same directory names its files -v1 and removes none of the first run's.
   CliRun again = Cli(args);
   ASSERT_EQ(again.exit_code, 0) << again.output;
   const std::set<std::string> after = CheckpointFiles(Dir("topk"));
@@ -174,8 +171,8 @@ TEST(CallbacksCliTest, LearningRateSchedulesSetTheRateOfEveryStep) {
     const double expected =
         step <= 4 ? 0.1 * static_cast<double>(step) / 4
                   : 0.001 + 0.099 * (1 + std::cos(M_PI * static_cast<double>(step - 5) / 12)) / 2;
-    // metrics.csv holds 9 significant digits: half a unit of the 9th is at
-    // most 5e-9 of the value (2e-9 seen).
+    // metrics.csv holds 9 significant digits: half a unit of the 9th is at most 5e-9 of the value
+    // (2e-9 seen).
     EXPECT_NEAR(rates.at(step), expected, 5e-9 * expected) << step;
   }
   // The same curve by epoch, over 4 epochs, from the epochs' starts.
@@ -189,8 +186,8 @@ TEST(CallbacksCliTest, LearningRateSchedulesSetTheRateOfEveryStep) {
     const double expected = 0.05 * (1 + std::cos(M_PI * static_cast<double>(epoch) / 4));
     EXPECT_NEAR(rate, expected, 5e-9 * expected) << epoch;
   }
-  // Reduce on plateau: a rate too small to move val_loss halves after more
-  // than one epoch without a better one.
+  // Reduce on plateau: a rate too small to move val_loss halves after more than one epoch without a
+  // better one.
   CliRun plateau = Cli(absl::StrCat(FitArgs("plateau"),
                                     " --lr 1e-6 --max-epochs 6 --lr-scheduler plateau "
                                     "--lr-plateau-patience 1 --lr-plateau-factor 0.5 "
@@ -204,9 +201,11 @@ TEST(CallbacksCliTest, LearningRateSchedulesSetTheRateOfEveryStep) {
 TEST(CallbacksCliTest, BadCallbackOptionsAreRefusedWithTheReason) {
   const std::string base = FitArgs("bad_callbacks") + " --max-epochs 2";
   const std::pair<std::string, std::string> cases[] = {
-      {"--monitor val_f1", "cannot tell whether 'val_f1' improves up or down: set mode"},
+      {"--monitor val_f1",
+       "monitor='val_f1': cannot tell whether it improves up or down: set mode"},
       {"--early-stopping-monitor val_f1",
-       "cannot tell whether 'val_f1' improves up or down: set early_stopping_mode"},
+       "early_stopping_monitor='val_f1': cannot tell whether it improves up or down: set "
+       "early_stopping_mode"},
       {"--save-top-k 3", "save_top_k 3 needs --monitor"},
       {"--monitor val_loss --checkpoint-filename ../x", "'/' is not allowed"},
       {"--monitor val_loss --checkpoint-filename last", "it names last.ckpt"},

@@ -1,7 +1,6 @@
-// The callbacks' rules on one rank, through a CallbackContext that writes real
-// files: checkpoint names from templates; early stopping's patience, min_delta,
-// mode and non-finite check, and its state across a checkpoint; top-k keeping
-// exactly the k best files on disk, and its state.
+// The callbacks' rules on one rank, through a CallbackContext that writes real files: checkpoint
+// names from templates; early stopping's patience, min_delta, mode and non-finite check, and its
+// state across a checkpoint; top-k keeping exactly the k best files on disk, and its state.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,9 +11,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/train/early_stopping.h"
-#include "core/train/lr_scheduler.h"
-#include "core/train/model_checkpoint.h"
+#include "core/train/callbacks/early_stopping.h"
+#include "core/train/callbacks/lr_scheduler.h"
+#include "core/train/callbacks/model_checkpoint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -188,8 +187,8 @@ TEST(CallbacksTest, CosineAndOneCycleFollowTheirCurves) {
   cosine.schedule = LrSchedule::kCosine;
   cosine.warmup_steps = 4;
   cosine.min_lr = 0.01;
-  // Warm-up: 1/4, 2/4, ... of the rate; then half a cosine over the other 96
-  // steps, through the midpoint at step 4 + 48.
+  // Warm-up: 1/4, 2/4, ... of the rate; then half a cosine over the other 96 steps, through the
+  // midpoint at step 4 + 48.
   EXPECT_DOUBLE_EQ(ScheduledLearningRate(cosine, 0.1, 0, 100), 0.025);
   EXPECT_DOUBLE_EQ(ScheduledLearningRate(cosine, 0.1, 3, 100), 0.1);
   EXPECT_DOUBLE_EQ(ScheduledLearningRate(cosine, 0.1, 4, 100), 0.1);

@@ -1,8 +1,7 @@
-// The ddpspawn CLI end to end, with real ranks: fit makes the loss fall and its
-// checkpoint holds rank 0's final weights; resuming after k steps and training
-// m more is bit for bit the same as k+m steps at once; predict returns dataset
-// order; bad inputs (a corrupt checkpoint among them) are clear errors before
-// anything runs; outputs are never written through a planted link; a diverging
+// The ddpspawn CLI end to end, with real ranks: fit makes the loss fall and its checkpoint holds
+// rank 0's final weights; resuming after k steps and training m more is bit for bit the same as k+m
+// steps at once; predict returns dataset order; bad inputs (a corrupt checkpoint among them) are
+// clear errors before anything runs; outputs are never written through a planted link; a diverging
 // run stops with an error and keeps its last good checkpoint.
 #include <ATen/ATen.h>
 #include <sys/wait.h>
@@ -21,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/model/checkpoint.h"
-#include "core/train/mlp_module.h"
+#include "core/train/models/mlp_module.h"
 #include "core/util/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -49,8 +48,8 @@ TEST(CliTest, FitLearnsAndItsCheckpointHoldsTheFinalWeights) {
   EXPECT_EQ(long_run.Number("epoch"), 15);
   EXPECT_EQ(long_run.Number("global_step"),
             15 * 8);  // 120 samples per rank / 16
-  // Validating the returned checkpoint gives the fit's final validation
-  // metrics: the checkpoint holds rank 0's final weights.
+  // Validating the returned checkpoint gives the fit's final validation metrics: the checkpoint
+  // holds rank 0's final weights.
   CliRun check =
       Cli(absl::StrCat("validate --model ", kModel, " --data ", val,
                        " --nproc-per-node 2 --checkpoint ", long_run.values["checkpoint"]));
@@ -61,9 +60,9 @@ TEST(CliTest, FitLearnsAndItsCheckpointHoldsTheFinalWeights) {
   EXPECT_THAT(csv, HasSubstr(",val_accuracy,"));
 }
 
-// Validation and test metrics count every sample once, whatever the number of
-// ranks: 101 samples do not split evenly over 2 or 3 ranks, whose padded
-// shards (51 + 51, 34 + 34 + 34) would count 1 sample twice.
+// Validation and test metrics count every sample once, whatever the number of ranks: 101 samples do
+// not split evenly over 2 or 3 ranks, whose padded shards (51 + 51, 34 + 34 + 34) would count 1
+// sample twice.
 TEST(CliTest, EvaluationCountsEverySampleOnceOnAnyNumberOfRanks) {
   const std::string train = WriteClassification("exact_train.csv", 120);
   const std::string data = WriteClassification("exact_test.csv", 101);
@@ -77,8 +76,8 @@ TEST(CliTest, EvaluationCountsEverySampleOnceOnAnyNumberOfRanks) {
         Cli(absl::StrCat("test --model ", kModel, " --data ", data, " --batch-size 8 --checkpoint ",
                          fit.values["checkpoint"], " --nproc-per-node ", ranks));
     ASSERT_EQ(test.exit_code, 0) << test.output;
-    // A whole number of the 101 samples (float32 batch means leave ~1e-7);
-    // padded, the count would be out of 102 or 104: 67 of 102 reads 66.34.
+    // A whole number of the 101 samples (float32 batch means leave ~1e-7); padded, the count would
+    // be out of 102 or 104: 67 of 102 reads 66.34.
     const double correct = test.Number("metric.test_accuracy") * 101;
     const double loss = test.Number("metric.test_loss");
     EXPECT_NEAR(correct, std::round(correct), 0.01) << ranks << " ranks";
@@ -96,9 +95,9 @@ TEST(CliTest, EvaluationCountsEverySampleOnceOnAnyNumberOfRanks) {
   }
 }
 
-// One SGD step of lr 1 moves each weight by its clipped gradient: by value,
-// every element moves at most 1e-3 and many move exactly that much; by norm,
-// the whole move has an L2 norm of at most 1e-3; unclipped, more.
+// One SGD step of lr 1 moves each weight by its clipped gradient: by value, every element moves at
+// most 1e-3 and many move exactly that much; by norm, the whole move has an L2 norm of at most
+// 1e-3; unclipped, more.
 TEST(CliTest, GradientsAreClippedByValueOrByNorm) {
   const std::string train = WriteClassification("clip.csv", 64);
   const std::string common =
@@ -128,8 +127,7 @@ TEST(CliTest, GradientsAreClippedByValueOrByNorm) {
       static_cast<long long>(by_value.gt(0.999e-3).sum().item<int64_t>()),
       by_norm.max().item<double>(), by_norm.norm().item<double>());
   EXPECT_GT(unclipped.max().item<double>(), 2e-3);
-  // At most one float32 rounding (6e-8 for weights below 0.5) past the clip;
-  // 2e-9 seen.
+  // At most one float32 rounding (6e-8 for weights below 0.5) past the clip; 2e-9 seen.
   EXPECT_LE(by_value.max().item<double>(), 1e-3 + 6e-8);
   EXPECT_GE(by_value.gt(0.999e-3).sum().item<int64_t>(), 10);
   EXPECT_LE(by_norm.norm().item<double>(), 1e-3 * (1 + 1e-5));
@@ -142,8 +140,7 @@ TEST(CliTest, ResumingIsBitForBitTheSameAsNotStopping) {
       absl::StrCat("fit --model ", kModel, " --train ", train,
                    " --nproc-per-node 2 --num-threads 1 --lr 0.3 --momentum 0.9 --batch-size 8",
                    " --max-epochs 5 --seed 11 --optimizer sgd");
-  // 100 samples: 50 per rank, 7 batches per epoch; 10 steps stop in the middle
-  // of epoch 2.
+  // 100 samples: 50 per rank, 7 batches per epoch; 10 steps stop in the middle of epoch 2.
   CliRun first = Cli(absl::StrCat(common, " --max-steps 10 --default-root-dir ", Dir("k")));
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_EQ(first.Number("epoch"), 1);
@@ -180,8 +177,7 @@ TEST(CliTest, PredictKeepsDatasetOrder) {
   ASSERT_EQ(two.exit_code, 0) << two.output;
   ASSERT_EQ(one.exit_code, 0) << one.output;
   EXPECT_EQ(two.Number("count"), 37);
-  // Sharded over 2 ranks and gathered, the rows are those of a single process,
-  // in order.
+  // Sharded over 2 ranks and gathered, the rows are those of a single process, in order.
   EXPECT_EQ(ReadWholeFile(two.values["predictions"]).value_or("a"),
             ReadWholeFile(one.values["predictions"]).value_or("b"));
 }
@@ -237,8 +233,7 @@ TEST(CliTest, BadInputsAreClearErrorsBeforeAnythingRuns) {
   EXPECT_THAT(help.output, HasSubstr("--nproc-per-node"));
 }
 
-// y = x . (0.5, -1, 2, 0.25) + 0.1: labels that are not integers, for a
-// regressor.
+// y = x . (0.5, -1, 2, 0.25) + 0.1: labels that are not integers, for a regressor.
 std::string WriteRegression(const std::string& name, int rows) {
   std::string path = absl::StrCat(testing::TempDir(), "/", name);
   std::ofstream out(path);
@@ -252,8 +247,8 @@ std::string WriteRegression(const std::string& name, int rows) {
   return path;
 }
 
-// The optimizer step `step` in "... at epoch E, step 2 (rank 0); ..." or
-// "... by epoch E, step 2 (rank 0), ...", or -1.
+// The optimizer step `step` in "... at epoch E, step 2 (rank 0); ..." or "... by epoch E, step 2
+// (rank 0), ...", or -1.
 int64_t StepInError(const std::string& output) {
   const size_t rank = output.find(" (rank ");
   const size_t step = output.rfind("step ", rank);
@@ -265,16 +260,14 @@ int64_t StepInError(const std::string& output) {
   return value;
 }
 
-// A diverging run (SGD with lr 1e30: the first step makes the weights about
-// 1e29, the next loss overflows) stops on every rank with an error that says
-// where, and leaves on disk only a checkpoint from before, with finite
-// weights; allow_non_finite_loss=true lets it go on. Was: exit 0 and a
-// checkpoint of NaN weights.
+// A diverging run (SGD with lr 1e30: the first step makes the weights about 1e29, the next loss
+// overflows) stops on every rank with an error that says where, and leaves on disk only a
+// checkpoint from before, with finite weights; allow_non_finite_loss=true lets it go on. Was: exit
+// 0 and a checkpoint of NaN weights.
 TEST(CliTest, ANonFiniteLossStopsTheRunAndKeepsTheLastGoodCheckpoint) {
   const std::string model = "mlp:4,16,1";
   const std::string train = WriteRegression("diverge.csv", 40);
-  // 20 samples per rank and batches of 32: one step per epoch, and a
-  // checkpoint after each.
+  // 20 samples per rank and batches of 32: one step per epoch, and a checkpoint after each.
   const std::string common = absl::StrCat(
       "fit --model ", model, " --train ", train,
       " --nproc-per-node 2 --optimizer sgd --lr 1e30 --batch-size 32", " --max-epochs 20 --seed 5");
@@ -310,9 +303,8 @@ TEST(CliTest, ANonFiniteLossStopsTheRunAndKeepsTheLastGoodCheckpoint) {
   EXPECT_EQ(allowed.Number("global_step"), 20);
 }
 
-// --max-time as Lightning's: fit stops after the step that passes it, writes
-// its checkpoint, succeeds and says why it stopped; resuming goes on from
-// there.
+// --max-time as Lightning's: fit stops after the step that passes it, writes its checkpoint,
+// succeeds and says why it stopped; resuming goes on from there.
 TEST(CliTest, MaxTimeStopsFitGracefully) {
   const std::string train = WriteClassification("max_time.csv", 240);
   const std::string dir = absl::StrCat(testing::TempDir(), "/max_time");
@@ -334,9 +326,9 @@ TEST(CliTest, MaxTimeStopsFitGracefully) {
   EXPECT_EQ(resumed.values.count("stopped_by"), 0u);
 }
 
-// A validation set the model cannot take (other feature count, class labels
-// beyond its outputs) is an error naming the file before any rank starts, not
-// a LibTorch backtrace from rank 0 at the first validation.
+// A validation set the model cannot take (other feature count, class labels beyond its outputs) is
+// an error naming the file before any rank starts, not a LibTorch backtrace from rank 0 at the
+// first validation.
 TEST(CliTest, AValidationSetThatDoesNotFitIsRefusedBeforeAnyRankStarts) {
   const std::string train = WriteClassification("fits.csv", 40);
   const std::string narrow = absl::StrCat(testing::TempDir(), "/narrow.csv");
@@ -364,11 +356,10 @@ TEST(CliTest, AValidationSetThatDoesNotFitIsRefusedBeforeAnyRankStarts) {
   }
 }
 
-// A resumed fit keeps the learning rate, momentum and weight decay of the
-// optimizer state it restores, so one given with another value is refused
-// before any rank starts (it used to be ignored without a word). Under a
-// schedule the rate comes from --lr, and a new fit from the weights alone
-// (--checkpoint) takes every option.
+// A resumed fit keeps the learning rate, momentum and weight decay of the optimizer state it
+// restores, so one given with another value is refused before any rank starts (it used to be
+// ignored without a word). Under a schedule the rate comes from --lr, and a new fit from the
+// weights alone (--checkpoint) takes every option.
 TEST(CliTest, AnOptimizerOptionTheCheckpointWouldOverrideIsRefused) {
   const std::string train = WriteClassification("overridden.csv", 40);
   const std::string common = absl::StrCat("fit --model ", kModel, " --train ", train,
@@ -407,9 +398,8 @@ TEST(CliTest, AnOptimizerOptionTheCheckpointWouldOverrideIsRefused) {
   }
 }
 
-// A checkpoint with 16 flipped bytes is refused by test and by resume, naming
-// the file, before any rank starts (it used to load and test to a loss of
-// 1e22); the untouched one still works.
+// A checkpoint with 16 flipped bytes is refused by test and by resume, naming the file, before any
+// rank starts (it used to load and test to a loss of 1e22); the untouched one still works.
 TEST(CliTest, CorruptCheckpointsAreRefused) {
   const std::string train = WriteClassification("corrupt.csv", 40);
   CliRun fit = Cli(absl::StrCat("fit --model mlp:4,256,3 --train ", train,
@@ -436,8 +426,8 @@ TEST(CliTest, CorruptCheckpointsAreRefused) {
   }
 }
 
-// A metrics.csv planted as a link in the output directory (to a file only the
-// job's user may write) is refused, and the file it points to is left alone.
+// A metrics.csv planted as a link in the output directory (to a file only the job's user may write)
+// is refused, and the file it points to is left alone.
 TEST(CliTest, ALinkedMetricsCsvIsRefused) {
   const std::string train = WriteClassification("linked.csv", 40);
   const std::string dir = Dir("linked"), victim = Dir("root_only.txt");
@@ -452,10 +442,10 @@ TEST(CliTest, ALinkedMetricsCsvIsRefused) {
   EXPECT_EQ(ReadWholeFile(victim).value_or(""), "precious\n");
 }
 
-// --version names what the build was compiled against; asking for a GPU where
-// there is none is a clear UNAVAILABLE error from the rank, and the devices
-// flags are checked before anything starts. CUDA_VISIBLE_DEVICES= makes every
-// machine one without a GPU for CUDA (tools/gpu_check covers GPUs).
+// --version names what the build was compiled against; asking for a GPU where there is none is a
+// clear UNAVAILABLE error from the rank, and the devices flags are checked before anything starts.
+// CUDA_VISIBLE_DEVICES= makes every machine one without a GPU for CUDA (tools/gpu_check covers
+// GPUs).
 TEST(CliTest, VersionAndGpuRequestsWithoutAGpu) {
   const std::string no_gpu = "CUDA_VISIBLE_DEVICES=";
   CliRun version = Cli("--version");
@@ -475,8 +465,8 @@ TEST(CliTest, VersionAndGpuRequestsWithoutAGpu) {
   const std::string train = WriteClassification("gpu.csv", 40);
   const std::string fit = absl::StrCat("fit --model ", kModel, " --train ", train,
                                        " --max-epochs 1 --default-root-dir ", Dir("gpu_fit"));
-  // Exit status 1 where a rank found it (CUDA is asked in the ranks, never
-  // in a launcher that forks), 2 where the launcher refused the command.
+  // Exit status 1 where a rank found it (CUDA is asked in the ranks, never in a launcher that
+  // forks), 2 where the launcher refused the command.
   const struct {
     std::string flags, expected;
     int exit_code;
@@ -504,8 +494,8 @@ TEST(CliTest, VersionAndGpuRequestsWithoutAGpu) {
   EXPECT_EQ(two.Number("global_step"), 4) << two.output;
 }
 
-// Scripts a module with /opt/ddpspawn/venv/bin/python3 (the torch 2.11 that
-// tools/setup installs); false when it cannot.
+// Scripts a module with /opt/ddpspawn/venv/bin/python3 (the torch 2.11 that tools/setup installs);
+// false when it cannot.
 bool ScriptModule(const std::string& path, const std::string& body) {
   const std::string script = Dir("make_module.py");
   std::ofstream(script) << "import torch\nfrom typing import Dict, List\n"
@@ -548,8 +538,8 @@ TEST(CliTest, TorchScriptModulesTrainAndAreChecked) {
   EXPECT_THAT(no_step.output, HasSubstr("has no method 'training_step'"));
   EXPECT_THAT(no_step.output, HasSubstr("batch: List[Tensor], batch_idx: int"));
 
-  // sync_batchnorm cannot convert a TorchScript model's layers: refused before
-  // any rank starts (was: in every rank's Setup, exit 1).
+  // sync_batchnorm cannot convert a TorchScript model's layers: refused before any rank starts
+  // (was: in every rank's Setup, exit 1).
   CliRun sync_bn = Cli(absl::StrCat("fit --model ", good, " --train ", train,
                                     " --sync-batchnorm true --max-epochs 1"));
   EXPECT_EQ(sync_bn.exit_code, 2) << sync_bn.output;

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/model/checkpoint.h"
-#include "core/train/mlp_module.h"
+#include "core/train/models/mlp_module.h"
 #include "core/util/files.h"
 #include "gtest/gtest.h"
 

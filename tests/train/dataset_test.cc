@@ -1,7 +1,6 @@
-// Loading datasets: .npy files written byte by byte here (and one by NumPy
-// itself), every .npy error, CSV parsing and its errors, NaN and infinities
-// refused, label types, and splitting.
-#include "core/train/dataset.h"
+// Loading datasets: .npy files written byte by byte here (and one by NumPy itself), every .npy
+// error, CSV parsing and its errors, NaN and infinities refused, label types, and splitting.
+#include "core/train/data/dataset.h"
 
 #include <ATen/ATen.h>
 
@@ -42,9 +41,9 @@ std::string RawBytes(const std::vector<T>& values) {
   return bytes;
 }
 
-// A .npy file as NumPy writes it: magic, version, little-endian header length
-// (2 bytes for version 1, 4 for 2 and 3), the dict padded with spaces and a
-// newline to a multiple of 64 bytes, then the data.
+// A .npy file as NumPy writes it: magic, version, little-endian header length (2 bytes for version
+// 1, 4 for 2 and 3), the dict padded with spaces and a newline to a multiple of 64 bytes, then the
+// data.
 std::string NpyBytes(const std::string& descr, const std::string& shape, const std::string& data,
                      bool fortran_order = false, int major = 1) {
   std::string dict =

@@ -1,10 +1,8 @@
-// `ddpspawn export` end to end with the torch 2.11 Python: a checkpoint's
-// weights exported as a state dict and as safetensors load into the matching
-// torch.nn module with strict=True and reproduce ddpspawn's predictions and
-// loss;
-// weights Python saved both ways come back through --checkpoint and give the
-// loss Python computes (an OrderedDict, which LibTorch cannot read, is refused
-// with what to do); another model's weights and damaged files are refused.
+// `ddpspawn export` end to end with the torch 2.11 Python: a checkpoint's weights exported as a
+// state dict and as safetensors load into the matching torch.nn module with strict=True and
+// reproduce ddpspawn's predictions and loss; weights Python saved both ways come back through
+// --checkpoint and give the loss Python computes (an OrderedDict, which LibTorch cannot read, is
+// refused with what to do); another model's weights and damaged files are refused.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -79,8 +77,8 @@ TEST(ExportCliTest, ExportedWeightsLoadIntoTorchAndComeBack) {
           back_pt, "')\n", "torch.save(m.state_dict(), '", ordered_pt, "')\n",
           "save_file(m.state_dict(), '", back_safetensors, "')\n",
           "print(f'python_loss={loss.item():.17g}')\n"));
-  // The exported weights reproduce ddpspawn's predictions and its loss (float32
-  // sums in another order: 5e-8 apart seen).
+  // The exported weights reproduce ddpspawn's predictions and its loss (float32 sums in another
+  // order: 5e-8 apart seen).
   CliRun trained = Cli(absl::StrCat("validate --model ", kModel, " --data ", data,
                                     " --nproc-per-node 2 --checkpoint ", fit.values["checkpoint"],
                                     " --default-root-dir ", Dir("export_validate")));

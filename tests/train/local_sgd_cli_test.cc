@@ -1,11 +1,10 @@
-// Post-local SGD (ddp_comm_hook post_localsgd with model_averaging_period)
-// through the CLI on 2 ranks, against torch 2.11's own post_localSGD_hook and
-// PeriodicModelAverager on 2 Gloo processes from the same initial weights and
-// batches: rank 0's weights after 8 steps agree to float32 rounding, and they
-// differ from plain DDP's and from torch's rank 1 (the last steps were local).
-// With the gradients averaged within the node (one node: every rank), it is
-// plain DDP. With gradient accumulation (torch: no_sync for all but the last
-// micro-batch) the hook and the averager count optimizer steps alike.
+// Post-local SGD (ddp_comm_hook post_localsgd with model_averaging_period) through the CLI on 2
+// ranks, against torch 2.11's own post_localSGD_hook and PeriodicModelAverager on 2 Gloo processes
+// from the same initial weights and batches: rank 0's weights after 8 steps agree to float32
+// rounding, and they differ from plain DDP's and from torch's rank 1 (the last steps were local).
+// With the gradients averaged within the node (one node: every rank), it is plain DDP. With
+// gradient accumulation (torch: no_sync for all but the last micro-batch) the hook and the averager
+// count optimizer steps alike.
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -18,9 +17,9 @@
 namespace ddpspawn {
 namespace {
 
-// 256 samples, 2 ranks, batches of 16 in dataset order: 8 optimizer steps.
-// Plain all-reduce for 2 iterations, then local steps averaged at steps 2 and
-// 5 (counted from 0): steps 6 and 7 stay local.
+// 256 samples, 2 ranks, batches of 16 in dataset order: 8 optimizer steps. Plain all-reduce for 2
+// iterations, then local steps averaged at steps 2 and 5 (counted from 0): steps 6 and 7 stay
+// local.
 constexpr char kCommon[] =
     " --nproc-per-node 2 --batch-size 16 --shuffle false --seed 7 --optimizer sgd --momentum 0.9";
 constexpr int kStart = 2, kPeriod = 3, kSteps = 8;
@@ -39,8 +38,7 @@ TEST(LocalSgdCliTest, PostLocalSgdMatchesTorchsHookAndAverager) {
   const std::string local =
       ExportedWeights(absl::StrCat(post_local, " --post-local-gradient-allreduce false"), "local");
   const std::string within_node = ExportedWeights(post_local, "within_node");
-  // 4 steps of 2 micro-batches; start 1, period 3: averaged after step 1,
-  // steps 2 and 3 local.
+  // 4 steps of 2 micro-batches; start 1, period 3: averaged after step 1, steps 2 and 3 local.
   const std::string accumulated = ExportedWeights(
       absl::StrCat(fit,
                    " --max-steps 4 --lr 0.1 --accumulate-grad-batches 2 --ddp-comm-hook "
@@ -93,8 +91,8 @@ TEST(LocalSgdCliTest, PostLocalSgdMatchesTorchsHookAndAverager) {
   EXPECT_LT(NumberOf(python, "within_node"), 2e-7);
   EXPECT_LT(NumberOf(python, "plain"), 2e-7);
   EXPECT_LT(NumberOf(python, "accumulated"), 2e-7);
-  // What makes the comparison sharp: local SGD moved rank 0 elsewhere than
-  // DDP, and its last two steps left the ranks apart.
+  // What makes the comparison sharp: local SGD moved rank 0 elsewhere than DDP, and its last two
+  // steps left the ranks apart.
   EXPECT_GT(NumberOf(python, "local_vs_plain"), 1e-4);
   EXPECT_GT(NumberOf(python, "rank0_vs_rank1"), 1e-4);
   EXPECT_GT(NumberOf(python, "accumulated_rank0_vs_rank1"), 1e-4);

@@ -1,11 +1,9 @@
-// A C++ module's own parts through a real 2-rank fit. Log(): values that
-// differ by rank are the mean over the ranks with sync_dist and rank 0's
-// without, at each log point and as <name>_epoch, in fit's result,
-// metrics.csv and every rank's callback metrics alike; ranks that log
-// different names end fit with an error that lists each rank's. Its own
-// torch::optim optimizer from ConfigureOptimizers, with parameter groups: a
-// group at learning rate 0 stays where it started. The test binary launches
-// itself as the ranks.
+// A C++ module's own parts through a real 2-rank fit. Log(): values that differ by rank are the
+// mean over the ranks with sync_dist and rank 0's without, at each log point and as <name>_epoch,
+// in fit's result, metrics.csv and every rank's callback metrics alike; ranks that log different
+// names end fit with an error that lists each rank's. Its own torch::optim optimizer from
+// ConfigureOptimizers, with parameter groups: a group at learning rate 0 stays where it started.
+// The test binary launches itself as the ranks.
 #include <torch/torch.h>
 
 #include <cstdlib>
@@ -17,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/strategy/ddp_spawn_strategy.h"
-#include "core/train/callback.h"
-#include "core/train/trainer.h"
+#include "core/train/callbacks/callback.h"
+#include "core/train/loop/trainer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

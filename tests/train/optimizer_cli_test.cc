@@ -1,9 +1,8 @@
-// Every optimizer (with its betas, eps and momentum where it has them) with
-// gradient clipping (by norm and by value) and gradient
-// accumulation, through the CLI on 2 ranks, against torch 2.11's own
-// optimizers and clip_grad_norm_ / clip_grad_value_ in Python on the whole
-// batch from the same initial weights: the weights after 3 optimizer steps
-// agree to float32 rounding, and differ from an unclipped run's.
+// Every optimizer (with its betas, eps and momentum where it has them) with gradient clipping (by
+// norm and by value) and gradient accumulation, through the CLI on 2 ranks, against torch 2.11's
+// own optimizers and clip_grad_norm_ / clip_grad_value_ in Python on the whole batch from the same
+// initial weights: the weights after 3 optimizer steps agree to float32 rounding, and differ from
+// an unclipped run's.
 #include <cstdio>
 #include <map>
 #include <string>
@@ -15,8 +14,7 @@
 namespace ddpspawn {
 namespace {
 
-// 240 samples, 2 ranks, batches of 16 in dataset order: 3 optimizer steps of
-// 2 micro-batches each.
+// 240 samples, 2 ranks, batches of 16 in dataset order: 3 optimizer steps of 2 micro-batches each.
 constexpr char kCommon[] =
     " --nproc-per-node 2 --batch-size 16 --shuffle false --seed 7 --accumulate-grad-batches 2";
 
@@ -102,8 +100,8 @@ TEST(OptimizerCliTest, ClippingWithAccumulationMatchesTorchForEveryOptimizer) {
     std::printf("%s: |ddpspawn - torch| %s, clipping moved the weights by %s\n", name.c_str(),
                 python.count(name) ? python.at(name).c_str() : "?",
                 python.count(name + "_clipping") ? python.at(name + "_clipping").c_str() : "-");
-    // float32 sums in another order, over 3 steps: at most 3e-8 seen for SGD and
-    // Adam, 6e-8 for RMSprop, 1.2e-7 for Adagrad.
+    // float32 sums in another order, over 3 steps: at most 3e-8 seen for SGD and Adam, 6e-8 for
+    // RMSprop, 1.2e-7 for Adagrad.
     EXPECT_LT(NumberOf(python, name), 2e-7) << name;
     if (run.algorithm != "none") {
       EXPECT_GT(NumberOf(python, name + "_clipping"), 1e-4) << name;

@@ -1,8 +1,7 @@
 // Run options without ranks (ParseRunOptions, ResolveRunConfig, CheckRun): every integer option is
-// range-checked in 64 bits before it is narrowed to its field, non-finite
-// numbers are refused, the built-in MLP's labels fit its task (several
-// outputs classify and need integer labels; one output regresses), and forked
-// ranks close the caller's descriptors.
+// range-checked in 64 bits before it is narrowed to its field, non-finite numbers are refused, the
+// built-in MLP's labels fit its task (several outputs classify and need integer labels; one output
+// regresses), and forked ranks close the caller's descriptors.
 #include <csignal>
 #include <cstring>
 #include <fstream>
@@ -14,9 +13,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/train/run_checks.h"
-#include "core/train/run_command.h"
-#include "core/train/run_options.h"
+#include "core/train/run/run_checks.h"
+#include "core/train/run/run_command.h"
+#include "core/train/run/run_options.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -95,8 +94,7 @@ TEST(RunConfigTest, TheOptimizerIsParsedOnce) {
                         "'adagrad'"));
 }
 
-// An option the chosen optimizer does not have is refused before any rank
-// starts, not ignored.
+// An option the chosen optimizer does not have is refused before any rank starts, not ignored.
 TEST(RunConfigTest, OptionsTheOptimizerLacksAreRefused) {
   // The default optimizer is SGD.
   EXPECT_THAT(ParseWith("betas", "0.8,0.9").status().message(),
@@ -173,8 +171,8 @@ TEST(RunConfigTest, IntegersAtTheirBoundsAreKept) {
   EXPECT_EQ(config->trainer.seed, 9223372036854775807ull);
 }
 
-// A node's place in a job of several: refused when it cannot work, never
-// ignored (a single node's ranks meet privately, without the master address).
+// A node's place in a job of several: refused when it cannot work, never ignored (a single node's
+// ranks meet privately, without the master address).
 TEST(RunConfigTest, NodeOptionsThatCannotWorkAreRefused) {
   const struct {
     RunOptions extra;
@@ -234,8 +232,8 @@ TEST(RunConfigTest, NonFiniteNumbersAreRefused) {
   EXPECT_EQ(config->optimizer.lr, 1e30);
 }
 
-// Lightning's meanings: timeout is each collective's limit (30 minutes unless
-// set), max_time a graceful limit on fit, as DD:HH:MM:SS or seconds.
+// Lightning's meanings: timeout is each collective's limit (30 minutes unless set), max_time a
+// graceful limit on fit, as DD:HH:MM:SS or seconds.
 TEST(RunConfigTest, TimeoutIsTheCollectivesLimitAndMaxTimeStopsFit) {
   absl::StatusOr<RunConfig> defaults = ParseWith("seed", "0");
   ASSERT_TRUE(defaults.ok()) << defaults.status();
@@ -275,9 +273,8 @@ TEST(RunConfigTest, AllowNonFiniteLossIsAnOption) {
   EXPECT_THAT(RunOptionsHelp(), HasSubstr("--allow-non-finite-loss"));
 }
 
-// One table parses the options and writes --help: every flag in the help is
-// accepted (with its documented default as the value), and the defaults shown
-// are a fresh RunConfig's.
+// One table parses the options and writes --help: every flag in the help is accepted (with its
+// documented default as the value), and the defaults shown are a fresh RunConfig's.
 TEST(RunConfigTest, TheHelpListsEveryOptionWithItsDefault) {
   const std::string help = RunOptionsHelp();
   EXPECT_THAT(help, HasSubstr("--max-epochs N              (default 10)"));
@@ -377,8 +374,8 @@ TEST(RunConfigTest, OneOutputRegressesEvenOnIntegralLabels) {
               HasSubstr("has 2 labels per sample; the model 'mlp:2,8,3' gives 3"));
 }
 
-// sync_batchnorm on a model without BatchNorm layers (the built-in MLP) would
-// change nothing: refused before any rank starts. Was: accepted, and ignored.
+// sync_batchnorm on a model without BatchNorm layers (the built-in MLP) would change nothing:
+// refused before any rank starts. Was: accepted, and ignored.
 TEST(RunConfigTest, SyncBatchnormWithoutABatchNormLayerIsRefused) {
   const std::string csv = WriteFile("sync_bn.csv", "0.1,0.2,0\n0.3,0.4,1\n0.5,0.6,2\n");
   absl::StatusOr<RunConfig> config =

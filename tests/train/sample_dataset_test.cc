@@ -1,7 +1,6 @@
-// ReadSamples: a batch of a program's own samples, stacked, read on several
-// threads when asked (the threads Get ran on are counted), with errors that
-// name the sample.
-#include "core/train/sample_dataset.h"
+// ReadSamples: a batch of a program's own samples, stacked, read on several threads when asked (the
+// threads Get ran on are counted), with errors that name the sample.
+#include "core/train/data/sample_dataset.h"
 
 #include <ATen/ATen.h>
 #include <torch/data.h>
@@ -11,7 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "core/train/torch_data_dataset.h"
+#include "core/train/data/torch_data_dataset.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

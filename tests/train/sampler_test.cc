@@ -1,8 +1,7 @@
-// DistributedSampler: shards cover the dataset, padding and drop_last counts,
-// shuffling is per epoch, the same on every rank and seeded, and (when
-// /opt/ddpspawn/venv/bin/python3 has torch) index for index equal to PyTorch's
-// sampler; batch counts do not overflow.
-#include "core/train/sampler.h"
+// DistributedSampler: shards cover the dataset, padding and drop_last counts, shuffling is per
+// epoch, the same on every rank and seeded, and (when /opt/ddpspawn/venv/bin/python3 has torch)
+// index for index equal to PyTorch's sampler; batch counts do not overflow.
+#include "core/train/data/sampler.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -54,8 +53,7 @@ std::vector<std::vector<int64_t>> Shards(const Config& config, bool shuffle, uin
   return shards;
 }
 
-// The global order the shards were cut from: rank r holds positions
-// r, r + R, r + 2R, ...
+// The global order the shards were cut from: rank r holds positions r, r + R, r + 2R, ...
 std::vector<int64_t> Interleave(const std::vector<std::vector<int64_t>>& shards) {
   std::vector<int64_t> order;
   if (shards.empty()) return order;
@@ -262,8 +260,8 @@ TEST(DistributedSamplerTest, SameIndicesAsPyTorch) {
   }
 }
 
-// ceil(samples / batch_size) and batch ends, exact up to int64's limits: a
-// batch size of 2^63 - 1 was (samples + batch_size - 1) overflowing, 0 batches.
+// ceil(samples / batch_size) and batch ends, exact up to int64's limits: a batch size of 2^63 - 1
+// was (samples + batch_size - 1) overflowing, 0 batches.
 TEST(BatchCountTest, ExactWithoutOverflow) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   EXPECT_EQ(BatchCount(10, 3), 4);

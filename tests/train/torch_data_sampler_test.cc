@@ -1,8 +1,7 @@
-// PyTorchDistributedSampler through LibTorch's own data loader: each pass
-// reads the next epoch's shard of ddpspawn's DistributedSampler (whose indices
-// sampler_test checks against PyTorch's), strided, not LibTorch's contiguous
-// ranges; save and load resume mid-epoch; a new size is refused.
-#include "core/train/torch_data_sampler.h"
+// PyTorchDistributedSampler through LibTorch's own data loader: each pass reads the next epoch's
+// shard of ddpspawn's DistributedSampler (whose indices sampler_test checks against PyTorch's),
+// strided, not LibTorch's contiguous ranges; save and load resume mid-epoch; a new size is refused.
+#include "core/train/data/torch_data_sampler.h"
 
 #include <torch/data.h>
 #include <torch/serialize.h>
@@ -10,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/train/sampler.h"
+#include "core/train/data/sampler.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

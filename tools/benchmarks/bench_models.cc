@@ -17,8 +17,8 @@ nn::Conv2d Conv3x3(int64_t in, int64_t out, int64_t stride) {
   return nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
 }
 
-// ResNet's basic block: two 3x3 convolutions with BatchNorm, and a 1x1
-// projection on the shortcut when the shape changes.
+// ResNet's basic block: two 3x3 convolutions with BatchNorm, and a 1x1 projection on the shortcut
+// when the shape changes.
 struct BasicBlockImpl : nn::Module {
   BasicBlockImpl(int64_t in, int64_t out, int64_t stride)
       : conv1(register_module("conv1", Conv3x3(in, out, stride))),
@@ -45,8 +45,8 @@ struct BasicBlockImpl : nn::Module {
 };
 TORCH_MODULE(BasicBlock);
 
-// ResNet-18 for 32x32 images: a 3x3 stem without pooling, four stages of two
-// blocks (64, 128, 256, 512 channels), global average pooling, 10 classes.
+// ResNet-18 for 32x32 images: a 3x3 stem without pooling, four stages of two blocks (64, 128, 256,
+// 512 channels), global average pooling, 10 classes.
 struct ResNet18Impl : nn::Module {
   ResNet18Impl()
       : stem(register_module("stem", Conv3x3(3, 64, 1))),
@@ -77,9 +77,8 @@ TORCH_MODULE(ResNet18);
 constexpr int64_t kGptVocab = 512, kGptWidth = 256, kGptHeads = 4, kGptLayers = 4,
                   kGptSequence = 128;
 
-// A GPT-style causal transformer: token and position embeddings, 4 encoder
-// layers (post-norm, ReLU, feed-forward 1024, no dropout) under a causal
-// mask, a final LayerNorm and the vocabulary head.
+// A GPT-style causal transformer: token and position embeddings, 4 encoder layers (post-norm, ReLU,
+// feed-forward 1024, no dropout) under a causal mask, a final LayerNorm and the vocabulary head.
 struct GptImpl : nn::Module {
   GptImpl()
       : tokens(register_module("tokens", nn::Embedding(kGptVocab, kGptWidth))),

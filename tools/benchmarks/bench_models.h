@@ -1,8 +1,8 @@
 // The workloads tools/bench trains, in C++ (tools/benchmarks/bench_models.py builds the same ones
 // for the Python references): "mlp" (784-1024-1024-10), "conv" (two 3x3 conv layers, then
-// 3136-128-10), "conv_bn" (the same with BatchNorm), "resnet18" (ResNet-18 for 32x32 images, as
-// for CIFAR-10) and "gpt" (a causal transformer: 4 layers, 256 wide, 4 heads, sequence 128,
-// vocabulary 512), each with its synthetic batch per rank.
+// 3136-128-10), "conv_bn" (the same with BatchNorm), "resnet18" (ResNet-18 for 32x32 images, as for
+// CIFAR-10) and "gpt" (a causal transformer: 4 layers, 256 wide, 4 heads, sequence 128, vocabulary
+// 512), each with its synthetic batch per rank.
 #ifndef DDPSPAWN_TOOLS_BENCHMARKS_BENCH_MODELS_H_
 #define DDPSPAWN_TOOLS_BENCHMARKS_BENCH_MODELS_H_
 

@@ -1,9 +1,9 @@
 // ddpspawn_bench --timeline 1: where a DDP step's backward spends its time, bucket by bucket.
-// BucketTimeline wraps the reducer's communication hook and, for each bucket of each timed
-// step, records when its reduction started (its last gradient was ready and copied into the
-// bucket), how long starting it took (a shared-memory sum runs there, inline, waits included),
-// and how long this rank waited for the others at that collective (from the arrivals the
-// shared-memory header stamps).
+// BucketTimeline wraps the reducer's communication hook and, for each bucket of each timed step,
+// records when its reduction started (its last gradient was ready and copied into the bucket), how
+// long starting it took (a shared-memory sum runs there, inline, waits included), and how long this
+// rank waited for the others at that collective (from the arrivals the shared-memory header
+// stamps).
 //
 // Thread-compatible: the reducer starts buckets on the backward thread, and the bench reads the
 // summary after training. Ownership: holds the inner hook; borrows the group, which must outlive
@@ -32,9 +32,9 @@ class BucketTimeline : public CommHook {
   absl::StatusOr<std::unique_ptr<PendingReduction>> Start(ProcessGroup& group,
                                                           GradBucket& bucket) override;
 
-  // This rank's means over the timed steps, in ms, flat for an all-gather: per bucket
-  // {bytes / 1e6, started, in_start, waited}, then the time from the last bucket's end to
-  // backward's return (the reducer's finalize), then backward's length.
+  // This rank's means over the timed steps, in ms, flat for an all-gather: per bucket {bytes / 1e6,
+  // started, in_start, waited}, then the time from the last bucket's end to backward's return (the
+  // reducer's finalize), then backward's length.
   std::vector<double> Flatten() const;
   // `all` is every rank's Flatten(), back to back: a JSON array of ranks.
   static std::string ToJson(const std::vector<double>& all, int world_size);

@@ -1,9 +1,8 @@
-// What each DDP option costs: 2 ranks (spawned) train the MLP 784-1024-1024-10
-// with batch 64 per rank on synthetic data, 1 intra-op thread each, under each
-// reducer option and comm hook, and report the median step time against the
-// same ranks training without gradient sync (the ceiling) and against the
-// default all-reduce; post-local SGD's rows average the parameters after
-// the optimizer step, as fit does. Usage: ddp_options [--steps=N]
+// What each DDP option costs: 2 ranks (spawned) train the MLP 784-1024-1024-10 with batch 64 per
+// rank on synthetic data, 1 intra-op thread each, under each reducer option and comm hook, and
+// report the median step time against the same ranks training without gradient sync (the ceiling)
+// and against the default all-reduce; post-local SGD's rows average the parameters after the
+// optimizer step, as fit does. Usage: ddp_options [--steps=N]
 #include <torch/torch.h>
 
 #include <algorithm>

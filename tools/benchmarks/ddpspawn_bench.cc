@@ -1,18 +1,16 @@
-// ddpspawn's side of tools/bench: launches 2 ranks (spawned, forked with
-// --start-method fork, or forked by a forkserver with --start-method
-// forkserver, started during the launch or, with --prestart 1, before it) that train a workload
-// with DistributedDataParallel (or without gradient sync: the ceiling), and prints one JSON object:
-// launch to first batch (s, from before the launch to rank 0's first finished step), steady steps/s
-// (after a warm-up; the slowest rank's, and each rank's), peak RSS per rank (MB, the largest over
-// the ranks). Mode "allreduce" instead times one all-reduce of the workload's gradient size (shared
-// memory, or Gloo with DDPSPAWN_SHM_ALLREDUCE=0; staged, in place, and in place after each rank
-// wrote its buffer); mode "startup" exits at once
-// (tools/bench times what starting a LibTorch process costs); mode
-// "c10d_reducer" trains with PyTorch's own c10d::Reducer over Gloo instead of
-// ddpspawn's (steps/s only); mode "post_localsgd" trains with post-local SGD
-// from the first step: gradients averaged within each node every step, the
-// parameters over every rank every --averaging-period steps (default 4). --device cuda trains on
-// cuda:local_rank over NCCL. Usage: ddpspawn_bench --workload mlp|conv|conv_bn|resnet18|gpt
+// ddpspawn's side of tools/bench: launches 2 ranks (spawned, forked with --start-method fork, or
+// forked by a forkserver with --start-method forkserver, started during the launch or, with
+// --prestart 1, before it) that train a workload with DistributedDataParallel (or without gradient
+// sync: the ceiling), and prints one JSON object: launch to first batch (s, from before the launch
+// to rank 0's first finished step), steady steps/s (after a warm-up; the slowest rank's, and each
+// rank's), peak RSS per rank (MB, the largest over the ranks). Mode "allreduce" instead times one
+// all-reduce of the workload's gradient size (shared memory, or Gloo with DDPSPAWN_SHM_ALLREDUCE=0;
+// staged, in place, and in place after each rank wrote its buffer); mode "startup" exits at once
+// (tools/bench times what starting a LibTorch process costs); mode "c10d_reducer" trains with
+// PyTorch's own c10d::Reducer over Gloo instead of ddpspawn's (steps/s only); mode "post_localsgd"
+// trains with post-local SGD from the first step: gradients averaged within each node every step,
+// the parameters over every rank every --averaging-period steps (default 4). --device cuda trains
+// on cuda:local_rank over NCCL. Usage: ddpspawn_bench --workload mlp|conv|conv_bn|resnet18|gpt
 // (bench_models.h)
 //            --mode ddp|nosync|lockstep|allreduce|startup|c10d_reducer|post_localsgd
 //            [--steps N] [--warmup N] [--nprocs N] [--start-method spawn|fork|forkserver]
@@ -25,12 +23,11 @@
 // collectives (their arrivals). --timeline 1 adds, per rank and bucket, when its reduction started
 // in backward, how long starting it took (a shared-memory sum runs there) and the wait at it
 // (bucket_timeline.h). Mode "lockstep" is the no-sync step plus one one-float all-reduce: the
-// ceiling of any step that waits for every rank. --bucket-cap-mb sets every bucket's cap (the
-// first one's too).
-// --optimizer: SGD (the default), Adam, or Adam sharded by ZeroRedundancyOptimizer; the JSON
-// then has each rank's optimizer state bytes ("optimizer_state_bytes", by rank).
-// With --nnodes > 1 this is one node's launcher of a job of several nodes
-// (node 0's serves the rendezvous), as `ddpspawn fit` runs on each host.
+// ceiling of any step that waits for every rank. --bucket-cap-mb sets every bucket's cap (the first
+// one's too). --optimizer: SGD (the default), Adam, or Adam sharded by ZeroRedundancyOptimizer; the
+// JSON then has each rank's optimizer state bytes ("optimizer_state_bytes", by rank). With --nnodes
+// > 1 this is one node's launcher of a job of several nodes (node 0's serves the rendezvous), as
+// `ddpspawn fit` runs on each host.
 #include <sys/resource.h>
 #include <torch/torch.h>
 
@@ -95,10 +92,9 @@ struct Flags {
 };
 
 // Steps/s of PyTorch's own gradient reducer (c10d::Reducer, what
-// torch.nn.parallel.DistributedDataParallel runs, with its default buckets:
-// 1 MB first, 25 MB after, rebuilt in gradient order after the first step)
-// over a Gloo group of this launcher's ranks, driven from C++ as DDP's forward
-// drives it. What ddpspawn's reducer would be replaced by.
+// torch.nn.parallel.DistributedDataParallel runs, with its default buckets: 1 MB first, 25 MB
+// after, rebuilt in gradient order after the first step) over a Gloo group of this launcher's
+// ranks, driven from C++ as DDP's forward drives it. What ddpspawn's reducer would be replaced by.
 absl::StatusOr<double> C10dReducerStepsPerSecond(const ClusterInfo& cluster,
                                                  const BenchWorkload& net, const Flags& flags) {
   const torch::Tensor& x = net.inputs;
@@ -177,8 +173,8 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
   int64_t gradient_elements = 0;
   for (const auto& p : net.module->parameters()) gradient_elements += p.numel();
   if (flags.mode == "small_allreduce") {
-    // Latency of a one-float all-reduce (a logged loss, a flag): where the
-    // cross-rank comparison of the calls weighs most.
+    // Latency of a one-float all-reduce (a logged loss, a flag): where the cross-rank comparison of
+    // the calls weighs most.
     float value = 1.0f;
     const int rounds = flags.steps * 20;
     for (int i = 0; i < flags.warmup + rounds; ++i) {
@@ -192,13 +188,11 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     return absl::StrFormat("{\"small_allreduce_us\": %.3f}", (NowSeconds() - start) / rounds * 1e6);
   }
   if (flags.mode == "allreduce") {
-    // Raw bandwidth for one gradient-sized buffer: a plain tensor (staged
-    // through shared memory, or Gloo) and a reduction buffer like DDP's buckets
-    // (in place where shared memory is on).
-    // `rewrite`: each rank first writes its whole buffer, as DDP's copy of the
-    // gradients into their buckets does, so that the sum finds the other rank's
-    // lines in the other core's cache (a repeated sum finds its chunk in its
-    // own); the time of that write alone is subtracted.
+    // Raw bandwidth for one gradient-sized buffer: a plain tensor (staged through shared memory, or
+    // Gloo) and a reduction buffer like DDP's buckets (in place where shared memory is on).
+    // `rewrite`: each rank first writes its whole buffer, as DDP's copy of the gradients into their
+    // buckets does, so that the sum finds the other rank's lines in the other core's cache (a
+    // repeated sum finds its chunk in its own); the time of that write alone is subtracted.
     auto milliseconds_per_sum = [&](at::Tensor buffer, bool rewrite) -> absl::StatusOr<double> {
       buffer.fill_(1);
       for (int i = 0; i < flags.warmup; ++i) (void)(*group)->AllReduce(buffer, ReduceOp::kSum);
@@ -257,8 +251,8 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
   const torch::Tensor x = net.inputs.to(device);
   const torch::Tensor y = net.targets.to(device);
   double first_batch = 0, steady_start = 0;
-  // --breakdown: seconds in each phase over the timed steps (the clock is
-  // read between phases only then).
+  // --breakdown: seconds in each phase over the timed steps (the clock is read between phases only
+  // then).
   enum Phase { kZeroGrad, kForward, kBackward, kStep, kPhases };
   double phase_seconds[kPhases] = {};
   double mark = 0;
@@ -301,9 +295,8 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     if (step == 0) first_batch = NowSeconds();
   }
   if (cuda) torch::cuda::synchronize();
-  // The job moves at its slowest rank's pace: without gradient sync (the
-  // ceiling) the ranks drift apart, and rank 0's own rate alone would
-  // overstate it.
+  // The job moves at its slowest rank's pace: without gradient sync (the ceiling) the ranks drift
+  // apart, and rank 0's own rate alone would overstate it.
   const double my_steps_per_s = flags.steps / (NowSeconds() - steady_start);
   const ArrivalReport arrivals = (*group)->arrivals().Since(arrivals_at_start);
   std::vector<double> steps_per_s_by_rank((*group)->world_size());
@@ -328,8 +321,8 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
                     ", \"timeline\": ", BucketTimeline::ToJson(all, (*group)->world_size()));
   }
   if (flags.breakdown) {
-    // Every rank's phases, in ms per step, and what the arrivals say of the
-    // waits at the shared-memory collectives.
+    // Every rank's phases, in ms per step, and what the arrivals say of the waits at the
+    // shared-memory collectives.
     std::vector<double> mine(phase_seconds, phase_seconds + kPhases);
     std::vector<double> all(mine.size() * (*group)->world_size());
     RETURN_IF_ERROR((*group)->AllGather(mine.data(), mine.size(), DType::kFloat64, all.data()));
@@ -391,8 +384,8 @@ int main(int argc, char** argv) {
     if (key == "--master-addr") nodes.master_addr = value;
     if (key == "--master-port") nodes.master_port = std::atoi(value.c_str());
   }
-  // When the launch began: in the environment, so that the forkserver's
-  // command line is the same whatever the time.
+  // When the launch began: in the environment, so that the forkserver's command line is the same
+  // whatever the time.
   if (const char* launched = std::getenv(kLaunchTimeEnv)) {
     (void)absl::SimpleAtod(launched, &flags.launch_time);
   }
@@ -429,8 +422,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) spec.argv.emplace_back(argv[i]);
   if (flags.start_method == "forkserver") {
     spec.start_method = ddpspawn::StartMethod::kForkserver;
-    // --prestart 1: the server is up before the launch, as in a process that
-    // launches again (a restart, the next fit), or one that started it early.
+    // --prestart 1: the server is up before the launch, as in a process that launches again (a
+    // restart, the next fit), or one that started it early.
     if (absl::Status started =
             prestart ? ddpspawn::Job::PrestartForkserver(spec) : absl::OkStatus();
         !started.ok()) {

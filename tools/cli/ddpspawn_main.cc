@@ -1,9 +1,8 @@
-// The ddpspawn command line: fit, validate, test or predict a model on CSV/.npy
-// data across N spawned ranks, with torchrun-style flags. The launcher re-runs
-// this command line as each rank (or, with --start-method forkserver, once, as
-// the server that forks the ranks). It prints rank 0's result as key=value lines
-// (checkpoint=..., metric.val_loss=...). Exit status: 0 done, 1 a rank failed, 2 the
-// launcher refused the command or could not start the job; SIGINT and SIGTERM
+// The ddpspawn command line: fit, validate, test or predict a model on CSV/.npy data across N
+// spawned ranks, with torchrun-style flags. The launcher re-runs this command line as each rank
+// (or, with --start-method forkserver, once, as the server that forks the ranks). It prints rank
+// 0's result as key=value lines (checkpoint=..., metric.val_loss=...). Exit status: 0 done, 1 a
+// rank failed, 2 the launcher refused the command or could not start the job; SIGINT and SIGTERM
 // end it by that signal once the ranks are stopped.
 #include <pthread.h>
 
@@ -16,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "core/comm/process_group.h"
 #include "core/launch/launcher.h"
-#include "core/train/export.h"
-#include "core/train/run.h"
+#include "core/train/run/export.h"
+#include "core/train/run/run.h"
 #include "core/version/build_info.h"
 
 namespace {
@@ -37,12 +36,10 @@ constexpr char kUsage[] =
     "devices visible.\n"
     "\n";
 
-// The exit status when a rank failed (its exit code or signal is in the
-// message), as torchrun's.
+// The exit status when a rank failed (its exit code or signal is in the message), as torchrun's.
 constexpr int kRankFailed = 1;
-// The exit status when the launcher refused the command or could not start
-// the job (usage, an option, an input, a node that never came), as argparse's
-// for a usage error. No rank failed.
+// The exit status when the launcher refused the command or could not start the job (usage, an
+// option, an input, a node that never came), as argparse's for a usage error. No rank failed.
 constexpr int kRefused = 2;
 
 int Fail(const std::string& message, int exit_code = kRefused) {
@@ -50,11 +47,10 @@ int Fail(const std::string& message, int exit_code = kRefused) {
   return exit_code;
 }
 
-// How a launch that failed ends the CLI, so that a script can tell the cases
-// apart without reading the message. A rank of a job that torchrun or srun
-// started (`outer_rank`) fails as a rank, whatever the status. A run stopped
-// by SIGINT or SIGTERM ends by that signal once its ranks are stopped and
-// cleaned up, as a shell expects (which shows 130 and 143).
+// How a launch that failed ends the CLI, so that a script can tell the cases apart without reading
+// the message. A rank of a job that torchrun or srun started (`outer_rank`) fails as a rank,
+// whatever the status. A run stopped by SIGINT or SIGTERM ends by that signal once its ranks are
+// stopped and cleaned up, as a shell expects (which shows 130 and 143).
 int FailedLaunch(const absl::Status& status, bool outer_rank) {
   const std::string message(status.message());
   if (outer_rank || absl::IsAborted(status)) return Fail(message, kRankFailed);
@@ -82,8 +78,8 @@ int main(int argc, char** argv) {
   }
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--version") == 0) {
-      // The CUDA devices too: this process exits next, so asking CUDA is
-      // harmless here (a launcher that forks CUDA ranks must not).
+      // The CUDA devices too: this process exits next, so asking CUDA is harmless here (a launcher
+      // that forks CUDA ranks must not).
       std::printf("%scuda_devices=%d\n", ddpspawn::BuildInfoText().c_str(),
                   ddpspawn::CudaDeviceCount());
       return 0;

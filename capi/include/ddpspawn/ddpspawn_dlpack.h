@@ -1,29 +1,24 @@
-/* ddpspawn's collectives on DLPack tensors: dtype, shape, strides and device
- * travel with the data, so torch, NumPy, JAX or CuPy tensors (and a C
- * program's own memory described as a DLTensor) go straight into a collective
- * without a copy. A separate header so that ddpspawn.h needs no DLPack: this
- * one needs <dlpack/dlpack.h> (any release from 0.6; Debian's libdlpack-dev).
+/* ddpspawn's collectives on DLPack tensors: dtype, shape, strides and device travel with the data,
+ * so torch, NumPy, JAX or CuPy tensors (and a C program's own memory described as a DLTensor) go
+ * straight into a collective without a copy. A separate header so that ddpspawn.h needs no DLPack:
+ * this one needs <dlpack/dlpack.h> (any release from 0.6; Debian's libdlpack-dev).
  *
  * Conventions (besides ddpspawn.h's):
- * - Tensors are borrowed: ddpspawn reads and writes a tensor's memory only
- *   during the call, and never frees it or calls a DLManagedTensor's deleter.
- *   A DLManagedTensor's dl_tensor (its first member) is passed as
- *   &managed->dl_tensor.
- * - Accepted: CPU memory (kDLCPU, kDLCUDAHost) on either backend, and CUDA
- *   memory (kDLCUDA) on a CUDA build, where it goes to NCCL unchanged (on
- *   Gloo it is copied to the CPU and back); element types float16, bfloat16,
- *   float32, float64, int8, uint8, int16, int32, int64 and bool, one lane.
- *   Compact row-major (C-contiguous) layout only: strides may be NULL or the
- *   row-major strides of the shape. Anything else is
- *   DDPSPAWN_ERR_INVALID_ARGUMENT naming what is wrong, before any rank
- *   communicates (so a refused call on one rank leaves the others waiting
- *   until the group's timeout, as a missing call would).
- * - Every rank passes the same dtype and element count (and for all_gather
- *   the same shape); a mismatch is an error on every rank that names each
- *   rank's call.
+ * - Tensors are borrowed: ddpspawn reads and writes a tensor's memory only during the call, and
+ *   never frees it or calls a DLManagedTensor's deleter. A DLManagedTensor's dl_tensor (its first
+ *   member) is passed as &managed->dl_tensor.
+ * - Accepted: CPU memory (kDLCPU, kDLCUDAHost) on either backend, and CUDA memory (kDLCUDA) on a
+ *   CUDA build, where it goes to NCCL unchanged (on Gloo it is copied to the CPU and back); element
+ *   types float16, bfloat16, float32, float64, int8, uint8, int16, int32, int64 and bool, one lane.
+ *   Compact row-major (C-contiguous) layout only: strides may be NULL or the row-major strides of
+ *   the shape. Anything else is DDPSPAWN_ERR_INVALID_ARGUMENT naming what is wrong, before any rank
+ *   communicates (so a refused call on one rank leaves the others waiting until the group's
+ *   timeout, as a missing call would).
+ * - Every rank passes the same dtype and element count (and for all_gather the same shape); a
+ *   mismatch is an error on every rank that names each rank's call.
  *
- * The flat-buffer collectives of ddpspawn.h stay the simple path for plain C
- * arrays. Valid C99 and C++. */
+ * The flat-buffer collectives of ddpspawn.h stay the simple path for plain C arrays. Valid C99 and
+ * C++. */
 #ifndef DDPSPAWN_DDPSPAWN_DLPACK_H_
 #define DDPSPAWN_DDPSPAWN_DLPACK_H_
 
@@ -35,8 +30,7 @@
 extern "C" {
 #endif
 
-/* In place: every rank's tensor ends with op (DDPSPAWN_SUM, ...) over all
- * ranks' tensors. */
+/* In place: every rank's tensor ends with op (DDPSPAWN_SUM, ...) over all ranks' tensors. */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_reduce_dlpack(ddpspawn_context* context,
                                                            DLTensor* tensor, int32_t op);
 
@@ -48,35 +42,31 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce_dlpack(ddpspawn_context* context
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_dlpack(ddpspawn_context* context,
                                                           DLTensor* tensor, int32_t src);
 
-/* output gets every rank's input in rank order: it has input's dtype and
- * device and world_size times its elements (shape [world_size, *input's
- * shape], or any compact shape with that many elements). */
+/* output gets every rank's input in rank order: it has input's dtype and device and world_size
+ * times its elements (shape [world_size, *input's shape], or any compact shape with that many
+ * elements). */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather_dlpack(ddpspawn_context* context,
                                                            const DLTensor* input, DLTensor* output);
 
-/* A gradient reducer (ddpspawn.h's ddpspawn_reducer_*) over DLPack tensors
- * instead of flat buffers: each gradient keeps its shape, so the "powersgd"
- * hook compresses those with two or more dimensions (rows: the first
- * dimension) where it sends flat buffers as they are. The tensors' memory is
- * borrowed and must outlive the reducer; the DLTensor structs and their shape
- * arrays need not. mark_ready's index is the gradient's place in
- * `gradients`. */
+/* A gradient reducer (ddpspawn.h's ddpspawn_reducer_*) over DLPack tensors instead of flat buffers:
+ * each gradient keeps its shape, so the "powersgd" hook compresses those with two or more
+ * dimensions (rows: the first dimension) where it sends flat buffers as they are. The tensors'
+ * memory is borrowed and must outlive the reducer; the DLTensor structs and their shape arrays need
+ * not. mark_ready's index is the gradient's place in `gradients`. */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create_dlpack(
     ddpspawn_context* context, DLTensor* const* gradients, size_t num_gradients,
     const ddpspawn_reducer_options* options, ddpspawn_reducer** out_reducer);
 
 /* gradient_as_bucket_view for a reducer made by ddpspawn_reducer_create or
- * ddpspawn_reducer_create_dlpack: copies each gradient buffer into its slot
- * in its bucket once, and from then on reduces the slots. out_buffers (an
- * array of num_buffers entries, the reducer's number of gradients) gets each
- * slot as a DLManagedTensor of that gradient's shape, dtype and device (on
- * the CPU, memory shared between a launcher's ranks); write each gradient
- * into its tensor before marking it ready, and after finalize it holds the
- * mean: neither copies anything. The caller's own buffers are not used
- * again. Unlike the borrowed tensors above, these are the caller's to
- * release: call each one's deleter when done (it may outlive the reducer). Between iterations only;
- * DDPSPAWN_ERR_FAILED_PRECONDITION with find_unused_parameters (a buffer no
- * rank marked would be zeroed in its slot instead of left untouched). */
+ * ddpspawn_reducer_create_dlpack: copies each gradient buffer into its slot in its bucket once, and
+ * from then on reduces the slots. out_buffers (an array of num_buffers entries, the reducer's
+ * number of gradients) gets each slot as a DLManagedTensor of that gradient's shape, dtype and
+ * device (on the CPU, memory shared between a launcher's ranks); write each gradient into its
+ * tensor before marking it ready, and after finalize it holds the mean: neither copies anything.
+ * The caller's own buffers are not used again. Unlike the borrowed tensors above, these are the
+ * caller's to release: call each one's deleter when done (it may outlive the reducer). Between
+ * iterations only; DDPSPAWN_ERR_FAILED_PRECONDITION with find_unused_parameters (a buffer no rank
+ * marked would be zeroed in its slot instead of left untouched). */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_buffers_in_buckets_dlpack(
     ddpspawn_reducer* reducer, DLManagedTensor** out_buffers, size_t num_buffers);
 

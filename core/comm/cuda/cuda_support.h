@@ -42,10 +42,10 @@ inline constexpr char kCudaSupportLibrary[] = "libddpspawn_cuda.so";
 // LoadCudaSupport's to say.
 bool CudaSupportBuilt();
 
-// Loads libddpspawn_cuda.so on the first call (later calls return the same result), from the
-// first of: $DDPSPAWN_CUDA_LIBRARY (a full path); the folder of the library or program that holds
-// this code; Bazel's runfiles of this program (capi/); the loader's search path. Unavailable, with
-// each place tried and why, when this build has no CUDA support or the library cannot be loaded.
+// Loads libddpspawn_cuda.so on the first call (later calls return the same result), from the first
+// of: $DDPSPAWN_CUDA_LIBRARY (a full path); the folder of the library or program that holds this
+// code; Bazel's runfiles of this program (capi/); the loader's search path. Unavailable, with each
+// place tried and why, when this build has no CUDA support or the library cannot be loaded.
 // Thread-safe.
 absl::StatusOr<const CudaSupport*> LoadCudaSupport();
 

@@ -1,0 +1,67 @@
+// Restarting a run's ranks when one fails (see restarts.h).
+#include "core/train/run/restarts.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "core/env/settings.h"
+#include "core/job/restart_policy.h"
+#include "core/train/loop/checkpoint_connector.h"
+#include "core/util/status_macros.h"
+
+namespace ddpspawn {
+
+namespace {
+
+// When `path` was last written; nullopt when it does not exist.
+std::optional<absl::Time> ModifiedAt(const std::string& path) {
+  struct stat info {};
+  if (stat(path.c_str(), &info) != 0) return std::nullopt;
+  return absl::TimeFromTimespec(info.st_mtim);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> LaunchWithRestarts(const RunConfig& config, DDPSpawnStrategy& strategy,
+                                               const DDPSpawnStrategy::WorkerFn& fn) {
+  const absl::Time started = absl::Now();
+  const std::string checkpoint = LastCheckpointPath(config.trainer);
+  std::string result;
+  RestartSteps steps;
+  steps.run_attempt = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(result, strategy.Launch(fn));
+    return absl::OkStatus();
+  };
+  steps.decline = [&](const std::string& why) { strategy.DeclineRestart(why); };
+  // This job's own checkpoint, if it wrote one; else where it started. With several nodes, node 0's
+  // choice (rank 0 writes the checkpoints there).
+  steps.agree_resume_point = [&]() {
+    std::optional<absl::Time> written = ModifiedAt(checkpoint);
+    return strategy.PrepareRestart(written.has_value() && *written >= started
+                                       ? std::filesystem::absolute(checkpoint).string()
+                                       : config.trainer.resume_from);
+  };
+  steps.prepare_next = [&](const std::string& resume_point) {
+    std::vector<std::string> env;
+    if (!resume_point.empty())
+      env.push_back(absl::StrCat(SettingName(Setting::kResumeFrom), "=", resume_point));
+    strategy.set_worker_env(std::move(env));
+    return absl::OkStatus();
+  };
+  steps.empty_resume_point_reads_as = "the start (no checkpoint yet)";
+  int restarts = 0;
+  RETURN_IF_ERROR(RunWithRestarts(steps, config.max_restarts, restarts));
+  if (config.max_restarts == 0) return result;
+  return absl::StrCat(result, "restarts=", restarts, "\n");
+}
+
+}  // namespace ddpspawn
