@@ -3,6 +3,9 @@
 # (-D warnings), then cargo test. Works on a copy of the crates in the test's temporary directory
 # (cargo writes next to the manifest); std only, offline. Arguments go to cargo test.
 set -euo pipefail
+# The option table that ddpspawn's tests/front_end_options.rs checks the Trainer against (a data
+# dependency; absolute, as cargo runs each test binary in its package's directory).
+export DDPSPAWN_OPTIONS_MD="$PWD/docs/options.md"
 work="${TEST_TMPDIR:-$(mktemp -d)}"
 mkdir -p "$work/lib" "$work/include/ddpspawn" "$work/src"
 cp -L capi/dist/lib/libddpspawn.so capi/dist/lib/libddpspawn.so.1 capi/dist/lib/libddpspawn_cuda.so "$work/lib/"

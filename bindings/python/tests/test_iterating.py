@@ -218,8 +218,8 @@ def test_deterministic_refuses_an_op_without_a_deterministic_kernel(torch, tmp_p
 
 def test_ddp_options_reach_fit(data, tmp_path):
     """The DDP options of the option table, through fit: PowerSGD's rank and
-    start (what the last compressed step sent), the buckets' caps, buffers
-    and the compression wrapper (accepted and trained with)."""
+    start (what the last compressed step sent), the buckets' caps and the
+    compression wrapper (its rounding changes the loss)."""
     from ddpspawn import _train
 
     runs = []
@@ -244,8 +244,35 @@ def test_ddp_options_reach_fit(data, tmp_path):
         str(2 * 69), str(dense))
     not_yet = fit(ddp_comm_hook="powersgd", powersgd_start_iteration=1000)
     assert not_yet["powersgd.sent_elements"] == "0"
-    fit(ddp_comm_hook="allreduce", ddp_comm_wrapper="bf16", broadcast_buffers="false",
-        first_bucket_cap_mb=0.001)
+    # The compression wrapper rounds each bucket to bf16 around the sum: the same seed and data
+    # train to another loss, close to the plain one.
+    plain = float(fit(ddp_comm_hook="allreduce")["metric.train_loss_epoch"])
+    wrapped = fit(ddp_comm_hook="allreduce", ddp_comm_wrapper="bf16")
+    bf16 = float(wrapped["metric.train_loss_epoch"])
+    assert bf16 != plain
+    assert bf16 == pytest.approx(plain, rel=0.05)
+    # The first bucket's cap reaches the reducer's check (its layout: //tests/ddp:buckets_test).
+    with pytest.raises(ddpspawn.InvalidArgumentError, match="first_bucket_cap_mb"):
+        fit(first_bucket_cap_mb=-1)
     with pytest.raises(ddpspawn.InvalidArgumentError, match="powersgd_rank is ddp_comm_hook "
                                                            "powersgd's; this run's hook is fp16"):
         fit(ddp_comm_hook="fp16", powersgd_rank=2)
+
+
+def test_broadcast_buffers_reaches_fit(torch, tmp_path):
+    """broadcast_buffers through fit: with it, rank 1's BatchNorm statistics are rank 0's before
+    each training forward; without, its own. Validation runs on both ranks' buffers, so the
+    validation loss (their mean) differs while training, the same on both, does not."""
+    from test_train import write_regression_csv
+    from test_train_torchscript import batchnorm_regression
+
+    write_regression_csv(tmp_path / "train.csv", n=64, seed=1)
+    write_regression_csv(tmp_path / "val.csv", n=64, seed=5)
+    results = {}
+    for broadcast in (True, False):
+        results[broadcast] = ddpspawn.fit(
+            batchnorm_regression(torch), tmp_path / "train.csv", val=tmp_path / "val.csv",
+            nprocs=NPROCS, max_epochs=1, batch_size=16, lr=0.05, seed=0, progress=False,
+            broadcast_buffers=broadcast, default_root_dir=tmp_path / str(broadcast))
+    assert results[True].metrics["train_loss_epoch"] == results[False].metrics["train_loss_epoch"]
+    assert results[True].metrics["val_loss"] != results[False].metrics["val_loss"]

@@ -75,6 +75,16 @@ def profile_rows(text, rank):
     return rows
 
 
+def profile_seconds(text, rank):
+    """{row: total seconds} of one rank's table in profile.txt (its rows without calls too)."""
+    section = text.split(f"rank {rank}:\n")[1].split("\n\n")[0]
+    rows = {}
+    for line in section.splitlines()[1:]:
+        name, total = line[:28].strip(), line.split()[-2]
+        rows[name] = float(total)
+    return rows
+
+
 def test_simple_profiler_counts_every_rank_s_actions(data, tmp_path):
     result = ddpspawn.fit(MLP, data / "train.csv", val=data / "val.csv", max_epochs=2,
                           profiler="simple", accumulate_grad_batches=2, **common(tmp_path))
@@ -85,7 +95,11 @@ def test_simple_profiler_counts_every_rank_s_actions(data, tmp_path):
             "training_step": 14, "backward": 14, "optimizer_step": 8, "validation": 2,
         }, text
     assert result.global_step == 8
-    assert "collectives (time blocked)" in text
+    # Each rank's time blocked in collectives (every step all-reduces): more than none, less than
+    # the fit.
+    for rank in range(NPROCS):
+        seconds = profile_seconds(text, rank)
+        assert 0 < seconds["collectives (time blocked)"] < seconds["fit"], text
 
 
 def test_pytorch_profiler_writes_a_chrome_trace_per_rank(data, tmp_path):

@@ -8,7 +8,7 @@ use std::fmt;
 
 use ddpspawn_sys as sys;
 
-use crate::launcher::Report;
+use crate::launcher::report::Report;
 
 /// `std::result::Result` with this crate's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
@@ -73,6 +73,26 @@ pub enum ErrorKind {
 }
 
 impl Error {
+    /// Attaches `report` to this error (a failed rank, a timeout or an
+    /// interrupt), and names the rank whose failure ended the job: the one the
+    /// launcher attributed it to, else the first that failed on its own.
+    pub(crate) fn attach_report(&mut self, report: Report) {
+        match self {
+            Error::WorkerFailed {
+                rank, report: slot, ..
+            } => {
+                *rank = report
+                    .failed_rank()
+                    .unwrap_or_else(|| report.first_failure());
+                *slot = Some(Box::new(report));
+            }
+            Error::Timeout { report: slot, .. } | Error::Interrupted { report: slot, .. } => {
+                *slot = Some(Box::new(report));
+            }
+            _ => {}
+        }
+    }
+
     /// The kind of error.
     pub fn kind(&self) -> ErrorKind {
         match self {

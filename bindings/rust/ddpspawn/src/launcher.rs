@@ -1,7 +1,7 @@
 // The launching side: the `Launcher` builder that starts N workers (spawn a
 // program, re-run the current executable, fork them from a server program, or
 // fork and run a closure) and the
-// `Report` of how each rank ended.
+// `Report` of how each rank ended (in `launcher/report.rs`).
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
@@ -14,7 +14,12 @@ use std::time::Duration;
 use ddpspawn_sys as sys;
 
 use crate::defaults::library_defaults;
-use crate::error::{c_str_to_string, check, last_error, to_c_string, Error, Result};
+use crate::error::{check, last_error, to_c_string, Error, Result};
+
+pub(crate) mod report;
+mod report_reading;
+pub use report::{RankReport, RankState, Report};
+pub(crate) use report_reading::last_run_report;
 
 /// Builds and runs a job of `nprocs` worker processes.
 ///
@@ -350,12 +355,12 @@ fn run(job: &Job) -> Result<Report> {
     // SAFETY: a live job. In fork mode the children never return from here.
     let status = unsafe { sys::ddpspawn_job_run(job.0.as_ptr()) };
     if status == sys::DDPSPAWN_OK {
-        return Report::from_job(job);
+        return report_reading::job_report(job);
     }
     // Read the message before any other ddpspawn call replaces it.
     let mut error = Error::from_code(status, last_error());
-    if let Ok(report) = Report::from_job(job) {
-        report.attach_to(&mut error);
+    if let Ok(report) = report_reading::job_report(job) {
+        error.attach_report(report);
     }
     Err(error)
 }
@@ -400,232 +405,4 @@ fn report_panic(rank: i32, payload: &(dyn std::any::Any + Send)) {
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a non-string payload".to_string());
     let _ = crate::set_error(&format!("rank {rank} panicked: {what}"));
-}
-
-/// How a rank ended (`DDPSPAWN_RANK_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum RankState {
-    /// Never started (the job failed before reaching it).
-    NotStarted,
-    /// Still running (not seen in a finished job's report).
-    Running,
-    /// Exited by itself or after the launcher's SIGTERM, with this code.
-    Exited(i32),
-    /// Killed by this signal.
-    Signaled(i32),
-    /// A state this crate does not know (a newer library).
-    Unknown(i32),
-}
-
-/// The outcome of one rank.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RankReport {
-    /// The rank's global rank.
-    pub rank: usize,
-    /// How it ended.
-    pub state: RankState,
-    /// Its process id, if it was started.
-    pub pid: Option<u32>,
-    /// The launcher stopped it (after another rank's failure, a timeout or an
-    /// interrupt) rather than the rank ending by itself.
-    pub stopped_by_launcher: bool,
-    /// The error text it reported ([`set_error`](crate::set_error), an
-    /// uncaught C++ exception ...); empty if none.
-    pub error: String,
-}
-
-impl RankReport {
-    /// The exit code, if it exited.
-    pub fn exit_code(&self) -> Option<i32> {
-        match self.state {
-            RankState::Exited(code) => Some(code),
-            _ => None,
-        }
-    }
-
-    /// The signal that ended it, if one did.
-    pub fn signal(&self) -> Option<i32> {
-        match self.state {
-            RankState::Signaled(signal) => Some(signal),
-            _ => None,
-        }
-    }
-
-    /// It exited with code 0.
-    pub fn success(&self) -> bool {
-        self.state == RankState::Exited(0)
-    }
-}
-
-/// How a job ended: one [`RankReport`] per rank, the rank whose failure ended
-/// it, and the bytes rank 0 handed back with [`set_result`](crate::set_result).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
-    ranks: Vec<RankReport>,
-    failed_rank: Option<usize>,
-    result: Option<Vec<u8>>,
-    restarts: usize,
-}
-
-impl Report {
-    /// Every rank's outcome, indexed by rank.
-    pub fn ranks(&self) -> &[RankReport] {
-        &self.ranks
-    }
-
-    /// One rank's outcome.
-    pub fn rank(&self, rank: usize) -> Option<&RankReport> {
-        self.ranks.get(rank)
-    }
-
-    /// The number of ranks.
-    pub fn nprocs(&self) -> usize {
-        self.ranks.len()
-    }
-
-    /// The rank whose failure ended the job; `None` on success, timeout or
-    /// interrupt.
-    pub fn failed_rank(&self) -> Option<usize> {
-        self.failed_rank
-    }
-
-    /// The bytes rank 0 set with [`set_result`](crate::set_result), or
-    /// `None` if it set none. (Borrowed; see [`Report::into_result`] for an
-    /// owned `Vec`.)
-    pub fn result(&self) -> Option<&[u8]> {
-        self.result.as_deref()
-    }
-
-    /// Takes rank 0's bytes out of the report.
-    pub fn into_result(self) -> Option<Vec<u8>> {
-        self.result
-    }
-
-    /// How many times the ranks were started again
-    /// ([`Launcher::max_restarts`]); 0 for a [`Trainer`](crate::Trainer)
-    /// run, whose result says its own.
-    pub fn restarts(&self) -> usize {
-        self.restarts
-    }
-
-    /// Reads the report of a job that has run.
-    fn from_job(job: &Job) -> Result<Report> {
-        let job = job.0.as_ptr() as *const sys::ddpspawn_job;
-        // SAFETY (whole block): `job` is live; out-parameters are locals; the
-        // strings and bytes the job owns are copied before the next call.
-        unsafe {
-            let ranks = read_ranks(
-                sys::ddpspawn_job_nprocs(job),
-                |rank, raw| sys::ddpspawn_job_rank_report(job, rank, raw),
-                |rank, text| sys::ddpspawn_job_rank_error(job, rank, text),
-            )?;
-            let failed_rank = usize::try_from(sys::ddpspawn_job_failed_rank(job)).ok();
-
-            let mut data: *const c_void = ptr::null();
-            let mut size: usize = 0;
-            let mut has_result: i32 = 0;
-            check(sys::ddpspawn_job_result(
-                job,
-                &mut data,
-                &mut size,
-                &mut has_result,
-            ))?;
-            let result = if has_result == 0 {
-                None
-            } else if size == 0 || data.is_null() {
-                Some(Vec::new())
-            } else {
-                Some(std::slice::from_raw_parts(data as *const u8, size).to_vec())
-            };
-            Ok(Report {
-                ranks,
-                failed_rank,
-                result,
-                restarts: usize::try_from(sys::ddpspawn_job_restarts(job)).unwrap_or(0),
-            })
-        }
-    }
-
-    /// The first rank that ended badly by itself; 0 if none did. Used only
-    /// when the library reports a worker failure without a failed rank.
-    fn first_failure(&self) -> usize {
-        self.ranks
-            .iter()
-            .find(|r| !r.success() && !r.stopped_by_launcher)
-            .map_or(0, |r| r.rank)
-    }
-
-    /// The report of this thread's last `ddpspawn_run` (a [`Trainer`](crate::Trainer)
-    /// run), which hands its result back as text instead: `result` is `None`.
-    pub(crate) fn from_last_run() -> Result<Report> {
-        // SAFETY (whole block): the calls read this thread's last run;
-        // out-parameters are locals; the strings are copied before the next call.
-        unsafe {
-            let ranks = read_ranks(
-                sys::ddpspawn_run_nprocs(),
-                |rank, raw| sys::ddpspawn_run_rank_report(rank, raw),
-                |rank, text| sys::ddpspawn_run_rank_error(rank, text),
-            )?;
-            Ok(Report {
-                ranks,
-                failed_rank: usize::try_from(sys::ddpspawn_run_failed_rank()).ok(),
-                result: None,
-                restarts: 0,
-            })
-        }
-    }
-
-    /// Attaches this report to `error` (a failed rank, a timeout or an
-    /// interrupt), and names the rank whose failure ended the job: the one the
-    /// launcher attributed it to, else the first that failed on its own.
-    pub(crate) fn attach_to(self, error: &mut Error) {
-        match error {
-            Error::WorkerFailed {
-                rank, report: slot, ..
-            } => {
-                *rank = self.failed_rank.unwrap_or_else(|| self.first_failure());
-                *slot = Some(Box::new(self));
-            }
-            Error::Timeout { report: slot, .. } | Error::Interrupted { report: slot, .. } => {
-                *slot = Some(Box::new(self));
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Every rank's outcome, read through `report_of` and `error_of` (a job's or
-/// the last run's accessors), for ranks 0..nprocs.
-///
-/// # Safety
-/// The accessors must be safe to call for every rank below `nprocs`, and the
-/// text they return must stay valid until the next ddpspawn call.
-unsafe fn read_ranks(
-    nprocs: i32,
-    report_of: impl Fn(i32, *mut sys::ddpspawn_rank_report) -> sys::ddpspawn_status,
-    error_of: impl Fn(i32, *mut *const c_char) -> sys::ddpspawn_status,
-) -> Result<Vec<RankReport>> {
-    let mut ranks = Vec::with_capacity(usize::try_from(nprocs).unwrap_or(0));
-    for rank in 0..nprocs.max(0) {
-        let mut raw: sys::ddpspawn_rank_report = library_defaults()?;
-        check(report_of(rank, &mut raw))?;
-        let mut text: *const c_char = ptr::null();
-        check(error_of(rank, &mut text))?;
-        ranks.push(RankReport {
-            rank: rank as usize,
-            state: match raw.state {
-                sys::DDPSPAWN_RANK_NOT_STARTED => RankState::NotStarted,
-                sys::DDPSPAWN_RANK_RUNNING => RankState::Running,
-                sys::DDPSPAWN_RANK_EXITED => RankState::Exited(raw.exit_code),
-                sys::DDPSPAWN_RANK_SIGNALED => RankState::Signaled(raw.signal),
-                other => RankState::Unknown(other),
-            },
-            pid: u32::try_from(raw.pid).ok().filter(|&pid| pid > 0),
-            stopped_by_launcher: raw.stopped_by_launcher != 0,
-            error: c_str_to_string(text),
-        });
-    }
-    Ok(ranks)
 }
