@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""The house's rules that no compiler or formatter checks, as a check (tools/lint runs it):
+
+- no source file in core/, capi/, bindings/ or tools/cli/ over MAX_LINES lines, but for the
+  generated files and data tables named in EXEMPT with the reason;
+- every library of core/ is declared with core_cc_library (core/layers.bzl), which gives it the
+  layers' visibility: a plain cc_library there would be visible to any package.
+
+Prints each breach and exits 1 if there is one. Usage: house_rules.py [REPO_ROOT]
+"""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+MAX_LINES = 600
+SOURCE_DIRS = ("core/", "capi/", "bindings/", "tools/cli/")
+SOURCE_SUFFIXES = (".h", ".c", ".cc", ".py", ".rs", ".sh", ".java", ".kt")
+# path -> why it may be longer (none today).
+EXEMPT = {}
+
+
+def tracked(root):
+    out = subprocess.run(["git", "ls-files"], cwd=root, check=True, capture_output=True, text=True)
+    return out.stdout.splitlines()
+
+
+def long_files(root, files):
+    for path in files:
+        if not path.startswith(SOURCE_DIRS) or not path.endswith(SOURCE_SUFFIXES):
+            continue
+        if path in EXEMPT:
+            continue
+        with open(root / path, encoding="utf-8", errors="replace") as f:
+            count = sum(1 for _ in f)
+        if count > MAX_LINES:
+            yield (f"{path}: {count} lines, over {MAX_LINES}: split it into files of one "
+                   "concern each")
+
+
+def plain_core_libraries(root, files):
+    for path in files:
+        if not (path.startswith("core/") and path.endswith("BUILD.bazel")):
+            continue
+        text = (root / path).read_text(encoding="utf-8")
+        for match in re.finditer(r"^cc_library\(", text, re.MULTILINE):
+            line = text.count("\n", 0, match.start()) + 1
+            yield (f"{path}:{line}: a plain cc_library in core/: declare it with core_cc_library "
+                   "(core/layers.bzl), which gives it its layer's visibility")
+
+
+def main(argv):
+    root = Path(argv[1] if len(argv) > 1 else ".")
+    files = tracked(root)
+    breaches = list(long_files(root, files)) + list(plain_core_libraries(root, files))
+    for breach in breaches:
+        print(breach, file=sys.stderr)
+    if breaches:
+        return 1
+    print(f"house rules: {len(files)} tracked files checked")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
