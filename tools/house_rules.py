@@ -18,7 +18,7 @@ MAX_LINES = 600
 SOURCE_DIRS = ("core/", "capi/", "bindings/", "tools/cli/")
 SOURCE_SUFFIXES = (".h", ".c", ".cc", ".py", ".rs", ".sh", ".java", ".kt")
 # path -> why it may be longer (none today).
-EXEMPT = {}
+EXEMPT: dict = {}
 
 
 def tracked(root):

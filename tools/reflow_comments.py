@@ -39,8 +39,8 @@ def is_structured(text):
 
 def fill(lines, first_prefix, prefix):
     """The comment text `lines` refilled: paragraphs and list items filled, the rest kept."""
-    out = []
-    paragraph = []  # (text of the lines of the paragraph being gathered)
+    out: list = []
+    paragraph: list = []  # the text of the lines of the paragraph being gathered
     item_indent = 0  # continuation indent of the list item being gathered
 
     def flush():
@@ -93,7 +93,7 @@ def fill(lines, first_prefix, prefix):
 
 def reflow(source):
     lines = source.split("\n")
-    out = []
+    out: list = []
     i = 0
     while i < len(lines):
         line = lines[i]

@@ -57,7 +57,7 @@ void AnnounceRestart(int restart, int max_restarts, const absl::Status& ended,
 
 absl::Status RunWithRestarts(const RestartSteps& steps, int max_restarts, int& restarts) {
   for (;;) {
-    const absl::Status ended = steps.run_attempt();
+    absl::Status ended = steps.run_attempt();
     if (ended.ok()) return ended;
     const RestartDecision decision = DecideRestart(ended, restarts, max_restarts);
     if (!decision.restart) {
