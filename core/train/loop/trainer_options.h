@@ -81,7 +81,7 @@ struct TrainerOptions {
   // Lightning's overfit_batches (a count or a fraction; 0: off): train on the first batches of each
   // rank's unshuffled shard, and validate on them.
   BatchAmount overfit_batches = BatchAmount::Count(0);
-  // Where rank 0 logs (metric_logger.h): "csv" (metrics.csv, the result's metrics_csv;
+  // Where rank 0 logs (logger_factory.h): "csv" (metrics.csv, the result's metrics_csv;
   // hparams.yaml) and/or "tensorboard" (event files in <default_root_dir>/tensorboard).
   std::vector<std::string> loggers = {"csv"};
   // Logged once at fit's start by every logger (the CLI's: the options given).
