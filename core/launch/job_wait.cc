@@ -56,6 +56,13 @@ volatile sig_atomic_t g_received_count = 0;
 // The signal that stopped the latest job (SignalThatStoppedLastJob()).
 std::atomic<int> g_stopping_signal{0};
 
+// Whether a failed rank's end is more likely the job's cause than a failing exit: a signal, except
+// SIGPIPE, which a rank gets for writing to a connection whose peer had already gone (the peer is
+// the cause, and may be reaped later).
+bool EndedBySignalOfItsOwn(const RankOutcome& outcome) {
+  return outcome.state == RankState::kSignaled && outcome.signal != SIGPIPE;
+}
+
 void RecordSignal(int sig) {
   g_received_signal = sig;
   g_received_count = g_received_count + 1;
@@ -189,21 +196,21 @@ absl::Status Job::Wait() {
     bool any_running = false;
     const std::vector<int> newly_failed = ReapRanks(any_running);
     if (!stopping.started) {
-      // A signal is more likely the cause than an exit. A rank that exits because a peer was killed
-      // can be reaped before that peer, whose threads may still be ending (a killed process is
-      // reapable only once all have), so an exit waits kCauseWindow for such a peer before the
-      // others are stopped.
+      // A signal (but SIGPIPE) is more likely the cause than an exit. A rank that exits because a
+      // peer was killed can be reaped before that peer, whose threads may still be ending (a killed
+      // process is reapable only once all have), so an exit waits kCauseWindow for such a peer
+      // before the others are stopped.
       for (int r : newly_failed) {
         if (failed_rank_ < 0) {
           failed_rank_ = r;
           failed_at_ = absl::Now();
         }
-        if (outcomes_[r].state == RankState::kSignaled &&
-            outcomes_[failed_rank_].state != RankState::kSignaled) {
+        if (EndedBySignalOfItsOwn(outcomes_[r]) &&
+            !EndedBySignalOfItsOwn(outcomes_[failed_rank_])) {
           failed_rank_ = r;
         }
       }
-      if (failed_rank_ >= 0 && (outcomes_[failed_rank_].state == RankState::kSignaled ||
+      if (failed_rank_ >= 0 && (EndedBySignalOfItsOwn(outcomes_[failed_rank_]) ||
                                 absl::Now() >= *failed_at_ + kCauseWindow)) {
         status = absl::AbortedError("");  // the message is written below, with the error text
         BeginStopping(stopping, SIGTERM);
@@ -388,11 +395,12 @@ void Job::CollectReports() {
 // A rank that fails because a peer exited can be reaped first: the peer's exit may still be under
 // way (its threads ending, a sanitizer's checks) when the rank saw it gone. A peer reports before
 // it exits, so a failed rank that reported before the one chosen is the cause. Not applied when the
-// one chosen was killed by a signal (the likelier cause, and one that cannot report) or did not
-// report (then nothing orders it against the others). The stop began after the chosen rank was
-// reaped, so after its report: an earlier report was not a rank answering the launcher's stop.
+// one chosen was killed by a signal other than SIGPIPE (the likelier cause, and one that cannot
+// report) or did not report (then nothing orders it against the others). The stop began after the
+// chosen rank was reaped, so after its report: an earlier report was not a rank answering the
+// launcher's stop.
 void Job::AttributeToFirstReport() {
-  if (failed_rank_ < 0 || outcomes_[failed_rank_].state == RankState::kSignaled) return;
+  if (failed_rank_ < 0 || EndedBySignalOfItsOwn(outcomes_[failed_rank_])) return;
   const std::vector<int> order = ReadFailureReportOrder(run_dir_);
   if (absl::c_find(order, GlobalRank(failed_rank_)) == order.end()) return;
   for (const int global : order) {

@@ -465,6 +465,23 @@ TEST(LauncherForkTest, ExitCodeSignalsAndTimeout) {
     ExpectNoWorkerLeft(*job);
   }
 
+  // A rank killed by SIGPIPE wrote to a connection whose peer had gone: the peer killed a moment
+  // later is the cause, not the rank reaped first.
+  job = RunJob(ForkSpec(3,
+                        [](int rank) -> int {
+                          if (rank == 0) raise(SIGPIPE);
+                          if (rank == 1) {
+                            absl::SleepFor(absl::Milliseconds(10));
+                            raise(SIGKILL);
+                          }
+                          SleepForever();
+                        }),
+               &status);
+  EXPECT_EQ(job->failed_rank(), 1) << status;
+  EXPECT_THAT(status.message(), HasSubstr("rank 1 (pid"));
+  EXPECT_EQ(job->outcomes()[0].signal, SIGPIPE);
+  ExpectNoWorkerLeft(*job);
+
   LaunchSpec hang = ForkSpec(2, [](int) -> int { SleepForever(); });
   hang.timeout = absl::Milliseconds(500);
   job = RunJob(std::move(hang), &status);
