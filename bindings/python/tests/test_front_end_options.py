@@ -3,7 +3,11 @@ does something there: given a value the option refuses, fit fails with an error 
 option (the library's parser or its checks; Python knows no option but the data and nprocs
 keys); an option that takes any value (a directory, a metric's name) trains a run whose
 hparams.yaml, which the library writes from what it parsed, holds the value. An option Python
-kept for itself, or passed under another name, fails one or the other."""
+kept for itself, or passed under another name, fails one or the other.
+
+Every option the table gives ddpspawn.torch.DistributedDataParallel shows its effect in one
+training step on two ranks: what the step leaves differs between the option's default and the
+value given (ddpspawn_option_workers.py)."""
 
 import re
 from pathlib import Path
@@ -11,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import ddpspawn
+import ddpspawn_option_workers
 from test_train import MLP, write_classification_csv
 
 OPTIONS_MD = Path("docs/options.md")
@@ -19,16 +24,23 @@ OPTIONS_MD = Path("docs/options.md")
 PROBE = "not-a-value"
 
 
+def table_rows():
+    """The cells of each option's row ("|" inside a cell is escaped as "\\|")."""
+    for line in OPTIONS_MD.read_text().splitlines():
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) >= 8 and cells[0].startswith("`"):
+            yield cells
+
+
 def python_options():
     """(option, value column) of each row whose Python column is "yes"."""
-    rows = []
-    for line in OPTIONS_MD.read_text().splitlines():
-        cells = [cell.strip() for cell in line.split("|")[1:-1]]
-        if len(cells) < 5 or not cells[0].startswith("`"):
-            continue
-        if cells[4] == "yes":
-            rows.append((cells[0].strip("`"), cells[2]))
-    return rows
+    return [(cells[0].strip("`"), cells[2]) for cells in table_rows() if cells[4] == "yes"]
+
+
+def wrapper_options():
+    """The keyword of each option the DDP wrapper's column names (not "no: ...")."""
+    return sorted(cells[6].strip("`") for cells in table_rows()
+                  if cells[6] and not cells[6].startswith("no"))
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +79,14 @@ def test_each_python_option_reaches_the_library(option, train_csv, tmp_path):
     # Taken: the library parsed it and wrote it into the run's hyperparameters.
     hparams = (root / "hparams.yaml").read_text()
     assert f"{option}: '{PROBE}'" in hparams, hparams
+
+
+def test_each_ddp_wrapper_option_has_its_effect():
+    claimed = wrapper_options()
+    assert "find_unused_parameters" in claimed and "comm_hook" in claimed  # the parsing holds
+    # An option the table claims without an effect observed here fails, as one observed here
+    # that the table does not claim.
+    assert claimed == sorted(ddpspawn_option_workers.EFFECTS), claimed
+    effects = ddpspawn.spawn(ddpspawn_option_workers.option_effects, nprocs=2, timeout=120)
+    for option, (at_default, given) in effects.items():
+        assert at_default != given, (option, at_default)

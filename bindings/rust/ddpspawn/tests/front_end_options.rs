@@ -11,6 +11,9 @@
 //! repository's docs/options.md). Every option is checked, and the failures
 //! are reported together, so one run shows all of them.
 //!
+//! Every option the table gives `ddpspawn-tch` (whose cells name
+//! `ReducerBuilder` methods) shows its effect in one reduction on two ranks.
+//!
 //! This binary has its own `main` (`harness = false` in Cargo.toml): the
 //! library forks the ranks from the calling process, which must not have
 //! libtest's test threads running beside it. The only other thread is a
@@ -53,10 +56,16 @@ const MIN_OPTIONS: usize = 60;
 type Test = fn(&Path);
 
 fn main() {
-    let tests: &[(&str, Test)] = &[(
-        "every_rust_option_reaches_the_library",
-        every_rust_option_reaches_the_library,
-    )];
+    let tests: &[(&str, Test)] = &[
+        (
+            "every_rust_option_reaches_the_library",
+            every_rust_option_reaches_the_library,
+        ),
+        (
+            "every_tch_option_has_its_effect",
+            every_tch_option_has_its_effect,
+        ),
+    ];
     let root = common::temp_path("front_end_options");
     let _ = fs::remove_dir_all(&root);
     fs::create_dir_all(&root).expect("create the test directory");
@@ -93,25 +102,50 @@ fn cells(line: &str) -> Vec<String> {
     cells.iter().map(|c| c.trim().to_string()).collect()
 }
 
-/// The options of `table` (docs/options.md's text) whose Rust cell is `yes`,
-/// in the table's order. The Rust column is found by its header.
-fn rust_options(table: &str) -> Vec<String> {
+/// Each option's name and its cell in the column headed `column`, in the
+/// table's order.
+fn column(table: &str, column: &str) -> Vec<(String, String)> {
     let header = table
         .lines()
         .map(cells)
         .find(|row| row.first().map(String::as_str) == Some("Option"))
         .expect("no table header (a row whose first cell is `Option`)");
-    let rust = header
+    let at = header
         .iter()
-        .position(|c| c == "Rust")
-        .unwrap_or_else(|| panic!("no `Rust` column in the header {header:?}"));
+        .position(|c| c == column)
+        .unwrap_or_else(|| panic!("no `{column}` column in the header {header:?}"));
     table
         .lines()
         .map(cells)
         .filter(|row| row.first().map_or(false, |c| c.starts_with('`')))
-        .filter(|row| row.get(rust).map(String::as_str) == Some("yes"))
-        .map(|row| row[0].trim_matches('`').to_string())
+        .map(|row| {
+            (
+                row[0].trim_matches('`').to_string(),
+                row.get(at).cloned().unwrap_or_default(),
+            )
+        })
         .collect()
+}
+
+/// The options of `table` (docs/options.md's text) whose Rust cell is `yes`.
+fn rust_options(table: &str) -> Vec<String> {
+    column(table, "Rust")
+        .into_iter()
+        .filter(|(_, cell)| cell == "yes")
+        .map(|(name, _)| name)
+        .collect()
+}
+
+/// The `ReducerBuilder` methods the `ddpspawn-tch` column names (a cell that
+/// is empty or says "no: ..." claims none), sorted.
+fn tch_options(table: &str) -> Vec<String> {
+    let mut names: Vec<String> = column(table, "`ddpspawn-tch`")
+        .into_iter()
+        .filter(|(_, cell)| !cell.is_empty() && !cell.starts_with("no"))
+        .map(|(_, cell)| cell.trim_matches('`').to_string())
+        .collect();
+    names.sort();
+    names
 }
 
 /// `word` occurs in `text` with no letter, digit or `_` either side.
@@ -135,7 +169,23 @@ fn error_text(err: &Error) -> String {
     text
 }
 
-// --- The test -------------------------------------------------------------------
+/// The path and text of the option table.
+fn read_table() -> (PathBuf, String) {
+    let path = env::var_os(OPTIONS_MD)
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| {
+            panic!(
+                "{OPTIONS_MD} is not set: set it to the absolute path of the repository's \
+             docs/options.md (bindings/rust/run_tests.sh does)"
+            )
+        });
+    let path = PathBuf::from(path);
+    let table = fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{OPTIONS_MD}={}: cannot read it: {e}", path.display()));
+    (path, table)
+}
+
+// --- The tests ------------------------------------------------------------------
 
 /// What one option's fit showed.
 enum Seen {
@@ -184,17 +234,7 @@ fn every_rust_option_reaches_the_library(dir: &Path) {
     assert!(!contains_word("early_stopping_mode: bad", "mode"));
     assert!(!contains_word("modes", "mode") && !contains_word("lr_min", "lr"));
 
-    let path = env::var_os(OPTIONS_MD)
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| {
-            panic!(
-                "{OPTIONS_MD} is not set: set it to the absolute path of the repository's \
-             docs/options.md (bindings/rust/run_tests.sh does)"
-            )
-        });
-    let path = PathBuf::from(path);
-    let table = fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{OPTIONS_MD}={}: cannot read it: {e}", path.display()));
+    let (path, table) = read_table();
     let names = rust_options(&table);
     assert!(
         names.len() > MIN_OPTIONS,
@@ -300,4 +340,39 @@ fn every_rust_option_reaches_the_library(dir: &Path) {
         names.len(),
         failures.join("\n")
     );
+}
+
+/// Every option the table gives `ddpspawn-tch` changes what one reduction on
+/// two ranks leaves (the worker fixture's `reducer options` case observes it
+/// at the default and given); the fixture observes no option the table does
+/// not claim.
+fn every_tch_option_has_its_effect(_dir: &Path) {
+    let (path, table) = read_table();
+    let claimed = tch_options(&table);
+    assert!(
+        claimed.iter().any(|o| o == "comm_hook"),
+        "no comm_hook in the ddpspawn-tch column of {}: is the table's format what this test \
+         parses? {claimed:?}",
+        path.display()
+    );
+    let report = common::run(2, &["reducer", "options"]).expect("reducer options with 2 ranks");
+    let summary = String::from_utf8(report.into_result().expect("rank 0 returns a summary"))
+        .expect("utf-8 summary");
+    let mut observed: Vec<String> = Vec::new();
+    let mut failures = Vec::new();
+    for line in summary.lines() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields.len(), 3, "not name<TAB>default<TAB>given: {line:?}");
+        println!("{}: default {} / given {}", fields[0], fields[1], fields[2]);
+        if fields[1] == fields[2] {
+            failures.push(format!("{}: no effect: {}", fields[0], fields[1]));
+        }
+        observed.push(fields[0].to_string());
+    }
+    observed.sort();
+    assert_eq!(
+        claimed, observed,
+        "the options docs/options.md gives ddpspawn-tch, and those the fixture observes"
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
