@@ -30,30 +30,12 @@ import argparse
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DDPSPAWN = os.path.join(ROOT, "bazel-bin", "tools", "benchmarks", "ddpspawn_bench")
-REFERENCE = os.path.join(ROOT, "tools", "benchmarks", "reference_ddp.py")
-LIGHTNING = os.path.join(ROOT, "tools", "benchmarks", "reference_lightning.py")
-PYTHON_DDP = os.path.join(ROOT, "tools", "benchmarks", "python_ddp.py")
-# ddpspawn's Python binding from this checkout, on the library Bazel built.
-PYTHON_DDP_ENV = {"PYTHONPATH": os.path.join(ROOT, "bindings", "python"),
-                  "DDPSPAWN_LIBRARY": os.path.join(ROOT, "bazel-bin", "capi", "libddpspawn.so.1")}
-METRICS = ("launch_to_first_batch", "steps_per_s", "peak_rss_mb")
-
-
-def run(command, env=None):
-    """Runs one measurement (each program times its own launch call)."""
-    out = subprocess.run(command, capture_output=True, text=True,
-                         env=dict(os.environ, **(env or {})))
-    if out.returncode != 0:
-        sys.exit("tools/bench: %s exited with %d:\n%s" % (" ".join(command), out.returncode,
-                                                          out.stderr[-4000:]))
-    return json.loads(out.stdout.strip().splitlines()[-1])
+from bench_runs import (DDPSPAWN, LIGHTNING, METRICS, PYTHON_DDP, PYTHON_DDP_ENV,
+                        REFERENCE, median_of, run)
 
 
 def bare_start(command):
@@ -86,17 +68,6 @@ def blas_in_use():
         if item.strip().startswith("BLAS_INFO="):
             return item.strip().split("=", 1)[1]
     return "unknown"
-
-
-def median_of(runs):
-    """Each number's median over the runs; a list (steps/s by rank) is taken
-    element by element."""
-    def median(values):
-        if isinstance(values[0], list):
-            return [statistics.median(column) for column in zip(*values)]
-        return statistics.median(values)
-
-    return {key: median([r[key] for r in runs]) for key in runs[0]}
 
 
 def main():

@@ -11,7 +11,7 @@ step, each rank's wait at them).
 """
 import statistics
 
-from bench import DDPSPAWN, LIGHTNING, REFERENCE, median_of, run
+from bench_runs import DDPSPAWN, LIGHTNING, REFERENCE, median_of, run
 
 SWEEP_CAPS = ("default", "1", "5", "25", "100")
 

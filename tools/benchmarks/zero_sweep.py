@@ -9,7 +9,7 @@ Adam's) and steps/s with sharding against without, for both. The state bytes are
 """
 import statistics
 
-from bench import DDPSPAWN, REFERENCE, run
+from bench_runs import DDPSPAWN, REFERENCE, run
 from models_sweep import steps_for
 
 VARIANTS = ("ddpspawn_adam", "ddpspawn_zero", "torch_adam", "torch_zero")

@@ -6,13 +6,11 @@ or ``ddpspawn.torch.DistributedDataParallel``)."""
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Any, Callable, Optional, cast
+from typing import Any, Callable, Optional, cast
 
 from . import _lib
+from ._closable import Closable
 from ._errors import InvalidArgumentError, status_of
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._context import Context
 
 # ddpspawn dtype code -> (name, memoryview format, itemsize).
 _FORMATS = {
@@ -49,10 +47,10 @@ class Bucket:
         )
 
 
-#: ``hook(context, bucket)``: averages ``bucket`` across the ranks of
-#: ``context`` (the reducer's group, lent for the call) with any of its
-#: collectives; what it returns is ignored.
-CommHook = Callable[["Context", Bucket], Any]
+#: ``hook(context, bucket)`` as this module sees it: the context is whatever
+#: the reducer's ``borrow`` lends (a ``ddpspawn.Context``; ``_context.CommHook``
+#: names it, this module being below ``_context``).
+LentHook = Callable[[Any, Bucket], Any]
 
 
 class HookTable:
@@ -61,7 +59,7 @@ class HookTable:
     the C reducer, so the table needs no ``release``."""
 
     def __init__(
-        self, hook: CommHook, borrow: Callable[[ctypes._Pointer[_lib.ContextHandle]], Context]
+        self, hook: LentHook, borrow: Callable[[ctypes._Pointer[_lib.ContextHandle]], Closable]
     ) -> None:
         # borrow: Context._borrow, given by the reducer (this module is below _context).
         self._borrow = borrow

@@ -5,17 +5,20 @@ from __future__ import annotations
 import ctypes
 import pickle
 import weakref
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 from . import _dlpack, _lib
 from ._closable import Closable
 from ._arrivals import RankArrivals, StragglerReport
 from ._buffers import Buffer
+from ._comm_hook import Bucket
 from ._errors import InvalidArgumentError
 from ._reducer import Reducer
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ._comm_hook import CommHook
+#: ``hook(context, bucket)``: averages ``bucket`` across the ranks of
+#: ``context`` (the reducer's group, lent for the call) with any of its
+#: collectives; what it returns is ignored.
+CommHook = Callable[["Context", Bucket], Any]
 
 _OPS = {
     "sum": _lib.SUM,

@@ -9,16 +9,27 @@ import contextlib
 import ctypes
 import numbers
 import operator
-from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Optional, Protocol, Sequence, Tuple, Union
 
 from . import _dlpack, _lib
 from ._closable import Closable
-from ._comm_hook import CommHook, HookTable
+from ._comm_hook import HookTable, LentHook
 from ._buffers import DTYPE_NAMES, reducer_buffer
 from ._errors import InvalidArgumentError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ._context import Context
+
+
+class ReducerOwner(Protocol):
+    """What a reducer needs of its ``ddpspawn.Context`` (a protocol, so that this module stays
+    below ``_context``, which creates reducers)."""
+
+    def _live(self) -> ctypes._Pointer[_lib.ContextHandle]: ...
+
+    def _borrow(self, handle: ctypes._Pointer[_lib.ContextHandle]) -> Closable: ...
+
+    def _adopt(self, reducer: "Reducer") -> None: ...
+
+    def _forget(self, reducer: "Reducer") -> None: ...
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
@@ -72,12 +83,12 @@ class Reducer(Closable):
 
     def __init__(
         self,
-        context: "Context",
+        context: ReducerOwner,
         buffers: Sequence[Any],
         *,
         bucket_cap_mb: Optional[float] = None,
         first_bucket_cap_mb: Optional[float] = None,
-        comm_hook: Union[str, CommHook] = "allreduce",
+        comm_hook: Union[str, LentHook] = "allreduce",
         powersgd_rank: Optional[int] = None,
         powersgd_start_iteration: Optional[int] = None,
         find_unused_parameters: bool = False,
@@ -170,7 +181,7 @@ class Reducer(Closable):
         self._buffers: Tuple[Any, ...] = tuple(buffers)
         self._pointers = pointers
         self._dtypes = dtype_names
-        self._comm_hook: Optional[Union[str, CommHook]] = comm_hook
+        self._comm_hook: Optional[Union[str, LentHook]] = comm_hook
         # The ctypes callbacks must outlive the C reducer, which may call them until destroyed.
         self._hook_table = hook_table
         self._sync = True

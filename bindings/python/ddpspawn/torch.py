@@ -26,8 +26,7 @@ from ._reducer import Reducer
 from ._train import export
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._comm_hook import CommHook
-    from ._context import Context
+    from ._context import CommHook, Context
 
 __all__ = ["DistributedDataParallel", "init_process_group", "load_weights"]
 
