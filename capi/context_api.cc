@@ -14,9 +14,9 @@
 #include "ddpspawn/ddpspawn.h"
 
 using ddpspawn::capi::BytesArgument;
-using ddpspawn::capi::Guard;
 using ddpspawn::capi::NotNull;
 using ddpspawn::capi::ReadOptions;
+using ddpspawn::capi::StatusCodeOf;
 using ddpspawn::capi::ToReduceOp;
 
 namespace {
@@ -98,7 +98,7 @@ DDPSPAWN_EXPORT void ddpspawn_context_options_init(ddpspawn_context_options* opt
 
 DDPSPAWN_EXPORT ddpspawn_status
 ddpspawn_context_options_init_sized(ddpspawn_context_options* options, uint32_t struct_size) {
-  return ddpspawn::capi::Guard([&]() -> absl::Status {
+  return ddpspawn::capi::StatusCodeOf([&]() -> absl::Status {
     const ddpspawn_context_options defaults = DDPSPAWN_CONTEXT_OPTIONS_INIT;
     return ddpspawn::capi::InitOptions(options, struct_size, "ddpspawn_context_options", defaults);
   });
@@ -106,7 +106,7 @@ ddpspawn_context_options_init_sized(ddpspawn_context_options* options, uint32_t 
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_create(const ddpspawn_context_options* options,
                                                         ddpspawn_context** out_context) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(out_context, "out_context"));
     ddpspawn_context_options o = DDPSPAWN_CONTEXT_OPTIONS_INIT;
     RETURN_IF_ERROR(ReadOptions(options, "DDPSPAWN_CONTEXT_OPTIONS", &o));
@@ -160,7 +160,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_straggler(ddpspawn_context* con
                                                            int64_t* out_collectives,
                                                            int32_t* out_straggler,
                                                            const char** out_summary) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(CheckContext(context));
     const ddpspawn::ArrivalReport report = context->group->arrivals();
     if (out_measured != nullptr) *out_measured = report.measured() ? 1 : 0;
@@ -179,7 +179,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_rank_arrivals(const ddpspawn_co
                                                                int64_t* out_arrived_last,
                                                                double* out_late_seconds,
                                                                double* out_waited_seconds) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(CheckContext(context));
     if (rank < 0 || rank >= context->group->world_size()) {
       return absl::InvalidArgumentError(
@@ -195,7 +195,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_context_rank_arrivals(const ddpspawn_co
 }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_barrier(ddpspawn_context* context, const char* name) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(CheckContext(context));
     return context->group->Barrier(name ? name : "");
   });
@@ -203,7 +203,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_barrier(ddpspawn_context* context, cons
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast(ddpspawn_context* context, void* data,
                                                    size_t count, int32_t dtype, int32_t src) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     ASSIGN_OR_RETURN(ddpspawn::DType type, CheckBuffer(context, data, count, dtype));
     return context->group->Broadcast(data, count, type, src);
   });
@@ -212,7 +212,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast(ddpspawn_context* context, vo
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_bytes(ddpspawn_context* context,
                                                          const void* data, size_t size, int32_t src,
                                                          void** out_data, size_t* out_size) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(CheckContext(context));
     // Only src's bytes are sent; the other ranks' data and size are ignored.
     absl::StatusOr<absl::string_view> bytes_in =
@@ -232,7 +232,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_bytes(ddpspawn_context* conte
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_reduce(ddpspawn_context* context, void* data,
                                                     size_t count, int32_t dtype, int32_t op) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     ASSIGN_OR_RETURN(ddpspawn::DType type, CheckBuffer(context, data, count, dtype));
     ASSIGN_OR_RETURN(ddpspawn::ReduceOp reduce_op, ToReduceOp(op));
     return context->group->AllReduce(data, count, type, reduce_op);
@@ -241,7 +241,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_reduce(ddpspawn_context* context, v
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce(ddpspawn_context* context, void* data, size_t count,
                                                 int32_t dtype, int32_t op, int32_t dst) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     ASSIGN_OR_RETURN(ddpspawn::DType type, CheckBuffer(context, data, count, dtype));
     ASSIGN_OR_RETURN(ddpspawn::ReduceOp reduce_op, ToReduceOp(op));
     return context->group->Reduce(data, count, type, reduce_op, dst);
@@ -250,7 +250,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce(ddpspawn_context* context, void*
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather(ddpspawn_context* context, const void* data,
                                                     size_t count, int32_t dtype, void* out) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     ASSIGN_OR_RETURN(ddpspawn::DType type, CheckBuffer(context, data, count, dtype));
     if (count > 0) {
       RETURN_IF_ERROR(NotNull(out, "out"));
@@ -262,7 +262,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather(ddpspawn_context* context, c
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather_bytes(ddpspawn_context* context,
                                                           const void* data, size_t size,
                                                           void** out_data, size_t* out_sizes) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(CheckContext(context));
     absl::StatusOr<absl::string_view> bytes_in =
         BytesArgument(data, size, kMaxCollectiveBytes, "size");

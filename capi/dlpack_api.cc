@@ -25,8 +25,8 @@
 #include "ddpspawn/ddpspawn_dlpack.h"
 // clang-format on
 
-using ddpspawn::capi::Guard;
 using ddpspawn::capi::NotNull;
+using ddpspawn::capi::StatusCodeOf;
 using ddpspawn::capi::ToReduceOp;
 
 namespace {
@@ -125,7 +125,7 @@ extern "C" {
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_reduce_dlpack(ddpspawn_context* context,
                                                            DLTensor* tensor, int32_t op) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(context, "context"));
     ASSIGN_OR_RETURN(ddpspawn::ReduceOp reduce_op, ToReduceOp(op));
     ASSIGN_OR_RETURN(at::Tensor view, ViewOf(tensor, "tensor"));
@@ -135,7 +135,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_reduce_dlpack(ddpspawn_context* con
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce_dlpack(ddpspawn_context* context, DLTensor* tensor,
                                                        int32_t op, int32_t dst) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(context, "context"));
     ASSIGN_OR_RETURN(ddpspawn::ReduceOp reduce_op, ToReduceOp(op));
     ASSIGN_OR_RETURN(at::Tensor view, ViewOf(tensor, "tensor"));
@@ -145,7 +145,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce_dlpack(ddpspawn_context* context
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_dlpack(ddpspawn_context* context,
                                                           DLTensor* tensor, int32_t src) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(context, "context"));
     ASSIGN_OR_RETURN(at::Tensor view, ViewOf(tensor, "tensor"));
     return context->group->Broadcast(view, src);
@@ -155,7 +155,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_dlpack(ddpspawn_context* cont
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather_dlpack(ddpspawn_context* context,
                                                            const DLTensor* input,
                                                            DLTensor* output) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(context, "context"));
     ASSIGN_OR_RETURN(at::Tensor in, ViewOf(input, "input"));
     ASSIGN_OR_RETURN(at::Tensor out, ViewOf(output, "output"));
@@ -178,7 +178,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather_dlpack(ddpspawn_context* con
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create_dlpack(
     ddpspawn_context* context, DLTensor* const* gradients, size_t num_gradients,
     const ddpspawn_reducer_options* options, ddpspawn_reducer** out_reducer) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(context, "context"));
     RETURN_IF_ERROR(NotNull(out_reducer, "out_reducer"));
     if (num_gradients == 0) {
@@ -201,7 +201,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create_dlpack(
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_buffers_in_buckets_dlpack(
     ddpspawn_reducer* reducer, DLManagedTensor** out_buffers, size_t num_buffers) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(reducer, "reducer"));
     RETURN_IF_ERROR(NotNull(out_buffers, "out_buffers"));
     const size_t count = reducer->reducer->gradient_count();

@@ -19,9 +19,9 @@
 #include "core/util/status_macros.h"
 #include "ddpspawn/ddpspawn.h"
 
-using ddpspawn::capi::Guard;
 using ddpspawn::capi::NotNull;
 using ddpspawn::capi::ReadOptions;
+using ddpspawn::capi::StatusCodeOf;
 
 namespace ddpspawn::capi {
 
@@ -131,7 +131,7 @@ DDPSPAWN_EXPORT void ddpspawn_launch_options_init(ddpspawn_launch_options* optio
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_launch_options_init_sized(ddpspawn_launch_options* options,
                                                                    uint32_t struct_size) {
-  return ddpspawn::capi::Guard([&]() -> absl::Status {
+  return ddpspawn::capi::StatusCodeOf([&]() -> absl::Status {
     const ddpspawn_launch_options defaults = DDPSPAWN_LAUNCH_OPTIONS_INIT;
     return ddpspawn::capi::InitOptions(options, struct_size, "ddpspawn_launch_options", defaults);
   });
@@ -139,7 +139,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_launch_options_init_sized(ddpspawn_laun
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_create(const ddpspawn_launch_options* options,
                                                     ddpspawn_job** out_job) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(options, "options"));
     RETURN_IF_ERROR(NotNull(out_job, "out_job"));
     ddpspawn_launch_options o = DDPSPAWN_LAUNCH_OPTIONS_INIT;
@@ -160,14 +160,14 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_create(const ddpspawn_launch_option
 DDPSPAWN_EXPORT void ddpspawn_job_destroy(ddpspawn_job* job) { delete job; }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_start(ddpspawn_job* job) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(job, "job"));
     return job->job->Start();
   });
 }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_wait(ddpspawn_job* job) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(job, "job"));
     // The first attempt was started by ddpspawn_job_start.
     bool started = true;
@@ -200,7 +200,7 @@ DDPSPAWN_EXPORT int32_t ddpspawn_job_restarts(const ddpspawn_job* job) {
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_rank_report_init_sized(ddpspawn_rank_report* report,
                                                                 uint32_t struct_size) {
-  return ddpspawn::capi::Guard([&]() -> absl::Status {
+  return ddpspawn::capi::StatusCodeOf([&]() -> absl::Status {
     const ddpspawn_rank_report defaults = DDPSPAWN_RANK_REPORT_INIT;
     return ddpspawn::capi::InitOptions(report, struct_size, "ddpspawn_rank_report", defaults);
   });
@@ -208,7 +208,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_rank_report_init_sized(ddpspawn_rank_re
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_report(const ddpspawn_job* job, int32_t rank,
                                                          ddpspawn_rank_report* out_report) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(CheckRank(job, rank));
     return ddpspawn::capi::FillRankReport(job->job->outcomes()[rank], out_report);
   });
@@ -220,7 +220,7 @@ DDPSPAWN_EXPORT int32_t ddpspawn_job_failed_rank(const ddpspawn_job* job) {
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(const ddpspawn_job* job, int32_t rank,
                                                         const char** out_text) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(CheckRank(job, rank));
     RETURN_IF_ERROR(NotNull(out_text, "out_text"));
     *out_text = job->job->outcomes()[rank].error_text.c_str();
@@ -230,7 +230,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_rank_error(const ddpspawn_job* job,
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_job_result(const ddpspawn_job* job, const void** out_data,
                                                     size_t* out_size, int32_t* out_has_result) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(job, "job"));
     RETURN_IF_ERROR(NotNull(out_data, "out_data"));
     RETURN_IF_ERROR(NotNull(out_size, "out_size"));
@@ -253,7 +253,7 @@ DDPSPAWN_EXPORT int32_t ddpspawn_serve_forks_if_forkserver(void) {
 DDPSPAWN_EXPORT int32_t ddpspawn_is_worker(void) { return ddpspawn::IsLaunchedWorker() ? 1 : 0; }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_result(const void* data, size_t size) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     // Any size a buffer can have (absl::string_view's limit, PTRDIFF_MAX).
     absl::StatusOr<absl::string_view> bytes =
         ddpspawn::capi::BytesArgument(data, size, absl::string_view().max_size(), "size");
@@ -263,7 +263,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_result(const void* data, siz
 }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_worker_set_error(const char* text) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(text, "text"));
     return ddpspawn::SetWorkerError(text);
   });

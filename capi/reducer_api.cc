@@ -14,8 +14,8 @@
 #include "core/util/status_macros.h"
 #include "ddpspawn/ddpspawn.h"
 
-using ddpspawn::capi::Guard;
 using ddpspawn::capi::NotNull;
+using ddpspawn::capi::StatusCodeOf;
 
 namespace {
 
@@ -92,7 +92,7 @@ DDPSPAWN_EXPORT void ddpspawn_reducer_options_init(ddpspawn_reducer_options* opt
 
 DDPSPAWN_EXPORT ddpspawn_status
 ddpspawn_reducer_options_init_sized(ddpspawn_reducer_options* options, uint32_t struct_size) {
-  return ddpspawn::capi::Guard([&]() -> absl::Status {
+  return ddpspawn::capi::StatusCodeOf([&]() -> absl::Status {
     const ddpspawn_reducer_options defaults = DDPSPAWN_REDUCER_OPTIONS_INIT;
     return ddpspawn::capi::InitOptions(options, struct_size, "ddpspawn_reducer_options", defaults);
   });
@@ -103,7 +103,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create(ddpspawn_context* contex
                                                         const int32_t* dtypes, size_t num_buffers,
                                                         const ddpspawn_reducer_options* options,
                                                         ddpspawn_reducer** out_reducer) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(context, "context"));
     RETURN_IF_ERROR(NotNull(out_reducer, "out_reducer"));
     if (num_buffers == 0)
@@ -132,14 +132,14 @@ DDPSPAWN_EXPORT void ddpspawn_reducer_destroy(ddpspawn_reducer* reducer) { delet
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_mark_ready(ddpspawn_reducer* reducer,
                                                             size_t index) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(reducer, "reducer"));
     return reducer->reducer->MarkReady(index);
   });
 }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_finalize(ddpspawn_reducer* reducer) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(reducer, "reducer"));
     return reducer->reducer->Finalize();
   });
@@ -147,7 +147,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_finalize(ddpspawn_reducer* redu
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_set_sync(ddpspawn_reducer* reducer,
                                                           int32_t enabled) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(reducer, "reducer"));
     reducer->reducer->set_sync_enabled(enabled != 0);
     return absl::OkStatus();
@@ -160,7 +160,7 @@ DDPSPAWN_EXPORT int32_t ddpspawn_reducer_bucket_count(const ddpspawn_reducer* re
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_written(const ddpspawn_reducer* reducer,
                                                          size_t index, int32_t* out_written) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(reducer, "reducer"));
     RETURN_IF_ERROR(NotNull(out_written, "out_written"));
     ASSIGN_OR_RETURN(bool written, reducer->reducer->WrittenByLastFinalize(index));
@@ -172,7 +172,7 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_written(const ddpspawn_reducer*
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_compression(const ddpspawn_reducer* reducer,
                                                              int64_t* out_sent,
                                                              int64_t* out_dense) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(reducer, "reducer"));
     RETURN_IF_ERROR(NotNull(out_sent, "out_sent"));
     RETURN_IF_ERROR(NotNull(out_dense, "out_dense"));

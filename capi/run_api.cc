@@ -11,8 +11,8 @@
 #include "core/util/status_macros.h"
 #include "ddpspawn/ddpspawn.h"
 
-using ddpspawn::capi::Guard;
 using ddpspawn::capi::NotNull;
+using ddpspawn::capi::StatusCodeOf;
 
 struct ddpspawn_run_result {
   std::string text;
@@ -60,7 +60,7 @@ extern "C" {
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command, const char* const* options,
                                              ddpspawn_run_result** out_result) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(NotNull(command, "command"));
     RETURN_IF_ERROR(NotNull(out_result, "out_result"));
     t_last_run = LastRun{};
@@ -136,14 +136,14 @@ DDPSPAWN_EXPORT int32_t ddpspawn_run_nprocs(void) {
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_report(int32_t rank,
                                                          ddpspawn_rank_report* out_report) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(CheckLastRunRank(rank));
     return ddpspawn::capi::FillRankReport(t_last_run.outcomes[rank], out_report);
   });
 }
 
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run_rank_error(int32_t rank, const char** out_text) {
-  return Guard([&]() -> absl::Status {
+  return StatusCodeOf([&]() -> absl::Status {
     RETURN_IF_ERROR(CheckLastRunRank(rank));
     RETURN_IF_ERROR(NotNull(out_text, "out_text"));
     *out_text = t_last_run.outcomes[rank].error_text.c_str();

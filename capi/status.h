@@ -1,5 +1,5 @@
-// The C ABI's error plumbing: absl::Status to status codes, the thread-local last error, and a
-// guard that keeps C++ exceptions from crossing the boundary.
+// The C ABI's error plumbing: absl::Status to status codes, the thread-local last error, and
+// StatusCodeOf, which keeps C++ exceptions from crossing the boundary.
 #ifndef DDPSPAWN_CAPI_STATUS_H_
 #define DDPSPAWN_CAPI_STATUS_H_
 
@@ -24,10 +24,13 @@ void SetLastError(absl::string_view message);
 // callback's failure.
 absl::StatusCode CodeFromStatus(ddpspawn_status code);
 
-// Runs `body` (returning absl::Status); an exception becomes its ExceptionStatus (LibTorch's
-// without its backtrace), DDPSPAWN_ERR_INTERNAL unless its type or a timeout says otherwise.
+// Runs `body` (returning absl::Status) and returns its status as a C code, reported as the last
+// error: what every entry point returns. An exception becomes its ExceptionStatus (LibTorch's
+// without its backtrace), DDPSPAWN_ERR_INTERNAL unless its type or a timeout says otherwise. (The
+// core's Guarded, core/comm/guarded.h, is the other catch: a void body's exception as an
+// absl::Status, at each call into c10d.)
 template <typename Body>
-ddpspawn_status Guard(Body&& body) {
+ddpspawn_status StatusCodeOf(Body&& body) {
   try {
     return Report(body());
   } catch (const std::exception& e) {
