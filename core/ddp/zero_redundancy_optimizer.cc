@@ -10,9 +10,11 @@
 #include <torch/serialize/archive.h>
 
 #include <algorithm>
+#include <iterator>
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <unordered_set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -123,6 +125,16 @@ absl::StatusOr<std::unique_ptr<Optimizer>> ZeroRedundancyOptimizer::MakeShard(in
       if (owners_[index++] == rank) kept.push_back(p);
     }
     g.params() = std::move(kept);
+  }
+  // An optimizer that makes its state when it is built (Adagrad) made it for every parameter: keep
+  // only the shard's, or the state is not sharded and a consolidation would take the others' fresh
+  // state for theirs.
+  std::unordered_set<void*> owned;
+  for (const OptimizerParamGroup& g : shard->param_groups()) {
+    for (const at::Tensor& p : g.params()) owned.insert(p.unsafeGetTensorImpl());
+  }
+  for (auto it = shard->state().begin(); it != shard->state().end();) {
+    it = owned.count(it->first) != 0 ? std::next(it) : shard->state().erase(it);
   }
   return shard;
 }
@@ -249,33 +261,40 @@ void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
   consolidated_.reset();
 }
 
+absl::StatusOr<std::vector<at::Tensor>> OptimizerStateTensors(
+    const torch::optim::OptimizerParamState& state) {
+  std::vector<at::Tensor> tensors;
+  auto add = [&tensors](const at::Tensor& t) {
+    if (t.defined()) tensors.push_back(t);
+  };
+  if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(&state)) {
+    add(adam->exp_avg()), add(adam->exp_avg_sq()), add(adam->max_exp_avg_sq());
+  } else if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(&state)) {
+    add(adamw->exp_avg()), add(adamw->exp_avg_sq()), add(adamw->max_exp_avg_sq());
+  } else if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(&state)) {
+    add(sgd->momentum_buffer());
+  } else if (const auto* rms = dynamic_cast<const torch::optim::RMSpropParamState*>(&state)) {
+    add(rms->square_avg()), add(rms->momentum_buffer()), add(rms->grad_avg());
+  } else if (const auto* ada = dynamic_cast<const torch::optim::AdagradParamState*>(&state)) {
+    add(ada->sum());
+  } else {
+    return absl::UnimplementedError(
+        "the state of an optimizer other than SGD, Adam, AdamW, RMSprop and Adagrad");
+  }
+  return tensors;
+}
+
 absl::StatusOr<int64_t> OptimizerStateBytes(const Optimizer& optimizer) {
   if (const auto* sharded = dynamic_cast<const ZeroRedundancyOptimizer*>(&optimizer)) {
     return OptimizerStateBytes(sharded->shard_optimizer());
   }
   int64_t bytes = 0;
-  auto add = [&bytes](const at::Tensor& t) {
-    if (t.defined()) bytes += static_cast<int64_t>(t.nbytes());
-  };
   for (const auto& [key, state] : optimizer.state()) {
-    if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state.get())) {
-      add(adam->exp_avg()), add(adam->exp_avg_sq()), add(adam->max_exp_avg_sq());
-    } else if (const auto* adamw =
-                   dynamic_cast<const torch::optim::AdamWParamState*>(state.get())) {
-      add(adamw->exp_avg()), add(adamw->exp_avg_sq()), add(adamw->max_exp_avg_sq());
-    } else if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state.get())) {
-      add(sgd->momentum_buffer());
-    } else if (const auto* rms =
-                   dynamic_cast<const torch::optim::RMSpropParamState*>(state.get())) {
-      add(rms->square_avg()), add(rms->momentum_buffer()), add(rms->grad_avg());
-    } else if (const auto* ada =
-                   dynamic_cast<const torch::optim::AdagradParamState*>(state.get())) {
-      add(ada->sum());
-    } else {
-      return absl::UnimplementedError(
-          "OptimizerStateBytes: the state of an optimizer other than SGD, Adam, AdamW, RMSprop "
-          "and Adagrad");
-    }
+    absl::StatusOr<std::vector<at::Tensor>> tensors = OptimizerStateTensors(*state);
+    if (!tensors.ok())
+      return absl::Status(tensors.status().code(),
+                          absl::StrCat("OptimizerStateBytes: ", tensors.status().message()));
+    for (const at::Tensor& t : *tensors) bytes += static_cast<int64_t>(t.nbytes());
   }
   return bytes;
 }

@@ -81,9 +81,13 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
   std::unique_ptr<torch::optim::Optimizer> consolidated_;
 };
 
+// The tensors of one parameter's state in torch::optim's SGD, Adam, AdamW, RMSprop and Adagrad (the
+// defined ones); Unimplemented for another optimizer's state.
+absl::StatusOr<std::vector<at::Tensor>> OptimizerStateTensors(
+    const torch::optim::OptimizerParamState& state);
+
 // Bytes of the tensors in `optimizer`'s per-parameter state (what ZeRO shards; for a
-// ZeroRedundancyOptimizer, this rank's shard's): exact for torch::optim's SGD, Adam, AdamW, RMSprop
-// and Adagrad; Unimplemented for another optimizer's state.
+// ZeroRedundancyOptimizer, this rank's shard's), by OptimizerStateTensors.
 absl::StatusOr<int64_t> OptimizerStateBytes(const torch::optim::Optimizer& optimizer);
 
 }  // namespace ddpspawn

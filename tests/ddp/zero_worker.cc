@@ -1,14 +1,17 @@
-// The worker zero_redundancy_optimizer_test launches: DDP with a ZeroRedundancyOptimizer over Adam,
-// each rank on its own data, against a reference every rank trains alone with plain Adam on all
-// ranks' data. Usage: zero_worker <steps> Rank 0's result, space-separated key=value:
+// The worker zero_redundancy_optimizer_test launches: DDP with a ZeroRedundancyOptimizer over one
+// of torch::optim's optimizers, each rank on its own data, against a reference every rank trains
+// alone with the plain optimizer on all ranks' data. Usage: zero_worker <steps> <optimizer>, the
+// optimizer one of adam, adamw, adagrad, rmsprop, sgd (with momentum). Rank 0's result,
+// space-separated key=value:
 //   max_diff        the largest |parameter - reference| after <steps> steps
-//   state_bytes     each rank's Adam state bytes, comma-separated
+//   vs_ddp_diff     the same against DDP with the plain optimizer (no sharding), on the same data
+//   state_bytes     each rank's optimizer state bytes, comma-separated
 //   shard_elements  each rank's parameter elements, comma-separated
-//   unsharded_state_bytes  the reference Adam's state bytes
-//   consolidated_diff  the consolidated state (loaded into a plain Adam) against
-//                      the reference's exp_avg and exp_avg_sq
+//   unsharded_state_bytes  the reference's state bytes
+//   consolidated_diff  the consolidated state (loaded into a plain optimizer) against the
+//                      reference's state tensors
 //   resumed_diff    after 3 more steps from the consolidated state, sharded again
-//   unsharded_diff  after 3 more steps from it with a plain Adam (no sharding)
+//   unsharded_diff  after 3 more steps from it with a plain optimizer (no sharding)
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -64,17 +67,38 @@ double MaxDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Ten
   return worst;
 }
 
-// The reference: plain Adam on every rank's batches at once (the mean of equal-sized batches' means
-// is what DDP averages).
-void ReferenceStep(torch::nn::Sequential& net, torch::optim::Adam& adam, int world, int step) {
-  adam.zero_grad();
+// The optimizer `name` over `parameters`, at learning rate `lr` (a loaded state brings its own).
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const std::string& name,
+                                                       std::vector<torch::Tensor> parameters,
+                                                       double lr) {
+  namespace optim = torch::optim;
+  if (name == "adam") return std::make_unique<optim::Adam>(parameters, optim::AdamOptions(lr));
+  if (name == "adamw") return std::make_unique<optim::AdamW>(parameters, optim::AdamWOptions(lr));
+  if (name == "adagrad") {
+    return std::make_unique<optim::Adagrad>(parameters, optim::AdagradOptions(lr));
+  }
+  if (name == "rmsprop") {
+    return std::make_unique<optim::RMSprop>(parameters, optim::RMSpropOptions(lr));
+  }
+  if (name == "sgd") {
+    return std::make_unique<optim::SGD>(parameters, optim::SGDOptions(lr).momentum(0.9));
+  }
+  Fail(absl::StrCat("unknown optimizer ", name));
+  return nullptr;
+}
+
+// The reference: the plain optimizer on every rank's batches at once (the mean of equal-sized
+// batches' means is what DDP averages).
+void ReferenceStep(torch::nn::Sequential& net, torch::optim::Optimizer& optimizer, int world,
+                   int step) {
+  optimizer.zero_grad();
   std::vector<torch::Tensor> xs, ys;
   for (int r = 0; r < world; ++r) {
     auto [x, y] = Batch(r, step);
     xs.push_back(x), ys.push_back(y);
   }
   Loss(net, torch::cat(xs), torch::cat(ys)).backward();
-  adam.step();
+  optimizer.step();
 }
 
 // One DDP step on this rank's batch with `optimizer`.
@@ -87,51 +111,65 @@ void DdpStep(torch::nn::Sequential& net, DistributedDataParallel& ddp,
   optimizer.step();
 }
 
-OptimizerFactory AdamOver(torch::nn::Sequential& net) {
-  return [&net]() -> absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> {
-    return std::make_unique<torch::optim::Adam>(net->parameters(), torch::optim::AdamOptions(0.01));
+OptimizerFactory OptimizerOver(const std::string& name, torch::nn::Sequential& net) {
+  return [name, &net]() -> absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> {
+    return MakeOptimizer(name, net->parameters(), 0.01);
   };
 }
 
-double ExpAvgDiff(const torch::optim::Adam& a, const torch::optim::Adam& b,
-                  const std::vector<torch::Tensor>& a_params,
-                  const std::vector<torch::Tensor>& b_params) {
+// The largest difference between the state tensors of `a` and `b`, parameter by parameter.
+double StateDiff(const torch::optim::Optimizer& a, const torch::optim::Optimizer& b,
+                 const std::vector<torch::Tensor>& a_params,
+                 const std::vector<torch::Tensor>& b_params) {
   double worst = 0;
   for (size_t i = 0; i < a_params.size(); ++i) {
-    const auto& sa = static_cast<const torch::optim::AdamParamState&>(
-        *a.state().at(a_params[i].unsafeGetTensorImpl()));
-    const auto& sb = static_cast<const torch::optim::AdamParamState&>(
-        *b.state().at(b_params[i].unsafeGetTensorImpl()));
-    if (sa.step() != sb.step()) Fail(absl::StrCat("step ", sa.step(), " vs ", sb.step()));
-    worst = std::max({worst, (sa.exp_avg() - sb.exp_avg()).abs().max().item<double>(),
-                      (sa.exp_avg_sq() - sb.exp_avg_sq()).abs().max().item<double>()});
+    absl::StatusOr<std::vector<at::Tensor>> sa =
+        OptimizerStateTensors(*a.state().at(a_params[i].unsafeGetTensorImpl()));
+    absl::StatusOr<std::vector<at::Tensor>> sb =
+        OptimizerStateTensors(*b.state().at(b_params[i].unsafeGetTensorImpl()));
+    CheckOk(sa.status(), "state tensors");
+    CheckOk(sb.status(), "state tensors");
+    if (sa->size() != sb->size()) Fail(absl::StrCat("parameter ", i, ": state sizes differ"));
+    for (size_t k = 0; k < sa->size(); ++k) {
+      worst = std::max(worst, ((*sa)[k] - (*sb)[k]).abs().max().item<double>());
+    }
   }
   return worst;
 }
 
-int Run(int steps) {
+int Run(int steps, const std::string& name) {
   const std::unique_ptr<ProcessGroup> joined = JoinGlooGroup();
   ProcessGroup& group = *joined;
   const int rank = group.rank(), world = group.world_size();
 
   torch::nn::Sequential reference = MakeNet();
-  torch::optim::Adam reference_adam(reference->parameters(), torch::optim::AdamOptions(0.01));
+  std::unique_ptr<torch::optim::Optimizer> reference_optimizer =
+      MakeOptimizer(name, reference->parameters(), 0.01);
   torch::nn::Sequential net = MakeNet();
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
       DistributedDataParallel::Wrap(net.ptr(), &group);
   CheckOk(ddp.status(), "wrap");
   absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> zero =
-      ZeroRedundancyOptimizer::Create(AdamOver(net), &group);
+      ZeroRedundancyOptimizer::Create(OptimizerOver(name, net), &group);
   CheckOk(zero.status(), "zero");
+  torch::nn::Sequential unsharded_net = MakeNet();
+  absl::StatusOr<std::unique_ptr<DistributedDataParallel>> unsharded_ddp =
+      DistributedDataParallel::Wrap(unsharded_net.ptr(), &group);
+  CheckOk(unsharded_ddp.status(), "wrap unsharded");
+  std::unique_ptr<torch::optim::Optimizer> unsharded_optimizer =
+      MakeOptimizer(name, unsharded_net->parameters(), 0.01);
   for (int step = 0; step < steps; ++step) {
-    ReferenceStep(reference, reference_adam, world, step);
+    ReferenceStep(reference, *reference_optimizer, world, step);
     DdpStep(net, **ddp, **zero, rank, step);
+    DdpStep(unsharded_net, **unsharded_ddp, *unsharded_optimizer, rank, step);
   }
   std::vector<std::string> result;
   result.push_back(absl::StrCat("max_diff=", MaxDiff(net->parameters(), reference->parameters())));
+  result.push_back(
+      absl::StrCat("vs_ddp_diff=", MaxDiff(net->parameters(), unsharded_net->parameters())));
 
   absl::StatusOr<int64_t> mine = OptimizerStateBytes((*zero)->shard_optimizer());
-  absl::StatusOr<int64_t> unsharded = OptimizerStateBytes(reference_adam);
+  absl::StatusOr<int64_t> unsharded = OptimizerStateBytes(*reference_optimizer);
   CheckOk(mine.status(), "state bytes");
   CheckOk(unsharded.status(), "reference state bytes");
   absl::StatusOr<std::vector<at::Tensor>> shards =
@@ -159,23 +197,24 @@ int Run(int steps) {
   absl::StatusOr<std::string> everywhere = group.BroadcastBytes(saved, 0);
   CheckOk(everywhere.status(), "broadcast state");
 
-  // A plain Adam reads it: the unsharded state.
+  // A plain optimizer reads it: the unsharded state.
   torch::nn::Sequential plain_net = MakeNet();
   {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < net->parameters().size(); ++i)
       plain_net->parameters()[i].copy_(net->parameters()[i]);
   }
-  torch::optim::Adam plain(plain_net->parameters(), torch::optim::AdamOptions(0.5));
+  std::unique_ptr<torch::optim::Optimizer> plain =
+      MakeOptimizer(name, plain_net->parameters(), 0.5);
   {
     torch::serialize::InputArchive archive;
     std::istringstream bytes(*everywhere);
     archive.load_from(bytes);
-    plain.load(archive);
+    plain->load(archive);
   }
   result.push_back(absl::StrCat(
       "consolidated_diff=",
-      ExpAvgDiff(plain, reference_adam, plain_net->parameters(), reference->parameters())));
+      StateDiff(*plain, *reference_optimizer, plain_net->parameters(), reference->parameters())));
 
   // Sharded again from it, and unsharded: both go on as the reference does.
   torch::nn::Sequential resumed_net = MakeNet();
@@ -188,7 +227,7 @@ int Run(int steps) {
       DistributedDataParallel::Wrap(resumed_net.ptr(), &group);
   CheckOk(resumed_ddp.status(), "wrap resumed");
   absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> resumed =
-      ZeroRedundancyOptimizer::Create(AdamOver(resumed_net), &group);
+      ZeroRedundancyOptimizer::Create(OptimizerOver(name, resumed_net), &group);
   CheckOk(resumed.status(), "zero resumed");
   {
     torch::serialize::InputArchive archive;
@@ -197,9 +236,9 @@ int Run(int steps) {
     (*resumed)->load(archive);
   }
   for (int step = steps; step < steps + 3; ++step) {
-    ReferenceStep(reference, reference_adam, world, step);
+    ReferenceStep(reference, *reference_optimizer, world, step);
     DdpStep(resumed_net, **resumed_ddp, **resumed, rank, step);
-    ReferenceStep(plain_net, plain, world, step);
+    ReferenceStep(plain_net, *plain, world, step);
   }
   result.push_back(
       absl::StrCat("resumed_diff=", MaxDiff(resumed_net->parameters(), reference->parameters())));
@@ -214,9 +253,9 @@ int Run(int steps) {
 
 int main(int argc, char** argv) {
   int steps = 0;
-  if (argc < 2 || !absl::SimpleAtoi(argv[1], &steps) || steps < 1) {
-    std::fprintf(stderr, "usage: zero_worker <steps>\n");
+  if (argc < 3 || !absl::SimpleAtoi(argv[1], &steps) || steps < 1) {
+    std::fprintf(stderr, "usage: zero_worker <steps> <optimizer>\n");
     return 2;
   }
-  return ddpspawn::Run(steps);
+  return ddpspawn::Run(steps, argv[2]);
 }

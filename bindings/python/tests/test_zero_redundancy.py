@@ -1,6 +1,7 @@
-"""zero_redundancy_optimizer (ZeRO stage 1) through ddpspawn.fit on 2 ranks:
-each rank holds only its shard of Adam's state, training matches unsharded
-Adam, and the checkpoint's state (unsharded) resumes with or without
+"""zero_redundancy_optimizer (ZeRO stage 1) through ddpspawn.fit on 2 ranks,
+with Adam and with Adagrad (whose state exists before its first step): each
+rank holds only its shard of the state, training matches the unsharded
+optimizer, and the checkpoint's state (unsharded) resumes with or without
 sharding."""
 
 import pytest
@@ -20,8 +21,12 @@ def data(tmp_path_factory):
     return directory
 
 
-def adam(root, **extra):
-    return common(root, optimizer="adam", lr=0.01, momentum=0, max_epochs=2, **extra)
+# State bytes per float32 parameter element: Adam's exp_avg and exp_avg_sq, Adagrad's sum.
+STATE_BYTES = {"adam": 8, "adagrad": 4}
+
+
+def options(optimizer, root, **extra):
+    return common(root, optimizer=optimizer, lr=0.01, momentum=0, max_epochs=2, **extra)
 
 
 def weights(torch, checkpoint, directory):
@@ -39,16 +44,16 @@ def state_bytes(result):
     return [int(b) for b in result.values["optimizer_state_bytes"].split(",")]
 
 
-def test_sharded_adam_trains_as_unsharded_and_holds_half_the_state(data, tmp_path):
+@pytest.mark.parametrize("optimizer", sorted(STATE_BYTES))
+def test_sharded_trains_as_unsharded_and_holds_half_the_state(optimizer, data, tmp_path):
     torch = pytest.importorskip("torch")
-    plain = ddpspawn.fit(MODEL, data / "train.csv", **adam(tmp_path / "plain"))
+    plain = ddpspawn.fit(MODEL, data / "train.csv", **options(optimizer, tmp_path / "plain"))
     sharded = ddpspawn.fit(MODEL, data / "train.csv", zero_redundancy_optimizer=True,
-                           **adam(tmp_path / "sharded"))
+                           **options(optimizer, tmp_path / "sharded"))
     assert sharded.global_step == plain.global_step > 0
-    # Each rank's Adam state (exp_avg, exp_avg_sq: 8 bytes a float32
-    # element) is its shard's; together they are the unsharded state.
+    # Each rank's state is its shard's; together they are the unsharded state.
     unsharded = state_bytes(plain)
-    assert unsharded == [8 * PARAMETER_ELEMENTS] * NPROCS
+    assert unsharded == [STATE_BYTES[optimizer] * PARAMETER_ELEMENTS] * NPROCS
     shards = state_bytes(sharded)
     assert len(shards) == NPROCS and sum(shards) == unsharded[0]
     assert all(0 < b < unsharded[0] for b in shards), shards
@@ -58,23 +63,23 @@ def test_sharded_adam_trains_as_unsharded_and_holds_half_the_state(data, tmp_pat
     assert difference == 0.0, difference
 
 
-def test_checkpoints_resume_across_sharding(data, tmp_path):
+@pytest.mark.parametrize("optimizer", sorted(STATE_BYTES))
+def test_checkpoints_resume_across_sharding(optimizer, data, tmp_path):
     """A sharded fit's checkpoint resumes unsharded and the other way
     round; both go on exactly as the unsharded fit does."""
     torch = pytest.importorskip("torch")
-    plain = ddpspawn.fit(MODEL, data / "train.csv", **adam(tmp_path / "plain"))
-    sharded = ddpspawn.fit(MODEL, data / "train.csv", zero_redundancy_optimizer=True,
-                           **adam(tmp_path / "sharded"))
+
+    def fit(directory, **extra):
+        return ddpspawn.fit(MODEL, data / "train.csv",
+                            **{**options(optimizer, tmp_path / directory), **extra})
+
+    plain = fit("plain")
+    sharded = fit("sharded", zero_redundancy_optimizer=True)
     on = dict(max_epochs=3)
-    plain_on = ddpspawn.fit(MODEL, data / "train.csv",
-                            **{**adam(tmp_path / "plain_on"), **on},
-                            resume_from=plain.checkpoint)
-    unsharded_from_sharded = ddpspawn.fit(MODEL, data / "train.csv",
-                                          **{**adam(tmp_path / "a"), **on},
-                                          resume_from=sharded.checkpoint)
-    sharded_from_plain = ddpspawn.fit(MODEL, data / "train.csv", zero_redundancy_optimizer=True,
-                                      **{**adam(tmp_path / "b"), **on},
-                                      resume_from=plain.checkpoint)
+    plain_on = fit("plain_on", resume_from=plain.checkpoint, **on)
+    unsharded_from_sharded = fit("a", resume_from=sharded.checkpoint, **on)
+    sharded_from_plain = fit("b", zero_redundancy_optimizer=True, resume_from=plain.checkpoint,
+                             **on)
     reference = weights(torch, plain_on.checkpoint, tmp_path / "plain_on")
     for result, directory in ((unsharded_from_sharded, "a"), (sharded_from_plain, "b")):
         assert result.global_step == plain_on.global_step
