@@ -259,6 +259,24 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather(ddpspawn_context* context, c
   });
 }
 
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce_scatter(ddpspawn_context* context,
+                                                        const void* input, void* output,
+                                                        size_t count, int32_t dtype, int32_t op) {
+  return StatusCodeOf([&]() -> absl::Status {
+    RETURN_IF_ERROR(CheckContext(context));
+    const size_t world = static_cast<size_t>(context->group->world_size());
+    if (count > static_cast<size_t>(INT64_MAX) / 8 / world) {
+      return absl::InvalidArgumentError(absl::StrCat("count ", count, " is too large"));
+    }
+    ASSIGN_OR_RETURN(ddpspawn::DType type, CheckBuffer(context, input, count * world, dtype));
+    ASSIGN_OR_RETURN(ddpspawn::ReduceOp reduce_op, ToReduceOp(op));
+    if (count > 0) {
+      RETURN_IF_ERROR(NotNull(output, "output"));
+    }
+    return context->group->ReduceScatter(input, output, count, type, reduce_op);
+  });
+}
+
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather_bytes(ddpspawn_context* context,
                                                           const void* data, size_t size,
                                                           void** out_data, size_t* out_sizes) {

@@ -159,19 +159,19 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather_dlpack(ddpspawn_context* con
     RETURN_IF_ERROR(NotNull(context, "context"));
     ASSIGN_OR_RETURN(at::Tensor in, ViewOf(input, "input"));
     ASSIGN_OR_RETURN(at::Tensor out, ViewOf(output, "output"));
-    const int world_size = context->group->world_size();
-    if (out.scalar_type() != in.scalar_type() || out.device() != in.device() ||
-        out.numel() != world_size * in.numel()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "output must have input's dtype and device and world_size (", world_size,
-          ") times its elements: input is ", DTypeName(input->dtype), " on ", in.device().str(),
-          " with ", in.numel(), " elements, output ", DTypeName(output->dtype), " on ",
-          out.device().str(), " with ", out.numel()));
-    }
-    ASSIGN_OR_RETURN(std::vector<at::Tensor> gathered, context->group->AllGather(in));
-    at::Tensor rows = out.view({world_size, in.numel()});
-    for (int r = 0; r < world_size; ++r) rows[r].copy_(gathered[r].reshape({-1}));
-    return absl::OkStatus();
+    return context->group->AllGatherInto(in, out);
+  });
+}
+
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce_scatter_dlpack(ddpspawn_context* context,
+                                                               const DLTensor* input,
+                                                               DLTensor* output, int32_t op) {
+  return StatusCodeOf([&]() -> absl::Status {
+    RETURN_IF_ERROR(NotNull(context, "context"));
+    ASSIGN_OR_RETURN(ddpspawn::ReduceOp reduce_op, ToReduceOp(op));
+    ASSIGN_OR_RETURN(at::Tensor in, ViewOf(input, "input"));
+    ASSIGN_OR_RETURN(at::Tensor out, ViewOf(output, "output"));
+    return context->group->ReduceScatter(in, out, reduce_op);
   });
 }
 

@@ -117,6 +117,14 @@ class ProcessGroup {
   absl::Status Reduce(at::Tensor& tensor, ReduceOp op, int dst);
   // One tensor per rank, in rank order.
   absl::StatusOr<std::vector<at::Tensor>> AllGather(const at::Tensor& tensor);
+  // Reduce-scatter (torch's reduce_scatter_tensor): `input` holds world_size equal chunks in rank
+  // order, and `output` (contiguous, input.numel() / world_size elements, same dtype and device)
+  // gets chunk rank() of `op` over every rank's input; `input` is not changed. Through this host's
+  // shared memory for float sums and means where the ranks have it.
+  absl::Status ReduceScatter(const at::Tensor& input, at::Tensor& output, ReduceOp op);
+  // All-gather into one tensor (torch's all_gather_into_tensor): `output` (contiguous, world_size
+  // times input.numel() elements, same dtype and device) gets every rank's `input` in rank order.
+  absl::Status AllGatherInto(const at::Tensor& input, at::Tensor& output);
   // Starts an all-reduce and returns at once; `tensor` must stay alive and untouched until Wait().
   // Collectives are matched across ranks by the order they start in. A tensor on another device
   // than the backend's (a CPU buffer on NCCL, a CUDA tensor on Gloo) is copied there now and back
@@ -141,8 +149,11 @@ class ProcessGroup {
   absl::Status Broadcast(void* data, size_t count, DType dtype, int src);
   absl::Status AllReduce(void* data, size_t count, DType dtype, ReduceOp op);
   absl::Status Reduce(void* data, size_t count, DType dtype, ReduceOp op, int dst);
-  // `out` holds world_size * count elements.
+  // `out` holds world_size * count elements (AllGatherInto).
   absl::Status AllGather(const void* data, size_t count, DType dtype, void* out);
+  // `input` holds world_size * count elements, `output` count (ReduceScatter).
+  absl::Status ReduceScatter(const void* input, void* output, size_t count, DType dtype,
+                             ReduceOp op);
 
   // Byte strings of any size (objects serialized by the caller).
   absl::StatusOr<std::string> BroadcastBytes(absl::string_view bytes, int src);

@@ -35,25 +35,6 @@
 namespace ddpspawn {
 namespace {
 
-at::ScalarType ToScalarType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return at::kFloat;
-    case DType::kFloat64:
-      return at::kDouble;
-    case DType::kInt32:
-      return at::kInt;
-    case DType::kInt64:
-      return at::kLong;
-  }
-  return at::kFloat;
-}
-
-at::Tensor WrapBuffer(const void* data, size_t count, DType dtype) {
-  return at::from_blob(const_cast<void*>(data), {static_cast<int64_t>(count)},
-                       at::TensorOptions().dtype(ToScalarType(dtype)));
-}
-
 // Broadcasts up to this size go through shared memory: small ones (BatchNorm buffers every step,
 // objects) are latency-bound, and Gloo's wake-ups cost milliseconds on busy cores. Larger ones (the
 // initial parameters) cost about the same either way, mostly in first touches of new pages, and
@@ -304,16 +285,6 @@ absl::Status ProcessGroup::Reduce(void* data, size_t count, DType dtype, ReduceO
   if (count == 0) return CheckRank(dst, "reduce destination");
   at::Tensor tensor = WrapBuffer(data, count, dtype);
   return Reduce(tensor, op, dst);
-}
-
-absl::Status ProcessGroup::AllGather(const void* data, size_t count, DType dtype, void* out) {
-  if (count == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::vector<at::Tensor> gathered, AllGather(WrapBuffer(data, count, dtype)));
-  const size_t bytes = count * DTypeSize(dtype);
-  for (size_t r = 0; r < gathered.size(); ++r) {
-    std::memcpy(static_cast<char*>(out) + r * bytes, gathered[r].data_ptr(), bytes);
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> ProcessGroup::BroadcastBytes(absl::string_view bytes, int src) {

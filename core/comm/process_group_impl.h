@@ -40,6 +40,26 @@ inline c10d::ReduceOp ToC10dOp(ReduceOp op) {
   return c10d::ReduceOp::SUM;
 }
 
+inline at::ScalarType ToScalarType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return at::kFloat;
+    case DType::kFloat64:
+      return at::kDouble;
+    case DType::kInt32:
+      return at::kInt;
+    case DType::kInt64:
+      return at::kLong;
+  }
+  return at::kFloat;
+}
+
+// A 1-D CPU tensor over a caller's buffer of `count` elements (not copied).
+inline at::Tensor WrapBuffer(const void* data, size_t count, DType dtype) {
+  return at::from_blob(const_cast<void*>(data), {static_cast<int64_t>(count)},
+                       at::TensorOptions().dtype(ToScalarType(dtype)));
+}
+
 inline void DivideForMean(at::Tensor& tensor, int world_size) {
   if (at::isIntegralType(tensor.scalar_type(), /*includeBool=*/false)) {
     tensor.div_(world_size, "trunc");

@@ -205,10 +205,12 @@ bool Alive(int64_t pid) {
   return !HasExited(ReadProcessState(static_cast<pid_t>(pid)));
 }
 
-// Sums element i of every rank's copy in rank order, divides, and writes the result into every
-// copy, for i in [begin, end). Fixed-size blocks, so that the compiler vectorizes the loops.
-template <typename T>
-void ReduceRange(T* const* copies, int world_size, size_t begin, size_t end, int divisor) {
+// Sums element i of every rank's copy in rank order and divides, for i in [begin, end), handing
+// each block of sums to `write(start, sums, n)` (elements start .. start + n). Fixed-size blocks,
+// so that the compiler vectorizes the loops.
+template <typename T, typename Write>
+void ReduceRange(T* const* copies, int world_size, size_t begin, size_t end, int divisor,
+                 Write&& write) {
   constexpr size_t kBlock = 1024;
   T sum[kBlock];
   const T scale_divisor = static_cast<T>(divisor);
@@ -229,7 +231,7 @@ void ReduceRange(T* const* copies, int world_size, size_t begin, size_t end, int
         for (size_t i = 0; i < n; ++i) sum[i] /= scale_divisor;
       }
     }
-    for (int q = 0; q < world_size; ++q) std::memcpy(copies[q] + start, sum, n * sizeof(T));
+    write(start, sum, n);
   };
   for (size_t start = begin; start < end; start += kBlock)
     reduce(start, std::min(kBlock, end - start));
@@ -479,10 +481,68 @@ absl::Status SharedMemoryCollectives::Sum(T* data, size_t count, int divisor,
   const size_t per_line = 64 / sizeof(T);
   const size_t chunk = RoundUp((count + world_size_ - 1) / world_size_, per_line);
   const size_t begin = std::min(count, chunk * rank_);
-  ReduceRange(copies, world_size_, begin, std::min(count, begin + chunk), divisor);
+  ReduceRange(copies, world_size_, begin, std::min(count, begin + chunk), divisor,
+              [&](size_t start, const T* sum, size_t n) {
+                for (int q = 0; q < world_size_; ++q) {
+                  std::memcpy(copies[q] + start, sum, n * sizeof(T));
+                }
+              });
   RETURN_IF_ERROR(Leave("reduce its share"));
   if (staged && bytes > 0) std::memcpy(data, segment->slot(rank_), bytes);
   return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status SharedMemoryCollectives::ReduceScatterSum(const T* input, T* output, size_t shard,
+                                                       int divisor, const CallSignature& call) {
+  const size_t bytes = shard * static_cast<size_t>(world_size_) * sizeof(T);
+  size_t offset = 0;
+  std::shared_ptr<Segment> segment = FindShared(input, bytes, &offset);
+  const bool staged = segment == nullptr;
+  if (staged) {
+    if (bytes > capacity_) {
+      return absl::InvalidArgumentError("buffer larger than the shared-memory slots");
+    }
+    segment = staging_;  // as in Sum: nobody reads our slot between generations
+    if (bytes > 0) std::memcpy(segment->slot(rank_), input, bytes);
+  }
+  T* copies[kMaxRanks];
+  for (int q = 0; q < world_size_; ++q) copies[q] = reinterpret_cast<T*>(segment->slot(q) + offset);
+  RETURN_IF_ERROR(Arrive(call, staged ? -1 : segment->index, offset));
+  // Our shard of every copy, summed into our output only: nobody writes the copies.
+  const size_t begin = shard * static_cast<size_t>(rank_);
+  ReduceRange(copies, world_size_, begin, begin + shard, divisor,
+              [&](size_t start, const T* sum, size_t n) {
+                std::memcpy(output + (start - begin), sum, n * sizeof(T));
+              });
+  return Leave("reduce its shard");
+}
+
+absl::Status SharedMemoryCollectives::ReduceScatterFloat(const float* input, float* output,
+                                                         size_t shard, int divisor,
+                                                         const CallSignature& call) {
+  return ReduceScatterSum(input, output, shard, divisor, call);
+}
+
+absl::Status SharedMemoryCollectives::ReduceScatterDouble(const double* input, double* output,
+                                                          size_t shard, int divisor,
+                                                          const CallSignature& call) {
+  return ReduceScatterSum(input, output, shard, divisor, call);
+}
+
+absl::Status SharedMemoryCollectives::AllGather(const void* input, size_t bytes, void* output,
+                                                const CallSignature& call) {
+  if (bytes > capacity_) {
+    return absl::InvalidArgumentError("buffer larger than the shared-memory slots");
+  }
+  if (bytes > 0) std::memcpy(staging_->slot(rank_), input, bytes);
+  RETURN_IF_ERROR(Arrive(call, -1, 0));
+  if (bytes > 0) {
+    for (int q = 0; q < world_size_; ++q) {
+      std::memcpy(static_cast<char*>(output) + q * bytes, staging_->slot(q), bytes);
+    }
+  }
+  return Leave("copy the gathered slots out");
 }
 
 absl::Status SharedMemoryCollectives::Copy(void* data, size_t bytes, int src, bool in_place,

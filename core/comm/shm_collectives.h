@@ -5,7 +5,9 @@
 // rank order (so every rank gets the same bits), divides it when averaging, and writes the result
 // back into every copy. A buffer allocated with AllocateShared() is summed in place, with no copy
 // at all (DDP's gradient buckets); any other buffer is copied into a staging slot and back.
-// Broadcast: the source copies its bytes into its slot, the others copy them out.
+// Broadcast: the source copies its bytes into its slot, the others copy them out. Reduce-scatter:
+// as all-reduce, but rank r sums chunk r into its own output and writes no copy. All-gather: each
+// rank copies its bytes into its slot, then every slot out.
 //
 // Every collective first compares what each rank is about to run (a CallSignature, through the
 // segment's header): a mismatch is an error on every rank that names each rank's call, never a sum
@@ -93,6 +95,17 @@ class SharedMemoryCollectives {
   // capacity() bytes on every rank. `call` is what the caller runs (for the check).
   absl::Status SumFloat(float* data, size_t count, int divisor, const CallSignature& call);
   absl::Status SumDouble(double* data, size_t count, int divisor, const CallSignature& call);
+  // Reduce-scatter: `input` holds world_size shards of `shard` elements; `output` (shard elements)
+  // gets shard `rank` of the sum over the ranks, divided by `divisor`. `input` follows Sum's rule
+  // for memory (world_size * shard elements at most capacity() bytes unless in an AllocateShared()
+  // buffer); `output` is any memory. The others' copies are not changed.
+  absl::Status ReduceScatterFloat(const float* input, float* output, size_t shard, int divisor,
+                                  const CallSignature& call);
+  absl::Status ReduceScatterDouble(const double* input, double* output, size_t shard, int divisor,
+                                   const CallSignature& call);
+  // All-gather of `bytes` per rank (at most capacity()), any element type: `output` (world_size *
+  // bytes) gets every rank's `input` in rank order.
+  absl::Status AllGather(const void* input, size_t bytes, void* output, const CallSignature& call);
   // `bytes` at `data` become `src`'s (at most capacity() bytes, through `src`'s staging slot,
   // whatever memory each rank passes).
   absl::Status Broadcast(void* data, size_t bytes, int src, const CallSignature& call);
@@ -109,6 +122,9 @@ class SharedMemoryCollectives {
                           absl::Duration timeout, std::shared_ptr<Segment> staging);
   template <typename T>
   absl::Status Sum(T* data, size_t count, int divisor, const CallSignature& call);
+  template <typename T>
+  absl::Status ReduceScatterSum(const T* input, T* output, size_t shard, int divisor,
+                                const CallSignature& call);
   // Broadcast, from `src`'s copy of an AllocateShared() buffer when `data` lies in one and
   // `in_place`.
   absl::Status Copy(void* data, size_t bytes, int src, bool in_place, const CallSignature& call);

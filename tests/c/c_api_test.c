@@ -225,14 +225,31 @@ static void check_dlpack_refusals(ddpspawn_context* ctx) {
   double wrong_type[4];
   DLTensor out = cpu_tensor(wrong_type, 2, shape, kDLFloat, 64);
   CHECK(ddpspawn_all_gather_dlpack(ctx, &t, &out) == DDPSPAWN_ERR_INVALID_ARGUMENT);
-  CHECK(strstr(ddpspawn_last_error(), "input is float32 on cpu with 4 elements, output float64") !=
-        NULL);
+  CHECK(strstr(ddpspawn_last_error(),
+               "all_gather: the output is float64 on cpu but the input is float32 on cpu") != NULL);
   float too_small[2];
   out = cpu_tensor(too_small, 1, shape, kDLFloat, 32);
   CHECK(ddpspawn_all_gather_dlpack(ctx, &t, &out) == DDPSPAWN_ERR_INVALID_ARGUMENT);
   float copy[4] = {0};
   out = cpu_tensor(copy, 2, shape, kDLFloat, 32);
   CHECK(ddpspawn_all_gather_dlpack(ctx, &t, &out) == DDPSPAWN_OK);
+  /* reduce_scatter's output: a world_size-th (all, here) of the input's elements. */
+  float scattered[4] = {0};
+  out = cpu_tensor(scattered, 2, shape, kDLFloat, 32);
+  CHECK(ddpspawn_reduce_scatter_dlpack(ctx, &t, &out, DDPSPAWN_SUM) == DDPSPAWN_OK);
+  CHECK(memcmp(scattered, data, sizeof scattered) == 0);
+  out = cpu_tensor(too_small, 1, shape, kDLFloat, 32);
+  CHECK(ddpspawn_reduce_scatter_dlpack(ctx, &t, &out, DDPSPAWN_SUM) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(ddpspawn_last_error(),
+               "reduce_scatter: the input has 4 elements; it must have world_size (1) times") !=
+        NULL);
+  CHECK(ddpspawn_reduce_scatter(ctx, data, scattered, 4, DDPSPAWN_FLOAT32, 42) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_reduce_scatter(ctx, data, NULL, 4, DDPSPAWN_FLOAT32, DDPSPAWN_SUM) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_reduce_scatter(ctx, data, scattered, 4, DDPSPAWN_FLOAT32, DDPSPAWN_MAX) ==
+        DDPSPAWN_OK);
   CHECK(copy[0] == 1.0f && copy[3] == 4.0f);
   /* The reducer names the gradient it refuses; the flat path reports no compression. */
   ddpspawn_reducer* reducer = NULL;

@@ -137,6 +137,9 @@ INSTANTIATE_TEST_SUITE_P(
                      "broadcast of 4 float32, root rank 1"},
             Mismatch{"broadcast_count", "broadcast of 4 float32, root rank 0",
                      "broadcast of 8 float32, root rank 0"},
+            Mismatch{"reduce_scatter", "reduce_scatter (sum) of 8 float32",
+                     "reduce_scatter (sum) of 16 float32"},
+            Mismatch{"all_gather", "all_gather_into of 4 float32", "all_gather_into of 8 float32"},
             Mismatch{"barrier", "barrier", "all_reduce (sum) of 4 float32"}),
         testing::Bool()),
     [](const testing::TestParamInfo<std::tuple<Mismatch, bool>>& info) {

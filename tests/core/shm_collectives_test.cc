@@ -1,14 +1,20 @@
 // The shared-memory collectives' segments: a segment that another user could have made or can open
 // is refused, and no name stays in /dev/shm once every rank has mapped it (so nothing is left
-// however the ranks end).
+// however the ranks end). And the reduce-scatter and all-gather on their own, three ranks as three
+// threads of this process.
 #include "core/comm/shm_collectives.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -108,6 +114,96 @@ TEST(SharedMemorySegmentTest, NoNameOutlivesTheMapping) {
   ASSERT_TRUE((*shm)->SumFloat(&staged, 1, 2, call).ok());
   EXPECT_EQ(shared[0], 3.0f);
   EXPECT_EQ(staged, 1.0f);
+}
+
+// The setup channel of ranks that are threads of one process: rank 0's value reaches the others,
+// and every rank's `ok` is ANDed, each round once all `world_size` ranks have called. Thread-safe.
+class ThreadChannel {
+ public:
+  explicit ThreadChannel(int world_size) : world_size_(world_size) {}
+
+  SharedMemoryCollectives::SetupChannel For(int rank) {
+    SharedMemoryCollectives::SetupChannel channel;
+    channel.broadcast_from_rank0 = [this, rank](const std::string& value) {
+      return Meet(rank, value, true).first;
+    };
+    channel.all = [this, rank](bool ok) { return Meet(rank, "", ok).second; };
+    return channel;
+  }
+
+ private:
+  // Waits for every rank's call of this round; rank 0's value, and whether every rank's ok was.
+  std::pair<std::string, bool> Meet(int rank, const std::string& value, bool ok) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int round = round_;
+    if (rank == 0) value_ = value;
+    all_ok_ = all_ok_ && ok;
+    if (++arrived_ == world_size_) {
+      result_ = {value_, all_ok_};
+      arrived_ = 0, all_ok_ = true, ++round_;
+      changed_.notify_all();
+    } else {
+      changed_.wait(lock, [&] { return round_ != round; });
+    }
+    return result_;
+  }
+
+  const int world_size_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int round_ = 0;  // the rest guarded by mutex_ too
+  int arrived_ = 0;
+  bool all_ok_ = true;
+  std::string value_;
+  std::pair<std::string, bool> result_;
+};
+
+TEST(SharedMemoryShardsTest, ReduceScatterAndAllGatherOnThreeRanks) {
+  constexpr int kWorld = 3;
+  constexpr size_t kShard = 37;  // not a multiple of a cache line's floats
+  const std::string prefix = absl::StrCat("ddpspawn-test-", getpid(), "-shards");
+  ThreadChannel channel(kWorld);
+  std::vector<std::string> failures(kWorld);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ranks.emplace_back([&, rank] {
+      auto shm = SharedMemoryCollectives::Create(prefix, rank, kWorld, kCapacity, absl::Seconds(20),
+                                                 channel.For(rank));
+      if (!shm.ok()) {
+        failures[rank] = shm.status().ToString();
+        return;
+      }
+      // Rank q's element i is q * 1000 + i: the mean of element i over the ranks is i + 1000.
+      std::vector<double> input(kShard * kWorld);
+      for (size_t i = 0; i < input.size(); ++i) input[i] = rank * 1000.0 + static_cast<double>(i);
+      const std::vector<double> before = input;
+      std::vector<double> output(kShard, -1);
+      CallSignature call;
+      call.kind = "reduce_scatter";
+      absl::Status status =
+          (*shm)->ReduceScatterDouble(input.data(), output.data(), kShard, kWorld, call);
+      for (size_t i = 0; status.ok() && i < kShard; ++i) {
+        const double want = 1000.0 + static_cast<double>(rank * kShard + i);
+        if (output[i] != want) {
+          status = absl::InternalError(absl::StrCat("element ", i, ": ", output[i], " not ", want));
+        }
+      }
+      if (status.ok() && input != before) status = absl::InternalError("the input changed");
+      std::vector<float> gathered(2 * kWorld, -1);
+      const float mine[2] = {static_cast<float>(rank), -static_cast<float>(rank)};
+      call.kind = "all_gather";
+      if (status.ok()) status = (*shm)->AllGather(mine, sizeof mine, gathered.data(), call);
+      for (int q = 0; status.ok() && q < kWorld; ++q) {
+        if (gathered[2 * q] != q || gathered[2 * q + 1] != -q) {
+          status = absl::InternalError(absl::StrCat("rank ", q, "'s gathered pair is wrong"));
+        }
+      }
+      if (!status.ok()) failures[rank] = status.ToString();
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int rank = 0; rank < kWorld; ++rank) EXPECT_EQ(failures[rank], "") << "rank " << rank;
+  EXPECT_THAT(NamesStartingWith(prefix), testing::IsEmpty());
 }
 
 }  // namespace

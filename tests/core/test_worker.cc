@@ -272,6 +272,15 @@ void MismatchedCalls(const std::string& which) {
     status = group->Broadcast(floats.data(), 4, DType::kFloat32, rank);
   } else if (which == "broadcast_count") {
     status = group->Broadcast(floats.data(), floats.size(), DType::kFloat32, 0);
+  } else if (which == "reduce_scatter") {
+    const size_t shard = rank == 0 ? 4 : 8;
+    std::vector<float> input(shard * static_cast<size_t>(group->world_size()), 1.0f);
+    std::vector<float> output(shard);
+    status =
+        group->ReduceScatter(input.data(), output.data(), shard, DType::kFloat32, ReduceOp::kSum);
+  } else if (which == "all_gather") {
+    std::vector<float> gathered(floats.size() * static_cast<size_t>(group->world_size()));
+    status = group->AllGather(floats.data(), floats.size(), DType::kFloat32, gathered.data());
   } else if (which == "barrier") {
     status = rank == 0 ? group->Barrier("mismatch")
                        : group->AllReduce(floats.data(), 4, DType::kFloat32, ReduceOp::kSum);

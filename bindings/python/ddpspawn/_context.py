@@ -294,6 +294,29 @@ class Context(Closable):
         )
         return split()
 
+    def reduce_scatter(self, output: Any, input: Any, op: str = "sum") -> Any:
+        """torch.distributed's ``reduce_scatter_tensor``: ``input`` holds
+        ``world_size`` equal chunks in rank order, and ``output`` (a
+        ``world_size``-th of its elements, same dtype and device) gets chunk
+        ``rank`` of ``op`` over every rank's ``input``. Both are tensors with
+        ``__dlpack__`` (torch, on CPU or, with nccl, CUDA; numpy), contiguous;
+        ``input`` is not changed. Returns ``output``.
+        """
+        if not (_dlpack.is_tensor(output) and _dlpack.is_tensor(input)):
+            raise TypeError(
+                "reduce_scatter takes tensors with __dlpack__ (torch, numpy), not "
+                f"{type(output).__name__} and {type(input).__name__}"
+            )
+        code = _op_code(op)
+        source = _dlpack.Borrowed(input)
+        target = _dlpack.Borrowed(output)
+        _lib.check(
+            self._lib.ddpspawn_reduce_scatter_dlpack(
+                self._live(), source.pointer, target.pointer, code
+            )
+        )
+        return output
+
     def broadcast_object(self, obj: Any = None, src: int = 0) -> Any:
         """Returns ``src``'s ``obj`` on every rank (pickled, at most 1 GiB;
         ``obj`` is ignored on the other ranks). On ``src`` it returns ``obj``

@@ -337,6 +337,7 @@ SIGNATURES: Dict[str, Tuple[Optional[_CType], List[_CType]]] = {
     "ddpspawn_reduce_dlpack": (_Status, [ContextPtr, c_void_p, c_int32, c_int32]),
     "ddpspawn_broadcast_dlpack": (_Status, [ContextPtr, c_void_p, c_int32]),
     "ddpspawn_all_gather_dlpack": (_Status, [ContextPtr, c_void_p, c_void_p]),
+    "ddpspawn_reduce_scatter_dlpack": (_Status, [ContextPtr, c_void_p, c_void_p, c_int32]),
     # Gradient reducer.
     "ddpspawn_reducer_options_init": (None, [POINTER(ReducerOptions)]),
     "ddpspawn_reducer_create": (

@@ -285,3 +285,58 @@ def gradients_in_shared_memory(ctx, find_unused):
     model.close()
     everyone = ctx.all_gather_object([g.tolist() for g in grads])
     return shared, all(other == everyone[0] for other in everyone)
+
+
+def sharded_collectives_against_torch(ctx):
+    """ddpspawn's reduce_scatter and all_gather (into one tensor) beside torch.distributed's
+    reduce_scatter_tensor and all_gather_into_tensor on the same inputs, for every dtype and op:
+    every rank's {case: (ddpspawn's output, torch's output, input unchanged)}."""
+    import torch.distributed as dist
+
+    ddpspawn.torch.init_process_group(ctx)
+    rank, world = ctx.rank, ctx.world_size
+    ops = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX,
+           "product": dist.ReduceOp.PRODUCT}
+    seen = {}
+    for dtype in (torch.float32, torch.float64, torch.int32, torch.int64):
+        # Values whose sums and products are exact in every order (quarters for the floats), so
+        # that the two libraries' orders of summation cannot differ; 5 elements a chunk.
+        positions = torch.arange(5 * world)
+        values = (positions % 7 - 3) * (rank + 1) + rank
+        data = (values.to(torch.float64) / 4 if dtype.is_floating_point else values).to(dtype)
+        for op in ("sum", "mean", "min", "max", "product"):
+            original = data.clone()
+            ours = torch.empty(5, dtype=dtype)
+            ctx.reduce_scatter(ours, data, op)
+            theirs = torch.empty(5, dtype=dtype)
+            dist.reduce_scatter_tensor(theirs, data.clone(), op=ops.get(op, dist.ReduceOp.SUM))
+            if op == "mean":  # Gloo has no AVG: the sum over the ranks, divided
+                theirs = (theirs / world if dtype.is_floating_point
+                          else torch.div(theirs, world, rounding_mode="trunc"))
+            seen[f"reduce_scatter {dtype} {op}"] = (ours.tolist(), theirs.tolist(),
+                                                    torch.equal(data, original))
+        mine = torch.tensor([rank, -rank, 7 * rank + 1]).to(dtype)
+        gathered = ctx.all_gather(mine)
+        theirs = torch.empty(world * 3, dtype=dtype)
+        dist.all_gather_into_tensor(theirs, mine)
+        ours = torch.stack(gathered).flatten()
+        seen[f"all_gather {dtype}"] = (ours.tolist(), theirs.tolist(), True)
+    # Random floats: every rank's inputs (seeded by rank), summed in rank order in float32 as the
+    # shared-memory path does, beside torch's (Gloo's order).
+    inputs = [torch.randn(1000 * world, generator=torch.Generator().manual_seed(q))
+              for q in range(world)]
+    ours = ctx.reduce_scatter(torch.empty(1000), inputs[rank], "sum")
+    theirs = torch.empty(1000)
+    dist.reduce_scatter_tensor(theirs, inputs[rank].clone())
+    in_rank_order = inputs[0].clone()
+    for q in range(1, world):
+        in_rank_order += inputs[q]
+    seen["random float32 sum"] = (float((ours - theirs).abs().max()),
+                                  torch.equal(ours, in_rank_order[rank * 1000:(rank + 1) * 1000]))
+    # Wrong sizes: an error naming them, on this rank, before any collective.
+    try:
+        ctx.reduce_scatter(torch.empty(4), torch.empty(5 * world))
+        seen["wrong sizes"] = None
+    except ddpspawn.DdpspawnError as error:
+        seen["wrong sizes"] = str(error)
+    return ctx.all_gather_object(seen)

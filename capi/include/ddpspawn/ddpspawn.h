@@ -364,6 +364,16 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce(ddpspawn_context* context, void*
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather(ddpspawn_context* context, const void* data,
                                                     size_t count, int32_t dtype, void* out);
 
+/* Reduce-scatter (torch.distributed's reduce_scatter_tensor): input holds world_size * count
+ * elements, world_size chunks of count in rank order; output (count elements, not overlapping
+ * input) gets chunk `rank` of op over every rank's input (DDPSPAWN_MEAN: the sum divided by
+ * world_size). input is not changed. count must be the same on every rank. Added in version node
+ * DDPSPAWN_1.1: a program that calls it names that node, and a library without it is refused by the
+ * loader by name. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce_scatter(ddpspawn_context* context,
+                                                        const void* input, void* output,
+                                                        size_t count, int32_t dtype, int32_t op);
+
 /* Gathers a byte string of up to 1 GiB (1073741824 bytes) from every rank. *out_data (free with
  * ddpspawn_free) holds them back to back in rank order; out_sizes (an array of world_size entries
  * supplied by the caller) gets each one's size. A larger size is DDPSPAWN_ERR_INVALID_ARGUMENT on

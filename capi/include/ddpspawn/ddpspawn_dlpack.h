@@ -48,6 +48,14 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_broadcast_dlpack(ddpspawn_context* cont
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_all_gather_dlpack(ddpspawn_context* context,
                                                            const DLTensor* input, DLTensor* output);
 
+/* Reduce-scatter (torch.distributed's reduce_scatter_tensor): input holds world_size equal chunks
+ * in rank order (any compact shape), output (input's dtype and device, a world_size-th of its
+ * elements, not overlapping it) gets chunk `rank` of op over every rank's input; input is not
+ * changed. Added in version node DDPSPAWN_1.1, as ddpspawn_reduce_scatter. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reduce_scatter_dlpack(ddpspawn_context* context,
+                                                               const DLTensor* input,
+                                                               DLTensor* output, int32_t op);
+
 /* A gradient reducer (ddpspawn.h's ddpspawn_reducer_*) over DLPack tensors instead of flat buffers:
  * each gradient keeps its shape, so the "powersgd" hook compresses those with two or more
  * dimensions (rows: the first dimension) where it sends flat buffers as they are. The tensors'
