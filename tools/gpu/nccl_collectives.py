@@ -46,6 +46,8 @@ def cuda_tensors(ctx):
     ctx.all_reduce(tensor, op="sum")
     ctx.broadcast(tensor, 0)
     same_place = tensor.data_ptr() == address and tensor.is_cuda
+    # reduce_scatter on the device (a world of 1: the whole input is rank 0's chunk).
+    scattered = ctx.reduce_scatter(torch.empty(5, device="cuda"), tensor * 2, "sum")
     torch.manual_seed(0)
     alone = torch.nn.Linear(4, 2).cuda()
     wrapped = ddpspawn.torch.DistributedDataParallel(torch.nn.Linear(4, 2).cuda(), ctx)
@@ -57,7 +59,8 @@ def cuda_tensors(ctx):
     # The end-of-backward finalize ran (a world of 1 would show no gap without it).
     assert all(wrapped.reducer.written(i) for i in range(2)), "finalize did not run"
     wrapped.close()
-    return {"cuda_in_place": same_place, "cuda_values": tensor.tolist(), "cuda_ddp_gap": gap}
+    return {"cuda_in_place": same_place, "cuda_values": tensor.tolist(), "cuda_ddp_gap": gap,
+            "cuda_reduce_scatter": scattered.tolist()}
 
 
 if __name__ == "__main__":
@@ -70,9 +73,9 @@ if __name__ == "__main__":
     }
     if backend == "nccl":
         expected.update({"cuda_in_place": True, "cuda_values": [0.0, 1.0, 2.0, 3.0, 4.0],
-                         "cuda_ddp_gap": 0.0})
+                         "cuda_ddp_gap": 0.0, "cuda_reduce_scatter": [0.0, 2.0, 4.0, 6.0, 8.0]})
     assert result == expected, f"got {result}, expected {expected}"
     print(f"{backend} world of 1: barrier, all_reduce (sum, max), reduce, broadcast, all_gather, "
           "broadcast_object, all_gather_object, reducer"
-          f"{', CUDA tensors through DLPack, DDP on a CUDA module' if backend == 'nccl' else ''}"
+          f"{', CUDA tensors through DLPack, reduce_scatter and DDP on CUDA' if backend == 'nccl' else ''}"
           ": all as expected")

@@ -87,6 +87,13 @@ extern "C" {
         input: *const DLTensor,
         output: *mut DLTensor,
     ) -> ddpspawn_status;
+    /// Added in version node `DDPSPAWN_1.1`.
+    pub fn ddpspawn_reduce_scatter_dlpack(
+        context: *mut ddpspawn_context,
+        input: *const DLTensor,
+        output: *mut DLTensor,
+        op: i32,
+    ) -> ddpspawn_status;
     /// The tensors' memory must outlive the reducer; the `DLTensor` structs
     /// and their shape arrays need not.
     pub fn ddpspawn_reducer_create_dlpack(

@@ -150,6 +150,15 @@ extern "C" {
         dtype: i32,
         out: *mut c_void,
     ) -> ddpspawn_status;
+    /// Added in version node `DDPSPAWN_1.1`.
+    pub fn ddpspawn_reduce_scatter(
+        context: *mut ddpspawn_context,
+        input: *const c_void,
+        output: *mut c_void,
+        count: usize,
+        dtype: i32,
+        op: i32,
+    ) -> ddpspawn_status;
     pub fn ddpspawn_all_gather_bytes(
         context: *mut ddpspawn_context,
         data: *const c_void,

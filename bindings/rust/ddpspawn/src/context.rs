@@ -274,6 +274,41 @@ impl Context {
         Ok(out)
     }
 
+    /// Reduce-scatter (torch.distributed's `reduce_scatter_tensor`): `input`
+    /// holds `world_size` chunks of `output.len()` elements in rank order,
+    /// and `output` gets chunk `rank` of `op` over every rank's `input`.
+    /// `input` must have exactly `world_size * output.len()` elements (an
+    /// `InvalidArgument` error otherwise, before any communication).
+    pub fn reduce_scatter<T: Element>(
+        &self,
+        input: &[T],
+        output: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
+        if Some(input.len()) != self.world_size().checked_mul(output.len()) {
+            return Err(Error::invalid(format!(
+                "reduce_scatter: the input has {} elements; it must have world_size ({}) \
+                 times the output's {}",
+                input.len(),
+                self.world_size(),
+                output.len()
+            )));
+        }
+        // SAFETY: `input` holds world_size * output.len() elements and
+        // `output` output.len(), of T's dtype, as the C function requires;
+        // they are distinct borrows, so they do not overlap.
+        check(unsafe {
+            sys::ddpspawn_reduce_scatter(
+                self.raw.as_ptr(),
+                input.as_ptr() as *const c_void,
+                output.as_mut_ptr() as *mut c_void,
+                output.len(),
+                T::DTYPE.to_raw(),
+                op.to_raw(),
+            )
+        })
+    }
+
     /// Every rank's bytes (up to 1 GiB per rank), indexed by rank.
     pub fn all_gather_bytes(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         let mut sizes = vec![0usize; self.world_size()];
