@@ -57,11 +57,11 @@ fi
 echo "ok: C++ (Trainer, own data): $out"
 
 out=$(DDPSPAWN_LIBRARY="$lib/libddpspawn.so.1" PYTHONPATH="$PWD/bindings/python" \
-  PYTHONDONTWRITEBYTECODE=1 "${DDPSPAWN_PYTHON:-/opt/ddpspawn/venv/bin/python3}" examples/python/hello.py)
+  PYTHONDONTWRITEBYTECODE=1 "${DDPSPAWN_PYTHON:-${DDPSPAWN_VENV:-/opt/ddpspawn/venv}/bin/python3}" examples/python/hello.py)
 expect Python "{'total': [30], 'names': ['rank 0 of 2', 'rank 1 of 2']}" "$out"
 
 out=$(DDPSPAWN_LIBRARY="$lib/libddpspawn.so.1" PYTHONPATH="$PWD/bindings/python" \
-  PYTHONDONTWRITEBYTECODE=1 "${DDPSPAWN_PYTHON:-/opt/ddpspawn/venv/bin/python3}" \
+  PYTHONDONTWRITEBYTECODE=1 "${DDPSPAWN_PYTHON:-${DDPSPAWN_VENV:-/opt/ddpspawn/venv}/bin/python3}" \
   examples/python/torch_model.py)
 expect "Python (torch)" "(match)" "$out"
 

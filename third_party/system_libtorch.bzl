@@ -6,13 +6,17 @@ packages beside it, else from $CUDA_HOME (default /usr/local/cuda). NCCL is comp
 LibTorch has libtorch_cuda and c10d's ProcessGroupNCCL and the CUDA and NCCL headers are found.
 """
 
-# Where tools/setup installs torch==2.11.0 (a virtual environment outside any clone).
+# Where tools/setup installs torch==2.11.0 (a virtual environment outside any clone) unless
+# $DDPSPAWN_VENV names another.
 DEFAULT_VENV = "/opt/ddpspawn/venv"
 
+def _venv(ctx):
+    return ctx.os.environ.get("DDPSPAWN_VENV", "") or DEFAULT_VENV
+
 def _find_default_prefix(ctx):
-    python = DEFAULT_VENV + "/bin/python3"
+    python = _venv(ctx) + "/bin/python3"
     if not ctx.path(python).exists:
-        fail("no LibTorch: run tools/setup (it installs torch==2.11.0 into %s), " % DEFAULT_VENV +
+        fail("no LibTorch: run tools/setup (it installs torch==2.11.0 into %s), " % _venv(ctx) +
              "or set DDPSPAWN_LIBTORCH to a LibTorch 2.x folder")
     found = ctx.execute([python, "-c", "import os, torch.utils; " +
                                        "print(os.path.dirname(os.path.dirname(torch.utils.__file__)))"])
@@ -48,6 +52,14 @@ def _impl(ctx):
     for name in ["include", "lib"]:
         ctx.symlink(prefix + "/" + name, name)
 
+    # The venv's auditwheel, which makes the wheel; without it, a stand-in that says how to get it.
+    auditwheel = _venv(ctx) + "/bin/auditwheel"
+    if ctx.path(auditwheel).exists:
+        ctx.symlink(auditwheel, "auditwheel")
+    else:
+        ctx.file("auditwheel", "#!/bin/sh\necho 'no %s: run tools/setup, which installs it' >&2\n" %
+                               auditwheel + "exit 1\n", executable = True)
+
     cuda_dirs = _cuda_include_dirs(ctx, prefix)
     has_nccl = (
         ctx.path(prefix + "/include/torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp").exists and
@@ -72,6 +84,6 @@ def _impl(ctx):
 system_libtorch = repository_rule(
     implementation = _impl,
     attrs = {"build_file": attr.label(default = "//third_party:libtorch.BUILD")},
-    environ = ["DDPSPAWN_LIBTORCH", "CUDA_HOME"],
+    environ = ["DDPSPAWN_LIBTORCH", "DDPSPAWN_VENV", "CUDA_HOME"],
     local = True,
 )

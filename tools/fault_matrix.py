@@ -21,8 +21,8 @@ How to run (from a clone, after `bazel build //tools:ddpspawn`; about 4 minutes 
     tools/fault_matrix.py --only 1,3,7    # some faults only (numbers as in the table)
 
 DDPSPAWN_BIN overrides the binary (default: bazel-bin/tools/ddpspawn of this clone);
-DDPSPAWN_PYTHON is a Python with torch (default /opt/ddpspawn/venv/bin/python3), needed only
-to script fault 5's TorchScript model. Fault 10 needs root (it acts as `nobody`); without root
+DDPSPAWN_PYTHON is a Python with torch (default: tools/setup's, $DDPSPAWN_VENV/bin/python3),
+needed only to script fault 5's TorchScript model. Fault 10 needs root (it acts as `nobody`); without root
 its rows say so. Paste the output into docs/reliability.md.
 """
 
@@ -44,7 +44,8 @@ from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("DDPSPAWN_BIN") or os.path.join(REPO, "bazel-bin", "tools", "ddpspawn")
-PYTHON = os.environ.get("DDPSPAWN_PYTHON", "/opt/ddpspawn/venv/bin/python3")
+PYTHON = os.environ.get("DDPSPAWN_PYTHON") or os.path.join(
+    os.environ.get("DDPSPAWN_VENV") or "/opt/ddpspawn/venv", "bin", "python3")
 HANG_S = 60.0  # a launcher still running this long after its fault is a hung cell
 SETTLE_S = 5.0  # how long leftovers may take to go after the launcher's exit
 METHODS = ("spawn", "fork", "forkserver")

@@ -4,7 +4,10 @@
 - no source file in core/, capi/, bindings/ or tools/cli/ over MAX_LINES lines, but for the
   generated files and data tables named in EXEMPT with the reason;
 - every library of core/ is declared with core_cc_library (core/layers.bzl), which gives it the
-  layers' visibility: a plain cc_library there would be visible to any package.
+  layers' visibility: a plain cc_library there would be visible to any package;
+- tools/setup's venv is found through $DDPSPAWN_VENV everywhere: its default path appears only as
+  the default of that variable (${DDPSPAWN_VENV:-...} in a shell script) or in the files named in
+  VENV_DEFAULTS, which read the variable first.
 
 Prints each breach and exits 1 if there is one. Usage: house_rules.py [REPO_ROOT]
 """
@@ -19,6 +22,16 @@ SOURCE_DIRS = ("core/", "capi/", "bindings/", "tools/cli/")
 SOURCE_SUFFIXES = (".h", ".c", ".cc", ".py", ".rs", ".sh", ".java", ".kt")
 # path -> why it may be longer (none today).
 EXEMPT: dict = {}
+DEFAULT_VENV = "/opt/ddpspawn/venv"
+# The files that hold DEFAULT_VENV as the fallback of $DDPSPAWN_VENV, each in one place.
+VENV_DEFAULTS = (
+    "third_party/system_libtorch.bzl",
+    "tests/testing/venv.h",
+    "bindings/rust/ddpspawn/tests/train/support.rs",
+    "tools/fault_matrix.py",
+    "tools/house_rules.py",
+    "tools/setup",
+)
 
 
 def tracked(root):
@@ -50,10 +63,28 @@ def plain_core_libraries(root, files):
                    "(core/layers.bzl), which gives it its layer's visibility")
 
 
+def fixed_venv_paths(root, files):
+    for path in files:
+        if path in VENV_DEFAULTS or path.endswith(".md") or path.startswith(".ci/"):
+            continue
+        try:
+            text = (root / path).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, IsADirectoryError):
+            continue
+        for match in re.finditer(re.escape(DEFAULT_VENV), text):
+            if text[:match.start()].endswith("${DDPSPAWN_VENV:-"):
+                continue
+            line = text.count("\n", 0, match.start()) + 1
+            yield (f"{path}:{line}: {DEFAULT_VENV} written out: take it from $DDPSPAWN_VENV "
+                   "(a shell's ${DDPSPAWN_VENV:-...}; tests/testing/venv.h in C++), as tools/setup "
+                   "does")
+
+
 def main(argv):
     root = Path(argv[1] if len(argv) > 1 else ".")
     files = tracked(root)
-    breaches = list(long_files(root, files)) + list(plain_core_libraries(root, files))
+    breaches = (list(long_files(root, files)) + list(plain_core_libraries(root, files)) +
+                list(fixed_venv_paths(root, files)))
     for breach in breaches:
         print(breach, file=sys.stderr)
     if breaches:

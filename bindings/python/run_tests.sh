@@ -6,7 +6,7 @@
 # mypy's cache stays in the home directory (~/.cache/ddpspawn-mypy; it checks every entry against
 # its source, so a stale one is never trusted), never in the source tree.
 set -euo pipefail
-python="${DDPSPAWN_PYTHON:-/opt/ddpspawn/venv/bin/python3}"
+python="${DDPSPAWN_PYTHON:-${DDPSPAWN_VENV:-/opt/ddpspawn/venv}/bin/python3}"
 export DDPSPAWN_LIBRARY="$PWD/capi/libddpspawn.so.1"
 export PYTHONDONTWRITEBYTECODE=1
 if [[ "${1:-}" == "mypy" ]]; then

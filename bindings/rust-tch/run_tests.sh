@@ -15,7 +15,7 @@ export DDPSPAWN_LIB_DIR="$work/lib"
 export CARGO_TARGET_DIR="${DDPSPAWN_TCH_TARGET_DIR:-$HOME/.cache/ddpspawn-cargo-tch}"
 # torch-sys finds LibTorch through this Python's torch.
 export LIBTORCH_USE_PYTORCH=1
-export PATH="$(dirname "${DDPSPAWN_PYTHON:-/opt/ddpspawn/venv/bin/python3}"):$PATH:$HOME/.cargo/bin"
+export PATH="$(dirname "${DDPSPAWN_PYTHON:-${DDPSPAWN_VENV:-/opt/ddpspawn/venv}/bin/python3}"):$PATH:$HOME/.cargo/bin"
 cd "$work/src/bindings/rust-tch"
 cargo=(cargo --offline --locked)
 echo "run_tests.sh: cargo fmt --check" >&2

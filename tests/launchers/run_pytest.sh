@@ -3,7 +3,7 @@
 # torchrun). The Python binding's conftest comes along as a plugin: the package and library paths,
 # and skips that fail under DDPSPAWN_REQUIRE_ALL_TESTS=1.
 set -euo pipefail
-python="${DDPSPAWN_PYTHON:-/opt/ddpspawn/venv/bin/python3}"
+python="${DDPSPAWN_PYTHON:-${DDPSPAWN_VENV:-/opt/ddpspawn/venv}/bin/python3}"
 export DDPSPAWN_LIBRARY="$PWD/capi/libddpspawn.so.1"
 export PYTHONDONTWRITEBYTECODE=1
 export PYTHONPATH="$PWD/bindings/python/tests:$PWD/tests/testing${PYTHONPATH:+:$PYTHONPATH}"

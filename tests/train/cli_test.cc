@@ -24,6 +24,7 @@
 #include "core/util/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/venv.h"
 #include "tests/train/cli_testing.h"
 
 namespace ddpspawn {
@@ -494,7 +495,7 @@ TEST(CliTest, VersionAndGpuRequestsWithoutAGpu) {
   EXPECT_EQ(two.Number("global_step"), 4) << two.output;
 }
 
-// Scripts a module with /opt/ddpspawn/venv/bin/python3 (the torch 2.11 that tools/setup installs);
+// Scripts a module with tools/setup's Python (its torch 2.11; tests/testing/venv.h);
 // false when it cannot.
 bool ScriptModule(const std::string& path, const std::string& body) {
   const std::string script = Dir("make_module.py");
@@ -505,7 +506,7 @@ bool ScriptModule(const std::string& path, const std::string& body) {
                         << "        self.net = torch.nn.Linear(4, 3)\n"
                         << body << "torch.jit.script(M()).save('" << path << "')\n";
   return std::system(
-             absl::StrCat("/opt/ddpspawn/venv/bin/python3 ", script, " 2>/dev/null").c_str()) == 0;
+             absl::StrCat(testing_support::VenvPython(), " ", script, " 2>/dev/null").c_str()) == 0;
 }
 
 TEST(CliTest, TorchScriptModulesTrainAndAreChecked) {
@@ -520,7 +521,7 @@ TEST(CliTest, TorchScriptModulesTrainAndAreChecked) {
         out = self.net(batch[0])
         return {"val_loss": torch.nn.functional.cross_entropy(out, batch[1])}
 )")) {
-    FAIL() << "/opt/ddpspawn/venv/bin/python3 cannot script a torch module here";
+    FAIL() << testing_support::VenvPython() << " cannot script a torch module here";
   }
   CliRun fit = Cli(absl::StrCat("fit --model ", good, " --train ", train, " --val ", train,
                                 " --nproc-per-node 2 --max-epochs 20 --lr 0.5 --momentum 0.9",

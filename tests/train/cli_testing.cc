@@ -16,6 +16,7 @@
 #include "core/train/models/mlp_module.h"
 #include "core/util/files.h"
 #include "gtest/gtest.h"
+#include "tests/testing/venv.h"
 
 namespace ddpspawn {
 
@@ -84,7 +85,7 @@ std::map<std::string, std::string> RunPython(const std::string& name, const std:
   const std::string path = Dir(name + ".py"), out = Dir(name + ".txt");
   std::ofstream(path) << script;
   const int status = std::system(
-      absl::StrCat("/opt/ddpspawn/venv/bin/python3 ", path, " > ", out, " 2>&1").c_str());
+      absl::StrCat(testing_support::VenvPython(), " ", path, " > ", out, " 2>&1").c_str());
   const std::string text = ReadWholeFile(out).value_or("");
   EXPECT_EQ(status, 0) << text;
   std::map<std::string, std::string> values;

@@ -40,9 +40,9 @@ std::string ExportedWeights(const std::string& args, const std::string& name);
 // A kModel checkpoint's weights (a failed load is a test failure).
 NamedTensors LoadWeights(const std::string& checkpoint);
 
-// Runs `script` (saved as <TempDir>/<name>.py) with the torch 2.11 Python in /opt/ddpspawn/venv
-// (torch, numpy, safetensors); its key=value lines. A failing script is a test failure that shows
-// its output.
+// Runs `script` (saved as <TempDir>/<name>.py) with tools/setup's Python (tests/testing/venv.h:
+// torch 2.11, numpy, safetensors); its key=value lines. A failing script is a test failure that
+// shows its output.
 std::map<std::string, std::string> RunPython(const std::string& name, const std::string& script);
 
 // values[key] as a number (a missing or bad one is a test failure, and -1).

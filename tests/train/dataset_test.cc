@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/venv.h"
 
 namespace ddpspawn {
 namespace {
@@ -130,12 +131,12 @@ TEST(LoadNpyTest, Version2Header) {
 }
 
 TEST(LoadNpyTest, WrittenByNumPy) {
-  if (std::system("/opt/ddpspawn/venv/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0)
-    FAIL() << "/opt/ddpspawn/venv/bin/python3 has no numpy (run tools/setup)";
+  const std::string python = testing_support::VenvPython();
+  if (std::system((python + " -c 'import numpy' >/dev/null 2>&1").c_str()) != 0)
+    FAIL() << python << " has no numpy (run tools/setup)";
   std::string path = TempPath("numpy.npy");
-  std::string command =
-      absl::StrCat("/opt/ddpspawn/venv/bin/python3 -c \"import numpy as np; np.save('", path,
-                   "', np.arange(12, dtype=np.float64).reshape(3, 4))\"");
+  std::string command = absl::StrCat(python, " -c \"import numpy as np; np.save('", path,
+                                     "', np.arange(12, dtype=np.float64).reshape(3, 4))\"");
   ASSERT_EQ(std::system(command.c_str()), 0) << command;
   absl::StatusOr<at::Tensor> tensor = LoadNpy(path);
   ASSERT_TRUE(tensor.ok()) << tensor.status();

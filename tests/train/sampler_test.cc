@@ -1,5 +1,5 @@
 // DistributedSampler: shards cover the dataset, padding and drop_last counts, shuffling is per
-// epoch, the same on every rank and seeded, and (when /opt/ddpspawn/venv/bin/python3 has torch)
+// epoch, the same on every rank and seeded, and (when tools/setup's Python has torch)
 // index for index equal to PyTorch's sampler; batch counts do not overflow.
 #include "core/train/data/sampler.h"
 
@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/venv.h"
 
 namespace ddpspawn {
 namespace {
@@ -198,8 +199,9 @@ bool RunAndCapture(const std::string& command, std::string* output) {
 }
 
 TEST(DistributedSamplerTest, SameIndicesAsPyTorch) {
-  if (std::system("/opt/ddpspawn/venv/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
-    FAIL() << "/opt/ddpspawn/venv/bin/python3 has no torch (run tools/setup)";
+  const std::string python = testing_support::VenvPython();
+  if (std::system((python + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0)
+    FAIL() << python << " has no torch (run tools/setup)";
   struct Case {
     int64_t n;
     int replicas, rank;
@@ -238,8 +240,7 @@ TEST(DistributedSamplerTest, SameIndicesAsPyTorch) {
   fclose(file);
 
   std::string output;
-  ASSERT_TRUE(RunAndCapture(
-      absl::StrCat("/opt/ddpspawn/venv/bin/python3 ", script_path, " < ", input_path), &output))
+  ASSERT_TRUE(RunAndCapture(absl::StrCat(python, " ", script_path, " < ", input_path), &output))
       << output;
   std::vector<std::string> lines = absl::StrSplit(output, '\n');
   ASSERT_GE(lines.size(), cases.size());
