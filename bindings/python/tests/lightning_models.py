@@ -1,0 +1,65 @@
+"""A small LightningModule and its data for test_lightning.py, importable by module name in the
+ranks that spawn and forkserver start."""
+
+import torch
+import pytorch_lightning as pl
+
+
+def dataset(n=96, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 6, generator=generator)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).long()
+    return torch.utils.data.TensorDataset(x, y)
+
+
+class Classifier(pl.LightningModule):
+    """Two linear layers; logs train_loss (sync_dist) and val_loss; Adam with a step schedule."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(),
+                                       torch.nn.Linear(16, 2))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self(x), y)
+        self.log("train_loss", loss, sync_dist=True)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.cross_entropy(self(x), y), sync_dist=True)
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.Adam(self.parameters(), lr=0.01)
+        return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5)]
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(dataset(), batch_size=8)
+
+    def val_dataloader(self):
+        return torch.utils.data.DataLoader(dataset(32, seed=1), batch_size=8)
+
+
+class Probe(Classifier):
+    """Classifier that logs what averaged its gradients: the buckets of ddpspawn's reducer, or -1
+    when the strategy's model is not ddpspawn's DDP wrapper (torch's, say)."""
+
+    def on_train_epoch_end(self):
+        import ddpspawn.torch
+
+        model = self.trainer.strategy.model
+        buckets = (model.reducer.bucket_count
+                   if isinstance(model, ddpspawn.torch.DistributedDataParallel) else -1)
+        self.log("reducer_buckets", float(buckets))
+
+
+class FailsOnRankOne(Classifier):
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == 1 and batch_idx == 2:
+            raise ValueError("rank 1 gives up at batch 2")
+        return super().training_step(batch, batch_idx)

@@ -1,0 +1,142 @@
+"""ddpspawn.lightning.DDPSpawnStrategy in Lightning's Trainer: one changed argument gives the same
+training as Lightning's own ddp_spawn (2 CPU ranks, same seed: weights and metrics), with every
+start method and registered name; the launcher gets rank 0's weights, metrics, best checkpoint
+and, unlike Lightning's spawn, the optimizer and scheduler state; what is not supported is
+refused before any rank starts. Lightning stays optional for `import ddpspawn`."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pl = pytest.importorskip("pytorch_lightning")
+torch = pytest.importorskip("torch")
+
+import ddpspawn.lightning  # noqa: E402
+from lightning_models import Classifier, FailsOnRankOne, Probe  # noqa: E402
+
+
+def fit(strategy, root, module=Classifier, **extra):
+    model = module()
+    checkpoint = pl.callbacks.ModelCheckpoint(monitor="val_loss", dirpath=str(root / "ckpt"))
+    trainer = pl.Trainer(
+        strategy=strategy, accelerator="cpu", devices=2, max_epochs=2, default_root_dir=str(root),
+        callbacks=[checkpoint], enable_progress_bar=False, enable_model_summary=False,
+        logger=False, **extra)
+    trainer.fit(model)
+    return trainer, model, checkpoint
+
+
+def flat(model):
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Lightning's own ddp_spawn. Its ranks sometimes abort as they exit, after training (torch's
+    "terminate called without an active exception", SIGABRT: 2 of 18 fits when issue 54 was
+    filed), failing the fit; that reference, not ddpspawn, is tried up to three times."""
+    for attempt in range(3):
+        try:
+            return fit("ddp_spawn", tmp_path_factory.mktemp(f"ddp_spawn{attempt}"))
+        except torch.multiprocessing.ProcessExitedException as error:
+            if "SIGABRT" not in str(error) or attempt == 2:
+                raise
+            print(f"Lightning's ddp_spawn aborted ({error}); again")
+
+
+@pytest.mark.parametrize("strategy", [
+    "ddpspawn",
+    "ddpspawn_fork",
+    "spawn",
+])
+def test_one_changed_argument_trains_as_lightnings_ddp_spawn(strategy, reference, tmp_path):
+    strategy = (ddpspawn.lightning.DDPSpawnStrategy(start_method=strategy)
+                if strategy == "spawn" else strategy)
+    trainer, model, checkpoint = fit(strategy, tmp_path)
+    want_trainer, want_model, want_checkpoint = reference
+    assert isinstance(trainer.strategy, ddpspawn.lightning.DDPSpawnStrategy)
+    # Rank 0's weights reached the launcher's module, as Lightning's do: the same weights.
+    moved = float((flat(model) - flat(Classifier())).abs().max())
+    assert moved > 1e-2  # it trained
+    difference = float((flat(model) - flat(want_model)).abs().max())
+    assert difference < 1e-6, difference  # observed: 0 (the same float sums in the same order)
+    # The same metrics, and a best checkpoint that Lightning reads.
+    for name in ("train_loss", "val_loss"):
+        assert float(trainer.callback_metrics[name]) == pytest.approx(
+            float(want_trainer.callback_metrics[name]), abs=1e-6), name
+    # Lightning's spawn brings back only callback_metrics; the logged ones come back here too.
+    assert want_trainer.logged_metrics == {}
+    assert set(trainer.logged_metrics) == {"train_loss", "val_loss"}
+    assert checkpoint.best_model_path.endswith(".ckpt")
+    assert checkpoint.best_model_path.rsplit("/", 1)[1] == \
+        want_checkpoint.best_model_path.rsplit("/", 1)[1]
+    loaded = Classifier.load_from_checkpoint(checkpoint.best_model_path)
+    assert isinstance(loaded, Classifier)
+    # Unlike Lightning's spawn, the optimizer and its schedule came back with their state.
+    assert want_trainer.optimizers == []
+    (optimizer,) = trainer.optimizers
+    # 96 samples, 2 ranks, batches of 8: 6 steps an epoch, 12 in all.
+    assert len(optimizer.state) == 4 and all(int(s["step"]) == 12 for s in optimizer.state.values())
+    assert trainer.lr_scheduler_configs[0].scheduler.last_epoch == 2
+    assert trainer.state.finished
+
+
+def test_validate_after_fit_returns_what_lightning_returns(tmp_path):
+    trainer, model, _ = fit(ddpspawn.lightning.DDPSpawnStrategy(start_method="fork"), tmp_path)
+    ours = trainer.validate(model, verbose=False)
+    # Lightning in this process, on the same weights: the mean of equal batches' losses is the
+    # same whichever rank holds which batch (to float32's rounding).
+    alone = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                       enable_model_summary=False, default_root_dir=str(tmp_path / "alone"))
+    theirs = alone.validate(model, verbose=False)
+    assert ours[0].keys() == theirs[0].keys() == {"val_loss"}
+    assert ours[0]["val_loss"] == pytest.approx(theirs[0]["val_loss"], abs=1e-6)
+
+
+@pytest.mark.parametrize("options, refused", [
+    (dict(start_method="popen"), "start_method 'popen'"),
+    (dict(static_graph=True), "static_graph=True"),
+    (dict(model_averaging_period=4), "model_averaging_period"),
+    (dict(find_unused_parameters=True, gradient_as_bucket_view=False, no_such_option=1),
+     "no_such_option"),
+    (dict(ddp_comm_hook=lambda state, bucket: None), "not one of torch's built-in hooks"),
+])
+def test_what_is_not_supported_is_refused(options, refused):
+    with pytest.raises(ddpspawn.InvalidArgumentError, match=refused):
+        ddpspawn.lightning.DDPSpawnStrategy(**options)
+
+
+def test_torchs_built_in_hooks_map_to_ddpspawns():
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    fp16 = ddpspawn.lightning.DDPSpawnStrategy(ddp_comm_hook=default_hooks.fp16_compress_hook)
+    assert fp16._comm_hook_options == {"comm_hook": "fp16"}
+    state = powerSGD_hook.PowerSGDState(None, matrix_approximation_rank=2, start_powerSGD_iter=5)
+    power = ddpspawn.lightning.DDPSpawnStrategy(ddp_comm_hook=powerSGD_hook.powerSGD_hook,
+                                                ddp_comm_state=state)
+    assert power._comm_hook_options == {"comm_hook": "powersgd", "powersgd_rank": 2,
+                                        "powersgd_start_iteration": 5}
+
+
+def test_import_ddpspawn_does_not_import_lightning():
+    code = ("import sys, ddpspawn, ddpspawn.torch; "
+            "print(any(m.split('.')[0] in ('pytorch_lightning', 'lightning') for m in sys.modules))")
+    package = str(Path(ddpspawn.__file__).parent.parent)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=package))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_ddpspawns_reducer_averages_the_gradients(tmp_path):
+    trainer, _, _ = fit("ddpspawn", tmp_path, module=Probe)
+    assert float(trainer.callback_metrics["reducer_buckets"]) >= 1
+
+
+def test_a_failing_rank_raises_in_the_launcher_naming_it(tmp_path):
+    with pytest.raises(ddpspawn.WorkerFailedError,
+                       match=r"(?s)^rank 1 \(pid .*ValueError: rank 1 gives up at batch 2"):
+        fit("ddpspawn", tmp_path, module=FailsOnRankOne)
