@@ -21,10 +21,11 @@ against Gloo among all ranks, at each link rate (tc's, e.g. none,10gbit,1gbit); 
 With --models resnet18,gpt or --bucket-sweep: instead, the larger models against the references,
 or DDP's bucket caps; see models_sweep.py. With --zero: instead, ZeRO stage 1's optimizer state
 per rank and steps/s against torch's ZeroRedundancyOptimizer, on --workloads (mlp,gpt) at 2 and 4
-ranks; see zero_sweep.py.
+ranks; see zero_sweep.py. With --lightning: instead, Lightning's Trainer with ddpspawn's
+DDPSpawnStrategy against its own ddp_spawn; see lightning_sweep.py.
 
 Usage: tools/bench [--json] [--rounds N] [--steps N] [--workloads mlp,conv] [--multinode RATES]
-                   [--models resnet18,gpt] [--bucket-sweep] [--zero]
+                   [--models resnet18,gpt] [--bucket-sweep] [--zero] [--lightning]
 """
 import argparse
 import json
@@ -83,7 +84,19 @@ def main():
                         help="DDP's bucket caps on --workloads (default mlp,conv)")
     parser.add_argument("--zero", action="store_true",
                         help="ZeRO stage 1 against torch's on --workloads (say mlp,gpt)")
+    parser.add_argument("--lightning", action="store_true",
+                        help="Lightning's Trainer with ddpspawn's strategy against its ddp_spawn")
     args = parser.parse_args()
+    if args.lightning:
+        import lightning_sweep
+
+        report = lightning_sweep.measure_lightning(sys.executable, args.workloads.split(","),
+                                                   args.rounds, args.steps, args.warmup)
+        if args.json:
+            print(json.dumps(report))
+        else:
+            lightning_sweep.print_lightning(report)
+        return 0
     if args.zero:
         import zero_sweep
 

@@ -4,6 +4,11 @@ torch 2.11, the same models, batch and steps as ddpspawn_bench and reference_ddp
 checkpointing, progress bar and model summary off. Prints the same JSON object.
 
 Usage: python3 reference_lightning.py --workload mlp|conv [--steps N] [--warmup N] [--nprocs N]
+                                      [--strategy ddp_spawn|ddpspawn_spawn|ddpspawn_forkserver]
+
+--strategy ddpspawn_*: the same Trainer with ddpspawn.lightning.DDPSpawnStrategy and that start
+method (the ddpspawn package and library on PYTHONPATH and DDPSPAWN_LIBRARY) instead of
+Lightning's own DDPStrategy(start_method="spawn").
 
 launch_to_first_batch runs from the trainer.fit call (Lightning and torch already imported) to
 rank 0's first finished step.
@@ -82,7 +87,16 @@ def main():
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--nprocs", type=int, default=2)
+    parser.add_argument("--strategy", default="ddp_spawn",
+                        choices=["ddp_spawn", "ddpspawn_spawn", "ddpspawn_forkserver"])
     args = parser.parse_args()
+    if args.strategy == "ddp_spawn":
+        strategy = DDPStrategy(start_method="spawn", process_group_backend="gloo")
+    else:
+        import ddpspawn.lightning
+
+        strategy = ddpspawn.lightning.DDPSpawnStrategy(
+            start_method=args.strategy.split("_", 1)[1], process_group_backend="gloo")
     warnings.filterwarnings("ignore")
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one intra-op thread per rank, as the others
     total = args.warmup + args.steps
@@ -92,7 +106,7 @@ def main():
                                            batch_size=None, shuffle=False)
         trainer = pl.Trainer(
             accelerator="cpu", devices=args.nprocs,
-            strategy=DDPStrategy(start_method="spawn", process_group_backend="gloo"),
+            strategy=strategy,
             max_steps=total, max_epochs=1, logger=False, enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
             default_root_dir=tmp)

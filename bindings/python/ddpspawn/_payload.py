@@ -9,6 +9,7 @@ never pickled by value, so it must be importable from the worker.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -29,6 +30,9 @@ _MAIN_NAMES = ("__main__", "__mp_main__")  # a worker knows its main by both
 _loading_main = False
 # A forkserver's rank: the main its server loaded (main_path or main_module).
 _preloaded_main: Optional[Dict[str, str]] = None
+# The main this process loaded itself (main_path or main_module). Not sys.modules["__mp_main__"]:
+# importing torch makes that an alias of __main__.
+_loaded_main: Optional[Dict[str, str]] = None
 
 
 def loading_main() -> bool:
@@ -123,6 +127,13 @@ def describe(fn: Callable[..., Any]) -> Dict[str, str]:
     described = {"module": module_name, "qualname": qualname}
     if module_name in _MAIN_NAMES:
         described.update(_main_module_source())
+    else:
+        # args may hold objects of classes defined in __main__ (a LightningModule of the
+        # user's script, say): a worker loads the main script when their pickles name it.
+        try:
+            described.update(_main_module_source())
+        except InvalidArgumentError:
+            pass  # an interactive main: nothing of it can be unpickled in a worker
     return described
 
 
@@ -166,7 +177,7 @@ def _load_main(payload: Dict[str, Any]) -> None:
     """Loads the launcher's main script as ``__mp_main__``, as multiprocessing
     does: its ``if __name__ == "__main__":`` block does not run again, and it
     is also registered as ``__main__`` so pickles that name it resolve."""
-    global _loading_main
+    global _loading_main, _loaded_main
     _loading_main = True
     try:
         if "main_path" in payload:
@@ -180,6 +191,7 @@ def _load_main(payload: Dict[str, Any]) -> None:
     module = types.ModuleType("__mp_main__")
     module.__dict__.update(namespace)
     sys.modules["__main__"] = sys.modules["__mp_main__"] = module
+    _loaded_main = {k: v for k, v in payload.items() if k in ("main_path", "main_module")}
 
 
 def load_target(payload: Dict[str, Any]) -> Tuple[Callable[..., Any], Tuple[Any, ...], str]:
@@ -189,14 +201,33 @@ def load_target(payload: Dict[str, Any]) -> Tuple[Callable[..., Any], Tuple[Any,
     """
     sys.path[:] = payload["sys_path"]
     if payload["module"] in _MAIN_NAMES:
-        source = {k: v for k, v in payload.items() if k in ("main_path", "main_module")}
-        if source != _preloaded_main:
-            _load_main(payload)
+        _load_main_once(payload)
     else:
         __import__(payload["module"])
     fn = _lookup(payload["module"], payload["qualname"])
-    args = pickle.loads(payload["args"])
+    args = _ArgsUnpickler(io.BytesIO(payload["args"]), payload).load()
     return fn, args, payload["backend"]
+
+
+def _load_main_once(payload: Dict[str, Any]) -> None:
+    """Loads the launcher's main script unless this process has it already."""
+    source = {k: v for k, v in payload.items() if k in ("main_path", "main_module")}
+    if source and source != _preloaded_main and source != _loaded_main:
+        _load_main(payload)
+
+
+class _ArgsUnpickler(pickle.Unpickler):
+    """Unpickles args, loading the launcher's main script first when a pickle names it (as
+    multiprocessing's spawn loads it before anything is unpickled)."""
+
+    def __init__(self, file: Any, payload: Dict[str, Any]) -> None:
+        super().__init__(file)
+        self._payload = payload
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module in _MAIN_NAMES:
+            _load_main_once(self._payload)
+        return super().find_class(module, name)
 
 
 def remove(path: Optional[str]) -> None:

@@ -132,6 +132,29 @@ def test_worker_defined_in_the_main_script(tmp_path, start_method):
     assert out.split() == ["Point", "21", main_name]
 
 
+@pytest.mark.parametrize("start_method", START_METHODS)
+def test_args_of_a_class_of_the_main_script_reach_a_worker_of_a_module(tmp_path, start_method):
+    # fn from a module, args holding an object of a class the main script defines (a user's
+    # LightningModule given to a Trainer, say): the worker loads the main script to unpickle it.
+    launcher = run_script(
+        tmp_path,
+        f"""
+        import ddpspawn
+        import ddpspawn_test_workers as workers
+
+        class Tagged(str):
+            pass
+
+        if __name__ == "__main__":
+            print(ddpspawn.spawn(workers.return_value, args=(Tagged("made in main"),), nprocs=2,
+                                 start_method={start_method!r}))
+        """,
+    )
+    out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 0, err
+    assert out.strip() == "made in main"
+
+
 def test_forkserver_loads_the_main_script_once_for_every_later_launch(tmp_path):
     # The server loads the main script (and so its imports) before it serves,
     # hiding its socket from the script; its ranks, forked from it, do not
