@@ -237,7 +237,8 @@ static void check_dlpack_refusals(ddpspawn_context* ctx) {
   float scattered[4] = {0};
   out = cpu_tensor(scattered, 2, shape, kDLFloat, 32);
   CHECK(ddpspawn_reduce_scatter_dlpack(ctx, &t, &out, DDPSPAWN_SUM) == DDPSPAWN_OK);
-  CHECK(memcmp(scattered, data, sizeof scattered) == 0);
+  CHECK(scattered[0] == data[0] && scattered[1] == data[1] && scattered[2] == data[2] &&
+        scattered[3] == data[3]);
   out = cpu_tensor(too_small, 1, shape, kDLFloat, 32);
   CHECK(ddpspawn_reduce_scatter_dlpack(ctx, &t, &out, DDPSPAWN_SUM) ==
         DDPSPAWN_ERR_INVALID_ARGUMENT);

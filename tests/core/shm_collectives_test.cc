@@ -165,6 +165,7 @@ TEST(SharedMemoryShardsTest, ReduceScatterAndAllGatherOnThreeRanks) {
   ThreadChannel channel(kWorld);
   std::vector<std::string> failures(kWorld);
   std::vector<std::thread> ranks;
+  ranks.reserve(kWorld);
   for (int rank = 0; rank < kWorld; ++rank) {
     ranks.emplace_back([&, rank] {
       auto shm = SharedMemoryCollectives::Create(prefix, rank, kWorld, kCapacity, absl::Seconds(20),
@@ -189,12 +190,13 @@ TEST(SharedMemoryShardsTest, ReduceScatterAndAllGatherOnThreeRanks) {
         }
       }
       if (status.ok() && input != before) status = absl::InternalError("the input changed");
-      std::vector<float> gathered(2 * kWorld, -1);
+      std::vector<float> gathered(size_t{2} * kWorld, -1);
       const float mine[2] = {static_cast<float>(rank), -static_cast<float>(rank)};
       call.kind = "all_gather";
       if (status.ok()) status = (*shm)->AllGather(mine, sizeof mine, gathered.data(), call);
       for (int q = 0; status.ok() && q < kWorld; ++q) {
-        if (gathered[2 * q] != q || gathered[2 * q + 1] != -q) {
+        const size_t at = size_t{2} * static_cast<size_t>(q);
+        if (gathered[at] != static_cast<float>(q) || gathered[at + 1] != -static_cast<float>(q)) {
           status = absl::InternalError(absl::StrCat("rank ", q, "'s gathered pair is wrong"));
         }
       }

@@ -69,7 +69,7 @@ double MaxDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Ten
 
 // The optimizer `name` over `parameters`, at learning rate `lr` (a loaded state brings its own).
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const std::string& name,
-                                                       std::vector<torch::Tensor> parameters,
+                                                       const std::vector<torch::Tensor>& parameters,
                                                        double lr) {
   namespace optim = torch::optim;
   if (name == "adam") return std::make_unique<optim::Adam>(parameters, optim::AdamOptions(lr));
