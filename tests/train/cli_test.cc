@@ -495,8 +495,8 @@ TEST(CliTest, VersionAndGpuRequestsWithoutAGpu) {
   EXPECT_EQ(two.Number("global_step"), 4) << two.output;
 }
 
-// Scripts a module with tools/setup's Python (its torch 2.11; tests/testing/venv.h);
-// false when it cannot.
+// Scripts a module with tools/setup's Python (its torch 2.11; tests/testing/venv.h); false when it
+// cannot.
 bool ScriptModule(const std::string& path, const std::string& body) {
   const std::string script = Dir("make_module.py");
   std::ofstream(script) << "import torch\nfrom typing import Dict, List\n"

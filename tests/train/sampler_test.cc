@@ -1,6 +1,6 @@
 // DistributedSampler: shards cover the dataset, padding and drop_last counts, shuffling is per
-// epoch, the same on every rank and seeded, and (when tools/setup's Python has torch)
-// index for index equal to PyTorch's sampler; batch counts do not overflow.
+// epoch, the same on every rank and seeded, and (when tools/setup's Python has torch) index for
+// index equal to PyTorch's sampler; batch counts do not overflow.
 #include "core/train/data/sampler.h"
 
 #include <algorithm>

@@ -328,6 +328,10 @@ SIGNATURES: Dict[str, Tuple[Optional[_CType], List[_CType]]] = {
         _Status,
         [ContextPtr, c_void_p, c_size_t, c_int32, c_void_p],
     ),
+    "ddpspawn_reduce_scatter": (
+        _Status,
+        [ContextPtr, c_void_p, c_void_p, c_size_t, c_int32, c_int32],
+    ),
     "ddpspawn_all_gather_bytes": (
         _Status,
         [ContextPtr, c_void_p, c_size_t, POINTER(c_void_p), POINTER(c_size_t)],

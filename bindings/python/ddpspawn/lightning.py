@@ -19,14 +19,22 @@ this module. What is refused, each with an error that says so: a comm hook of
 one's own (torch's built-in ones run as ddpspawn's), ``ddp_comm_wrapper``,
 ``model_averaging_period``, ``static_graph=True``, DDP options other than
 ``find_unused_parameters``, ``gradient_as_bucket_view``, ``bucket_cap_mb`` and
-``broadcast_buffers``, the ``popen`` start method, several nodes, and a second
-``fit`` of the same Trainer (as with Lightning's spawn).
+``broadcast_buffers``, the ``popen`` start method and several nodes.
+
+A second ``fit`` of the same Trainer continues where the first ended, as it does
+in one process (Lightning's spawn refuses it): rank 0's whole training state
+(Lightning's checkpoint, kept in the launching process's memory) is handed to
+the new ranks as ``ckpt_path`` in a private temporary directory, unless the
+call names a ``ckpt_path`` itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
+import shutil
+import tempfile
 from datetime import timedelta
 from typing import Any, Callable, Dict, Generator, List, Literal, Optional, Tuple, Union
 
@@ -293,10 +301,19 @@ def _op_name(reduce_op: Optional[Union[Any, str]]) -> Optional[str]:
 class _DdpspawnLauncher(_Launcher):
     """Runs the Trainer's function in ddpspawn's ranks and brings rank 0's state back."""
 
+    # The positional index of ckpt_path in the arguments Trainer.fit hands to _fit_impl.
+    _FIT_CKPT_PATH = 4
+
     def __init__(self, strategy: DDPSpawnStrategy, start_method: str) -> None:
         self._strategy = strategy
         self._start_method = start_method
-        self._already_fit = False
+        # Rank 0's training state at the end of the last fit (a Lightning checkpoint, as bytes).
+        self._last_fit_state: Optional[bytes] = None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_last_fit_state"] = None  # the ranks get it as a file, not inside the Trainer
+        return state
 
     @property
     def is_interactive_compatible(self) -> bool:
@@ -304,22 +321,32 @@ class _DdpspawnLauncher(_Launcher):
 
     def launch(self, function: Callable[..., Any], *args: Any,
                trainer: Optional[Any] = None, **kwargs: Any) -> Any:
-        if self._already_fit and trainer is not None and trainer.state.fn == TrainerFn.FITTING:
-            raise NotImplementedError(
-                "DDPSpawnStrategy: a second trainer.fit() of the same Trainer is not supported "
-                "yet (as with Lightning's spawn); make a new Trainer and pass fit(ckpt_path=...)"
-            )
+        fitting = trainer is not None and trainer.state.fn == TrainerFn.FITTING
+        resume_dir = None
+        if (fitting and self._last_fit_state is not None and len(args) > self._FIT_CKPT_PATH
+                and args[self._FIT_CKPT_PATH] is None):
+            # A second fit: it continues from where the last one ended.
+            resume_dir = tempfile.mkdtemp(prefix="ddpspawn-lightning-")  # mode 0700
+            path = os.path.join(resume_dir, "last_fit.ckpt")
+            with open(path, "xb") as file:
+                file.write(self._last_fit_state)
+            args = args[:self._FIT_CKPT_PATH] + (path,) + args[self._FIT_CKPT_PATH + 1:]
         snapshot = _GlobalStateSnapshot.capture() if self._start_method != "fork" else None
-        output = ddpspawn.spawn(
-            _run_rank,
-            args=(trainer, function, args, kwargs, snapshot),
-            nprocs=self._strategy.num_processes,
-            start_method=self._start_method,
-            backend=self._strategy._get_process_group_backend(),
-        )
+        try:
+            output = ddpspawn.spawn(
+                _run_rank,
+                args=(trainer, function, args, kwargs, snapshot),
+                nprocs=self._strategy.num_processes,
+                start_method=self._start_method,
+                backend=self._strategy._get_process_group_backend(),
+            )
+        finally:
+            if resume_dir is not None:
+                shutil.rmtree(resume_dir, ignore_errors=True)
         if trainer is None:
             return output
-        self._already_fit |= trainer.state.fn == TrainerFn.FITTING
+        if output["fit_state"] is not None:
+            self._last_fit_state = output["fit_state"]
         _recover_in_launcher(trainer, output)
         return output["results"]
 
@@ -359,6 +386,9 @@ def _rank_zero_state(trainer: Any, results: Any) -> Dict[str, Any]:
         "optimizers": _to_bytes([o.state_dict() for o in trainer.optimizers]) if fitting else None,
         "lr_schedulers": _to_bytes([c.scheduler.state_dict() for c in trainer.lr_scheduler_configs])
         if fitting else None,
+        # Everything a later fit of this Trainer continues from: Lightning's own checkpoint.
+        "fit_state": _to_bytes(trainer._checkpoint_connector.dump_checkpoint(weights_only=False))
+        if fitting else None,
     }
 
 
@@ -372,6 +402,9 @@ def _recover_in_launcher(trainer: Any, output: Dict[str, Any]) -> None:
     trainer.state = output["trainer_state"]
     trainer._logger_connector._callback_metrics.update(_from_bytes(output["callback_metrics"]))
     trainer._logger_connector._logged_metrics.update(_from_bytes(output["logged_metrics"]))
+    if output["fit_state"] is not None:
+        # The loops' progress (current_epoch, global_step), which Lightning's spawn leaves at 0.
+        trainer.fit_loop.load_state_dict(_from_bytes(output["fit_state"])["loops"]["fit_loop"])
     if output["optimizers"] is None:
         return
     # The optimizers and schedulers over this process's module, with rank 0's state.

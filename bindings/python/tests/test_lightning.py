@@ -21,10 +21,11 @@ from lightning_models import Classifier, FailsOnRankOne, Probe  # noqa: E402
 def fit(strategy, root, module=Classifier, **extra):
     model = module()
     checkpoint = pl.callbacks.ModelCheckpoint(monitor="val_loss", dirpath=str(root / "ckpt"))
-    trainer = pl.Trainer(
-        strategy=strategy, accelerator="cpu", devices=2, max_epochs=2, default_root_dir=str(root),
-        callbacks=[checkpoint], enable_progress_bar=False, enable_model_summary=False,
-        logger=False, **extra)
+    options = dict(max_epochs=2, enable_progress_bar=False, enable_model_summary=False,
+                   logger=False)
+    options.update(extra)
+    trainer = pl.Trainer(strategy=strategy, accelerator="cpu", devices=2,
+                         default_root_dir=str(root), callbacks=[checkpoint], **options)
     trainer.fit(model)
     return trainer, model, checkpoint
 
@@ -81,6 +82,8 @@ def test_one_changed_argument_trains_as_lightnings_ddp_spawn(strategy, reference
     # 96 samples, 2 ranks, batches of 8: 6 steps an epoch, 12 in all.
     assert len(optimizer.state) == 4 and all(int(s["step"]) == 12 for s in optimizer.state.values())
     assert trainer.lr_scheduler_configs[0].scheduler.last_epoch == 2
+    # And the loops' progress.
+    assert (trainer.current_epoch, trainer.global_step) == (2, 12)
     assert trainer.state.finished
 
 
@@ -140,3 +143,18 @@ def test_a_failing_rank_raises_in_the_launcher_naming_it(tmp_path):
     with pytest.raises(ddpspawn.WorkerFailedError,
                        match=r"(?s)^rank 1 \(pid .*ValueError: rank 1 gives up at batch 2"):
         fit("ddpspawn", tmp_path, module=FailsOnRankOne)
+
+
+def test_a_second_fit_continues_where_the_first_ended(tmp_path):
+    # forkserver: an earlier test ran torch's multithreaded CPU work in this process (validate
+    # on one device), after which forked ranks hang in GNU OpenMP's pool (docs/lightning.md).
+    trainer, model, _ = fit("ddpspawn", tmp_path / "twice")
+    trainer.fit_loop.max_epochs = 4
+    trainer.fit(model)
+    once, once_model, _ = fit("ddpspawn", tmp_path / "once", max_epochs=4)
+    assert float((flat(model) - flat(once_model)).abs().max()) == 0.0
+    assert trainer.global_step == once.global_step == 24
+    (optimizer,), (once_optimizer,) = trainer.optimizers, once.optimizers
+    for state, once_state in zip(optimizer.state.values(), once_optimizer.state.values()):
+        assert int(state["step"]) == 24
+        assert torch.equal(state["exp_avg_sq"], once_state["exp_avg_sq"])
