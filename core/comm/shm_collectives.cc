@@ -462,17 +462,8 @@ absl::Status SharedMemoryCollectives::Sum(T* data, size_t count, int divisor,
                                           const CallSignature& call) {
   const size_t bytes = count * sizeof(T);
   size_t offset = 0;
-  std::shared_ptr<Segment> segment = FindShared(data, bytes, &offset);
-  const bool staged = segment == nullptr;
-  if (staged) {
-    if (bytes > capacity_) {
-      return absl::InvalidArgumentError("buffer larger than the shared-memory slots");
-    }
-    // Nobody reads our slot any more: every rank left the previous generation's reduction before we
-    // could.
-    segment = staging_;
-    if (bytes > 0) std::memcpy(segment->slot(rank_), data, bytes);
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Segment> segment, CopyIn(data, bytes, &offset));
+  const bool staged = segment == staging_;
   T* copies[kMaxRanks];
   for (int q = 0; q < world_size_; ++q) copies[q] = reinterpret_cast<T*>(segment->slot(q) + offset);
 
@@ -492,20 +483,27 @@ absl::Status SharedMemoryCollectives::Sum(T* data, size_t count, int divisor,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<SharedMemoryCollectives::Segment>> SharedMemoryCollectives::CopyIn(
+    const void* data, size_t bytes, size_t* offset) {
+  std::shared_ptr<Segment> segment = FindShared(data, bytes, offset);
+  if (segment != nullptr) return segment;
+  if (bytes > capacity_) {
+    return absl::InvalidArgumentError("buffer larger than the shared-memory slots");
+  }
+  // Nobody reads our slot any more: every rank left the previous generation's collective before we
+  // could. An empty buffer's data may be null, which memcpy must not see even for 0 bytes.
+  *offset = 0;
+  if (bytes > 0) std::memcpy(staging_->slot(rank_), data, bytes);
+  return staging_;
+}
+
 template <typename T>
 absl::Status SharedMemoryCollectives::ReduceScatterSum(const T* input, T* output, size_t shard,
                                                        int divisor, const CallSignature& call) {
   const size_t bytes = shard * static_cast<size_t>(world_size_) * sizeof(T);
   size_t offset = 0;
-  std::shared_ptr<Segment> segment = FindShared(input, bytes, &offset);
-  const bool staged = segment == nullptr;
-  if (staged) {
-    if (bytes > capacity_) {
-      return absl::InvalidArgumentError("buffer larger than the shared-memory slots");
-    }
-    segment = staging_;  // as in Sum: nobody reads our slot between generations
-    if (bytes > 0) std::memcpy(segment->slot(rank_), input, bytes);
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Segment> segment, CopyIn(input, bytes, &offset));
+  const bool staged = segment == staging_;
   T* copies[kMaxRanks];
   for (int q = 0; q < world_size_; ++q) copies[q] = reinterpret_cast<T*>(segment->slot(q) + offset);
   RETURN_IF_ERROR(Arrive(call, staged ? -1 : segment->index, offset));

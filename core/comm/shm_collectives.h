@@ -122,6 +122,10 @@ class SharedMemoryCollectives {
                           absl::Duration timeout, std::shared_ptr<Segment> staging);
   template <typename T>
   absl::Status Sum(T* data, size_t count, int divisor, const CallSignature& call);
+  // This rank's copy of `bytes` at `data` for a collective: the AllocateShared() segment it lies in
+  // (and `offset` there), or the staging segment, with `data` copied into this rank's slot (at most
+  // capacity() bytes).
+  absl::StatusOr<std::shared_ptr<Segment>> CopyIn(const void* data, size_t bytes, size_t* offset);
   template <typename T>
   absl::Status ReduceScatterSum(const T* input, T* output, size_t shard, int divisor,
                                 const CallSignature& call);

@@ -71,6 +71,15 @@ def blas_in_use():
     return "unknown"
 
 
+def emit(report, as_json, print_table):
+    """Prints a sweep's report, as JSON or as its table; returns the exit code."""
+    if as_json:
+        print(json.dumps(report))
+    else:
+        print_table(report)
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
@@ -90,23 +99,15 @@ def main():
     if args.lightning:
         import lightning_sweep
 
-        report = lightning_sweep.measure_lightning(sys.executable, args.workloads.split(","),
-                                                   args.rounds, args.steps, args.warmup)
-        if args.json:
-            print(json.dumps(report))
-        else:
-            lightning_sweep.print_lightning(report)
-        return 0
+        return emit(lightning_sweep.measure_lightning(sys.executable, args.workloads.split(","),
+                                                      args.rounds, args.steps, args.warmup),
+                    args.json, lightning_sweep.print_lightning)
     if args.zero:
         import zero_sweep
 
-        report = zero_sweep.measure_zero(sys.executable, args.workloads.split(","), (2, 4),
-                                         args.rounds, args.steps, args.warmup)
-        if args.json:
-            print(json.dumps(report))
-        else:
-            zero_sweep.print_zero(report)
-        return 0
+        return emit(zero_sweep.measure_zero(sys.executable, args.workloads.split(","), (2, 4),
+                                            args.rounds, args.steps, args.warmup),
+                    args.json, zero_sweep.print_zero)
     if args.models or args.bucket_sweep:
         import models_sweep
 
