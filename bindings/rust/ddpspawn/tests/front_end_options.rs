@@ -66,18 +66,7 @@ fn main() {
             every_tch_option_has_its_effect,
         ),
     ];
-    let root = common::temp_path("front_end_options");
-    let _ = fs::remove_dir_all(&root);
-    fs::create_dir_all(&root).expect("create the test directory");
-    let outcome = common::run_tests(tests, |name, test| {
-        let dir = root.join(name);
-        fs::create_dir_all(&dir).expect("create a test directory");
-        test(&dir);
-    });
-    if outcome.failed.is_empty() {
-        let _ = fs::remove_dir_all(&root);
-    }
-    common::finish(&outcome, &format!(" (files kept in {})", root.display()));
+    common::run_tests_in_dirs("front_end_options", tests);
 }
 
 // --- The table ------------------------------------------------------------------

@@ -7,8 +7,9 @@
 #![allow(dead_code)]
 
 use std::env;
+use std::fs;
 use std::panic::{self, AssertUnwindSafe};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{self, Command};
 use std::thread;
 use std::time::Duration;
@@ -218,4 +219,26 @@ pub fn finish(outcome: &Outcome, note: &str) {
         );
         process::exit(101);
     }
+}
+
+/// A test of [`run_tests_in_dirs`]: it gets a fresh directory of its own.
+pub type DirTest = fn(&Path);
+
+/// Runs `tests` (those the command line's filters select), each with a fresh
+/// directory of its own under a root named after `suite` in the temp dir,
+/// and ends the process as libtest would. The root is removed when every test
+/// passed, and kept (and named) when one failed.
+pub fn run_tests_in_dirs(suite: &str, tests: &[(&'static str, DirTest)]) {
+    let root = temp_path(suite);
+    let _ = fs::remove_dir_all(&root);
+    fs::create_dir_all(&root).expect("create the test directory");
+    let outcome = run_tests(tests, |name, test| {
+        let dir = root.join(name);
+        fs::create_dir_all(&dir).expect("create a test directory");
+        test(&dir);
+    });
+    if outcome.failed.is_empty() {
+        let _ = fs::remove_dir_all(&root);
+    }
+    finish(&outcome, &format!(" (files kept in {})", root.display()));
 }
