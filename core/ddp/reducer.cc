@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "core/ddp/sharding_strategy.h"
 #include "core/util/exception_status.h"
 #include "core/util/status_macros.h"
 
@@ -67,6 +68,35 @@ absl::Status CheckSameTensorsOnEveryRank(ProcessGroup& group,
                     " elements");
   }
   return absl::InvalidArgumentError(message);
+}
+
+// What a sharded gradient buffer is made with: the tensor's dtype and device, no autograd.
+at::TensorOptions GradientOptions(const at::Tensor& like) {
+  return at::TensorOptions().dtype(like.scalar_type()).device(like.device());
+}
+
+// shard_gradients' conditions (reducer.h), or an error naming the one not met.
+absl::Status CheckShardable(const std::vector<at::Tensor>& tensors, const ReducerOptions& options,
+                            bool autograd_mode) {
+  if (!autograd_mode) {
+    return absl::InvalidArgumentError(
+        "shard_gradients needs an autograd-mode reducer (the parameters themselves)");
+  }
+  if (options.comm_hook != nullptr) {
+    RETURN_IF_ERROR(CheckShardingStrategy(ShardingStrategy::kShardGradOp,
+                                          /*zero_redundancy_optimizer=*/false,
+                                          options.comm_hook->name()));
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::ScalarType dtype = tensors[i].scalar_type();
+    if (dtype != at::kFloat && dtype != at::kDouble) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard_gradients: parameter ", i, " is ", c10::toString(dtype),
+                       "; sharded gradients are reduce-scattered as float32 or float64 "
+                       "(mixed precision keeps float32 parameters)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -145,6 +175,7 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(ProcessGroup* group,
     }
   }
   if (!autograd_mode) options.gradient_as_bucket_view = false;  // MoveBuffersIntoBuckets()
+  if (options.shard_gradients) RETURN_IF_ERROR(CheckShardable(tensors, options, autograd_mode));
   if (!options.comm_hook) options.comm_hook = MakeAllReduceHook();
   RETURN_IF_ERROR(CheckSameTensorsOnEveryRank(*group, tensors));
   std::unique_ptr<Reducer> reducer(
@@ -153,9 +184,24 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(ProcessGroup* group,
   std::vector<std::vector<size_t>> groups =
       AssignBuckets(reducer->tensors_, mb(reducer->options_.first_bucket_cap_mb),
                     mb(reducer->options_.bucket_cap_mb));
+  const int world = group->world_size(), rank = group->rank();
   for (size_t b = 0; b < groups.size(); ++b) {
     Bucket bucket;
     bucket.members = groups[b];
+    if (reducer->options_.shard_gradients) {
+      std::vector<at::Tensor> members;
+      for (size_t slot = 0; slot < bucket.members.size(); ++slot) {
+        members.push_back(reducer->tensors_[bucket.members[slot]]);
+        reducer->bucket_of_[bucket.members[slot]] = b;
+        reducer->slot_of_[bucket.members[slot]] = slot;
+      }
+      bucket.sections = std::make_unique<SectionLayout>(members, world);
+      bucket.shard = at::zeros({bucket.sections->section_elements()}, GradientOptions(members[0]));
+      bucket.shard_views = bucket.sections->Views(bucket.shard, rank, members);
+      bucket.pending = bucket.members.size();
+      reducer->buckets_.push_back(std::move(bucket));
+      continue;
+    }
     int64_t elements = 0;
     for (size_t i : bucket.members) elements += reducer->tensors_[i].numel();
     const at::Tensor& first = reducer->tensors_[bucket.members.front()];
@@ -177,6 +223,14 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(ProcessGroup* group,
     }
     bucket.pending = bucket.members.size();
     reducer->buckets_.push_back(std::move(bucket));
+  }
+  if (reducer->options_.shard_gradients) {
+    for (const at::Tensor& parameter : reducer->tensors_) {
+      // A leaf of its own over the parameter's rows: the sharded optimizer steps it in place.
+      at::Tensor rows = OwnedRows(parameter.detach(), rank, world);
+      rows.requires_grad_(true);
+      reducer->shard_parameters_.push_back(std::move(rows));
+    }
   }
   return reducer;
 }
@@ -240,6 +294,11 @@ absl::Status Reducer::MarkReadyLocked(size_t index, bool used) {
   }
   ready_[index] = true;
   Bucket& bucket = buckets_[bucket_of_[index]];
+  if (options_.shard_gradients) {
+    PackShardedGradient(index, used);
+    if (--bucket.pending == 0) return StartReadyBuckets();
+    return absl::OkStatus();
+  }
   at::Tensor& view = bucket.views[slot_of_[index]];
   at::Tensor& grad = GradientOf(index);
   if (used && grad.defined()) {
@@ -252,8 +311,34 @@ absl::Status Reducer::MarkReadyLocked(size_t index, bool used) {
   return absl::OkStatus();
 }
 
+void Reducer::PackShardedGradient(size_t index, bool used) {
+  Bucket& bucket = buckets_[bucket_of_[index]];
+  at::Tensor& grad = tensors_[index].mutable_grad();
+  if (!bucket.buffer.defined()) {  // zeros: an unused gradient and the padding stay zero
+    bucket.buffer = at::zeros({group_->world_size() * bucket.sections->section_elements()},
+                              GradientOptions(tensors_[index]));
+  }
+  if (used && grad.defined()) bucket.sections->Scatter(grad, slot_of_[index], bucket.buffer);
+  grad = at::Tensor();  // this rank keeps its rows only, once they are averaged
+}
+
+absl::Status Reducer::ReduceScatterBucket(size_t bucket_index) {
+  Bucket& bucket = buckets_[bucket_index];
+  absl::Status status = group_->ReduceScatter(bucket.buffer, bucket.shard, ReduceOp::kMean);
+  bucket.buffer = at::Tensor();
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("reduce-scatter of gradient bucket ",
+                                                  bucket_index, ": ", status.message()));
+}
+
 absl::Status Reducer::StartReadyBuckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    if (options_.shard_gradients) {
+      RETURN_IF_ERROR(ReduceScatterBucket(next_bucket_));
+      launch_log_.push_back(static_cast<int>(next_bucket_));
+      ++next_bucket_;
+      continue;
+    }
     Bucket& bucket = buckets_[next_bucket_];
     GradBucket view{static_cast<int>(next_bucket_), static_cast<int>(buckets_.size()),
                     bucket.buffer, bucket.views};
@@ -318,9 +403,14 @@ absl::Status Reducer::FinalizeLocked() {
     if (status.ok()) status = waited;
   }
   if (status.ok() && gradient_scale_ != 1.0) {
-    for (Bucket& bucket : buckets_) bucket.buffer.mul_(gradient_scale_);
+    for (Bucket& bucket : buckets_) {
+      (options_.shard_gradients ? bucket.shard : bucket.buffer).mul_(gradient_scale_);
+    }
   }
-  if (status.ok()) {
+  if (status.ok()) ++synchronized_backwards_;
+  if (status.ok() && options_.shard_gradients) {
+    WriteGradientShards(globally_used);
+  } else if (status.ok()) {
     for (size_t i = 0; i < tensors_.size(); ++i) {
       if (!globally_used.empty() && globally_used[i] == 0) continue;  // untouched, as in PyTorch
       written_[i] = true;
@@ -337,6 +427,18 @@ absl::Status Reducer::FinalizeLocked() {
   }
   ResetIteration();
   return status;
+}
+
+void Reducer::WriteGradientShards(const std::vector<float>& globally_used) {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    at::Tensor& grad = shard_parameters_[i].mutable_grad();
+    if (!globally_used.empty() && globally_used[i] == 0) {
+      grad = at::Tensor();  // untouched, as in PyTorch: the optimizer skips it
+      continue;
+    }
+    written_[i] = true;
+    grad = buckets_[bucket_of_[i]].shard_views[slot_of_[i]];
+  }
 }
 
 absl::Status Reducer::CheckStaticGraph(const std::vector<float>& first_used) const {
@@ -358,6 +460,7 @@ void Reducer::ResetIteration() {
   for (Bucket& bucket : buckets_) {
     bucket.pending = bucket.members.size();
     bucket.reduction.reset();
+    if (options_.shard_gradients) bucket.buffer = at::Tensor();  // left by a failed iteration
   }
   next_bucket_ = 0;
 }
@@ -420,6 +523,11 @@ void Reducer::set_sync_enabled(bool enabled) {
 bool Reducer::sync_enabled() const {
   absl::MutexLock lock(&mutex_);
   return sync_enabled_;
+}
+
+int64_t Reducer::synchronized_backwards() const {
+  absl::MutexLock lock(&mutex_);
+  return synchronized_backwards_;
 }
 
 std::vector<int> Reducer::TakeLaunchLog() {

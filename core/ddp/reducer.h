@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
+#include "core/ddp/row_shards.h"
 #include "core/util/option_defaults.h"
 
 namespace ddpspawn {
@@ -49,6 +50,13 @@ struct ReducerOptions {
   // once and aliased again. Manual mode (caller buffers) needs it off.
   bool gradient_as_bucket_view = true;
   std::shared_ptr<CommHook> comm_hook;  // null: MakeAllReduceHook()
+  // ZeRO-2 (FSDP's shard_grad_op): each bucket is reduce-scattered (mean) instead of all-reduced,
+  // and each rank keeps only its rows of every gradient (row_shards.h): after a synchronized
+  // backward every parameter's .grad is undefined (freed as its bucket is packed), and
+  // shard_parameters()[i].grad() holds parameter i's averaged rows. The bucket buffers live only
+  // from a bucket's first gradient to its reduce-scatter. Autograd mode only, float32 or float64
+  // parameters, the default (all-reduce) hook; gradient_as_bucket_view does not apply.
+  bool shard_gradients = false;
 };
 
 // Groups tensors into buckets: reverse order, one dtype per bucket, the first closed at
@@ -121,10 +129,20 @@ class Reducer {
   absl::StatusOr<std::vector<at::Tensor>> MoveBuffersIntoBuckets();
 
   size_t gradient_count() const { return tensors_.size(); }  // fixed at creation
+  // The tensors it reduces (autograd mode: the parameters), as given to Create().
+  const std::vector<at::Tensor>& tensors() const { return tensors_; }
+  // shard_gradients: per parameter, this rank's rows of it (OwnedRows: a leaf tensor sharing the
+  // parameter's storage, so updating it in place updates the parameter), whose .grad() each
+  // synchronized Finalize() sets to the averaged rows (left undefined for a parameter no rank used,
+  // with find_unused_parameters or static_graph). Empty without shard_gradients.
+  const std::vector<at::Tensor>& shard_parameters() const { return shard_parameters_; }
   size_t bucket_count() const { return buckets_.size(); }
   const std::vector<size_t>& bucket_members(size_t bucket) const {
     return buckets_[bucket].members;
   }
+  // Synchronized Finalize()s that succeeded so far (a sharded optimizer checks that its gradients
+  // are fresh).
+  int64_t synchronized_backwards() const;
   // Bucket indices in the order their reductions started, since the last call.
   std::vector<int> TakeLaunchLog();
 
@@ -135,6 +153,11 @@ class Reducer {
     std::vector<at::Tensor> views;  // per member, shaped like its tensor
     size_t pending = 0;
     std::unique_ptr<PendingReduction> reduction;
+    // shard_gradients: the members' rows per rank (`buffer` holds world sections of it while the
+    // bucket fills, and is released by its reduce-scatter) and this rank's averaged section.
+    std::unique_ptr<SectionLayout> sections;
+    at::Tensor shard;
+    std::vector<at::Tensor> shard_views;  // per member, shaped like its rows
   };
   Reducer(ProcessGroup* group, std::vector<at::Tensor> tensors, ReducerOptions options,
           bool autograd_mode);
@@ -142,6 +165,13 @@ class Reducer {
   absl::Status StartReadyBuckets() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::Status FinalizeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   at::Tensor& GradientOf(size_t index);
+  // shard_gradients: packs gradient `index` into its bucket's sections (an unused one leaves its
+  // zeros) and frees it.
+  void PackShardedGradient(size_t index, bool used);
+  // shard_gradients: the reduce-scatter of a full bucket, which frees its buffer.
+  absl::Status ReduceScatterBucket(size_t bucket_index);
+  // shard_gradients: the averaged rows onto shard_parameters_' gradients.
+  void WriteGradientShards(const std::vector<float>& globally_used);
   void ResetIteration() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // static_graph: an error when this rank used a parameter that no rank used in the first
   // iteration.
@@ -150,6 +180,7 @@ class Reducer {
 
   ProcessGroup* const group_;
   std::vector<at::Tensor> tensors_;
+  std::vector<at::Tensor> shard_parameters_;  // shard_gradients only; fixed at creation
   const ReducerOptions options_;
   const bool autograd_mode_;
   // The layout is fixed at creation; each bucket's pending count, reduction and buffer contents
@@ -164,6 +195,7 @@ class Reducer {
   bool finalize_queued_ ABSL_GUARDED_BY(mutex_) = false;
   std::vector<int> launch_log_ ABSL_GUARDED_BY(mutex_);
   double gradient_scale_ ABSL_GUARDED_BY(mutex_) = 1.0;
+  int64_t synchronized_backwards_ ABSL_GUARDED_BY(mutex_) = 0;
   // static_graph: how many ranks used each parameter in the first iteration (empty before it).
   std::vector<float> static_globally_used_ ABSL_GUARDED_BY(mutex_);
   std::function<absl::Status()> backward_check_;  // set before training

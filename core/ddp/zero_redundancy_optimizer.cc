@@ -2,11 +2,6 @@
 // in and out (see zero_redundancy_optimizer.h).
 #include "core/ddp/zero_redundancy_optimizer.h"
 
-#include <torch/optim/adagrad.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
-#include <torch/optim/rmsprop.h>
-#include <torch/optim/sgd.h>
 #include <torch/serialize/archive.h>
 
 #include <algorithm>
@@ -26,15 +21,6 @@ namespace {
 
 using torch::optim::Optimizer;
 using torch::optim::OptimizerParamGroup;
-
-// Every parameter of `optimizer`, group by group.
-std::vector<at::Tensor> AllParameters(const Optimizer& optimizer) {
-  std::vector<at::Tensor> all;
-  for (const OptimizerParamGroup& group : optimizer.param_groups()) {
-    all.insert(all.end(), group.params().begin(), group.params().end());
-  }
-  return all;
-}
 
 // Largest first, each to the rank with the fewest elements so far (the lowest such rank); ties in
 // size keep their order, so every rank agrees.
@@ -57,36 +43,13 @@ std::vector<int> Partition(const std::vector<at::Tensor>& parameters, int world,
   return owners;
 }
 
-// The same groups of the same tensors, or an error naming the difference.
-absl::Status CheckSameParameters(const Optimizer& a, const Optimizer& b) {
-  if (a.param_groups().size() != b.param_groups().size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ZeroRedundancyOptimizer: the optimizer factory made ",
-                     a.param_groups().size(), " parameter groups, then ", b.param_groups().size(),
-                     "; it must make the same optimizer over the same tensors each time"));
-  }
-  for (size_t g = 0; g < a.param_groups().size(); ++g) {
-    const std::vector<at::Tensor>& pa = a.param_groups()[g].params();
-    const std::vector<at::Tensor>& pb = b.param_groups()[g].params();
-    bool same = pa.size() == pb.size();
-    for (size_t i = 0; same && i < pa.size(); ++i) same = pa[i].is_same(pb[i]);
-    if (!same) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ZeroRedundancyOptimizer: the optimizer factory's parameter group ", g,
-          " held other tensors the second time; it must make an optimizer over the same "
-          "parameter tensors each time"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
     const std::vector<OptimizerParamGroup>& groups,
     std::unique_ptr<torch::optim::OptimizerOptions> defaults, OptimizerFactory make,
     ProcessGroup* group)
-    : Optimizer(groups, std::move(defaults)), make_(std::move(make)), group_(group) {}
+    : ShardedOptimizer(groups, std::move(defaults)), make_(std::move(make)), group_(group) {}
 
 absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> ZeroRedundancyOptimizer::Create(
     OptimizerFactory make, ProcessGroup* group) {
@@ -117,7 +80,7 @@ absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> ZeroRedundancyOptimizer
 
 absl::StatusOr<std::unique_ptr<Optimizer>> ZeroRedundancyOptimizer::MakeShard(int rank) const {
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> shard, make_());
-  RETURN_IF_ERROR(CheckSameParameters(*this, *shard));
+  RETURN_IF_ERROR(CheckSameParameters(*this, *shard, "ZeroRedundancyOptimizer"));
   size_t index = 0;
   for (OptimizerParamGroup& g : shard->param_groups()) {
     std::vector<at::Tensor> kept;
@@ -214,7 +177,7 @@ absl::Status ZeroRedundancyOptimizer::ConsolidateStateDict(int to) {
   ASSIGN_OR_RETURN(std::vector<std::string> shards, group_->AllGatherBytes(mine));
   if (group_->rank() != to) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> full, make_());
-  RETURN_IF_ERROR(CheckSameParameters(*this, *full));
+  RETURN_IF_ERROR(CheckSameParameters(*this, *full, "ZeroRedundancyOptimizer"));
   for (int rank = 0; rank < group_->world_size(); ++rank) {
     ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> shard, MakeShard(rank));
     RETURN_IF_ERROR(
@@ -259,44 +222,6 @@ void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
     shard_->param_groups()[g].set_options(full->param_groups()[g].options().clone());
   }
   consolidated_.reset();
-}
-
-absl::StatusOr<std::vector<at::Tensor>> OptimizerStateTensors(
-    const torch::optim::OptimizerParamState& state) {
-  std::vector<at::Tensor> tensors;
-  auto add = [&tensors](const at::Tensor& t) {
-    if (t.defined()) tensors.push_back(t);
-  };
-  if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(&state)) {
-    add(adam->exp_avg()), add(adam->exp_avg_sq()), add(adam->max_exp_avg_sq());
-  } else if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(&state)) {
-    add(adamw->exp_avg()), add(adamw->exp_avg_sq()), add(adamw->max_exp_avg_sq());
-  } else if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(&state)) {
-    add(sgd->momentum_buffer());
-  } else if (const auto* rms = dynamic_cast<const torch::optim::RMSpropParamState*>(&state)) {
-    add(rms->square_avg()), add(rms->momentum_buffer()), add(rms->grad_avg());
-  } else if (const auto* ada = dynamic_cast<const torch::optim::AdagradParamState*>(&state)) {
-    add(ada->sum());
-  } else {
-    return absl::UnimplementedError(
-        "the state of an optimizer other than SGD, Adam, AdamW, RMSprop and Adagrad");
-  }
-  return tensors;
-}
-
-absl::StatusOr<int64_t> OptimizerStateBytes(const Optimizer& optimizer) {
-  if (const auto* sharded = dynamic_cast<const ZeroRedundancyOptimizer*>(&optimizer)) {
-    return OptimizerStateBytes(sharded->shard_optimizer());
-  }
-  int64_t bytes = 0;
-  for (const auto& [key, state] : optimizer.state()) {
-    absl::StatusOr<std::vector<at::Tensor>> tensors = OptimizerStateTensors(*state);
-    if (!tensors.ok())
-      return absl::Status(tensors.status().code(),
-                          absl::StrCat("OptimizerStateBytes: ", tensors.status().message()));
-    for (const at::Tensor& t : *tensors) bytes += static_cast<int64_t>(t.nbytes());
-  }
-  return bytes;
 }
 
 }  // namespace ddpspawn

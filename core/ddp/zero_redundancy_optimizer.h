@@ -18,19 +18,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/comm/process_group.h"
+#include "core/ddp/sharded_optimizer.h"
 
 namespace ddpspawn {
-
-// Makes the optimizer to shard, over the same parameter tensors (all of them, in the same groups
-// and order) each time it is called.
-using OptimizerFactory = std::function<absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>>()>;
 
 // Thread safety: thread-compatible; step(), ConsolidateStateDict() and load() are collectives or
 // change the shard, so one thread drives it, as a training loop does. Ownership: owns the shard's
 // optimizer; borrows the group, which must outlive it, and the parameters, which it updates in
 // place. The base class's param_groups() list every parameter with the options a scheduler sets;
 // each step copies them onto the shard's groups.
-class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
+class ZeroRedundancyOptimizer : public ShardedOptimizer {
  public:
   // Calls `make` for the optimizer to shard. Every rank must call this with the same parameters
   // (count, shapes, groups, order); they must all be of one dtype and on one device. Parameters go
@@ -40,14 +37,14 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
 
   // Steps this rank's shard with the base groups' options, then all-gathers every rank's updated
   // shard into every rank's parameters. A collective.
-  absl::Status Step();
+  absl::Status Step() override;
   // Step(), as torch::optim::Optimizer's interface wants it: the closure goes to the shard's
   // optimizer; an error throws c10::Error.
   at::Tensor step(LossClosure closure = nullptr) override;
 
   // Gathers every rank's shard of the state onto rank `to`, whose save() then writes the unsharded
   // optimizer's state. A collective (torch's consolidate_state_dict).
-  absl::Status ConsolidateStateDict(int to = 0);
+  absl::Status ConsolidateStateDict(int to = 0) override;
   // On the consolidating rank, after ConsolidateStateDict(): the unsharded state, as the wrapped
   // optimizer would save it. Elsewhere, or before, it throws: a sharded save would lose the other
   // ranks' state.
@@ -59,9 +56,12 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
   // The rank that steps each parameter, in the order of param_groups() (group by group).
   const std::vector<int>& owners() const { return owners_; }
   // Elements of the parameters this rank steps.
-  int64_t shard_elements() const { return shard_elements_; }
+  int64_t shard_elements() const override { return shard_elements_; }
   // The optimizer over this rank's shard.
-  const torch::optim::Optimizer& shard_optimizer() const { return *shard_; }
+  const torch::optim::Optimizer& shard_optimizer() const override { return *shard_; }
+  // Every parameter: each rank holds every averaged gradient (DDP's all-reduce).
+  std::vector<at::Tensor> StepGradientHolders() const override { return AllParameters(*this); }
+  ProcessGroup* gradient_shard_group() const override { return nullptr; }
 
  private:
   ZeroRedundancyOptimizer(const std::vector<torch::optim::OptimizerParamGroup>& groups,
@@ -80,15 +80,6 @@ class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
   // The unsharded optimizer ConsolidateStateDict() filled (on its `to`).
   std::unique_ptr<torch::optim::Optimizer> consolidated_;
 };
-
-// The tensors of one parameter's state in torch::optim's SGD, Adam, AdamW, RMSprop and Adagrad (the
-// defined ones); Unimplemented for another optimizer's state.
-absl::StatusOr<std::vector<at::Tensor>> OptimizerStateTensors(
-    const torch::optim::OptimizerParamState& state);
-
-// Bytes of the tensors in `optimizer`'s per-parameter state (what ZeRO shards; for a
-// ZeroRedundancyOptimizer, this rank's shard's), by OptimizerStateTensors.
-absl::StatusOr<int64_t> OptimizerStateBytes(const torch::optim::Optimizer& optimizer);
 
 }  // namespace ddpspawn
 

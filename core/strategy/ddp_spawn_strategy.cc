@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/comm/cuda/cuda_support.h"
+#include "core/ddp/sharded_optimizer.h"
 #include "core/ddp/sync_batch_norm.h"
 #include "core/ddp/wrap_registry.h"
 #include "core/env/settings.h"
@@ -366,6 +367,8 @@ absl::StatusOr<DdpOptions> DDPSpawnStrategy::DdpOptionsWithHook() {
             options_.ddp_comm_wrapper == CommWrapper::kFp16 ? at::kHalf : at::kBFloat16, hook));
   }
   ddp_options.reducer.comm_hook = hook;
+  ddp_options.reducer.shard_gradients =
+      options_.sharding_strategy == ShardingStrategy::kShardGradOp;
   return ddp_options;
 }
 
@@ -462,11 +465,17 @@ absl::StatusOr<bool> DDPSpawnStrategy::OptimizerStep(torch::optim::Optimizer& op
   GradScaler* scaler = options_.precision_plugin->grad_scaler();
   bool stepped = true;
   if (scaler != nullptr) {
-    std::vector<at::Tensor> parameters;
-    for (const torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) {
-      parameters.insert(parameters.end(), group.params().begin(), group.params().end());
+    // A sharded optimizer's gradients are its rows: each rank sees a shard, so the ranks agree on
+    // skipping by the minimum over them.
+    auto* sharded = dynamic_cast<ShardedOptimizer*>(&optimizer);
+    bool finite = scaler->Unscale(sharded != nullptr ? sharded->StepGradientHolders()
+                                                     : AllParameters(optimizer));
+    if (sharded != nullptr && sharded->gradient_shard_group() != nullptr) {
+      float all_finite = finite ? 1.0F : 0.0F;
+      RETURN_IF_ERROR(sharded->gradient_shard_group()->AllReduce(&all_finite, 1, DType::kFloat32,
+                                                                 ReduceOp::kMin));
+      finite = all_finite == 1.0F;
     }
-    const bool finite = scaler->Unscale(parameters);
     scaler->Update(!finite);
     stepped = finite;
   }

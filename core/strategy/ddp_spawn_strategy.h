@@ -38,6 +38,7 @@
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/distributed_data_parallel.h"
 #include "core/ddp/post_local_sgd.h"
+#include "core/ddp/sharding_strategy.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/forkserver.h"
 #include "core/launch/launcher.h"
@@ -104,6 +105,10 @@ struct StrategyOptions {
   // ranks continue from).
   std::vector<std::string> worker_env;
   DdpOptions ddp;  // find_unused_parameters, broadcast_buffers, ...
+  // shard_grad_op (ZeRO-2): the DDP wrapper reduce-scatters its buckets (ddp.reducer's
+  // shard_gradients), and the loop's optimizer must be a ShardGradOpOptimizer over it (the Trainer
+  // makes one).
+  ShardingStrategy sharding_strategy = ShardingStrategy::kNoShard;
   // Lightning's sync_batchnorm: Setup() and an own loop's Distribute(model, strategy) replace the
   // BatchNorm layers of the model's Sequential containers with SyncBatchNorm
   // (core/ddp/sync_batch_norm.h), and refuse a model where that would change nothing

@@ -1,7 +1,11 @@
-// The worker zero_redundancy_optimizer_test launches: DDP with a ZeroRedundancyOptimizer over one
-// of torch::optim's optimizers, each rank on its own data, against a reference every rank trains
-// alone with the plain optimizer on all ranks' data. Usage: zero_worker <steps> <optimizer>, the
-// optimizer one of adam, adamw, adagrad, rmsprop, sgd (with momentum). Rank 0's result,
+// The worker zero_redundancy_optimizer_test launches: DDP with a sharded optimizer over one of
+// torch::optim's optimizers, each rank on its own data, against a reference every rank trains alone
+// with the plain optimizer on all ranks' data. Usage:
+//   zero_worker <steps> <optimizer> <stage> [accumulate_clip]
+// the optimizer one of adam, adamw, adagrad, rmsprop, sgd (with momentum); the stage zero1
+// (ZeroRedundancyOptimizer after DDP's all-reduce) or shard_grad_op (the reducer's shard_gradients
+// with a ShardGradOpOptimizer). accumulate_clip: each step accumulates two batches (the first under
+// no_sync) and clips the gradients' global norm to 0.05, everywhere. Rank 0's result,
 // space-separated key=value:
 //   max_diff        the largest |parameter - reference| after <steps> steps
 //   vs_ddp_diff     the same against DDP with the plain optimizer (no sharding), on the same data
@@ -12,6 +16,8 @@
 //                      reference's state tensors
 //   resumed_diff    after 3 more steps from the consolidated state, sharded again
 //   unsharded_diff  after 3 more steps from it with a plain optimizer (no sharding)
+//   full_grads      parameters with a defined .grad after the last backward, each rank
+//   grad_shard_elements  elements of the gradients the sharded step reads, each rank
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -25,6 +31,7 @@
 #include "absl/strings/str_join.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/distributed_data_parallel.h"
+#include "core/ddp/shard_grad_op_optimizer.h"
 #include "core/ddp/zero_redundancy_optimizer.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/worker_channel.h"
@@ -48,9 +55,15 @@ torch::nn::Sequential MakeNet() {
                                torch::nn::Linear(16, 1));
 }
 
-// Rank r's batch at `step`.
-std::pair<torch::Tensor, torch::Tensor> Batch(int rank, int step) {
-  torch::manual_seed(1000 * step + rank);
+struct Mode {
+  bool shard_grad_op = false;
+  bool accumulate = false;  // two batches a step, the first under no_sync
+  double clip = 0;          // the gradients' global norm clipped to this (0: not clipped)
+};
+
+// Rank r's batch `micro` of `step`.
+std::pair<torch::Tensor, torch::Tensor> Batch(int rank, int step, int micro = 0) {
+  torch::manual_seed(1000 * step + 100 * micro + rank);
   torch::Tensor x = torch::randn({16, 8});
   return {x, x.sum(1, true).sin()};
 }
@@ -90,24 +103,40 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const std::string& name,
 // The reference: the plain optimizer on every rank's batches at once (the mean of equal-sized
 // batches' means is what DDP averages).
 void ReferenceStep(torch::nn::Sequential& net, torch::optim::Optimizer& optimizer, int world,
-                   int step) {
+                   int step, const Mode& mode) {
   optimizer.zero_grad();
-  std::vector<torch::Tensor> xs, ys;
-  for (int r = 0; r < world; ++r) {
-    auto [x, y] = Batch(r, step);
-    xs.push_back(x), ys.push_back(y);
+  for (int micro = mode.accumulate ? 1 : 0; micro >= 0; --micro) {
+    std::vector<torch::Tensor> xs, ys;
+    for (int r = 0; r < world; ++r) {
+      auto [x, y] = Batch(r, step, micro);
+      xs.push_back(x), ys.push_back(y);
+    }
+    Loss(net, torch::cat(xs), torch::cat(ys)).backward();
   }
-  Loss(net, torch::cat(xs), torch::cat(ys)).backward();
+  if (mode.clip > 0) CheckOk(ClipGradNorm(net->parameters(), mode.clip), "clip");
   optimizer.step();
 }
 
-// One DDP step on this rank's batch with `optimizer`.
+// One DDP step on this rank's batches with `optimizer`, a sharded one clipped over its shards.
 void DdpStep(torch::nn::Sequential& net, DistributedDataParallel& ddp,
-             torch::optim::Optimizer& optimizer, int rank, int step) {
+             torch::optim::Optimizer& optimizer, int rank, int step, const Mode& mode) {
   optimizer.zero_grad();
+  if (mode.accumulate) {
+    DistributedDataParallel::NoSync local = ddp.no_sync();
+    CheckOk(ddp.PrepareForward(), "prepare forward");
+    auto [x, y] = Batch(rank, step, 1);
+    Loss(net, x, y).backward();
+  }
   CheckOk(ddp.PrepareForward(), "prepare forward");
   auto [x, y] = Batch(rank, step);
   Loss(net, x, y).backward();
+  if (mode.clip > 0) {
+    auto* sharded = dynamic_cast<ShardedOptimizer*>(&optimizer);
+    CheckOk(sharded != nullptr ? ClipGradNorm(sharded->StepGradientHolders(), mode.clip,
+                                              sharded->gradient_shard_group())
+                               : ClipGradNorm(net->parameters(), mode.clip),
+            "clip");
+  }
   optimizer.step();
 }
 
@@ -115,6 +144,29 @@ OptimizerFactory OptimizerOver(const std::string& name, torch::nn::Sequential& n
   return [name, &net]() -> absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> {
     return MakeOptimizer(name, net->parameters(), 0.01);
   };
+}
+
+// The stage's DDP wrapper of `net` and its sharded optimizer.
+std::pair<std::unique_ptr<DistributedDataParallel>, std::unique_ptr<ShardedOptimizer>> Shard(
+    const std::string& name, torch::nn::Sequential& net, ProcessGroup& group, const Mode& mode) {
+  DdpOptions options;
+  options.reducer.shard_gradients = mode.shard_grad_op;
+  absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
+      DistributedDataParallel::Wrap(net.ptr(), &group, options);
+  CheckOk(ddp.status(), "wrap");
+  std::unique_ptr<ShardedOptimizer> optimizer;
+  if (mode.shard_grad_op) {
+    absl::StatusOr<std::unique_ptr<ShardGradOpOptimizer>> made =
+        ShardGradOpOptimizer::Create(OptimizerOver(name, net), **ddp);
+    CheckOk(made.status(), "shard_grad_op optimizer");
+    optimizer = *std::move(made);
+  } else {
+    absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> made =
+        ZeroRedundancyOptimizer::Create(OptimizerOver(name, net), &group);
+    CheckOk(made.status(), "zero");
+    optimizer = *std::move(made);
+  }
+  return {*std::move(ddp), std::move(optimizer)};
 }
 
 // The largest difference between the state tensors of `a` and `b`, parameter by parameter.
@@ -137,7 +189,14 @@ double StateDiff(const torch::optim::Optimizer& a, const torch::optim::Optimizer
   return worst;
 }
 
-int Run(int steps, const std::string& name) {
+// Gathers one number from every rank: comma-separated, in rank order.
+std::string FromEveryRank(ProcessGroup& group, int64_t mine) {
+  std::vector<int64_t> all(group.world_size());
+  CheckOk(group.AllGather(&mine, 1, DType::kInt64, all.data()), "gather");
+  return absl::StrJoin(all, ",");
+}
+
+int Run(int steps, const std::string& name, const Mode& mode) {
   const std::unique_ptr<ProcessGroup> joined = JoinGlooGroup();
   ProcessGroup& group = *joined;
   const int rank = group.rank(), world = group.world_size();
@@ -146,34 +205,39 @@ int Run(int steps, const std::string& name) {
   std::unique_ptr<torch::optim::Optimizer> reference_optimizer =
       MakeOptimizer(name, reference->parameters(), 0.01);
   torch::nn::Sequential net = MakeNet();
-  absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
-      DistributedDataParallel::Wrap(net.ptr(), &group);
-  CheckOk(ddp.status(), "wrap");
-  absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> zero =
-      ZeroRedundancyOptimizer::Create(OptimizerOver(name, net), &group);
-  CheckOk(zero.status(), "zero");
+  auto [ddp, zero] = Shard(name, net, group, mode);
   torch::nn::Sequential unsharded_net = MakeNet();
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> unsharded_ddp =
       DistributedDataParallel::Wrap(unsharded_net.ptr(), &group);
   CheckOk(unsharded_ddp.status(), "wrap unsharded");
   std::unique_ptr<torch::optim::Optimizer> unsharded_optimizer =
       MakeOptimizer(name, unsharded_net->parameters(), 0.01);
+  int64_t full_grads = 0, grad_shard_elements = 0;
   for (int step = 0; step < steps; ++step) {
-    ReferenceStep(reference, *reference_optimizer, world, step);
-    DdpStep(net, **ddp, **zero, rank, step);
-    DdpStep(unsharded_net, **unsharded_ddp, *unsharded_optimizer, rank, step);
+    ReferenceStep(reference, *reference_optimizer, world, step, mode);
+    DdpStep(net, *ddp, *zero, rank, step, mode);
+    DdpStep(unsharded_net, **unsharded_ddp, *unsharded_optimizer, rank, step, mode);
   }
+  // What the last backward left: a fresh one, since the step above consumed its gradients.
+  zero->zero_grad();
+  CheckOk(ddp->PrepareForward(), "prepare forward");
+  Loss(net, Batch(rank, steps).first, Batch(rank, steps).second).backward();
+  for (const torch::Tensor& p : net->parameters()) full_grads += p.grad().defined() ? 1 : 0;
+  for (const at::Tensor& holder : zero->StepGradientHolders()) {
+    grad_shard_elements += holder.grad().defined() ? holder.grad().numel() : 0;
+  }
+  zero->zero_grad();
   std::vector<std::string> result;
   result.push_back(absl::StrCat("max_diff=", MaxDiff(net->parameters(), reference->parameters())));
   result.push_back(
       absl::StrCat("vs_ddp_diff=", MaxDiff(net->parameters(), unsharded_net->parameters())));
 
-  absl::StatusOr<int64_t> mine = OptimizerStateBytes((*zero)->shard_optimizer());
+  absl::StatusOr<int64_t> mine = OptimizerStateBytes(zero->shard_optimizer());
   absl::StatusOr<int64_t> unsharded = OptimizerStateBytes(*reference_optimizer);
   CheckOk(mine.status(), "state bytes");
   CheckOk(unsharded.status(), "reference state bytes");
   absl::StatusOr<std::vector<at::Tensor>> shards =
-      group.AllGather(at::tensor({*mine, (*zero)->shard_elements()}, at::kLong));
+      group.AllGather(at::tensor({*mine, zero->shard_elements()}, at::kLong));
   CheckOk(shards.status(), "gather state sizes");
   std::vector<std::string> bytes_each, elements_each;
   for (const at::Tensor& shard : *shards) {
@@ -183,13 +247,15 @@ int Run(int steps, const std::string& name) {
   result.push_back(absl::StrCat("state_bytes=", absl::StrJoin(bytes_each, ",")));
   result.push_back(absl::StrCat("shard_elements=", absl::StrJoin(elements_each, ",")));
   result.push_back(absl::StrCat("unsharded_state_bytes=", *unsharded));
+  result.push_back(absl::StrCat("full_grads=", FromEveryRank(group, full_grads)));
+  result.push_back(absl::StrCat("grad_shard_elements=", FromEveryRank(group, grad_shard_elements)));
 
   // Consolidated on rank 0, saved there, and handed to every rank.
-  CheckOk((*zero)->ConsolidateStateDict(0), "consolidate");
+  CheckOk(zero->ConsolidateStateDict(0), "consolidate");
   std::string saved;
   if (rank == 0) {
     torch::serialize::OutputArchive archive;
-    (*zero)->save(archive);
+    zero->save(archive);
     std::ostringstream bytes;
     archive.save_to(bytes);
     saved = bytes.str();
@@ -223,22 +289,17 @@ int Run(int steps, const std::string& name) {
     for (size_t i = 0; i < net->parameters().size(); ++i)
       resumed_net->parameters()[i].copy_(net->parameters()[i]);
   }
-  absl::StatusOr<std::unique_ptr<DistributedDataParallel>> resumed_ddp =
-      DistributedDataParallel::Wrap(resumed_net.ptr(), &group);
-  CheckOk(resumed_ddp.status(), "wrap resumed");
-  absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> resumed =
-      ZeroRedundancyOptimizer::Create(OptimizerOver(name, resumed_net), &group);
-  CheckOk(resumed.status(), "zero resumed");
+  auto [resumed_ddp, resumed] = Shard(name, resumed_net, group, mode);
   {
     torch::serialize::InputArchive archive;
     std::istringstream bytes(*everywhere);
     archive.load_from(bytes);
-    (*resumed)->load(archive);
+    resumed->load(archive);
   }
   for (int step = steps; step < steps + 3; ++step) {
-    ReferenceStep(reference, *reference_optimizer, world, step);
-    DdpStep(resumed_net, **resumed_ddp, **resumed, rank, step);
-    ReferenceStep(plain_net, *plain, world, step);
+    ReferenceStep(reference, *reference_optimizer, world, step, mode);
+    DdpStep(resumed_net, *resumed_ddp, *resumed, rank, step, mode);
+    ReferenceStep(plain_net, *plain, world, step, mode);
   }
   result.push_back(
       absl::StrCat("resumed_diff=", MaxDiff(resumed_net->parameters(), reference->parameters())));
@@ -253,9 +314,17 @@ int Run(int steps, const std::string& name) {
 
 int main(int argc, char** argv) {
   int steps = 0;
-  if (argc < 3 || !absl::SimpleAtoi(argv[1], &steps) || steps < 1) {
-    std::fprintf(stderr, "usage: zero_worker <steps> <optimizer>\n");
+  const std::string stage = argc > 3 ? argv[3] : "";
+  const std::string extra = argc > 4 ? argv[4] : "";
+  if (argc < 4 || argc > 5 || !absl::SimpleAtoi(argv[1], &steps) || steps < 1 ||
+      (stage != "zero1" && stage != "shard_grad_op") || (argc == 5 && extra != "accumulate_clip")) {
+    std::fprintf(stderr,
+                 "usage: zero_worker <steps> <optimizer> zero1|shard_grad_op [accumulate_clip]\n");
     return 2;
   }
-  return ddpspawn::Run(steps, argv[2]);
+  ddpspawn::Mode mode;
+  mode.shard_grad_op = stage == "shard_grad_op";
+  mode.accumulate = extra == "accumulate_clip";
+  mode.clip = mode.accumulate ? 0.05 : 0;
+  return ddpspawn::Run(steps, argv[2], mode);
 }

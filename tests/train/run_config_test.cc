@@ -434,5 +434,31 @@ TEST(RunConfigTest, PostLocalSgdOptionsGoTogether) {
   EXPECT_FALSE(config->post_local_gradient_allreduce);
 }
 
+TEST(RunConfigTest, ShardGradOpRefusesWhatWouldNotShard) {
+  const RunOptions base = {{"model", "mlp:4,16,3"}, {"train", "train.csv"}};
+  auto with = [&](RunOptions extra) {
+    RunOptions options = base;
+    options.insert(options.end(), extra.begin(), extra.end());
+    return ParseRunConfig("fit", options);
+  };
+  absl::StatusOr<RunConfig> config = with({{"sharding_strategy", "shard_grad_op"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->sharding_strategy, ShardingStrategy::kShardGradOp);
+  EXPECT_THAT(with({{"sharding_strategy", "shard_grad_op"}, {"zero_redundancy_optimizer", "true"}})
+                  .status()
+                  .message(),
+              HasSubstr("shard_grad_op shards the optimizer state already"));
+  EXPECT_THAT(with({{"sharding_strategy", "shard_grad_op"}, {"ddp_comm_hook", "powersgd"}})
+                  .status()
+                  .message(),
+              HasSubstr("the communication hook 'powersgd' cannot run on it"));
+  EXPECT_THAT(with({{"sharding_strategy", "shard_grad_op"}, {"ddp_comm_wrapper", "bf16"}})
+                  .status()
+                  .message(),
+              HasSubstr("'bf16_compress_wrapper' cannot run on it"));
+  const absl::Status full = with({{"sharding_strategy", "full_shard"}}).status();
+  EXPECT_THAT(full.message(), HasSubstr("full_shard (parameters sharded too) is not implemented"));
+}
+
 }  // namespace
 }  // namespace ddpspawn

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/ddp/sharded_optimizer.h"
 #include "core/train/data/sampler.h"
 #include "core/train/loop/fit_run.h"
 #include "core/train/loop/logged_metrics.h"
@@ -162,25 +163,32 @@ absl::Status Trainer::TrainEpoch(FitRun& run, const Dataset& train, const Datase
 absl::Status Trainer::OptimizerStep(FitRun& run) {
   // 16-mixed: the strategy skips, on every rank, a step whose averaged gradients hold an inf or a
   // NaN, and shrinks the scale. Clipping sees the unscaled gradients; a skipped step still counts,
-  // as in Lightning.
+  // as in Lightning. A sharded optimizer's gradients are what it holds (ZeRO-2: this rank's rows,
+  // whose global norm sums over every rank's).
+  auto* sharded = dynamic_cast<ShardedOptimizer*>(run.optimizer.get());
+  const std::vector<at::Tensor> holders =
+      sharded != nullptr ? sharded->StepGradientHolders() : run.parameters;
+  ProcessGroup* shard_group = sharded != nullptr ? sharded->gradient_shard_group() : nullptr;
+  absl::Status clipped = absl::OkStatus();
   const absl::Status stepped =
       strategy_
-          .OptimizerStep(*run.optimizer,
-                         [&] {
-                           if (options_.gradient_clip_val <= 0) return;
-                           if (options_.gradient_clip_algorithm == GradientClipAlgorithm::kValue) {
-                             c10::NoGradGuard no_grad;
-                             for (const at::Tensor& p : run.parameters) {
-                               if (p.grad().defined())
-                                 p.grad().clamp_(-options_.gradient_clip_val,
-                                                 options_.gradient_clip_val);
-                             }
-                           } else {
-                             ClipGradNorm(run.parameters, options_.gradient_clip_val);
-                           }
-                         })
+          .OptimizerStep(
+              *run.optimizer,
+              [&] {
+                if (options_.gradient_clip_val <= 0) return;
+                if (options_.gradient_clip_algorithm == GradientClipAlgorithm::kValue) {
+                  c10::NoGradGuard no_grad;
+                  for (const at::Tensor& p : holders) {
+                    if (p.grad().defined())
+                      p.grad().clamp_(-options_.gradient_clip_val, options_.gradient_clip_val);
+                  }
+                } else {
+                  clipped = ClipGradNorm(holders, options_.gradient_clip_val, shard_group);
+                }
+              })
           .status();
   RETURN_IF_ERROR(stepped);
+  RETURN_IF_ERROR(clipped);
   if (run.scaler != nullptr) {
     run.state.grad_scale = run.scaler->state().scale;
     run.state.grad_scale_growth_tracker = run.scaler->state().growth_tracker;

@@ -5,7 +5,6 @@
 #include <c10/core/GradMode.h>
 #include <torch/optim.h>
 
-#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -89,19 +88,6 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
 
 // Scales the gradients so that their global L2 norm is at most `max_norm` (what
 // torch.nn.utils.clip_grad_norm_ does).
-void ClipGradNorm(const std::vector<at::Tensor>& parameters, double max_norm) {
-  c10::NoGradGuard no_grad;
-  double squares = 0;
-  for (const at::Tensor& p : parameters) {
-    if (p.grad().defined()) squares += p.grad().norm().pow(2).item<double>();
-  }
-  const double scale = max_norm / (std::sqrt(squares) + 1e-6);
-  if (scale >= 1) return;
-  for (const at::Tensor& p : parameters) {
-    if (p.grad().defined()) p.grad().mul_(scale);
-  }
-}
-
 constexpr NamedValue<GradientClipAlgorithm> kGradientClipAlgorithmNames[] = {
     {"norm", GradientClipAlgorithm::kNorm},
     {"value", GradientClipAlgorithm::kValue},

@@ -34,10 +34,6 @@ absl::Status CheckOptimizerConfig(const OptimizerConfig& config);
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeOptimizer(
     const OptimizerConfig& config, const std::vector<at::Tensor>& parameters);
 
-// Scales the gradients so that their global L2 norm is at most `max_norm` (what
-// torch.nn.utils.clip_grad_norm_ does).
-void ClipGradNorm(const std::vector<at::Tensor>& parameters, double max_norm);
-
 }  // namespace ddpspawn
 
 #endif  // DDPSPAWN_CORE_TRAIN_LOOP_OPTIMIZER_FACTORY_H_

@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/ddp/post_local_sgd.h"
+#include "core/ddp/shard_grad_op_optimizer.h"
 #include "core/ddp/zero_redundancy_optimizer.h"
 #include "core/train/data/sampler.h"
 #include "core/train/loggers/logger_factory.h"
@@ -113,7 +114,7 @@ absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Opti
     if (!callback_state.empty())
       state.callback_states[callback->name()] = std::move(callback_state);
   }
-  if (auto* sharded = dynamic_cast<ZeroRedundancyOptimizer*>(optimizer)) {
+  if (auto* sharded = dynamic_cast<ShardedOptimizer*>(optimizer)) {
     RETURN_IF_ERROR(sharded->ConsolidateStateDict(0));  // rank 0 saves the unsharded state
   }
   std::string bytes;
@@ -199,16 +200,25 @@ absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningM
 
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> Trainer::MakeFitOptimizer(
     const OptimizerConfig& config, const std::vector<at::Tensor>& parameters) {
-  if (!options_.zero_redundancy_optimizer || strategy_.group() == nullptr) {
-    return MakeOptimizer(config, parameters);
+  OptimizerFactory make = [config, parameters] { return MakeOptimizer(config, parameters); };
+  if (strategy_.options().sharding_strategy == ShardingStrategy::kShardGradOp &&
+      strategy_.group() != nullptr) {
+    // (The wrapped model's reducer checked the communication hook.)
+    RETURN_IF_ERROR(CheckShardingStrategy(ShardingStrategy::kShardGradOp,
+                                          options_.zero_redundancy_optimizer, "allreduce"));
+    if (strategy_.model() == nullptr) {
+      return absl::FailedPreconditionError("shard_grad_op's optimizer needs the wrapped model");
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardGradOpOptimizer> sharded,
+                     ShardGradOpOptimizer::Create(std::move(make), *strategy_.model()));
+    return sharded;
   }
+  if (!options_.zero_redundancy_optimizer || strategy_.group() == nullptr) return make();
   if (strategy_.options().ddp_comm_hook == CommHookKind::kPostLocalSgd) {
     return ZeroRedundancyWithLocalSgdError();
   }
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<ZeroRedundancyOptimizer> sharded,
-      ZeroRedundancyOptimizer::Create(
-          [config, parameters] { return MakeOptimizer(config, parameters); }, strategy_.group()));
+  ASSIGN_OR_RETURN(std::unique_ptr<ZeroRedundancyOptimizer> sharded,
+                   ZeroRedundancyOptimizer::Create(std::move(make), strategy_.group()));
   return sharded;
 }
 

@@ -68,6 +68,7 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   options.ddp.reducer.static_graph = config.static_graph;
   options.sync_batchnorm = config.sync_batchnorm;
   options.ddp.reducer.gradient_as_bucket_view = config.gradient_as_bucket_view;
+  options.sharding_strategy = config.sharding_strategy;
   options.ddp.reducer.bucket_cap_mb = config.bucket_cap_mb;
   options.ddp.reducer.first_bucket_cap_mb = config.first_bucket_cap_mb;
   options.ddp.broadcast_buffers = config.broadcast_buffers;

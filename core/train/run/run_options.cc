@@ -29,6 +29,7 @@
 #include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/post_local_sgd.h"
+#include "core/ddp/sharding_strategy.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/launcher.h"
 #include "core/strategy/precision.h"
@@ -219,6 +220,10 @@ absl::Status CheckConsistent(const RunConfig& config) {
   if (post_local && config.trainer.zero_redundancy_optimizer) {
     return ZeroRedundancyWithLocalSgdError();
   }
+  RETURN_IF_ERROR(CheckShardingStrategy(
+      config.sharding_strategy, config.trainer.zero_redundancy_optimizer,
+      config.ddp_comm_wrapper != "none" ? absl::StrCat(config.ddp_comm_wrapper, "_compress_wrapper")
+                                        : std::string(CommHookName(config.ddp_comm_hook))));
   if (config.nnodes > 1 && config.master_addr.empty()) {
     return absl::InvalidArgumentError(
         "nnodes > 1 needs master_addr: node 0's address, the same on every node");

@@ -80,6 +80,7 @@ struct RunConfig {
   bool static_graph = false;
   bool sync_batchnorm = false;
   bool gradient_as_bucket_view = true;
+  ShardingStrategy sharding_strategy = ShardingStrategy::kNoShard;
   double bucket_cap_mb = DDPSPAWN_DEFAULT_BUCKET_CAP_MB;
   double first_bucket_cap_mb = DDPSPAWN_DEFAULT_FIRST_BUCKET_CAP_MB;
   bool broadcast_buffers = true;

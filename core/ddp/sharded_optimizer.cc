@@ -1,0 +1,120 @@
+// The sharded optimizers' common parts (see sharded_optimizer.h).
+#include "core/ddp/sharded_optimizer.h"
+
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
+
+namespace ddpspawn {
+
+absl::Status MapOptimizerStateTensors(torch::optim::OptimizerParamState& state,
+                                      const std::function<at::Tensor(const at::Tensor&)>& map) {
+  auto apply = [&map](const at::Tensor& t) { return t.defined() ? map(t) : t; };
+  if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(&state)) {
+    adam->exp_avg(apply(adam->exp_avg()));
+    adam->exp_avg_sq(apply(adam->exp_avg_sq()));
+    adam->max_exp_avg_sq(apply(adam->max_exp_avg_sq()));
+  } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(&state)) {
+    adamw->exp_avg(apply(adamw->exp_avg()));
+    adamw->exp_avg_sq(apply(adamw->exp_avg_sq()));
+    adamw->max_exp_avg_sq(apply(adamw->max_exp_avg_sq()));
+  } else if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(&state)) {
+    sgd->momentum_buffer(apply(sgd->momentum_buffer()));
+  } else if (auto* rms = dynamic_cast<torch::optim::RMSpropParamState*>(&state)) {
+    rms->square_avg(apply(rms->square_avg()));
+    rms->momentum_buffer(apply(rms->momentum_buffer()));
+    rms->grad_avg(apply(rms->grad_avg()));
+  } else if (auto* ada = dynamic_cast<torch::optim::AdagradParamState*>(&state)) {
+    ada->sum(apply(ada->sum()));
+  } else {
+    return absl::UnimplementedError(
+        "the state of an optimizer other than SGD, Adam, AdamW, RMSprop and Adagrad");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<at::Tensor>> OptimizerStateTensors(
+    const torch::optim::OptimizerParamState& state) {
+  std::vector<at::Tensor> tensors;
+  // A shallow copy (the same tensors), which the map leaves as it is.
+  std::unique_ptr<torch::optim::OptimizerParamState> copy = state.clone();
+  RETURN_IF_ERROR(MapOptimizerStateTensors(*copy, [&tensors](const at::Tensor& t) {
+    tensors.push_back(t);
+    return t;
+  }));
+  return tensors;
+}
+
+absl::StatusOr<int64_t> OptimizerStateBytes(const torch::optim::Optimizer& optimizer) {
+  if (const auto* sharded = dynamic_cast<const ShardedOptimizer*>(&optimizer)) {
+    return OptimizerStateBytes(sharded->shard_optimizer());
+  }
+  int64_t bytes = 0;
+  for (const auto& [key, state] : optimizer.state()) {
+    absl::StatusOr<std::vector<at::Tensor>> tensors = OptimizerStateTensors(*state);
+    if (!tensors.ok()) {
+      return absl::Status(tensors.status().code(),
+                          absl::StrCat("OptimizerStateBytes: ", tensors.status().message()));
+    }
+    for (const at::Tensor& t : *tensors) bytes += static_cast<int64_t>(t.nbytes());
+  }
+  return bytes;
+}
+
+absl::Status ClipGradNorm(const std::vector<at::Tensor>& holders, double max_norm,
+                          ProcessGroup* shard_group) {
+  c10::NoGradGuard no_grad;
+  double squares = 0;
+  for (const at::Tensor& p : holders) {
+    if (p.grad().defined()) squares += p.grad().norm().pow(2).item<double>();
+  }
+  if (shard_group != nullptr) {
+    RETURN_IF_ERROR(shard_group->AllReduce(&squares, 1, DType::kFloat64, ReduceOp::kSum));
+  }
+  const double scale = max_norm / (std::sqrt(squares) + 1e-6);
+  if (scale >= 1) return absl::OkStatus();
+  for (const at::Tensor& p : holders) {
+    if (p.grad().defined()) p.grad().mul_(scale);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<at::Tensor> AllParameters(const torch::optim::Optimizer& optimizer) {
+  std::vector<at::Tensor> all;
+  for (const torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) {
+    all.insert(all.end(), group.params().begin(), group.params().end());
+  }
+  return all;
+}
+
+absl::Status CheckSameParameters(const torch::optim::Optimizer& a, const torch::optim::Optimizer& b,
+                                 absl::string_view who) {
+  if (a.param_groups().size() != b.param_groups().size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": the optimizer factory made ", a.param_groups().size(),
+                     " parameter groups, then ", b.param_groups().size(),
+                     "; it must make the same optimizer over the same tensors each time"));
+  }
+  for (size_t g = 0; g < a.param_groups().size(); ++g) {
+    const std::vector<at::Tensor>& pa = a.param_groups()[g].params();
+    const std::vector<at::Tensor>& pb = b.param_groups()[g].params();
+    bool same = pa.size() == pb.size();
+    for (size_t i = 0; same && i < pa.size(); ++i) same = pa[i].is_same(pb[i]);
+    if (!same) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, ": the optimizer factory's parameter group ", g,
+          " held other tensors the second time; it must make an optimizer over the same "
+          "parameter tensors each time"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ddpspawn
