@@ -33,6 +33,15 @@ absl::StatusOr<std::unique_ptr<torch::optim::OptimizerParamState>> RowsOfState(
   return rows;
 }
 
+// The tensors of `all` at `indices`, detached (they share the storage).
+std::vector<at::Tensor> Members(const std::vector<at::Tensor>& all,
+                                const std::vector<size_t>& indices) {
+  std::vector<at::Tensor> members;
+  members.reserve(indices.size());
+  for (size_t i : indices) members.push_back(all[i].detach());
+  return members;
+}
+
 }  // namespace
 
 ShardGradOpOptimizer::ShardGradOpOptimizer(const std::vector<OptimizerParamGroup>& groups,
@@ -80,9 +89,8 @@ absl::StatusOr<std::unique_ptr<ShardGradOpOptimizer>> ShardGradOpOptimizer::Crea
   sharded->gather_buckets_ = AssignBuckets(parameters, mb(DDPSPAWN_DEFAULT_BUCKET_CAP_MB),
                                            mb(DDPSPAWN_DEFAULT_BUCKET_CAP_MB));
   for (const std::vector<size_t>& bucket : sharded->gather_buckets_) {
-    std::vector<at::Tensor> members;
-    for (size_t i : bucket) members.push_back(parameters[i]);
-    sharded->gather_layouts_.emplace_back(members, sharded->group_->world_size());
+    sharded->gather_layouts_.emplace_back(Members(parameters, bucket),
+                                          sharded->group_->world_size());
   }
   sharded->stepped_after_ = reducer.synchronized_backwards();
   return sharded;
@@ -151,8 +159,7 @@ absl::Status ShardGradOpOptimizer::AllGatherParameters() {
   const int rank = group_->rank(), world = group_->world_size();
   for (size_t b = 0; b < gather_buckets_.size(); ++b) {
     const SectionLayout& layout = gather_layouts_[b];
-    std::vector<at::Tensor> members;
-    for (size_t i : gather_buckets_[b]) members.push_back(parameters[i].detach());
+    const std::vector<at::Tensor> members = Members(parameters, gather_buckets_[b]);
     at::Tensor mine = at::empty({layout.section_elements()}, members[0].options());
     layout.Pack(members, rank, mine);
     at::Tensor all = at::empty({world * layout.section_elements()}, mine.options());
@@ -230,7 +237,8 @@ absl::Status ShardGradOpOptimizer::ConsolidateStateDict(int to) {
     const at::IntArrayRef shape = parameters[i].sizes();
     RETURN_IF_ERROR(MapOptimizerStateTensors(*whole, [&](const at::Tensor&) {
       std::vector<at::Tensor> rows;
-      for (int r = 0; r < world; ++r) rows.push_back(per_rank[r][k]);
+      rows.reserve(per_rank.size());
+      for (const std::vector<at::Tensor>& tensors : per_rank) rows.push_back(tensors[k]);
       ++k;
       return at::cat(rows).view(shape);
     }));

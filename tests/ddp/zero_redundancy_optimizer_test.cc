@@ -55,7 +55,7 @@ std::map<std::string, std::string> RunWorker(const Case& c) {
   LaunchSpec spec;
   spec.nprocs = c.nprocs;
   spec.argv = {"tests/ddp/zero_worker", "6", c.optimizer, c.stage};
-  if (c.accumulate_clip) spec.argv.push_back("accumulate_clip");
+  if (c.accumulate_clip) spec.argv.emplace_back("accumulate_clip");
   spec.timeout = absl::Seconds(120);
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
   EXPECT_TRUE(job.ok()) << job.status();
