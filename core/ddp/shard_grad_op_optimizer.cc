@@ -47,10 +47,9 @@ std::vector<at::Tensor> Members(const std::vector<at::Tensor>& all,
 ShardGradOpOptimizer::ShardGradOpOptimizer(const std::vector<OptimizerParamGroup>& groups,
                                            std::unique_ptr<torch::optim::OptimizerOptions> defaults,
                                            OptimizerFactory make, DistributedDataParallel& ddp)
-    : ShardedOptimizer(groups, std::move(defaults)),
+    : ShardedOptimizer(groups, std::move(defaults), &ddp.group(), kWho),
       make_(std::move(make)),
-      reducer_(&ddp.reducer()),
-      group_(&ddp.group()) {}
+      reducer_(&ddp.reducer()) {}
 
 absl::StatusOr<std::unique_ptr<ShardGradOpOptimizer>> ShardGradOpOptimizer::Create(
     OptimizerFactory make, DistributedDataParallel& ddp) {
@@ -133,25 +132,8 @@ absl::Status ShardGradOpOptimizer::Step() {
         "reduced yet: step after the synchronized backward that ends the accumulation"));
   }
   stepped_after_ = backwards;
-  RETURN_IF_ERROR(StatusOnException("ShardGradOpOptimizer: the shard's step", [&] {
-    for (size_t g = 0; g < param_groups_.size(); ++g) {
-      shard_->param_groups()[g].set_options(param_groups_[g].options().clone());
-    }
-    shard_->step();
-    return absl::OkStatus();
-  }));
+  RETURN_IF_ERROR(StepShard(*shard_));
   return AllGatherParameters();
-}
-
-at::Tensor ShardGradOpOptimizer::step(LossClosure closure) {
-  at::Tensor loss;
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  const absl::Status status = Step();
-  TORCH_CHECK(status.ok(), status.ToString());
-  return loss;
 }
 
 absl::Status ShardGradOpOptimizer::AllGatherParameters() {
@@ -179,22 +161,8 @@ absl::Status ShardGradOpOptimizer::AllGatherParameters() {
 }
 
 absl::Status ShardGradOpOptimizer::ConsolidateStateDict(int to) {
+  ASSIGN_OR_RETURN(std::vector<std::string> shards, GatherShardStates(*shard_, to));
   const int world = group_->world_size();
-  if (to < 0 || to >= world) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ShardGradOpOptimizer: cannot consolidate to ", "rank ", to, " of ", world));
-  }
-  consolidated_.reset();
-  std::string mine;
-  RETURN_IF_ERROR(StatusOnException("ShardGradOpOptimizer: saving the shard's state", [&] {
-    torch::serialize::OutputArchive archive;
-    shard_->save(archive);
-    std::ostringstream bytes;
-    archive.save_to(bytes);
-    mine = bytes.str();
-    return absl::OkStatus();
-  }));
-  ASSIGN_OR_RETURN(std::vector<std::string> shards, group_->AllGatherBytes(mine));
   if (group_->rank() != to) return absl::OkStatus();
   const std::vector<at::Tensor> parameters = AllParameters(*this);
   // Every rank's shard, loaded into an optimizer over that rank's rows (views of the whole
@@ -249,13 +217,6 @@ absl::Status ShardGradOpOptimizer::ConsolidateStateDict(int to) {
   }
   consolidated_ = std::move(full);
   return absl::OkStatus();
-}
-
-void ShardGradOpOptimizer::save(torch::serialize::OutputArchive& archive) const {
-  TORCH_CHECK(consolidated_ != nullptr, "ShardGradOpOptimizer: rank ", group_->rank(),
-              " has no consolidated state to save; call ConsolidateStateDict(to) on every rank, "
-              "then save on rank `to`");
-  consolidated_->save(archive);
 }
 
 void ShardGradOpOptimizer::load(torch::serialize::InputArchive& archive) {

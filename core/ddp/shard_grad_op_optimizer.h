@@ -41,13 +41,8 @@ class ShardGradOpOptimizer : public ShardedOptimizer {
   // collective. FailedPrecondition when no synchronized backward ran since the last step (under
   // no_sync the gradients are not reduced yet: step after the backward that ends the accumulation).
   absl::Status Step() override;
-  // Step(), as torch::optim::Optimizer's interface wants it; an error throws c10::Error.
-  at::Tensor step(LossClosure closure = nullptr) override;
 
   absl::Status ConsolidateStateDict(int to = 0) override;
-  // On the consolidating rank, after ConsolidateStateDict(): the unsharded state. Elsewhere, or
-  // before, it throws.
-  void save(torch::serialize::OutputArchive& archive) const override;
   // Reads an unsharded state (from this class, ZeroRedundancyOptimizer or the plain optimizer, on
   // any number of ranks) and keeps this rank's rows of it. Not a collective.
   void load(torch::serialize::InputArchive& archive) override;
@@ -71,7 +66,6 @@ class ShardGradOpOptimizer : public ShardedOptimizer {
 
   OptimizerFactory make_;
   Reducer* reducer_;
-  ProcessGroup* group_;
   std::vector<at::Tensor> rows_;  // per parameter of param_groups(): the reducer's shard parameter
   int64_t shard_elements_ = 0;
   // The parameters' all-gather, a bucket at a time: indices into AllParameters(*this).
@@ -79,7 +73,6 @@ class ShardGradOpOptimizer : public ShardedOptimizer {
   std::vector<SectionLayout> gather_layouts_;
   int64_t stepped_after_ = 0;  // the reducer's synchronized_backwards() at the last step
   std::unique_ptr<torch::optim::Optimizer> shard_;
-  std::unique_ptr<torch::optim::Optimizer> consolidated_;
 };
 
 }  // namespace ddpspawn

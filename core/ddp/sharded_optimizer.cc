@@ -8,11 +8,68 @@
 #include <torch/optim/sgd.h>
 
 #include <cmath>
+#include <sstream>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/util/exception_status.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
+
+ShardedOptimizer::ShardedOptimizer(const std::vector<torch::optim::OptimizerParamGroup>& groups,
+                                   std::unique_ptr<torch::optim::OptimizerOptions> defaults,
+                                   ProcessGroup* group, absl::string_view who)
+    : Optimizer(groups, std::move(defaults)), group_(group), who_(who) {}
+
+at::Tensor ShardedOptimizer::step(LossClosure closure) {
+  at::Tensor loss;
+  if (closure != nullptr) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  const absl::Status status = Step();
+  TORCH_CHECK(status.ok(), status.ToString());
+  return loss;
+}
+
+void ShardedOptimizer::save(torch::serialize::OutputArchive& archive) const {
+  TORCH_CHECK(consolidated_ != nullptr, who_, ": rank ", group_->rank(),
+              " has no consolidated state to save; call ConsolidateStateDict(to) on every rank, "
+              "then save on rank `to`");
+  consolidated_->save(archive);
+}
+
+absl::Status ShardedOptimizer::StepShard(torch::optim::Optimizer& shard) {
+  return StatusOnException(absl::StrCat(who_, ": the shard's step"), [&] {
+    for (size_t g = 0; g < param_groups_.size(); ++g) {
+      shard.param_groups()[g].set_options(param_groups_[g].options().clone());
+    }
+    shard.step();
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<std::string>> ShardedOptimizer::GatherShardStates(
+    const torch::optim::Optimizer& shard, int to) {
+  if (to < 0 || to >= group_->world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who_, ": cannot consolidate to rank ", to, " of ", group_->world_size()));
+  }
+  consolidated_.reset();
+  std::string mine;
+  RETURN_IF_ERROR(StatusOnException(absl::StrCat(who_, ": saving the shard's state"), [&] {
+    torch::serialize::OutputArchive archive;
+    shard.save(archive);
+    std::ostringstream bytes;
+    archive.save_to(bytes);
+    mine = bytes.str();
+    return absl::OkStatus();
+  }));
+  // Every rank receives every shard (the group gathers bytes to all), but only `to` keeps them.
+  return group_->AllGatherBytes(mine);
+}
 
 absl::Status MapOptimizerStateTensors(torch::optim::OptimizerParamState& state,
                                       const std::function<at::Tensor(const at::Tensor&)>& map) {

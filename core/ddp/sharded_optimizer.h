@@ -6,14 +6,17 @@
 
 #include <ATen/core/Tensor.h>
 #include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/comm/process_group.h"
 
 namespace ddpspawn {
@@ -26,15 +29,22 @@ using OptimizerFactory = std::function<absl::StatusOr<std::unique_ptr<torch::opt
 // list every parameter with the options a scheduler sets; each step copies them onto the shard's.
 // Thread-compatible: one thread drives it, as a training loop does; Step() and
 // ConsolidateStateDict() are collectives.
+//
+// Ownership: borrows the group, which must outlive it.
 class ShardedOptimizer : public torch::optim::Optimizer {
  public:
-  using torch::optim::Optimizer::Optimizer;
-
   // Steps this rank's shard, then all-gathers the updated parameters. A collective.
   virtual absl::Status Step() = 0;
+  // Step(), as torch::optim::Optimizer's interface wants it: the closure runs first, with gradients
+  // enabled; an error throws c10::Error.
+  at::Tensor step(LossClosure closure = nullptr) final;
   // Gathers every rank's shard of the state onto rank `to`, whose save() then writes the unsharded
   // optimizer's state (LibTorch's own format, which a plain optimizer loads). A collective.
   virtual absl::Status ConsolidateStateDict(int to) = 0;
+  // On the consolidating rank, after ConsolidateStateDict(): the unsharded state, as the wrapped
+  // optimizer would save it. Elsewhere, or before, it throws: a sharded save would lose the other
+  // ranks' state.
+  void save(torch::serialize::OutputArchive& archive) const final;
   // The optimizer over this rank's shard.
   virtual const torch::optim::Optimizer& shard_optimizer() const = 0;
   // Parameter elements this rank steps.
@@ -44,6 +54,23 @@ class ShardedOptimizer : public torch::optim::Optimizer {
   // The group the gradients are sharded over (a global norm sums over it); null where every rank
   // holds every averaged gradient.
   virtual ProcessGroup* gradient_shard_group() const = 0;
+
+ protected:
+  // `who` names the subclass in messages.
+  ShardedOptimizer(const std::vector<torch::optim::OptimizerParamGroup>& groups,
+                   std::unique_ptr<torch::optim::OptimizerOptions> defaults, ProcessGroup* group,
+                   absl::string_view who);
+  // Copies the base groups' options (what a scheduler set) onto `shard`'s groups and steps it.
+  absl::Status StepShard(torch::optim::Optimizer& shard);
+  // ConsolidateStateDict's first half: checks `to`, forgets the last consolidation, and gathers
+  // every rank's `shard` state, serialized (a collective).
+  absl::StatusOr<std::vector<std::string>> GatherShardStates(const torch::optim::Optimizer& shard,
+                                                             int to);
+
+  ProcessGroup* const group_;
+  const std::string who_;
+  // The unsharded optimizer that ConsolidateStateDict() filled (on its `to`).
+  std::unique_ptr<torch::optim::Optimizer> consolidated_;
 };
 
 // The tensors of one parameter's state in torch::optim's SGD, Adam, AdamW, RMSprop and Adagrad (the

@@ -49,7 +49,8 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
     const std::vector<OptimizerParamGroup>& groups,
     std::unique_ptr<torch::optim::OptimizerOptions> defaults, OptimizerFactory make,
     ProcessGroup* group)
-    : ShardedOptimizer(groups, std::move(defaults)), make_(std::move(make)), group_(group) {}
+    : ShardedOptimizer(groups, std::move(defaults), group, "ZeroRedundancyOptimizer"),
+      make_(std::move(make)) {}
 
 absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> ZeroRedundancyOptimizer::Create(
     OptimizerFactory make, ProcessGroup* group) {
@@ -103,25 +104,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> ZeroRedundancyOptimizer::MakeShard(in
 }
 
 absl::Status ZeroRedundancyOptimizer::Step() {
-  RETURN_IF_ERROR(StatusOnException("ZeroRedundancyOptimizer: the shard's step", [&] {
-    for (size_t g = 0; g < param_groups_.size(); ++g) {
-      shard_->param_groups()[g].set_options(param_groups_[g].options().clone());
-    }
-    shard_->step();
-    return absl::OkStatus();
-  }));
+  RETURN_IF_ERROR(StepShard(*shard_));
   return AllGatherParameters();
-}
-
-at::Tensor ZeroRedundancyOptimizer::step(LossClosure closure) {
-  at::Tensor loss;
-  if (closure != nullptr) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  const absl::Status status = Step();
-  TORCH_CHECK(status.ok(), status.ToString());
-  return loss;
 }
 
 absl::Status ZeroRedundancyOptimizer::AllGatherParameters() {
@@ -159,22 +143,7 @@ absl::Status ZeroRedundancyOptimizer::AllGatherParameters() {
 }
 
 absl::Status ZeroRedundancyOptimizer::ConsolidateStateDict(int to) {
-  if (to < 0 || to >= group_->world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ZeroRedundancyOptimizer: cannot consolidate to rank ", to, " of ", group_->world_size()));
-  }
-  consolidated_.reset();
-  std::string mine;
-  RETURN_IF_ERROR(StatusOnException("ZeroRedundancyOptimizer: saving the shard's state", [&] {
-    torch::serialize::OutputArchive archive;
-    shard_->save(archive);
-    std::ostringstream bytes;
-    archive.save_to(bytes);
-    mine = bytes.str();
-    return absl::OkStatus();
-  }));
-  // Every rank receives every shard (the group gathers bytes to all), but only `to` keeps them.
-  ASSIGN_OR_RETURN(std::vector<std::string> shards, group_->AllGatherBytes(mine));
+  ASSIGN_OR_RETURN(std::vector<std::string> shards, GatherShardStates(*shard_, to));
   if (group_->rank() != to) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> full, make_());
   RETURN_IF_ERROR(CheckSameParameters(*this, *full, "ZeroRedundancyOptimizer"));
@@ -195,13 +164,6 @@ absl::Status ZeroRedundancyOptimizer::ConsolidateStateDict(int to) {
   }
   consolidated_ = std::move(full);
   return absl::OkStatus();
-}
-
-void ZeroRedundancyOptimizer::save(torch::serialize::OutputArchive& archive) const {
-  TORCH_CHECK(consolidated_ != nullptr, "ZeroRedundancyOptimizer: rank ", group_->rank(),
-              " has no consolidated state to save; call ConsolidateStateDict(to) on every rank, "
-              "then save on rank `to`");
-  consolidated_->save(archive);
 }
 
 void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {

@@ -38,17 +38,10 @@ class ZeroRedundancyOptimizer : public ShardedOptimizer {
   // Steps this rank's shard with the base groups' options, then all-gathers every rank's updated
   // shard into every rank's parameters. A collective.
   absl::Status Step() override;
-  // Step(), as torch::optim::Optimizer's interface wants it: the closure goes to the shard's
-  // optimizer; an error throws c10::Error.
-  at::Tensor step(LossClosure closure = nullptr) override;
 
   // Gathers every rank's shard of the state onto rank `to`, whose save() then writes the unsharded
   // optimizer's state. A collective (torch's consolidate_state_dict).
   absl::Status ConsolidateStateDict(int to = 0) override;
-  // On the consolidating rank, after ConsolidateStateDict(): the unsharded state, as the wrapped
-  // optimizer would save it. Elsewhere, or before, it throws: a sharded save would lose the other
-  // ranks' state.
-  void save(torch::serialize::OutputArchive& archive) const override;
   // Reads an unsharded state (saved by this class, or by the wrapped optimizer without sharding, on
   // any number of ranks) and keeps this rank's shard of it. Not a collective.
   void load(torch::serialize::InputArchive& archive) override;
@@ -72,13 +65,10 @@ class ZeroRedundancyOptimizer : public ShardedOptimizer {
   absl::Status AllGatherParameters();
 
   OptimizerFactory make_;
-  ProcessGroup* group_;
   std::vector<int> owners_;
   std::vector<int64_t> elements_per_rank_;
   int64_t shard_elements_ = 0;
   std::unique_ptr<torch::optim::Optimizer> shard_;
-  // The unsharded optimizer ConsolidateStateDict() filled (on its `to`).
-  std::unique_ptr<torch::optim::Optimizer> consolidated_;
 };
 
 }  // namespace ddpspawn
