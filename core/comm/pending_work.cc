@@ -31,6 +31,7 @@
 #include "core/trace/flight_recorder.h"
 #include "core/util/enum_names.h"
 #include "core/util/status_macros.h"
+#include "core/util/tensor_memory.h"
 
 namespace ddpspawn {
 
@@ -185,8 +186,14 @@ absl::StatusOr<at::Tensor> ProcessGroup::NewReductionBuffer(int64_t elements,
                      : impl_->hierarchical->AllocateShared(bytes);
       if (memory.ok()) {
         std::shared_ptr<void> keep = *std::move(memory);
+        CountExternalTensorBytes(static_cast<int64_t>(bytes));  // the allocator never sees it
         buffer = at::from_blob(
-            keep.get(), {elements}, [keep](void*) mutable { keep.reset(); }, options);
+            keep.get(), {elements},
+            [keep, bytes](void*) mutable {
+              keep.reset();
+              CountExternalTensorBytes(-static_cast<int64_t>(bytes));
+            },
+            options);
         return;
       }
       // /dev/shm too small: ordinary memory. Anything else is the caller's.

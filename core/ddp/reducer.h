@@ -128,7 +128,8 @@ class Reducer {
   // untouched).
   absl::StatusOr<std::vector<at::Tensor>> MoveBuffersIntoBuckets();
 
-  size_t gradient_count() const { return tensors_.size(); }  // fixed at creation
+  size_t gradient_count() const { return tensors_.size(); }   // fixed at creation
+  const ReducerOptions& options() const { return options_; }  // fixed at creation
   // The tensors it reduces (autograd mode: the parameters), as given to Create().
   const std::vector<at::Tensor>& tensors() const { return tensors_; }
   // shard_gradients: per parameter, this rank's rows of it (OwnedRows: a leaf tensor sharing the

@@ -12,7 +12,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/util/exception_status.h"
-#include "core/util/option_defaults.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
@@ -84,9 +83,9 @@ absl::StatusOr<std::unique_ptr<ShardGradOpOptimizer>> ShardGradOpOptimizer::Crea
   }
   ASSIGN_OR_RETURN(sharded->shard_, sharded->MakeShard(sharded->rows_));
   RETURN_IF_ERROR(sharded->AdoptState(*full));  // Adagrad made its state when it was built
-  const auto mb = [](double v) { return static_cast<size_t>(v * 1024 * 1024); };
-  sharded->gather_buckets_ = AssignBuckets(parameters, mb(DDPSPAWN_DEFAULT_BUCKET_CAP_MB),
-                                           mb(DDPSPAWN_DEFAULT_BUCKET_CAP_MB));
+  // Gathered in buckets of the reducer's size: one bucket of whole parameters at a time.
+  const auto cap = static_cast<size_t>(reducer.options().bucket_cap_mb * 1024 * 1024);
+  sharded->gather_buckets_ = AssignBuckets(parameters, cap, cap);
   for (const std::vector<size_t>& bucket : sharded->gather_buckets_) {
     sharded->gather_layouts_.emplace_back(Members(parameters, bucket),
                                           sharded->group_->world_size());

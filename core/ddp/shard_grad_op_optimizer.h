@@ -2,10 +2,10 @@
 // sharding. DDP's reducer, with shard_gradients, reduce-scatters each bucket so that every rank
 // keeps only its rows of each averaged gradient (row_shards.h: FSDP2's dim-0 shards); this
 // optimizer keeps the state of those rows only, steps them in place in the parameters, and
-// all-gathers every rank's updated rows into every rank's parameters, a bucket at a time. The
-// parameters themselves stay whole on every rank. Its checkpoint state is the unsharded
-// optimizer's, in LibTorch's own format: it resumes on any number of ranks, with or without
-// sharding.
+// all-gathers every rank's updated rows into every rank's parameters, a bucket (of the reducer's
+// bucket_cap_mb) at a time. The parameters themselves stay whole on every rank. Its checkpoint
+// state is the unsharded optimizer's, in LibTorch's own format: it resumes on any number of ranks,
+// with or without sharding.
 #ifndef DDPSPAWN_CORE_DDP_SHARD_GRAD_OP_OPTIMIZER_H_
 #define DDPSPAWN_CORE_DDP_SHARD_GRAD_OP_OPTIMIZER_H_
 

@@ -111,7 +111,7 @@ absl::Status ZeroRedundancyOptimizer::Step() {
 absl::Status ZeroRedundancyOptimizer::AllGatherParameters() {
   const std::vector<at::Tensor> parameters = AllParameters(*this);
   const int64_t padded = *std::max_element(elements_per_rank_.begin(), elements_per_rank_.end());
-  std::vector<at::Tensor> gathered;
+  at::Tensor gathered;  // every rank's shard, padded, in rank order: one flat all-gather
   RETURN_IF_ERROR(StatusOnException("ZeroRedundancyOptimizer: packing the shard", [&] {
     at::NoGradGuard no_grad;
     at::Tensor mine = at::empty({padded}, parameters[0].options());
@@ -123,10 +123,8 @@ absl::Status ZeroRedundancyOptimizer::AllGatherParameters() {
       offset += n;
     }
     mine.narrow(0, offset, padded - offset).zero_();  // the padding up to the largest shard
-    absl::StatusOr<std::vector<at::Tensor>> all = group_->AllGather(mine);
-    if (!all.ok()) return all.status();
-    gathered = *std::move(all);
-    return absl::OkStatus();
+    gathered = at::empty({padded * group_->world_size()}, mine.options());
+    return group_->AllGatherInto(mine, gathered);
   }));
   return StatusOnException("ZeroRedundancyOptimizer: unpacking the shards", [&] {
     at::NoGradGuard no_grad;
@@ -135,7 +133,7 @@ absl::Status ZeroRedundancyOptimizer::AllGatherParameters() {
       const int owner = owners_[i];
       if (owner == group_->rank()) continue;
       const at::Tensor& p = parameters[i];
-      p.copy_(gathered[owner].narrow(0, offsets[owner], p.numel()).view(p.sizes()));
+      p.copy_(gathered.narrow(0, owner * padded + offsets[owner], p.numel()).view(p.sizes()));
       offsets[owner] += p.numel();
     }
     return absl::OkStatus();

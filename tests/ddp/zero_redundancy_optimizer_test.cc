@@ -35,6 +35,8 @@ constexpr double kRmspropTolerance = 1e-5;
 // zero_worker's model: Linear(8, 32), Linear(32, 16), Linear(16, 1).
 constexpr int64_t kModelElements = 8 * 32 + 32 + 32 * 16 + 16 + 16 + 1;
 constexpr int kModelParameters = 6;
+// How far a measured memory may be from its formula (ZeRO's, for float32 parameters).
+constexpr double kMemoryTolerance = 0.15;
 
 struct Case {
   std::string optimizer;
@@ -103,6 +105,10 @@ TEST_P(ZeroRedundancyOptimizerTest, MatchesTheUnshardedOptimizer) {
   std::vector<std::string> elements = absl::StrSplit(fields["shard_elements"], ',');
   std::vector<std::string> full_grads = absl::StrSplit(fields["full_grads"], ',');
   std::vector<std::string> grad_shards = absl::StrSplit(fields["grad_shard_elements"], ',');
+  std::vector<std::string> state_memory = absl::StrSplit(fields["state_memory"], ',');
+  std::vector<std::string> ddp_state_memory = absl::StrSplit(fields["ddp_state_memory"], ',');
+  ASSERT_EQ(state_memory.size(), static_cast<size_t>(nprocs));
+  ASSERT_EQ(ddp_state_memory.size(), static_cast<size_t>(nprocs));
   ASSERT_EQ(bytes.size(), static_cast<size_t>(nprocs));
   ASSERT_EQ(elements.size(), static_cast<size_t>(nprocs));
   ASSERT_EQ(full_grads.size(), static_cast<size_t>(nprocs));
@@ -119,6 +125,21 @@ TEST_P(ZeroRedundancyOptimizerTest, MatchesTheUnshardedOptimizer) {
     EXPECT_EQ(full_grads[rank], std::to_string(zero1 ? kModelParameters : 0)) << "rank " << rank;
     EXPECT_EQ(grad_shards[rank], zero1 ? std::to_string(kModelElements) : elements[rank])
         << "rank " << rank;
+    // What stays between steps, counted by the CPU allocator and the shared-memory buckets: DDP
+    // keeps 4 bytes of parameter, 4 of gradient and K of state per element; ZeRO-1 K per element of
+    // its shard; shard_grad_op 4 of gradient and K of state per element of its rows.
+    const int64_t k = c.state_bytes_per_element;
+    const double ddp_formula = static_cast<double>((8 + k) * kModelElements);
+    const double formula =
+        static_cast<double>(zero1 ? 8 * kModelElements + k * e : 4 * kModelElements + (4 + k) * e);
+    int64_t measured = 0, ddp_measured = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(state_memory[rank], &measured));
+    ASSERT_TRUE(absl::SimpleAtoi(ddp_state_memory[rank], &ddp_measured));
+    EXPECT_NEAR(static_cast<double>(ddp_measured), ddp_formula, kMemoryTolerance * ddp_formula)
+        << "rank " << rank;
+    EXPECT_NEAR(static_cast<double>(measured), formula, kMemoryTolerance * formula)
+        << "rank " << rank;
+    EXPECT_LT(measured, ddp_measured) << "rank " << rank;
   }
   EXPECT_EQ(total_bytes, static_cast<int64_t>(Number(fields, "unsharded_state_bytes")));
   EXPECT_EQ(total_elements, kModelElements);

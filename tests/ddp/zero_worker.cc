@@ -18,12 +18,17 @@
 //   unsharded_diff  after 3 more steps from it with a plain optimizer (no sharding)
 //   full_grads      parameters with a defined .grad after the last backward, each rank
 //   grad_shard_elements  elements of the gradients the sharded step reads, each rank
+//   state_memory    tensor bytes one model keeps between steps on each rank (parameters, gradient
+//                   buffers, optimizer state), sharded as <stage> says (tensor_memory.h's count)
+//   ddp_state_memory  the same for DDP with the plain optimizer
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -35,6 +40,7 @@
 #include "core/ddp/zero_redundancy_optimizer.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/worker_channel.h"
+#include "core/util/tensor_memory.h"
 #include "tests/testing/worker_checks.h"
 
 namespace ddpspawn {
@@ -189,6 +195,43 @@ double StateDiff(const torch::optim::Optimizer& a, const torch::optim::Optimizer
   return worst;
 }
 
+// LiveTensorBytes() once it has stopped changing for 50 ms (at most 2 s): a backend's worker thread
+// may drop its references to a collective's tensors a little after the collective returns.
+int64_t SettledLiveTensorBytes() {
+  int64_t last = LiveTensorBytes();
+  for (int i = 0; i < 40; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const int64_t now = LiveTensorBytes();
+    if (now == last) return now;
+    last = now;
+  }
+  return last;
+}
+
+// Tensor bytes that one model's training keeps on this rank between steps: counted across building
+// it (DDP with the stage's sharded optimizer, or with the plain one) and one step, its gradients
+// then set to none.
+int64_t ModelStateBytes(const std::string& name, ProcessGroup& group, const Mode& mode,
+                        bool sharded) {
+  const int64_t before = SettledLiveTensorBytes();
+  torch::nn::Sequential net = MakeNet();
+  Mode one_batch;
+  one_batch.shard_grad_op = mode.shard_grad_op;
+  if (sharded) {
+    auto [ddp, optimizer] = Shard(name, net, group, one_batch);
+    DdpStep(net, *ddp, *optimizer, group.rank(), 0, one_batch);
+    optimizer->zero_grad();
+    return SettledLiveTensorBytes() - before;
+  }
+  absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
+      DistributedDataParallel::Wrap(net.ptr(), &group);
+  CheckOk(ddp.status(), "wrap");
+  std::unique_ptr<torch::optim::Optimizer> optimizer = MakeOptimizer(name, net->parameters(), 0.01);
+  DdpStep(net, **ddp, *optimizer, group.rank(), 0, one_batch);
+  optimizer->zero_grad();
+  return SettledLiveTensorBytes() - before;
+}
+
 // Gathers one number from every rank: comma-separated, in rank order.
 std::string FromEveryRank(ProcessGroup& group, int64_t mine) {
   std::vector<int64_t> all(group.world_size());
@@ -197,9 +240,12 @@ std::string FromEveryRank(ProcessGroup& group, int64_t mine) {
 }
 
 int Run(int steps, const std::string& name, const Mode& mode) {
+  InstallTensorMemoryCounter();
   const std::unique_ptr<ProcessGroup> joined = JoinGlooGroup();
   ProcessGroup& group = *joined;
   const int rank = group.rank(), world = group.world_size();
+  const int64_t state_memory = ModelStateBytes(name, group, mode, /*sharded=*/true);
+  const int64_t ddp_state_memory = ModelStateBytes(name, group, mode, /*sharded=*/false);
 
   torch::nn::Sequential reference = MakeNet();
   std::unique_ptr<torch::optim::Optimizer> reference_optimizer =
@@ -248,6 +294,8 @@ int Run(int steps, const std::string& name, const Mode& mode) {
   result.push_back(absl::StrCat("shard_elements=", absl::StrJoin(elements_each, ",")));
   result.push_back(absl::StrCat("unsharded_state_bytes=", *unsharded));
   result.push_back(absl::StrCat("full_grads=", FromEveryRank(group, full_grads)));
+  result.push_back(absl::StrCat("state_memory=", FromEveryRank(group, state_memory)));
+  result.push_back(absl::StrCat("ddp_state_memory=", FromEveryRank(group, ddp_state_memory)));
   result.push_back(absl::StrCat("grad_shard_elements=", FromEveryRank(group, grad_shard_elements)));
 
   // Consolidated on rank 0, saved there, and handed to every rank.

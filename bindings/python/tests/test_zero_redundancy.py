@@ -87,6 +87,28 @@ def test_shard_grad_op_accumulates_and_clips_as_unsharded(data, tmp_path):
     assert difference < 1e-6, difference
 
 
+def test_peak_tensor_memory_holds_what_each_strategy_keeps(data, tmp_path):
+    """fit's peak_tensor_bytes, each rank's: at least the model state each
+    strategy keeps between steps (float32 parameters, gradients, Adam's two
+    moments): 16 bytes an element for no_shard (its gradient buckets live in
+    shared memory, which the count includes), 4 + 12 of each half of the rows
+    for shard_grad_op at 2 ranks. It also holds what checkpoints take: a
+    consolidation gathers every rank's state (docs/sharding.md)."""
+    layers = [128] * 8
+    model = "mlp:4," + ",".join(map(str, layers)) + ",3"
+    widths = [4] + layers + [3]
+    elements = sum(a * b + b for a, b in zip(widths, widths[1:]))
+    peaks = {}
+    for stage, extra in (("no_shard", {}), ("shard_grad_op", SHARDING["shard_grad_op"])):
+        result = ddpspawn.fit(model, data / "train.csv",
+                              **options("adam", tmp_path / stage, **extra))
+        peaks[stage] = [int(b) for b in result.values["peak_tensor_bytes"].split(",")]
+        assert len(peaks[stage]) == NPROCS
+    print(f"peak tensor bytes by rank: {peaks}; parameter elements {elements}")
+    assert min(peaks["no_shard"]) >= 16 * elements, peaks
+    assert min(peaks["shard_grad_op"]) >= 10 * elements, peaks
+
+
 def test_shard_grad_op_refuses_what_would_not_shard(data, tmp_path):
     for extra, message in (
             (dict(zero_redundancy_optimizer=True), "shards the optimizer state already"),

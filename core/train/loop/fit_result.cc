@@ -22,6 +22,9 @@ std::string FitResult::Encode() const {
     absl::StrAppend(&text, "optimizer_state_bytes=", absl::StrJoin(optimizer_state_bytes, ","),
                     "\n");
   }
+  if (!peak_tensor_bytes.empty()) {
+    absl::StrAppend(&text, "peak_tensor_bytes=", absl::StrJoin(peak_tensor_bytes, ","), "\n");
+  }
   for (const auto& [name, value] : metrics) {
     absl::StrAppendFormat(&text, "metric.%s=%.17g\n", name, value);
   }
@@ -53,6 +56,10 @@ absl::StatusOr<FitResult> FitResult::Decode(const std::string& text) {
     } else if (key == "optimizer_state_bytes") {
       for (absl::string_view bytes : absl::StrSplit(value, ',')) {
         ok = ok && absl::SimpleAtoi(bytes, &result.optimizer_state_bytes.emplace_back());
+      }
+    } else if (key == "peak_tensor_bytes") {
+      for (absl::string_view bytes : absl::StrSplit(value, ',')) {
+        ok = ok && absl::SimpleAtoi(bytes, &result.peak_tensor_bytes.emplace_back());
       }
     } else if (absl::StartsWith(key, "metric.")) {
       ok = absl::SimpleAtod(value, &result.metrics[std::string(key.substr(7))]);

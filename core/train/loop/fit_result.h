@@ -26,11 +26,15 @@ struct FitResult {
   // Each rank's optimizer state at fit's end, in bytes, by rank (-1 for an optimizer whose state
   // OptimizerStateBytes cannot measure).
   std::vector<int64_t> optimizer_state_bytes;
+  // Each rank's most tensor memory during fit, in bytes, by rank: CPU tensors (parameters,
+  // gradients and their buckets, optimizer state, activations, data), where the rank counts them
+  // (tensor_memory.h: the ranks of ddpspawn's own runs); empty elsewhere.
+  std::vector<int64_t> peak_tensor_bytes;
   // Who arrived last at the collectives during fit, and by how much.
   ArrivalReport straggler;
   // One "key=value" line per field (stopped_by only when set; a metric as metric.<name>;
-  // optimizer_state_bytes comma-separated; the straggler report as ArrivalReport::ToPairs());
-  // Decode skips keys it does not know, the straggler report's included.
+  // optimizer_state_bytes and peak_tensor_bytes comma-separated; the straggler report as
+  // ArrivalReport::ToPairs()); Decode skips keys it does not know, the straggler report's included.
   std::string Encode() const;
   static absl::StatusOr<FitResult> Decode(const std::string& text);
 };

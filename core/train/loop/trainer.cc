@@ -35,6 +35,7 @@
 #include "core/train/loop/stop_signal.h"
 #include "core/util/output_dir.h"
 #include "core/util/status_macros.h"
+#include "core/util/tensor_memory.h"
 
 namespace ddpspawn {
 namespace {
@@ -145,6 +146,7 @@ absl::StatusOr<FitResult> Trainer::Fit(const std::shared_ptr<LightningModule>& m
 
 absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningModule>& module,
                                                 const Dataset& train, const Dataset* validation) {
+  ResetPeakTensorBytes();
   ASSIGN_OR_RETURN(std::unique_ptr<FitRun> run, StartFit(module, train));
   // overfit_batches validates on the batches it trains on (the first ones of each rank's unshuffled
   // shard; ForEachShardBatch's shards are the same).
@@ -193,6 +195,9 @@ absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningM
   if (run->signaled) result.stopped_by = SignalAbbrev(options_.checkpoint_on_signal);
   if (!run->stopped_by.empty()) result.stopped_by = run->stopped_by;
   ASSIGN_OR_RETURN(result.optimizer_state_bytes, OptimizerStateBytesPerRank(*run->optimizer));
+  if (TensorMemoryCounterInstalled()) {
+    ASSIGN_OR_RETURN(result.peak_tensor_bytes, PerRank(PeakTensorBytes()));
+  }
   ASSIGN_OR_RETURN(const ArrivalReport arrivals, Arrivals());
   result.straggler = arrivals.Since(run->arrivals_at_start);
   return result;
@@ -225,7 +230,10 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> Trainer::MakeFitOptimiz
 absl::StatusOr<std::vector<int64_t>> Trainer::OptimizerStateBytesPerRank(
     const torch::optim::Optimizer& optimizer) {
   absl::StatusOr<int64_t> bytes = OptimizerStateBytes(optimizer);
-  const int64_t mine = bytes.ok() ? *bytes : -1;
+  return PerRank(bytes.ok() ? *bytes : -1);
+}
+
+absl::StatusOr<std::vector<int64_t>> Trainer::PerRank(int64_t mine) {
   ProcessGroup* group = strategy_.group();
   if (group == nullptr) return std::vector<int64_t>{mine};
   std::vector<int64_t> everyone(group->world_size());

@@ -62,6 +62,8 @@ class Trainer {
   // The optimizer `config` makes, sharded with zero_redundancy_optimizer.
   absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeFitOptimizer(
       const OptimizerConfig& config, const std::vector<at::Tensor>& parameters);
+  // Every rank's `mine`, by rank (a collective).
+  absl::StatusOr<std::vector<int64_t>> PerRank(int64_t mine);
   // Every rank's optimizer state bytes (its shard's when sharded), by rank; an all-gather.
   absl::StatusOr<std::vector<int64_t>> OptimizerStateBytesPerRank(
       const torch::optim::Optimizer& optimizer);

@@ -35,6 +35,7 @@
 #include "core/util/files.h"
 #include "core/util/output_dir.h"
 #include "core/util/status_macros.h"
+#include "core/util/tensor_memory.h"
 
 namespace ddpspawn {
 
@@ -193,6 +194,7 @@ absl::StatusOr<std::string> RunResolvedCommand(const RunConfig& config,
 }  // namespace
 
 absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy& strategy) {
+  InstallTensorMemoryCounter();  // for fit's peak_tensor_bytes: this process is a rank of the run
   // A restarted job's ranks continue from what its launcher chose.
   if (std::optional<std::string> resume = ReadSetting(Setting::kResumeFrom)) {
     RunConfig resumed = config;
