@@ -19,13 +19,13 @@ With --multinode RATES (root only): instead, the hierarchical all-reduce of 2 ho
 against Gloo among all ranks, at each link rate (tc's, e.g. none,10gbit,1gbit); see multinode.py.
 
 With --models resnet18,gpt or --bucket-sweep: instead, the larger models against the references,
-or DDP's bucket caps; see models_sweep.py. With --zero: instead, ZeRO stage 1's optimizer state
-per rank and steps/s against torch's ZeroRedundancyOptimizer, on --workloads (mlp,gpt) at 2 and 4
-ranks; see zero_sweep.py. With --lightning: instead, Lightning's Trainer with ddpspawn's
+or DDP's bucket caps; see models_sweep.py. With --sharded (or --zero): instead, ZeRO stages 1
+and 2's optimizer state, steps/s and peak memory per rank against torch's ZeroRedundancyOptimizer
+and FSDP2, on --workloads (mlp,gpt) at 2 and 4 ranks; see zero_sweep.py. With --lightning: instead, Lightning's Trainer with ddpspawn's
 DDPSpawnStrategy against its own ddp_spawn; see lightning_sweep.py.
 
 Usage: tools/bench [--json] [--rounds N] [--steps N] [--workloads mlp,conv] [--multinode RATES]
-                   [--models resnet18,gpt] [--bucket-sweep] [--zero] [--lightning]
+                   [--models resnet18,gpt] [--bucket-sweep] [--sharded] [--lightning]
 """
 import argparse
 import json
@@ -91,8 +91,8 @@ def main():
     parser.add_argument("--models", metavar="WORKLOADS")
     parser.add_argument("--bucket-sweep", action="store_true",
                         help="DDP's bucket caps on --workloads (default mlp,conv)")
-    parser.add_argument("--zero", action="store_true",
-                        help="ZeRO stage 1 against torch's on --workloads (say mlp,gpt)")
+    parser.add_argument("--sharded", "--zero", dest="zero", action="store_true",
+                        help="ZeRO stages 1 and 2 against torch's on --workloads (say mlp,gpt)")
     parser.add_argument("--lightning", action="store_true",
                         help="Lightning's Trainer with ddpspawn's strategy against its ddp_spawn")
     args = parser.parse_args()

@@ -47,6 +47,7 @@
 #include "core/comm/process_group.h"
 #include "core/ddp/distributed_data_parallel.h"
 #include "core/ddp/post_local_sgd.h"
+#include "core/ddp/shard_grad_op_optimizer.h"
 #include "core/ddp/zero_redundancy_optimizer.h"
 #include "core/env/cluster_environment.h"
 #include "core/env/settings.h"
@@ -55,6 +56,7 @@
 #include "core/launch/launcher.h"
 #include "core/launch/worker_channel.h"
 #include "core/util/status_macros.h"
+#include "core/util/tensor_memory.h"
 #include "tools/benchmarks/bench_models.h"
 #include "tools/benchmarks/bucket_timeline.h"
 #include "torch/csrc/distributed/c10d/FileStore.hpp"
@@ -139,9 +141,11 @@ absl::StatusOr<double> C10dReducerStepsPerSecond(const ClusterInfo& cluster,
   }
 }
 
-// The optimizer --optimizer names, over the module's parameters.
+// The optimizer --optimizer names, over the module's parameters (shard_grad_op_adam: over `ddp`,
+// wrapped with shard_gradients).
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeBenchOptimizer(
-    const std::string& name, torch::nn::Module& module, ProcessGroup* group) {
+    const std::string& name, torch::nn::Module& module, ProcessGroup* group,
+    DistributedDataParallel& ddp) {
   std::vector<at::Tensor> parameters = module.parameters();
   if (name == "sgd") return std::make_unique<torch::optim::SGD>(parameters, 0.01);
   auto adam = [parameters]() -> absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> {
@@ -153,7 +157,13 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeBenchOptimizer(
                      ZeroRedundancyOptimizer::Create(adam, group));
     return sharded;
   }
-  return absl::InvalidArgumentError(absl::StrCat("--optimizer ", name, ": sgd|adam|zero_adam"));
+  if (name == "shard_grad_op_adam") {
+    ASSIGN_OR_RETURN(std::unique_ptr<ShardGradOpOptimizer> sharded,
+                     ShardGradOpOptimizer::Create(adam, ddp));
+    return sharded;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--optimizer ", name, ": sgd|adam|zero_adam|shard_grad_op_adam"));
 }
 
 absl::StatusOr<std::string> Worker(const Flags& flags) {
@@ -168,6 +178,9 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
   torch::set_num_threads(1);
   torch::manual_seed(0);
   const torch::Device device = cuda ? torch::Device(torch::kCUDA, cluster.local_rank) : torch::kCPU;
+  InstallTensorMemoryCounter();
+  ResetPeakTensorBytes();
+  const int64_t tensor_bytes_before_model = LiveTensorBytes();
   ASSIGN_OR_RETURN(BenchWorkload net, MakeBenchWorkload(flags.workload));
   net.module->to(device);
   int64_t gradient_elements = 0;
@@ -228,6 +241,7 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     ddp_options.reducer.bucket_cap_mb = ddp_options.reducer.first_bucket_cap_mb =
         flags.bucket_cap_mb;
   }
+  ddp_options.reducer.shard_gradients = flags.optimizer == "shard_grad_op_adam";
   std::unique_ptr<PostLocalSgd> post_local_sgd;
   if (flags.mode == "post_localsgd") {
     PostLocalSgdOptions local;
@@ -246,7 +260,7 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
       DistributedDataParallel::Wrap(net.module, group->get(), ddp_options);
   if (!ddp.ok()) return ddp.status();
   ASSIGN_OR_RETURN(std::unique_ptr<torch::optim::Optimizer> made,
-                   MakeBenchOptimizer(flags.optimizer, *net.module, group->get()));
+                   MakeBenchOptimizer(flags.optimizer, *net.module, group->get(), **ddp));
   torch::optim::Optimizer& optimizer = *made;
   const torch::Tensor x = net.inputs.to(device);
   const torch::Tensor y = net.targets.to(device);
@@ -312,6 +326,10 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     std::vector<int64_t> all((*group)->world_size());
     RETURN_IF_ERROR((*group)->AllGather(&mine, 1, DType::kInt64, all.data()));
     absl::StrAppend(&breakdown, ", \"optimizer_state_bytes\": [", absl::StrJoin(all, ", "), "]");
+    // The tensor memory each rank held at most, from the model's creation on (tensor_memory.h).
+    const int64_t peak = PeakTensorBytes() - tensor_bytes_before_model;
+    RETURN_IF_ERROR((*group)->AllGather(&peak, 1, DType::kInt64, all.data()));
+    absl::StrAppend(&breakdown, ", \"peak_tensor_bytes\": [", absl::StrJoin(all, ", "), "]");
   }
   if (timeline) {
     std::vector<double> mine = timeline->Flatten();

@@ -3,7 +3,7 @@ torch.nn.parallel.DistributedDataParallel on the torch 2.11 that tools/setup ins
 LibTorch, Gloo and NCCL as ddpspawn). Trains the same workloads as ddpspawn_bench and prints the same JSON object.
 
 Usage: python3 reference_ddp.py --workload mlp|conv --mode ddp|nosync [--steps N]
-       [--warmup N] [--nprocs N] [--device cpu|cuda] [--optimizer sgd|adam|zero_adam]
+       [--warmup N] [--nprocs N] [--device cpu|cuda] [--optimizer sgd|adam|zero_adam|fsdp_adam]
 
 --optimizer adam or zero_adam (torch.distributed.optim.ZeroRedundancyOptimizer over Adam) adds
 each rank's optimizer state bytes ("optimizer_state_bytes", by rank: every tensor in the state
@@ -36,7 +36,20 @@ def make_optimizer(name, model):
         from torch.distributed.optim import ZeroRedundancyOptimizer
         return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam,
                                        lr=1e-3)
-    raise SystemExit(f"--optimizer {name}: sgd|adam|zero_adam")
+    if name == "fsdp_adam":  # over fully_shard's DTensor parameters (make_module)
+        return torch.optim.Adam(model.parameters(), lr=1e-3)
+    raise SystemExit(f"--optimizer {name}: sgd|adam|zero_adam|fsdp_adam")
+
+
+def make_module(args, device, cuda, rank):
+    """DDP around the workload's model; for fsdp_adam, FSDP2's fully_shard instead, with
+    reshard_after_forward=False (FSDP's SHARD_GRAD_OP: ZeRO-2's traffic, parameters sharded
+    between steps), the model as one unit."""
+    model = make_model(args.workload).to(device)
+    if args.optimizer == "fsdp_adam":
+        from torch.distributed.fsdp import fully_shard
+        return fully_shard(model, reshard_after_forward=False)
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank] if cuda else None)
 
 
 def worker(rank, args, port, queue):
@@ -47,8 +60,7 @@ def worker(rank, args, port, queue):
     torch.set_num_threads(1)
     torch.manual_seed(0)
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    model = torch.nn.parallel.DistributedDataParallel(
-        make_model(args.workload).to(device), device_ids=[rank] if cuda else None)
+    model = make_module(args, device, cuda, rank)
     optimizer = make_optimizer(args.optimizer, model)
     x, y = make_batch(args.workload)
     x, y = x.to(device), y.to(device)
@@ -78,7 +90,9 @@ def worker(rank, args, port, queue):
               "steps_per_s": steps_per_s, "peak_rss_mb": rss.item()}
     if args.optimizer != "sgd":
         local = optimizer.optim if args.optimizer == "zero_adam" else optimizer
-        mine = sum(t.nbytes for state in local.state.values() for t in state.values()
+        # A DTensor's own shard (fsdp_adam's state).
+        mine = sum((t.to_local() if hasattr(t, "to_local") else t).nbytes
+                   for state in local.state.values() for t in state.values()
                    if torch.is_tensor(t))
         every = [None] * args.nprocs
         dist.all_gather_object(every, mine)
@@ -96,7 +110,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--nprocs", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (nccl)")
-    parser.add_argument("--optimizer", default="sgd", help="sgd, adam or zero_adam")
+    parser.add_argument("--optimizer", default="sgd", help="sgd, adam, zero_adam or fsdp_adam")
     args = parser.parse_args()
     with socket.socket() as probe:  # the usual free-port probe
         probe.bind(("127.0.0.1", 0))

@@ -1,18 +1,31 @@
-"""tools/bench --zero: ZeRO stage 1 against torch's ZeroRedundancyOptimizer.
+"""tools/bench --sharded (or --zero): ZeRO stages 1 and 2 against torch's.
 
-For each workload (mlp, gpt) and rank count (2, 4): DDP with Adam and with Adam sharded by
-ZeroRedundancyOptimizer, ddpspawn's (ddpspawn_bench --optimizer) and torch's (reference_ddp.py
---optimizer, mp.spawn + DDP + torch.distributed.optim.ZeroRedundancyOptimizer), in interleaved
-rounds. Reports each rank's optimizer state bytes (the largest rank's, as a share of unsharded
-Adam's) and steps/s with sharding against without, for both. The state bytes are deterministic
-(taken from the first round); steps/s are medians.
+For each workload (mlp, gpt) and rank count (2, 4), in interleaved rounds, with Adam:
+  ddpspawn (ddpspawn_bench --optimizer): DDP (adam), ZeRO-1 (zero_adam: ZeroRedundancyOptimizer
+    after DDP's all-reduce), ZeRO-2 (shard_grad_op_adam: the reducer's reduce-scatter and
+    ShardGradOpOptimizer);
+  torch (reference_ddp.py --optimizer, mp.spawn): DDP (adam), ZeroRedundancyOptimizer (zero_adam),
+    FSDP2's fully_shard with reshard_after_forward=False (fsdp_adam: SHARD_GRAD_OP, the model as
+    one unit; unlike ddpspawn's it also keeps the parameters sharded between steps).
+Reports each rank's optimizer state bytes, steps/s (median), the peak RSS of the largest rank
+(both sides: getrusage's, which counts LibTorch's code and the shared memory a rank touched) and,
+for ddpspawn, each rank's peak tensor bytes (tensor_memory.h's count, from the model's creation
+on). State bytes and peaks come from the first round.
 """
 import statistics
 
 from bench_runs import DDPSPAWN, REFERENCE, run
 from models_sweep import steps_for
 
-VARIANTS = ("ddpspawn_adam", "ddpspawn_zero", "torch_adam", "torch_zero")
+# Variant: (side, --optimizer).
+VARIANTS = {
+    "ddpspawn_adam": ("ddpspawn", "adam"),
+    "ddpspawn_zero": ("ddpspawn", "zero_adam"),
+    "ddpspawn_zero2": ("ddpspawn", "shard_grad_op_adam"),
+    "torch_adam": ("torch", "adam"),
+    "torch_zero": ("torch", "zero_adam"),
+    "torch_fsdp2": ("torch", "fsdp_adam"),
+}
 
 
 def measure_zero(python, workloads, nprocs_list, rounds, steps, warmup):
@@ -23,34 +36,40 @@ def measure_zero(python, workloads, nprocs_list, rounds, steps, warmup):
             common = ["--workload", workload, "--mode", "ddp", "--steps", str(n), "--warmup",
                       str(w), "--nprocs", str(nprocs)]
             commands = {
-                "ddpspawn_adam": [DDPSPAWN] + common + ["--optimizer", "adam"],
-                "ddpspawn_zero": [DDPSPAWN] + common + ["--optimizer", "zero_adam"],
-                "torch_adam": [python, REFERENCE] + common + ["--optimizer", "adam"],
-                "torch_zero": [python, REFERENCE] + common + ["--optimizer", "zero_adam"],
-            }
+                variant: ([DDPSPAWN] if side == "ddpspawn" else [python, REFERENCE]) + common
+                + ["--optimizer", optimizer]
+                for variant, (side, optimizer) in VARIANTS.items()}
             runs = {k: [] for k in VARIANTS}
             for _ in range(rounds):
                 for variant in VARIANTS:
                     runs[variant].append(run(commands[variant]))
             entry = {"workload": workload, "nprocs": nprocs, "steps": n, "warmup": w}
             for variant in VARIANTS:
+                first = runs[variant][0]
                 entry[variant] = {
                     "steps_per_s": statistics.median(r["steps_per_s"] for r in runs[variant]),
-                    "optimizer_state_bytes": runs[variant][0]["optimizer_state_bytes"],
+                    "optimizer_state_bytes": first["optimizer_state_bytes"],
+                    "peak_rss_mb": first["peak_rss_mb"],
                 }
-            for side in ("ddpspawn", "torch"):
+                if "peak_tensor_bytes" in first:
+                    entry[variant]["peak_tensor_bytes"] = first["peak_tensor_bytes"]
+            for side, stages in (("ddpspawn", ("zero", "zero2")), ("torch", ("zero", "fsdp2"))):
                 full = max(entry[side + "_adam"]["optimizer_state_bytes"])
-                sharded = entry[side + "_zero"]["optimizer_state_bytes"]
-                entry[side + "_ratios"] = {
-                    "largest_shard_vs_unsharded": max(sharded) / full,
-                    "smallest_shard_vs_unsharded": min(sharded) / full,
-                    "steps_per_s_zero_vs_adam": entry[side + "_zero"]["steps_per_s"]
-                    / entry[side + "_adam"]["steps_per_s"],
-                }
+                ratios = {}
+                for stage in stages:
+                    sharded = entry[f"{side}_{stage}"]["optimizer_state_bytes"]
+                    ratios[f"{stage}_largest_shard_vs_unsharded"] = max(sharded) / full
+                    ratios[f"steps_per_s_{stage}_vs_adam"] = (
+                        entry[f"{side}_{stage}"]["steps_per_s"] / entry[side + "_adam"]["steps_per_s"])
+                entry[side + "_ratios"] = ratios
             entry["largest_shard_vs_torchs"] = (max(entry["ddpspawn_zero"]["optimizer_state_bytes"])
                                                 / max(entry["torch_zero"]["optimizer_state_bytes"]))
             entry["zero_steps_per_s_vs_torchs"] = (entry["ddpspawn_zero"]["steps_per_s"]
                                                    / entry["torch_zero"]["steps_per_s"])
+            entry["zero2_steps_per_s_vs_fsdp2"] = (entry["ddpspawn_zero2"]["steps_per_s"]
+                                                   / entry["torch_fsdp2"]["steps_per_s"])
+            entry["zero2_peak_rss_vs_fsdp2"] = (entry["ddpspawn_zero2"]["peak_rss_mb"]
+                                                / entry["torch_fsdp2"]["peak_rss_mb"])
             report.append(entry)
     return report
 
@@ -58,16 +77,19 @@ def measure_zero(python, workloads, nprocs_list, rounds, steps, warmup):
 def print_zero(report):
     if not report:
         return
-    print("ZeRO stage 1 (Adam): optimizer state per rank and steps/s, ddpspawn vs torch")
-    print("%-6s %5s  %-28s %-28s %12s %12s %10s" % (
-        "model", "ranks", "ddpspawn state MB by rank", "torch state MB by rank",
-        "zero/adam us", "zero/adam th", "us/torch"))
+    print("ZeRO-1 and ZeRO-2 (Adam): per-rank optimizer state, steps/s and peak memory, "
+          "ddpspawn vs torch")
+    print("%-6s %5s  %-8s %-24s %10s %10s %-26s" % (
+        "model", "ranks", "variant", "state MB by rank", "steps/s", "rss MB", "peak tensor MB"))
     for e in report:
-        mb = lambda v: ",".join("%.2f" % (b / 1e6) for b in e[v]["optimizer_state_bytes"])  # noqa
-        print("%-6s %5d  %-28s %-28s %12.2f %12.2f %10.2f" % (
-            e["workload"], e["nprocs"], mb("ddpspawn_zero"), mb("torch_zero"),
-            e["ddpspawn_ratios"]["steps_per_s_zero_vs_adam"],
-            e["torch_ratios"]["steps_per_s_zero_vs_adam"], e["zero_steps_per_s_vs_torchs"]))
-        print("%-6s %5s  unsharded: %.2f MB (ddpspawn), %.2f MB (torch)" % (
-            "", "", max(e["ddpspawn_adam"]["optimizer_state_bytes"]) / 1e6,
-            max(e["torch_adam"]["optimizer_state_bytes"]) / 1e6))
+        for variant in VARIANTS:
+            v = e[variant]
+            mb = ",".join("%.2f" % (b / 1e6) for b in v["optimizer_state_bytes"])
+            peak = ",".join("%.2f" % (b / 1e6) for b in v.get("peak_tensor_bytes", []))
+            print("%-6s %5d  %-14s %-24s %10.2f %10.1f %-26s" % (
+                e["workload"], e["nprocs"], variant, mb, v["steps_per_s"], v["peak_rss_mb"],
+                peak or "-"))
+        print("%-6s %5s  ddpspawn ZeRO-2 vs torch FSDP2: steps/s %.2fx, peak RSS %.2fx; "
+              "ZeRO-1 vs torch's: steps/s %.2fx" % (
+                  "", "", e["zero2_steps_per_s_vs_fsdp2"], e["zero2_peak_rss_vs_fsdp2"],
+                  e["zero_steps_per_s_vs_torchs"]))
