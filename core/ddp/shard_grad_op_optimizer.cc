@@ -46,8 +46,7 @@ std::vector<at::Tensor> Members(const std::vector<at::Tensor>& all,
 ShardGradOpOptimizer::ShardGradOpOptimizer(const std::vector<OptimizerParamGroup>& groups,
                                            std::unique_ptr<torch::optim::OptimizerOptions> defaults,
                                            OptimizerFactory make, DistributedDataParallel& ddp)
-    : ShardedOptimizer(groups, std::move(defaults), &ddp.group(), kWho),
-      make_(std::move(make)),
+    : ShardedOptimizer(groups, std::move(defaults), std::move(make), &ddp.group(), kWho),
       reducer_(&ddp.reducer()) {}
 
 absl::StatusOr<std::unique_ptr<ShardGradOpOptimizer>> ShardGradOpOptimizer::Create(
@@ -211,21 +210,13 @@ absl::Status ShardGradOpOptimizer::ConsolidateStateDict(int to) {
     }));
     full->state()[parameters[i].unsafeGetTensorImpl()] = std::move(whole);
   }
-  for (size_t g = 0; g < param_groups_.size(); ++g) {
-    full->param_groups()[g].set_options(param_groups_[g].options().clone());
-  }
-  consolidated_ = std::move(full);
+  KeepConsolidated(std::move(full));
   return absl::OkStatus();
 }
 
 void ShardGradOpOptimizer::load(torch::serialize::InputArchive& archive) {
-  absl::StatusOr<std::unique_ptr<Optimizer>> made = make_();
-  TORCH_CHECK(made.ok(), made.status().ToString());
-  std::unique_ptr<Optimizer> full = *std::move(made);
-  full->load(archive);
-  const absl::Status adopted = AdoptState(*full);
+  const absl::Status adopted = AdoptState(*LoadUnsharded(archive));
   TORCH_CHECK(adopted.ok(), adopted.ToString());
-  consolidated_.reset();
 }
 
 }  // namespace ddpspawn

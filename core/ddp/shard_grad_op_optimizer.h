@@ -64,7 +64,6 @@ class ShardGradOpOptimizer : public ShardedOptimizer {
   absl::Status AdoptState(const torch::optim::Optimizer& full);
   absl::Status AllGatherParameters();
 
-  OptimizerFactory make_;
   Reducer* reducer_;
   std::vector<at::Tensor> rows_;  // per parameter of param_groups(): the reducer's shard parameter
   int64_t shard_elements_ = 0;

@@ -20,8 +20,9 @@ namespace ddpspawn {
 
 ShardedOptimizer::ShardedOptimizer(const std::vector<torch::optim::OptimizerParamGroup>& groups,
                                    std::unique_ptr<torch::optim::OptimizerOptions> defaults,
-                                   ProcessGroup* group, absl::string_view who)
-    : Optimizer(groups, std::move(defaults)), group_(group), who_(who) {}
+                                   OptimizerFactory make, ProcessGroup* group,
+                                   absl::string_view who)
+    : Optimizer(groups, std::move(defaults)), make_(std::move(make)), group_(group), who_(who) {}
 
 at::Tensor ShardedOptimizer::step(LossClosure closure) {
   at::Tensor loss;
@@ -69,6 +70,23 @@ absl::StatusOr<std::vector<std::string>> ShardedOptimizer::GatherShardStates(
   }));
   // Every rank receives every shard (the group gathers bytes to all), but only `to` keeps them.
   return group_->AllGatherBytes(mine);
+}
+
+void ShardedOptimizer::KeepConsolidated(std::unique_ptr<torch::optim::Optimizer> full) {
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    full->param_groups()[g].set_options(param_groups_[g].options().clone());
+  }
+  consolidated_ = std::move(full);
+}
+
+std::unique_ptr<torch::optim::Optimizer> ShardedOptimizer::LoadUnsharded(
+    torch::serialize::InputArchive& archive) {
+  absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> made = make_();
+  TORCH_CHECK(made.ok(), made.status().ToString());
+  std::unique_ptr<torch::optim::Optimizer> full = *std::move(made);
+  full->load(archive);
+  consolidated_.reset();
+  return full;
 }
 
 absl::Status MapOptimizerStateTensors(torch::optim::OptimizerParamState& state,

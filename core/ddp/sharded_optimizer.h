@@ -56,17 +56,24 @@ class ShardedOptimizer : public torch::optim::Optimizer {
   virtual ProcessGroup* gradient_shard_group() const = 0;
 
  protected:
-  // `who` names the subclass in messages.
+  // `make` makes the unsharded optimizer; `who` names the subclass in messages.
   ShardedOptimizer(const std::vector<torch::optim::OptimizerParamGroup>& groups,
-                   std::unique_ptr<torch::optim::OptimizerOptions> defaults, ProcessGroup* group,
-                   absl::string_view who);
+                   std::unique_ptr<torch::optim::OptimizerOptions> defaults, OptimizerFactory make,
+                   ProcessGroup* group, absl::string_view who);
   // Copies the base groups' options (what a scheduler set) onto `shard`'s groups and steps it.
   absl::Status StepShard(torch::optim::Optimizer& shard);
   // ConsolidateStateDict's first half: checks `to`, forgets the last consolidation, and gathers
   // every rank's `shard` state, serialized (a collective).
   absl::StatusOr<std::vector<std::string>> GatherShardStates(const torch::optim::Optimizer& shard,
                                                              int to);
+  // ConsolidateStateDict's end: `full` (the unsharded state, rebuilt) takes the base groups'
+  // options and is what save() writes.
+  void KeepConsolidated(std::unique_ptr<torch::optim::Optimizer> full);
+  // load()'s start: a new unsharded optimizer that has read `archive` (throws c10::Error on an
+  // error, as load() does), and no consolidation any more.
+  std::unique_ptr<torch::optim::Optimizer> LoadUnsharded(torch::serialize::InputArchive& archive);
 
+  const OptimizerFactory make_;
   ProcessGroup* const group_;
   const std::string who_;
   // The unsharded optimizer that ConsolidateStateDict() filled (on its `to`).

@@ -49,8 +49,8 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
     const std::vector<OptimizerParamGroup>& groups,
     std::unique_ptr<torch::optim::OptimizerOptions> defaults, OptimizerFactory make,
     ProcessGroup* group)
-    : ShardedOptimizer(groups, std::move(defaults), group, "ZeroRedundancyOptimizer"),
-      make_(std::move(make)) {}
+    : ShardedOptimizer(groups, std::move(defaults), std::move(make), group,
+                       "ZeroRedundancyOptimizer") {}
 
 absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> ZeroRedundancyOptimizer::Create(
     OptimizerFactory make, ProcessGroup* group) {
@@ -157,18 +157,12 @@ absl::Status ZeroRedundancyOptimizer::ConsolidateStateDict(int to) {
           return absl::OkStatus();
         }));
   }
-  for (size_t g = 0; g < param_groups_.size(); ++g) {
-    full->param_groups()[g].set_options(param_groups_[g].options().clone());
-  }
-  consolidated_ = std::move(full);
+  KeepConsolidated(std::move(full));
   return absl::OkStatus();
 }
 
 void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
-  absl::StatusOr<std::unique_ptr<Optimizer>> made = make_();
-  TORCH_CHECK(made.ok(), made.status().ToString());
-  std::unique_ptr<Optimizer> full = *std::move(made);
-  full->load(archive);
+  std::unique_ptr<Optimizer> full = LoadUnsharded(archive);
   const std::vector<at::Tensor> parameters = AllParameters(*this);
   shard_->state().clear();
   for (size_t i = 0; i < parameters.size(); ++i) {
@@ -181,7 +175,6 @@ void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
     param_groups_[g].set_options(full->param_groups()[g].options().clone());
     shard_->param_groups()[g].set_options(full->param_groups()[g].options().clone());
   }
-  consolidated_.reset();
 }
 
 }  // namespace ddpspawn

@@ -64,7 +64,6 @@ class ZeroRedundancyOptimizer : public ShardedOptimizer {
   absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeShard(int rank) const;
   absl::Status AllGatherParameters();
 
-  OptimizerFactory make_;
   std::vector<int> owners_;
   std::vector<int64_t> elements_per_rank_;
   int64_t shard_elements_ = 0;
