@@ -5,7 +5,6 @@
 #include <ATen/ATen.h>
 #include <torch/serialize/archive.h>
 
-#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -170,14 +169,7 @@ absl::Status ShardGradOpOptimizer::ConsolidateStateDict(int to) {
   for (int r = 0; r < world; ++r) {
     for (const at::Tensor& p : parameters) rows_of[r].push_back(OwnedRows(p.detach(), r, world));
     ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> shard, MakeShard(rows_of[r]));
-    RETURN_IF_ERROR(
-        StatusOnException(absl::StrCat("ShardGradOpOptimizer: rank ", r, "'s state"), [&] {
-          torch::serialize::InputArchive archive;
-          std::istringstream bytes(shards[r]);
-          archive.load_from(bytes);
-          shard->load(archive);
-          return absl::OkStatus();
-        }));
+    RETURN_IF_ERROR(LoadShardState(*shard, shards[r], r));
     loaded.push_back(std::move(shard));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> full, make_());

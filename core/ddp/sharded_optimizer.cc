@@ -72,6 +72,17 @@ absl::StatusOr<std::vector<std::string>> ShardedOptimizer::GatherShardStates(
   return group_->AllGatherBytes(mine);
 }
 
+absl::Status ShardedOptimizer::LoadShardState(torch::optim::Optimizer& shard,
+                                              const std::string& bytes, int rank) {
+  return StatusOnException(absl::StrCat(who_, ": rank ", rank, "'s state"), [&] {
+    torch::serialize::InputArchive archive;
+    std::istringstream stream(bytes);
+    archive.load_from(stream);
+    shard.load(archive);
+    return absl::OkStatus();
+  });
+}
+
 void ShardedOptimizer::KeepConsolidated(std::unique_ptr<torch::optim::Optimizer> full) {
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     full->param_groups()[g].set_options(param_groups_[g].options().clone());
@@ -89,17 +100,25 @@ std::unique_ptr<torch::optim::Optimizer> ShardedOptimizer::LoadUnsharded(
   return full;
 }
 
+namespace {
+
+// Adam's and AdamW's states: the same three tensors in two types.
+template <typename AdamState, typename Apply>
+void MapAdamState(AdamState& state, const Apply& apply) {
+  state.exp_avg(apply(state.exp_avg()));
+  state.exp_avg_sq(apply(state.exp_avg_sq()));
+  state.max_exp_avg_sq(apply(state.max_exp_avg_sq()));
+}
+
+}  // namespace
+
 absl::Status MapOptimizerStateTensors(torch::optim::OptimizerParamState& state,
                                       const std::function<at::Tensor(const at::Tensor&)>& map) {
   auto apply = [&map](const at::Tensor& t) { return t.defined() ? map(t) : t; };
   if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(&state)) {
-    adam->exp_avg(apply(adam->exp_avg()));
-    adam->exp_avg_sq(apply(adam->exp_avg_sq()));
-    adam->max_exp_avg_sq(apply(adam->max_exp_avg_sq()));
+    MapAdamState(*adam, apply);
   } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(&state)) {
-    adamw->exp_avg(apply(adamw->exp_avg()));
-    adamw->exp_avg_sq(apply(adamw->exp_avg_sq()));
-    adamw->max_exp_avg_sq(apply(adamw->max_exp_avg_sq()));
+    MapAdamState(*adamw, apply);
   } else if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(&state)) {
     sgd->momentum_buffer(apply(sgd->momentum_buffer()));
   } else if (auto* rms = dynamic_cast<torch::optim::RMSpropParamState*>(&state)) {

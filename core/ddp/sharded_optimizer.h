@@ -66,6 +66,9 @@ class ShardedOptimizer : public torch::optim::Optimizer {
   // every rank's `shard` state, serialized (a collective).
   absl::StatusOr<std::vector<std::string>> GatherShardStates(const torch::optim::Optimizer& shard,
                                                              int to);
+  // Reads rank `rank`'s serialized shard state (from GatherShardStates) into `shard`, an optimizer
+  // over that rank's part of the parameters.
+  absl::Status LoadShardState(torch::optim::Optimizer& shard, const std::string& bytes, int rank);
   // ConsolidateStateDict's end: `full` (the unsharded state, rebuilt) takes the base groups'
   // options and is what save() writes.
   void KeepConsolidated(std::unique_ptr<torch::optim::Optimizer> full);

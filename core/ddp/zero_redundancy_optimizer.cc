@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <iterator>
 #include <numeric>
-#include <sstream>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -147,15 +146,8 @@ absl::Status ZeroRedundancyOptimizer::ConsolidateStateDict(int to) {
   RETURN_IF_ERROR(CheckSameParameters(*this, *full, "ZeroRedundancyOptimizer"));
   for (int rank = 0; rank < group_->world_size(); ++rank) {
     ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> shard, MakeShard(rank));
-    RETURN_IF_ERROR(
-        StatusOnException(absl::StrCat("ZeroRedundancyOptimizer: rank ", rank, "'s state"), [&] {
-          torch::serialize::InputArchive archive;
-          std::istringstream bytes(shards[rank]);
-          archive.load_from(bytes);
-          shard->load(archive);
-          for (auto& [key, state] : shard->state()) full->state()[key] = std::move(state);
-          return absl::OkStatus();
-        }));
+    RETURN_IF_ERROR(LoadShardState(*shard, shards[rank], rank));
+    for (auto& [key, state] : shard->state()) full->state()[key] = std::move(state);
   }
   KeepConsolidated(std::move(full));
   return absl::OkStatus();

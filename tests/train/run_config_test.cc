@@ -397,36 +397,37 @@ TEST(RunConfigTest, NonFiniteDataIsRefusedNamingTheFile) {
   EXPECT_THAT(status.message(), HasSubstr(csv + ":2: column 3: \"nan\" is not a finite number"));
 }
 
+// A fit of the built-in MLP with `extra` options.
+absl::StatusOr<RunConfig> FitWith(const RunOptions& extra) {
+  RunOptions options = {{"model", "mlp:4,16,3"}, {"train", "train.csv"}};
+  options.insert(options.end(), extra.begin(), extra.end());
+  return ParseRunConfig("fit", options);
+}
+
 TEST(RunConfigTest, PostLocalSgdOptionsGoTogether) {
-  const RunOptions base = {{"model", "mlp:4,16,3"}, {"train", "train.csv"}};
-  auto with = [&](RunOptions extra) {
-    RunOptions options = base;
-    options.insert(options.end(), extra.begin(), extra.end());
-    return ParseRunConfig("fit", options);
-  };
-  EXPECT_THAT(with({{"model_averaging_period", "4"}}).status().message(),
+  EXPECT_THAT(FitWith({{"model_averaging_period", "4"}}).status().message(),
               HasSubstr("model_averaging_period is ddp_comm_hook post_localsgd's; this run's "
                         "hook is allreduce"));
-  EXPECT_THAT(with({{"ddp_comm_hook", "powersgd"}, {"post_local_gradient_allreduce", "false"}})
+  EXPECT_THAT(FitWith({{"ddp_comm_hook", "powersgd"}, {"post_local_gradient_allreduce", "false"}})
                   .status()
                   .message(),
               HasSubstr("post_local_gradient_allreduce is ddp_comm_hook post_localsgd's"));
-  EXPECT_THAT(with({{"ddp_comm_hook", "post_localsgd"}}).status().message(),
+  EXPECT_THAT(FitWith({{"ddp_comm_hook", "post_localsgd"}}).status().message(),
               HasSubstr("post_localsgd needs model_averaging_period"));
-  EXPECT_THAT(with({{"ddp_comm_hook", "post_localsgd"},
-                    {"model_averaging_period", "4"},
-                    {"zero_redundancy_optimizer", "true"}})
+  EXPECT_THAT(FitWith({{"ddp_comm_hook", "post_localsgd"},
+                       {"model_averaging_period", "4"},
+                       {"zero_redundancy_optimizer", "true"}})
                   .status()
                   .message(),
               HasSubstr("do not combine"));
-  EXPECT_THAT(with({{"ddp_comm_hook", "post_localsgd"}, {"model_averaging_period", "0"}})
+  EXPECT_THAT(FitWith({{"ddp_comm_hook", "post_localsgd"}, {"model_averaging_period", "0"}})
                   .status()
                   .message(),
               HasSubstr("model_averaging_period"));
-  absl::StatusOr<RunConfig> config = with({{"ddp_comm_hook", "post_localsgd"},
-                                           {"model_averaging_period", "4"},
-                                           {"post_localsgd_start_iteration", "8"},
-                                           {"post_local_gradient_allreduce", "false"}});
+  absl::StatusOr<RunConfig> config = FitWith({{"ddp_comm_hook", "post_localsgd"},
+                                              {"model_averaging_period", "4"},
+                                              {"post_localsgd_start_iteration", "8"},
+                                              {"post_local_gradient_allreduce", "false"}});
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->ddp_comm_hook, CommHookKind::kPostLocalSgd);
   EXPECT_EQ(config->model_averaging_period, 4);
@@ -435,28 +436,23 @@ TEST(RunConfigTest, PostLocalSgdOptionsGoTogether) {
 }
 
 TEST(RunConfigTest, ShardGradOpRefusesWhatWouldNotShard) {
-  const RunOptions base = {{"model", "mlp:4,16,3"}, {"train", "train.csv"}};
-  auto with = [&](RunOptions extra) {
-    RunOptions options = base;
-    options.insert(options.end(), extra.begin(), extra.end());
-    return ParseRunConfig("fit", options);
-  };
-  absl::StatusOr<RunConfig> config = with({{"sharding_strategy", "shard_grad_op"}});
+  absl::StatusOr<RunConfig> config = FitWith({{"sharding_strategy", "shard_grad_op"}});
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->sharding_strategy, ShardingStrategy::kShardGradOp);
-  EXPECT_THAT(with({{"sharding_strategy", "shard_grad_op"}, {"zero_redundancy_optimizer", "true"}})
-                  .status()
-                  .message(),
-              HasSubstr("shard_grad_op shards the optimizer state already"));
-  EXPECT_THAT(with({{"sharding_strategy", "shard_grad_op"}, {"ddp_comm_hook", "powersgd"}})
+  EXPECT_THAT(
+      FitWith({{"sharding_strategy", "shard_grad_op"}, {"zero_redundancy_optimizer", "true"}})
+          .status()
+          .message(),
+      HasSubstr("shard_grad_op shards the optimizer state already"));
+  EXPECT_THAT(FitWith({{"sharding_strategy", "shard_grad_op"}, {"ddp_comm_hook", "powersgd"}})
                   .status()
                   .message(),
               HasSubstr("the communication hook 'powersgd' cannot run on it"));
-  EXPECT_THAT(with({{"sharding_strategy", "shard_grad_op"}, {"ddp_comm_wrapper", "bf16"}})
+  EXPECT_THAT(FitWith({{"sharding_strategy", "shard_grad_op"}, {"ddp_comm_wrapper", "bf16"}})
                   .status()
                   .message(),
               HasSubstr("'bf16_compress_wrapper' cannot run on it"));
-  const absl::Status full = with({{"sharding_strategy", "full_shard"}}).status();
+  const absl::Status full = FitWith({{"sharding_strategy", "full_shard"}}).status();
   EXPECT_THAT(full.message(), HasSubstr("full_shard (parameters sharded too) is not implemented"));
 }
 
