@@ -272,6 +272,19 @@ absl::Status Reducer::InstallAutogradHooks() {
   return absl::OkStatus();
 }
 
+absl::Status Reducer::DetachShardParameters() {
+  if (!options_.shard_gradients) {
+    return absl::FailedPreconditionError("DetachShardParameters needs shard_gradients");
+  }
+  for (at::Tensor& rows : shard_parameters_) {
+    at::Tensor own = rows.detach().clone();
+    own.requires_grad_(true);
+    rows = std::move(own);
+  }
+  shard_parameters_detached_ = true;
+  return absl::OkStatus();
+}
+
 at::Tensor& Reducer::GradientOf(size_t index) {
   return autograd_mode_ ? tensors_[index].mutable_grad() : tensors_[index];
 }

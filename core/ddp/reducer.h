@@ -137,6 +137,12 @@ class Reducer {
   // synchronized Finalize() sets to the averaged rows (left undefined for a parameter no rank used,
   // with find_unused_parameters or static_graph). Empty without shard_gradients.
   const std::vector<at::Tensor>& shard_parameters() const { return shard_parameters_; }
+  // shard_gradients, before training: each shard parameter becomes a copy of its rows with storage
+  // of its own (still a leaf), so that the parameters' storage can be freed (full_shard.h).
+  // FailedPrecondition without shard_gradients.
+  absl::Status DetachShardParameters();
+  // Whether DetachShardParameters() ran: the shard parameters no longer alias the parameters.
+  bool shard_parameters_detached() const { return shard_parameters_detached_; }
   size_t bucket_count() const { return buckets_.size(); }
   const std::vector<size_t>& bucket_members(size_t bucket) const {
     return buckets_[bucket].members;
@@ -181,7 +187,8 @@ class Reducer {
 
   ProcessGroup* const group_;
   std::vector<at::Tensor> tensors_;
-  std::vector<at::Tensor> shard_parameters_;  // shard_gradients only; fixed at creation
+  std::vector<at::Tensor> shard_parameters_;  // shard_gradients only; set before training
+  bool shard_parameters_detached_ = false;
   const ReducerOptions options_;
   const bool autograd_mode_;
   // The layout is fixed at creation; each bucket's pending count, reduction and buffer contents

@@ -81,7 +81,12 @@ absl::StatusOr<std::unique_ptr<ShardGradOpOptimizer>> ShardGradOpOptimizer::Crea
   }
   ASSIGN_OR_RETURN(sharded->shard_, sharded->MakeShard(sharded->rows_));
   RETURN_IF_ERROR(sharded->AdoptState(*full));  // Adagrad made its state when it was built
-  // Gathered in buckets of the reducer's size: one bucket of whole parameters at a time.
+  // Gathered in buckets of the reducer's size: one bucket of whole parameters at a time (not under
+  // full_shard, whose units gather them).
+  if (reducer.shard_parameters_detached()) {
+    sharded->stepped_after_ = reducer.synchronized_backwards();
+    return sharded;
+  }
   const auto cap = static_cast<size_t>(reducer.options().bucket_cap_mb * 1024 * 1024);
   sharded->gather_buckets_ = AssignBuckets(parameters, cap, cap);
   for (const std::vector<size_t>& bucket : sharded->gather_buckets_) {
@@ -130,6 +135,9 @@ absl::Status ShardGradOpOptimizer::Step() {
   }
   stepped_after_ = backwards;
   RETURN_IF_ERROR(StepShard(*shard_));
+  // Under full_shard the rows stepped are the only copy of the parameters between steps: the next
+  // forward gathers them (full_shard.h).
+  if (reducer_->shard_parameters_detached()) return absl::OkStatus();
   return AllGatherParameters();
 }
 
@@ -162,12 +170,15 @@ absl::Status ShardGradOpOptimizer::ConsolidateStateDict(int to) {
   const int world = group_->world_size();
   if (group_->rank() != to) return absl::OkStatus();
   const std::vector<at::Tensor> parameters = AllParameters(*this);
-  // Every rank's shard, loaded into an optimizer over that rank's rows (views of the whole
-  // parameters every rank holds).
+  // Every rank's shard, loaded into an optimizer over that rank's rows (shaped only: on the meta
+  // device, as the parameters may be freed under full_shard).
   std::vector<std::unique_ptr<Optimizer>> loaded;
   std::vector<std::vector<at::Tensor>> rows_of(world);
   for (int r = 0; r < world; ++r) {
-    for (const at::Tensor& p : parameters) rows_of[r].push_back(OwnedRows(p.detach(), r, world));
+    for (const at::Tensor& p : parameters) {
+      rows_of[r].push_back(
+          OwnedRows(at::empty(p.sizes(), p.options().device(at::kMeta)), r, world));
+    }
     ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> shard, MakeShard(rows_of[r]));
     RETURN_IF_ERROR(LoadShardState(*shard, shards[r], r));
     loaded.push_back(std::move(shard));

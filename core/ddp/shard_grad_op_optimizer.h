@@ -37,7 +37,8 @@ class ShardGradOpOptimizer : public ShardedOptimizer {
   static absl::StatusOr<std::unique_ptr<ShardGradOpOptimizer>> Create(OptimizerFactory make,
                                                                       DistributedDataParallel& ddp);
 
-  // Steps this rank's rows with the base groups' options, then all-gathers every rank's rows. A
+  // Steps this rank's rows with the base groups' options, then all-gathers every rank's rows (not
+  // under full_shard, whose next forward gathers them: Reducer::shard_parameters_detached()). A
   // collective. FailedPrecondition when no synchronized backward ran since the last step (under
   // no_sync the gradients are not reduced yet: step after the backward that ends the accumulation).
   absl::Status Step() override;

@@ -1,12 +1,13 @@
 // The sharded optimizers in real 2-, 3- and 4-rank jobs (tests/ddp/zero_worker), over each of
 // torch::optim's SGD (momentum), Adam, AdamW, RMSprop and Adagrad: ZeRO-1's ZeroRedundancyOptimizer
-// and ZeRO-2's shard_grad_op (the reducer's reduce-scatter with a ShardGradOpOptimizer), plain and
+// ZeRO-2's shard_grad_op (the reducer's reduce-scatter with a ShardGradOpOptimizer) and ZeRO-3's
+// full_shard (FullShard, each Linear a unit, with and without reshard_after_forward), plain and
 // with gradient accumulation and clipping by the global norm. Each gives the weights of DDP with
 // the unsharded optimizer, each rank holds only its shard of the state (and, with shard_grad_op, of
-// the gradients), and a consolidated state resumes both a plain optimizer and a sharded one.
-// (Adagrad makes its state when it is built: before ZeRO-1's shard dropped the others' state, every
-// rank held all of it, and a consolidation took the last rank's fresh state for every other rank's
-// parameters.)
+// the gradients; with full_shard, of the parameters too, whole only one unit at a time), and a
+// consolidated state resumes both a plain optimizer and a sharded one. (Adagrad makes its state
+// when it is built: before ZeRO-1's shard dropped the others' state, every rank held all of it, and
+// a consolidation took the last rank's fresh state for every other rank's parameters.)
 #include <cstdint>
 #include <iostream>
 #include <map>
@@ -35,6 +36,8 @@ constexpr double kRmspropTolerance = 1e-5;
 // zero_worker's model: Linear(8, 32), Linear(32, 16), Linear(16, 1).
 constexpr int64_t kModelElements = 8 * 32 + 32 + 32 * 16 + 16 + 16 + 1;
 constexpr int kModelParameters = 6;
+// Its largest unit, Linear(32, 16), whole: full_shard's high-water of whole parameters.
+constexpr int64_t kLargestUnitBytes = 4 * (32 * 16 + 16);
 // How far a measured memory may be from its formula (ZeRO's, for float32 parameters).
 constexpr double kMemoryTolerance = 0.15;
 
@@ -44,7 +47,7 @@ struct Case {
   // (SGD's momentum, RMSprop's square average, Adagrad's sum).
   int64_t state_bytes_per_element;
   int nprocs;
-  std::string stage = "zero1";  // or shard_grad_op
+  std::string stage = "zero1";  // or shard_grad_op, full_shard, full_shard_keep
   bool accumulate_clip = false;
 };
 
@@ -89,6 +92,7 @@ TEST_P(ZeroRedundancyOptimizerTest, MatchesTheUnshardedOptimizer) {
   const double tolerance = c.optimizer == "rmsprop" ? kRmspropTolerance : kTolerance;
   std::cerr << "observed: " << absl::StrJoin(fields, " ", absl::PairFormatter("=")) << "\n";
   const bool zero1 = c.stage == "zero1";
+  const bool full_shard = c.stage == "full_shard" || c.stage == "full_shard_keep";
   if (zero1) {
     EXPECT_EQ(Number(fields, "vs_ddp_diff"), 0.0);
   } else {
@@ -107,6 +111,10 @@ TEST_P(ZeroRedundancyOptimizerTest, MatchesTheUnshardedOptimizer) {
   std::vector<std::string> grad_shards = absl::StrSplit(fields["grad_shard_elements"], ',');
   std::vector<std::string> state_memory = absl::StrSplit(fields["state_memory"], ',');
   std::vector<std::string> ddp_state_memory = absl::StrSplit(fields["ddp_state_memory"], ',');
+  std::vector<std::string> whole = absl::StrSplit(fields["whole_parameter_bytes"], ',');
+  std::vector<std::string> peak_whole = absl::StrSplit(fields["peak_whole_parameter_bytes"], ',');
+  ASSERT_EQ(whole.size(), static_cast<size_t>(nprocs));
+  ASSERT_EQ(peak_whole.size(), static_cast<size_t>(nprocs));
   ASSERT_EQ(state_memory.size(), static_cast<size_t>(nprocs));
   ASSERT_EQ(ddp_state_memory.size(), static_cast<size_t>(nprocs));
   ASSERT_EQ(bytes.size(), static_cast<size_t>(nprocs));
@@ -127,11 +135,21 @@ TEST_P(ZeroRedundancyOptimizerTest, MatchesTheUnshardedOptimizer) {
         << "rank " << rank;
     // What stays between steps, counted by the CPU allocator and the shared-memory buckets: DDP
     // keeps 4 bytes of parameter, 4 of gradient and K of state per element; ZeRO-1 K per element of
-    // its shard; shard_grad_op 4 of gradient and K of state per element of its rows.
+    // its shard; shard_grad_op 4 of gradient and K of state per element of its rows; full_shard 4
+    // of parameter too.
     const int64_t k = c.state_bytes_per_element;
     const double ddp_formula = static_cast<double>((8 + k) * kModelElements);
-    const double formula =
-        static_cast<double>(zero1 ? 8 * kModelElements + k * e : 4 * kModelElements + (4 + k) * e);
+    const double formula = static_cast<double>(zero1        ? 8 * kModelElements + k * e
+                                               : full_shard ? (8 + k) * e
+                                                            : 4 * kModelElements + (4 + k) * e);
+    if (full_shard) {
+      // Between steps no parameter is whole; within one, one unit at a time, or all of them from
+      // forward to backward without reshard_after_forward.
+      EXPECT_EQ(whole[rank], "0") << "rank " << rank;
+      EXPECT_EQ(peak_whole[rank],
+                std::to_string(c.stage == "full_shard" ? kLargestUnitBytes : 4 * kModelElements))
+          << "rank " << rank;
+    }
     int64_t measured = 0, ddp_measured = 0;
     ASSERT_TRUE(absl::SimpleAtoi(state_memory[rank], &measured));
     ASSERT_TRUE(absl::SimpleAtoi(ddp_state_memory[rank], &ddp_measured));
@@ -155,7 +173,12 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"adagrad", 4, 4, "shard_grad_op"}, Case{"rmsprop", 4, 4, "shard_grad_op"},
                     Case{"sgd", 4, 3, "shard_grad_op"}, Case{"adam", 8, 2, "shard_grad_op", true},
                     Case{"adagrad", 4, 4, "shard_grad_op", true},
-                    Case{"sgd", 4, 3, "shard_grad_op", true}),
+                    Case{"sgd", 4, 3, "shard_grad_op", true}, Case{"adam", 8, 2, "full_shard"},
+                    Case{"adam", 8, 4, "full_shard"}, Case{"adamw", 8, 2, "full_shard"},
+                    Case{"adagrad", 4, 4, "full_shard"}, Case{"rmsprop", 4, 2, "full_shard"},
+                    Case{"sgd", 4, 3, "full_shard"}, Case{"adam", 8, 4, "full_shard", true},
+                    Case{"sgd", 4, 2, "full_shard", true}, Case{"adam", 8, 2, "full_shard_keep"},
+                    Case{"adagrad", 4, 4, "full_shard_keep", true}),
     [](const testing::TestParamInfo<Case>& info) {
       return info.param.stage + "_" + info.param.optimizer + "_" +
              std::to_string(info.param.nprocs) + "_ranks" +

@@ -3,9 +3,10 @@
 // with the plain optimizer on all ranks' data. Usage:
 //   zero_worker <steps> <optimizer> <stage> [accumulate_clip]
 // the optimizer one of adam, adamw, adagrad, rmsprop, sgd (with momentum); the stage zero1
-// (ZeroRedundancyOptimizer after DDP's all-reduce) or shard_grad_op (the reducer's shard_gradients
-// with a ShardGradOpOptimizer). accumulate_clip: each step accumulates two batches (the first under
-// no_sync) and clips the gradients' global norm to 0.05, everywhere. Rank 0's result,
+// (ZeroRedundancyOptimizer after DDP's all-reduce), shard_grad_op (the reducer's shard_gradients
+// with a ShardGradOpOptimizer), full_shard (FullShard, each Linear a unit) or full_shard_keep (the
+// same without reshard_after_forward). accumulate_clip: each step accumulates two batches (the
+// first under no_sync) and clips the gradients' global norm to 0.05, everywhere. Rank 0's result,
 // space-separated key=value:
 //   max_diff        the largest |parameter - reference| after <steps> steps
 //   vs_ddp_diff     the same against DDP with the plain optimizer (no sharding), on the same data
@@ -21,6 +22,9 @@
 //   state_memory    tensor bytes one model keeps between steps on each rank (parameters, gradient
 //                   buffers, optimizer state), sharded as <stage> says (tensor_memory.h's count)
 //   ddp_state_memory  the same for DDP with the plain optimizer
+//   whole_parameter_bytes  full_shard: parameter bytes whole between steps, each rank
+//   peak_whole_parameter_bytes  full_shard: the most parameter bytes whole at once in the last
+//                   step, each rank
 #include <torch/torch.h>
 
 #include <chrono>
@@ -36,6 +40,7 @@
 #include "absl/strings/str_join.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/distributed_data_parallel.h"
+#include "core/ddp/full_shard.h"
 #include "core/ddp/shard_grad_op_optimizer.h"
 #include "core/ddp/zero_redundancy_optimizer.h"
 #include "core/env/cluster_environment.h"
@@ -63,6 +68,8 @@ torch::nn::Sequential MakeNet() {
 
 struct Mode {
   bool shard_grad_op = false;
+  bool full_shard = false;  // with shard_grad_op
+  bool reshard_after_forward = true;
   bool accumulate = false;  // two batches a step, the first under no_sync
   double clip = 0;          // the gradients' global norm clipped to this (0: not clipped)
 };
@@ -74,8 +81,13 @@ std::pair<torch::Tensor, torch::Tensor> Batch(int rank, int step, int micro = 0)
   return {x, x.sum(1, true).sin()};
 }
 
-torch::Tensor Loss(torch::nn::Sequential& net, const torch::Tensor& x, const torch::Tensor& y) {
-  return torch::mse_loss(net->forward(x), y);
+// The loss of `net` on (x, y), its forward through `fsdp`'s units when given.
+torch::Tensor Loss(torch::nn::Sequential& net, const torch::Tensor& x, const torch::Tensor& y,
+                   FullShard* fsdp = nullptr) {
+  if (fsdp == nullptr) return torch::mse_loss(net->forward(x), y);
+  absl::StatusOr<torch::Tensor> out = fsdp->ForwardSequential(*net, x);
+  CheckOk(out.status(), "full_shard forward");
+  return torch::mse_loss(*out, y);
 }
 
 double MaxDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
@@ -123,19 +135,21 @@ void ReferenceStep(torch::nn::Sequential& net, torch::optim::Optimizer& optimize
   optimizer.step();
 }
 
-// One DDP step on this rank's batches with `optimizer`, a sharded one clipped over its shards.
+// One DDP step on this rank's batches with `optimizer`, a sharded one clipped over its shards; the
+// forward through `fsdp`'s units when given.
 void DdpStep(torch::nn::Sequential& net, DistributedDataParallel& ddp,
-             torch::optim::Optimizer& optimizer, int rank, int step, const Mode& mode) {
+             torch::optim::Optimizer& optimizer, int rank, int step, const Mode& mode,
+             FullShard* fsdp = nullptr) {
   optimizer.zero_grad();
   if (mode.accumulate) {
     DistributedDataParallel::NoSync local = ddp.no_sync();
     CheckOk(ddp.PrepareForward(), "prepare forward");
     auto [x, y] = Batch(rank, step, 1);
-    Loss(net, x, y).backward();
+    Loss(net, x, y, fsdp).backward();
   }
   CheckOk(ddp.PrepareForward(), "prepare forward");
   auto [x, y] = Batch(rank, step);
-  Loss(net, x, y).backward();
+  Loss(net, x, y, fsdp).backward();
   if (mode.clip > 0) {
     auto* sharded = dynamic_cast<ShardedOptimizer*>(&optimizer);
     CheckOk(sharded != nullptr ? ClipGradNorm(sharded->StepGradientHolders(), mode.clip,
@@ -152,9 +166,49 @@ OptimizerFactory OptimizerOver(const std::string& name, torch::nn::Sequential& n
   };
 }
 
-// The stage's DDP wrapper of `net` and its sharded optimizer.
-std::pair<std::unique_ptr<DistributedDataParallel>, std::unique_ptr<ShardedOptimizer>> Shard(
-    const std::string& name, torch::nn::Sequential& net, ProcessGroup& group, const Mode& mode) {
+// A stage's wrapper of a model and its sharded optimizer.
+struct Sharded {
+  std::unique_ptr<DistributedDataParallel> owned_ddp;  // not full_shard
+  std::unique_ptr<FullShard> fsdp;                     // full_shard
+  std::unique_ptr<ShardedOptimizer> optimizer;
+  DistributedDataParallel& ddp() { return fsdp ? fsdp->ddp() : *owned_ddp; }
+  void Step(torch::nn::Sequential& net, int rank, int step, const Mode& mode) {
+    DdpStep(net, ddp(), *optimizer, rank, step, mode, fsdp.get());
+  }
+  // Every parameter whole, for reading them (full_shard), until Reshard().
+  void Gather() {
+    if (fsdp) CheckOk(fsdp->GatherAll(), "gather all");
+  }
+  void Reshard() {
+    if (fsdp) CheckOk(fsdp->ReshardAll(), "reshard all");
+  }
+};
+
+// full_shard's wrapper of `net`: each Linear a unit.
+Sharded FullyShard(const std::string& name, torch::nn::Sequential& net, ProcessGroup& group,
+                   const Mode& mode) {
+  FullShardOptions options;
+  options.reshard_after_forward = mode.reshard_after_forward;
+  std::vector<std::shared_ptr<torch::nn::Module>> units;
+  for (const std::shared_ptr<torch::nn::Module>& child : net->children()) {
+    if (!child->parameters().empty()) units.push_back(child);
+  }
+  Sharded sharded;
+  absl::StatusOr<std::unique_ptr<FullShard>> fsdp =
+      FullShard::Wrap(net.ptr(), units, &group, options);
+  CheckOk(fsdp.status(), "full_shard wrap");
+  sharded.fsdp = *std::move(fsdp);
+  absl::StatusOr<std::unique_ptr<ShardGradOpOptimizer>> made =
+      sharded.fsdp->MakeOptimizer(OptimizerOver(name, net));
+  CheckOk(made.status(), "full_shard optimizer");
+  sharded.optimizer = *std::move(made);
+  return sharded;
+}
+
+// The stage's wrapper of `net` and its sharded optimizer.
+Sharded Shard(const std::string& name, torch::nn::Sequential& net, ProcessGroup& group,
+              const Mode& mode) {
+  if (mode.full_shard) return FullyShard(name, net, group, mode);
   DdpOptions options;
   options.reducer.shard_gradients = mode.shard_grad_op;
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
@@ -172,7 +226,10 @@ std::pair<std::unique_ptr<DistributedDataParallel>, std::unique_ptr<ShardedOptim
     CheckOk(made.status(), "zero");
     optimizer = *std::move(made);
   }
-  return {*std::move(ddp), std::move(optimizer)};
+  Sharded sharded;
+  sharded.owned_ddp = *std::move(ddp);
+  sharded.optimizer = std::move(optimizer);
+  return sharded;
 }
 
 // The largest difference between the state tensors of `a` and `b`, parameter by parameter.
@@ -215,12 +272,13 @@ int64_t ModelStateBytes(const std::string& name, ProcessGroup& group, const Mode
                         bool sharded) {
   const int64_t before = SettledLiveTensorBytes();
   torch::nn::Sequential net = MakeNet();
-  Mode one_batch;
-  one_batch.shard_grad_op = mode.shard_grad_op;
+  Mode one_batch = mode;
+  one_batch.accumulate = false;
+  one_batch.clip = 0;
   if (sharded) {
-    auto [ddp, optimizer] = Shard(name, net, group, one_batch);
-    DdpStep(net, *ddp, *optimizer, group.rank(), 0, one_batch);
-    optimizer->zero_grad();
+    Sharded wrapped = Shard(name, net, group, one_batch);
+    wrapped.Step(net, group.rank(), 0, one_batch);
+    wrapped.optimizer->zero_grad();
     return SettledLiveTensorBytes() - before;
   }
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
@@ -251,28 +309,34 @@ int Run(int steps, const std::string& name, const Mode& mode) {
   std::unique_ptr<torch::optim::Optimizer> reference_optimizer =
       MakeOptimizer(name, reference->parameters(), 0.01);
   torch::nn::Sequential net = MakeNet();
-  auto [ddp, zero] = Shard(name, net, group, mode);
+  Sharded wrapped = Shard(name, net, group, mode);
+  DistributedDataParallel* ddp = &wrapped.ddp();
+  ShardedOptimizer* zero = wrapped.optimizer.get();
   torch::nn::Sequential unsharded_net = MakeNet();
   absl::StatusOr<std::unique_ptr<DistributedDataParallel>> unsharded_ddp =
       DistributedDataParallel::Wrap(unsharded_net.ptr(), &group);
   CheckOk(unsharded_ddp.status(), "wrap unsharded");
   std::unique_ptr<torch::optim::Optimizer> unsharded_optimizer =
       MakeOptimizer(name, unsharded_net->parameters(), 0.01);
-  int64_t full_grads = 0, grad_shard_elements = 0;
+  int64_t full_grads = 0, grad_shard_elements = 0, peak_whole = 0;
   for (int step = 0; step < steps; ++step) {
     ReferenceStep(reference, *reference_optimizer, world, step, mode);
-    DdpStep(net, *ddp, *zero, rank, step, mode);
+    if (wrapped.fsdp) wrapped.fsdp->ResetPeakWholeParameterBytes();
+    wrapped.Step(net, rank, step, mode);
+    if (wrapped.fsdp) peak_whole = wrapped.fsdp->peak_whole_parameter_bytes();
     DdpStep(unsharded_net, **unsharded_ddp, *unsharded_optimizer, rank, step, mode);
   }
   // What the last backward left: a fresh one, since the step above consumed its gradients.
   zero->zero_grad();
   CheckOk(ddp->PrepareForward(), "prepare forward");
-  Loss(net, Batch(rank, steps).first, Batch(rank, steps).second).backward();
+  Loss(net, Batch(rank, steps).first, Batch(rank, steps).second, wrapped.fsdp.get()).backward();
   for (const torch::Tensor& p : net->parameters()) full_grads += p.grad().defined() ? 1 : 0;
+  const int64_t whole_between_steps = wrapped.fsdp ? wrapped.fsdp->WholeParameterBytes() : -1;
   for (const at::Tensor& holder : zero->StepGradientHolders()) {
     grad_shard_elements += holder.grad().defined() ? holder.grad().numel() : 0;
   }
   zero->zero_grad();
+  wrapped.Gather();
   std::vector<std::string> result;
   result.push_back(absl::StrCat("max_diff=", MaxDiff(net->parameters(), reference->parameters())));
   result.push_back(
@@ -297,9 +361,15 @@ int Run(int steps, const std::string& name, const Mode& mode) {
   result.push_back(absl::StrCat("state_memory=", FromEveryRank(group, state_memory)));
   result.push_back(absl::StrCat("ddp_state_memory=", FromEveryRank(group, ddp_state_memory)));
   result.push_back(absl::StrCat("grad_shard_elements=", FromEveryRank(group, grad_shard_elements)));
+  result.push_back(
+      absl::StrCat("whole_parameter_bytes=", FromEveryRank(group, whole_between_steps)));
+  result.push_back(absl::StrCat("peak_whole_parameter_bytes=", FromEveryRank(group, peak_whole)));
 
-  // Consolidated on rank 0, saved there, and handed to every rank.
+  // Consolidated on rank 0 (full_shard's parameters sharded meanwhile: it needs none whole), saved
+  // there, and handed to every rank.
+  wrapped.Reshard();
   CheckOk(zero->ConsolidateStateDict(0), "consolidate");
+  wrapped.Gather();
   std::string saved;
   if (rank == 0) {
     torch::serialize::OutputArchive archive;
@@ -337,18 +407,19 @@ int Run(int steps, const std::string& name, const Mode& mode) {
     for (size_t i = 0; i < net->parameters().size(); ++i)
       resumed_net->parameters()[i].copy_(net->parameters()[i]);
   }
-  auto [resumed_ddp, resumed] = Shard(name, resumed_net, group, mode);
+  Sharded resumed = Shard(name, resumed_net, group, mode);
   {
     torch::serialize::InputArchive archive;
     std::istringstream bytes(*everywhere);
     archive.load_from(bytes);
-    resumed->load(archive);
+    resumed.optimizer->load(archive);
   }
   for (int step = steps; step < steps + 3; ++step) {
     ReferenceStep(reference, *reference_optimizer, world, step, mode);
-    DdpStep(resumed_net, *resumed_ddp, *resumed, rank, step, mode);
+    resumed.Step(resumed_net, rank, step, mode);
     ReferenceStep(plain_net, *plain, world, step, mode);
   }
+  resumed.Gather();
   result.push_back(
       absl::StrCat("resumed_diff=", MaxDiff(resumed_net->parameters(), reference->parameters())));
   result.push_back(
@@ -365,13 +436,18 @@ int main(int argc, char** argv) {
   const std::string stage = argc > 3 ? argv[3] : "";
   const std::string extra = argc > 4 ? argv[4] : "";
   if (argc < 4 || argc > 5 || !absl::SimpleAtoi(argv[1], &steps) || steps < 1 ||
-      (stage != "zero1" && stage != "shard_grad_op") || (argc == 5 && extra != "accumulate_clip")) {
+      (stage != "zero1" && stage != "shard_grad_op" && stage != "full_shard" &&
+       stage != "full_shard_keep") ||
+      (argc == 5 && extra != "accumulate_clip")) {
     std::fprintf(stderr,
-                 "usage: zero_worker <steps> <optimizer> zero1|shard_grad_op [accumulate_clip]\n");
+                 "usage: zero_worker <steps> <optimizer> "
+                 "zero1|shard_grad_op|full_shard|full_shard_keep [accumulate_clip]\n");
     return 2;
   }
   ddpspawn::Mode mode;
-  mode.shard_grad_op = stage == "shard_grad_op";
+  mode.full_shard = stage == "full_shard" || stage == "full_shard_keep";
+  mode.reshard_after_forward = stage != "full_shard_keep";
+  mode.shard_grad_op = stage == "shard_grad_op" || mode.full_shard;
   mode.accumulate = extra == "accumulate_clip";
   mode.clip = mode.accumulate ? 0.05 : 0;
   return ddpspawn::Run(steps, argv[2], mode);

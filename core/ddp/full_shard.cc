@@ -1,0 +1,342 @@
+// FullShard: units built from the modules given, parameters freed and gathered in place in their
+// storage, and the autograd hooks that gather before a unit's backward and free after it (see
+// full_shard.h).
+#include "core/ddp/full_shard.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/modules/container/sequential.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/exception_status.h"
+#include "core/util/status_macros.h"
+
+namespace ddpspawn {
+
+struct FullShard::Hooks {
+  // Held strongly, as the reducer holds them: a tensor keeps only a weak reference to its own.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<uintptr_t> handles;
+};
+
+namespace {
+
+int64_t StorageBytesOf(const at::Tensor& t) { return t.numel() * t.element_size(); }
+
+// Frees `t`'s storage in place: every tensor over it (autograd's saved views included) stays, with
+// no bytes behind it, until AllocateStorage().
+void FreeStorage(const at::Tensor& t) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
+  storage->set_nbytes(0);
+}
+
+// Gives `t`'s freed storage its bytes again (uninitialized), from the allocator that made it.
+void AllocateStorage(const at::Tensor& t) {
+  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  const auto bytes = static_cast<size_t>(StorageBytesOf(t));
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+// A tensor on the meta device shaped like `t`: its rows can be taken while `t` is freed.
+at::Tensor MetaLike(const at::Tensor& t) {
+  return at::empty(t.sizes(), t.options().device(at::kMeta).requires_grad(false));
+}
+
+// OK when freeing `parameter`'s storage frees its data and nothing else's.
+absl::Status CheckOwnStorage(const at::Tensor& parameter, const std::string& name) {
+  const c10::Storage& storage = parameter.storage();
+  if (!parameter.is_contiguous() || parameter.storage_offset() != 0 ||
+      static_cast<int64_t>(storage.nbytes()) != StorageBytesOf(parameter) ||
+      storage.use_count() != 1 || storage.unsafeGetStorageImpl()->allocator() == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "full_shard: parameter '", name,
+        "' does not own its storage alone (a view, storage shared with another tensor, or memory "
+        "LibTorch did not allocate); freeing it between steps would free other data: give it its "
+        "own storage (clone it) before wrapping"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Wrap(
+    std::shared_ptr<torch::nn::Module> module,
+    const std::vector<std::shared_ptr<torch::nn::Module>>& units, ProcessGroup* group,
+    FullShardOptions options) {
+  if (module == nullptr) return absl::InvalidArgumentError("full_shard: no module");
+  if (units.empty()) return absl::InvalidArgumentError("full_shard: no units");
+  DdpOptions ddp_options = options.ddp;
+  ddp_options.reducer.shard_gradients = true;
+  auto shard = std::unique_ptr<FullShard>(new FullShard());
+  shard->module_ = module;
+  shard->group_ = group;
+  shard->options_ = options;
+  ASSIGN_OR_RETURN(shard->ddp_, DistributedDataParallel::Wrap(module, group, ddp_options));
+  Reducer& reducer = shard->ddp_->reducer();
+  RETURN_IF_ERROR(reducer.DetachShardParameters());
+
+  // Each reduced parameter goes to the innermost unit that holds it: the one holding the fewest.
+  std::unordered_map<const void*, size_t> reduced;
+  for (size_t i = 0; i < reducer.tensors().size(); ++i) {
+    reduced[reducer.tensors()[i].unsafeGetTensorImpl()] = i;
+  }
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  std::vector<size_t> owner(reducer.tensors().size(), kNone);
+  std::vector<size_t> unit_size(units.size());
+  std::vector<std::vector<size_t>> held(units.size());
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (units[u] == nullptr) return absl::InvalidArgumentError("full_shard: a unit is null");
+    for (const at::Tensor& p : units[u]->parameters(/*recurse=*/true)) {
+      auto found = reduced.find(p.unsafeGetTensorImpl());
+      if (found != reduced.end()) held[u].push_back(found->second);
+    }
+    unit_size[u] = held[u].size();
+  }
+  const auto names = module->named_parameters(/*recurse=*/true);
+  auto name_of = [&](size_t index) {
+    for (const auto& item : names) {
+      if (item.value().unsafeGetTensorImpl() == reducer.tensors()[index].unsafeGetTensorImpl()) {
+        return item.key();
+      }
+    }
+    return absl::StrCat("#", index);
+  };
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (size_t i : held[u]) {
+      if (owner[i] == kNone || unit_size[u] < unit_size[owner[i]]) {
+        owner[i] = u;
+      } else if (unit_size[u] == unit_size[owner[i]]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "full_shard: units ", owner[i], " and ", u, " both hold parameter '", name_of(i),
+            "' and neither is nested in the other (a module listed twice?)"));
+      }
+    }
+  }
+  const int world = group->world_size();
+  std::vector<Unit> built(units.size());
+  for (size_t i = 0; i < owner.size(); ++i) {
+    if (owner[i] == kNone) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("full_shard: trainable parameter '", name_of(i),
+                       "' is in no unit; list a module that holds it (the root module to "
+                       "gather it for the whole forward)"));
+    }
+    RETURN_IF_ERROR(CheckOwnStorage(reducer.tensors()[i], name_of(i)));
+    Unit& unit = built[owner[i]];
+    unit.parameters.push_back(reducer.tensors()[i].variable_data());
+    unit.shapes.push_back(MetaLike(reducer.tensors()[i]));
+    unit.shards.push_back(reducer.shard_parameters()[i]);
+    unit.gradient_indices.push_back(i);
+    unit.bytes += StorageBytesOf(reducer.tensors()[i]);
+  }
+  {
+    absl::MutexLock lock(&shard->mutex_);
+    for (size_t u = 0; u < units.size(); ++u) {
+      built[u].module = units[u].get();
+      if (!built[u].parameters.empty()) {
+        built[u].layout = std::make_unique<SectionLayout>(built[u].shapes, world);
+      }
+      built[u].whole = true;
+      shard->whole_bytes_ += built[u].bytes;
+      shard->units_.push_back(std::move(built[u]));
+      shard->Reshard(shard->units_.back());
+    }
+  }
+  RETURN_IF_ERROR(shard->InstallHooks());
+  return shard;
+}
+
+FullShard::~FullShard() {
+  if (hooks_) {
+    for (size_t i = 0; i < hooks_->accumulators.size(); ++i) {
+      hooks_->accumulators[i]->del_post_hook(hooks_->handles[i]);
+    }
+  }
+}
+
+absl::Status FullShard::InstallHooks() {
+  hooks_ = std::make_unique<Hooks>();
+  const std::vector<at::Tensor>& parameters = ddp_->reducer().tensors();
+  std::vector<size_t> unit_of(parameters.size());
+  {
+    absl::MutexLock lock(&mutex_);
+    for (size_t u = 0; u < units_.size(); ++u) {
+      for (size_t i : units_[u].gradient_indices) unit_of[i] = u;
+    }
+  }
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    std::shared_ptr<torch::autograd::Node> accumulator =
+        torch::autograd::impl::grad_accumulator(parameters[i]);
+    if (accumulator == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("parameter ", i, " is not a leaf tensor"));
+    }
+    const size_t unit = unit_of[i];
+    auto hook = std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, unit](const torch::autograd::variable_list& outputs,
+                     const torch::autograd::variable_list&) {
+          AfterGradient(unit);
+          return outputs;
+        });
+    hooks_->handles.push_back(accumulator->add_post_hook(std::move(hook)));
+    hooks_->accumulators.push_back(std::move(accumulator));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FullShard::Gather(Unit& unit) {
+  if (unit.whole) return absl::OkStatus();
+  unit.whole = true;
+  if (unit.parameters.empty()) return absl::OkStatus();
+  const int rank = group_->rank(), world = group_->world_size();
+  const int64_t section = unit.layout->section_elements();
+  at::NoGradGuard no_grad;
+  at::Tensor mine = at::zeros({section}, unit.shards[0].options().requires_grad(false));
+  std::vector<at::Tensor> views = unit.layout->Views(mine, rank, unit.shapes);
+  for (size_t i = 0; i < views.size(); ++i) views[i].copy_(unit.shards[i].detach());
+  at::Tensor all = at::empty({world * section}, mine.options());
+  if (absl::Status gathered = group_->AllGatherInto(mine, all); !gathered.ok()) {
+    unit.whole = false;
+    return absl::Status(gathered.code(),
+                        absl::StrCat("full_shard: rank ", rank, ": all-gather of unit ",
+                                     &unit - units_.data(), "'s parameters: ", gathered.message()));
+  }
+  for (const at::Tensor& p : unit.parameters) AllocateStorage(p);
+  for (int r = 0; r < world; ++r) {
+    unit.layout->Unpack(all.narrow(0, r * section, section), r, unit.parameters);
+  }
+  whole_bytes_ += unit.bytes;
+  peak_whole_bytes_ = std::max(peak_whole_bytes_, whole_bytes_);
+  return absl::OkStatus();
+}
+
+void FullShard::Reshard(Unit& unit) {
+  if (!unit.whole) return;
+  for (const at::Tensor& p : unit.parameters) FreeStorage(p);
+  whole_bytes_ -= unit.bytes;
+  unit.whole = false;
+  unit.awaiting_gradients = 0;
+}
+
+absl::StatusOr<at::Tensor> FullShard::Forward(size_t unit,
+                                              const std::function<at::Tensor()>& forward) {
+  {
+    absl::MutexLock lock(&mutex_);
+    if (unit >= units_.size()) {
+      return absl::OutOfRangeError(absl::StrCat("full_shard: unit ", unit, " of ", units_.size()));
+    }
+    RETURN_IF_ERROR(Gather(units_[unit]));
+  }
+  at::Tensor output;
+  absl::Status ran = StatusOnException(absl::StrCat("unit ", unit, "'s forward"), [&] {
+    output = forward();
+    return absl::OkStatus();
+  });
+  const bool training =
+      at::GradMode::is_enabled() && ran.ok() && output.defined() && output.requires_grad();
+  if (training) {
+    output.register_hook([this, unit](const at::Tensor&) { BeforeBackward(unit); });
+  }
+  absl::MutexLock lock(&mutex_);
+  if (!all_pinned_ && (!training || options_.reshard_after_forward)) Reshard(units_[unit]);
+  if (!ran.ok()) return ran;
+  return output;
+}
+
+absl::StatusOr<at::Tensor> FullShard::ForwardSequential(torch::nn::SequentialImpl& net,
+                                                        at::Tensor input) {
+  at::Tensor x = std::move(input);
+  for (torch::nn::AnyModule& child : net) {
+    absl::StatusOr<size_t> unit = UnitOf(*child.ptr());
+    if (unit.ok()) {
+      ASSIGN_OR_RETURN(x, Forward(*unit, [&child, &x] { return child.forward(x); }));
+    } else {
+      RETURN_IF_ERROR(StatusOnException("a child's forward", [&] {
+        x = child.forward(x);
+        return absl::OkStatus();
+      }));
+    }
+  }
+  return x;
+}
+
+void FullShard::BeforeBackward(size_t unit) {
+  absl::MutexLock lock(&mutex_);
+  if (!end_of_backward_queued_) {
+    end_of_backward_queued_ = true;
+    // Whatever is still whole when backward ends (a unit with a parameter no gradient reached).
+    torch::autograd::Engine::get_default_engine().queue_callback([this] {
+      absl::MutexLock lock(&mutex_);
+      end_of_backward_queued_ = false;
+      for (Unit& u : units_) {
+        u.awaiting_gradients = 0;
+        if (!all_pinned_) Reshard(u);
+      }
+    });
+  }
+  Unit& u = units_[unit];
+  absl::Status gathered = Gather(u);
+  if (!gathered.ok()) throw std::runtime_error(std::string(gathered.message()));
+  u.awaiting_gradients = static_cast<int>(u.parameters.size());
+}
+
+void FullShard::AfterGradient(size_t unit) {
+  absl::MutexLock lock(&mutex_);
+  Unit& u = units_[unit];
+  if (u.awaiting_gradients > 0 && --u.awaiting_gradients == 0 && !all_pinned_) Reshard(u);
+}
+
+absl::Status FullShard::GatherAll() {
+  absl::MutexLock lock(&mutex_);
+  for (Unit& u : units_) RETURN_IF_ERROR(Gather(u));
+  all_pinned_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status FullShard::ReshardAll() {
+  absl::MutexLock lock(&mutex_);
+  all_pinned_ = false;
+  for (Unit& u : units_) Reshard(u);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ShardGradOpOptimizer>> FullShard::MakeOptimizer(
+    OptimizerFactory make) {
+  return ShardGradOpOptimizer::Create(std::move(make), *ddp_);
+}
+
+absl::StatusOr<size_t> FullShard::UnitOf(const torch::nn::Module& module) const {
+  absl::MutexLock lock(&mutex_);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (units_[u].module == &module) return u;
+  }
+  return absl::NotFoundError("not a unit of this FullShard");
+}
+
+int64_t FullShard::WholeParameterBytes() const {
+  absl::MutexLock lock(&mutex_);
+  return whole_bytes_;
+}
+
+int64_t FullShard::peak_whole_parameter_bytes() const {
+  absl::MutexLock lock(&mutex_);
+  return peak_whole_bytes_;
+}
+
+void FullShard::ResetPeakWholeParameterBytes() {
+  absl::MutexLock lock(&mutex_);
+  peak_whole_bytes_ = whole_bytes_;
+}
+
+}  // namespace ddpspawn

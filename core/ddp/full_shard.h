@@ -1,0 +1,137 @@
+// FullShard (ZeRO stage 3, FSDP's full_shard): parameters sharded too. On top of shard_grad_op (the
+// reducer's reduce-scatter, a ShardGradOpOptimizer over each rank's rows), each rank keeps only its
+// rows of every parameter between steps (row_shards.h: FSDP2's dim-0 shards). The parameters are
+// grouped into units, FSDP's wrapped modules; a unit's parameters are all-gathered just before its
+// forward and freed after it, gathered again just before its backward, and freed as soon as its
+// last gradient is reduced. LibTorch modules have no forward hooks, so the user's forward runs each
+// unit through Forward() (or ForwardSequential() for a Sequential's children).
+//
+// A freed parameter keeps its shape, but its storage holds no bytes: outside a unit's Forward() or
+// a GatherAll()/ReshardAll() span, reading it is an error of the caller (as reading FSDP's
+// unsharded parameters outside a forward or summon_full_params is).
+#ifndef DDPSPAWN_CORE_DDP_FULL_SHARD_H_
+#define DDPSPAWN_CORE_DDP_FULL_SHARD_H_
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/comm/process_group.h"
+#include "core/ddp/distributed_data_parallel.h"
+#include "core/ddp/row_shards.h"
+#include "core/ddp/shard_grad_op_optimizer.h"
+
+namespace torch::nn {
+class Module;
+class SequentialImpl;
+}  // namespace torch::nn
+
+namespace ddpspawn {
+
+struct FullShardOptions {
+  // The wrapper's options; FullShard sets reducer.shard_gradients itself. Uneven inputs
+  // (ActiveRanks) are not supported under full_shard.
+  DdpOptions ddp;
+  // FSDP2's reshard_after_forward: a unit's parameters are freed after its forward and gathered
+  // again for its backward (true), or stay whole from its forward to its backward (false: one
+  // all-gather less per unit and step, at the cost of every unit whole between forward and
+  // backward).
+  bool reshard_after_forward = true;
+};
+
+// Thread safety: one training loop at a time, as DistributedDataParallel; the autograd hooks it
+// installs (which may run on autograd's threads) take its mutex. Ownership: owns the
+// DistributedDataParallel wrapper; shares the module; borrows the group, which must outlive it. Its
+// hooks capture it, so it must outlive every backward() through the module.
+class FullShard {
+ public:
+  // Wraps `module` as DistributedDataParallel does (rank 0's parameters everywhere), keeps this
+  // rank's rows of every trainable parameter and frees the rest. `units` are modules under `module`
+  // (or `module` itself): a unit holds its parameters that no other unit nested in it holds, as
+  // FSDP2's fully_shard does; every trainable parameter must belong to one. InvalidArgument naming
+  // the parameter otherwise, and for parameters whose storage is not their own (a view, tied
+  // storage): freeing it would free another tensor's data.
+  static absl::StatusOr<std::unique_ptr<FullShard>> Wrap(
+      std::shared_ptr<torch::nn::Module> module,
+      const std::vector<std::shared_ptr<torch::nn::Module>>& units, ProcessGroup* group,
+      FullShardOptions options = {});
+  ~FullShard();
+  FullShard(const FullShard&) = delete;
+  FullShard& operator=(const FullShard&) = delete;
+
+  // Runs `forward` (unit `unit`'s forward, returning its output) with the unit's parameters whole:
+  // all-gathers them (a collective: every rank runs the same units in the same order), runs it, and
+  // frees them again, unless reshard_after_forward is false while gradients are enabled. With
+  // gradients enabled, its output's gradient gathers them again before the unit's backward, and
+  // they are freed once its last gradient is reduced. Under no-grad (evaluation) it gathers too:
+  // every rank must run as many forwards (or use GatherAll() around an uneven evaluation).
+  absl::StatusOr<at::Tensor> Forward(size_t unit, const std::function<at::Tensor()>& forward);
+  // `net`'s forward on `input`: each child in order, the children that are units through Forward().
+  absl::StatusOr<at::Tensor> ForwardSequential(torch::nn::SequentialImpl& net, at::Tensor input);
+
+  // Every unit whole until ReshardAll() (FSDP's summon_full_params): for reading or saving the
+  // parameters, or an evaluation whose ranks run different numbers of batches. GatherAll() is a
+  // collective; ReshardAll() only frees.
+  absl::Status GatherAll();
+  absl::Status ReshardAll();
+
+  // ShardGradOpOptimizer::Create over this wrapper: the optimizer steps each rank's rows, which the
+  // next forward gathers.
+  absl::StatusOr<std::unique_ptr<ShardGradOpOptimizer>> MakeOptimizer(OptimizerFactory make);
+
+  DistributedDataParallel& ddp() { return *ddp_; }
+  size_t unit_count() const { return units_.size(); }
+  // The index of `module` among the units given to Wrap(), or NotFound.
+  absl::StatusOr<size_t> UnitOf(const torch::nn::Module& module) const;
+  // Bytes of the sharded parameters that are whole now (every unit's while GatherAll() holds them),
+  // and the most that were whole at once since the last reset (FSDP's memory high-water for
+  // parameters: with reshard_after_forward, the largest unit's bytes in a step).
+  int64_t WholeParameterBytes() const;
+  int64_t peak_whole_parameter_bytes() const;
+  void ResetPeakWholeParameterBytes();
+
+ private:
+  struct Unit {
+    const torch::nn::Module* module = nullptr;
+    std::vector<at::Tensor> parameters;  // variable_data() aliases: writes keep autograd's versions
+    std::vector<at::Tensor> shapes;      // meta tensors shaped like them (their rows never freed)
+    std::vector<at::Tensor> shards;      // the reducer's detached rows of each
+    std::vector<size_t> gradient_indices;  // of each parameter, in the reducer's tensors()
+    std::unique_ptr<SectionLayout> layout;
+    bool whole = false;
+    int64_t bytes = 0;           // of its parameters, whole
+    int awaiting_gradients = 0;  // in a backward: this unit's gradients not yet accumulated
+  };
+  FullShard() = default;
+  absl::Status InstallHooks();
+  absl::Status Gather(Unit& unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void Reshard(Unit& unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Autograd's side: the unit's output gradient arrived (its backward is next), and one of its
+  // parameters' gradient was accumulated.
+  void BeforeBackward(size_t unit);
+  void AfterGradient(size_t unit);
+
+  std::shared_ptr<torch::nn::Module> module_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  ProcessGroup* group_ = nullptr;
+  FullShardOptions options_;
+  mutable absl::Mutex mutex_;
+  std::vector<Unit> units_ ABSL_GUARDED_BY(mutex_);
+  bool all_pinned_ ABSL_GUARDED_BY(mutex_) = false;  // between GatherAll() and ReshardAll()
+  bool end_of_backward_queued_ ABSL_GUARDED_BY(mutex_) = false;
+  int64_t whole_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t peak_whole_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+  struct Hooks;
+  std::unique_ptr<Hooks> hooks_;
+};
+
+}  // namespace ddpspawn
+
+#endif  // DDPSPAWN_CORE_DDP_FULL_SHARD_H_
