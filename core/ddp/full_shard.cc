@@ -249,7 +249,7 @@ absl::StatusOr<at::Tensor> FullShard::Forward(size_t unit,
     output.register_hook([this, unit](const at::Tensor&) { BeforeBackward(unit); });
   }
   absl::MutexLock lock(&mutex_);
-  if (!all_pinned_ && (!training || options_.reshard_after_forward)) Reshard(units_[unit]);
+  if (all_pinned_ == 0 && (!training || options_.reshard_after_forward)) Reshard(units_[unit]);
   if (!ran.ok()) return ran;
   return output;
 }
@@ -281,7 +281,7 @@ void FullShard::BeforeBackward(size_t unit) {
       end_of_backward_queued_ = false;
       for (Unit& u : units_) {
         u.awaiting_gradients = 0;
-        if (!all_pinned_) Reshard(u);
+        if (all_pinned_ == 0) Reshard(u);
       }
     });
   }
@@ -294,20 +294,30 @@ void FullShard::BeforeBackward(size_t unit) {
 void FullShard::AfterGradient(size_t unit) {
   absl::MutexLock lock(&mutex_);
   Unit& u = units_[unit];
-  if (u.awaiting_gradients > 0 && --u.awaiting_gradients == 0 && !all_pinned_) Reshard(u);
+  if (u.awaiting_gradients > 0 && --u.awaiting_gradients == 0 && all_pinned_ == 0) Reshard(u);
 }
 
 absl::Status FullShard::GatherAll() {
   absl::MutexLock lock(&mutex_);
   for (Unit& u : units_) RETURN_IF_ERROR(Gather(u));
-  all_pinned_ = true;
+  ++all_pinned_;
   return absl::OkStatus();
 }
 
 absl::Status FullShard::ReshardAll() {
   absl::MutexLock lock(&mutex_);
-  all_pinned_ = false;
-  for (Unit& u : units_) Reshard(u);
+  if (all_pinned_ == 0) {
+    return absl::FailedPreconditionError("full_shard: ReshardAll() without a GatherAll()");
+  }
+  if (--all_pinned_ > 0) return absl::OkStatus();
+  const int rank = group_->rank(), world = group_->world_size();
+  at::NoGradGuard no_grad;
+  for (Unit& u : units_) {
+    for (size_t i = 0; i < u.parameters.size(); ++i) {
+      u.shards[i].detach().copy_(OwnedRows(u.parameters[i], rank, world));
+    }
+    Reshard(u);
+  }
   return absl::OkStatus();
 }
 

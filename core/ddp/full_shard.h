@@ -76,9 +76,12 @@ class FullShard {
   // `net`'s forward on `input`: each child in order, the children that are units through Forward().
   absl::StatusOr<at::Tensor> ForwardSequential(torch::nn::SequentialImpl& net, at::Tensor input);
 
-  // Every unit whole until ReshardAll() (FSDP's summon_full_params): for reading or saving the
-  // parameters, or an evaluation whose ranks run different numbers of batches. GatherAll() is a
-  // collective; ReshardAll() only frees.
+  // Every unit whole until the matching ReshardAll() (FSDP's summon_full_params; the calls nest):
+  // for reading, saving or loading the parameters, or an evaluation whose ranks run different
+  // numbers of batches. GatherAll() is a collective. The last ReshardAll() keeps this rank's rows
+  // of what the parameters hold then (FSDP's writeback: a checkpoint loaded into them stays) and
+  // frees them; every rank must have written the same values, or the ranks' rows disagree.
+  // FailedPrecondition for a ReshardAll() without a GatherAll().
   absl::Status GatherAll();
   absl::Status ReshardAll();
 
@@ -124,7 +127,7 @@ class FullShard {
   FullShardOptions options_;
   mutable absl::Mutex mutex_;
   std::vector<Unit> units_ ABSL_GUARDED_BY(mutex_);
-  bool all_pinned_ ABSL_GUARDED_BY(mutex_) = false;  // between GatherAll() and ReshardAll()
+  int all_pinned_ ABSL_GUARDED_BY(mutex_) = 0;  // GatherAll()s not yet matched by ReshardAll()
   bool end_of_backward_queued_ ABSL_GUARDED_BY(mutex_) = false;
   int64_t whole_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t peak_whole_bytes_ ABSL_GUARDED_BY(mutex_) = 0;

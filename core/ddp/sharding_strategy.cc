@@ -11,6 +11,7 @@ namespace {
 constexpr NamedValue<ShardingStrategy> kShardingStrategyNames[] = {
     {"no_shard", ShardingStrategy::kNoShard},
     {"shard_grad_op", ShardingStrategy::kShardGradOp},
+    {"full_shard", ShardingStrategy::kFullShard},
 };
 
 }  // namespace
@@ -20,11 +21,10 @@ absl::string_view ShardingStrategyName(ShardingStrategy strategy) {
 }
 
 absl::StatusOr<ShardingStrategy> ParseShardingStrategy(absl::string_view name) {
-  if (name == "full_shard" || name == "hybrid_shard") {
-    return absl::UnimplementedError(absl::StrCat(
-        "sharding strategy ", name,
-        " (parameters sharded too) is not implemented yet; shard_grad_op shards the gradients "
-        "and the optimizer state (docs/sharding.md)"));
+  if (name == "hybrid_shard") {
+    return absl::UnimplementedError(
+        "sharding strategy hybrid_shard (full_shard within each node, replicas across nodes) is "
+        "not implemented yet; full_shard shards over every rank (docs/sharding.md)");
   }
   return ParseName(kShardingStrategyNames, "sharding strategy", name);
 }
@@ -32,16 +32,17 @@ absl::StatusOr<ShardingStrategy> ParseShardingStrategy(absl::string_view name) {
 absl::Status CheckShardingStrategy(ShardingStrategy strategy, bool zero_redundancy_optimizer,
                                    absl::string_view comm_hook) {
   if (strategy == ShardingStrategy::kNoShard) return absl::OkStatus();
+  const absl::string_view name = ShardingStrategyName(strategy);
   if (zero_redundancy_optimizer) {
-    return absl::InvalidArgumentError(
-        "zero_redundancy_optimizer with sharding_strategy shard_grad_op: shard_grad_op shards the "
-        "optimizer state already (ZeRO-2 includes ZeRO-1); leave zero_redundancy_optimizer out");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "zero_redundancy_optimizer with sharding_strategy ", name, ": ", name,
+        " shards the optimizer state already (ZeRO-2 and ZeRO-3 include ZeRO-1); leave "
+        "zero_redundancy_optimizer out"));
   }
   if (comm_hook != "allreduce") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "sharding_strategy shard_grad_op reduce-scatters each gradient bucket, so the "
-        "communication hook '",
-        comm_hook,
+        "sharding_strategy ", name,
+        " reduce-scatters each gradient bucket, so the communication hook '", comm_hook,
         "' cannot run on it; compression hooks, their wrappers and post-local SGD need "
         "unsharded gradients (no_shard)"));
   }

@@ -29,6 +29,8 @@ class Optimizer;
 
 namespace ddpspawn {
 
+class FullShard;  // core/ddp/full_shard.h
+
 // A batch: the tensors a data loader yields (e.g. {features, labels}).
 using Batch = std::vector<at::Tensor>;
 // Named values a step reports, e.g. {"val_loss", ...}.
@@ -94,6 +96,13 @@ class LightningModule {
   }
   virtual absl::StatusOr<at::Tensor> PredictStep(const Batch& batch, int64_t batch_index) = 0;
   virtual OptimizerConfig ConfigureOptimizers() { return {}; }
+
+  // sharding_strategy full_shard (core/ddp/full_shard.h): a module whose forward can run its parts
+  // through a FullShard names those parts (FSDP's units, under the module that network() would
+  // give), and from UseFullShard() on runs them through it (null: directly again). Empty (the
+  // default): full_shard is refused for this module.
+  virtual std::vector<std::shared_ptr<torch::nn::Module>> ShardUnits() { return {}; }
+  virtual void UseFullShard(FullShard* /*shard*/) {}
 
   // Lightning's self.log, from TrainingStep: fit logs `name` at each log_every_n_steps point (the
   // mean of the values since the last one) and `<name>_epoch` at the epoch's end (the epoch's

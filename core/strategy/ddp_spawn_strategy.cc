@@ -269,7 +269,7 @@ absl::Status DDPSpawnStrategy::SetupDistributed() {
 }
 
 absl::Status DDPSpawnStrategy::RequireSetup(absl::string_view what) const {
-  if (ddp_ == nullptr || module_ == nullptr) {
+  if ((ddp_ == nullptr && full_shard_ == nullptr) || module_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(what, " needs Setup(module) first"));
   }
   return absl::OkStatus();
@@ -299,11 +299,39 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
     }
   }
   ASSIGN_OR_RETURN(DdpOptions ddp_options, DdpOptionsWithHook());
+  if (options_.sharding_strategy == ShardingStrategy::kFullShard) {
+    std::vector<std::shared_ptr<torch::nn::Module>> units = module_->ShardUnits();
+    if (network == nullptr || units.empty()) {
+      return absl::InvalidArgumentError(
+          "sharding_strategy full_shard gathers each unit of the model (a layer) for its forward "
+          "and backward, so the model's forward must run its units through ddpspawn: the "
+          "built-in mlp does; a TorchScript model cannot yet (use shard_grad_op, which shards "
+          "the gradients and the optimizer state)");
+    }
+    FullShardOptions shard_options;
+    shard_options.ddp = ddp_options;
+    ASSIGN_OR_RETURN(full_shard_, FullShard::Wrap(network->network(), units, group_.get(),
+                                                  std::move(shard_options)));
+    module_->UseFullShard(full_shard_.get());
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<DistributedDataParallel> ddp,
                    DistributedDataParallel::Wrap(module_->parameters(), module_->buffers(),
                                                  group_.get(), ddp_options));
   ddp_ = std::move(ddp);
   return absl::OkStatus();
+}
+
+DistributedDataParallel* DDPSpawnStrategy::model() {
+  return full_shard_ != nullptr ? &full_shard_->ddp() : ddp_.get();
+}
+
+absl::Status DDPSpawnStrategy::GatherParameters() {
+  return full_shard_ != nullptr ? full_shard_->GatherAll() : absl::OkStatus();
+}
+
+absl::Status DDPSpawnStrategy::ReleaseParameters() {
+  return full_shard_ != nullptr ? full_shard_->ReshardAll() : absl::OkStatus();
 }
 
 namespace {
@@ -382,6 +410,12 @@ absl::StatusOr<std::unique_ptr<DistributedDataParallel>> DDPSpawnStrategy::WrapM
   if (owner != nullptr && owner.get() != &module) {
     return absl::InvalidArgumentError("WrapModule: `owner` must hold `module`");
   }
+  if (options_.sharding_strategy == ShardingStrategy::kFullShard) {
+    return absl::InvalidArgumentError(
+        "Distribute(model, strategy) with sharding_strategy full_shard: an own loop's forward "
+        "must run each unit through the wrapper, so wrap it with FullShard::Wrap(module, units, "
+        "strategy.group()) instead (docs/sharding.md)");
+  }
   RETURN_IF_ERROR(CheckNotWrapped(module));  // before converting or moving anything
   if (options_.sync_batchnorm) {
     // A non-owning alias: ConvertSyncBatchNorm replaces children, never the module itself.
@@ -412,6 +446,8 @@ absl::Status ApplySyncBatchNorm(LightningModule& module) {
 
 absl::Status DDPSpawnStrategy::Teardown() {
   ddp_.reset();
+  if (full_shard_ != nullptr && module_ != nullptr) module_->UseFullShard(nullptr);
+  full_shard_.reset();
   post_local_sgd_.reset();  // borrows the group
   if (group_ != nullptr) SetGroupWrapRules(group_.get(), {});
   group_.reset();
@@ -502,7 +538,7 @@ void DDPSpawnStrategy::ContinueFrom(int64_t optimizer_steps) {
 absl::StatusOr<at::Tensor> DDPSpawnStrategy::TrainingStep(const Batch& batch, int64_t batch_index) {
   RETURN_IF_ERROR(RequireSetup("TrainingStep"));
   std::unique_ptr<PrecisionPlugin::StepContext> precision = ForwardContext();
-  RETURN_IF_ERROR(ddp_->PrepareForward());
+  RETURN_IF_ERROR(model()->PrepareForward());
   return module_->TrainingStep(ToDevice(batch, root_device()), batch_index);
 }
 

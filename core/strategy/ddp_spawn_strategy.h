@@ -37,6 +37,7 @@
 #include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/distributed_data_parallel.h"
+#include "core/ddp/full_shard.h"
 #include "core/ddp/post_local_sgd.h"
 #include "core/ddp/sharding_strategy.h"
 #include "core/env/cluster_environment.h"
@@ -107,7 +108,9 @@ struct StrategyOptions {
   DdpOptions ddp;  // find_unused_parameters, broadcast_buffers, ...
   // shard_grad_op (ZeRO-2): the DDP wrapper reduce-scatters its buckets (ddp.reducer's
   // shard_gradients), and the loop's optimizer must be a ShardGradOpOptimizer over it (the Trainer
-  // makes one).
+  // makes one). full_shard (ZeRO-3): Setup() wraps the module in a FullShard over its ShardUnits()
+  // (refused for a module that names none), and the Trainer gathers the parameters whole around
+  // evaluation and checkpoints (GatherParameters()).
   ShardingStrategy sharding_strategy = ShardingStrategy::kNoShard;
   // Lightning's sync_batchnorm: Setup() and an own loop's Distribute(model, strategy) replace the
   // BatchNorm layers of the model's Sequential containers with SyncBatchNorm
@@ -210,7 +213,12 @@ class DDPSpawnStrategy {
   }
   const StrategyOptions& options() const { return options_; }
   ProcessGroup* group() { return group_.get(); }
-  DistributedDataParallel* model() { return ddp_.get(); }
+  // The DDP wrapper of Setup()'s module (under full_shard, its FullShard's); null before.
+  DistributedDataParallel* model();
+  // full_shard: every parameter whole until the matching ReleaseParameters() (FullShard::GatherAll
+  // and ReshardAll; the calls nest; a collective). Nothing to do under the other strategies.
+  absl::Status GatherParameters();
+  absl::Status ReleaseParameters();
   LightningModule* lightning_module() { return module_.get(); }
 
   // --- Collectives
@@ -289,6 +297,7 @@ class DDPSpawnStrategy {
   std::unique_ptr<ProcessGroup> group_;
   std::shared_ptr<LightningModule> module_;
   std::unique_ptr<DistributedDataParallel> ddp_;
+  std::unique_ptr<FullShard> full_shard_;  // full_shard's, instead of ddp_
   // ddp_comm_hook kPostLocalSgd's; borrows group_, so it goes first.
   std::unique_ptr<PostLocalSgd> post_local_sgd_;
   // Launching (the launcher's thread): this node's part of the last job (core/job/node_job.h), kept
@@ -296,6 +305,17 @@ class DDPSpawnStrategy {
   std::unique_ptr<NodeJob> node_job_;
   bool restart_prepared_ = false;
 };
+
+// `body()` (a Status or StatusOr) with every parameter whole under full_shard (GatherParameters()
+// before, ReleaseParameters() after, even when it fails); just `body()` otherwise.
+template <typename Body>
+auto WithParametersWhole(DDPSpawnStrategy& strategy, Body body) -> decltype(body()) {
+  if (absl::Status gathered = strategy.GatherParameters(); !gathered.ok()) return gathered;
+  auto result = body();
+  absl::Status released = strategy.ReleaseParameters();
+  if (result.ok() && !released.ok()) return released;
+  return result;
+}
 
 }  // namespace ddpspawn
 

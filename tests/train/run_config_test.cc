@@ -452,8 +452,22 @@ TEST(RunConfigTest, ShardGradOpRefusesWhatWouldNotShard) {
                   .status()
                   .message(),
               HasSubstr("'bf16_compress_wrapper' cannot run on it"));
-  const absl::Status full = FitWith({{"sharding_strategy", "full_shard"}}).status();
-  EXPECT_THAT(full.message(), HasSubstr("full_shard (parameters sharded too) is not implemented"));
+  const absl::Status hybrid = FitWith({{"sharding_strategy", "hybrid_shard"}}).status();
+  EXPECT_THAT(hybrid.message(), HasSubstr("hybrid_shard (full_shard within each node, replicas "
+                                          "across nodes) is not implemented"));
+}
+
+TEST(RunConfigTest, FullShardNeedsAModelThatRunsItsUnits) {
+  absl::StatusOr<RunConfig> config = FitWith({{"sharding_strategy", "full_shard"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->sharding_strategy, ShardingStrategy::kFullShard);
+  EXPECT_THAT(FitWith({{"sharding_strategy", "full_shard"}, {"zero_redundancy_optimizer", "true"}})
+                  .status()
+                  .message(),
+              HasSubstr("full_shard shards the optimizer state already"));
+  EXPECT_THAT(
+      FitWith({{"sharding_strategy", "full_shard"}, {"model", "gpt.pt"}}).status().message(),
+      HasSubstr("a TorchScript model cannot yet; use shard_grad_op"));
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 """The sharded optimizers through ddpspawn.fit on 2 ranks: ZeRO-1
-(zero_redundancy_optimizer) and ZeRO-2 (sharding_strategy shard_grad_op),
-with Adam and with Adagrad (whose state exists before its first step): each
+(zero_redundancy_optimizer), ZeRO-2 (sharding_strategy shard_grad_op) and
+ZeRO-3 (sharding_strategy full_shard, the parameters sharded too), with Adam and with Adagrad (whose state exists before its first step): each
 rank holds only its shard of the state, training matches the unsharded
 optimizer (with gradient accumulation and clipping too), and the
 checkpoint's state (unsharded) resumes with or without sharding."""
@@ -28,7 +28,8 @@ STATE_BYTES = {"adam": 8, "adagrad": 4}
 
 # How each stage is asked for.
 SHARDING = {"zero1": dict(zero_redundancy_optimizer=True),
-            "shard_grad_op": dict(sharding_strategy="shard_grad_op")}
+            "shard_grad_op": dict(sharding_strategy="shard_grad_op"),
+            "full_shard": dict(sharding_strategy="full_shard")}
 
 
 def options(optimizer, root, **extra):
@@ -71,14 +72,15 @@ def test_sharded_trains_as_unsharded_and_holds_half_the_state(optimizer, stage, 
     assert difference == 0.0, difference
 
 
-def test_shard_grad_op_accumulates_and_clips_as_unsharded(data, tmp_path):
+@pytest.mark.parametrize("stage", ["shard_grad_op", "full_shard"])
+def test_sharded_gradients_accumulate_and_clip_as_unsharded(stage, data, tmp_path):
     """Accumulated gradients wait, unsharded, for the step's backward; the
     clipping norm sums every rank's rows. A norm of the local rows alone
     would clip each rank's rows by another factor."""
     torch = pytest.importorskip("torch")
     extra = dict(accumulate_grad_batches=2, gradient_clip_val=0.05)
     plain = ddpspawn.fit(MODEL, data / "train.csv", **options("adam", tmp_path / "plain", **extra))
-    sharded = ddpspawn.fit(MODEL, data / "train.csv", sharding_strategy="shard_grad_op",
+    sharded = ddpspawn.fit(MODEL, data / "train.csv", **SHARDING[stage],
                            **options("adam", tmp_path / "sharded", **extra))
     assert sharded.global_step == plain.global_step > 0
     difference = max_difference(weights(torch, plain.checkpoint, tmp_path / "plain"),
@@ -113,7 +115,7 @@ def test_shard_grad_op_refuses_what_would_not_shard(data, tmp_path):
     for extra, message in (
             (dict(zero_redundancy_optimizer=True), "shards the optimizer state already"),
             (dict(ddp_comm_hook="fp16"), "the communication hook 'fp16' cannot run on it"),
-            (dict(sharding_strategy="full_shard"), "full_shard .* is not implemented yet")):
+            (dict(sharding_strategy="hybrid_shard"), "hybrid_shard .* is not implemented yet")):
         arguments = {"sharding_strategy": "shard_grad_op", **extra}
         with pytest.raises(ddpspawn.InvalidArgumentError, match=message):
             ddpspawn.fit(MODEL, data / "train.csv", **options("adam", tmp_path, **arguments))
@@ -142,3 +144,22 @@ def test_checkpoints_resume_across_sharding(optimizer, stage, data, tmp_path):
         difference = max_difference(reference, weights(torch, result.checkpoint,
                                                         tmp_path / directory))
         assert difference == 0.0, (directory, difference)
+
+
+def test_full_shard_validates_uneven_shards_as_unsharded(data, tmp_path):
+    """Validation runs with full_shard's parameters whole: with 33 samples,
+    one rank's shard has two batches and the other's one, where a gather per
+    layer and batch would wait for a partner that never comes. The metrics
+    and weights are the unsharded fit's."""
+    torch = pytest.importorskip("torch")
+    write_classification_csv(tmp_path / "val.csv", n=33, seed=1)
+    extra = dict(val=tmp_path / "val.csv", timeout=60)
+    plain = ddpspawn.fit(MODEL, data / "train.csv", **options("adam", tmp_path / "plain"),
+                         **extra)
+    sharded = ddpspawn.fit(MODEL, data / "train.csv", **SHARDING["full_shard"],
+                           **options("adam", tmp_path / "sharded"), **extra)
+    assert sharded.metrics["val_loss"] == plain.metrics["val_loss"]
+    assert sharded.metrics["val_accuracy"] == plain.metrics["val_accuracy"]
+    difference = max_difference(weights(torch, plain.checkpoint, tmp_path / "plain"),
+                                weights(torch, sharded.checkpoint, tmp_path / "sharded"))
+    assert difference == 0.0, difference

@@ -69,6 +69,15 @@ absl::StatusOr<std::vector<int64_t>> Trainer::ForEachShardBatch(
 absl::StatusOr<std::map<std::string, double>> Trainer::Evaluate(
     const std::shared_ptr<LightningModule>& module, const Dataset& data, bool test,
     const BatchAmount& limit, absl::string_view option) {
+  // Whole under full_shard: the ranks' shards of the evaluation set may differ in length, so a
+  // unit's gather there could meet no partner.
+  return WithParametersWhole(strategy_,
+                             [&] { return EvaluateWhole(module, data, test, limit, option); });
+}
+
+absl::StatusOr<std::map<std::string, double>> Trainer::EvaluateWhole(
+    const std::shared_ptr<LightningModule>& module, const Dataset& data, bool test,
+    const BatchAmount& limit, absl::string_view option) {
   std::map<std::string, double> sums;
   double samples = 0;
   absl::StatusOr<std::vector<int64_t>> done = ForEachShardBatch(
@@ -117,13 +126,15 @@ absl::StatusOr<at::Tensor> Trainer::Predict(const std::shared_ptr<LightningModul
                                             const Dataset& data) {
   RETURN_IF_ERROR(Prepare(module));
   std::vector<at::Tensor> outputs;
-  absl::StatusOr<std::vector<int64_t>> indices = ForEachShardBatch(
-      *module, data, /*exactly_once=*/false, options_.limit_predict_batches,
-      "limit_predict_batches", [&](const Batch& batch, int64_t b, bool) -> absl::Status {
-        ASSIGN_OR_RETURN(at::Tensor out, strategy_.PredictStep(batch, b));
-        outputs.push_back(out.detach().cpu().contiguous());
-        return absl::OkStatus();
-      });
+  absl::StatusOr<std::vector<int64_t>> indices = WithParametersWhole(strategy_, [&] {
+    return ForEachShardBatch(*module, data, /*exactly_once=*/false, options_.limit_predict_batches,
+                             "limit_predict_batches",
+                             [&](const Batch& batch, int64_t b, bool) -> absl::Status {
+                               ASSIGN_OR_RETURN(at::Tensor out, strategy_.PredictStep(batch, b));
+                               outputs.push_back(out.detach().cpu().contiguous());
+                               return absl::OkStatus();
+                             });
+  });
   if (!indices.ok()) return indices.status();
   ASSIGN_OR_RETURN(at::Tensor all, strategy_.AllGather(at::cat(outputs)));
   ASSIGN_OR_RETURN(at::Tensor all_indices, strategy_.AllGather(at::tensor(*indices, at::kLong)));

@@ -100,6 +100,13 @@ absl::Status Trainer::WriteMetricRow(int64_t epoch, int64_t step, const std::str
 
 absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
                                      TrainingState state, const std::string& path) {
+  return WithParametersWhole(
+      strategy_, [&] { return SaveWholeCheckpoint(module, optimizer, std::move(state), path); });
+}
+
+absl::Status Trainer::SaveWholeCheckpoint(LightningModule& module,
+                                          torch::optim::Optimizer* optimizer, TrainingState state,
+                                          const std::string& path) {
   ASSIGN_OR_RETURN(std::vector<at::Tensor> rng, GatherRngStates(strategy_));
   state.cpu_rng_per_rank = std::move(rng);
   state.world_size = strategy_.world_size();
@@ -176,6 +183,10 @@ absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningM
     RETURN_IF_ERROR(TrainEpoch(*run, train, validation));
     RETURN_IF_ERROR(EndEpoch(*run, validation));
   }
+  // The trained weights whole for the caller (rank 0's go back to the launcher), until the next
+  // fit.
+  RETURN_IF_ERROR(strategy_.GatherParameters());
+  parameters_whole_after_fit_ = true;
   RETURN_IF_ERROR(CallHooks([&](Callback& c) { return c.OnFitEnd(context); }));
   RETURN_IF_ERROR(run->profiler->Finish(
       strategy_, options_.default_root_dir,
@@ -206,13 +217,14 @@ absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningM
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> Trainer::MakeFitOptimizer(
     const OptimizerConfig& config, const std::vector<at::Tensor>& parameters) {
   OptimizerFactory make = [config, parameters] { return MakeOptimizer(config, parameters); };
-  if (strategy_.options().sharding_strategy == ShardingStrategy::kShardGradOp &&
-      strategy_.group() != nullptr) {
+  const ShardingStrategy sharding = strategy_.options().sharding_strategy;
+  if (sharding != ShardingStrategy::kNoShard && strategy_.group() != nullptr) {
     // (The wrapped model's reducer checked the communication hook.)
-    RETURN_IF_ERROR(CheckShardingStrategy(ShardingStrategy::kShardGradOp,
-                                          options_.zero_redundancy_optimizer, "allreduce"));
+    RETURN_IF_ERROR(
+        CheckShardingStrategy(sharding, options_.zero_redundancy_optimizer, "allreduce"));
     if (strategy_.model() == nullptr) {
-      return absl::FailedPreconditionError("shard_grad_op's optimizer needs the wrapped model");
+      return absl::FailedPreconditionError(
+          absl::StrCat(ShardingStrategyName(sharding), "'s optimizer needs the wrapped model"));
     }
     ASSIGN_OR_RETURN(std::unique_ptr<ShardGradOpOptimizer> sharded,
                      ShardGradOpOptimizer::Create(std::move(make), *strategy_.model()));
@@ -310,7 +322,10 @@ absl::Status Trainer::ResumeFit(LightningModule& module, FitRun& run) {
   const int rank = strategy_.global_rank();
   TrainingState& state = run.state;
   ASSIGN_OR_RETURN(std::string bytes, strategy_.LoadCheckpoint(options_.resume_from));
-  if (absl::Status s = RestoreCheckpoint(bytes, module, run.optimizer.get(), &state); !s.ok()) {
+  // Under full_shard the weights are loaded whole, and each rank keeps its rows of them.
+  if (absl::Status s = WithParametersWhole(
+          strategy_, [&] { return RestoreCheckpoint(bytes, module, run.optimizer.get(), &state); });
+      !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot resume from ", options_.resume_from, ": ", s.message()));
   }
@@ -370,6 +385,10 @@ absl::Status Trainer::PlanEpochs(const Dataset& train, FitRun& run) {
 absl::StatusOr<std::unique_ptr<Trainer::FitRun>> Trainer::StartFit(
     const std::shared_ptr<LightningModule>& module, const Dataset& train) {
   RETURN_IF_ERROR(Prepare(module));
+  if (parameters_whole_after_fit_) {  // the last fit's, for its caller; sharded again to train
+    parameters_whole_after_fit_ = false;
+    RETURN_IF_ERROR(strategy_.ReleaseParameters());
+  }
   module->TakeLogged();  // what a step logged before fit (a check's trial step) is not fit's
   if (options_.accumulate_grad_batches < 1) {
     return absl::InvalidArgumentError("accumulate_grad_batches must be >= 1");
@@ -402,8 +421,14 @@ absl::StatusOr<std::unique_ptr<Trainer::FitRun>> Trainer::StartFit(
   if (run->scaler != nullptr) {
     run->scaler->Restore({state.grad_scale, state.grad_scale_growth_tracker});
   }
-  for (const at::Tensor& p : module->parameters()) {
-    if (p.requires_grad()) run->parameters.push_back(p);
+  auto* sharded = dynamic_cast<ShardedOptimizer*>(run->optimizer.get());
+  if (sharding_parameters() && sharded != nullptr) {
+    // full_shard's parameters are freed between steps: the non-finite watch reads each rank's rows.
+    run->parameters = sharded->StepGradientHolders();
+  } else {
+    for (const at::Tensor& p : module->parameters()) {
+      if (p.requires_grad()) run->parameters.push_back(p);
+    }
   }
   run->deadline = absl::Now() + options_.max_time;  // infinite: never
   run->stop = options_.max_steps > 0 && state.global_step >= options_.max_steps;

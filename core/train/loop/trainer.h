@@ -95,8 +95,12 @@ class Trainer {
   absl::Status LogArrivals(FitRun& run);
 
   absl::Status Prepare(const std::shared_ptr<LightningModule>& module);
-  // `limit` (named `option` in its error) bounds each rank's batches.
+  // `limit` (named `option` in its error) bounds each rank's batches. EvaluateWhole() is its body,
+  // which it runs with the parameters whole (full_shard).
   absl::StatusOr<std::map<std::string, double>> Evaluate(
+      const std::shared_ptr<LightningModule>& module, const Dataset& data, bool test,
+      const BatchAmount& limit, absl::string_view option);
+  absl::StatusOr<std::map<std::string, double>> EvaluateWhole(
       const std::shared_ptr<LightningModule>& module, const Dataset& data, bool test,
       const BatchAmount& limit, absl::string_view option);
   // Runs `step` on each batch of this rank's shard of `data`, in order (no shuffle), in eval mode;
@@ -114,9 +118,16 @@ class Trainer {
   // Rank 0's row for its loggers alone (metrics.csv, TensorBoard): a figure of the run (the
   // straggler report's), not a metric the result, callbacks or monitors see.
   absl::Status WriteMetricRow(int64_t epoch, int64_t step, const std::string& name, double value);
-  // With every callback's state.
+  // With every callback's state; SaveWholeCheckpoint() is its body, which it runs with the
+  // parameters whole (full_shard).
   absl::Status SaveCheckpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
                               TrainingState state, const std::string& path);
+  absl::Status SaveWholeCheckpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
+                                   TrainingState state, const std::string& path);
+  // Whether the strategy shards the parameters themselves (full_shard).
+  bool sharding_parameters() const {
+    return strategy_.options().sharding_strategy == ShardingStrategy::kFullShard;
+  }
   // Calls `hook` on each callback, in order; the first error stops.
   absl::Status CallHooks(const std::function<absl::Status(Callback&)>& hook);
 
@@ -125,6 +136,9 @@ class Trainer {
   std::map<std::string, double> last_metrics_;
   std::map<std::string, double> epoch_metrics_;         // those logged in fit's current epoch
   std::vector<std::unique_ptr<MetricLogger>> loggers_;  // rank 0's, made by StartFit
+  // full_shard: the last fit left the parameters whole (a GatherParameters() the next one
+  // releases).
+  bool parameters_whole_after_fit_ = false;
 };
 
 }  // namespace ddpspawn

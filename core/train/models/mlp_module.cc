@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/ddp/full_shard.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
@@ -20,10 +21,11 @@ class MlpModule : public NnModule {
       : NnModule(net.ptr()), net_(net), classifier_(classifier), optimizer_(std::move(optimizer)) {}
 
   absl::StatusOr<at::Tensor> TrainingStep(const Batch& batch, int64_t) override {
-    return Loss(net_->forward(batch[0].flatten(1)), batch[1]);
+    ASSIGN_OR_RETURN(at::Tensor out, Forward(batch[0].flatten(1)));
+    return Loss(out, batch[1]);
   }
   absl::StatusOr<StepMetrics> ValidationStep(const Batch& batch, int64_t) override {
-    at::Tensor out = net_->forward(batch[0].flatten(1));
+    ASSIGN_OR_RETURN(at::Tensor out, Forward(batch[0].flatten(1)));
     StepMetrics metrics{{"val_loss", Loss(out, batch[1])}};
     if (classifier_) {
       metrics["val_accuracy"] = out.argmax(1).eq(batch[1]).to(at::kFloat).mean();
@@ -38,12 +40,25 @@ class MlpModule : public NnModule {
     return renamed;
   }
   absl::StatusOr<at::Tensor> PredictStep(const Batch& batch, int64_t) override {
-    at::Tensor out = net_->forward(batch[0].flatten(1));
+    ASSIGN_OR_RETURN(at::Tensor out, Forward(batch[0].flatten(1)));
     return classifier_ ? out.argmax(1) : out;
   }
   OptimizerConfig ConfigureOptimizers() override { return optimizer_; }
+  // full_shard's units: each Linear layer.
+  std::vector<std::shared_ptr<torch::nn::Module>> ShardUnits() override {
+    std::vector<std::shared_ptr<torch::nn::Module>> units;
+    for (const std::shared_ptr<torch::nn::Module>& child : net_->children()) {
+      if (!child->parameters().empty()) units.push_back(child);
+    }
+    return units;
+  }
+  void UseFullShard(FullShard* shard) override { full_shard_ = shard; }
 
  private:
+  absl::StatusOr<at::Tensor> Forward(const at::Tensor& x) {
+    if (full_shard_ != nullptr) return full_shard_->ForwardSequential(*net_, x);
+    return net_->forward(x);
+  }
   at::Tensor Loss(const at::Tensor& out, const at::Tensor& labels) {
     if (classifier_) return torch::nn::functional::cross_entropy(out, labels);
     return torch::mse_loss(out.squeeze(-1), labels.to(out.scalar_type()).squeeze(-1));
@@ -51,6 +66,7 @@ class MlpModule : public NnModule {
   torch::nn::Sequential net_;
   bool classifier_;
   OptimizerConfig optimizer_;
+  FullShard* full_shard_ = nullptr;  // the strategy's, while it lives
 };
 
 }  // namespace
