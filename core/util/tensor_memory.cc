@@ -6,9 +6,11 @@
 #include <c10/core/impl/alloc_cpu.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 namespace ddpspawn {
 namespace {
@@ -74,5 +76,16 @@ int64_t PeakTensorBytes() { return peak_bytes.load(std::memory_order_relaxed); }
 void ResetPeakTensorBytes() { peak_bytes.store(LiveTensorBytes(), std::memory_order_relaxed); }
 
 void CountExternalTensorBytes(int64_t bytes) { Count(bytes); }
+
+int64_t SettledLiveTensorBytes() {
+  int64_t last = LiveTensorBytes();
+  for (int i = 0; i < 40; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const int64_t now = LiveTensorBytes();
+    if (now == last) return now;
+    last = now;
+  }
+  return last;
+}
 
 }  // namespace ddpspawn

@@ -17,6 +17,10 @@ bool TensorMemoryCounterInstalled();
 
 // Bytes counted now (the allocator's blocks, without its 64-byte headers, and external memory).
 int64_t LiveTensorBytes();
+// LiveTensorBytes() once it has stopped changing for 50 ms (waiting at most 2 s): a backend's
+// worker thread may drop its references to a collective's tensors a little after the collective
+// returns. For measuring what stays between steps.
+int64_t SettledLiveTensorBytes();
 // The most LiveTensorBytes() has been since the last ResetPeakTensorBytes() (or the process start);
 // ResetPeakTensorBytes() sets it to the live bytes.
 int64_t PeakTensorBytes();

@@ -27,12 +27,10 @@
 //                   step, each rank
 #include <torch/torch.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -250,19 +248,6 @@ double StateDiff(const torch::optim::Optimizer& a, const torch::optim::Optimizer
     }
   }
   return worst;
-}
-
-// LiveTensorBytes() once it has stopped changing for 50 ms (at most 2 s): a backend's worker thread
-// may drop its references to a collective's tensors a little after the collective returns.
-int64_t SettledLiveTensorBytes() {
-  int64_t last = LiveTensorBytes();
-  for (int i = 0; i < 40; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    const int64_t now = LiveTensorBytes();
-    if (now == last) return now;
-    last = now;
-  }
-  return last;
 }
 
 // Tensor bytes that one model's training keeps on this rank between steps: counted across building

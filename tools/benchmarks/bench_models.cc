@@ -104,6 +104,25 @@ struct GptImpl : nn::Module {
     for (auto& layer : layers) h = layer(h, mask);
     return head(norm(h.transpose(0, 1))).reshape({-1, kGptVocab});
   }
+  // forward() with the layers as units 1.. and the rest as unit 0 of `shard`.
+  absl::StatusOr<at::Tensor> ShardedForward(FullShard& shard, const at::Tensor& x) {
+    if (mask.device() != x.device()) mask = mask.to(x.device());
+    absl::Status failed;
+    absl::StatusOr<at::Tensor> out = shard.Forward(0, [&] {
+      at::Tensor h = tokens(x) + positions(torch::arange(x.size(1), x.options()));
+      h = h.transpose(0, 1);
+      for (size_t i = 0; i < layers.size() && failed.ok(); ++i) {
+        absl::StatusOr<at::Tensor> next = shard.Forward(i + 1, [&] { return layers[i](h, mask); });
+        if (next.ok())
+          h = *std::move(next);
+        else
+          failed = next.status();
+      }
+      return failed.ok() ? head(norm(h.transpose(0, 1))).reshape({-1, kGptVocab}) : at::Tensor();
+    });
+    if (!failed.ok()) return failed;
+    return out;
+  }
   nn::Embedding tokens, positions;
   std::vector<nn::TransformerEncoderLayer> layers;
   nn::LayerNorm norm;
@@ -122,14 +141,26 @@ BenchWorkload Wrap(Holder model, at::Tensor inputs, at::Tensor targets) {
   return workload;
 }
 
+// Wrap(), with each Linear of the Sequential a full_shard unit.
+BenchWorkload WrapSequential(nn::Sequential net, at::Tensor inputs, at::Tensor targets) {
+  BenchWorkload workload = Wrap(net, std::move(inputs), std::move(targets));
+  for (const std::shared_ptr<nn::Module>& child : net->children()) {
+    if (!child->parameters().empty()) workload.units.push_back(child);
+  }
+  workload.sharded_forward = [net](FullShard& shard, const at::Tensor& x) mutable {
+    return shard.ForwardSequential(*net, x);
+  };
+  return workload;
+}
+
 }  // namespace
 
 absl::StatusOr<BenchWorkload> MakeBenchWorkload(const std::string& name) {
   const at::Tensor classes = torch::randint(0, 10, {64});
   if (name == "mlp") {
-    return Wrap(nn::Sequential(nn::Linear(784, 1024), nn::ReLU(), nn::Linear(1024, 1024),
-                               nn::ReLU(), nn::Linear(1024, 10)),
-                torch::randn({64, 784}), classes);
+    return WrapSequential(nn::Sequential(nn::Linear(784, 1024), nn::ReLU(), nn::Linear(1024, 1024),
+                                         nn::ReLU(), nn::Linear(1024, 10)),
+                          torch::randn({64, 784}), classes);
   }
   if (name == "conv" || name == "conv_bn") {
     const bool bn = name == "conv_bn";
@@ -153,8 +184,16 @@ absl::StatusOr<BenchWorkload> MakeBenchWorkload(const std::string& name) {
   }
   if (name == "gpt") {
     constexpr int64_t kBatch = 8;
-    return Wrap(Gpt(), torch::randint(0, kGptVocab, {kBatch, kGptSequence}),
-                torch::randint(0, kGptVocab, {kBatch * kGptSequence}));
+    Gpt gpt;
+    BenchWorkload workload = Wrap(gpt, torch::randint(0, kGptVocab, {kBatch, kGptSequence}),
+                                  torch::randint(0, kGptVocab, {kBatch * kGptSequence}));
+    workload.units.push_back(gpt.ptr());
+    for (const nn::TransformerEncoderLayer& layer : gpt->layers)
+      workload.units.push_back(layer.ptr());
+    workload.sharded_forward = [gpt](FullShard& shard, const at::Tensor& x) mutable {
+      return gpt->ShardedForward(shard, x);
+    };
+    return workload;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown workload '", name, "' (mlp, conv, conv_bn, resnet18 or gpt)"));

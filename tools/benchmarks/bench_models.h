@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/ddp/full_shard.h"
 
 namespace ddpspawn {
 
@@ -21,6 +22,11 @@ struct BenchWorkload {
   std::shared_ptr<torch::nn::Module> module;
   // Logits as (samples, classes), whatever the model's own shape.
   std::function<at::Tensor(const at::Tensor&)> forward;
+  // full_shard (mlp and gpt only; empty otherwise): FSDP2's usual units (each Linear of the mlp;
+  // each of the gpt's layers, and the model itself for the embeddings, norm and head), and the
+  // forward that runs them through a FullShard over `units`.
+  std::vector<std::shared_ptr<torch::nn::Module>> units;
+  std::function<absl::StatusOr<at::Tensor>(FullShard&, const at::Tensor&)> sharded_forward;
   at::Tensor inputs, targets;  // one batch per rank, on the CPU
 };
 

@@ -141,8 +141,8 @@ absl::StatusOr<double> C10dReducerStepsPerSecond(const ClusterInfo& cluster,
   }
 }
 
-// The optimizer --optimizer names, over the module's parameters (shard_grad_op_adam: over `ddp`,
-// wrapped with shard_gradients).
+// The optimizer --optimizer names, over the module's parameters (shard_grad_op_adam and
+// full_shard_adam: over `ddp`, wrapped with shard_gradients).
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeBenchOptimizer(
     const std::string& name, torch::nn::Module& module, ProcessGroup* group,
     DistributedDataParallel& ddp) {
@@ -157,13 +157,13 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeBenchOptimizer(
                      ZeroRedundancyOptimizer::Create(adam, group));
     return sharded;
   }
-  if (name == "shard_grad_op_adam") {
+  if (name == "shard_grad_op_adam" || name == "full_shard_adam") {
     ASSIGN_OR_RETURN(std::unique_ptr<ShardGradOpOptimizer> sharded,
                      ShardGradOpOptimizer::Create(adam, ddp));
     return sharded;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--optimizer ", name, ": sgd|adam|zero_adam|shard_grad_op_adam"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--optimizer ", name, ": sgd|adam|zero_adam|shard_grad_op_adam|full_shard_adam"));
 }
 
 absl::StatusOr<std::string> Worker(const Flags& flags) {
@@ -241,6 +241,7 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     ddp_options.reducer.bucket_cap_mb = ddp_options.reducer.first_bucket_cap_mb =
         flags.bucket_cap_mb;
   }
+  // (FullShard sets it itself.)
   ddp_options.reducer.shard_gradients = flags.optimizer == "shard_grad_op_adam";
   std::unique_ptr<PostLocalSgd> post_local_sgd;
   if (flags.mode == "post_localsgd") {
@@ -256,11 +257,26 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
         group->get());
     ddp_options.reducer.comm_hook = timeline;
   }
-  absl::StatusOr<std::unique_ptr<DistributedDataParallel>> ddp =
-      DistributedDataParallel::Wrap(net.module, group->get(), ddp_options);
-  if (!ddp.ok()) return ddp.status();
+  // full_shard_adam: FSDP2's units of the workload, through a FullShard.
+  std::unique_ptr<FullShard> full_shard;
+  std::unique_ptr<DistributedDataParallel> owned_ddp;
+  if (flags.optimizer == "full_shard_adam") {
+    if (net.units.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--optimizer full_shard_adam: workload ", flags.workload,
+                       " has no full_shard units (mlp and gpt have)"));
+    }
+    FullShardOptions shard_options;
+    shard_options.ddp = ddp_options;
+    ASSIGN_OR_RETURN(full_shard,
+                     FullShard::Wrap(net.module, net.units, group->get(), shard_options));
+  } else {
+    ASSIGN_OR_RETURN(owned_ddp,
+                     DistributedDataParallel::Wrap(net.module, group->get(), ddp_options));
+  }
+  DistributedDataParallel* const ddp = full_shard ? &full_shard->ddp() : owned_ddp.get();
   ASSIGN_OR_RETURN(std::unique_ptr<torch::optim::Optimizer> made,
-                   MakeBenchOptimizer(flags.optimizer, *net.module, group->get(), **ddp));
+                   MakeBenchOptimizer(flags.optimizer, *net.module, group->get(), *ddp));
   torch::optim::Optimizer& optimizer = *made;
   const torch::Tensor x = net.inputs.to(device);
   const torch::Tensor y = net.targets.to(device);
@@ -286,12 +302,18 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     if (flags.breakdown) mark = NowSeconds();
     optimizer.zero_grad(flags.grads_to_none);
     lap(kZeroGrad, step);
-    RETURN_IF_ERROR((*ddp)->PrepareForward());
-    torch::Tensor loss = torch::cross_entropy_loss(net.forward(x), y);
+    RETURN_IF_ERROR(ddp->PrepareForward());
+    at::Tensor logits;
+    if (full_shard) {
+      ASSIGN_OR_RETURN(logits, net.sharded_forward(*full_shard, x));
+    } else {
+      logits = net.forward(x);
+    }
+    torch::Tensor loss = torch::cross_entropy_loss(logits, y);
     lap(kForward, step);
     if (timeline) timeline->BeginBackward(step >= flags.warmup);
     if (flags.mode == "nosync" || flags.mode == "lockstep") {
-      DistributedDataParallel::NoSync no_sync = (*ddp)->no_sync();
+      DistributedDataParallel::NoSync no_sync = ddp->no_sync();
       loss.backward();
     } else {
       loss.backward();
@@ -330,6 +352,23 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     const int64_t peak = PeakTensorBytes() - tensor_bytes_before_model;
     RETURN_IF_ERROR((*group)->AllGather(&peak, 1, DType::kInt64, all.data()));
     absl::StrAppend(&breakdown, ", \"peak_tensor_bytes\": [", absl::StrJoin(all, ", "), "]");
+    // What the model's training keeps between steps (the batch aside), against ZeRO's formula for
+    // float32 parameters and Adam's 8 bytes of state an element: DDP 16 an element, ZeRO-1 8 and 8
+    // of its shard, shard_grad_op 4 and 12 of its rows, full_shard 16 of its rows.
+    optimizer.zero_grad();
+    const int64_t kept = SettledLiveTensorBytes() - tensor_bytes_before_model -
+                         static_cast<int64_t>(net.inputs.nbytes() + net.targets.nbytes());
+    RETURN_IF_ERROR((*group)->AllGather(&kept, 1, DType::kInt64, all.data()));
+    absl::StrAppend(&breakdown, ", \"state_tensor_bytes\": [", absl::StrJoin(all, ", "), "]");
+    const auto* sharded = dynamic_cast<const ShardedOptimizer*>(&optimizer);
+    const int64_t mine_elements =
+        sharded != nullptr ? sharded->shard_elements() : gradient_elements;
+    const int64_t formula =
+        flags.optimizer == "zero_adam"            ? 8 * gradient_elements + 8 * mine_elements
+        : flags.optimizer == "shard_grad_op_adam" ? 4 * gradient_elements + 12 * mine_elements
+                                                  : 16 * mine_elements;
+    RETURN_IF_ERROR((*group)->AllGather(&formula, 1, DType::kInt64, all.data()));
+    absl::StrAppend(&breakdown, ", \"state_formula_bytes\": [", absl::StrJoin(all, ", "), "]");
   }
   if (timeline) {
     std::vector<double> mine = timeline->Flatten();

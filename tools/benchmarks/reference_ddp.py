@@ -3,7 +3,7 @@ torch.nn.parallel.DistributedDataParallel on the torch 2.11 that tools/setup ins
 LibTorch, Gloo and NCCL as ddpspawn). Trains the same workloads as ddpspawn_bench and prints the same JSON object.
 
 Usage: python3 reference_ddp.py --workload mlp|conv --mode ddp|nosync [--steps N]
-       [--warmup N] [--nprocs N] [--device cpu|cuda] [--optimizer sgd|adam|zero_adam|fsdp_adam]
+       [--warmup N] [--nprocs N] [--device cpu|cuda] [--optimizer sgd|adam|zero_adam|fsdp_adam|fsdp3_adam]
 
 --optimizer adam or zero_adam (torch.distributed.optim.ZeroRedundancyOptimizer over Adam) adds
 each rank's optimizer state bytes ("optimizer_state_bytes", by rank: every tensor in the state
@@ -36,19 +36,35 @@ def make_optimizer(name, model):
         from torch.distributed.optim import ZeroRedundancyOptimizer
         return ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam,
                                        lr=1e-3)
-    if name == "fsdp_adam":  # over fully_shard's DTensor parameters (make_module)
+    if name in ("fsdp_adam", "fsdp3_adam"):  # over fully_shard's DTensor parameters (make_module)
         return torch.optim.Adam(model.parameters(), lr=1e-3)
-    raise SystemExit(f"--optimizer {name}: sgd|adam|zero_adam|fsdp_adam")
+    raise SystemExit(f"--optimizer {name}: sgd|adam|zero_adam|fsdp_adam|fsdp3_adam")
+
+
+def fsdp_units(workload, model):
+    """FSDP2's usual units, as ddpspawn_bench's full_shard takes them: each Linear of the mlp,
+    each layer of the gpt (the root holds the rest)."""
+    if workload == "gpt":
+        return list(model.layers)
+    if workload == "mlp":
+        return [m for m in model if isinstance(m, torch.nn.Linear)]
+    raise SystemExit(f"--optimizer fsdp3_adam: workload {workload} has no units (mlp and gpt have)")
 
 
 def make_module(args, device, cuda, rank):
     """DDP around the workload's model; for fsdp_adam, FSDP2's fully_shard instead, with
     reshard_after_forward=False (FSDP's SHARD_GRAD_OP: ZeRO-2's traffic, parameters sharded
-    between steps), the model as one unit."""
+    between steps), the model as one unit; for fsdp3_adam, FULL_SHARD: fully_shard on each unit
+    and then the root, resharding after forward."""
     model = make_model(args.workload).to(device)
     if args.optimizer == "fsdp_adam":
         from torch.distributed.fsdp import fully_shard
         return fully_shard(model, reshard_after_forward=False)
+    if args.optimizer == "fsdp3_adam":
+        from torch.distributed.fsdp import fully_shard
+        for unit in fsdp_units(args.workload, model):
+            fully_shard(unit)
+        return fully_shard(model)
     return torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank] if cuda else None)
 
 
@@ -90,7 +106,7 @@ def worker(rank, args, port, queue):
               "steps_per_s": steps_per_s, "peak_rss_mb": rss.item()}
     if args.optimizer != "sgd":
         local = optimizer.optim if args.optimizer == "zero_adam" else optimizer
-        # A DTensor's own shard (fsdp_adam's state).
+        # A DTensor's own shard (fsdp_adam's and fsdp3_adam's state).
         mine = sum((t.to_local() if hasattr(t, "to_local") else t).nbytes
                    for state in local.state.values() for t in state.values()
                    if torch.is_tensor(t))
@@ -110,7 +126,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--nprocs", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu (gloo) or cuda (nccl)")
-    parser.add_argument("--optimizer", default="sgd", help="sgd, adam, zero_adam or fsdp_adam")
+    parser.add_argument("--optimizer", default="sgd",
+                        help="sgd, adam, zero_adam, fsdp_adam or fsdp3_adam")
     args = parser.parse_args()
     with socket.socket() as probe:  # the usual free-port probe
         probe.bind(("127.0.0.1", 0))
