@@ -12,6 +12,7 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include <algorithm>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -77,23 +78,16 @@ absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Wrap(
     FullShardOptions options) {
   if (module == nullptr) return absl::InvalidArgumentError("full_shard: no module");
   if (units.empty()) return absl::InvalidArgumentError("full_shard: no units");
-  DdpOptions ddp_options = options.ddp;
-  ddp_options.reducer.shard_gradients = true;
-  auto shard = std::unique_ptr<FullShard>(new FullShard());
-  shard->module_ = module;
-  shard->group_ = group;
-  shard->options_ = options;
-  ASSIGN_OR_RETURN(shard->ddp_, DistributedDataParallel::Wrap(module, group, ddp_options));
-  Reducer& reducer = shard->ddp_->reducer();
-  RETURN_IF_ERROR(reducer.DetachShardParameters());
-
-  // Each reduced parameter goes to the innermost unit that holds it: the one holding the fewest.
-  std::unordered_map<const void*, size_t> reduced;
-  for (size_t i = 0; i < reducer.tensors().size(); ++i) {
-    reduced[reducer.tensors()[i].unsafeGetTensorImpl()] = i;
+  // The parameters the wrapper reduces (DistributedDataParallel's: those that require grad), each
+  // to the innermost unit that holds it: the one holding the fewest.
+  std::vector<at::Tensor> trainable;
+  for (const at::Tensor& p : module->parameters(/*recurse=*/true)) {
+    if (p.requires_grad()) trainable.push_back(p);
   }
+  std::unordered_map<const void*, size_t> reduced;
+  for (size_t i = 0; i < trainable.size(); ++i) reduced[trainable[i].unsafeGetTensorImpl()] = i;
   constexpr size_t kNone = static_cast<size_t>(-1);
-  std::vector<size_t> owner(reducer.tensors().size(), kNone);
+  std::vector<size_t> owner(trainable.size(), kNone);
   std::vector<size_t> unit_size(units.size());
   std::vector<std::vector<size_t>> held(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
@@ -107,7 +101,7 @@ absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Wrap(
   const auto names = module->named_parameters(/*recurse=*/true);
   auto name_of = [&](size_t index) {
     for (const auto& item : names) {
-      if (item.value().unsafeGetTensorImpl() == reducer.tensors()[index].unsafeGetTensorImpl()) {
+      if (item.value().unsafeGetTensorImpl() == trainable[index].unsafeGetTensorImpl()) {
         return item.key();
       }
     }
@@ -124,8 +118,6 @@ absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Wrap(
       }
     }
   }
-  const int world = group->world_size();
-  std::vector<Unit> built(units.size());
   for (size_t i = 0; i < owner.size(); ++i) {
     if (owner[i] == kNone) {
       return absl::InvalidArgumentError(
@@ -133,7 +125,40 @@ absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Wrap(
                        "' is in no unit; list a module that holds it (the root module to "
                        "gather it for the whole forward)"));
     }
-    RETURN_IF_ERROR(CheckOwnStorage(reducer.tensors()[i], name_of(i)));
+    RETURN_IF_ERROR(CheckOwnStorage(trainable[i], name_of(i)));
+  }
+
+  // One reduce-scatter bucket per unit (per dtype within it), last unit first, as backward reaches
+  // them: at most one unit's full gradients wait for their reduce-scatter.
+  DdpOptions ddp_options = options.ddp;
+  ddp_options.reducer.shard_gradients = true;
+  ddp_options.reducer.buckets.clear();
+  for (size_t u = units.size(); u-- > 0;) {
+    std::map<at::ScalarType, std::vector<size_t>> by_dtype;
+    for (size_t i = owner.size(); i-- > 0;) {
+      if (owner[i] == u) by_dtype[trainable[i].scalar_type()].push_back(i);
+    }
+    for (auto& [dtype, members] : by_dtype) ddp_options.reducer.buckets.push_back(members);
+  }
+  auto shard = std::unique_ptr<FullShard>(new FullShard());
+  shard->module_ = module;
+  shard->group_ = group;
+  shard->options_ = options;
+  ASSIGN_OR_RETURN(shard->ddp_, DistributedDataParallel::Wrap(module, group, ddp_options));
+  Reducer& reducer = shard->ddp_->reducer();
+  if (reducer.tensors().size() != trainable.size()) {
+    return absl::InternalError("full_shard: the wrapper reduces other parameters than expected");
+  }
+  for (size_t i = 0; i < trainable.size(); ++i) {
+    if (reducer.tensors()[i].unsafeGetTensorImpl() != trainable[i].unsafeGetTensorImpl()) {
+      return absl::InternalError("full_shard: the wrapper reduces other parameters than expected");
+    }
+  }
+  RETURN_IF_ERROR(reducer.DetachShardParameters());
+
+  const int world = group->world_size();
+  std::vector<Unit> built(units.size());
+  for (size_t i = 0; i < owner.size(); ++i) {
     Unit& unit = built[owner[i]];
     unit.parameters.push_back(reducer.tensors()[i].variable_data());
     unit.shapes.push_back(MetaLike(reducer.tensors()[i]));

@@ -36,8 +36,9 @@ class SequentialImpl;
 namespace ddpspawn {
 
 struct FullShardOptions {
-  // The wrapper's options; FullShard sets reducer.shard_gradients itself. Uneven inputs
-  // (ActiveRanks) are not supported under full_shard.
+  // The wrapper's options; FullShard sets reducer.shard_gradients itself, and reducer.buckets to
+  // one bucket per unit (FSDP2's reduce-scatter per unit: the bucket caps do not apply). Uneven
+  // inputs (ActiveRanks) are not supported under full_shard.
   DdpOptions ddp;
   // FSDP2's reshard_after_forward: a unit's parameters are freed after its forward and gathered
   // again for its backward (true), or stay whole from its forward to its backward (false: one

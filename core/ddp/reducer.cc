@@ -99,6 +99,31 @@ absl::Status CheckShardable(const std::vector<at::Tensor>& tensors, const Reduce
   return absl::OkStatus();
 }
 
+// ReducerOptions::buckets as given: OK when each tensor is in one bucket of one dtype.
+absl::Status CheckGivenBuckets(const std::vector<at::Tensor>& tensors,
+                               const std::vector<std::vector<size_t>>& buckets) {
+  std::vector<bool> seen(tensors.size(), false);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (buckets[b].empty())
+      return absl::InvalidArgumentError(absl::StrCat("bucket ", b, " is empty"));
+    for (size_t i : buckets[b]) {
+      if (i >= tensors.size() || seen[i]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bucket ", b, ": tensor ", i,
+                         i >= tensors.size() ? " does not exist" : " is in two buckets"));
+      }
+      seen[i] = true;
+      if (tensors[i].scalar_type() != tensors[buckets[b][0]].scalar_type()) {
+        return absl::InvalidArgumentError(absl::StrCat("bucket ", b, " mixes dtypes"));
+      }
+    }
+  }
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (!seen[i]) return absl::InvalidArgumentError(absl::StrCat("tensor ", i, " is in no bucket"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<std::vector<size_t>> AssignBuckets(const std::vector<at::Tensor>& tensors,
@@ -181,9 +206,13 @@ absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(ProcessGroup* group,
   std::unique_ptr<Reducer> reducer(
       new Reducer(group, std::move(tensors), std::move(options), autograd_mode));
   const auto mb = [](double v) { return static_cast<size_t>(v * 1024 * 1024); };
-  std::vector<std::vector<size_t>> groups =
-      AssignBuckets(reducer->tensors_, mb(reducer->options_.first_bucket_cap_mb),
-                    mb(reducer->options_.bucket_cap_mb));
+  std::vector<std::vector<size_t>> groups = reducer->options_.buckets;
+  if (groups.empty()) {
+    groups = AssignBuckets(reducer->tensors_, mb(reducer->options_.first_bucket_cap_mb),
+                           mb(reducer->options_.bucket_cap_mb));
+  } else {
+    RETURN_IF_ERROR(CheckGivenBuckets(reducer->tensors_, groups));
+  }
   const int world = group->world_size(), rank = group->rank();
   for (size_t b = 0; b < groups.size(); ++b) {
     Bucket bucket;

@@ -57,6 +57,11 @@ struct ReducerOptions {
   // from a bucket's first gradient to its reduce-scatter. Autograd mode only, float32 or float64
   // parameters, the default (all-reduce) hook; gradient_as_bucket_view does not apply.
   bool shard_gradients = false;
+  // The buckets themselves, instead of the caps: tensor indices per bucket, in the order the
+  // buckets are expected to be ready in backward (they are reduced in this order); every tensor in
+  // exactly one, one dtype per bucket. full_shard gives one bucket per unit (FSDP2's reduce-scatter
+  // per unit), so that no more than one unit's full gradients wait. Empty: AssignBuckets().
+  std::vector<std::vector<size_t>> buckets;
 };
 
 // Groups tensors into buckets: reverse order, one dtype per bucket, the first closed at

@@ -19,8 +19,8 @@ With --multinode RATES (root only): instead, the hierarchical all-reduce of 2 ho
 against Gloo among all ranks, at each link rate (tc's, e.g. none,10gbit,1gbit); see multinode.py.
 
 With --models resnet18,gpt or --bucket-sweep: instead, the larger models against the references,
-or DDP's bucket caps; see models_sweep.py. With --sharded (or --zero): instead, ZeRO stages 1
-and 2's optimizer state, steps/s and peak memory per rank against torch's ZeroRedundancyOptimizer
+or DDP's bucket caps; see models_sweep.py. With --sharded (or --zero): instead, ZeRO stages 1,
+2 and 3's optimizer state, steps/s and memory per rank against torch's ZeroRedundancyOptimizer
 and FSDP2, on --workloads (mlp,gpt) at 2 and 4 ranks; see zero_sweep.py. With --lightning: instead, Lightning's Trainer with ddpspawn's
 DDPSpawnStrategy against its own ddp_spawn; see lightning_sweep.py.
 
