@@ -158,6 +158,9 @@ class ProcessGroup {
   // Byte strings of any size (objects serialized by the caller).
   absl::StatusOr<std::string> BroadcastBytes(absl::string_view bytes, int src);
   absl::StatusOr<std::vector<std::string>> AllGatherBytes(absl::string_view bytes);
+  // Every rank's bytes, in rank order, on `to` alone (torch's gather_object): the other ranks get
+  // an empty vector and hold no more than their own bytes.
+  absl::StatusOr<std::vector<std::string>> GatherBytes(absl::string_view bytes, int to);
 
  private:
   struct Impl;

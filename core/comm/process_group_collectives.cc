@@ -298,6 +298,44 @@ absl::StatusOr<std::string> ProcessGroup::BroadcastBytes(absl::string_view bytes
   return out;
 }
 
+absl::StatusOr<std::vector<std::string>> ProcessGroup::GatherBytes(absl::string_view bytes,
+                                                                   int to) {
+  RETURN_IF_ERROR(CheckRank(to, "gather destination"));
+  std::vector<int64_t> sizes(static_cast<size_t>(world_size()));
+  int64_t own_size = static_cast<int64_t>(bytes.size());
+  RETURN_IF_ERROR(AllGather(&own_size, 1, DType::kInt64, sizes.data()));
+  const int64_t longest = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<std::string> out;
+  if (rank() == to) out.resize(sizes.size());
+  if (longest == 0) return out;
+  at::Tensor padded = at::zeros({longest}, at::kByte);
+  if (!bytes.empty()) std::memcpy(padded.data_ptr(), bytes.data(), bytes.size());
+  const CallSignature call = Signature("gather", padded, std::nullopt, to);
+  std::vector<at::Tensor> gathered;
+  RETURN_IF_ERROR(Recorded(call, [&]() -> absl::Status {
+    RETURN_IF_ERROR(CheckAgreement(call, padded));
+    return Guarded("gather", [&] {
+      std::vector<at::Tensor> inputs{padded.to(impl_->device)};
+      std::vector<std::vector<at::Tensor>> outputs;
+      if (rank() == to) {
+        outputs.resize(1);
+        for (int r = 0; r < world_size(); ++r) outputs[0].push_back(at::empty_like(inputs[0]));
+      }
+      c10d::GatherOptions opts;
+      opts.rootRank = to;
+      opts.timeout = impl_->timeout;
+      impl_->group->gather(outputs, inputs, opts)->wait();
+      if (rank() == to) {
+        for (at::Tensor& t : outputs[0]) gathered.push_back(t.cpu());
+      }
+    });
+  }));
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    out[r].assign(static_cast<const char*>(gathered[r].data_ptr()), static_cast<size_t>(sizes[r]));
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<std::string>> ProcessGroup::AllGatherBytes(absl::string_view bytes) {
   std::vector<int64_t> sizes(static_cast<size_t>(world_size()));
   int64_t own_size = static_cast<int64_t>(bytes.size());

@@ -322,18 +322,28 @@ void FullShard::AfterGradient(size_t unit) {
   if (u.awaiting_gradients > 0 && --u.awaiting_gradients == 0 && all_pinned_ == 0) Reshard(u);
 }
 
-absl::Status FullShard::GatherAll() {
+absl::Status FullShard::GatherAll(int only_rank) {
   absl::MutexLock lock(&mutex_);
-  for (Unit& u : units_) RETURN_IF_ERROR(Gather(u));
-  ++all_pinned_;
+  const bool here = only_rank < 0 || only_rank == group_->rank();
+  for (Unit& u : units_) {
+    const bool was_whole = u.whole;
+    RETURN_IF_ERROR(Gather(u));
+    // Elsewhere each unit is gathered with the others (a collective) and freed at once.
+    if (!here && !was_whole) Reshard(u);
+  }
+  pins_.push_back(here);
+  if (here) ++all_pinned_;
   return absl::OkStatus();
 }
 
 absl::Status FullShard::ReshardAll() {
   absl::MutexLock lock(&mutex_);
-  if (all_pinned_ == 0) {
+  if (pins_.empty()) {
     return absl::FailedPreconditionError("full_shard: ReshardAll() without a GatherAll()");
   }
+  const bool here = pins_.back();
+  pins_.pop_back();
+  if (!here) return absl::OkStatus();
   if (--all_pinned_ > 0) return absl::OkStatus();
   const int rank = group_->rank(), world = group_->world_size();
   at::NoGradGuard no_grad;

@@ -82,8 +82,10 @@ class FullShard {
   // numbers of batches. GatherAll() is a collective. The last ReshardAll() keeps this rank's rows
   // of what the parameters hold then (FSDP's writeback: a checkpoint loaded into them stays) and
   // frees them; every rank must have written the same values, or the ranks' rows disagree.
-  // FailedPrecondition for a ReshardAll() without a GatherAll().
-  absl::Status GatherAll();
+  // FailedPrecondition for a ReshardAll() without a GatherAll(). With `only_rank` (FSDP's
+  // rank0_only), the units are whole on that rank alone: the others take part in each unit's
+  // all-gather and free it at once, so that saving rank 0's weights costs them one unit.
+  absl::Status GatherAll(int only_rank = -1);
   absl::Status ReshardAll();
 
   // ShardGradOpOptimizer::Create over this wrapper: the optimizer steps each rank's rows, which the
@@ -128,7 +130,10 @@ class FullShard {
   FullShardOptions options_;
   mutable absl::Mutex mutex_;
   std::vector<Unit> units_ ABSL_GUARDED_BY(mutex_);
-  int all_pinned_ ABSL_GUARDED_BY(mutex_) = 0;  // GatherAll()s not yet matched by ReshardAll()
+  // GatherAll()s not yet matched by ReshardAll(), latest last: whether each made the units whole on
+  // this rank; all_pinned_ counts those that did.
+  std::vector<bool> pins_ ABSL_GUARDED_BY(mutex_);
+  int all_pinned_ ABSL_GUARDED_BY(mutex_) = 0;
   bool end_of_backward_queued_ ABSL_GUARDED_BY(mutex_) = false;
   int64_t whole_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t peak_whole_bytes_ ABSL_GUARDED_BY(mutex_) = 0;

@@ -68,8 +68,8 @@ absl::StatusOr<std::vector<std::string>> ShardedOptimizer::GatherShardStates(
     mine = bytes.str();
     return absl::OkStatus();
   }));
-  // Every rank receives every shard (the group gathers bytes to all), but only `to` keeps them.
-  return group_->AllGatherBytes(mine);
+  // Only `to` receives the shards: the others never hold more than their own.
+  return group_->GatherBytes(mine, to);
 }
 
 absl::Status ShardedOptimizer::LoadShardState(torch::optim::Optimizer& shard,

@@ -63,7 +63,7 @@ class ShardedOptimizer : public torch::optim::Optimizer {
   // Copies the base groups' options (what a scheduler set) onto `shard`'s groups and steps it.
   absl::Status StepShard(torch::optim::Optimizer& shard);
   // ConsolidateStateDict's first half: checks `to`, forgets the last consolidation, and gathers
-  // every rank's `shard` state, serialized (a collective).
+  // every rank's `shard` state, serialized, to `to` (a collective; empty on the other ranks).
   absl::StatusOr<std::vector<std::string>> GatherShardStates(const torch::optim::Optimizer& shard,
                                                              int to);
   // Reads rank `rank`'s serialized shard state (from GatherShardStates) into `shard`, an optimizer

@@ -326,8 +326,8 @@ DistributedDataParallel* DDPSpawnStrategy::model() {
   return full_shard_ != nullptr ? &full_shard_->ddp() : ddp_.get();
 }
 
-absl::Status DDPSpawnStrategy::GatherParameters() {
-  return full_shard_ != nullptr ? full_shard_->GatherAll() : absl::OkStatus();
+absl::Status DDPSpawnStrategy::GatherParameters(int only_rank) {
+  return full_shard_ != nullptr ? full_shard_->GatherAll(only_rank) : absl::OkStatus();
 }
 
 absl::Status DDPSpawnStrategy::ReleaseParameters() {

@@ -216,8 +216,9 @@ class DDPSpawnStrategy {
   // The DDP wrapper of Setup()'s module (under full_shard, its FullShard's); null before.
   DistributedDataParallel* model();
   // full_shard: every parameter whole until the matching ReleaseParameters() (FullShard::GatherAll
-  // and ReshardAll; the calls nest; a collective). Nothing to do under the other strategies.
-  absl::Status GatherParameters();
+  // and ReshardAll; the calls nest; a collective), on rank `only_rank` alone when it is given.
+  // Nothing to do under the other strategies.
+  absl::Status GatherParameters(int only_rank = -1);
   absl::Status ReleaseParameters();
   LightningModule* lightning_module() { return module_.get(); }
 
@@ -306,11 +307,15 @@ class DDPSpawnStrategy {
   bool restart_prepared_ = false;
 };
 
-// `body()` (a Status or StatusOr) with every parameter whole under full_shard (GatherParameters()
-// before, ReleaseParameters() after, even when it fails); just `body()` otherwise.
+// `body()` (a Status or StatusOr) with every parameter whole under full_shard, on `only_rank` alone
+// when it is given (GatherParameters() before, ReleaseParameters() after, even when it fails); just
+// `body()` otherwise.
 template <typename Body>
-auto WithParametersWhole(DDPSpawnStrategy& strategy, Body body) -> decltype(body()) {
-  if (absl::Status gathered = strategy.GatherParameters(); !gathered.ok()) return gathered;
+auto WithParametersWhole(DDPSpawnStrategy& strategy, Body body, int only_rank = -1)
+    -> decltype(body()) {
+  if (absl::Status gathered = strategy.GatherParameters(only_rank); !gathered.ok()) {
+    return gathered;
+  }
   auto result = body();
   absl::Status released = strategy.ReleaseParameters();
   if (result.ok() && !released.ok()) return released;

@@ -239,6 +239,15 @@ void Collectives() {
     Check((*strings)[r] == std::string(static_cast<size_t>(r) * 3, static_cast<char>('a' + r)),
           "bytes value");
   }
+  // The same bytes gathered to the last rank alone: the others get nothing.
+  absl::StatusOr<std::vector<std::string>> to_last = group->GatherBytes(mine, world - 1);
+  CheckOk(to_last.status(), "gather_bytes");
+  Check(to_last->size() == (rank == world - 1 ? static_cast<size_t>(world) : 0u),
+        "gather_bytes reaches its destination only");
+  for (size_t r = 0; r < to_last->size(); ++r) {
+    Check((*to_last)[r] == (*strings)[r], "gather_bytes value");
+  }
+  Check(!group->GatherBytes(mine, world).ok(), "bad gather destination rejected");
   absl::StatusOr<std::string> message =
       group->BroadcastBytes(rank == world - 1 ? "from the last rank" : "ignored", world - 1);
   CheckOk(message.status(), "broadcast_bytes");

@@ -94,14 +94,20 @@ def test_peak_tensor_memory_holds_what_each_strategy_keeps(data, tmp_path):
     strategy keeps between steps (float32 parameters, gradients, Adam's two
     moments): 16 bytes an element for no_shard (its gradient buckets live in
     shared memory, which the count includes), 4 + 12 of each half of the rows
-    for shard_grad_op at 2 ranks. It also holds what checkpoints take: a
-    consolidation gathers every rank's state (docs/sharding.md)."""
+    for shard_grad_op at 2 ranks, 16 of each half for full_shard. It also
+    holds what checkpoints take: a consolidation gathers every rank's state
+    to rank 0 (docs/sharding.md). Under full_shard rank 1 never holds the
+    model whole (one layer at a time in a step, and its checkpoint gathers
+    the weights to rank 0 alone): its peak is below shard_grad_op's by at
+    least the half of the parameters it no longer keeps (2 bytes an
+    element)."""
     layers = [128] * 8
     model = "mlp:4," + ",".join(map(str, layers)) + ",3"
     widths = [4] + layers + [3]
     elements = sum(a * b + b for a, b in zip(widths, widths[1:]))
     peaks = {}
-    for stage, extra in (("no_shard", {}), ("shard_grad_op", SHARDING["shard_grad_op"])):
+    for stage, extra in (("no_shard", {}), ("shard_grad_op", SHARDING["shard_grad_op"]),
+                         ("full_shard", SHARDING["full_shard"])):
         result = ddpspawn.fit(model, data / "train.csv",
                               **options("adam", tmp_path / stage, **extra))
         peaks[stage] = [int(b) for b in result.values["peak_tensor_bytes"].split(",")]
@@ -109,6 +115,8 @@ def test_peak_tensor_memory_holds_what_each_strategy_keeps(data, tmp_path):
     print(f"peak tensor bytes by rank: {peaks}; parameter elements {elements}")
     assert min(peaks["no_shard"]) >= 16 * elements, peaks
     assert min(peaks["shard_grad_op"]) >= 10 * elements, peaks
+    assert min(peaks["full_shard"]) >= 8 * elements, peaks
+    assert peaks["full_shard"][1] <= peaks["shard_grad_op"][1] - 2 * elements, peaks
 
 
 def test_shard_grad_op_refuses_what_would_not_shard(data, tmp_path):

@@ -100,8 +100,10 @@ absl::Status Trainer::WriteMetricRow(int64_t epoch, int64_t step, const std::str
 
 absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
                                      TrainingState state, const std::string& path) {
+  // Rank 0 alone serializes the weights: under full_shard the others keep their rows.
   return WithParametersWhole(
-      strategy_, [&] { return SaveWholeCheckpoint(module, optimizer, std::move(state), path); });
+      strategy_, [&] { return SaveWholeCheckpoint(module, optimizer, std::move(state), path); },
+      /*only_rank=*/0);
 }
 
 absl::Status Trainer::SaveWholeCheckpoint(LightningModule& module,

@@ -1,0 +1,118 @@
+// FullShard's refusals and its gather and free, in process (world size 1): the units it accepts,
+// parameters that hold no bytes between forwards, and GatherAll()/ReshardAll()'s nesting and
+// writeback. Training across ranks is zero_redundancy_optimizer_test's (full_shard cases).
+#include "core/ddp/full_shard.h"
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "core/comm/process_group.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ddpspawn {
+namespace {
+
+using testing::HasSubstr;
+
+std::unique_ptr<ProcessGroup> SoloGroup() {
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> group = ProcessGroup::Create(ClusterInfo{});
+  EXPECT_TRUE(group.ok()) << group.status();
+  return group.ok() ? *std::move(group) : nullptr;
+}
+
+torch::nn::Sequential MakeNet() {
+  torch::manual_seed(3);
+  return torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::ReLU(), torch::nn::Linear(8, 2));
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> Linears(torch::nn::Sequential& net) {
+  return {net[0], net[2]};
+}
+
+TEST(FullShardTest, RefusesAParameterInNoUnit) {
+  std::unique_ptr<ProcessGroup> group = SoloGroup();
+  torch::nn::Sequential net = MakeNet();
+  absl::StatusOr<std::unique_ptr<FullShard>> shard =
+      FullShard::Wrap(net.ptr(), {net[0]}, group.get());
+  ASSERT_FALSE(shard.ok());
+  EXPECT_THAT(shard.status().message(), HasSubstr("trainable parameter '2.weight' is in no unit"));
+}
+
+TEST(FullShardTest, RefusesAUnitListedTwice) {
+  std::unique_ptr<ProcessGroup> group = SoloGroup();
+  torch::nn::Sequential net = MakeNet();
+  absl::StatusOr<std::unique_ptr<FullShard>> shard =
+      FullShard::Wrap(net.ptr(), {net[0], net[2], net[0]}, group.get());
+  ASSERT_FALSE(shard.ok());
+  EXPECT_THAT(shard.status().message(), HasSubstr("a module listed twice?"));
+}
+
+// A parameter over part of another tensor's storage: freeing the storage would free the rest.
+struct SliceNet : torch::nn::Module {
+  SliceNet() : whole(torch::zeros({4, 3})) {
+    part = register_parameter("part", whole.narrow(0, 0, 2));
+  }
+  torch::Tensor whole, part;
+};
+
+TEST(FullShardTest, RefusesStorageItDoesNotOwn) {
+  std::unique_ptr<ProcessGroup> group = SoloGroup();
+  auto net = std::make_shared<SliceNet>();
+  absl::StatusOr<std::unique_ptr<FullShard>> shard = FullShard::Wrap(net, {net}, group.get());
+  ASSERT_FALSE(shard.ok());
+  EXPECT_THAT(shard.status().message(), HasSubstr("'part' does not own its storage alone"));
+}
+
+TEST(FullShardTest, ParametersHoldNoBytesBetweenForwards) {
+  std::unique_ptr<ProcessGroup> group = SoloGroup();
+  torch::nn::Sequential net = MakeNet();
+  torch::nn::Sequential plain = MakeNet();  // the same weights, never sharded
+  absl::StatusOr<std::unique_ptr<FullShard>> shard =
+      FullShard::Wrap(net.ptr(), Linears(net), group.get());
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_EQ((*shard)->WholeParameterBytes(), 0);
+  for (const torch::Tensor& p : net->parameters()) EXPECT_EQ(p.storage().nbytes(), 0u);
+
+  const torch::Tensor x = torch::randn({5, 4});
+  (*shard)->ResetPeakWholeParameterBytes();
+  absl::StatusOr<torch::Tensor> out = (*shard)->ForwardSequential(*net, x);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(torch::equal(*out, plain->forward(x)));
+  out->sum().backward();
+  EXPECT_EQ((*shard)->WholeParameterBytes(), 0);
+  // One unit at a time: the larger, Linear(4, 8), is 40 floats.
+  EXPECT_EQ((*shard)->peak_whole_parameter_bytes(), 40 * 4);
+  // Each parameter's gradient went to its rows (here all of them), and none is kept whole.
+  for (const torch::Tensor& p : net->parameters()) EXPECT_FALSE(p.grad().defined());
+}
+
+TEST(FullShardTest, GatherAllNestsAndKeepsWhatWasWritten) {
+  std::unique_ptr<ProcessGroup> group = SoloGroup();
+  torch::nn::Sequential net = MakeNet();
+  absl::StatusOr<std::unique_ptr<FullShard>> shard =
+      FullShard::Wrap(net.ptr(), Linears(net), group.get());
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_THAT((*shard)->ReshardAll().message(), HasSubstr("ReshardAll() without a GatherAll()"));
+  ASSERT_TRUE((*shard)->GatherAll().ok());
+  ASSERT_TRUE((*shard)->GatherAll().ok());
+  {
+    torch::NoGradGuard no_grad;
+    for (const torch::Tensor& p : net->parameters()) p.fill_(0.5);
+  }
+  ASSERT_TRUE((*shard)->ReshardAll().ok());  // the inner one: still whole
+  EXPECT_EQ((*shard)->WholeParameterBytes(), (40 + 18) * 4);
+  ASSERT_TRUE((*shard)->ReshardAll().ok());
+  EXPECT_EQ((*shard)->WholeParameterBytes(), 0);
+  // Gathered again from the rows written back: the 0.5s.
+  torch::NoGradGuard no_grad;
+  absl::StatusOr<torch::Tensor> out = (*shard)->ForwardSequential(*net, torch::ones({1, 4}));
+  ASSERT_TRUE(out.ok()) << out.status();
+  // Hidden: 4 * 0.5 + 0.5 = 2.5 each; output: 8 * 0.5 * 2.5 + 0.5 = 10.5.
+  EXPECT_TRUE(torch::allclose(*out, torch::full({1, 2}, 10.5)));
+}
+
+}  // namespace
+}  // namespace ddpspawn
