@@ -4,6 +4,7 @@
 #include "core/ddp/full_shard.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
 #include <c10/core/StorageImpl.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
@@ -32,6 +33,8 @@ struct FullShard::Hooks {
 
 namespace {
 
+constexpr size_t kNoUnit = static_cast<size_t>(-1);
+
 int64_t StorageBytesOf(const at::Tensor& t) { return t.numel() * t.element_size(); }
 
 // Frees `t`'s storage in place: every tensor over it (autograd's saved views included) stays, with
@@ -42,11 +45,15 @@ void FreeStorage(const at::Tensor& t) {
   storage->set_nbytes(0);
 }
 
-// Gives `t`'s freed storage its bytes again (uninitialized), from the allocator that made it.
+// Gives `t`'s freed storage its bytes again (uninitialized), from the allocator that made it, or
+// the device's (a TorchScript model's parameters come from its archive, with no allocator).
 void AllocateStorage(const at::Tensor& t) {
   c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
   const auto bytes = static_cast<size_t>(StorageBytesOf(t));
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  at::Allocator* allocator = storage->allocator() != nullptr
+                                 ? storage->allocator()
+                                 : c10::GetAllocator(storage->device_type());
+  storage->set_data_ptr_noswap(allocator->allocate(bytes));
   storage->set_nbytes(bytes);
 }
 
@@ -58,16 +65,18 @@ at::Tensor MetaLike(const at::Tensor& t) {
 // OK when freeing `parameter`'s storage frees its data and nothing else's.
 absl::Status CheckOwnStorage(const at::Tensor& parameter, const std::string& name) {
   const c10::Storage& storage = parameter.storage();
+  std::string why;
   if (!parameter.is_contiguous() || parameter.storage_offset() != 0 ||
-      static_cast<int64_t>(storage.nbytes()) != StorageBytesOf(parameter) ||
-      storage.use_count() != 1 || storage.unsafeGetStorageImpl()->allocator() == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "full_shard: parameter '", name,
-        "' does not own its storage alone (a view, storage shared with another tensor, or memory "
-        "LibTorch did not allocate); freeing it between steps would free other data: give it its "
-        "own storage (clone it) before wrapping"));
+      static_cast<int64_t>(storage.nbytes()) != StorageBytesOf(parameter)) {
+    why = "it is a view of a larger storage";
+  } else if (storage.use_count() != 1) {
+    why = absl::StrCat("its storage is shared by ", storage.use_count(), " tensors");
   }
-  return absl::OkStatus();
+  if (why.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "full_shard: parameter '", name, "' does not own its storage alone (", why,
+      "); freeing it between steps would free other data: give it its own storage (clone it) "
+      "before wrapping"));
 }
 
 }  // namespace
@@ -80,52 +89,106 @@ absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Wrap(
   if (units.empty()) return absl::InvalidArgumentError("full_shard: no units");
   // The parameters the wrapper reduces (DistributedDataParallel's: those that require grad), each
   // to the innermost unit that holds it: the one holding the fewest.
-  std::vector<at::Tensor> trainable;
+  Plan plan;
   for (const at::Tensor& p : module->parameters(/*recurse=*/true)) {
-    if (p.requires_grad()) trainable.push_back(p);
+    if (p.requires_grad()) plan.trainable.push_back(p);
   }
   std::unordered_map<const void*, size_t> reduced;
-  for (size_t i = 0; i < trainable.size(); ++i) reduced[trainable[i].unsafeGetTensorImpl()] = i;
-  constexpr size_t kNone = static_cast<size_t>(-1);
-  std::vector<size_t> owner(trainable.size(), kNone);
+  for (size_t i = 0; i < plan.trainable.size(); ++i) {
+    reduced[plan.trainable[i].unsafeGetTensorImpl()] = i;
+  }
+  const auto named = module->named_parameters(/*recurse=*/true);
+  for (const at::Tensor& p : plan.trainable) {
+    std::string name = "?";
+    for (const auto& item : named) {
+      if (item.value().unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) name = item.key();
+    }
+    plan.names.push_back(std::move(name));
+  }
+  plan.owner.assign(plan.trainable.size(), kNoUnit);
   std::vector<size_t> unit_size(units.size());
   std::vector<std::vector<size_t>> held(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
     if (units[u] == nullptr) return absl::InvalidArgumentError("full_shard: a unit is null");
+    plan.unit_modules.push_back(units[u].get());
     for (const at::Tensor& p : units[u]->parameters(/*recurse=*/true)) {
       auto found = reduced.find(p.unsafeGetTensorImpl());
       if (found != reduced.end()) held[u].push_back(found->second);
     }
     unit_size[u] = held[u].size();
   }
-  const auto names = module->named_parameters(/*recurse=*/true);
-  auto name_of = [&](size_t index) {
-    for (const auto& item : names) {
-      if (item.value().unsafeGetTensorImpl() == trainable[index].unsafeGetTensorImpl()) {
-        return item.key();
-      }
-    }
-    return absl::StrCat("#", index);
-  };
   for (size_t u = 0; u < units.size(); ++u) {
     for (size_t i : held[u]) {
-      if (owner[i] == kNone || unit_size[u] < unit_size[owner[i]]) {
-        owner[i] = u;
-      } else if (unit_size[u] == unit_size[owner[i]]) {
+      size_t& owner = plan.owner[i];
+      if (owner == kNoUnit || unit_size[u] < unit_size[owner]) {
+        owner = u;
+      } else if (unit_size[u] == unit_size[owner]) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "full_shard: units ", owner[i], " and ", u, " both hold parameter '", name_of(i),
+            "full_shard: units ", owner, " and ", u, " both hold parameter '", plan.names[i],
             "' and neither is nested in the other (a module listed twice?)"));
       }
     }
   }
-  for (size_t i = 0; i < owner.size(); ++i) {
-    if (owner[i] == kNone) {
+  ASSIGN_OR_RETURN(std::unique_ptr<FullShard> shard, Build(
+                                                         std::move(plan),
+                                                         [&](const DdpOptions& ddp_options) {
+                                                           return DistributedDataParallel::Wrap(
+                                                               module, group, ddp_options);
+                                                         },
+                                                         group, std::move(options)));
+  shard->module_ = std::move(module);
+  return shard;
+}
+
+absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Wrap(
+    std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers,
+    const std::vector<std::vector<at::Tensor>>& units, ProcessGroup* group,
+    FullShardOptions options) {
+  if (units.empty()) return absl::InvalidArgumentError("full_shard: no units");
+  std::unordered_map<const void*, size_t> unit_of;
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (const at::Tensor& p : units[u]) {
+      auto [at, added] = unit_of.emplace(p.unsafeGetTensorImpl(), u);
+      if (!added) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("full_shard: units ", at->second, " and ", u, " both hold a parameter"));
+      }
+    }
+  }
+  Plan plan;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (!parameters[i].requires_grad()) continue;
+    plan.trainable.push_back(parameters[i]);
+    plan.names.push_back(absl::StrCat("#", i));
+    auto found = unit_of.find(parameters[i].unsafeGetTensorImpl());
+    plan.owner.push_back(found == unit_of.end() ? kNoUnit : found->second);
+  }
+  plan.unit_modules.assign(units.size(), nullptr);
+  return Build(
+      std::move(plan),
+      [&](const DdpOptions& ddp_options) {
+        return DistributedDataParallel::Wrap(std::move(parameters), std::move(buffers), group,
+                                             ddp_options);
+      },
+      group, std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Build(
+    Plan plan,
+    const std::function<
+        absl::StatusOr<std::unique_ptr<DistributedDataParallel>>(const DdpOptions&)>& wrap,
+    ProcessGroup* group, FullShardOptions options) {
+  if (group == nullptr) return absl::InvalidArgumentError("full_shard needs a process group");
+  const std::vector<at::Tensor>& trainable = plan.trainable;
+  const size_t unit_count = plan.unit_modules.size();
+  for (size_t i = 0; i < trainable.size(); ++i) {
+    if (plan.owner[i] == kNoUnit) {
       return absl::InvalidArgumentError(
-          absl::StrCat("full_shard: trainable parameter '", name_of(i),
+          absl::StrCat("full_shard: trainable parameter '", plan.names[i],
                        "' is in no unit; list a module that holds it (the root module to "
                        "gather it for the whole forward)"));
     }
-    RETURN_IF_ERROR(CheckOwnStorage(trainable[i], name_of(i)));
+    RETURN_IF_ERROR(CheckOwnStorage(trainable[i], plan.names[i]));
   }
 
   // One reduce-scatter bucket per unit (per dtype within it), last unit first, as backward reaches
@@ -133,33 +196,31 @@ absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Wrap(
   DdpOptions ddp_options = options.ddp;
   ddp_options.reducer.shard_gradients = true;
   ddp_options.reducer.buckets.clear();
-  for (size_t u = units.size(); u-- > 0;) {
+  for (size_t u = unit_count; u-- > 0;) {
     std::map<at::ScalarType, std::vector<size_t>> by_dtype;
-    for (size_t i = owner.size(); i-- > 0;) {
-      if (owner[i] == u) by_dtype[trainable[i].scalar_type()].push_back(i);
+    for (size_t i = trainable.size(); i-- > 0;) {
+      if (plan.owner[i] == u) by_dtype[trainable[i].scalar_type()].push_back(i);
     }
     for (auto& [dtype, members] : by_dtype) ddp_options.reducer.buckets.push_back(members);
   }
   auto shard = std::unique_ptr<FullShard>(new FullShard());
-  shard->module_ = module;
   shard->group_ = group;
   shard->options_ = options;
-  ASSIGN_OR_RETURN(shard->ddp_, DistributedDataParallel::Wrap(module, group, ddp_options));
+  ASSIGN_OR_RETURN(shard->ddp_, wrap(ddp_options));
   Reducer& reducer = shard->ddp_->reducer();
-  if (reducer.tensors().size() != trainable.size()) {
-    return absl::InternalError("full_shard: the wrapper reduces other parameters than expected");
+  bool same = reducer.tensors().size() == trainable.size();
+  for (size_t i = 0; same && i < trainable.size(); ++i) {
+    same = reducer.tensors()[i].unsafeGetTensorImpl() == trainable[i].unsafeGetTensorImpl();
   }
-  for (size_t i = 0; i < trainable.size(); ++i) {
-    if (reducer.tensors()[i].unsafeGetTensorImpl() != trainable[i].unsafeGetTensorImpl()) {
-      return absl::InternalError("full_shard: the wrapper reduces other parameters than expected");
-    }
+  if (!same) {
+    return absl::InternalError("full_shard: the wrapper reduces other parameters than expected");
   }
   RETURN_IF_ERROR(reducer.DetachShardParameters());
 
   const int world = group->world_size();
-  std::vector<Unit> built(units.size());
-  for (size_t i = 0; i < owner.size(); ++i) {
-    Unit& unit = built[owner[i]];
+  std::vector<Unit> built(unit_count);
+  for (size_t i = 0; i < trainable.size(); ++i) {
+    Unit& unit = built[plan.owner[i]];
     unit.parameters.push_back(reducer.tensors()[i].variable_data());
     unit.shapes.push_back(MetaLike(reducer.tensors()[i]));
     unit.shards.push_back(reducer.shard_parameters()[i]);
@@ -168,8 +229,8 @@ absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Wrap(
   }
   {
     absl::MutexLock lock(&shard->mutex_);
-    for (size_t u = 0; u < units.size(); ++u) {
-      built[u].module = units[u].get();
+    for (size_t u = 0; u < unit_count; ++u) {
+      built[u].module = plan.unit_modules[u];
       if (!built[u].parameters.empty()) {
         built[u].layout = std::make_unique<SectionLayout>(built[u].shapes, world);
       }

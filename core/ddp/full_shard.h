@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -62,6 +63,13 @@ class FullShard {
   static absl::StatusOr<std::unique_ptr<FullShard>> Wrap(
       std::shared_ptr<torch::nn::Module> module,
       const std::vector<std::shared_ptr<torch::nn::Module>>& units, ProcessGroup* group,
+      FullShardOptions options = {});
+  // The tensor form (a TorchScript module's parameters and buffers, as DistributedDataParallel's):
+  // `units` are lists of `parameters`; every one that requires grad must be in one unit. Its
+  // forward runs through Forward() only.
+  static absl::StatusOr<std::unique_ptr<FullShard>> Wrap(
+      std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers,
+      const std::vector<std::vector<at::Tensor>>& units, ProcessGroup* group,
       FullShardOptions options = {});
   ~FullShard();
   FullShard(const FullShard&) = delete;
@@ -115,7 +123,22 @@ class FullShard {
     int64_t bytes = 0;           // of its parameters, whole
     int awaiting_gradients = 0;  // in a backward: this unit's gradients not yet accumulated
   };
+  // What the two Wrap()s decide: the parameters the wrapper will reduce (in its order), each one's
+  // unit and name, and the units' modules (null in the tensor form).
+  struct Plan {
+    std::vector<at::Tensor> trainable;
+    std::vector<size_t> owner;
+    std::vector<std::string> names;
+    std::vector<const torch::nn::Module*> unit_modules;
+  };
   FullShard() = default;
+  // Checks the plan, wraps with `wrap` (given the reducer's options: one bucket per unit), and
+  // frees every unit.
+  static absl::StatusOr<std::unique_ptr<FullShard>> Build(
+      Plan plan,
+      const std::function<
+          absl::StatusOr<std::unique_ptr<DistributedDataParallel>>(const DdpOptions&)>& wrap,
+      ProcessGroup* group, FullShardOptions options);
   absl::Status InstallHooks();
   absl::Status Gather(Unit& unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void Reshard(Unit& unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);

@@ -300,19 +300,25 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
   }
   ASSIGN_OR_RETURN(DdpOptions ddp_options, DdpOptionsWithHook());
   if (options_.sharding_strategy == ShardingStrategy::kFullShard) {
-    std::vector<std::shared_ptr<torch::nn::Module>> units = module_->ShardUnits();
-    if (network == nullptr || units.empty()) {
-      return absl::InvalidArgumentError(
-          "sharding_strategy full_shard gathers each unit of the model (a layer) for its forward "
-          "and backward, so the model's forward must run its units through ddpspawn: the "
-          "built-in mlp does; a TorchScript model cannot yet (use shard_grad_op, which shards "
-          "the gradients and the optimizer state)");
-    }
     FullShardOptions shard_options;
     shard_options.ddp = ddp_options;
-    ASSIGN_OR_RETURN(full_shard_, FullShard::Wrap(network->network(), units, group_.get(),
-                                                  std::move(shard_options)));
-    module_->UseFullShard(full_shard_.get());
+    std::vector<std::shared_ptr<torch::nn::Module>> units = module_->ShardUnits();
+    if (network != nullptr && !units.empty()) {
+      ASSIGN_OR_RETURN(full_shard_, FullShard::Wrap(network->network(), units, group_.get(),
+                                                    std::move(shard_options)));
+      module_->UseFullShard(full_shard_.get());
+      return absl::OkStatus();
+    }
+    // A module that names no units (a TorchScript model, whose forward cannot call back between its
+    // layers): the whole model is one unit, gathered around each training step.
+    std::vector<at::Tensor> trainable;
+    for (const at::Tensor& p : module_->parameters()) {
+      if (p.requires_grad()) trainable.push_back(p);
+    }
+    ASSIGN_OR_RETURN(full_shard_,
+                     FullShard::Wrap(module_->parameters(), module_->buffers(), {trainable},
+                                     group_.get(), std::move(shard_options)));
+    whole_model_unit_ = true;
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(std::unique_ptr<DistributedDataParallel> ddp,
@@ -448,6 +454,7 @@ absl::Status DDPSpawnStrategy::Teardown() {
   ddp_.reset();
   if (full_shard_ != nullptr && module_ != nullptr) module_->UseFullShard(nullptr);
   full_shard_.reset();
+  whole_model_unit_ = false;
   post_local_sgd_.reset();  // borrows the group
   if (group_ != nullptr) SetGroupWrapRules(group_.get(), {});
   group_.reset();
@@ -539,7 +546,16 @@ absl::StatusOr<at::Tensor> DDPSpawnStrategy::TrainingStep(const Batch& batch, in
   RETURN_IF_ERROR(RequireSetup("TrainingStep"));
   std::unique_ptr<PrecisionPlugin::StepContext> precision = ForwardContext();
   RETURN_IF_ERROR(model()->PrepareForward());
-  return module_->TrainingStep(ToDevice(batch, root_device()), batch_index);
+  if (!whole_model_unit_) return module_->TrainingStep(ToDevice(batch, root_device()), batch_index);
+  absl::Status failed;
+  absl::StatusOr<at::Tensor> loss = full_shard_->Forward(0, [&]() -> at::Tensor {
+    absl::StatusOr<at::Tensor> step =
+        module_->TrainingStep(ToDevice(batch, root_device()), batch_index);
+    if (!step.ok()) failed = step.status();
+    return step.ok() ? *std::move(step) : at::Tensor();
+  });
+  if (!failed.ok()) return failed;
+  return loss;
 }
 
 // No buffer broadcast in evaluation: PrepareForward does nothing under no-grad, as DDP's forward in

@@ -109,8 +109,9 @@ struct StrategyOptions {
   // shard_grad_op (ZeRO-2): the DDP wrapper reduce-scatters its buckets (ddp.reducer's
   // shard_gradients), and the loop's optimizer must be a ShardGradOpOptimizer over it (the Trainer
   // makes one). full_shard (ZeRO-3): Setup() wraps the module in a FullShard over its ShardUnits()
-  // (refused for a module that names none), and the Trainer gathers the parameters whole around
-  // evaluation and checkpoints (GatherParameters()).
+  // (a module that names none, a TorchScript model, is one unit, gathered for each training step),
+  // and the Trainer gathers the parameters whole around evaluation and checkpoints
+  // (GatherParameters()).
   ShardingStrategy sharding_strategy = ShardingStrategy::kNoShard;
   // Lightning's sync_batchnorm: Setup() and an own loop's Distribute(model, strategy) replace the
   // BatchNorm layers of the model's Sequential containers with SyncBatchNorm
@@ -299,6 +300,9 @@ class DDPSpawnStrategy {
   std::shared_ptr<LightningModule> module_;
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::unique_ptr<FullShard> full_shard_;  // full_shard's, instead of ddp_
+  // full_shard on a module that names no units: the whole model is full_shard_'s one unit, and
+  // TrainingStep() runs through it.
+  bool whole_model_unit_ = false;
   // ddp_comm_hook kPostLocalSgd's; borrows group_, so it goes first.
   std::unique_ptr<PostLocalSgd> post_local_sgd_;
   // Launching (the launcher's thread): this node's part of the last job (core/job/node_job.h), kept

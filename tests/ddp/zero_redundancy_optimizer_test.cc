@@ -37,7 +37,7 @@ constexpr double kRmspropTolerance = 1e-5;
 constexpr int64_t kModelElements = 8 * 32 + 32 + 32 * 16 + 16 + 16 + 1;
 constexpr int kModelParameters = 6;
 // Its largest unit, Linear(32, 16), whole: full_shard's high-water of whole parameters.
-constexpr int64_t kLargestUnitBytes = 4 * (32 * 16 + 16);
+constexpr int64_t kLargestUnitBytes = int64_t{4} * (32 * 16 + 16);
 // How far a measured memory may be from its formula (ZeRO's, for float32 parameters).
 constexpr double kMemoryTolerance = 0.15;
 

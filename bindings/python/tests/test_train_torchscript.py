@@ -236,3 +236,52 @@ def test_script_training_step_may_return_a_dict_that_logs(torch, data_dir, tmp_p
 def test_plain_nn_module_is_rejected(torch, data_dir, tmp_path):
     with pytest.raises(ddpspawn.InvalidArgumentError, match="torch.jit.script"):
         ddpspawn.fit(script_classes(torch)[0](), data_dir / "reg.csv")
+
+
+def test_script_module_trains_fully_sharded_as_unsharded(torch, data_dir, tmp_path):
+    """sharding_strategy full_shard on a TorchScript model: its forward cannot
+    call back between its layers, so the whole model is one unit, gathered for
+    each training step and sharded between steps (with evaluation, checkpoints
+    and the end of fit holding it whole). The weights and metrics are the
+    unsharded fit's, bit for bit, and each rank keeps its rows of the
+    parameters only: half of them, where shard_grad_op keeps them all. (With
+    one unit the peak is a step's, with the model whole: not below
+    shard_grad_op's.)"""
+    linear_regression = script_classes(torch)[0]
+
+    class Wide(linear_regression):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Sequential(
+                torch.nn.Linear(4, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                torch.nn.ReLU(), torch.nn.Linear(256, 1))
+
+    torch.manual_seed(0)
+    module = torch.jit.script(Wide())
+    elements = sum(p.numel() for p in module.parameters())
+    options = dict(nprocs=NPROCS, max_epochs=2, lr=0.01, seed=0, progress=False,
+                   optimizer="adam", val=data_dir / "reg.csv")
+    results = {
+        strategy: ddpspawn.fit(module, data_dir / "reg.csv", default_root_dir=tmp_path / strategy,
+                               sharding_strategy=strategy, **options)
+        for strategy in ("no_shard", "shard_grad_op", "full_shard")}
+    plain, sharded = results["no_shard"], results["full_shard"]
+    assert sharded.global_step == plain.global_step > 0
+    assert sharded.metrics == plain.metrics
+    a, b = (checkpoint_tensors(torch, r.checkpoint) for r in (plain, sharded))
+    assert a.keys() == b.keys()
+    for name in a:
+        if name.startswith("model."):
+            assert torch.equal(a[name], b[name]), name
+    kept = {s: [int(v) for v in r.values["parameter_bytes"].split(",")]
+            for s, r in results.items()}
+    assert kept["no_shard"] == kept["shard_grad_op"] == [4 * elements] * NPROCS, kept
+    # Dim-0 rows: of each parameter's r rows rank 0 keeps c = ceil(r / 2), rank 1 the rest.
+    mine = [0, 0]
+    for p in module.parameters():
+        r = p.shape[0] if p.dim() else 1
+        c = -(-r // 2)
+        mine[0] += 4 * (p.numel() // r) * c
+        mine[1] += 4 * (p.numel() // r) * (r - c)
+    assert kept["full_shard"] == mine, (kept, mine)
+    assert sum(kept["full_shard"]) == 4 * elements

@@ -25,6 +25,9 @@ std::string FitResult::Encode() const {
   if (!peak_tensor_bytes.empty()) {
     absl::StrAppend(&text, "peak_tensor_bytes=", absl::StrJoin(peak_tensor_bytes, ","), "\n");
   }
+  if (!parameter_bytes.empty()) {
+    absl::StrAppend(&text, "parameter_bytes=", absl::StrJoin(parameter_bytes, ","), "\n");
+  }
   for (const auto& [name, value] : metrics) {
     absl::StrAppendFormat(&text, "metric.%s=%.17g\n", name, value);
   }
@@ -57,9 +60,11 @@ absl::StatusOr<FitResult> FitResult::Decode(const std::string& text) {
       for (absl::string_view bytes : absl::StrSplit(value, ',')) {
         ok = ok && absl::SimpleAtoi(bytes, &result.optimizer_state_bytes.emplace_back());
       }
-    } else if (key == "peak_tensor_bytes") {
+    } else if (key == "peak_tensor_bytes" || key == "parameter_bytes") {
+      std::vector<int64_t>& by_rank =
+          key == "parameter_bytes" ? result.parameter_bytes : result.peak_tensor_bytes;
       for (absl::string_view bytes : absl::StrSplit(value, ',')) {
-        ok = ok && absl::SimpleAtoi(bytes, &result.peak_tensor_bytes.emplace_back());
+        ok = ok && absl::SimpleAtoi(bytes, &by_rank.emplace_back());
       }
     } else if (absl::StartsWith(key, "metric.")) {
       ok = absl::SimpleAtod(value, &result.metrics[std::string(key.substr(7))]);

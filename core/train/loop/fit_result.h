@@ -30,11 +30,15 @@ struct FitResult {
   // gradients and their buckets, optimizer state, activations, data), where the rank counts them
   // (tensor_memory.h: the ranks of ddpspawn's own runs); empty elsewhere.
   std::vector<int64_t> peak_tensor_bytes;
+  // The parameter bytes each rank keeps between training steps, by rank: every parameter's, or
+  // under full_shard its rows of them.
+  std::vector<int64_t> parameter_bytes;
   // Who arrived last at the collectives during fit, and by how much.
   ArrivalReport straggler;
   // One "key=value" line per field (stopped_by only when set; a metric as metric.<name>;
-  // optimizer_state_bytes and peak_tensor_bytes comma-separated; the straggler report as
-  // ArrivalReport::ToPairs()); Decode skips keys it does not know, the straggler report's included.
+  // optimizer_state_bytes, peak_tensor_bytes and parameter_bytes comma-separated; the straggler
+  // report as ArrivalReport::ToPairs()); Decode skips keys it does not know, the straggler report's
+  // included.
   std::string Encode() const;
   static absl::StatusOr<FitResult> Decode(const std::string& text);
 };

@@ -208,6 +208,15 @@ absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningM
   if (run->signaled) result.stopped_by = SignalAbbrev(options_.checkpoint_on_signal);
   if (!run->stopped_by.empty()) result.stopped_by = run->stopped_by;
   ASSIGN_OR_RETURN(result.optimizer_state_bytes, OptimizerStateBytesPerRank(*run->optimizer));
+  // Under full_shard, the rows the sharded optimizer steps are all a rank keeps of the parameters.
+  const auto* sharded = dynamic_cast<const ShardedOptimizer*>(run->optimizer.get());
+  int64_t parameter_bytes = 0;
+  for (const at::Tensor& p : sharding_parameters() && sharded != nullptr
+                                 ? sharded->StepGradientHolders()
+                                 : module->parameters()) {
+    parameter_bytes += static_cast<int64_t>(p.numel() * p.element_size());
+  }
+  ASSIGN_OR_RETURN(result.parameter_bytes, PerRank(parameter_bytes));
   if (TensorMemoryCounterInstalled()) {
     ASSIGN_OR_RETURN(result.peak_tensor_bytes, PerRank(PeakTensorBytes()));
   }

@@ -403,8 +403,8 @@ const std::vector<RunOption>& RunOptionTable() {
       {"sharding_strategy", distributed, "",
        "FSDP's names: no_shard (DDP), shard_grad_op (ZeRO-2: each rank keeps its rows of the "
        "gradients and of the optimizer state; parameters stay whole) or full_shard (ZeRO-3: of "
-       "the parameters too, each layer gathered for its forward and backward; the built-in mlp "
-       "only); checkpoints hold the unsharded state",
+       "the parameters too, gathered for the forward and backward: each layer of the built-in "
+       "mlp, a TorchScript model whole); checkpoints hold the unsharded state",
        Choice(&RunConfig::sharding_strategy, ParseShardingStrategy, ShardingStrategyName)},
       {"bucket_cap_mb", distributed, "MB", "the gradient buckets' size cap",
        Number([](RunConfig& c) -> double& { return c.bucket_cap_mb; }, 1e-6)},

@@ -224,14 +224,6 @@ absl::Status CheckConsistent(const RunConfig& config) {
       config.sharding_strategy, config.trainer.zero_redundancy_optimizer,
       config.ddp_comm_wrapper != "none" ? absl::StrCat(config.ddp_comm_wrapper, "_compress_wrapper")
                                         : std::string(CommHookName(config.ddp_comm_hook))));
-  if (config.sharding_strategy == ShardingStrategy::kFullShard &&
-      !absl::StartsWith(config.model, "mlp:")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sharding_strategy full_shard with model ", config.model,
-        ": full_shard gathers each layer for its forward and backward, which the built-in mlp "
-        "does and a TorchScript model cannot yet; use shard_grad_op (gradients and optimizer "
-        "state sharded)"));
-  }
   if (config.nnodes > 1 && config.master_addr.empty()) {
     return absl::InvalidArgumentError(
         "nnodes > 1 needs master_addr: node 0's address, the same on every node");
