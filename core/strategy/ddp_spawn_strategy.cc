@@ -269,7 +269,7 @@ absl::Status DDPSpawnStrategy::SetupDistributed() {
 }
 
 absl::Status DDPSpawnStrategy::RequireSetup(absl::string_view what) const {
-  if ((ddp_ == nullptr && full_shard_ == nullptr) || module_ == nullptr) {
+  if ((ddp_ == nullptr && sharded_.shard == nullptr) || module_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(what, " needs Setup(module) first"));
   }
   return absl::OkStatus();
@@ -300,25 +300,7 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
   }
   ASSIGN_OR_RETURN(DdpOptions ddp_options, DdpOptionsWithHook());
   if (options_.sharding_strategy == ShardingStrategy::kFullShard) {
-    FullShardOptions shard_options;
-    shard_options.ddp = ddp_options;
-    std::vector<std::shared_ptr<torch::nn::Module>> units = module_->ShardUnits();
-    if (network != nullptr && !units.empty()) {
-      ASSIGN_OR_RETURN(full_shard_, FullShard::Wrap(network->network(), units, group_.get(),
-                                                    std::move(shard_options)));
-      module_->UseFullShard(full_shard_.get());
-      return absl::OkStatus();
-    }
-    // A module that names no units (a TorchScript model, whose forward cannot call back between its
-    // layers): the whole model is one unit, gathered around each training step.
-    std::vector<at::Tensor> trainable;
-    for (const at::Tensor& p : module_->parameters()) {
-      if (p.requires_grad()) trainable.push_back(p);
-    }
-    ASSIGN_OR_RETURN(full_shard_,
-                     FullShard::Wrap(module_->parameters(), module_->buffers(), {trainable},
-                                     group_.get(), std::move(shard_options)));
-    whole_model_unit_ = true;
+    ASSIGN_OR_RETURN(sharded_, ShardModule(*module_, group_.get(), ddp_options));
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(std::unique_ptr<DistributedDataParallel> ddp,
@@ -329,15 +311,15 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
 }
 
 DistributedDataParallel* DDPSpawnStrategy::model() {
-  return full_shard_ != nullptr ? &full_shard_->ddp() : ddp_.get();
+  return sharded_.shard != nullptr ? &sharded_.shard->ddp() : ddp_.get();
 }
 
 absl::Status DDPSpawnStrategy::GatherParameters(int only_rank) {
-  return full_shard_ != nullptr ? full_shard_->GatherAll(only_rank) : absl::OkStatus();
+  return sharded_.shard != nullptr ? sharded_.shard->GatherAll(only_rank) : absl::OkStatus();
 }
 
 absl::Status DDPSpawnStrategy::ReleaseParameters() {
-  return full_shard_ != nullptr ? full_shard_->ReshardAll() : absl::OkStatus();
+  return sharded_.shard != nullptr ? sharded_.shard->ReshardAll() : absl::OkStatus();
 }
 
 namespace {
@@ -452,9 +434,8 @@ absl::Status ApplySyncBatchNorm(LightningModule& module) {
 
 absl::Status DDPSpawnStrategy::Teardown() {
   ddp_.reset();
-  if (full_shard_ != nullptr && module_ != nullptr) module_->UseFullShard(nullptr);
-  full_shard_.reset();
-  whole_model_unit_ = false;
+  if (sharded_.shard != nullptr && module_ != nullptr) module_->UseFullShard(nullptr);
+  sharded_ = {};
   post_local_sgd_.reset();  // borrows the group
   if (group_ != nullptr) SetGroupWrapRules(group_.get(), {});
   group_.reset();
@@ -546,16 +527,10 @@ absl::StatusOr<at::Tensor> DDPSpawnStrategy::TrainingStep(const Batch& batch, in
   RETURN_IF_ERROR(RequireSetup("TrainingStep"));
   std::unique_ptr<PrecisionPlugin::StepContext> precision = ForwardContext();
   RETURN_IF_ERROR(model()->PrepareForward());
-  if (!whole_model_unit_) return module_->TrainingStep(ToDevice(batch, root_device()), batch_index);
-  absl::Status failed;
-  absl::StatusOr<at::Tensor> loss = full_shard_->Forward(0, [&]() -> at::Tensor {
-    absl::StatusOr<at::Tensor> step =
-        module_->TrainingStep(ToDevice(batch, root_device()), batch_index);
-    if (!step.ok()) failed = step.status();
-    return step.ok() ? *std::move(step) : at::Tensor();
-  });
-  if (!failed.ok()) return failed;
-  return loss;
+  if (sharded_.shard != nullptr) {
+    return sharded_.TrainingStep(*module_, ToDevice(batch, root_device()), batch_index);
+  }
+  return module_->TrainingStep(ToDevice(batch, root_device()), batch_index);
 }
 
 // No buffer broadcast in evaluation: PrepareForward does nothing under no-grad, as DDP's forward in

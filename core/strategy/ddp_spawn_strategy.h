@@ -37,7 +37,6 @@
 #include "core/comm/process_group.h"
 #include "core/ddp/comm_hooks.h"
 #include "core/ddp/distributed_data_parallel.h"
-#include "core/ddp/full_shard.h"
 #include "core/ddp/post_local_sgd.h"
 #include "core/ddp/sharding_strategy.h"
 #include "core/env/cluster_environment.h"
@@ -45,6 +44,7 @@
 #include "core/launch/launcher.h"
 #include "core/model/module.h"
 #include "core/strategy/checkpoint_io.h"
+#include "core/strategy/module_sharding.h"
 #include "core/strategy/precision.h"
 
 namespace torch::nn {
@@ -299,10 +299,7 @@ class DDPSpawnStrategy {
   std::unique_ptr<ProcessGroup> group_;
   std::shared_ptr<LightningModule> module_;
   std::unique_ptr<DistributedDataParallel> ddp_;
-  std::unique_ptr<FullShard> full_shard_;  // full_shard's, instead of ddp_
-  // full_shard on a module that names no units: the whole model is full_shard_'s one unit, and
-  // TrainingStep() runs through it.
-  bool whole_model_unit_ = false;
+  ShardedModule sharded_;  // full_shard's, instead of ddp_
   // ddp_comm_hook kPostLocalSgd's; borrows group_, so it goes first.
   std::unique_ptr<PostLocalSgd> post_local_sgd_;
   // Launching (the launcher's thread): this node's part of the last job (core/job/node_job.h), kept

@@ -228,9 +228,13 @@ fn resume_continues(dir: &Path) {
     );
 }
 
-/// ZeRO stage 1 from Rust: each rank holds its shard of Adam's state, and
-/// training is bit-equal to unsharded Adam.
-fn zero_redundancy_optimizer_shards_the_state(dir: &Path) {
+/// Adam on the MLP for 2 epochs, plain and with `option` set to `value`: the
+/// two results, whose epoch losses must be bit-equal.
+fn fit_adam_plain_and_with(
+    dir: &Path,
+    option: &str,
+    value: impl std::fmt::Display + Copy,
+) -> (RunResult, RunResult) {
     let (train, _) = data(dir);
     let adam = |sub: &str| {
         trainer(&dir.join(sub), MLP)
@@ -240,14 +244,27 @@ fn zero_redundancy_optimizer_shards_the_state(dir: &Path) {
             .option("max_epochs", 2)
     };
     let plain = ok(adam("plain").fit(&train));
-    let sharded = ok(adam("sharded")
-        .option("zero_redundancy_optimizer", true)
-        .fit(&train));
-    let bytes = |result: &RunResult| -> Vec<u64> {
-        let text = result.get("optimizer_state_bytes").unwrap();
-        text.split(',').map(|b| b.parse().unwrap()).collect()
-    };
-    let (unsharded, shards) = (bytes(&plain), bytes(&sharded));
+    let sharded = ok(adam("sharded").option(option, value).fit(&train));
+    let (p, s) = (
+        plain.metric("train_loss_epoch").unwrap(),
+        sharded.metric("train_loss_epoch").unwrap(),
+    );
+    assert_eq!(p.to_bits(), s.to_bits(), "unsharded {p}, sharded {s}");
+    (plain, sharded)
+}
+
+/// A result's comma-separated figure by rank.
+fn by_rank(result: &RunResult, key: &str) -> Vec<u64> {
+    let text = result.get(key).unwrap();
+    text.split(',').map(|b| b.parse().unwrap()).collect()
+}
+
+/// ZeRO stage 1 from Rust: each rank holds its shard of Adam's state, and
+/// training is bit-equal to unsharded Adam.
+fn zero_redundancy_optimizer_shards_the_state(dir: &Path) {
+    let (plain, sharded) = fit_adam_plain_and_with(dir, "zero_redundancy_optimizer", true);
+    let unsharded = by_rank(&plain, "optimizer_state_bytes");
+    let shards = by_rank(&sharded, "optimizer_state_bytes");
     assert_eq!(unsharded.len(), NPROCS);
     assert!(
         unsharded.iter().all(|&b| b == unsharded[0]),
@@ -258,41 +275,16 @@ fn zero_redundancy_optimizer_shards_the_state(dir: &Path) {
         shards.iter().all(|&b| 0 < b && b < unsharded[0]),
         "{shards:?}"
     );
-    let (p, s) = (
-        plain.metric("train_loss_epoch").unwrap(),
-        sharded.metric("train_loss_epoch").unwrap(),
-    );
-    assert_eq!(p.to_bits(), s.to_bits(), "unsharded {p}, sharded {s}");
 }
 
 /// ZeRO stage 3 from Rust: each rank keeps its rows of the parameters (and
 /// of Adam's state), and training is bit-equal to unsharded Adam.
 fn full_shard_keeps_each_ranks_rows(dir: &Path) {
-    let (train, _) = data(dir);
-    let adam = |sub: &str| {
-        trainer(&dir.join(sub), MLP)
-            .option("optimizer", "adam")
-            .option("lr", 0.01)
-            .option("momentum", 0)
-            .option("max_epochs", 2)
-    };
-    let plain = ok(adam("plain").fit(&train));
-    let sharded = ok(adam("sharded")
-        .option("sharding_strategy", "full_shard")
-        .fit(&train));
-    let by_rank = |result: &RunResult, key: &str| -> Vec<u64> {
-        let text = result.get(key).unwrap();
-        text.split(',').map(|b| b.parse().unwrap()).collect()
-    };
+    let (plain, sharded) = fit_adam_plain_and_with(dir, "sharding_strategy", "full_shard");
     // mlp:4,16,3 has 131 parameters: rank 0 keeps 8 of the first layer's 16
     // rows and 2 of the last's 3 (74 elements), rank 1 the rest (57).
     assert_eq!(by_rank(&plain, "parameter_bytes"), vec![131 * 4; NPROCS]);
     assert_eq!(by_rank(&sharded, "parameter_bytes"), vec![74 * 4, 57 * 4]);
-    let (p, s) = (
-        plain.metric("train_loss_epoch").unwrap(),
-        sharded.metric("train_loss_epoch").unwrap(),
-    );
-    assert_eq!(p.to_bits(), s.to_bits(), "unsharded {p}, sharded {s}");
 }
 
 /// Post-local SGD from Rust: local steps train differently from DDP, the
