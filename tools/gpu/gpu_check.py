@@ -147,6 +147,31 @@ def check_precision(c):
     return "test accuracy after 10 epochs: " + ", ".join(results)
 
 
+def check_sharding_cuda(c):
+    """shard_grad_op and full_shard on CUDA tensors: 2 ranks sharing cuda:0 over Gloo (the
+    reduce-scatter and the gathers of CUDA tensors) against no_shard's weights, and full_shard with
+    16-mixed on NCCL (world of 1), whose loss scaler unscales each rank's rows."""
+    base = ["--accelerator", "cuda", "--devices", "0,0", "--process-group-backend", "gloo",
+            "--shuffle", "false"]
+    runs = {s: c.fit(f"sharding_{s}", base + ["--sharding-strategy", s], epochs=3)[0]
+            for s in ("no_shard", "shard_grad_op", "full_shard")}
+    reference = c.weights(runs["no_shard"]["checkpoint"])
+    worst = {}
+    for strategy in ("shard_grad_op", "full_shard"):
+        weights = c.weights(runs[strategy]["checkpoint"])
+        assert weights.keys() == reference.keys() and weights, (weights.keys(), reference.keys())
+        worst[strategy] = max((weights[n] - reference[n]).abs().max().item() for n in reference)
+        assert worst[strategy] < 1e-5, f"{strategy}: weights differ by {worst[strategy]}"
+    mixed, _ = c.fit("sharding_full_shard_16", ["--accelerator", "cuda", "--devices", "1",
+                                                "--precision", "16-mixed",
+                                                "--sharding-strategy", "full_shard"], epochs=10)
+    accuracy = c.test_accuracy(mixed["checkpoint"], ["--accelerator", "cuda", "--devices", "1"])
+    assert accuracy > 0.85, f"full_shard 16-mixed: test accuracy {accuracy}"
+    return (f"2 ranks on cuda:0 over Gloo, against no_shard: shard_grad_op "
+            f"{worst['shard_grad_op']:.1e}, full_shard {worst['full_shard']:.1e}; full_shard "
+            f"16-mixed test accuracy {accuracy:.3f}")
+
+
 def check_digits_demo(c):
     values, seconds = c.fit("digits", ["--accelerator", "cuda", "--devices", "1"], epochs=30)
     accuracy = c.test_accuracy(values["checkpoint"], ["--accelerator", "cuda", "--devices", "1"])
@@ -182,6 +207,7 @@ CHECKS = [
     ("gloo_2ranks_1gpu_equivalence", check_gloo_two_ranks_one_gpu),
     ("nccl_shared_gpu_refused", check_nccl_shared_gpu_refused),
     ("precision_16_bf16", check_precision),
+    ("sharding_cuda", check_sharding_cuda),
     ("digits_demo_cuda", check_digits_demo),
     ("bench_steps_per_s", check_bench),
 ]
