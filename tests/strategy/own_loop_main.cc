@@ -25,6 +25,9 @@
 // no_sync_flag        ddp.no_sync(step % 2 == 0) on every rank, 4 backwards
 //                     and 2 steps: "max_diff=D local_backwards=2"
 // sampler_world       a sampler for 4 replicas in a job of 2: refused
+// full_shard_distribute  Distribute(model, strategy) under sharding_strategy
+//                     full_shard (its forward must run each unit through a
+//                     FullShard): refused
 // no_sync_one_rank    rank 1 alone under no_sync for the first of 3 steps: the
 //                     job fails at the next step's buffer broadcast, which
 //                     meets rank 0's all-reduce (exit code 1)
@@ -176,6 +179,7 @@ absl::StatusOr<std::string> Work(DDPSpawnStrategy& strategy) {
     return absl::StrFormat("max_diff=%g", *diff);
   }
   if (mode == "sync_bn_group") return Refused(Distribute(model, strategy.group()).status());
+  if (mode == "full_shard_distribute") return Refused(Distribute(model, strategy).status());
   if (mode == "sampler_world") {
     return Refused(PyTorchDistributedSampler::Create(64, 4, strategy.global_rank()).status());
   }
@@ -206,6 +210,9 @@ int main(int argc, char** argv) {
   options.sync_batchnorm = ddpspawn::g_mode == "sync_bn_strategy" ||
                            ddpspawn::g_mode == "sync_bn_by_value" ||
                            ddpspawn::g_mode == "sync_bn_group";
+  if (ddpspawn::g_mode == "full_shard_distribute") {
+    options.sharding_strategy = ddpspawn::ShardingStrategy::kFullShard;
+  }
   ddpspawn::DDPSpawnStrategy strategy(options);
   absl::StatusOr<std::string> result = strategy.Launch(ddpspawn::Work);
   if (!result.ok()) {

@@ -65,6 +65,13 @@ TEST(OwnLoopTest, ConvertSyncBatchNormAfterDistributeIsRefused) {
                     HasSubstr("convert before Distribute")));
 }
 
+TEST(OwnLoopTest, DistributeUnderFullShardIsRefused) {
+  EXPECT_THAT(RunMode("full_shard_distribute"),
+              AllOf(StartsWith("refused: Distribute(model, strategy) with sharding_strategy "
+                               "full_shard"),
+                    HasSubstr("FullShard::Wrap(module, units, strategy.group())")));
+}
+
 TEST(OwnLoopTest, DistributeTwiceIsRefused) {
   EXPECT_THAT(RunMode("distribute_twice"),
               StartsWith("refused: this module is already wrapped by a DistributedDataParallel"));
