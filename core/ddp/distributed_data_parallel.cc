@@ -148,6 +148,12 @@ absl::Status DistributedDataParallel::TakePreparedForward() {
 }
 
 absl::StatusOr<int> DistributedDataParallel::ActiveRanks(bool has_batch) {
+  if (reducer_->shard_parameters_detached()) {  // before the collective: every rank refuses
+    return absl::UnimplementedError(
+        "uneven inputs (ActiveRanks) under full_shard: a joined rank cannot take part in the "
+        "units' gathers, and its parameters are sharded; give every rank as many batches (a "
+        "DistributedSampler pads the shards)");
+  }
   float active = has_batch ? 1.0F : 0.0F;  // a float sum takes shared memory
   RETURN_IF_ERROR(group_->AllReduce(&active, 1, DType::kFloat32, ReduceOp::kSum));
   const int count = static_cast<int>(active);

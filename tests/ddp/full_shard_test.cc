@@ -89,6 +89,17 @@ TEST(FullShardTest, ParametersHoldNoBytesBetweenForwards) {
   for (const torch::Tensor& p : net->parameters()) EXPECT_FALSE(p.grad().defined());
 }
 
+TEST(FullShardTest, RefusesUnevenInputs) {
+  std::unique_ptr<ProcessGroup> group = SoloGroup();
+  torch::nn::Sequential net = MakeNet();
+  absl::StatusOr<std::unique_ptr<FullShard>> shard =
+      FullShard::Wrap(net.ptr(), Linears(net), group.get());
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  absl::StatusOr<int> active = (*shard)->ddp().ActiveRanks(true);
+  EXPECT_EQ(active.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(active.status().message(), HasSubstr("uneven inputs (ActiveRanks) under full_shard"));
+}
+
 TEST(FullShardTest, GatherAllNestsAndKeepsWhatWasWritten) {
   std::unique_ptr<ProcessGroup> group = SoloGroup();
   torch::nn::Sequential net = MakeNet();
