@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{launcher, run, solo, temp_path, worker};
+use common::{launcher, private_dir, run, solo, worker};
 use ddpspawn::{Context, Error, ErrorKind, Launcher, RankState, ReduceOp};
 
 #[test]
@@ -353,8 +353,8 @@ fn missing_program_fails() {
 /// control that shows the marker does appear when the job runs.
 #[test]
 fn invalid_input_errors_without_launching() {
-    let marker = temp_path("marker");
-    let _ = std::fs::remove_file(&marker);
+    let dir = private_dir("marker");
+    let marker = dir.join("marker");
     let script = format!("touch '{}'", marker.display());
     let touch = |l: Launcher| l.spawn_command("sh", ["-c", script.as_str()]);
 
@@ -392,6 +392,7 @@ fn invalid_input_errors_without_launching() {
         assert!(err.report().is_none(), "{what}");
         assert!(!marker.exists(), "{what}: a worker ran");
     }
+    std::fs::remove_dir(&dir).unwrap();
 }
 
 #[test]

@@ -8,6 +8,8 @@
 
 use std::env;
 use std::fs;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::{self, Command};
@@ -66,9 +68,21 @@ pub fn run(nprocs: usize, args: &[&str]) -> ddpspawn::Result<Report> {
     launcher(nprocs).spawn_command(worker(), args)
 }
 
-/// A path in the temp dir unique to this test process and `name`.
-pub fn temp_path(name: &str) -> PathBuf {
-    env::temp_dir().join(format!("ddpspawn-rs-{}-{name}", process::id()))
+/// A new directory of this test process's own for `name`'s files: created
+/// exclusively (mode 0700; a path that exists already, whoever made it, is
+/// never reused) under Bazel's TEST_TMPDIR when it is set (Bazel removes it),
+/// else the system's temp dir.
+pub fn private_dir(name: &str) -> PathBuf {
+    let base = env::var_os("TEST_TMPDIR").map_or_else(env::temp_dir, PathBuf::from);
+    for attempt in 0.. {
+        let dir = base.join(format!("ddpspawn-rs-{}-{name}-{attempt}", process::id()));
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return dir,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => panic!("cannot create {}: {e}", dir.display()),
+        }
+    }
+    unreachable!()
 }
 
 /// The variable that makes a test that cannot run fail instead of skipping
@@ -229,9 +243,7 @@ pub type DirTest = fn(&Path);
 /// and ends the process as libtest would. The root is removed when every test
 /// passed, and kept (and named) when one failed.
 pub fn run_tests_in_dirs(suite: &str, tests: &[(&'static str, DirTest)]) {
-    let root = temp_path(suite);
-    let _ = fs::remove_dir_all(&root);
-    fs::create_dir_all(&root).expect("create the test directory");
+    let root = private_dir(suite);
     let outcome = run_tests(tests, |name, test| {
         let dir = root.join(name);
         fs::create_dir_all(&dir).expect("create a test directory");
