@@ -1,8 +1,14 @@
 """A small LightningModule and its data for test_lightning.py, importable by module name in the
-ranks that spawn and forkserver start."""
+ranks that spawn and forkserver start. The Lightning package is $DDPSPAWN_TEST_LIGHTNING's
+(pytorch_lightning by default, or lightning.pytorch), which the ranks inherit."""
+
+import importlib
+import os
 
 import torch
-import pytorch_lightning as pl
+
+PACKAGE = os.environ.get("DDPSPAWN_TEST_LIGHTNING", "pytorch_lightning")
+pl = importlib.import_module(PACKAGE)
 
 
 def dataset(n=96, seed=0):
@@ -63,3 +69,39 @@ class FailsOnRankOne(Classifier):
         if self.global_rank == 1 and batch_idx == 2:
             raise ValueError("rank 1 gives up at batch 2")
         return super().training_step(batch, batch_idx)
+
+
+FABRIC = importlib.import_module(
+    "lightning.fabric" if PACKAGE == "lightning.pytorch" else "lightning_fabric")
+
+
+def fabric_train(fabric, accumulate=2):
+    """A plain loop made data-parallel by Fabric: setup, sharded loader, backward without
+    synchronizing on accumulating steps, clipping, and the collectives; rank 0's weights and what
+    the collectives returned."""
+    fabric.seed_everything(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    model, optimizer = fabric.setup(model, optimizer)
+    loader = fabric.setup_dataloaders(torch.utils.data.DataLoader(dataset(), batch_size=8))
+    for _ in range(2):
+        for index, (x, y) in enumerate(loader):
+            accumulating = (index + 1) % accumulate != 0
+            with fabric.no_backward_sync(model, enabled=accumulating):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                fabric.backward(loss / accumulate)
+            if not accumulating:
+                fabric.clip_gradients(model, optimizer, max_norm=0.5)
+                optimizer.step()
+                optimizer.zero_grad()
+    summed = fabric.all_reduce(loss.detach(), reduce_op="sum")
+    fabric.barrier()
+    # Weights as numpy arrays: Fabric's own spawn returns torch tensors through shared memory that
+    # is gone once rank 0 exits.
+    return {
+        "weights": {k: v.detach().numpy().copy() for k, v in model.state_dict().items()},
+        "loss": float(loss.detach()), "loss_sum": float(summed),
+        "from_rank_1": fabric.broadcast(f"rank {fabric.global_rank}", src=1),
+        "wrapper": type(model._forward_module).__module__,
+        "world_size": fabric.world_size,
+    }

@@ -1,0 +1,163 @@
+"""What the Trainer's and Fabric's strategies share: their arguments' checks (DDP options, comm
+hooks, start methods), the collectives through ddpspawn's group, joining a group that a cluster's
+launcher (torchrun, SLURM) started, and Lightning objects as bytes."""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Callable, Dict, Optional, Union
+
+import torch
+
+import ddpspawn
+import ddpspawn.torch as ddpspawn_torch
+
+from .._errors import InvalidArgumentError
+
+# torch DDP's options that the ddpspawn wrapper honours, under the same names.
+DDP_OPTIONS = ("find_unused_parameters", "gradient_as_bucket_view", "bucket_cap_mb",
+               "broadcast_buffers")
+START_METHODS = ("spawn", "fork", "forkserver")
+
+
+def check_options(what: str, start_method: str, model_averaging_period: Optional[int],
+                  kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """The DDP options of `kwargs` that ddpspawn's wrapper takes; anything else refused."""
+    if start_method not in START_METHODS:
+        raise InvalidArgumentError(
+            f"{what}: start_method {start_method!r} is not one of {', '.join(START_METHODS)} "
+            "(ddpspawn's launcher starts the ranks; 'popen', Lightning's script launcher, is not "
+            "supported: under torchrun or SLURM the ranks join the cluster's job instead)"
+        )
+    if model_averaging_period is not None:
+        raise InvalidArgumentError(
+            f"{what}: model_averaging_period (post-local SGD) is not supported yet")
+    if kwargs.get("static_graph"):
+        raise InvalidArgumentError(
+            f"{what}: static_graph=True is not supported yet (ddpspawn's Python DDP wrapper has "
+            "no static graph)")
+    kwargs = {k: v for k, v in kwargs.items() if k != "static_graph"}
+    unknown = sorted(set(kwargs) - set(DDP_OPTIONS))
+    if unknown:
+        raise InvalidArgumentError(
+            f"{what}: DDP option(s) {', '.join(unknown)} not supported; it takes "
+            f"{', '.join(DDP_OPTIONS)}")
+    return kwargs
+
+
+def comm_hook_options(hook: Optional[Callable[..., Any]], state: Optional[object],
+                      wrapper: Optional[Callable[..., Any]]) -> Dict[str, Any]:
+    """The wrapper's comm_hook options for torch's built-in hook `hook` with `state`."""
+    if wrapper is not None:
+        raise InvalidArgumentError(
+            "DDPSpawnStrategy: ddp_comm_wrapper is not supported yet (ddpspawn's Python DDP "
+            "wrapper has no compression wrapper); pass ddp_comm_hook=fp16_compress_hook or "
+            "bf16_compress_hook instead"
+        )
+    if hook is None:
+        return {}
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    by_hook = {default_hooks.allreduce_hook: "allreduce",
+               default_hooks.fp16_compress_hook: "fp16",
+               default_hooks.bf16_compress_hook: "bf16",
+               powerSGD_hook.powerSGD_hook: "powersgd",
+               powerSGD_hook.batched_powerSGD_hook: "batched_powersgd"}
+    name = by_hook.get(hook)
+    if name is None:
+        raise InvalidArgumentError(
+            f"DDPSpawnStrategy: ddp_comm_hook {getattr(hook, '__qualname__', hook)!r} is not one "
+            "of torch's built-in hooks (allreduce, fp16, bf16, powerSGD, batched powerSGD), which "
+            "ddpspawn runs as its own; a hook of your own is not supported yet"
+        )
+    if "powersgd" not in name:
+        return {"comm_hook": name}
+    if not isinstance(state, powerSGD_hook.PowerSGDState):
+        raise InvalidArgumentError(
+            f"DDPSpawnStrategy: ddp_comm_hook {hook.__qualname__} needs ddp_comm_state, a "
+            "PowerSGDState"
+        )
+    if not state.use_error_feedback or not state.warm_start:
+        raise InvalidArgumentError(
+            "DDPSpawnStrategy: ddpspawn's PowerSGD always uses error feedback and warm start; "
+            "a PowerSGDState with use_error_feedback or warm_start False is not supported"
+        )
+    return {"comm_hook": name, "powersgd_rank": state.matrix_approximation_rank,
+            "powersgd_start_iteration": state.start_powerSGD_iter}
+
+
+def backend_for(device: torch.device, backend: Optional[str], what: str) -> str:
+    chosen = backend or ("nccl" if device.type == "cuda" else "gloo")
+    if chosen not in ("gloo", "nccl"):
+        raise InvalidArgumentError(f"{what}: process_group_backend {chosen!r} is not gloo or nccl")
+    return str(chosen)
+
+
+def join_cluster_job(cluster_environment: Any, backend: str, timeout: Optional[float],
+                     init_dist_connection: Callable[..., None], what: str) -> ddpspawn.Context:
+    """This process's membership of ddpspawn's group and torch.distributed's default group, when
+    a cluster's launcher (torchrun, SLURM) started the ranks: both from the environment, refused
+    if ddpspawn's reading of it disagrees with Lightning's."""
+    context = ddpspawn.Context.from_env(backend=backend, timeout=timeout)
+    ours = (context.rank, context.world_size)
+    theirs = (cluster_environment.global_rank(), cluster_environment.world_size())
+    if ours != theirs:
+        context.close()
+        raise InvalidArgumentError(
+            f"{what}: ddpspawn reads this process as rank {ours[0]} of {ours[1]} "
+            f"({context.environment}), Lightning's {type(cluster_environment).__name__} as rank "
+            f"{theirs[0]} of {theirs[1]}; check devices and num_nodes against the job's shape")
+    kwargs: Dict[str, Any] = {}
+    if timeout is not None:
+        from datetime import timedelta
+
+        kwargs["timeout"] = timedelta(seconds=timeout)
+    init_dist_connection(cluster_environment, backend, **kwargs)
+    return context
+
+
+def op_name(reduce_op: Optional[Union[Any, str]]) -> Optional[str]:
+    """"mean" or "sum" for Lightning's reduce_op; None for another (torch's path takes it)."""
+    if reduce_op is None:
+        return "mean"
+    if isinstance(reduce_op, str):
+        return {"mean": "mean", "avg": "mean", "sum": "sum"}.get(reduce_op.lower())
+    from torch.distributed import ReduceOp
+
+    if reduce_op == ReduceOp.SUM:
+        return "sum"
+    if reduce_op == ReduceOp.AVG:
+        return "mean"
+    return None
+
+
+def reduce_through(context: Optional[ddpspawn.Context], tensor: Any, group: Optional[Any],
+                   reduce_op: Optional[Union[Any, str]],
+                   torch_path: Callable[[], Any]) -> Any:
+    """Lightning's reduce: float sums and means through ddpspawn's group, anything else by
+    `torch_path` (torch.distributed's); a non-tensor passes through unchanged."""
+    if not isinstance(tensor, torch.Tensor):
+        return tensor
+    op = op_name(reduce_op)
+    if group is not None or context is None or op is None or not tensor.is_floating_point():
+        return torch_path()
+    # A copy, contiguous: the caller's tensor is left as it was (as torch's sync does to a
+    # clone), and ddpspawn reduces in place.
+    return context.all_reduce(tensor.detach().clone().contiguous(), op)
+
+
+def unwrap(module: Any) -> Any:
+    """The user's module inside ddpspawn's DDP wrapper (or `module` itself)."""
+    if isinstance(module, ddpspawn_torch.DistributedDataParallel):
+        return module.module
+    return module
+
+
+def to_bytes(value: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def from_bytes(data: bytes) -> Any:
+    return torch.load(io.BytesIO(data), weights_only=False)

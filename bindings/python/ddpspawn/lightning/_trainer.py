@@ -1,0 +1,308 @@
+"""DDPSpawnStrategy: Lightning's Trainer on ddpspawn's launcher, group and reducer.
+
+The methods here are package-independent; :func:`_packages.strategy_class` puts
+them over ``lightning.pytorch``'s or ``pytorch_lightning``'s ``DDPStrategy``
+(``self._lightning`` holds that package's pieces). The launcher runs the
+Trainer's function in ddpspawn's ranks and brings rank 0's whole state back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from datetime import timedelta
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, List, Literal, Optional,
+                    Tuple, Union)
+
+import torch
+
+import ddpspawn
+import ddpspawn.torch as ddpspawn_torch
+
+from .._errors import InvalidArgumentError
+from . import _common, _packages
+
+if TYPE_CHECKING:
+    _Base = Any
+else:
+    _Base = object
+
+_WHAT = "DDPSpawnStrategy"
+
+
+class DDPSpawnStrategy(_Base):  # type: ignore[misc]
+    """Lightning's ``DDPStrategy`` with ddpspawn's launcher, group and reducer.
+
+    Takes ``DDPStrategy``'s arguments. ``start_method`` is ``"forkserver"``
+    (the default), ``"spawn"`` or ``"fork"`` (notebooks); ``ddp_comm_hook``
+    one of torch's built-in hooks (``ddp_comm_state`` a ``PowerSGDState`` for
+    PowerSGD). DDP options as keywords: ``find_unused_parameters``,
+    ``gradient_as_bucket_view``, ``bucket_cap_mb``, ``broadcast_buffers``.
+    Anything else is refused here, before any rank starts. ``package`` is
+    ``"lightning.pytorch"`` or ``"pytorch_lightning"``: the Trainer's package,
+    by default the one the program imported.
+    """
+
+    strategy_name = "ddpspawn"
+    _lightning: _packages.Api
+    model: Any  # Lightning's property
+
+    def __new__(cls, *args: Any, package: Optional[str] = None, **kwargs: Any) -> Any:
+        if cls is DDPSpawnStrategy:
+            chosen = _packages.choose(_packages.TRAINER_PACKAGES, package, _WHAT)
+            cls = _packages.strategy_class("DDPSpawnStrategy", DDPSpawnStrategy, chosen)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        accelerator: Optional[Any] = None,
+        parallel_devices: Optional[List[torch.device]] = None,
+        cluster_environment: Optional[Any] = None,
+        checkpoint_io: Optional[Any] = None,
+        precision_plugin: Optional[Any] = None,
+        ddp_comm_state: Optional[object] = None,
+        ddp_comm_hook: Optional[Callable[..., Any]] = None,
+        ddp_comm_wrapper: Optional[Callable[..., Any]] = None,
+        model_averaging_period: Optional[int] = None,
+        process_group_backend: Optional[str] = None,
+        timeout: Optional[timedelta] = None,
+        start_method: Literal["spawn", "fork", "forkserver"] = "forkserver",
+        package: Optional[str] = None,
+        **kwargs: Any,
+    ) -> None:
+        kwargs = _common.check_options(_WHAT, start_method, model_averaging_period, kwargs)
+        self._comm_hook_options = _common.comm_hook_options(ddp_comm_hook, ddp_comm_state,
+                                                            ddp_comm_wrapper)
+        super().__init__(
+            accelerator=accelerator,
+            parallel_devices=parallel_devices,
+            cluster_environment=cluster_environment,
+            checkpoint_io=checkpoint_io,
+            precision_plugin=precision_plugin,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
+            start_method=start_method,
+            **kwargs,
+        )
+        # This rank's membership in ddpspawn's group: set by the launcher in each rank, or made by
+        # setup_distributed when a cluster's launcher started the ranks.
+        self._ddpspawn_context: Optional[ddpspawn.Context] = None
+
+    # -- the launcher and the group ---------------------------------------------
+
+    def _configure_launcher(self) -> None:
+        if self.cluster_environment.creates_processes_externally:
+            self._launcher = None  # torchrun, SLURM: every rank runs the Trainer itself
+            return
+        if self.num_nodes != 1:
+            raise InvalidArgumentError(
+                f"{_WHAT}: num_nodes > 1 needs a cluster's launcher (torchrun, SLURM) to start "
+                "the ranks; ddpspawn's own launcher here starts one node's")
+        self._launcher = _DdpspawnLauncher(self, self._start_method)
+
+    def setup_distributed(self) -> None:
+        self._lightning.reset_seed()  # type: ignore[misc]
+        self.set_world_ranks()
+        self._process_group_backend = self._get_process_group_backend()
+        timeout = self._timeout.total_seconds() if self._timeout is not None else None
+        if self._ddpspawn_context is not None:  # one of ddpspawn's launcher's ranks
+            ddpspawn_torch.init_process_group(self._ddpspawn_context,
+                                              backend=self._process_group_backend,
+                                              timeout=timeout)
+        elif self.cluster_environment.creates_processes_externally:
+            self._ddpspawn_context = _common.join_cluster_job(
+                self.cluster_environment, self._process_group_backend, timeout,
+                self._lightning.init_dist_connection, _WHAT)
+        else:
+            raise InvalidArgumentError(
+                f"{_WHAT} runs in ranks started by its own launcher (Trainer.fit and friends) or "
+                "by a cluster's (torchrun, SLURM); this process was started by neither")
+
+    def _get_process_group_backend(self) -> str:
+        return _common.backend_for(self.root_device, self._process_group_backend, _WHAT)
+
+    # -- the model ---------------------------------------------------------------
+
+    def _setup_model(self, model: torch.nn.Module) -> ddpspawn_torch.DistributedDataParallel:
+        assert self._ddpspawn_context is not None
+        return ddpspawn_torch.DistributedDataParallel(
+            model, self._ddpspawn_context, **self._ddp_kwargs, **self._comm_hook_options
+        )
+
+    def _register_ddp_hooks(self) -> None:
+        """The comm hook went to the wrapper when it was made."""
+
+    def pre_backward(self, closure_loss: torch.Tensor) -> None:
+        """ddpspawn's wrapper hooks every parameter's gradient itself."""
+
+    def post_backward(self, closure_loss: torch.Tensor) -> None:
+        """Nothing: no static graph."""
+
+    @contextlib.contextmanager
+    def block_backward_sync(self) -> Generator[None, None, None]:
+        if isinstance(self.model, ddpspawn_torch.DistributedDataParallel):
+            with self.model.no_sync():
+                yield None
+        else:
+            yield None
+
+    def teardown(self) -> None:
+        if isinstance(self.model, ddpspawn_torch.DistributedDataParallel):
+            self.model.close()
+            self.model = self.lightning_module
+        super().teardown()
+
+    # -- collectives, through ddpspawn's group ------------------------------------
+
+    def barrier(self, name: Optional[str] = None, *args: Any, **kwargs: Any) -> None:
+        if self._ddpspawn_context is not None:
+            self._ddpspawn_context.barrier(name)
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        if self._ddpspawn_context is None:
+            return obj
+        return self._ddpspawn_context.broadcast_object(obj, src)
+
+    def reduce(self, tensor: Any, group: Optional[Any] = None,
+               reduce_op: Optional[Union[Any, str]] = "mean") -> Any:
+        return _common.reduce_through(
+            self._ddpspawn_context, tensor, group, reduce_op,
+            lambda: super(DDPSpawnStrategy, self).reduce(tensor, group=group, reduce_op=reduce_op))
+
+    @classmethod
+    def register_strategies(cls, strategy_registry: Any) -> None:
+        strategy_registry.register("ddpspawn", cls, description="ddpspawn's DDP, forkserver",
+                                   start_method="forkserver")
+        for method in _common.START_METHODS:
+            strategy_registry.register(f"ddpspawn_{method}", cls,
+                                       description=f"ddpspawn's DDP, {method}",
+                                       start_method=method)
+
+
+class _DdpspawnLauncher:
+    """Runs the Trainer's function in ddpspawn's ranks and brings rank 0's state back (Lightning's
+    ``_Launcher`` interface)."""
+
+    # The positional index of ckpt_path in the arguments Trainer.fit hands to _fit_impl.
+    _FIT_CKPT_PATH = 4
+
+    def __init__(self, strategy: DDPSpawnStrategy, start_method: str) -> None:
+        self._strategy = strategy
+        self._start_method = start_method
+        # Rank 0's training state at the end of the last fit (a Lightning checkpoint, as bytes).
+        self._last_fit_state: Optional[bytes] = None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_last_fit_state"] = None  # the ranks get it as a file, not inside the Trainer
+        return state
+
+    @property
+    def is_interactive_compatible(self) -> bool:
+        return self._start_method == "fork"
+
+    def launch(self, function: Callable[..., Any], *args: Any,
+               trainer: Optional[Any] = None, **kwargs: Any) -> Any:
+        lightning = self._strategy._lightning
+        fitting = trainer is not None and trainer.state.fn == lightning.trainer_fn.FITTING
+        resume_dir = None
+        if (fitting and self._last_fit_state is not None and len(args) > self._FIT_CKPT_PATH
+                and args[self._FIT_CKPT_PATH] is None):
+            # A second fit: it continues from where the last one ended.
+            resume_dir = tempfile.mkdtemp(prefix="ddpspawn-lightning-")  # mode 0700
+            path = os.path.join(resume_dir, "last_fit.ckpt")
+            with open(path, "xb") as file:
+                file.write(self._last_fit_state)
+            args = args[:self._FIT_CKPT_PATH] + (path,) + args[self._FIT_CKPT_PATH + 1:]
+        snapshot = (lightning.global_state_snapshot.capture()
+                    if self._start_method != "fork" else None)
+        try:
+            output = ddpspawn.spawn(
+                _run_rank,
+                args=(trainer, function, args, kwargs, snapshot),
+                nprocs=self._strategy.num_processes,
+                start_method=self._start_method,
+                backend=self._strategy._get_process_group_backend(),
+            )
+        finally:
+            if resume_dir is not None:
+                shutil.rmtree(resume_dir, ignore_errors=True)
+        if trainer is None:
+            return output
+        if output["fit_state"] is not None:
+            self._last_fit_state = output["fit_state"]
+        _recover_in_launcher(trainer, output)
+        return output["results"]
+
+    def kill(self, signum: Any) -> None:
+        """Nothing: ddpspawn's launcher passes SIGINT and SIGTERM on to every rank itself."""
+
+
+def _run_rank(ctx: ddpspawn.Context, trainer: Optional[Any], function: Callable[..., Any],
+              args: Tuple[Any, ...], kwargs: Dict[str, Any],
+              snapshot: Optional[Any]) -> Optional[Dict[str, Any]]:
+    """One rank: the Trainer's function with ddpspawn's context, then rank 0's state."""
+    if snapshot is not None:
+        snapshot.restore()
+    if trainer is None:
+        return function(*args, **kwargs) if ctx.rank == 0 else None
+    strategy = trainer.strategy
+    strategy._ddpspawn_context = ctx
+    strategy._lightning.set_num_threads_if_needed(num_processes=ctx.world_size)
+    results = function(*args, **kwargs)
+    return _rank_zero_state(trainer, results) if ctx.rank == 0 else None
+
+
+def _rank_zero_state(trainer: Any, results: Any) -> Dict[str, Any]:
+    """What the launcher takes back: weights, metrics, the best checkpoint's path and, after a
+    fit, the optimizers' and schedulers' state."""
+    lightning = trainer.strategy._lightning
+    move = lightning.move_data_to_device
+    callback = trainer.checkpoint_callback
+    fitting = trainer.state.fn == lightning.trainer_fn.FITTING
+    module = trainer.lightning_module
+    to_bytes = _common.to_bytes
+    return {
+        "results": move(results, "cpu"),
+        "trainer_state": trainer.state,
+        "best_model_path": getattr(callback, "best_model_path", None) if callback else None,
+        "weights": to_bytes(module.state_dict()) if fitting else None,
+        "callback_metrics": to_bytes(move(dict(trainer.callback_metrics), "cpu")),
+        "logged_metrics": to_bytes(move(dict(trainer.logged_metrics), "cpu")),
+        "optimizers": to_bytes([o.state_dict() for o in trainer.optimizers]) if fitting else None,
+        "lr_schedulers": to_bytes([c.scheduler.state_dict() for c in trainer.lr_scheduler_configs])
+        if fitting else None,
+        # Everything a later fit of this Trainer continues from: Lightning's own checkpoint.
+        "fit_state": to_bytes(trainer._checkpoint_connector.dump_checkpoint(weights_only=False))
+        if fitting else None,
+    }
+
+
+def _recover_in_launcher(trainer: Any, output: Dict[str, Any]) -> None:
+    from_bytes = _common.from_bytes
+    callback = trainer.checkpoint_callback
+    if callback is not None and hasattr(callback, "best_model_path"):
+        callback.best_model_path = str(output["best_model_path"])
+    module = trainer.lightning_module
+    if output["weights"] is not None:
+        module.load_state_dict(from_bytes(output["weights"]), strict=False)
+    trainer.state = output["trainer_state"]
+    trainer._logger_connector._callback_metrics.update(from_bytes(output["callback_metrics"]))
+    trainer._logger_connector._logged_metrics.update(from_bytes(output["logged_metrics"]))
+    if output["fit_state"] is not None:
+        # The loops' progress (current_epoch, global_step), which Lightning's spawn leaves at 0.
+        trainer.fit_loop.load_state_dict(from_bytes(output["fit_state"])["loops"]["fit_loop"])
+    if output["optimizers"] is None:
+        return
+    # The optimizers and schedulers over this process's module, with rank 0's state.
+    module.trainer = trainer
+    init = trainer.strategy._lightning.init_optimizers_and_lr_schedulers
+    optimizers, scheduler_configs = init(module)
+    for optimizer, state in zip(optimizers, from_bytes(output["optimizers"])):
+        optimizer.load_state_dict(state)
+    for config, state in zip(scheduler_configs, from_bytes(output["lr_schedulers"])):
+        config.scheduler.load_state_dict(state)
+    trainer.strategy.optimizers = optimizers
+    trainer.strategy.lr_scheduler_configs = scheduler_configs
