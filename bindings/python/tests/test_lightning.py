@@ -208,3 +208,80 @@ def test_fabric_launch_without_a_function_is_refused():
     fabric = FABRIC.Fabric(accelerator="cpu", devices=2, strategy="ddpspawn")
     with pytest.raises(ddpspawn.InvalidArgumentError, match=r"fabric.launch\(function\)"):
         fabric.launch()
+
+
+# -- under a cluster's launcher ----------------------------------------------------------------
+
+def cluster_run(command, kind, tmp_path):
+    out = tmp_path / f"{kind}.pt"
+    tests = str(Path(__file__).parent)
+    package = str(Path(ddpspawn.__file__).parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, package]))
+    done = subprocess.run(command + [str(Path(tests) / "lightning_cluster_worker.py"), kind,
+                                     str(out)], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return torch.load(out, weights_only=False)
+
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+
+def test_under_torchrun_the_trainer_joins_its_job(reference, tmp_path):
+    got = cluster_run(TORCHRUN, "trainer", tmp_path)
+    assert got["environment"] == "TorchElasticEnvironment"
+    assert got["buckets"] >= 1  # ddpspawn's reducer, in torchrun's ranks
+    _, want_model, _ = reference
+    difference = max(float((a - b).abs().max())
+                     for a, b in zip(got["weights"], want_model.parameters()))
+    assert difference < 1e-6, difference  # observed: 0
+
+
+def test_under_torchrun_fabric_joins_its_job(fabric_reference, tmp_path):
+    got = cluster_run(TORCHRUN, "fabric", tmp_path)
+    assert got["wrapper"] == "ddpspawn.torch" and got["from_rank_1"] == "rank 1"
+    worst = max(float(abs(got["weights"][k] - fabric_reference["weights"][k]).max())
+                for k in got["weights"])
+    assert worst < 1e-6, worst
+
+
+def free_slurm_port():
+    """A port SLURM's rule (15000 + the job id's last four digits) gives, free here now."""
+    import socket
+
+    for port in range(15000 + os.getpid() % 9000, 25000):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port in 15000-24999")
+
+
+def test_under_slurm_the_trainer_joins_its_job(reference, tmp_path):
+    """The two tasks of `srun -N 1 -n 2`, with the variables srun gives them (this test starts
+    them itself; tools/slurm_check runs the CLI under a real Slurm): ddpspawn's group and torch's
+    meet in the one store at Lightning's SLURM port."""
+    port = free_slurm_port()
+    slurm = dict(SLURM_NTASKS="2", SLURM_NTASKS_PER_NODE="2", SLURM_NNODES="1", SLURM_NODEID="0",
+                 SLURM_NODELIST="localhost", SLURM_JOB_NAME="lightning_test",
+                 SLURM_JOB_ID=f"9{port - 15000:04d}")
+    tests = str(Path(__file__).parent)
+    package = str(Path(ddpspawn.__file__).parent.parent)
+    out = tmp_path / "trainer.pt"
+    tasks = [subprocess.Popen(
+        [sys.executable, str(Path(tests) / "lightning_cluster_worker.py"), "trainer", str(out)],
+        env=dict({k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))},
+                 PYTHONPATH=os.pathsep.join([tests, package]), SLURM_PROCID=str(rank),
+                 SLURM_LOCALID=str(rank), **slurm),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+        for rank in range(2)]
+    outputs = [task.communicate(timeout=300)[0] for task in tasks]
+    assert [task.returncode for task in tasks] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    got = torch.load(out, weights_only=False)
+    assert got["environment"] == "SLURMEnvironment" and got["buckets"] >= 1
+    _, want_model, _ = reference
+    difference = max(float((a - b).abs().max())
+                     for a, b in zip(got["weights"], want_model.parameters()))
+    assert difference < 1e-6, difference

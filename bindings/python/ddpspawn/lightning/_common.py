@@ -5,9 +5,11 @@ launcher (torchrun, SLURM) started, and Lightning objects as bytes."""
 from __future__ import annotations
 
 import io
+from datetime import timedelta
 from typing import Any, Callable, Dict, Optional, Union
 
 import torch
+import torch.distributed as dist
 
 import ddpspawn
 import ddpspawn.torch as ddpspawn_torch
@@ -107,12 +109,19 @@ def join_cluster_job(cluster_environment: Any, backend: str, timeout: Optional[f
             f"{what}: ddpspawn reads this process as rank {ours[0]} of {ours[1]} "
             f"({context.environment}), Lightning's {type(cluster_environment).__name__} as rank "
             f"{theirs[0]} of {theirs[1]}; check devices and num_nodes against the job's shape")
-    kwargs: Dict[str, Any] = {}
-    if timeout is not None:
-        from datetime import timedelta
-
-        kwargs["timeout"] = timedelta(seconds=timeout)
-    init_dist_connection(cluster_environment, backend, **kwargs)
+    wait = timedelta(seconds=timeout) if timeout is not None else timedelta(minutes=30)
+    if context.environment == "torchelastic":
+        # torchrun's agent hosts the store (MASTER_ADDR, MASTER_PORT): torch's group meets there,
+        # as Lightning's own strategy makes it.
+        init_dist_connection(cluster_environment, backend, timeout=wait)
+    elif not dist.is_initialized():
+        # ddpspawn's rank 0 hosts a TCPStore at the address and port that it and Lightning read
+        # from the environment (SLURM: the first node, 15000 + the job id's last four digits); a
+        # second server there could not bind, so torch's group meets in that one, under a prefix.
+        store = dist.TCPStore(cluster_environment.main_address, cluster_environment.main_port,
+                              ours[1], is_master=False, timeout=wait)
+        dist.init_process_group(backend, store=dist.PrefixStore("torch_distributed/", store),
+                                rank=ours[0], world_size=ours[1], timeout=wait)
     return context
 
 
