@@ -11,7 +11,10 @@ method (the ddpspawn package and library on PYTHONPATH and DDPSPAWN_LIBRARY) ins
 Lightning's own DDPStrategy(start_method="spawn").
 
 launch_to_first_batch runs from the trainer.fit call (Lightning and torch already imported) to
-rank 0's first finished step.
+rank 0's first finished step. second_fit_launch is the same for a second fit in the same process,
+of the same model, right after the first: the same Trainer with max_steps raised (ddpspawn's
+strategy continues where the first fit ended), or, since Lightning's spawn refuses a second fit
+of its Trainer, a new Trainer like the first.
 """
 import argparse
 import json
@@ -54,15 +57,20 @@ class Model(pl.LightningModule):
         self.warmup, self.steps = warmup, steps
         self.launch_time, self.result_path = launch_time, result_path
         self.first_batch = self.steady_start = 0.0
+        self.fit_batches = 0  # in this fit (a second fit starts mid-epoch)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
         return torch.nn.functional.cross_entropy(self.net(x), y)
 
+    def on_train_start(self):
+        self.fit_batches = 0
+
     def on_train_batch_end(self, outputs, batch, batch_idx):
-        if batch_idx == 0:
+        self.fit_batches += 1
+        if self.fit_batches == 1:
             self.first_batch = time.time()
-        if batch_idx + 1 == self.warmup:
+        if self.fit_batches == self.warmup:
             self.steady_start = time.time()
 
     def on_train_end(self):
@@ -90,30 +98,31 @@ def main():
     parser.add_argument("--strategy", default="ddp_spawn",
                         choices=["ddp_spawn", "ddpspawn_spawn", "ddpspawn_forkserver"])
     args = parser.parse_args()
-    if args.strategy == "ddp_spawn":
-        strategy = DDPStrategy(start_method="spawn", process_group_backend="gloo")
-    else:
+    def make_strategy():
+        if args.strategy == "ddp_spawn":
+            return DDPStrategy(start_method="spawn", process_group_backend="gloo")
         import ddpspawn.lightning
 
-        strategy = ddpspawn.lightning.DDPSpawnStrategy(
+        return ddpspawn.lightning.DDPSpawnStrategy(
             start_method=args.strategy.split("_", 1)[1], process_group_backend="gloo")
+
     warnings.filterwarnings("ignore")
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one intra-op thread per rank, as the others
     total = args.warmup + args.steps
-    with tempfile.TemporaryDirectory() as tmp:
-        result_path = os.path.join(tmp, "result.json")
-        data = torch.utils.data.DataLoader(SameBatch(args.workload, total * args.nprocs),
-                                           batch_size=None, shuffle=False)
-        trainer = pl.Trainer(
+
+    def make_trainer(tmp):
+        return pl.Trainer(
             accelerator="cpu", devices=args.nprocs,
-            strategy=strategy,
+            strategy=make_strategy(),
             max_steps=total, max_epochs=1, logger=False, enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
             default_root_dir=tmp)
-        launch_time = time.time()  # the launch starts here (torch and Lightning imported)
+
+    def measure(trainer, model, data, result_path):
+        model.result_path = result_path
+        model.launch_time = time.time()  # the launch starts here (torch and Lightning imported)
         try:
-            trainer.fit(Model(args.workload, args.warmup, args.steps, launch_time, result_path),
-                        data)
+            trainer.fit(model, data)
         except torch.multiprocessing.ProcessExitedException as e:
             # As in reference_ddp.py: torch 2.11's Gloo group sometimes aborts a rank while it is
             # torn down, after rank 0 has written the measurement, which then stands.
@@ -122,7 +131,22 @@ def main():
             print(f"reference_lightning.py: a rank aborted after the measurement: {e}",
                   file=sys.stderr)
         with open(result_path) as f:
-            print(json.dumps(json.load(f)))
+            return json.load(f)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        # Data for two fits (each stops at max_steps).
+        data = torch.utils.data.DataLoader(SameBatch(args.workload, 2 * total * args.nprocs),
+                                           batch_size=None, shuffle=False)
+        model = Model(args.workload, args.warmup, args.steps, 0.0, "")
+        trainer = make_trainer(tmp)
+        result = measure(trainer, model, data, os.path.join(tmp, "first.json"))
+        if args.strategy == "ddp_spawn":
+            trainer = make_trainer(tmp)
+        else:
+            trainer.fit_loop.max_steps = 2 * total
+        second = measure(trainer, model, data, os.path.join(tmp, "second.json"))
+        result["second_fit_launch"] = second["launch_to_first_batch"]
+        print(json.dumps(result))
     return 0
 
 

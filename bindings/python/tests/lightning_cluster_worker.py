@@ -1,20 +1,28 @@
 """One rank of a job that a cluster's launcher (torchrun, srun) started: trains
 lightning_models' Probe with ddpspawn.lightning's Trainer strategy, or its Fabric loop with the
 Fabric strategy, and rank 0 saves what the test compares. Usage: lightning_cluster_worker.py
-trainer|fabric OUT."""
+trainer|fabric OUT; or sleepy OUT, a long fit on ddpspawn's own launcher, to interrupt."""
 
 import os
 import sys
 
 import torch
 
-from lightning_models import FABRIC, Probe, fabric_train, pl
+from lightning_models import FABRIC, Probe, Sleepy, fabric_train, pl
 
 import ddpspawn.lightning
 
 
 def main(kind, out):
     root = os.path.dirname(out)
+    if kind == "sleepy":
+        with open(os.path.join(os.environ["DDPSPAWN_TEST_PIDS"], "launcher"), "x") as file:
+            file.write(str(os.getpid()))
+        trainer = pl.Trainer(strategy="ddpspawn", accelerator="cpu", devices=2, max_epochs=1000,
+                             enable_progress_bar=False, enable_model_summary=False, logger=False,
+                             default_root_dir=root, enable_checkpointing=False)
+        trainer.fit(Sleepy())
+        return
     if kind == "trainer":
         model = Probe()
         trainer = pl.Trainer(strategy=ddpspawn.lightning.DDPSpawnStrategy(), accelerator="cpu",

@@ -64,6 +64,22 @@ class Probe(Classifier):
         self.log("reducer_buckets", float(buckets))
 
 
+class Sleepy(Classifier):
+    """Classifier whose ranks write their pids into $DDPSPAWN_TEST_PIDS when training starts and
+    then take their time: a fit to interrupt."""
+
+    def on_train_start(self):
+        directory = os.environ["DDPSPAWN_TEST_PIDS"]
+        with open(os.path.join(directory, f"rank{self.global_rank}"), "x") as file:
+            file.write(str(os.getpid()))
+
+    def training_step(self, batch, batch_idx):
+        import time
+
+        time.sleep(0.05)
+        return super().training_step(batch, batch_idx)
+
+
 class FailsOnRankOne(Classifier):
     def training_step(self, batch, batch_idx):
         if self.global_rank == 1 and batch_idx == 2:

@@ -20,14 +20,15 @@ import ddpspawn.lightning  # noqa: E402
 from lightning_models import Classifier, FailsOnRankOne, Probe  # noqa: E402
 
 
-def fit(strategy, root, module=Classifier, **extra):
+def fit(strategy, root, module=Classifier, more_callbacks=(), **extra):
     model = module()
     checkpoint = pl.callbacks.ModelCheckpoint(monitor="val_loss", dirpath=str(root / "ckpt"))
     options = dict(max_epochs=2, enable_progress_bar=False, enable_model_summary=False,
                    logger=False)
     options.update(extra)
     trainer = pl.Trainer(strategy=strategy, accelerator="cpu", devices=2,
-                         default_root_dir=str(root), callbacks=[checkpoint], **options)
+                         default_root_dir=str(root), callbacks=[checkpoint, *more_callbacks],
+                         **options)
     trainer.fit(model)
     return trainer, model, checkpoint
 
@@ -95,18 +96,6 @@ def test_one_changed_argument_trains_as_lightnings_ddp_spawn(strategy, reference
     assert trainer.state.finished
 
 
-def test_validate_after_fit_returns_what_lightning_returns(tmp_path):
-    trainer, model, _ = fit(ddpspawn.lightning.DDPSpawnStrategy(start_method="fork"), tmp_path)
-    ours = trainer.validate(model, verbose=False)
-    # Lightning in this process, on the same weights: the mean of equal batches' losses is the
-    # same whichever rank holds which batch (to float32's rounding).
-    alone = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                       enable_model_summary=False, default_root_dir=str(tmp_path / "alone"))
-    theirs = alone.validate(model, verbose=False)
-    assert ours[0].keys() == theirs[0].keys() == {"val_loss"}
-    assert ours[0]["val_loss"] == pytest.approx(theirs[0]["val_loss"], abs=1e-6)
-
-
 @pytest.mark.parametrize("options, refused", [
     (dict(start_method="popen"), "start_method 'popen'"),
     (dict(static_graph=True), "static_graph=True"),
@@ -154,8 +143,6 @@ def test_a_failing_rank_raises_in_the_launcher_naming_it(tmp_path):
 
 
 def test_a_second_fit_continues_where_the_first_ended(tmp_path):
-    # forkserver: an earlier test ran torch's multithreaded CPU work in this process (validate
-    # on one device), after which forked ranks hang in GNU OpenMP's pool (docs/lightning.md).
     trainer, model, _ = fit("ddpspawn", tmp_path / "twice")
     trainer.fit_loop.max_epochs = 4
     trainer.fit(model)
@@ -285,3 +272,138 @@ def test_under_slurm_the_trainer_joins_its_job(reference, tmp_path):
     difference = max(float((a - b).abs().max())
                      for a, b in zip(got["weights"], want_model.parameters()))
     assert difference < 1e-6, difference
+
+
+# -- the same training, with more of Lightning ------------------------------------------------
+
+@pytest.mark.parametrize("options", [
+    dict(precision="bf16-mixed"),
+    dict(accumulate_grad_batches=2, gradient_clip_val=0.05),
+    dict(early_stopping=True, max_epochs=6),
+], ids=["bf16-mixed", "accumulate-and-clip", "early-stopping"])
+def test_more_of_lightning_trains_as_lightnings_ddp_spawn(options, tmp_path):
+    def run(strategy, root):
+        extra = dict(options)
+        callbacks = ([pl.callbacks.EarlyStopping(monitor="val_loss", min_delta=0.5, patience=1)]
+                     if extra.pop("early_stopping", False) else [])
+        return fit(strategy, root, more_callbacks=callbacks, **extra)
+
+    theirs, their_model, _ = lightnings_own(lambda attempt: run("ddp_spawn",
+                                                                tmp_path / f"theirs{attempt}"))
+    ours, our_model, _ = run("ddpspawn", tmp_path / "ours")
+    difference = float((flat(our_model) - flat(their_model)).abs().max())
+    assert difference < 1e-6, difference  # observed: 0
+    # (Lightning's spawn leaves the launcher's epoch and step at 0: equal weights show that both
+    # stopped at one step.)
+    if "max_epochs" in options:  # early stopping stopped it before max_epochs
+        assert ours.current_epoch < options["max_epochs"]
+    if "accumulate_grad_batches" in options:  # 6 batches an epoch, 2 epochs, a step every 2
+        assert ours.global_step == 6
+    for name in ("train_loss", "val_loss"):
+        assert float(ours.callback_metrics[name]) == pytest.approx(
+            float(theirs.callback_metrics[name]), abs=1e-6), name
+
+
+def test_a_checkpoint_of_either_resumes_in_the_other(reference, tmp_path):
+    """Lightning's ddp_spawn resumes from ddpspawn's best checkpoint, and ddpspawn from Lightning's:
+    one more epoch each, the same weights."""
+    want_trainer, _, want_checkpoint = reference
+    ours, _, our_checkpoint = fit("ddpspawn", tmp_path / "ours")
+    resumed = {}
+    for strategy, path in (("ddp_spawn", our_checkpoint.best_model_path),
+                           ("ddpspawn", want_checkpoint.best_model_path)):
+        def resume(attempt, strategy=strategy, path=path):
+            root = tmp_path / f"{strategy}{attempt}"
+            trainer = pl.Trainer(strategy=strategy, accelerator="cpu", devices=2, max_epochs=3,
+                                 enable_progress_bar=False, enable_model_summary=False,
+                                 logger=False, default_root_dir=str(root),
+                                 enable_checkpointing=False)
+            model = Classifier()
+            trainer.fit(model, ckpt_path=path)
+            return trainer, model
+
+        trainer, resumed[strategy] = (lightnings_own(resume) if strategy == "ddp_spawn"
+                                      else resume(0))
+        if strategy == "ddpspawn":  # (Lightning's spawn leaves the launcher's step at 0)
+            assert trainer.global_step == 18
+    difference = float((flat(resumed["ddp_spawn"]) - flat(resumed["ddpspawn"])).abs().max())
+    assert difference < 1e-6, difference
+
+
+def interrupt_when_training(launcher, pids, private_tmp):
+    """Sends SIGINT to the launching process once both ranks train; their pids and its output."""
+    import signal
+    import time
+
+    deadline = time.monotonic() + 120
+    while not all((pids / name).exists() for name in ("launcher", "rank0", "rank1")):
+        assert launcher.poll() is None, launcher.communicate()[0][-3000:]
+        assert time.monotonic() < deadline, "the ranks did not start training"
+        time.sleep(0.1)
+    time.sleep(0.5)  # the pid files are written; let them close
+    ranks = [int((pids / f"rank{r}").read_text()) for r in range(2)]
+    # While it runs, ddpspawn's files are there (the run directory, the pickled payload).
+    assert [p.name for p in private_tmp.iterdir() if p.name.startswith("ddpspawn-")]
+    os.kill(int((pids / "launcher").read_text()), signal.SIGINT)
+    output = launcher.communicate(timeout=60)[0]
+    return ranks, output
+
+
+def test_ctrl_c_stops_every_rank_and_leaves_nothing(tmp_path):
+    """SIGINT to the launching process, as Ctrl-C in a terminal sends: it ends, so does every rank,
+    and nothing of ddpspawn's stays in its TMPDIR or /dev/shm (a tmpfs of its own, in a mount
+    namespace)."""
+    import contextlib
+    import shutil
+    import signal
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare, for a /dev/shm of the test's own")
+    pids, private_tmp, out = tmp_path / "pids", tmp_path / "tmp", tmp_path / "shm.txt"
+    pids.mkdir()
+    private_tmp.mkdir()
+    tests = str(Path(__file__).parent)
+    package = str(Path(ddpspawn.__file__).parent.parent)
+    script = ('mount -t tmpfs -o mode=1777 ddps-test-shm /dev/shm || exit 90; "$@"; rc=$?; '
+              f'ls -A /dev/shm > {out}; exit $rc')
+    launcher = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+         sys.executable, str(Path(tests) / "lightning_cluster_worker.py"), "sleepy",
+         str(tmp_path / "unused")],
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([tests, package]),
+                 DDPSPAWN_TEST_PIDS=str(pids), TMPDIR=str(private_tmp)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        ranks, output = interrupt_when_training(launcher, pids, private_tmp)
+    except BaseException:  # a failed check leaves no training behind
+        for name in ("launcher", "rank0", "rank1"):
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int((pids / name).read_text()), signal.SIGKILL)
+        launcher.kill()
+        raise
+    assert launcher.returncode not in (0, 90), output[-3000:]
+    assert "KeyboardInterrupt" in output or "interrupt" in output.lower(), output[-3000:]
+
+    def alive(pid):
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    assert [pid for pid in ranks if alive(pid)] == []
+    assert list(private_tmp.iterdir()) == []
+    assert out.read_text().split() == []
+
+
+# Last in the file: it runs torch's multithreaded CPU work in this process (validate on one
+# device), after which ranks forked from it hang in GNU OpenMP's pool (docs/lightning.md).
+def test_validate_after_fit_returns_what_lightning_returns(tmp_path):
+    trainer, model, _ = fit(ddpspawn.lightning.DDPSpawnStrategy(start_method="fork"), tmp_path)
+    ours = trainer.validate(model, verbose=False)
+    # Lightning in this process, on the same weights: the mean of equal batches' losses is the
+    # same whichever rank holds which batch (to float32's rounding).
+    alone = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                       enable_model_summary=False, default_root_dir=str(tmp_path / "alone"))
+    theirs = alone.validate(model, verbose=False)
+    assert ours[0].keys() == theirs[0].keys() == {"val_loss"}
+    assert ours[0]["val_loss"] == pytest.approx(theirs[0]["val_loss"], abs=1e-6)
