@@ -102,9 +102,14 @@ def test_one_changed_argument_trains_as_lightnings_ddp_spawn(strategy, reference
     (dict(model_averaging_period=4), "model_averaging_period"),
     (dict(find_unused_parameters=True, gradient_as_bucket_view=False, no_such_option=1),
      "no_such_option"),
-    (dict(ddp_comm_hook=lambda state, bucket: None), "not one of torch's built-in hooks"),
+    (dict(ddp_comm_hook="powersgd", ddp_comm_wrapper="fp16"), "ddp_comm_wrapper around"),
 ])
 def test_what_is_not_supported_is_refused(options, refused):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    named = {"powersgd": powerSGD_hook.powerSGD_hook,
+             "fp16": default_hooks.fp16_compress_wrapper}
+    options = {k: named.get(v, v) if isinstance(v, str) else v for k, v in options.items()}
     with pytest.raises(ddpspawn.InvalidArgumentError, match=refused):
         ddpspawn.lightning.DDPSpawnStrategy(**options)
 
@@ -119,6 +124,26 @@ def test_torchs_built_in_hooks_map_to_ddpspawns():
                                                 ddp_comm_state=state)
     assert power._comm_hook_options == {"comm_hook": "powersgd", "powersgd_rank": 2,
                                         "powersgd_start_iteration": 5}
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["own-hook", "own-hook-fp16-wrapped"])
+def test_a_comm_hook_of_ones_own_runs_as_in_torchs_ddp(wrapped, reference, tmp_path):
+    """torch DDP's hook API: the hook (and a wrapper around it) runs over ddpspawn's buckets, with
+    the weights of Lightning's spawn when torch's DDP runs the same hook (Lightning ignores a hook
+    on CPU; the reference registers it)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    from lightning_models import HookOnCpuDDPStrategy, shifted_mean_hook
+
+    hook = dict(ddp_comm_hook=shifted_mean_hook,
+                ddp_comm_wrapper=default_hooks.fp16_compress_wrapper if wrapped else None)
+    _, theirs, _ = lightnings_own(lambda attempt: fit(
+        HookOnCpuDDPStrategy(start_method="spawn", **hook), tmp_path / f"theirs{attempt}"))
+    _, ours, _ = fit(ddpspawn.lightning.DDPSpawnStrategy(**hook), tmp_path / "ours")
+    difference = float((flat(ours) - flat(theirs)).abs().max())
+    assert difference < 1e-6, difference
+    _, plain, _ = reference  # the hook ran: not the weights of the plain mean
+    assert float((flat(ours) - flat(plain)).abs().max()) > 1e-3
 
 
 def test_import_ddpspawn_does_not_import_lightning():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 from datetime import timedelta
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -47,32 +47,36 @@ def check_options(what: str, start_method: str, model_averaging_period: Optional
     return kwargs
 
 
+_POWERSGD = ("powersgd", "batched_powersgd")
+
+
 def comm_hook_options(hook: Optional[Callable[..., Any]], state: Optional[object],
                       wrapper: Optional[Callable[..., Any]]) -> Dict[str, Any]:
-    """The wrapper's comm_hook options for torch's built-in hook `hook` with `state`."""
-    if wrapper is not None:
-        raise InvalidArgumentError(
-            "DDPSpawnStrategy: ddp_comm_wrapper is not supported yet (ddpspawn's Python DDP "
-            "wrapper has no compression wrapper); pass ddp_comm_hook=fp16_compress_hook or "
-            "bf16_compress_hook instead"
-        )
-    if hook is None:
+    """The wrapper's comm_hook options for torch DDP's `hook` with `state` and `wrapper`: torch's
+    built-in hooks by ddpspawn's name for them, anything else (a hook of one's own, a wrapped
+    hook) as a hook written in Python (:class:`TorchStyleHook`)."""
+    if hook is None and wrapper is None:
         return {}
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
+    if hook is None:
+        hook = default_hooks.allreduce_hook
     by_hook = {default_hooks.allreduce_hook: "allreduce",
                default_hooks.fp16_compress_hook: "fp16",
                default_hooks.bf16_compress_hook: "bf16",
                powerSGD_hook.powerSGD_hook: "powersgd",
                powerSGD_hook.batched_powerSGD_hook: "batched_powersgd"}
     name = by_hook.get(hook)
+    if wrapper is not None:
+        if name in _POWERSGD:
+            raise InvalidArgumentError(
+                f"DDPSpawnStrategy: ddp_comm_wrapper around {hook.__qualname__} is not supported "
+                "(torch's PowerSGD asks its buckets for their parameters, which ddpspawn's do not "
+                "list); give the hook alone, which runs as ddpspawn's own PowerSGD")
+        return {"comm_hook": TorchStyleHook(hook, state, wrapper)}
     if name is None:
-        raise InvalidArgumentError(
-            f"DDPSpawnStrategy: ddp_comm_hook {getattr(hook, '__qualname__', hook)!r} is not one "
-            "of torch's built-in hooks (allreduce, fp16, bf16, powerSGD, batched powerSGD), which "
-            "ddpspawn runs as its own; a hook of your own is not supported yet"
-        )
-    if "powersgd" not in name:
+        return {"comm_hook": TorchStyleHook(hook, state)}
+    if name not in _POWERSGD:
         return {"comm_hook": name}
     if not isinstance(state, powerSGD_hook.PowerSGDState):
         raise InvalidArgumentError(
@@ -86,6 +90,64 @@ def comm_hook_options(hook: Optional[Callable[..., Any]], state: Optional[object
         )
     return {"comm_hook": name, "powersgd_rank": state.matrix_approximation_rank,
             "powersgd_start_iteration": state.start_powerSGD_iter}
+
+
+class TorchStyleHook:
+    """torch DDP's comm hook, ``hook(state, bucket) -> Future[Tensor]`` (``wrapper(hook)`` when a
+    wrapper is given), as a ddpspawn hook written in Python: it gets each of the reducer's buckets
+    as a torch ``GradBucket`` look-alike (a tensor over the bucket's memory, no copy), and its
+    future's tensor becomes the bucket's mean. Picklable when the hook, its state and the wrapper
+    are (a spawned rank unpickles it, and wraps the hook there: torch's wrappers return closures)."""
+
+    def __init__(self, hook: Callable[..., Any], state: Optional[object],
+                 wrapper: Optional[Callable[..., Any]] = None) -> None:
+        self.hook, self.state, self.wrapper = hook, state, wrapper
+        self._run: Optional[Callable[..., Any]] = None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"hook": self.hook, "state": self.state, "wrapper": self.wrapper, "_run": None}
+
+    def __call__(self, context: Any, bucket: Any) -> None:
+        if self._run is None:
+            self._run = self.wrapper(self.hook) if self.wrapper is not None else self.hook
+        data = torch.frombuffer(bucket.data, dtype=getattr(torch, bucket.dtype))
+        grad_bucket = _GradBucket(bucket.index, bucket.bucket_count, data)
+        result = self._run(self.state, grad_bucket).wait()
+        if isinstance(result, list):  # a future of all_reduce's own holds [tensor]
+            result = result[0]
+        if result.data_ptr() != data.data_ptr() or result.dtype != data.dtype:
+            data.copy_(result)
+
+
+class _GradBucket:
+    """What a torch comm hook calls on its ``dist.GradBucket``, over one ddpspawn bucket."""
+
+    def __init__(self, index: int, bucket_count: int, buffer: torch.Tensor) -> None:
+        self._index, self._count, self._buffer = index, bucket_count, buffer
+
+    def index(self) -> int:
+        return self._index
+
+    def is_last(self) -> bool:
+        return self._index == self._count - 1
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+    def set_buffer(self, buffer: torch.Tensor) -> None:
+        self._buffer = buffer
+
+    def gradients(self) -> List[torch.Tensor]:
+        raise InvalidArgumentError(_NO_PARAMETERS)
+
+    def parameters(self) -> List[torch.Tensor]:
+        raise InvalidArgumentError(_NO_PARAMETERS)
+
+
+_NO_PARAMETERS = (
+    "this comm hook asks its bucket for gradients() or parameters(), which ddpspawn's buckets do "
+    "not list (they hold the gradients back to back: use buffer()); torch's PowerSGD hooks are "
+    "run as ddpspawn's own when given without ddp_comm_wrapper")
 
 
 def backend_for(device: torch.device, backend: Optional[str], what: str) -> str:

@@ -51,8 +51,8 @@ class DDPSpawnFabricStrategy(_Base):  # type: ignore[misc]
 
     Takes ``DDPStrategy``'s arguments (``precision``, not ``precision_plugin``,
     as Fabric's), ``start_method`` (``"forkserver"``, the default, ``"spawn"``
-    or ``"fork"``), ``ddp_comm_hook``/``ddp_comm_state`` (torch's built-in
-    hooks), the DDP options ``find_unused_parameters``,
+    or ``"fork"``), ``ddp_comm_hook``/``ddp_comm_state``/``ddp_comm_wrapper``
+    (as the Trainer's strategy takes them), the DDP options ``find_unused_parameters``,
     ``gradient_as_bucket_view``, ``bucket_cap_mb`` and ``broadcast_buffers``,
     and ``package`` (``"lightning.fabric"`` or ``"lightning_fabric"``; by
     default the one the program imported). Anything else is refused here.

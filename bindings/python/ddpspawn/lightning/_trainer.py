@@ -37,8 +37,9 @@ class DDPSpawnStrategy(_Base):  # type: ignore[misc]
 
     Takes ``DDPStrategy``'s arguments. ``start_method`` is ``"forkserver"``
     (the default), ``"spawn"`` or ``"fork"`` (notebooks); ``ddp_comm_hook``
-    one of torch's built-in hooks (``ddp_comm_state`` a ``PowerSGDState`` for
-    PowerSGD). DDP options as keywords: ``find_unused_parameters``,
+    torch's built-in hooks run as ddpspawn's (``ddp_comm_state`` a
+    ``PowerSGDState`` for PowerSGD), others (and ``ddp_comm_wrapper``) as hooks
+    written in Python, on CPU too. DDP options as keywords: ``find_unused_parameters``,
     ``gradient_as_bucket_view``, ``bucket_cap_mb``, ``broadcast_buffers``.
     Anything else is refused here, before any rank starts. ``package`` is
     ``"lightning.pytorch"`` or ``"pytorch_lightning"``: the Trainer's package,
