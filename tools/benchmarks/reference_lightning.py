@@ -114,7 +114,7 @@ def main():
         return pl.Trainer(
             accelerator="cpu", devices=args.nprocs,
             strategy=make_strategy(),
-            max_steps=total, max_epochs=1, logger=False, enable_checkpointing=False,
+            max_steps=total, max_epochs=None, logger=False, enable_checkpointing=False,
             enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
             default_root_dir=tmp)
 
@@ -134,8 +134,8 @@ def main():
             return json.load(f)
 
     with tempfile.TemporaryDirectory() as tmp:
-        # Data for two fits (each stops at max_steps).
-        data = torch.utils.data.DataLoader(SameBatch(args.workload, 2 * total * args.nprocs),
+        # An epoch is one fit's steps: the second fit continues with the next epoch.
+        data = torch.utils.data.DataLoader(SameBatch(args.workload, total * args.nprocs),
                                            batch_size=None, shuffle=False)
         model = Model(args.workload, args.warmup, args.steps, 0.0, "")
         trainer = make_trainer(tmp)
@@ -143,7 +143,7 @@ def main():
         if args.strategy == "ddp_spawn":
             trainer = make_trainer(tmp)
         else:
-            trainer.fit_loop.max_steps = 2 * total
+            trainer.fit_loop.epoch_loop.max_steps = 2 * total
         second = measure(trainer, model, data, os.path.join(tmp, "second.json"))
         result["second_fit_launch"] = second["launch_to_first_batch"]
         print(json.dumps(result))

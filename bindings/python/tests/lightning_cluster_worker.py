@@ -25,8 +25,9 @@ def main(kind, out):
         return
     if kind == "trainer":
         model = Probe()
+        nodes = int(os.environ.get("DDPSPAWN_TEST_NODES", "1"))  # of the job's 2 ranks
         trainer = pl.Trainer(strategy=ddpspawn.lightning.DDPSpawnStrategy(), accelerator="cpu",
-                             devices=2, max_epochs=2, enable_progress_bar=False,
+                             devices=2 // nodes, num_nodes=nodes, max_epochs=2, enable_progress_bar=False,
                              enable_model_summary=False, logger=False, default_root_dir=root,
                              enable_checkpointing=False)
         trainer.fit(model)

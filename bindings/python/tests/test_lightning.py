@@ -224,15 +224,19 @@ def test_fabric_launch_without_a_function_is_refused():
 
 # -- under a cluster's launcher ----------------------------------------------------------------
 
-def cluster_run(command, kind, tmp_path):
+def cluster_run(commands, kind, tmp_path, **env):
+    """Runs each of `commands` (a cluster launcher's, for one node each) with the worker, at once;
+    rank 0's result."""
     out = tmp_path / f"{kind}.pt"
     tests = str(Path(__file__).parent)
     package = str(Path(ddpspawn.__file__).parent.parent)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, package]))
-    done = subprocess.run(command + [str(Path(tests) / "lightning_cluster_worker.py"), kind,
-                                     str(out)], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, package]), **env)
+    worker = [str(Path(tests) / "lightning_cluster_worker.py"), kind, str(out)]
+    nodes = [subprocess.Popen(command + worker, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=env, cwd=tmp_path) for command in commands]
+    outputs = [node.communicate(timeout=300)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0] * len(nodes), \
+        "\n".join(output[-3000:] for output in outputs)
     return torch.load(out, weights_only=False)
 
 
@@ -240,7 +244,7 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 
 
 def test_under_torchrun_the_trainer_joins_its_job(reference, tmp_path):
-    got = cluster_run(TORCHRUN, "trainer", tmp_path)
+    got = cluster_run([TORCHRUN], "trainer", tmp_path)
     assert got["environment"] == "TorchElasticEnvironment"
     assert got["buckets"] >= 1  # ddpspawn's reducer, in torchrun's ranks
     _, want_model, _ = reference
@@ -250,11 +254,30 @@ def test_under_torchrun_the_trainer_joins_its_job(reference, tmp_path):
 
 
 def test_under_torchrun_fabric_joins_its_job(fabric_reference, tmp_path):
-    got = cluster_run(TORCHRUN, "fabric", tmp_path)
+    got = cluster_run([TORCHRUN], "fabric", tmp_path)
     assert got["wrapper"] == "ddpspawn.torch" and got["from_rank_1"] == "rank 1"
     worst = max(float(abs(got["weights"][k] - fabric_reference["weights"][k]).max())
                 for k in got["weights"])
     assert worst < 1e-6, worst
+
+
+def test_two_nodes_under_torchrun_join_as_one_job(reference, tmp_path):
+    """Two torchrun agents of one rank each (--nnodes 2, a static rendezvous on this host), the
+    Trainer with num_nodes=2: the same weights as one node's two ranks."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    commands = [[sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                 "--nproc-per-node", "1", "--node-rank", str(node), "--master-addr", "127.0.0.1",
+                 "--master-port", str(port)] for node in range(2)]
+    got = cluster_run(commands, "trainer", tmp_path, DDPSPAWN_TEST_NODES="2")
+    assert got["environment"] == "TorchElasticEnvironment" and got["buckets"] >= 1
+    _, want_model, _ = reference
+    difference = max(float((a - b).abs().max())
+                     for a, b in zip(got["weights"], want_model.parameters()))
+    assert difference < 1e-6, difference
 
 
 def free_slurm_port():
