@@ -281,10 +281,15 @@ def test_two_nodes_under_torchrun_join_as_one_job(reference, tmp_path):
 
 
 def free_slurm_port():
-    """A port SLURM's rule (15000 + the job id's last four digits) gives, free here now."""
+    """A port SLURM's rule (15000 + the job id's last four digits) gives, free here now: drawn at
+    random, since concurrent tests (in sandboxes with pid namespaces of their own) must not meet
+    at the same one."""
+    import random
     import socket
 
-    for port in range(15000 + os.getpid() % 9000, 25000):
+    draw = random.SystemRandom()
+    for _ in range(100):
+        port = 15000 + draw.randrange(10000)
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
