@@ -40,6 +40,13 @@ class Classifier(pl.LightningModule):
         x, y = batch
         self.log("val_loss", torch.nn.functional.cross_entropy(self(x), y), sync_dist=True)
 
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("test_loss", torch.nn.functional.cross_entropy(self(x), y), sync_dist=True)
+
+    def predict_step(self, batch, batch_idx):
+        return self(batch[0]).softmax(-1)
+
     def configure_optimizers(self):
         optimizer = torch.optim.Adam(self.parameters(), lr=0.01)
         return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5)]
@@ -49,6 +56,12 @@ class Classifier(pl.LightningModule):
 
     def val_dataloader(self):
         return torch.utils.data.DataLoader(dataset(32, seed=1), batch_size=8)
+
+    def test_dataloader(self):
+        return torch.utils.data.DataLoader(dataset(32, seed=2), batch_size=8)
+
+    def predict_dataloader(self):
+        return self.test_dataloader()
 
 
 class Probe(Classifier):

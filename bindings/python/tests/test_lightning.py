@@ -450,13 +450,23 @@ def test_ctrl_c_stops_every_rank_and_leaves_nothing(tmp_path):
 
 # Last in the file: it runs torch's multithreaded CPU work in this process (validate on one
 # device), after which ranks forked from it hang in GNU OpenMP's pool (docs/lightning.md).
-def test_validate_after_fit_returns_what_lightning_returns(tmp_path):
+def test_validate_test_and_predict_after_fit_return_what_lightning_returns(tmp_path):
     trainer, model, _ = fit(ddpspawn.lightning.DDPSpawnStrategy(start_method="fork"), tmp_path)
-    ours = trainer.validate(model, verbose=False)
+    ours = {"validate": trainer.validate(model, verbose=False),
+            "test": trainer.test(model, verbose=False)}
+    predicted = trainer.predict(model)
     # Lightning in this process, on the same weights: the mean of equal batches' losses is the
     # same whichever rank holds which batch (to float32's rounding).
     alone = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                        enable_model_summary=False, default_root_dir=str(tmp_path / "alone"))
-    theirs = alone.validate(model, verbose=False)
-    assert ours[0].keys() == theirs[0].keys() == {"val_loss"}
-    assert ours[0]["val_loss"] == pytest.approx(theirs[0]["val_loss"], abs=1e-6)
+    theirs = {"validate": alone.validate(model, verbose=False),
+              "test": alone.test(model, verbose=False)}
+    for name, key in (("validate", "val_loss"), ("test", "test_loss")):
+        assert ours[name][0].keys() == theirs[name][0].keys() == {key}
+        assert ours[name][0][key] == pytest.approx(theirs[name][0][key], abs=1e-6)
+    # predict returns rank 0's predictions (as Lightning's spawn does): its share of the samples,
+    # every second one.
+    x = model.predict_dataloader().dataset.tensors[0]
+    with torch.no_grad():
+        want = model(x[0::2]).softmax(-1)
+    assert torch.allclose(torch.cat(predicted), want, atol=1e-6)
