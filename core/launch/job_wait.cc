@@ -257,8 +257,8 @@ std::vector<int> Job::ReapRanks(bool& any_running) {
         got = outcome.pid;
         raw = end->wait_status;
         if (end->server_died) {
-          outcome.error_text = absl::StrCat("the forkserver that started it (pid ",
-                                            forkserver_->pid(), ") died, and the rank with it");
+          outcome.error_text = absl::StrCat("the forkserver that started the ranks (pid ",
+                                            forkserver_->pid(), ") died, and took them with it");
         }
       }
     } else {
@@ -372,7 +372,11 @@ absl::Status Job::WaitResult(absl::Status status, const std::string& escalation)
     }
     absl::StrAppend(&message, DescribeOutcome(failed));
     if (!escalation.empty()) absl::StrAppend(&message, "; ", escalation);
-    if (!failed.error_text.empty()) absl::StrAppend(&message, ":\n", failed.error_text);
+    if (!failed.error_text.empty()) {
+      // A note of the launcher's (not the rank's report): what ended the rank from outside (its
+      // forkserver's death), which is the job's cause, and so comes first.
+      return absl::AbortedError(absl::StrCat(failed.error_text, ": ", message, " first"));
+    }
     return absl::AbortedError(message);
   }
   if (!status.ok() && !escalation.empty()) {
