@@ -15,7 +15,7 @@ from typing import Dict
 
 from . import _lib
 from ._arrivals import RankArrivals, StragglerReport
-from ._comm_hook import Bucket
+from ._comm_hook import Bucket, CCommHook
 from ._context import Context
 from ._errors import (
     DdpspawnError,
@@ -35,6 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Bucket",
+    "CCommHook",
     "Context",
     "DdpspawnError",
     "DdpspawnTimeoutError",

@@ -119,3 +119,77 @@ def _report(error: BaseException) -> int:
         except BaseException:  # noqa: B902
             pass
     return code
+
+
+class CCommHook:
+    """A communication hook written in C, from a shared library: the reducer calls its functions
+    for every bucket with no Python in between (the C ABI's ``ddpspawn_comm_hook``; ``ddpspawn.h``
+    says what each must do). ``start`` (and ``wait``, ``release``, ``make_user_data``, each
+    optional) are names of functions the library exports::
+
+        ddpspawn_status start(void* user_data, ddpspawn_context* context,
+                              const ddpspawn_bucket* bucket, void** out_work);
+        ddpspawn_status wait(void* user_data, ddpspawn_context* context, void* work);
+        void release(void* user_data);   /* once, when the reducer is destroyed */
+        void* make_user_data(void);      /* once per reducer: the hook's state */
+
+    Give it as ``comm_hook=`` to :meth:`Context.reducer` or ``ddpspawn.torch.DistributedDataParallel``.
+    It holds only the library's path and the names, so it pickles into spawned ranks; each rank
+    loads the library (which may link ``libddpspawn.so.1`` for ddpspawn's collectives: the one
+    already loaded serves it) and makes its own state. Like a hook written in Python, it runs on
+    buckets in CPU memory only.
+    """
+
+    def __init__(self, library: str, start: str, *, wait: Optional[str] = None,
+                 release: Optional[str] = None, make_user_data: Optional[str] = None) -> None:
+        for name, value in (("library", library), ("start", start)):
+            if not isinstance(value, str) or not value:
+                raise InvalidArgumentError(f"CCommHook: {name} must be a non-empty str, "
+                                           f"not {value!r}")
+        for name, optional in (("wait", wait), ("release", release),
+                               ("make_user_data", make_user_data)):
+            if optional is not None and (not isinstance(optional, str) or not optional):
+                raise InvalidArgumentError(f"CCommHook: {name} must be a function's name (a "
+                                           f"non-empty str) or None, not {optional!r}")
+        self.library = library
+        self.start = start
+        self.wait = wait
+        self.release = release
+        self.make_user_data = make_user_data
+
+    def __repr__(self) -> str:
+        return f"<ddpspawn.CCommHook {self.start} in {self.library}>"
+
+    def table(self) -> "_lib.CommHookTable":
+        """The ``ddpspawn_comm_hook`` for one reducer: the library loaded (once per process), the
+        functions looked up, and a fresh state from ``make_user_data``. Errors name the library
+        and the function."""
+        try:
+            library = ctypes.CDLL(self.library)
+        except OSError as error:
+            raise InvalidArgumentError(f"CCommHook: cannot load {self.library}: {error}") from None
+
+        def function(name: str, kind: Any) -> Any:
+            try:
+                return ctypes.cast(getattr(library, name), kind)
+            except AttributeError:
+                raise InvalidArgumentError(
+                    f"CCommHook: {self.library} exports no function {name!r}") from None
+
+        # Every function is found before the state is made, which then goes to the table only.
+        table = _lib.CommHookTable(
+            struct_size=ctypes.sizeof(_lib.CommHookTable),
+            user_data=None,
+            start=function(self.start, _lib.CommHookStart),
+            wait=(function(self.wait, _lib.CommHookWait) if self.wait is not None
+                  else _lib.CommHookWait()),
+            release=(function(self.release, _lib.CommHookRelease) if self.release is not None
+                     else _lib.CommHookRelease()),
+        )
+        if self.make_user_data is not None:
+            make = function(self.make_user_data, ctypes.CFUNCTYPE(ctypes.c_void_p))
+            table.user_data = make()
+            if table.user_data is None:
+                raise InvalidArgumentError(
+                    f"CCommHook: {self.make_user_data}() in {self.library} returned NULL")
+        return table

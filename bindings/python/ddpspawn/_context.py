@@ -11,7 +11,7 @@ from . import _dlpack, _lib
 from ._closable import Closable
 from ._arrivals import RankArrivals, StragglerReport
 from ._buffers import Buffer
-from ._comm_hook import Bucket
+from ._comm_hook import Bucket, CCommHook
 from ._errors import InvalidArgumentError
 from ._reducer import Reducer
 
@@ -344,7 +344,7 @@ class Context(Closable):
         *,
         bucket_cap_mb: Optional[float] = None,
         first_bucket_cap_mb: Optional[float] = None,
-        comm_hook: Union[str, CommHook] = "allreduce",
+        comm_hook: Union[str, CommHook, CCommHook] = "allreduce",
         powersgd_rank: Optional[int] = None,
         powersgd_start_iteration: Optional[int] = None,
         find_unused_parameters: bool = False,
@@ -377,6 +377,8 @@ class Context(Closable):
                 exception. It runs in Python for every bucket, on the thread
                 that marks or finalizes; CPU buffers only; it must not call
                 its own reducer (which holds its lock during the call).
+                Or a hook written in C (:class:`ddpspawn.CCommHook`): the
+                same, with no Python per bucket.
             powersgd_rank: PowerSGD's matrix approximation rank.
             powersgd_start_iteration: PowerSGD runs plain all-reduce before it.
             find_unused_parameters: True leaves a buffer that no rank marked

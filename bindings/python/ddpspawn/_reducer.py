@@ -13,7 +13,7 @@ from typing import Any, Iterator, List, Optional, Protocol, Sequence, Tuple, Uni
 
 from . import _dlpack, _lib
 from ._closable import Closable
-from ._comm_hook import HookTable, LentHook
+from ._comm_hook import CCommHook, HookTable, LentHook
 from ._buffers import DTYPE_NAMES, reducer_buffer
 from ._errors import InvalidArgumentError
 
@@ -52,7 +52,8 @@ def _int32(name: str, value: Any) -> int:
 def _comm_hook_name(value: Any) -> bytes:
     if not isinstance(value, str):
         raise InvalidArgumentError(
-            f"comm_hook must be a hook's name (a str) or a callable(context, bucket), "
+            f"comm_hook must be a hook's name (a str), a callable(context, bucket) or a "
+            f"CCommHook, "
             f"not {value!r}"
         )
     if "\0" in value:
@@ -88,7 +89,7 @@ class Reducer(Closable):
         *,
         bucket_cap_mb: Optional[float] = None,
         first_bucket_cap_mb: Optional[float] = None,
-        comm_hook: Union[str, LentHook] = "allreduce",
+        comm_hook: Union[str, LentHook, CCommHook] = "allreduce",
         powersgd_rank: Optional[int] = None,
         powersgd_start_iteration: Optional[int] = None,
         find_unused_parameters: bool = False,
@@ -116,11 +117,8 @@ class Reducer(Closable):
         checked = [] if tensors[0] else [reducer_buffer(d, i) for i, d in enumerate(buffers)]
         options: _lib.ReducerOptions
         hook_table: Optional[HookTable] = None
-        if callable(comm_hook):  # a hook written in Python: the library calls it for every bucket
-            hook_table = HookTable(comm_hook, context._borrow)
-            with_hook = _lib.reducer_options_with_hook()
-            with_hook.custom_comm_hook = ctypes.pointer(hook_table.table)
-            options = with_hook
+        if isinstance(comm_hook, CCommHook) or callable(comm_hook):
+            options = _lib.reducer_options_with_hook()
         else:
             options = _lib.reducer_options()
             options.comm_hook = _comm_hook_name(comm_hook)
@@ -139,6 +137,38 @@ class Reducer(Closable):
             )
         options.find_unused_parameters = 1 if find_unused_parameters else 0
 
+        c_hook_table: Optional[_lib.CommHookTable] = None
+        if callable(comm_hook):  # a hook written in Python: the library calls it per bucket
+            hook_table = HookTable(comm_hook, context._borrow)
+            assert isinstance(options, _lib.ReducerOptionsWithHook)
+            options.custom_comm_hook = ctypes.pointer(hook_table.table)
+        try:
+            if isinstance(comm_hook, CCommHook):  # a hook written in C: no Python per bucket
+                c_hook_table = comm_hook.table()
+                assert isinstance(options, _lib.ReducerOptionsWithHook)
+                options.custom_comm_hook = ctypes.pointer(c_hook_table)
+            handle, pointers, dtype_names = self._create(context, buffers, checked, options)
+        except BaseException:
+            # A failed creation leaves the C hook's state to its maker (ddpspawn.h).
+            if c_hook_table is not None and c_hook_table.release and c_hook_table.user_data:
+                c_hook_table.release(c_hook_table.user_data)
+            raise
+        self._lib = _lib.lib()
+        self._context = context
+        self._buffers: Tuple[Any, ...] = tuple(buffers)
+        self._pointers = pointers
+        self._dtypes = dtype_names
+        self._comm_hook: Optional[Union[str, LentHook, CCommHook]] = comm_hook
+        # The ctypes callbacks must outlive the C reducer, which may call them until destroyed.
+        self._hook_table = hook_table
+        self._sync = True
+        self._handle = handle
+        context._adopt(self)
+
+    @staticmethod
+    def _create(context: ReducerOwner, buffers: Sequence[Any], checked: List[Any],
+                options: _lib.ReducerOptions) -> Tuple[Any, List[Any], Tuple[str, ...]]:
+        """The C reducer over `buffers`, the objects that keep their memory, and their dtypes."""
         handle = _lib.ReducerPtr()
         lib = _lib.lib()
         count = len(buffers)
@@ -176,17 +206,7 @@ class Reducer(Closable):
                 )
             )
             dtype_names = tuple(str(data.dtype).replace("torch.", "") for data in buffers)
-        self._lib = lib
-        self._context = context
-        self._buffers: Tuple[Any, ...] = tuple(buffers)
-        self._pointers = pointers
-        self._dtypes = dtype_names
-        self._comm_hook: Optional[Union[str, LentHook]] = comm_hook
-        # The ctypes callbacks must outlive the C reducer, which may call them until destroyed.
-        self._hook_table = hook_table
-        self._sync = True
-        self._handle = handle
-        context._adopt(self)
+        return handle, pointers, dtype_names
 
     # -- lifetime ----------------------------------------------------------
 

@@ -26,6 +26,7 @@ from ._reducer import Reducer
 from ._train import export
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._comm_hook import CCommHook
     from ._context import CommHook, Context
 
 __all__ = ["DistributedDataParallel", "init_process_group", "load_weights"]
@@ -56,7 +57,8 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
     the comm hook by name: ``"allreduce"``, ``"fp16"``, ``"bf16"``,
     ``"powersgd"`` or ``"batched_powersgd"`` (``powersgd_rank``,
     ``powersgd_start_iteration``), or written in Python: a callable
-    ``hook(context, bucket)`` (see :meth:`ddpspawn.Context.reducer`).
+    ``hook(context, bucket)`` (see :meth:`ddpspawn.Context.reducer`), or in C:
+    a :class:`ddpspawn.CCommHook`.
     ``gradient_as_bucket_view`` changes nothing (the gradients are bucket
     views already) and is refused with ``find_unused_parameters``.
 
@@ -83,7 +85,7 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
         find_unused_parameters: bool = False,
         broadcast_buffers: bool = True,
         gradient_as_bucket_view: bool = False,
-        comm_hook: Union[str, "CommHook"] = "allreduce",
+        comm_hook: Union[str, "CommHook", "CCommHook"] = "allreduce",
         powersgd_rank: Optional[int] = None,
         powersgd_start_iteration: Optional[int] = None,
     ) -> None:
@@ -103,10 +105,10 @@ class DistributedDataParallel(torch.nn.Module):  # type: ignore[misc]  # torch i
         parameters = [p for p in module.parameters() if p.requires_grad]
         if not parameters:
             raise InvalidArgumentError("the module has no parameter that requires a gradient")
-        if callable(comm_hook) and any(p.device.type != "cpu" for p in parameters):
+        if not isinstance(comm_hook, str) and any(p.device.type != "cpu" for p in parameters):
             device = next(p.device for p in parameters if p.device.type != "cpu")
             raise InvalidArgumentError(
-                f"a comm hook written in Python averages buckets in CPU memory, and the "
+                f"a comm hook written in Python or C averages buckets in CPU memory, and the "
                 f"module has parameters on {device}: use a built-in hook by name"
             )
         for name, submodule in module.named_modules():

@@ -120,3 +120,14 @@ def max_of_ranks(ctx):
             reducer.mark_ready(k)
         reducer.finalize()
     return ctx.all_gather_object([b.tolist() for b in buffers])
+
+
+def c_hook_trains(ctx, hook):
+    """wrapper_trains with `hook`, a ddpspawn.CCommHook over mean_hook.c; also every rank's count
+    of the buckets the C hook averaged in its process."""
+    import ctypes
+
+    trained = wrapper_trains(ctx, hook)
+    counter = ctypes.CDLL(hook.library).mean_hook_buckets_averaged
+    counter.restype = ctypes.c_longlong
+    return trained, ctx.all_gather_object(counter())
