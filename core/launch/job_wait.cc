@@ -40,6 +40,7 @@
 #include "core/launch/worker_channel.h"
 #include "core/trace/flight_recorder.h"
 #include "core/util/enum_names.h"
+#include "core/util/process_state.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
@@ -49,6 +50,10 @@ constexpr absl::Duration kPollInterval = absl::Milliseconds(2);
 // How long a rank's failing exit waits for a peer killed by a signal, the more likely cause, before
 // the launcher stops the others (see Wait()).
 constexpr absl::Duration kCauseWindow = absl::Milliseconds(100);
+
+// How long a rank must have waited in a collective that another rank never reached for the launcher
+// to name that rank when the job fails: far longer than ranks' ordinary skew.
+constexpr absl::Duration kWaitedForAnother = absl::Milliseconds(500);
 
 // The signal (SIGINT/SIGTERM) the launcher received while waiting, and how many.
 volatile sig_atomic_t g_received_signal = 0;
@@ -143,6 +148,56 @@ std::string DescribeEndAfterReport(const RankOutcome& outcome, bool by_stop) {
   return absl::StrCat("it was then killed by signal ", SignalName(outcome.signal));
 }
 
+// When a rank's failure ends the job: a note of the launcher's (RankOutcome::error_text, not
+// reported) on each rank still running that the others were waiting for: one stopped (SIGSTOP, a
+// debugger), or one that never reached the newest group's furthest call, which another rank had
+// been in for kWaitedForAnother or more (the flight recorders say so). It is the rank a
+// collective's timeout waited for, and the job's message names it first. Taken now: the stop about
+// to come lets a stopped rank run on.
+void NoteRanksWaitedFor(const std::string& run_dir, std::vector<RankOutcome>& outcomes,
+                        int first_global_rank, absl::Time now) {
+  int newest = -1;
+  for (int g = 0; access(RunDirCallsFile(run_dir, 0, g).c_str(), F_OK) == 0; ++g) newest = g;
+  std::vector<absl::StatusOr<RecordedRank>> ranks;
+  if (newest >= 0) ranks = ReadFlightRecorders(run_dir, static_cast<int>(outcomes.size()), newest);
+  uint64_t furthest = 0;
+  for (const auto& rank : ranks) {
+    if (rank.ok()) furthest = std::max(furthest, rank->started);
+  }
+  absl::Time entered = absl::InfiniteFuture();  // when the first rank started call #furthest
+  std::string what;
+  for (const auto& rank : ranks) {
+    if (rank.ok() && rank->started == furthest && rank->last_start < entered) {
+      entered = rank->last_start;
+      what = rank->last_what;
+    }
+  }
+  const bool others_waited = furthest > 0 && now - entered >= kWaitedForAnother;
+  for (size_t r = 0; r < outcomes.size(); ++r) {
+    RankOutcome& outcome = outcomes[r];
+    if (outcome.state != RankState::kRunning || !outcome.error_text.empty()) continue;
+    const bool stopped = ReadProcessState(outcome.pid) == ProcessState::kStopped;
+    const bool behind =
+        others_waited && r < ranks.size() && ranks[r].ok() && ranks[r]->started < furthest;
+    if (!stopped && !behind) continue;
+    outcome.error_text =
+        absl::StrCat("rank ", first_global_rank + static_cast<int>(r), " (pid ", outcome.pid, ") ");
+    if (behind) {
+      absl::StrAppend(&outcome.error_text, "never reached call #", furthest, " (", what,
+                      "), which another rank had waited in for ",
+                      absl::FormatDuration(absl::Trunc(now - entered, absl::Milliseconds(10))),
+                      " when the job failed",
+                      stopped ? "; its process was stopped (SIGSTOP or a debugger)" : "");
+      continue;
+    }
+    absl::StrAppend(&outcome.error_text, "was stopped (SIGSTOP or a debugger) when the job failed");
+    if (r < ranks.size() && ranks[r].ok() && !ranks[r]->last_ended) {
+      absl::StrAppend(&outcome.error_text, ", inside call #", ranks[r]->started, " (",
+                      ranks[r]->last_what, "), which the others waited in");
+    }
+  }
+}
+
 }  // namespace
 
 std::string SignalName(int signal) {
@@ -213,6 +268,7 @@ absl::Status Job::Wait() {
       if (failed_rank_ >= 0 && (EndedBySignalOfItsOwn(outcomes_[failed_rank_]) ||
                                 absl::Now() >= *failed_at_ + kCauseWindow)) {
         status = absl::AbortedError("");  // the message is written below, with the error text
+        NoteRanksWaitedFor(run_dir_, outcomes_, GlobalRank(0), absl::Now());
         BeginStopping(stopping, SIGTERM);
       }
     }
@@ -364,6 +420,15 @@ absl::Status Job::WaitResult(absl::Status status, const std::string& escalation)
     std::string message =
         absl::StrCat("rank ", GlobalRank(failed_rank_), " (pid ", failed.pid, ") ");
     if (failed.reported) {
+      // The ranks it waited for and that never came (the launcher's notes on them) come first.
+      std::string absent;
+      for (int r = 0; r < spec_.nprocs; ++r) {
+        const RankOutcome& other = outcomes_[r];
+        if (r != failed_rank_ && !other.reported && !other.error_text.empty()) {
+          absl::StrAppend(&absent, other.error_text, "\n");
+        }
+      }
+      message = absl::StrCat(absent, absent.empty() ? "" : "then ", message);
       absl::StrAppend(&message, "failed: ", absl::StripTrailingAsciiWhitespace(failed.error_text),
                       "\n(", DescribeEndAfterReport(failed, failed_rank_ended_by_stop_));
       if (!escalation.empty()) absl::StrAppend(&message, "; ", escalation);

@@ -148,8 +148,8 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // A rank that stops (SIGSTOP) between collectives: the others' next one times out after the group's
-// timeout (3 s here), and the error names the rank that never reached the call, what it did last
-// and that its process is stopped (the flight recorder), on shared memory and on Gloo.
+// timeout (3 s here), and the error names the rank that never reached the call, first, what it did
+// last and that its process is stopped (the flight recorder), on shared memory and on Gloo.
 class StallTest : public testing::TestWithParam<bool> {};
 
 TEST_P(StallTest, ATimeoutNamesTheRankThatNeverArrived) {
@@ -163,6 +163,11 @@ TEST_P(StallTest, ATimeoutNamesTheRankThatNeverArrived) {
   EXPECT_THAT(message, testing::HasSubstr("rank 2: never reached call #3; its last: #2 all_reduce "
                                           "(sum) of 4 float32, finished"));
   EXPECT_THAT(message, testing::HasSubstr("is stopped"));
+  // The launcher names the rank that never came first, then the one that waited and failed.
+  EXPECT_THAT(message, testing::StartsWith("rank 2 (pid "));
+  EXPECT_THAT(message, testing::HasSubstr(") never reached call #3 (all_reduce"));
+  EXPECT_THAT(message, testing::HasSubstr("its process was stopped (SIGSTOP or a debugger)\nthen "
+                                          "rank "));
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, StallTest, testing::Bool(),
