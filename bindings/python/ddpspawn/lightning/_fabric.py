@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Dict, List, Literal, Optional, Union
+from typing import Any, Callable, ContextManager, Dict, List, Literal, Optional, Union
 
 import torch
 
@@ -24,11 +24,7 @@ import ddpspawn.torch as ddpspawn_torch
 
 from .._errors import InvalidArgumentError
 from . import _common, _packages
-
-if TYPE_CHECKING:
-    _Base = Any
-else:
-    _Base = object
+from ._strategy_base import SpawnStrategyBase
 
 _WHAT = "DDPSpawnFabricStrategy"
 
@@ -46,7 +42,7 @@ class _BackwardSyncControl:
         return module.no_sync()
 
 
-class DDPSpawnFabricStrategy(_Base):  # type: ignore[misc]
+class DDPSpawnFabricStrategy(SpawnStrategyBase):
     """Fabric's ``DDPStrategy`` with ddpspawn's launcher, group and reducer.
 
     Takes ``DDPStrategy``'s arguments (``precision``, not ``precision_plugin``,
@@ -58,14 +54,8 @@ class DDPSpawnFabricStrategy(_Base):  # type: ignore[misc]
     default the one the program imported). Anything else is refused here.
     """
 
-    _lightning: _packages.Api
-
-    def __new__(cls, *args: Any, package: Optional[str] = None, **kwargs: Any) -> Any:
-        if cls is DDPSpawnFabricStrategy:
-            chosen = _packages.choose(_packages.FABRIC_PACKAGES, package, _WHAT)
-            cls = _packages.strategy_class("DDPSpawnFabricStrategy", DDPSpawnFabricStrategy,
-                                           chosen)
-        return super().__new__(cls)
+    WHAT = _WHAT
+    PACKAGES = _packages.FABRIC_PACKAGES
 
     def __init__(
         self,
@@ -83,9 +73,8 @@ class DDPSpawnFabricStrategy(_Base):  # type: ignore[misc]
         package: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
-        kwargs = _common.check_options(_WHAT, start_method, None, kwargs)
-        self._comm_hook_options = _common.comm_hook_options(ddp_comm_hook, ddp_comm_state,
-                                                            ddp_comm_wrapper)
+        kwargs = self._check_arguments(start_method, None, ddp_comm_hook, ddp_comm_state,
+                                       ddp_comm_wrapper, kwargs)
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -98,43 +87,16 @@ class DDPSpawnFabricStrategy(_Base):  # type: ignore[misc]
             **kwargs,
         )
         self._backward_sync_control = _BackwardSyncControl()
-        # This rank's membership in ddpspawn's group (see DDPSpawnStrategy).
-        self._ddpspawn_context: Optional[ddpspawn.Context] = None
 
-    def _configure_launcher(self) -> None:
-        if self.cluster_environment.creates_processes_externally:
-            self._launcher = None  # torchrun, SLURM, `fabric run`: every rank runs the script
-            return
-        if self.num_nodes != 1:
-            raise InvalidArgumentError(
-                f"{_WHAT}: num_nodes > 1 needs a cluster's launcher (torchrun, SLURM) to start "
-                "the ranks; ddpspawn's own launcher here starts one node's")
-        self._launcher = _FabricLauncher(self, self._start_method)
+    def _make_launcher(self) -> "_FabricLauncher":
+        return _FabricLauncher(self, self._start_method)
 
     def _setup_distributed(self) -> None:
         self._set_world_ranks()
-        self._process_group_backend = self._get_process_group_backend()
-        timeout = self._timeout.total_seconds() if self._timeout is not None else None
-        if self._ddpspawn_context is not None:
-            ddpspawn_torch.init_process_group(self._ddpspawn_context,
-                                              backend=self._process_group_backend,
-                                              timeout=timeout)
-        elif self.cluster_environment.creates_processes_externally:
-            self._ddpspawn_context = _common.join_cluster_job(
-                self.cluster_environment, self._process_group_backend, timeout,
-                self._lightning.init_dist_connection, _WHAT)
-        else:
-            raise InvalidArgumentError(
-                f"{_WHAT} runs in ranks started by fabric.launch(function) or by a cluster's "
-                "launcher (torchrun, SLURM); this process was started by neither")
-
-    def _get_process_group_backend(self) -> str:
-        return _common.backend_for(self.root_device, self._process_group_backend, _WHAT)
+        self._join_group()
 
     def setup_module(self, module: torch.nn.Module) -> ddpspawn_torch.DistributedDataParallel:
-        assert self._ddpspawn_context is not None
-        return ddpspawn_torch.DistributedDataParallel(
-            module, self._ddpspawn_context, **self._ddp_kwargs, **self._comm_hook_options)
+        return self._wrap(module)
 
     def get_module_state_dict(self, module: torch.nn.Module) -> Dict[str, Any]:
         return super().get_module_state_dict(_common.unwrap(module))  # type: ignore[no-any-return]
@@ -149,24 +111,6 @@ class DDPSpawnFabricStrategy(_Base):  # type: ignore[misc]
             self._ddpspawn_context, tensor, group, reduce_op,
             lambda: super(DDPSpawnFabricStrategy, self).all_reduce(tensor, group=group,
                                                                     reduce_op=reduce_op))
-
-    def barrier(self, *args: Any, **kwargs: Any) -> None:
-        if self._ddpspawn_context is not None:
-            self._ddpspawn_context.barrier()
-
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
-        if self._ddpspawn_context is None:
-            return obj
-        return self._ddpspawn_context.broadcast_object(obj, src)
-
-    @classmethod
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        strategy_registry.register("ddpspawn", cls, description="ddpspawn's DDP, forkserver",
-                                   start_method="forkserver")
-        for method in _common.START_METHODS:
-            strategy_registry.register(f"ddpspawn_{method}", cls,
-                                       description=f"ddpspawn's DDP, {method}",
-                                       start_method=method)
 
 
 class _FabricLauncher:

@@ -13,26 +13,18 @@ import os
 import shutil
 import tempfile
 from datetime import timedelta
-from typing import (TYPE_CHECKING, Any, Callable, Dict, Generator, List, Literal, Optional,
-                    Tuple, Union)
+from typing import Any, Callable, Dict, Generator, List, Literal, Optional, Tuple, Union
 
 import torch
 
 import ddpspawn
 import ddpspawn.torch as ddpspawn_torch
 
-from .._errors import InvalidArgumentError
 from . import _common, _packages
-
-if TYPE_CHECKING:
-    _Base = Any
-else:
-    _Base = object
-
-_WHAT = "DDPSpawnStrategy"
+from ._strategy_base import SpawnStrategyBase
 
 
-class DDPSpawnStrategy(_Base):  # type: ignore[misc]
+class DDPSpawnStrategy(SpawnStrategyBase):
     """Lightning's ``DDPStrategy`` with ddpspawn's launcher, group and reducer.
 
     Takes ``DDPStrategy``'s arguments. ``start_method`` is ``"forkserver"``
@@ -46,15 +38,10 @@ class DDPSpawnStrategy(_Base):  # type: ignore[misc]
     by default the one the program imported.
     """
 
+    WHAT = "DDPSpawnStrategy"
+    PACKAGES = _packages.TRAINER_PACKAGES
     strategy_name = "ddpspawn"
-    _lightning: _packages.Api
     model: Any  # Lightning's property
-
-    def __new__(cls, *args: Any, package: Optional[str] = None, **kwargs: Any) -> Any:
-        if cls is DDPSpawnStrategy:
-            chosen = _packages.choose(_packages.TRAINER_PACKAGES, package, _WHAT)
-            cls = _packages.strategy_class("DDPSpawnStrategy", DDPSpawnStrategy, chosen)
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -73,9 +60,8 @@ class DDPSpawnStrategy(_Base):  # type: ignore[misc]
         package: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
-        kwargs = _common.check_options(_WHAT, start_method, model_averaging_period, kwargs)
-        self._comm_hook_options = _common.comm_hook_options(ddp_comm_hook, ddp_comm_state,
-                                                            ddp_comm_wrapper)
+        kwargs = self._check_arguments(start_method, model_averaging_period, ddp_comm_hook,
+                                       ddp_comm_state, ddp_comm_wrapper, kwargs)
         super().__init__(
             accelerator=accelerator,
             parallel_devices=parallel_devices,
@@ -87,50 +73,19 @@ class DDPSpawnStrategy(_Base):  # type: ignore[misc]
             start_method=start_method,
             **kwargs,
         )
-        # This rank's membership in ddpspawn's group: set by the launcher in each rank, or made by
-        # setup_distributed when a cluster's launcher started the ranks.
-        self._ddpspawn_context: Optional[ddpspawn.Context] = None
 
-    # -- the launcher and the group ---------------------------------------------
+    # -- the launcher, the group and the model ------------------------------------
 
-    def _configure_launcher(self) -> None:
-        if self.cluster_environment.creates_processes_externally:
-            self._launcher = None  # torchrun, SLURM: every rank runs the Trainer itself
-            return
-        if self.num_nodes != 1:
-            raise InvalidArgumentError(
-                f"{_WHAT}: num_nodes > 1 needs a cluster's launcher (torchrun, SLURM) to start "
-                "the ranks; ddpspawn's own launcher here starts one node's")
-        self._launcher = _DdpspawnLauncher(self, self._start_method)
+    def _make_launcher(self) -> "_DdpspawnLauncher":
+        return _DdpspawnLauncher(self, self._start_method)
 
     def setup_distributed(self) -> None:
         self._lightning.reset_seed()  # type: ignore[misc]
         self.set_world_ranks()
-        self._process_group_backend = self._get_process_group_backend()
-        timeout = self._timeout.total_seconds() if self._timeout is not None else None
-        if self._ddpspawn_context is not None:  # one of ddpspawn's launcher's ranks
-            ddpspawn_torch.init_process_group(self._ddpspawn_context,
-                                              backend=self._process_group_backend,
-                                              timeout=timeout)
-        elif self.cluster_environment.creates_processes_externally:
-            self._ddpspawn_context = _common.join_cluster_job(
-                self.cluster_environment, self._process_group_backend, timeout,
-                self._lightning.init_dist_connection, _WHAT)
-        else:
-            raise InvalidArgumentError(
-                f"{_WHAT} runs in ranks started by its own launcher (Trainer.fit and friends) or "
-                "by a cluster's (torchrun, SLURM); this process was started by neither")
-
-    def _get_process_group_backend(self) -> str:
-        return _common.backend_for(self.root_device, self._process_group_backend, _WHAT)
-
-    # -- the model ---------------------------------------------------------------
+        self._join_group()
 
     def _setup_model(self, model: torch.nn.Module) -> ddpspawn_torch.DistributedDataParallel:
-        assert self._ddpspawn_context is not None
-        return ddpspawn_torch.DistributedDataParallel(
-            model, self._ddpspawn_context, **self._ddp_kwargs, **self._comm_hook_options
-        )
+        return self._wrap(model)
 
     def _register_ddp_hooks(self) -> None:
         """The comm hook went to the wrapper when it was made."""
@@ -155,31 +110,13 @@ class DDPSpawnStrategy(_Base):  # type: ignore[misc]
             self.model = self.lightning_module
         super().teardown()
 
-    # -- collectives, through ddpspawn's group ------------------------------------
-
-    def barrier(self, name: Optional[str] = None, *args: Any, **kwargs: Any) -> None:
-        if self._ddpspawn_context is not None:
-            self._ddpspawn_context.barrier(name)
-
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
-        if self._ddpspawn_context is None:
-            return obj
-        return self._ddpspawn_context.broadcast_object(obj, src)
+    # -- collectives, through ddpspawn's group (barrier and broadcast: the base's) --------
 
     def reduce(self, tensor: Any, group: Optional[Any] = None,
                reduce_op: Optional[Union[Any, str]] = "mean") -> Any:
         return _common.reduce_through(
             self._ddpspawn_context, tensor, group, reduce_op,
             lambda: super(DDPSpawnStrategy, self).reduce(tensor, group=group, reduce_op=reduce_op))
-
-    @classmethod
-    def register_strategies(cls, strategy_registry: Any) -> None:
-        strategy_registry.register("ddpspawn", cls, description="ddpspawn's DDP, forkserver",
-                                   start_method="forkserver")
-        for method in _common.START_METHODS:
-            strategy_registry.register(f"ddpspawn_{method}", cls,
-                                       description=f"ddpspawn's DDP, {method}",
-                                       start_method=method)
 
 
 class _DdpspawnLauncher:
