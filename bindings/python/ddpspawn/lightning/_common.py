@@ -4,6 +4,7 @@ launcher (torchrun, SLURM) started, and Lightning objects as bytes."""
 
 from __future__ import annotations
 
+import atexit
 import io
 from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Union
@@ -184,7 +185,18 @@ def join_cluster_job(cluster_environment: Any, backend: str, timeout: Optional[f
                               ours[1], is_master=False, timeout=wait)
         dist.init_process_group(backend, store=dist.PrefixStore("torch_distributed/", store),
                                 rank=ours[0], world_size=ours[1], timeout=wait)
+    atexit.register(_leave_cluster_job, context)
     return context
+
+
+def _leave_cluster_job(context: ddpspawn.Context) -> None:
+    """At the process's exit: torch's default group destroyed and ddpspawn's group left while the
+    interpreter still runs. Left to the end of the process, a Gloo group's threads could still be
+    joinable when its destructor runs, and std::terminate aborts the rank (SIGABRT: "terminate
+    called without an active exception"), failing a job that had finished."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    context.close()
 
 
 def op_name(reduce_op: Optional[Union[Any, str]]) -> Optional[str]:
