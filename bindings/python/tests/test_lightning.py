@@ -147,6 +147,40 @@ def test_a_comm_hook_of_ones_own_runs_as_in_torchs_ddp(wrapped, reference, tmp_p
     assert float((flat(ours) - flat(plain)).abs().max()) > 1e-3
 
 
+def test_the_strategy_is_made_for_the_package_imported_and_refuses_to_guess():
+    """With one Lightning imported, the strategy belongs to it; with both imported and none named,
+    the constructor refuses and says how to name one (a fresh interpreter each)."""
+    package = str(Path(ddpspawn.__file__).parent.parent)
+    code = (
+        "import sys, importlib\n"
+        "for name in sys.argv[1:]: importlib.import_module(name)\n"
+        "import ddpspawn, ddpspawn.lightning as L\n"
+        "try:\n"
+        "    base = lambda s: next(c.__module__ for c in type(s).__mro__\n"
+        "                          if c.__name__ == 'DDPStrategy')\n"
+        "    print(base(L.DDPSpawnStrategy()), base(L.DDPSpawnFabricStrategy()))\n"
+        "except ddpspawn.InvalidArgumentError as e:\n"
+        "    print('refused:', e)\n"
+        "s = L.DDPSpawnStrategy(package='lightning.pytorch')\n"
+        "import lightning.pytorch\n"
+        "print(isinstance(s, lightning.pytorch.strategies.Strategy))\n")
+
+    def run(*imports):
+        out = subprocess.run([sys.executable, "-c", code, *imports], capture_output=True,
+                             text=True, env=dict(os.environ, PYTHONPATH=package), timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.splitlines()
+
+    assert run("pytorch_lightning") == [
+        "pytorch_lightning.strategies.ddp lightning_fabric.strategies.ddp", "True"]
+    assert run("lightning.pytorch") == [
+        "lightning.pytorch.strategies.ddp lightning.fabric.strategies.ddp", "True"]
+    refused, chosen = run("pytorch_lightning", "lightning.pytorch")
+    assert refused.startswith("refused: DDPSpawnStrategy: both Lightning packages are imported")
+    assert "package='lightning.pytorch' or 'pytorch_lightning'" in refused
+    assert chosen == "True"
+
+
 def test_import_ddpspawn_does_not_import_lightning():
     code = ("import sys, ddpspawn, ddpspawn.torch; "
             "print(any(m.split('.')[0] in ('pytorch_lightning', 'lightning') for m in sys.modules))")

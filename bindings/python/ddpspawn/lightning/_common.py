@@ -51,7 +51,7 @@ def check_options(what: str, start_method: str, model_averaging_period: Optional
 _POWERSGD = ("powersgd", "batched_powersgd")
 
 
-def comm_hook_options(hook: Optional[Callable[..., Any]], state: Optional[object],
+def comm_hook_options(what: str, hook: Optional[Callable[..., Any]], state: Optional[object],
                       wrapper: Optional[Callable[..., Any]]) -> Dict[str, Any]:
     """The wrapper's comm_hook options for torch DDP's `hook` with `state` and `wrapper`: torch's
     built-in hooks by ddpspawn's name for them, anything else (a hook of one's own, a wrapped
@@ -71,7 +71,7 @@ def comm_hook_options(hook: Optional[Callable[..., Any]], state: Optional[object
     if wrapper is not None:
         if name in _POWERSGD:
             raise InvalidArgumentError(
-                f"DDPSpawnStrategy: ddp_comm_wrapper around {hook.__qualname__} is not supported "
+                f"{what}: ddp_comm_wrapper around {hook.__qualname__} is not supported "
                 "(torch's PowerSGD asks its buckets for their parameters, which ddpspawn's do not "
                 "list); give the hook alone, which runs as ddpspawn's own PowerSGD")
         return {"comm_hook": TorchStyleHook(hook, state, wrapper)}
@@ -81,12 +81,12 @@ def comm_hook_options(hook: Optional[Callable[..., Any]], state: Optional[object
         return {"comm_hook": name}
     if not isinstance(state, powerSGD_hook.PowerSGDState):
         raise InvalidArgumentError(
-            f"DDPSpawnStrategy: ddp_comm_hook {hook.__qualname__} needs ddp_comm_state, a "
+            f"{what}: ddp_comm_hook {hook.__qualname__} needs ddp_comm_state, a "
             "PowerSGDState"
         )
     if not state.use_error_feedback or not state.warm_start:
         raise InvalidArgumentError(
-            "DDPSpawnStrategy: ddpspawn's PowerSGD always uses error feedback and warm start; "
+            f"{what}: ddpspawn's PowerSGD always uses error feedback and warm start; "
             "a PowerSGDState with use_error_feedback or warm_start False is not supported"
         )
     return {"comm_hook": name, "powersgd_rank": state.matrix_approximation_rank,

@@ -42,7 +42,7 @@ class SpawnStrategyBase(_Base):  # type: ignore[misc]
         """Refuses what is not supported; keeps the comm hook's options; returns the DDP options
         of `kwargs`. Before the package's __init__, so that nothing starts on a refusal."""
         kwargs = _common.check_options(self.WHAT, start_method, model_averaging_period, kwargs)
-        self._comm_hook_options = _common.comm_hook_options(hook, state, wrapper)
+        self._comm_hook_options = _common.comm_hook_options(self.WHAT, hook, state, wrapper)
         # This rank's membership in ddpspawn's group: set by the launcher in each rank, or made
         # when a cluster's launcher started the ranks.
         self._ddpspawn_context: Optional[ddpspawn.Context] = None
