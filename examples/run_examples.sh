@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds and runs the README's examples (C, C++, Python, Rust) against the built library and checks
-# what each prints.
+# Builds and runs the README's examples (C, C++, Java, Python, Rust) against the built library and
+# checks what each prints.
 set -euo pipefail
 work="${TEST_TMPDIR:-$(mktemp -d)}"
 lib="$work/lib"
@@ -69,3 +69,13 @@ cp -rL bindings/rust "$work/rust"
 out=$(PATH="$PATH:$HOME/.cargo/bin" DDPSPAWN_LIB_DIR="$lib" CARGO_TARGET_DIR="$work/target" \
   cargo run --quiet --offline --manifest-path "$work/rust/Cargo.toml" -p ddpspawn --example hello)
 expect Rust "sum over 4 ranks of rank + 1 = 10" "$out"
+
+# Java (22 or newer): the binding's jar, then the example on its class path.
+source bindings/java/java_env.sh
+jdk=$(find_jdk)
+java_jar=$(bash bindings/java/build.sh "$work/java")
+"$jdk/bin/javac" --release 22 -Xlint:all -Werror -cp "$java_jar" -d "$work/java/classes" \
+  examples/java/TrainLinear.java
+out=$(DDPSPAWN_LIBRARY="$lib/libddpspawn.so.1" "$jdk/bin/java" --enable-native-access=ALL-UNNAMED \
+  -cp "$java_jar:$work/java/classes" TrainLinear)
+expect Java "rank 0 learned: weights 2.000 -1.000 0.500, bias 3.000" "$out"

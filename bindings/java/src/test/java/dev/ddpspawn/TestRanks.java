@@ -1,0 +1,152 @@
+// The ranks the tests start: each scenario checks what it receives and fails the rank otherwise.
+package dev.ddpspawn;
+
+import static java.lang.foreign.ValueLayout.JAVA_DOUBLE;
+import static java.lang.foreign.ValueLayout.JAVA_FLOAT;
+import static java.lang.foreign.ValueLayout.JAVA_LONG;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.List;
+
+/** A rank's main: args[0] names the scenario. */
+public final class TestRanks {
+  private TestRanks() {}
+
+  public static void main(String[] args) {
+    Worker.run(
+        () -> {
+          switch (args[0]) {
+            case "collectives" -> collectives();
+            case "reducer" -> reducer();
+            case "fail" -> fail();
+            case "sleep" -> sleep();
+            default -> throw new IllegalArgumentException("no scenario " + args[0]);
+          }
+        });
+  }
+
+  static void expect(boolean condition, String what) {
+    if (!condition) {
+      throw new AssertionError(what);
+    }
+  }
+
+  /** Every collective on values that differ per rank, against the exact result. */
+  private static void collectives() {
+    try (Context context = Context.fromEnvironment();
+        Arena arena = Arena.ofConfined()) {
+      int rank = context.rank();
+      int world = context.worldSize();
+      expect(world == 2 && context.environment().equals("ddpspawn"), "2 ddpspawn ranks");
+
+      MemorySegment sum = arena.allocateFrom(JAVA_DOUBLE, rank + 1.0, 10.0 * (rank + 1));
+      context.allReduce(sum, DType.FLOAT64, ReduceOp.SUM);
+      expect(Arrays.equals(sum.toArray(JAVA_DOUBLE), new double[] {3, 30}), "all_reduce sum");
+
+      MemorySegment max = arena.allocateFrom(JAVA_LONG, rank, -rank);
+      context.allReduce(max, DType.INT64, ReduceOp.MAX);
+      expect(Arrays.equals(max.toArray(JAVA_LONG), new long[] {1, 0}), "all_reduce max");
+
+      MemorySegment broadcast = arena.allocateFrom(JAVA_FLOAT, rank == 1 ? 7f : 0f);
+      context.broadcast(broadcast, DType.FLOAT32, 1);
+      expect(broadcast.getAtIndex(JAVA_FLOAT, 0) == 7f, "broadcast from rank 1");
+
+      MemorySegment mine = arena.allocateFrom(JAVA_FLOAT, rank, rank + 0.5f);
+      MemorySegment gathered = arena.allocate(JAVA_FLOAT, 4);
+      context.allGather(mine, DType.FLOAT32, gathered);
+      expect(
+          Arrays.equals(gathered.toArray(JAVA_FLOAT), new float[] {0, 0.5f, 1, 1.5f}), "all_gather");
+
+      // Rank r's input is [r+1, r+1, 10(r+1), 10(r+1)]: chunk r of the mean is ([1.5, 1.5] or
+      // [15, 15]).
+      float v = rank + 1;
+      MemorySegment input = arena.allocateFrom(JAVA_FLOAT, v, v, 10 * v, 10 * v);
+      MemorySegment output = arena.allocate(JAVA_FLOAT, 2);
+      context.reduceScatter(input, output, DType.FLOAT32, ReduceOp.MEAN);
+      float expected = rank == 0 ? 1.5f : 15f;
+      expect(
+          Arrays.equals(output.toArray(JAVA_FLOAT), new float[] {expected, expected}),
+          "reduce_scatter mean: " + Arrays.toString(output.toArray(JAVA_FLOAT)));
+
+      byte[] text = context.broadcastBytes(("from rank " + rank).getBytes(StandardCharsets.UTF_8), 0);
+      expect(new String(text, StandardCharsets.UTF_8).equals("from rank 0"), "broadcast_bytes");
+
+      List<byte[]> all = context.allGatherBytes(new byte[rank + 1]);
+      expect(all.size() == 2 && all.get(0).length == 1 && all.get(1).length == 2, "all_gather_bytes");
+
+      context.barrier("done");
+      if (rank == 0) {
+        Worker.setResult("collectives ok".getBytes(StandardCharsets.UTF_8));
+      }
+    }
+  }
+
+  /** Two buffers averaged in buckets; no_sync accumulates and writes nothing. */
+  private static void reducer() {
+    try (Context context = Context.fromEnvironment();
+        Arena arena = Arena.ofConfined()) {
+      int rank = context.rank();
+      MemorySegment a = arena.allocate(JAVA_FLOAT, 1000);
+      MemorySegment b = arena.allocate(JAVA_FLOAT, 3);
+      // Small buckets: the two buffers go in buckets of their own.
+      try (Reducer reducer =
+          Reducer.builder()
+              .bucketCapMb(0.001)
+              .firstBucketCapMb(0.001)
+              .build(context, List.of(a, b), DType.FLOAT32)) {
+        expect(reducer.bucketCount() == 2, "2 buckets, not " + reducer.bucketCount());
+        a.fill((byte) 0);
+        for (int i = 0; i < 1000; i++) {
+          a.setAtIndex(JAVA_FLOAT, i, i * (rank + 1)); // mean: 1.5 i
+        }
+        MemorySegment.copy(new float[] {rank, 2 * rank, 4}, 0, b, JAVA_FLOAT, 0, 3);
+        reducer.markReady(1);
+        reducer.markReady(0);
+        reducer.finish();
+        for (int i = 0; i < 1000; i++) {
+          expect(a.getAtIndex(JAVA_FLOAT, i) == 1.5f * i, "buffer 0's mean at " + i);
+        }
+        expect(
+            Arrays.equals(b.toArray(JAVA_FLOAT), new float[] {0.5f, 1f, 4f}),
+            "buffer 1's mean: " + Arrays.toString(b.toArray(JAVA_FLOAT)));
+        expect(reducer.written(0) && reducer.written(1), "both written");
+
+        reducer.setSync(false); // no_sync: left as it is
+        b.setAtIndex(JAVA_FLOAT, 0, rank);
+        reducer.markReady(0);
+        reducer.markReady(1);
+        reducer.finish();
+        expect(b.getAtIndex(JAVA_FLOAT, 0) == rank && !reducer.written(1), "no_sync writes nothing");
+        reducer.setSync(true);
+        reducer.markReady(0);
+        reducer.markReady(1);
+        reducer.finish();
+        expect(b.getAtIndex(JAVA_FLOAT, 0) == 0.5f, "synced again");
+      }
+      if (rank == 0) {
+        Worker.setResult("reducer ok".getBytes(StandardCharsets.UTF_8));
+      }
+    }
+  }
+
+  /** Rank 1 throws; rank 0 waits at a barrier it never passes. */
+  private static void fail() {
+    try (Context context = Context.fromEnvironment()) {
+      if (context.rank() == 1) {
+        throw new IllegalStateException("rank one fails on purpose");
+      }
+      context.barrier("never");
+    }
+  }
+
+  private static void sleep() {
+    try {
+      Thread.sleep(60_000);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+}
