@@ -18,13 +18,14 @@ import java.util.Random;
 
 public final class TrainLinear {
   public static void main(String[] args) {
-    if (Worker.isWorker()) {  // a rank: train, averaging the gradients with the others
+    if (Worker.isWorker()) { // a rank: train, averaging the gradients with the others
       Worker.run(TrainLinear::train);
-      return;
+    } else { // this JVM, twice
+      JobReport report =
+          new Launcher(2).timeout(Duration.ofMinutes(2)).spawnJava(TrainLinear.class);
+      byte[] learned = report.result().orElseThrow();
+      System.out.println("rank 0 learned: " + new String(learned, StandardCharsets.UTF_8));
     }
-    JobReport report = new Launcher(2).timeout(Duration.ofMinutes(2)).spawnJava(TrainLinear.class);
-    byte[] learned = report.result().orElseThrow();
-    System.out.println("rank 0 learned: " + new String(learned, StandardCharsets.UTF_8));
   }
 
   static void train() {

@@ -4,8 +4,9 @@
 # tools/setup's venv and Debian's Abseil cannot be seen (user_env.sh): the C hello example built by
 # a pkg-config consumer and by a CMake consumer (naming its LibTorch by Torch_DIR), the C++
 # DDPSpawnStrategy example by a CMake consumer of ddpspawn::core that does nothing but
-# find_package(ddpspawn), and the Rust one by a cargo consumer; each runs with an empty
-# environment (no LD_LIBRARY_PATH, no DDPSPAWN_* variable) from another directory.
+# find_package(ddpspawn), the Rust one by a cargo consumer, and the Java one by javac (the installed
+# jar, and a copy of it elsewhere); each runs with an empty environment (no LD_LIBRARY_PATH, no
+# DDPSPAWN_* variable) from another directory.
 set -euo pipefail
 source tests/install/user_env.sh
 require_root
@@ -13,6 +14,25 @@ work="${TEST_TMPDIR:-$(mktemp -d)}"
 make_user_venv "$work/venv"
 torch_dir=$(echo "$work"/venv/lib/python3*/site-packages/torch)
 PATH="$work/venv/bin:$PATH" tools/install --from capi/dist --core-from core/cpp_dist "$work/installed"
+# Java: the example compiled against the installed jar. java_run JAR runs it with that jar alone
+# on its class path, from an empty environment (no LD_LIBRARY_PATH, no DDPSPAWN_*), from /.
+source bindings/java/java_env.sh
+jdk=$(find_jdk)
+java_version=$(sed -n 's/.*kVersion\[\] = "\(.*\)";/\1/p' core/version/build_info.h)
+mkdir -p "$work/java_classes" "$work/jar_copy"
+"$jdk/bin/javac" -cp "$work/installed/share/java/ddpspawn-$java_version.jar" -d "$work/java_classes" \
+  examples/java/TrainLinear.java
+java_run() {
+  as_user env -i PATH=/usr/bin:/bin bash -c 'cd / && exec "$0" "$@"' "$jdk/bin/java" \
+    --enable-native-access=ALL-UNNAMED -cp "$1:$work/java_classes" TrainLinear 2>&1
+}
+java_expected="rank 0 learned: weights 2.000 -1.000 0.500, bias 3.000"
+# A copy of the jar alone, as a Maven repository holds it, finds the library at the path that
+# tools/install recorded in it.
+cp "$work/installed/share/java/ddpspawn-$java_version.jar" "$work/jar_copy/"
+out=$(java_run "$work/jar_copy/ddpspawn-$java_version.jar") || true
+[[ "$out" == *"$java_expected"* ]] || { echo "FAIL: the copied jar printed: $out" >&2; exit 1; }
+echo "ok: Java consumer (a copy of the jar, the recorded library): $out"
 mv "$work/installed" "$work/prefix"
 prefix="$work/prefix"
 if grep -rqs "$setup_venv\|$work/installed" "$prefix/lib/pkgconfig" "$prefix/lib/cmake" ||
@@ -132,3 +152,19 @@ as_user bash -c 'cd "$0" && exec "$@"' "$work/cargo_project" \
   env -u DDPSPAWN_LIB_DIR PKG_CONFIG_PATH="$prefix/lib/pkgconfig" CARGO_TARGET_DIR="$work/cargo_target" \
     PATH="$PATH:$HOME/.cargo/bin" cargo build --offline --quiet
 check cargo "$work/cargo_target/debug/hello-ddpspawn"
+
+# Java, against the moved prefix: the jar finds the library at ../../lib from where it lies. The
+# copy elsewhere now names the stale recorded path and how to name the library.
+out=$(java_run "$work/prefix/share/java/ddpspawn-$java_version.jar") || true
+[[ "$out" == *"$java_expected"* ]] || { echo "FAIL: the installed jar printed: $out" >&2; exit 1; }
+echo "ok: Java consumer (the moved prefix's jar): $out"
+if out=$(java_run "$work/jar_copy/ddpspawn-$java_version.jar"); then
+  echo "FAIL: the copied jar ran with its recorded library moved away: $out" >&2
+  exit 1
+fi
+if [[ "$out" != *"$work/installed/lib/libddpspawn.so.1 (recorded by tools/install)"* ||
+      "$out" != *"-Dddpspawn.library=PATH"* ]]; then
+  echo "FAIL: the copied jar's error names neither the recorded path nor the way out: $out" >&2
+  exit 1
+fi
+echo "ok: Java consumer (a copy of the jar, the library moved): refused, naming where it looked"
