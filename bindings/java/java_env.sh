@@ -28,4 +28,20 @@ find_jdk() {
 # JUnit's console launcher, which runs the tests: tools/setup --dev fetches it into ~/.m2.
 junit_version=6.1.3
 junit_artifact="org.junit.platform:junit-platform-console-standalone:$junit_version"
-junit_jar="$HOME/.m2/repository/org/junit/platform/junit-platform-console-standalone/$junit_version/junit-platform-console-standalone-$junit_version.jar"
+junit_jar="$HOME/.m2/repository/org/junit/platform/junit-platform-console-standalone/$junit_version"
+junit_jar+="/junit-platform-console-standalone-$junit_version.jar"
+
+# google-java-format (Google's style, 100 columns), which tools/lint runs on the Java sources:
+# tools/setup --dev fetches it into ~/.m2. java_format JDK ARGS... runs it on that JDK.
+java_format_artifact="com.google.googlejavaformat:google-java-format:1.28.0:jar:all-deps"
+java_format_jar="$HOME/.m2/repository/com/google/googlejavaformat/google-java-format/1.28.0"
+java_format_jar+="/google-java-format-1.28.0-all-deps.jar"
+java_format() {
+  local jdk=$1 package
+  shift
+  local opens=()
+  for package in api code file parser tree util; do
+    opens+=("--add-exports=jdk.compiler/com.sun.tools.javac.$package=ALL-UNNAMED")
+  done
+  "$jdk/bin/java" "${opens[@]}" -jar "$java_format_jar" "$@"
+}

@@ -79,8 +79,7 @@ public final class Context implements AutoCloseable {
 
   /** In place: every rank ends with {@code op} over every rank's {@code data}. */
   public void allReduce(MemorySegment data, DType dtype, ReduceOp op) {
-    Native.check(
-        Native.ALL_REDUCE, handle(), data, dtype.count(data, "data"), dtype.code, op.code);
+    Native.check(Native.ALL_REDUCE, handle(), data, dtype.count(data, "data"), dtype.code, op.code);
   }
 
   /** In place on {@code dst} only. */

@@ -52,8 +52,7 @@ public final class JobReport {
       int nprocs = (int) Native.call(Native.JOB_NPROCS, job);
       List<RankReport> ranks = new ArrayList<>(nprocs);
       for (int rank = 0; rank < nprocs; rank++) {
-        ranks.add(
-            RankReport.read(rank, Native.JOB_RANK_REPORT, Native.JOB_RANK_ERROR, job, arena));
+        ranks.add(RankReport.read(rank, Native.JOB_RANK_REPORT, Native.JOB_RANK_ERROR, job, arena));
       }
       MemorySegment data = arena.allocate(ValueLayout.ADDRESS);
       MemorySegment size = arena.allocate(ValueLayout.JAVA_LONG);
@@ -72,7 +71,9 @@ public final class JobReport {
     }
   }
 
-  /** Reads how this thread's last ddpspawn_run ended (no result bytes: a run has key=value pairs). */
+  /**
+   * Reads how this thread's last ddpspawn_run ended (no result bytes: a run has key=value pairs).
+   */
   static JobReport ofLastRun() {
     try (Arena arena = Arena.ofConfined()) {
       int nprocs = (int) Native.call(Native.RUN_NPROCS);

@@ -12,9 +12,9 @@ import java.util.List;
 /**
  * Builds and runs a job of N worker processes, started by exec (the C ABI's "spawn"): a JVM cannot
  * be forked safely, so neither fork nor forkserver is offered. The setters only record; {@link
- * #spawn} and {@link #spawnJava} check everything before any process starts, block until every
- * rank ended and return the {@link JobReport}, or throw the failure, which carries the same report.
- * A Launcher can run any number of jobs; not thread-safe.
+ * #spawn} and {@link #spawnJava} check everything before any process starts, block until every rank
+ * ended and return the {@link JobReport}, or throw the failure, which carries the same report. A
+ * Launcher can run any number of jobs; not thread-safe.
  */
 public final class Launcher {
   // struct ddpspawn_launch_options, 120 bytes: struct_size, nprocs (4), start_method (8), argv

@@ -15,6 +15,7 @@ final class LibraryLocation {
   static final String LIBRARY_FILE = "libddpspawn.so.1";
   static final String PROPERTY = "ddpspawn.library";
   static final String ENVIRONMENT = "DDPSPAWN_LIBRARY";
+
   /** Written into the jar by tools/install: the installed library's absolute path. */
   static final String INSTALLED_RESOURCE = "/dev/ddpspawn/installed.properties";
 
@@ -64,7 +65,8 @@ final class LibraryLocation {
 
   private static Path existing(Path path, String source) {
     if (!Files.isRegularFile(path)) {
-      throw new UnsatisfiedLinkError("ddpspawn: " + source + " names " + path + ", which is not a file");
+      throw new UnsatisfiedLinkError(
+          "ddpspawn: " + source + " names " + path + ", which is not a file");
     }
     return path;
   }

@@ -32,7 +32,8 @@ final class Native {
   // The launcher.
   static final MethodHandle LAUNCH_OPTIONS_INIT_SIZED =
       function("ddpspawn_launch_options_init_sized", JAVA_INT, ADDRESS, JAVA_INT);
-  static final MethodHandle JOB_CREATE = function("ddpspawn_job_create", JAVA_INT, ADDRESS, ADDRESS);
+  static final MethodHandle JOB_CREATE =
+      function("ddpspawn_job_create", JAVA_INT, ADDRESS, ADDRESS);
   static final MethodHandle JOB_DESTROY = procedure("ddpspawn_job_destroy", ADDRESS);
   static final MethodHandle JOB_RUN = function("ddpspawn_job_run", JAVA_INT, ADDRESS);
   static final MethodHandle RANK_REPORT_INIT_SIZED =
@@ -41,7 +42,8 @@ final class Native {
   static final MethodHandle JOB_RESTARTS = function("ddpspawn_job_restarts", JAVA_INT, ADDRESS);
   static final MethodHandle JOB_RANK_REPORT =
       function("ddpspawn_job_rank_report", JAVA_INT, ADDRESS, JAVA_INT, ADDRESS);
-  static final MethodHandle JOB_FAILED_RANK = function("ddpspawn_job_failed_rank", JAVA_INT, ADDRESS);
+  static final MethodHandle JOB_FAILED_RANK =
+      function("ddpspawn_job_failed_rank", JAVA_INT, ADDRESS);
   static final MethodHandle JOB_RANK_ERROR =
       function("ddpspawn_job_rank_error", JAVA_INT, ADDRESS, JAVA_INT, ADDRESS);
   static final MethodHandle JOB_RESULT =
@@ -77,7 +79,13 @@ final class Native {
   static final MethodHandle BROADCAST_BYTES =
       function(
           "ddpspawn_broadcast_bytes",
-          JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, ADDRESS, ADDRESS);
+          JAVA_INT,
+          ADDRESS,
+          ADDRESS,
+          JAVA_LONG,
+          JAVA_INT,
+          ADDRESS,
+          ADDRESS);
   static final MethodHandle ALL_REDUCE =
       function("ddpspawn_all_reduce", JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT);
   static final MethodHandle REDUCE =
@@ -88,7 +96,13 @@ final class Native {
   static final MethodHandle REDUCE_SCATTER =
       function(
           "ddpspawn_reduce_scatter",
-          JAVA_INT, ADDRESS, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT);
+          JAVA_INT,
+          ADDRESS,
+          ADDRESS,
+          ADDRESS,
+          JAVA_LONG,
+          JAVA_INT,
+          JAVA_INT);
   static final MethodHandle ALL_GATHER_BYTES =
       function(
           "ddpspawn_all_gather_bytes", JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, ADDRESS, ADDRESS);
@@ -99,7 +113,14 @@ final class Native {
   static final MethodHandle REDUCER_CREATE =
       function(
           "ddpspawn_reducer_create",
-          JAVA_INT, ADDRESS, ADDRESS, ADDRESS, ADDRESS, JAVA_LONG, ADDRESS, ADDRESS);
+          JAVA_INT,
+          ADDRESS,
+          ADDRESS,
+          ADDRESS,
+          ADDRESS,
+          JAVA_LONG,
+          ADDRESS,
+          ADDRESS);
   static final MethodHandle REDUCER_DESTROY = procedure("ddpspawn_reducer_destroy", ADDRESS);
   static final MethodHandle REDUCER_MARK_READY =
       function("ddpspawn_reducer_mark_ready", JAVA_INT, ADDRESS, JAVA_LONG);
@@ -148,10 +169,13 @@ final class Native {
 
   /** A NUL-terminated C string the library owns, or null for NULL. */
   static String string(MemorySegment pointer) {
-    return pointer.equals(MemorySegment.NULL) ? null : pointer.reinterpret(Long.MAX_VALUE).getString(0);
+    return pointer.equals(MemorySegment.NULL)
+        ? null
+        : pointer.reinterpret(Long.MAX_VALUE).getString(0);
   }
 
-  private static MethodHandle function(String name, MemoryLayout result, MemoryLayout... arguments) {
+  private static MethodHandle function(
+      String name, MemoryLayout result, MemoryLayout... arguments) {
     return LINKER.downcallHandle(symbol(name), FunctionDescriptor.of(result, arguments));
   }
 

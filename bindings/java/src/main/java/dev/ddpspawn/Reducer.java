@@ -44,7 +44,9 @@ public final class Reducer implements AutoCloseable {
     Status.check(code);
   }
 
-  /** Starts what is left, waits, and writes the means into the buffers (ddpspawn_reducer_finalize). */
+  /**
+   * Starts what is left, waits, and writes the means into the buffers (ddpspawn_reducer_finalize).
+   */
   public void finish() {
     checkBuffersAlive();
     int code;

@@ -29,8 +29,8 @@ final class Status {
   }
 
   /**
-   * The exception for a failed {@code code} with its {@code message}, carrying {@code report}
-   * where the code has one.
+   * The exception for a failed {@code code} with its {@code message}, carrying {@code report} where
+   * the code has one.
    */
   static DdpspawnException exception(int code, String message, JobReport report) {
     return switch (code) {

@@ -12,10 +12,10 @@ import java.util.Map;
 
 /**
  * Runs the library's Trainer: a model (a built-in like "mlp:64,128,10" or a TorchScript file) on
- * CSV or .npy data, with the CLI's options (keys as the CLI's flags, "nproc_per_node", "max_epochs",
- * "lr" ...). The ranks are forked from this process but run only the library's native code, never
- * Java. Returns rank 0's key=value result ("checkpoint", "metric.val_accuracy" ...), in the order
- * the run reported it. Stateless; one run at a time per thread.
+ * CSV or .npy data, with the CLI's options (keys as the CLI's flags, "nproc_per_node",
+ * "max_epochs", "lr" ...). The ranks are forked from this process but run only the library's native
+ * code, never Java. Returns rank 0's key=value result ("checkpoint", "metric.val_accuracy" ...), in
+ * the order the run reported it. Stateless; one run at a time per thread.
  */
 public final class Trainer {
   private Trainer() {}

@@ -1,11 +1,11 @@
 // Inside a worker process: whether this is one, and what rank 0 hands back.
 package dev.ddpspawn;
 
+import java.io.PrintWriter;
+import java.io.StringWriter;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.io.PrintWriter;
-import java.io.StringWriter;
 
 /** What a rank tells its launcher. Stateless; safe from any thread. */
 public final class Worker {

@@ -40,8 +40,7 @@ class SingleProcessTest {
       assertThrows(
           IllegalArgumentException.class,
           () ->
-              context.allReduce(
-                  MemorySegment.ofArray(new float[2]), DType.FLOAT32, ReduceOp.SUM));
+              context.allReduce(MemorySegment.ofArray(new float[2]), DType.FLOAT32, ReduceOp.SUM));
       assertThrows(
           IllegalArgumentException.class,
           () -> context.allReduce(arena.allocate(6), DType.FLOAT32, ReduceOp.SUM));
@@ -52,7 +51,8 @@ class SingleProcessTest {
   void aClosedContextOrArenaIsRefused() {
     Context context = Context.fromEnvironment();
     Arena arena = Arena.ofConfined();
-    Reducer reducer = Reducer.create(context, List.of(arena.allocate(JAVA_FLOAT, 4)), DType.FLOAT32);
+    Reducer reducer =
+        Reducer.create(context, List.of(arena.allocate(JAVA_FLOAT, 4)), DType.FLOAT32);
     context.close();
     context.close(); // idempotent
     assertThrows(IllegalStateException.class, context::rank);

@@ -58,7 +58,8 @@ public final class TestRanks {
       MemorySegment gathered = arena.allocate(JAVA_FLOAT, 4);
       context.allGather(mine, DType.FLOAT32, gathered);
       expect(
-          Arrays.equals(gathered.toArray(JAVA_FLOAT), new float[] {0, 0.5f, 1, 1.5f}), "all_gather");
+          Arrays.equals(gathered.toArray(JAVA_FLOAT), new float[] {0, 0.5f, 1, 1.5f}),
+          "all_gather");
 
       // Rank r's input is [r+1, r+1, 10(r+1), 10(r+1)]: chunk r of the mean is ([1.5, 1.5] or
       // [15, 15]).
@@ -71,11 +72,13 @@ public final class TestRanks {
           Arrays.equals(output.toArray(JAVA_FLOAT), new float[] {expected, expected}),
           "reduce_scatter mean: " + Arrays.toString(output.toArray(JAVA_FLOAT)));
 
-      byte[] text = context.broadcastBytes(("from rank " + rank).getBytes(StandardCharsets.UTF_8), 0);
+      byte[] text =
+          context.broadcastBytes(("from rank " + rank).getBytes(StandardCharsets.UTF_8), 0);
       expect(new String(text, StandardCharsets.UTF_8).equals("from rank 0"), "broadcast_bytes");
 
       List<byte[]> all = context.allGatherBytes(new byte[rank + 1]);
-      expect(all.size() == 2 && all.get(0).length == 1 && all.get(1).length == 2, "all_gather_bytes");
+      expect(
+          all.size() == 2 && all.get(0).length == 1 && all.get(1).length == 2, "all_gather_bytes");
 
       context.barrier("done");
       if (rank == 0) {
@@ -119,7 +122,8 @@ public final class TestRanks {
         reducer.markReady(0);
         reducer.markReady(1);
         reducer.finish();
-        expect(b.getAtIndex(JAVA_FLOAT, 0) == rank && !reducer.written(1), "no_sync writes nothing");
+        expect(
+            b.getAtIndex(JAVA_FLOAT, 0) == rank && !reducer.written(1), "no_sync writes nothing");
         reducer.setSync(true);
         reducer.markReady(0);
         reducer.markReady(1);
