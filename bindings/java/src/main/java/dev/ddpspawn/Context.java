@@ -20,9 +20,16 @@ public final class Context implements AutoCloseable {
   private static final long OPTIONS_SIZE = 24;
 
   private MemorySegment handle;
+  private final boolean owned;
 
-  private Context(MemorySegment handle) {
+  private Context(MemorySegment handle, boolean owned) {
     this.handle = handle;
+    this.owned = owned;
+  }
+
+  /** A context the library lends for one call (a comm hook's): closing it destroys nothing. */
+  static Context borrowed(MemorySegment handle) {
+    return new Context(handle, false);
   }
 
   /** Joins with the default backend (gloo) and timeout (1800 s). */
@@ -41,7 +48,7 @@ public final class Context implements AutoCloseable {
       options.set(ValueLayout.JAVA_DOUBLE, 16, timeout.toNanos() / 1e9);
       MemorySegment out = arena.allocate(ValueLayout.ADDRESS);
       Native.check(Native.CONTEXT_CREATE, options, out);
-      return new Context(out.get(ValueLayout.ADDRESS, 0));
+      return new Context(out.get(ValueLayout.ADDRESS, 0), true);
     }
   }
 
@@ -155,10 +162,10 @@ public final class Context implements AutoCloseable {
   /** Leaves the group; later calls throw IllegalStateException. Idempotent. */
   @Override
   public void close() {
-    if (handle != null) {
+    if (handle != null && owned) {
       Native.call(Native.CONTEXT_DESTROY, handle);
-      handle = null;
     }
+    handle = null;
   }
 
   MemorySegment handle() {

@@ -18,6 +18,16 @@ public enum DType {
     this.bytes = bytes;
   }
 
+  /** The element type of a C ABI code. */
+  static DType ofCode(int code) {
+    for (DType dtype : values()) {
+      if (dtype.code == code) {
+        return dtype;
+      }
+    }
+    throw new IllegalArgumentException("ddpspawn: no element type of code " + code);
+  }
+
   /** The number of elements in {@code data}, which must be native memory of whole elements. */
   long count(MemorySegment data, String what) {
     if (!data.isNative()) {

@@ -28,6 +28,8 @@ final class Native {
   static final MethodHandle VERSION = function("ddpspawn_version", ADDRESS);
   static final MethodHandle BUILD_INFO = function("ddpspawn_build_info", ADDRESS);
   static final MethodHandle FREE = procedure("ddpspawn_free", ADDRESS);
+  static final MethodHandle SET_LAST_ERROR =
+      function("ddpspawn_set_last_error", JAVA_INT, JAVA_INT, ADDRESS);
 
   // The launcher.
   static final MethodHandle LAUNCH_OPTIONS_INIT_SIZED =

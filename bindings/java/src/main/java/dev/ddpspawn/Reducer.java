@@ -16,11 +16,13 @@ import java.util.List;
  */
 public final class Reducer implements AutoCloseable {
   private final List<MemorySegment> buffers;
+  private final Arena hookArena; // the Java comm hook's stub and struct, or null
   private MemorySegment handle;
 
-  private Reducer(MemorySegment handle, List<MemorySegment> buffers) {
+  private Reducer(MemorySegment handle, List<MemorySegment> buffers, Arena hookArena) {
     this.handle = handle;
     this.buffers = buffers;
+    this.hookArena = hookArena;
   }
 
   /** A reducer with the default options (25 MB buckets, plain all-reduce). */
@@ -88,6 +90,9 @@ public final class Reducer implements AutoCloseable {
     if (handle != null) {
       Native.call(Native.REDUCER_DESTROY, handle);
       handle = null;
+      if (hookArena != null) {
+        hookArena.close();
+      }
     }
   }
 
@@ -121,8 +126,15 @@ public final class Reducer implements AutoCloseable {
     private Integer powerSgdRank;
     private Integer powerSgdStartIteration;
     private boolean findUnusedParameters;
+    private CommHook customCommHook;
 
     private Builder() {}
+
+    /** This Java hook averages every bucket instead of the built-in all-reduce. */
+    public Builder customCommHook(CommHook hook) {
+      customCommHook = hook;
+      return this;
+    }
 
     public Builder bucketCapMb(double megabytes) {
       bucketCapMb = megabytes;
@@ -191,17 +203,28 @@ public final class Reducer implements AutoCloseable {
           counts.setAtIndex(ValueLayout.JAVA_LONG, i, dtype.count(buffer, "buffer " + i));
           dtypes.setAtIndex(ValueLayout.JAVA_INT, i, dtype.code);
         }
+        Arena hookArena = customCommHook == null ? null : Arena.ofShared();
+        if (hookArena != null) {
+          options.set(ValueLayout.ADDRESS, 48, CommHookStub.create(customCommHook, hookArena));
+        }
         MemorySegment out = arena.allocate(ValueLayout.ADDRESS);
-        Native.check(
-            Native.REDUCER_CREATE,
-            context.handle(),
-            pointers,
-            counts,
-            dtypes,
-            (long) n,
-            options,
-            out);
-        return new Reducer(out.get(ValueLayout.ADDRESS, 0), kept);
+        try {
+          Native.check(
+              Native.REDUCER_CREATE,
+              context.handle(),
+              pointers,
+              counts,
+              dtypes,
+              (long) n,
+              options,
+              out);
+        } catch (RuntimeException e) {
+          if (hookArena != null) {
+            hookArena.close();
+          }
+          throw e;
+        }
+        return new Reducer(out.get(ValueLayout.ADDRESS, 0), kept, hookArena);
       }
     }
   }

@@ -37,6 +37,11 @@ class LaunchTest {
   }
 
   @Test
+  void aJavaCommHookAveragesEveryBucketAndItsErrorsReachTheCaller() {
+    assertEquals("hook ok", result(launcher().spawnJava(TestRanks.class, "hook")));
+  }
+
+  @Test
   void aFailingRankIsNamedWithItsStackTrace() {
     DdpspawnException.WorkerFailed failure =
         assertThrows(

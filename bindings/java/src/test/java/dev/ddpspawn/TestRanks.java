@@ -21,6 +21,7 @@ public final class TestRanks {
           switch (args[0]) {
             case "collectives" -> collectives();
             case "reducer" -> reducer();
+            case "hook" -> hook();
             case "fail" -> fail();
             case "sleep" -> sleep();
             default -> throw new IllegalArgumentException("no scenario " + args[0]);
@@ -132,6 +133,58 @@ public final class TestRanks {
       }
       if (rank == 0) {
         Worker.setResult("reducer ok".getBytes(StandardCharsets.UTF_8));
+      }
+    }
+  }
+
+  /**
+   * A Java hook that averages with the context it is lent, then adds 1000 (so the result shows that
+   * it, not the built-in all-reduce, ran); then a hook that throws fails the reducer's call.
+   */
+  private static void hook() {
+    try (Context context = Context.fromEnvironment();
+        Arena arena = Arena.ofConfined()) {
+      int rank = context.rank();
+      MemorySegment a = arena.allocateFrom(JAVA_FLOAT, rank, 10 * rank);
+      MemorySegment b = arena.allocateFrom(JAVA_DOUBLE, 2.0 * rank);
+      int[] calls = {0};
+      CommHook meanPlus1000 =
+          (lent, bucket) -> {
+            calls[0]++;
+            lent.allReduce(bucket.data(), bucket.dtype(), ReduceOp.MEAN);
+            for (long i = 0; i < bucket.data().byteSize() / 4; i++) {
+              bucket
+                  .data()
+                  .setAtIndex(JAVA_FLOAT, i, bucket.data().getAtIndex(JAVA_FLOAT, i) + 1000);
+            }
+          };
+      try (Reducer reducer =
+          Reducer.builder()
+              .customCommHook(meanPlus1000)
+              .build(context, List.of(a), DType.FLOAT32)) {
+        reducer.markReady(0);
+        reducer.finish();
+        expect(
+            Arrays.equals(a.toArray(JAVA_FLOAT), new float[] {1000.5f, 1005f}),
+            "the hook's mean + 1000: " + Arrays.toString(a.toArray(JAVA_FLOAT)));
+        expect(calls[0] == reducer.bucketCount(), "one call a bucket, not " + calls[0]);
+      }
+      CommHook refuses =
+          (lent, bucket) -> {
+            throw new IllegalStateException("the hook says no to bucket " + bucket.index());
+          };
+      try (Reducer reducer =
+          Reducer.builder().customCommHook(refuses).build(context, List.of(b), DType.FLOAT64)) {
+        try {
+          reducer.markReady(0);
+          reducer.finish();
+          throw new AssertionError("a throwing hook did not fail the reducer");
+        } catch (DdpspawnException.Internal e) {
+          expect(e.getMessage().contains("the hook says no to bucket 0"), e.getMessage());
+        }
+      }
+      if (rank == 0) {
+        Worker.setResult("hook ok".getBytes(StandardCharsets.UTF_8));
       }
     }
   }
