@@ -135,7 +135,8 @@ def generate(binary, root):
         "",
         "The CLI takes each option as `--flag-name`, `ddpspawn_run` as `key=value`, Python's",
         "`fit`/`validate`/`test`/`predict` as keywords and Rust's `Trainer` as",
-        "`.option(\"key\", value)`, except where a cell says what sets it instead. The DDP",
+        "`.option(\"key\", value)`, except where a cell says what sets it instead; Java's",
+        "`Trainer.run` takes `ddpspawn_run`'s keys as a `Map`. The DDP",
         "wrappers (for a user's own loop) have the DDP options under the names shown.",
         "",
         f"| Option | Section | Values (default) | CLI, `ddpspawn_run` | Python | Rust | "

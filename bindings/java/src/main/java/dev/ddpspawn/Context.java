@@ -175,7 +175,8 @@ public final class Context implements AutoCloseable {
     return handle;
   }
 
-  private static MemorySegment bytes(Arena arena, byte[] data) {
+  /** A copy of {@code data} in {@code arena} (at least one byte, so never NULL). */
+  static MemorySegment bytes(Arena arena, byte[] data) {
     MemorySegment segment = arena.allocate(Math.max(1, data.length));
     MemorySegment.copy(data, 0, segment, ValueLayout.JAVA_BYTE, 0, data.length);
     return segment;

@@ -4,8 +4,6 @@ package dev.ddpspawn;
 import java.io.PrintWriter;
 import java.io.StringWriter;
 import java.lang.foreign.Arena;
-import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
 
 /** What a rank tells its launcher. Stateless; safe from any thread. */
 public final class Worker {
@@ -19,9 +17,7 @@ public final class Worker {
   /** Rank 0 hands {@code data} back to the launcher ({@link JobReport#result}). */
   public static void setResult(byte[] data) {
     try (Arena arena = Arena.ofConfined()) {
-      MemorySegment segment = arena.allocate(Math.max(1, data.length));
-      MemorySegment.copy(data, 0, segment, ValueLayout.JAVA_BYTE, 0, data.length);
-      Native.check(Native.WORKER_SET_RESULT, segment, (long) data.length);
+      Native.check(Native.WORKER_SET_RESULT, Context.bytes(arena, data), (long) data.length);
     }
   }
 
