@@ -77,6 +77,29 @@ public final class Context implements AutoCloseable {
     return Native.string((MemorySegment) Native.call(Native.CONTEXT_ENVIRONMENT, handle()));
   }
 
+  /**
+   * Which rank holds the others back, over this context's collectives so far. Timed where one
+   * launcher's ranks meet in shared memory (gloo on one host); elsewhere {@code measured} is false
+   * and the summary says why.
+   */
+  public record Straggler(boolean measured, long collectives, int rank, String summary) {}
+
+  /** The straggler report so far (ddpspawn_context_straggler). */
+  public Straggler straggler() {
+    try (Arena arena = Arena.ofConfined()) {
+      MemorySegment measured = arena.allocate(ValueLayout.JAVA_INT);
+      MemorySegment collectives = arena.allocate(ValueLayout.JAVA_LONG);
+      MemorySegment rank = arena.allocate(ValueLayout.JAVA_INT);
+      MemorySegment summary = arena.allocate(ValueLayout.ADDRESS);
+      Native.check(Native.CONTEXT_STRAGGLER, handle(), measured, collectives, rank, summary);
+      return new Straggler(
+          measured.get(ValueLayout.JAVA_INT, 0) != 0,
+          collectives.get(ValueLayout.JAVA_LONG, 0),
+          rank.get(ValueLayout.JAVA_INT, 0),
+          Native.string(summary.get(ValueLayout.ADDRESS, 0)));
+    }
+  }
+
   /** Waits until every rank reached the barrier {@code name}. */
   public void barrier(String name) {
     try (Arena arena = Arena.ofConfined()) {

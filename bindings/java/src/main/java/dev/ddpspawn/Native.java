@@ -75,6 +75,8 @@ final class Native {
       function("ddpspawn_context_node_rank", JAVA_INT, ADDRESS);
   static final MethodHandle CONTEXT_ENVIRONMENT =
       function("ddpspawn_context_environment", ADDRESS, ADDRESS);
+  static final MethodHandle CONTEXT_STRAGGLER =
+      function("ddpspawn_context_straggler", JAVA_INT, ADDRESS, ADDRESS, ADDRESS, ADDRESS, ADDRESS);
   static final MethodHandle BARRIER = function("ddpspawn_barrier", JAVA_INT, ADDRESS, ADDRESS);
   static final MethodHandle BROADCAST =
       function("ddpspawn_broadcast", JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT);
@@ -134,6 +136,8 @@ final class Native {
       function("ddpspawn_reducer_written", JAVA_INT, ADDRESS, JAVA_LONG, ADDRESS);
   static final MethodHandle REDUCER_BUCKET_COUNT =
       function("ddpspawn_reducer_bucket_count", JAVA_INT, ADDRESS);
+  static final MethodHandle REDUCER_COMPRESSION =
+      function("ddpspawn_reducer_compression", JAVA_INT, ADDRESS, ADDRESS, ADDRESS);
 
   // Training runs.
   static final MethodHandle RUN = function("ddpspawn_run", JAVA_INT, ADDRESS, ADDRESS, ADDRESS);

@@ -80,6 +80,20 @@ public final class Reducer implements AutoCloseable {
     }
   }
 
+  /**
+   * With the "powersgd" and "batched_powersgd" hooks: {elements the last compressed iteration sent,
+   * elements of the gradients they stood for}; both 0 before compression starts and with the other
+   * hooks. Read it between iterations.
+   */
+  public long[] compression() {
+    try (Arena arena = Arena.ofConfined()) {
+      MemorySegment sent = arena.allocate(ValueLayout.JAVA_LONG);
+      MemorySegment dense = arena.allocate(ValueLayout.JAVA_LONG);
+      Native.check(Native.REDUCER_COMPRESSION, handle(), sent, dense);
+      return new long[] {sent.get(ValueLayout.JAVA_LONG, 0), dense.get(ValueLayout.JAVA_LONG, 0)};
+    }
+  }
+
   public int bucketCount() {
     return (int) Native.call(Native.REDUCER_BUCKET_COUNT, handle());
   }

@@ -82,6 +82,12 @@ public final class TestRanks {
           all.size() == 2 && all.get(0).length == 1 && all.get(1).length == 2, "all_gather_bytes");
 
       context.barrier("done");
+      // One launcher's ranks on one host meet in shared memory: their arrivals are timed.
+      Context.Straggler straggler = context.straggler();
+      expect(
+          straggler.measured() && straggler.collectives() >= 7 && straggler.rank() >= 0,
+          "a measured straggler report: " + straggler);
+      expect(straggler.summary().contains("arrived last"), straggler.summary());
       if (rank == 0) {
         Worker.setResult("collectives ok".getBytes(StandardCharsets.UTF_8));
       }
@@ -130,6 +136,21 @@ public final class TestRanks {
         reducer.markReady(1);
         reducer.finish();
         expect(b.getAtIndex(JAVA_FLOAT, 0) == 0.5f, "synced again");
+        long[] none = reducer.compression();
+        expect(none[0] == 0 && none[1] == 0, "all-reduce compresses nothing");
+      }
+      // Batched PowerSGD from the first iteration: a 1000-element bucket, zero-padded to a 32x32
+      // matrix, is sent as rank-1 factors (2 x 32 elements), not 1000.
+      MemorySegment c = arena.allocate(JAVA_FLOAT, 1000);
+      try (Reducer reducer =
+          Reducer.builder()
+              .commHook("batched_powersgd")
+              .powerSgdStartIteration(0)
+              .build(context, List.of(c), DType.FLOAT32)) {
+        reducer.markReady(0);
+        reducer.finish();
+        long[] sent = reducer.compression();
+        expect(sent[0] > 0 && sent[0] < sent[1], "compressed: " + Arrays.toString(sent));
       }
       if (rank == 0) {
         Worker.setResult("reducer ok".getBytes(StandardCharsets.UTF_8));
