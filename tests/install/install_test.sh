@@ -119,9 +119,9 @@ check "C++ CMake" "$work/cpp_build/train_ddp" "rank 0 learned: weights 2.000 -1.
 check "C++ CMake (own loop)" "$work/cpp_build/own_loop" "% on 512 held-out digits"
 check "C++ CMake (Trainer, own data)" "$work/cpp_build/trainer_own_data" "after 128 steps"
 
-# Cargo: a binary crate outside the workspace that depends on the ddpspawn crates, finds the
-# library through the installed pkg-config file, and puts it in its RUNPATH with the two-line
-# build.rs that bindings/rust/README.md documents (DEP_DDPSPAWN_LIB_DIR from ddpspawn-sys).
+# Cargo: a binary crate outside the workspace whose only dependency is the ddpspawn crate, with no
+# build.rs, built with nothing but PKG_CONFIG_PATH: ddpspawn-sys finds the library through the
+# installed pkg-config file and loads it at run time (no rpath needed).
 cp -rL bindings/rust "$work/crates"
 rm -rf "$work/crates/target"
 mkdir -p "$work/cargo_project/src"
@@ -134,23 +134,15 @@ publish = false
 
 [dependencies]
 ddpspawn = { path = "$work/crates/ddpspawn" }
-ddpspawn-sys = { path = "$work/crates/ddpspawn-sys" }
 
 [workspace]
 TOML
-cat > "$work/cargo_project/build.rs" <<'RUST'
-fn main() {
-    if let Some(dir) = std::env::var_os("DEP_DDPSPAWN_LIB_DIR") {
-        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.to_string_lossy());
-    }
-}
-RUST
 # The hello example with 2 ranks, printing what the C consumers print.
 sed -e 's/Launcher::new(4)/Launcher::new(2)/' -e 's/over 4 ranks/over 2 ranks/' \
   bindings/rust/ddpspawn/examples/hello.rs > "$work/cargo_project/src/main.rs"
 as_user bash -c 'cd "$0" && exec "$@"' "$work/cargo_project" \
-  env -u DDPSPAWN_LIB_DIR PKG_CONFIG_PATH="$prefix/lib/pkgconfig" CARGO_TARGET_DIR="$work/cargo_target" \
-    PATH="$PATH:$HOME/.cargo/bin" cargo build --offline --quiet
+  env -i PATH="/usr/bin:/bin:$HOME/.cargo/bin" HOME="$HOME" PKG_CONFIG_PATH="$prefix/lib/pkgconfig" \
+    CARGO_TARGET_DIR="$work/cargo_target" cargo build --offline --quiet
 check cargo "$work/cargo_target/debug/hello-ddpspawn"
 
 # Java, against the moved prefix: the jar finds the library at ../../lib from where it lies. The

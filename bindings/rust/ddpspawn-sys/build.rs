@@ -1,17 +1,17 @@
-// Build script for ddpspawn-sys: tells rustc where libddpspawn.so is.
+// Build script for ddpspawn-sys: finds libddpspawn.so.1 and builds its path
+// into the crate (DDPSPAWN_SYS_LIBRARY, read by src/loader.rs), which loads it
+// at the first call. Nothing is linked: a program that depends on these crates
+// needs neither an rpath nor a build script of its own.
 //
 // Order: the DDPSPAWN_LIB_DIR environment variable (a directory holding
-// libddpspawn.so), then `pkg-config --libs ddpspawn`, else a build error that
-// says what to set. The directory found is passed to dependents as
-// DEP_DDPSPAWN_LIB_DIR (`links = "ddpspawn"` metadata `lib_dir`) so that they
-// can add an rpath to their own binaries: an rpath link argument printed here
-// only reaches this crate's own tests.
+// libddpspawn.so.1), then the `-L` directories of `pkg-config --libs
+// ddpspawn`, else a build error that says what to set.
 
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const LIB_FILE: &str = "libddpspawn.so";
+const LIB_FILE: &str = "libddpspawn.so.1";
 
 fn main() {
     println!("cargo:rerun-if-env-changed=DDPSPAWN_LIB_DIR");
@@ -20,77 +20,49 @@ fn main() {
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_LIBDIR");
     println!("cargo:rerun-if-changed=build.rs");
 
-    // docs.rs has no libddpspawn; documentation needs no linking.
+    // docs.rs has no libddpspawn; documentation loads nothing.
     if env::var_os("DOCS_RS").is_some() {
+        println!("cargo:rustc-env=DDPSPAWN_SYS_LIBRARY=");
         return;
     }
 
-    if let Some(dir) = env::var_os("DDPSPAWN_LIB_DIR").filter(|d| !d.is_empty()) {
-        let dir = check_lib_dir(Path::new(&dir));
-        link_search(&dir);
-        export_lib_dirs(&[dir]);
-        println!("cargo:rustc-link-lib=dylib=ddpspawn");
-        return;
-    }
-
-    match pkg_config_libs() {
-        Ok(flags) => apply_pkg_config(&flags),
-        Err(why) => panic!(
-            "\n\nddpspawn-sys: cannot find the ddpspawn C library.\n\
-             Set DDPSPAWN_LIB_DIR to the directory holding {LIB_FILE} (a link to \
-             libddpspawn.so.1 is enough), e.g.\n    \
-             DDPSPAWN_LIB_DIR=/path/to/lib cargo build\n\
-             or install ddpspawn with a pkg-config file (ddpspawn.pc).\n\
-             (pkg-config --libs ddpspawn: {why})\n\n"
-        ),
-    }
-}
-
-/// Makes `dir` absolute and checks that it holds the link-time name.
-fn check_lib_dir(dir: &Path) -> PathBuf {
-    let abs = dir.canonicalize().unwrap_or_else(|e| {
-        panic!(
-            "\n\nddpspawn-sys: DDPSPAWN_LIB_DIR={} cannot be used: {e}.\n\
-             Set it to the directory holding {LIB_FILE}.\n\n",
-            dir.display()
-        )
-    });
-    if !abs.join(LIB_FILE).exists() {
-        let hint = if abs.join("libddpspawn.so.1").exists() {
-            format!(
-                " It holds libddpspawn.so.1: add the link-time name with\n    \
-                 ln -s libddpspawn.so.1 {}",
-                abs.join(LIB_FILE).display()
+    let library = if let Some(dir) = env::var_os("DDPSPAWN_LIB_DIR").filter(|d| !d.is_empty()) {
+        library_in(Path::new(&dir)).unwrap_or_else(|why| {
+            panic!(
+                "\n\nddpspawn-sys: DDPSPAWN_LIB_DIR={} cannot be used: {why}.\n\
+                 Set it to the directory holding {LIB_FILE}.\n\n",
+                Path::new(&dir).display()
             )
-        } else {
-            String::new()
-        };
-        panic!(
-            "\n\nddpspawn-sys: DDPSPAWN_LIB_DIR={} has no {LIB_FILE}.{hint}\n\n",
-            abs.display()
-        );
-    }
-    abs
+        })
+    } else {
+        pkg_config_library().unwrap_or_else(|why| {
+            panic!(
+                "\n\nddpspawn-sys: cannot find the ddpspawn C library.\n\
+                 Set DDPSPAWN_LIB_DIR to the directory holding {LIB_FILE}, e.g.\n    \
+                 DDPSPAWN_LIB_DIR=/path/to/lib cargo build\n\
+                 or install ddpspawn with a pkg-config file (ddpspawn.pc; tools/install) \
+                 and set PKG_CONFIG_PATH.\n\
+                 (pkg-config --libs ddpspawn: {why})\n\n"
+            )
+        })
+    };
+    println!("cargo:rustc-env=DDPSPAWN_SYS_LIBRARY={}", library.display());
 }
 
-/// Link search path and an rpath for this crate's own test binaries.
-fn link_search(dir: &Path) {
-    println!("cargo:rustc-link-search=native={}", dir.display());
-    println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
-}
-
-/// The `lib_dir` metadata (DEP_DDPSPAWN_LIB_DIR for dependents), a
-/// PATH-style list.
-fn export_lib_dirs(dirs: &[PathBuf]) {
-    if dirs.is_empty() {
-        return;
-    }
-    if let Ok(joined) = env::join_paths(dirs) {
-        println!("cargo:lib_dir={}", joined.to_string_lossy());
+/// `dir`'s libddpspawn.so.1, as an absolute path.
+fn library_in(dir: &Path) -> Result<PathBuf, String> {
+    let abs = dir.canonicalize().map_err(|e| e.to_string())?;
+    let library = abs.join(LIB_FILE);
+    if library.is_file() {
+        Ok(library)
+    } else {
+        Err(format!("{} has no {LIB_FILE}", abs.display()))
     }
 }
 
-fn pkg_config_libs() -> Result<String, String> {
+/// The first `-L` directory of `pkg-config --libs ddpspawn` that holds the
+/// library.
+fn pkg_config_library() -> Result<PathBuf, String> {
     let program = env::var("PKG_CONFIG").unwrap_or_else(|_| "pkg-config".to_string());
     let out = Command::new(&program)
         .args(["--libs", "ddpspawn"])
@@ -100,14 +72,8 @@ fn pkg_config_libs() -> Result<String, String> {
         let stderr = String::from_utf8_lossy(&out.stderr);
         return Err(format!("{} ({})", stderr.trim(), out.status));
     }
-    String::from_utf8(out.stdout).map_err(|_| "output is not UTF-8".to_string())
-}
-
-/// Turns `-L<dir>` and `-l<name>` into cargo directives; other flags are
-/// ignored with a warning.
-fn apply_pkg_config(flags: &str) {
-    let mut linked = false;
-    let mut dirs = Vec::new();
+    let flags = String::from_utf8(out.stdout).map_err(|_| "output is not UTF-8".to_string())?;
+    let mut tried = Vec::new();
     let mut tokens = flags.split_whitespace();
     while let Some(token) = tokens.next() {
         if let Some(rest) = token.strip_prefix("-L") {
@@ -116,26 +82,14 @@ fn apply_pkg_config(flags: &str) {
             } else {
                 rest
             };
-            if !dir.is_empty() {
-                link_search(Path::new(dir));
-                dirs.push(PathBuf::from(dir));
+            match library_in(Path::new(dir)) {
+                Ok(library) => return Ok(library),
+                Err(why) => tried.push(why),
             }
-        } else if let Some(rest) = token.strip_prefix("-l") {
-            let name = if rest.is_empty() {
-                tokens.next().unwrap_or("")
-            } else {
-                rest
-            };
-            if !name.is_empty() {
-                println!("cargo:rustc-link-lib={name}");
-                linked |= name == "ddpspawn";
-            }
-        } else {
-            println!("cargo:warning=ddpspawn-sys: ignoring pkg-config flag {token}");
         }
     }
-    if !linked {
-        println!("cargo:rustc-link-lib=dylib=ddpspawn");
-    }
-    export_lib_dirs(&dirs);
+    Err(format!(
+        "no -L directory holds {LIB_FILE}: {}",
+        tried.join("; ")
+    ))
 }

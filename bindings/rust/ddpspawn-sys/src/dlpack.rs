@@ -64,7 +64,7 @@ pub struct DLManagedTensor {
     pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
 }
 
-extern "C" {
+crate::dynamic_functions! {
     // Tensors are borrowed for the call.
     pub fn ddpspawn_all_reduce_dlpack(
         context: *mut ddpspawn_context,

@@ -10,7 +10,7 @@ use crate::{
     ddpspawn_status,
 };
 
-extern "C" {
+crate::dynamic_functions! {
     // Errors and versions.
     pub fn ddpspawn_last_error() -> *const c_char;
     pub fn ddpspawn_set_last_error(

@@ -23,13 +23,18 @@
 #![allow(non_camel_case_types)]
 
 // The declarations live in modules by kind, all re-exported here: `types`
-// (status codes, structs, constants), `functions` (the `extern "C"` block)
-// and `dlpack`; every item is reached at the crate root.
+// (status codes, structs, constants), `functions` (the C functions, loaded
+// by `loader` at the first call) and `dlpack`; every item is reached at the
+// crate root.
 mod dlpack;
 mod functions;
+mod loader;
 mod types;
 pub use dlpack::*;
 pub use functions::*;
+pub use loader::library_path;
+#[doc(hidden)]
+pub use loader::resolve;
 pub use types::*;
 
 /// The ABI major version this crate declares; the library's SONAME is

@@ -59,7 +59,7 @@ fn library_init_functions_agree() {
 }
 
 /// `T` filled with 0xab bytes, then given to `init` with its size.
-unsafe fn init_sized<T>(init: unsafe extern "C" fn(*mut T, u32) -> ddpspawn_status) -> T {
+unsafe fn init_sized<T>(init: unsafe fn(*mut T, u32) -> ddpspawn_status) -> T {
     let mut value = std::mem::MaybeUninit::<T>::uninit();
     ptr::write_bytes(value.as_mut_ptr(), 0xab, 1);
     assert_eq!(init(value.as_mut_ptr(), size_of::<T>() as u32), DDPSPAWN_OK);

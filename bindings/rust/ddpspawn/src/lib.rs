@@ -42,9 +42,10 @@
 //! Strings cross the C boundary as `CString`s: a NUL byte inside one is an
 //! [`Error::InvalidArgument`], never a panic.
 //!
-//! Linking: `ddpspawn-sys` finds `libddpspawn.so` through `DDPSPAWN_LIB_DIR`
-//! or pkg-config. Binaries of other crates need the library on the loader's
-//! path (an rpath, or `LD_LIBRARY_PATH`).
+//! The library: `ddpspawn-sys` finds `libddpspawn.so.1` at build time through
+//! `DDPSPAWN_LIB_DIR` or pkg-config and loads it at the first call
+//! (`$DDPSPAWN_LIBRARY` overrides the path at run time), so a binary needs no
+//! rpath and no build script of its own.
 
 mod arrivals;
 mod comm_hook;
