@@ -5,8 +5,8 @@
 # a pkg-config consumer and by a CMake consumer (naming its LibTorch by Torch_DIR), the C++
 # DDPSpawnStrategy example by a CMake consumer of ddpspawn::core that does nothing but
 # find_package(ddpspawn), the Rust one by a cargo consumer, and the Java one by javac (the installed
-# jar, and a copy of it elsewhere); each runs with an empty environment (no LD_LIBRARY_PATH, no
-# DDPSPAWN_* variable) from another directory.
+# jar, and a copy of it elsewhere) and by an offline Maven project; each runs with an empty
+# environment (no LD_LIBRARY_PATH, no DDPSPAWN_* variable) from another directory.
 set -euo pipefail
 source tests/install/user_env.sh
 require_root
@@ -14,25 +14,40 @@ work="${TEST_TMPDIR:-$(mktemp -d)}"
 make_user_venv "$work/venv"
 torch_dir=$(echo "$work"/venv/lib/python3*/site-packages/torch)
 PATH="$work/venv/bin:$PATH" tools/install --from capi/dist --core-from core/cpp_dist "$work/installed"
-# Java: the example compiled against the installed jar. java_run JAR runs it with that jar alone
-# on its class path, from an empty environment (no LD_LIBRARY_PATH, no DDPSPAWN_*), from /.
+# Java: the example compiled against the installed jar. java_run runs it from an empty environment
+# (no LD_LIBRARY_PATH, no DDPSPAWN_*), from /.
 source bindings/java/java_env.sh
 jdk=$(find_jdk)
 java_version=$(sed -n 's/.*kVersion\[\] = "\(.*\)";/\1/p' core/version/build_info.h)
 mkdir -p "$work/java_classes" "$work/jar_copy"
 "$jdk/bin/javac" -cp "$work/installed/share/java/ddpspawn-$java_version.jar" -d "$work/java_classes" \
   examples/java/TrainLinear.java
-java_run() {
+java_run() {  # java_run CLASS_PATH
   as_user env -i PATH=/usr/bin:/bin bash -c 'cd / && exec "$0" "$@"' "$jdk/bin/java" \
-    --enable-native-access=ALL-UNNAMED -cp "$1:$work/java_classes" TrainLinear 2>&1
+    --enable-native-access=ALL-UNNAMED -cp "$1" TrainLinear 2>&1
 }
 java_expected="rank 0 learned: weights 2.000 -1.000 0.500, bias 3.000"
 # A copy of the jar alone, as a Maven repository holds it, finds the library at the path that
 # tools/install recorded in it.
 cp "$work/installed/share/java/ddpspawn-$java_version.jar" "$work/jar_copy/"
-out=$(java_run "$work/jar_copy/ddpspawn-$java_version.jar") || true
+out=$(java_run "$work/jar_copy/ddpspawn-$java_version.jar:$work/java_classes") || true
 [[ "$out" == *"$java_expected"* ]] || { echo "FAIL: the copied jar printed: $out" >&2; exit 1; }
 echo "ok: Java consumer (a copy of the jar, the recorded library): $out"
+# Maven: a project that depends on dev.ddpspawn:ddpspawn (tests/install/maven_consumer) builds the
+# example offline, with the jar and .pom put by `mvn install:install-file` into a copy of the local
+# repository (where tools/setup put Maven's plugins); the repository's jar finds the library.
+cp -r "$HOME/.m2/repository" "$work/m2"
+installed_java="$work/installed/share/java/ddpspawn-$java_version"
+maven=(env JAVA_HOME="$jdk" mvn -o -q -Dmaven.repo.local="$work/m2")
+"${maven[@]}" install:install-file -Dfile="$installed_java.jar" -DpomFile="$installed_java.pom"
+mkdir -p "$work/maven/src/main/java"
+cp tests/install/maven_consumer/pom.xml "$work/maven/"
+cp examples/java/TrainLinear.java "$work/maven/src/main/java/"
+(cd "$work/maven" && "${maven[@]}" -Dddpspawn.version="$java_version" package)
+maven_jar="$work/m2/dev/ddpspawn/ddpspawn/$java_version/ddpspawn-$java_version.jar"
+out=$(java_run "$work/maven/target/train-linear-1.jar:$maven_jar") || true
+[[ "$out" == *"$java_expected"* ]] || { echo "FAIL: the Maven consumer printed: $out" >&2; exit 1; }
+echo "ok: Java consumer (Maven, offline): $out"
 mv "$work/installed" "$work/prefix"
 prefix="$work/prefix"
 if grep -rqs "$setup_venv\|$work/installed" "$prefix/lib/pkgconfig" "$prefix/lib/cmake" ||
@@ -147,10 +162,10 @@ check cargo "$work/cargo_target/debug/hello-ddpspawn"
 
 # Java, against the moved prefix: the jar finds the library at ../../lib from where it lies. The
 # copy elsewhere now names the stale recorded path and how to name the library.
-out=$(java_run "$work/prefix/share/java/ddpspawn-$java_version.jar") || true
+out=$(java_run "$work/prefix/share/java/ddpspawn-$java_version.jar:$work/java_classes") || true
 [[ "$out" == *"$java_expected"* ]] || { echo "FAIL: the installed jar printed: $out" >&2; exit 1; }
 echo "ok: Java consumer (the moved prefix's jar): $out"
-if out=$(java_run "$work/jar_copy/ddpspawn-$java_version.jar"); then
+if out=$(java_run "$work/jar_copy/ddpspawn-$java_version.jar:$work/java_classes"); then
   echo "FAIL: the copied jar ran with its recorded library moved away: $out" >&2
   exit 1
 fi
