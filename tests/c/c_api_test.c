@@ -551,6 +551,51 @@ static void check_training_run(void) {
   CHECK(nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0);
 }
 
+/* DistributedSampler's indices: without shuffle, torch's padding and striding exactly (10 samples,
+ * 3 replicas: [0 3 6 9], [1 4 7 0], [2 5 8 1]; drop_last: [0 3 6], ...); with shuffle, the ranks
+ * share one permutation (together they read every index once when the replicas divide the size),
+ * which changes with the epoch; the count alone, and each refusal, named. */
+static void check_sampler(void) {
+  int64_t got[4];
+  size_t count = 0;
+  CHECK(ddpspawn_distributed_sampler_indices(10, 3, 1, 0, 0, 0, 0, NULL, 0, &count) == DDPSPAWN_OK);
+  CHECK(count == 4);
+  CHECK(ddpspawn_distributed_sampler_indices(10, 3, 1, 0, 0, 0, 0, got, 4, &count) == DDPSPAWN_OK);
+  CHECK(got[0] == 1 && got[1] == 4 && got[2] == 7 && got[3] == 0);
+  CHECK(ddpspawn_distributed_sampler_indices(10, 3, 2, 0, 0, 1, 0, got, 4, &count) == DDPSPAWN_OK);
+  CHECK(count == 3 && got[0] == 2 && got[1] == 5 && got[2] == 8);
+  int seen[12] = {0};
+  int64_t epoch0[6], epoch1[6];
+  for (int rank = 0; rank < 2; ++rank) {
+    int64_t part[6];
+    CHECK(ddpspawn_distributed_sampler_indices(12, 2, rank, 1, 7, 0, 0, part, 6, &count) ==
+          DDPSPAWN_OK);
+    for (int i = 0; i < 6; ++i) {
+      CHECK(part[i] >= 0 && part[i] < 12);
+      seen[part[i]]++;
+      if (rank == 0) epoch0[i] = part[i];
+    }
+  }
+  for (int i = 0; i < 12; ++i) CHECK(seen[i] == 1);
+  CHECK(ddpspawn_distributed_sampler_indices(12, 2, 0, 1, 7, 0, 1, epoch1, 6, &count) ==
+        DDPSPAWN_OK);
+  CHECK(memcmp(epoch0, epoch1, sizeof epoch0) != 0);
+  CHECK(ddpspawn_distributed_sampler_indices(10, 3, 1, 0, 0, 0, 0, got, 3, &count) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(ddpspawn_last_error(), "out_indices holds 3 indices; rank 1 reads 4") != NULL);
+  CHECK(ddpspawn_distributed_sampler_indices(10, 3, 3, 0, 0, 0, 0, got, 4, &count) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(ddpspawn_last_error(), "rank 3 is out of range for 3 replicas") != NULL);
+  CHECK(ddpspawn_distributed_sampler_indices(2, 3, 0, 0, 0, 1, 0, got, 4, &count) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_distributed_sampler_indices(0, 1, 0, 0, 0, 0, 0, got, 4, &count) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_distributed_sampler_indices(10, 3, 0, 0, 0, 0, -1, got, 4, &count) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+  CHECK(ddpspawn_distributed_sampler_indices(10, 3, 0, 0, 0, 0, 0, got, 4, NULL) ==
+        DDPSPAWN_ERR_INVALID_ARGUMENT);
+}
+
 /* Byte counts no buffer can have (SIZE_MAX), or over the 1 GiB limit of the byte collectives, are
  * DDPSPAWN_ERR_INVALID_ARGUMENT with the out-parameters untouched, not an abort inside the library.
  */
@@ -805,6 +850,7 @@ int main(int argc, char** argv) {
   ddpspawn_context_destroy(ctx);
 
   check_byte_sizes();
+  check_sampler();
   check_long_error();
 
   /* A reducer may outlive its context: it keeps the process group. */

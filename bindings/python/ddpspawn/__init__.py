@@ -29,6 +29,7 @@ from ._errors import (
 )
 from ._launch import spawn
 from ._reducer import Reducer
+from ._sampler import distributed_sampler_indices
 from ._train import FitResult, export, fit, predict, test, validate
 
 __version__ = "0.1.0"
@@ -51,6 +52,7 @@ __all__ = [
     "WorkerFailedError",
     "abi_version",
     "build_info",
+    "distributed_sampler_indices",
     "export",
     "fit",
     "is_worker",

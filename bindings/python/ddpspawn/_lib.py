@@ -27,6 +27,7 @@ from ctypes import (
     c_int64,
     c_size_t,
     c_uint32,
+    c_uint64,
     c_void_p,
 )
 from pathlib import Path
@@ -342,6 +343,22 @@ SIGNATURES: Dict[str, Tuple[Optional[_CType], List[_CType]]] = {
     "ddpspawn_broadcast_dlpack": (_Status, [ContextPtr, c_void_p, c_int32]),
     "ddpspawn_all_gather_dlpack": (_Status, [ContextPtr, c_void_p, c_void_p]),
     "ddpspawn_reduce_scatter_dlpack": (_Status, [ContextPtr, c_void_p, c_void_p, c_int32]),
+    # Sharding a dataset (DDPSPAWN_1.2).
+    "ddpspawn_distributed_sampler_indices": (
+        _Status,
+        [
+            c_int64,
+            c_int32,
+            c_int32,
+            c_int32,
+            c_uint64,
+            c_int32,
+            c_int64,
+            POINTER(c_int64),
+            c_size_t,
+            POINTER(c_size_t),
+        ],
+    ),
     # Gradient reducer.
     "ddpspawn_reducer_options_init": (None, [POINTER(ReducerOptions)]),
     "ddpspawn_reducer_create": (

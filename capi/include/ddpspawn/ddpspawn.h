@@ -505,6 +505,25 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_compression(const ddpspawn_redu
                                                              int64_t* out_sent, int64_t* out_dense);
 
 /* ------------------------------------------------------------------------ */
+/* Sharding a dataset                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* The dataset indices that rank `rank` of `num_replicas` reads in epoch `epoch`, index for index
+ * those of PyTorch's torch.utils.data.DistributedSampler(dataset, num_replicas, rank, shuffle,
+ * seed, drop_last) after set_epoch(epoch): a permutation of [0, dataset_size) seeded by seed +
+ * epoch (the same on every rank; 0 .. dataset_size - 1 without shuffle), padded by repeating
+ * indices from its start (or, with drop_last, truncated) to a multiple of num_replicas, then every
+ * num_replicas-th index from rank. *out_count gets their number (ceil(dataset_size / num_replicas);
+ * floor with drop_last). out_indices may be NULL (capacity 0) to ask for the count only; else it
+ * must hold `capacity` >= that many elements. A dataset_size below 1, num_replicas below 1, a rank
+ * outside [0, num_replicas), drop_last with fewer samples than replicas, a negative epoch or a
+ * capacity too small is DDPSPAWN_ERR_INVALID_ARGUMENT naming it. Needs no context or process group.
+ * Added in version node DDPSPAWN_1.2. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_distributed_sampler_indices(
+    int64_t dataset_size, int32_t num_replicas, int32_t rank, int32_t shuffle, uint64_t seed,
+    int32_t drop_last, int64_t epoch, int64_t* out_indices, size_t capacity, size_t* out_count);
+
+/* ------------------------------------------------------------------------ */
 /* Training runs: fit, validate, test, predict                              */
 /* ------------------------------------------------------------------------ */
 

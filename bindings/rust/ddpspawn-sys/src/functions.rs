@@ -214,6 +214,23 @@ crate::dynamic_functions! {
         out_dense: *mut i64,
     ) -> ddpspawn_status;
 
+    // Sharding a dataset.
+    /// torch's `DistributedSampler` indices of `rank` in `epoch`; `out_indices`
+    /// NULL (capacity 0) asks for the count only. Added in version node
+    /// `DDPSPAWN_1.2`.
+    pub fn ddpspawn_distributed_sampler_indices(
+        dataset_size: i64,
+        num_replicas: i32,
+        rank: i32,
+        shuffle: i32,
+        seed: u64,
+        drop_last: i32,
+        epoch: i64,
+        out_indices: *mut i64,
+        capacity: usize,
+        out_count: *mut usize,
+    ) -> ddpspawn_status;
+
     // Training runs.
     /// Runs `command` (`"fit"`, `"validate"`, `"test"` or `"predict"`) with
     /// `options`, a NULL-terminated array of `"key=value"` strings (the CLI's

@@ -139,6 +139,22 @@ final class Native {
   static final MethodHandle REDUCER_COMPRESSION =
       function("ddpspawn_reducer_compression", JAVA_INT, ADDRESS, ADDRESS, ADDRESS);
 
+  // Sharding a dataset.
+  static final MethodHandle DISTRIBUTED_SAMPLER_INDICES =
+      function(
+          "ddpspawn_distributed_sampler_indices",
+          JAVA_INT,
+          JAVA_LONG,
+          JAVA_INT,
+          JAVA_INT,
+          JAVA_INT,
+          JAVA_LONG,
+          JAVA_INT,
+          JAVA_LONG,
+          ADDRESS,
+          JAVA_LONG,
+          ADDRESS);
+
   // Training runs.
   static final MethodHandle RUN = function("ddpspawn_run", JAVA_INT, ADDRESS, ADDRESS, ADDRESS);
   static final MethodHandle RUN_RESULT_DESTROY = procedure("ddpspawn_run_result_destroy", ADDRESS);

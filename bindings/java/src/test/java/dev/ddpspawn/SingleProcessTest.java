@@ -2,6 +2,7 @@
 package dev.ddpspawn;
 
 import static java.lang.foreign.ValueLayout.JAVA_FLOAT;
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -62,6 +63,27 @@ class SingleProcessTest {
     assertThrows(IllegalStateException.class, () -> reducer.markReady(0));
     reducer.close();
     assertThrows(IllegalStateException.class, () -> reducer.setSync(false));
+  }
+
+  @Test
+  void theSamplerPadsAndStridesAsTorchAndSharesOnePermutation() {
+    DistributedSampler rankOne = DistributedSampler.of(10, 3, 1).withShuffle(false);
+    assertArrayEquals(new long[] {1, 4, 7, 0}, rankOne.indices(0));
+    assertArrayEquals(new long[] {1, 4, 7}, rankOne.withDropLast(true).indices(0));
+    long[] all = new long[20];
+    for (int rank = 0; rank < 4; rank++) {
+      System.arraycopy(
+          DistributedSampler.of(20, 4, rank).withSeed(3).indices(0), 0, all, 5 * rank, 5);
+    }
+    java.util.Arrays.sort(all);
+    assertArrayEquals(java.util.stream.LongStream.range(0, 20).toArray(), all);
+    DistributedSampler zero = DistributedSampler.of(20, 4, 0).withSeed(3);
+    assertFalse(java.util.Arrays.equals(zero.indices(0), zero.indices(1)), "the epoch reshuffles");
+    DdpspawnException failure =
+        assertThrows(
+            DdpspawnException.InvalidArgument.class,
+            () -> DistributedSampler.of(10, 3, 3).indices(0));
+    assertTrue(failure.getMessage().contains("rank 3 is out of range for 3 replicas"));
   }
 
   @Test
