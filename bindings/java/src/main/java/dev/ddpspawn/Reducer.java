@@ -36,7 +36,7 @@ public final class Reducer implements AutoCloseable {
 
   /** Buffer {@code index} is final for this iteration. */
   public void markReady(long index) {
-    checkBuffersAlive();
+    checkAlive(index);
     int code;
     try {
       code = (int) Native.REDUCER_MARK_READY.invokeExact(handle, index);
@@ -50,7 +50,9 @@ public final class Reducer implements AutoCloseable {
    * Starts what is left, waits, and writes the means into the buffers (ddpspawn_reducer_finalize).
    */
   public void finish() {
-    checkBuffersAlive();
+    for (long i = 0; i < buffers.size(); i++) {
+      checkAlive(i);
+    }
     int code;
     try {
       code = (int) Native.REDUCER_FINALIZE.invokeExact(handle);
@@ -117,13 +119,15 @@ public final class Reducer implements AutoCloseable {
     return handle;
   }
 
-  private void checkBuffersAlive() {
+  /**
+   * Refuses a closed reducer, and buffer {@code index} when its arena was closed (an index out of
+   * range is the library's to refuse). One check per call: markReady checks its buffer, finish all.
+   */
+  private void checkAlive(long index) {
     handle();
-    for (MemorySegment buffer : buffers) {
-      if (!buffer.scope().isAlive()) {
-        throw new IllegalStateException(
-            "ddpspawn: a buffer's arena was closed while its Reducer is open");
-      }
+    if (index >= 0 && index < buffers.size() && !buffers.get((int) index).scope().isAlive()) {
+      throw new IllegalStateException(
+          "ddpspawn: buffer " + index + "'s arena was closed while its Reducer is open");
     }
   }
 
