@@ -14,13 +14,18 @@ at::Tensor AsRows(const at::Tensor& tensor) {
 
 }  // namespace
 
+RowRange OwnedRowRange(int64_t rows, int rank, int world) {
+  const int64_t per_rank = (rows + world - 1) / world;
+  const int64_t begin = std::min(rows, per_rank * rank);
+  return {begin, std::min(rows, begin + per_rank)};
+}
+
+int64_t RowCount(const at::Tensor& tensor) { return tensor.dim() == 0 ? 1 : tensor.size(0); }
+
 at::Tensor OwnedRows(const at::Tensor& tensor, int rank, int world) {
   at::Tensor rows = AsRows(tensor);
-  const int64_t total = rows.size(0);
-  const int64_t per_rank = (total + world - 1) / world;
-  const int64_t begin = std::min(total, per_rank * rank);
-  const int64_t end = std::min(total, begin + per_rank);
-  return rows.narrow(0, begin, end - begin);
+  const RowRange owned = OwnedRowRange(rows.size(0), rank, world);
+  return rows.narrow(0, owned.begin, owned.end - owned.begin);
 }
 
 SectionLayout::SectionLayout(const std::vector<at::Tensor>& tensors, int world)

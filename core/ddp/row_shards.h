@@ -13,6 +13,15 @@
 
 namespace ddpspawn {
 
+// Rows [begin, end) of a tensor of `rows` rows, those that `rank` of `world` owns.
+struct RowRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+RowRange OwnedRowRange(int64_t rows, int rank, int world);
+// The rows `tensor` is split into: its first dimension, or 1 for a 0-dim tensor.
+int64_t RowCount(const at::Tensor& tensor);
+
 // The rows of `tensor` that `rank` of `world` owns: a view (shape [rows, ...]) sharing its storage;
 // contiguous when `tensor` is.
 at::Tensor OwnedRows(const at::Tensor& tensor, int rank, int world);

@@ -217,6 +217,51 @@ absl::Status ShardGradOpOptimizer::ConsolidateStateDict(int to) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<ShardGradOpOptimizer::SavedShard> ShardGradOpOptimizer::ReadSavedShard(
+    torch::serialize::InputArchive& archive, int rank, int world) const {
+  if (world < 1 || rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat(kWho, ": no rank ", rank, " of ", world));
+  }
+  SavedShard saved;
+  for (const at::Tensor& p : AllParameters(*this)) {
+    saved.rows.push_back(
+        OwnedRows(at::empty(p.sizes(), p.options().device(at::kMeta)), rank, world));
+  }
+  ASSIGN_OR_RETURN(saved.optimizer, MakeShard(saved.rows));
+  RETURN_IF_ERROR(
+      StatusOnException(absl::StrCat(kWho, ": the saved state of rank ", rank, " of ", world), [&] {
+        saved.optimizer->load(archive);
+        return absl::OkStatus();
+      }));
+  return saved;
+}
+
+absl::Status ShardGradOpOptimizer::AdoptShardState(
+    std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> states,
+    const Optimizer& options_from) {
+  if (states.size() != rows_.size() || options_from.param_groups().size() != param_groups_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWho, ": a state for ", states.size(), " parameters in ",
+                     options_from.param_groups().size(), " groups, but this optimizer has ",
+                     rows_.size(), " in ", param_groups_.size()));
+  }
+  shard_->state().clear();
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    if (states[i] != nullptr)
+      shard_->state()[rows_[i].unsafeGetTensorImpl()] = std::move(states[i]);
+  }
+  for (size_t g = 0; g < param_groups_.size(); ++g) {
+    param_groups_[g].set_options(options_from.param_groups()[g].options().clone());
+    shard_->param_groups()[g].set_options(options_from.param_groups()[g].options().clone());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardGradOpOptimizer::GatherParameters() {
+  if (reducer_->shard_parameters_detached()) return absl::OkStatus();
+  return AllGatherParameters();
+}
+
 void ShardGradOpOptimizer::load(torch::serialize::InputArchive& archive) {
   const absl::Status adopted = AdoptState(*LoadUnsharded(archive));
   TORCH_CHECK(adopted.ok(), adopted.ToString());

@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <torch/optim/optimizer.h>
+#include <torch/serialize/archive.h>
 
 #include <cstdint>
 #include <memory>
@@ -53,6 +54,30 @@ class ShardGradOpOptimizer : public ShardedOptimizer {
   // This rank's rows of every parameter (the reducer's shard parameters).
   std::vector<at::Tensor> StepGradientHolders() const override { return rows_; }
   ProcessGroup* gradient_shard_group() const override { return group_; }
+
+  // What a sharded checkpoint (core/model/sharded_checkpoint.h) reads and writes besides
+  // shard_optimizer().save(): the shard of another rank, or of another world size, read back.
+  struct SavedShard {
+    // The optimizer over `rows`, with the state read (its options too).
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    // Shaped like that rank's rows of each parameter of param_groups(), on the meta device: the
+    // keys of its state.
+    std::vector<at::Tensor> rows;
+  };
+  // Reads `archive` (what shard_optimizer().save() wrote on rank `rank` of `world`) into an
+  // optimizer over that rank's rows. InvalidArgument when it does not fit.
+  absl::StatusOr<SavedShard> ReadSavedShard(torch::serialize::InputArchive& archive, int rank,
+                                            int world) const;
+  // Replaces this rank's shard state: `states[i]` (null: none yet) is the state of this rank's rows
+  // of parameter i, and every group takes `options_from`'s group options (a learning rate a
+  // scheduler set, for one).
+  absl::Status AdoptShardState(
+      std::vector<std::unique_ptr<torch::optim::OptimizerParamState>> states,
+      const torch::optim::Optimizer& options_from);
+  // After this rank's rows of the parameters were written (a sharded checkpoint loaded into
+  // StepGradientHolders()): every rank's rows into every rank's whole parameters. A collective;
+  // nothing under full_shard, whose next forward gathers each unit.
+  absl::Status GatherParameters();
 
  private:
   ShardGradOpOptimizer(const std::vector<torch::optim::OptimizerParamGroup>& groups,

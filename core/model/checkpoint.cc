@@ -7,13 +7,10 @@
 #include <torch/serialize/archive.h>
 
 #include <cstdint>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "core/model/bounded_read.h"
-#include "core/model/checkpoint_envelope.h"
-#include "core/model/pickle_sizes.h"
+#include "core/model/sealed_archive.h"
 #include "core/model/weights_io.h"
 #include "core/util/exception_status.h"
 #include "core/util/status_macros.h"
@@ -21,8 +18,8 @@
 namespace ddpspawn {
 namespace {
 
-// What the archive says it is ("format"); the file around it says the same (checkpoint_envelope.h).
-std::string FormatName(int format) { return absl::StrCat("ddpspawn-checkpoint-", format); }
+// What the archive says it is (sealed_archive.h).
+constexpr absl::string_view kCheckpointKind = "ddpspawn-checkpoint";
 
 // Keys of the weights (model.<name>) and of the callbacks' states (callback.<name>).
 constexpr absl::string_view kModelPrefix = "model.";
@@ -36,7 +33,6 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
   std::string bytes;
   absl::Status status = InvalidInputOnException("serializing the checkpoint", [&] {
     torch::serialize::OutputArchive archive;
-    archive.write("format", c10::IValue(FormatName(kCheckpointFormat)));
     for (const auto& [name, tensor] : module.named_state()) {
       archive.write(absl::StrCat(kModelPrefix, name), tensor.detach().cpu());
     }
@@ -64,9 +60,7 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
       archive.write("epoch_loss.sum_per_rank",
                     at::tensor(state.epoch_loss_sum_per_rank, at::kDouble));
     }
-    std::ostringstream out;
-    archive.save_to(out);
-    bytes = SealCheckpoint(out.str());
+    ASSIGN_OR_RETURN(bytes, SealArchive(kCheckpointKind, archive));
     return absl::OkStatus();
   });
   if (!status.ok()) return status;
@@ -79,28 +73,7 @@ namespace {
 // archive; tensors load onto `device` (none: the CPU).
 absl::Status OpenCheckpointArchive(const std::string& bytes, c10::optional<c10::Device> device,
                                    torch::serialize::InputArchive& archive) {
-  ASSIGN_OR_RETURN(UnsealedCheckpoint unsealed, UnsealCheckpoint(bytes));
-  RETURN_IF_ERROR(CheckArchivePickles(unsealed.archive));
-  RETURN_IF_ERROR(InvalidInputOnException("the checkpoint is not a LibTorch archive", [&] {
-    const absl::string_view archive_bytes = unsealed.archive;
-    archive.load_from([archive_bytes](uint64_t pos, void* out,
-                                      size_t n) { return ReadWithin(archive_bytes, pos, out, n); },
-                      [archive_bytes] { return archive_bytes.size(); }, device);
-    return absl::OkStatus();
-  }));
-  c10::IValue format;
-  const std::string expected = FormatName(unsealed.format);
-  if (!archive.try_read("format", format) || !format.isString()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not a ddpspawn checkpoint (expected format ", expected, ")"));
-  }
-  if (format.toStringRef() != expected) {
-    // A format-2 archive without its header lost its checksum on the way.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the archive says ", format.toStringRef(), " but the file around it is ", expected,
-        " (its checksum header is missing or was stripped); it was not loaded"));
-  }
-  return absl::OkStatus();
+  return OpenSealedArchive(bytes, kCheckpointKind, device, archive);
 }
 
 }  // namespace

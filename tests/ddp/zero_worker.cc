@@ -2,6 +2,7 @@
 // torch::optim's optimizers, each rank on its own data, against a reference every rank trains alone
 // with the plain optimizer on all ranks' data. Usage:
 //   zero_worker <steps> <optimizer> <stage> [accumulate_clip]
+//   zero_worker <steps> <optimizer> <stage> save:<dir> | load:<dir>
 // the optimizer one of adam, adamw, adagrad, rmsprop, sgd (with momentum); the stage zero1
 // (ZeroRedundancyOptimizer after DDP's all-reduce), shard_grad_op (the reducer's shard_gradients
 // with a ShardGradOpOptimizer), full_shard (FullShard, each Linear a unit) or full_shard_keep (the
@@ -25,6 +26,16 @@
 //   whole_parameter_bytes  full_shard: parameter bytes whole between steps, each rank
 //   peak_whole_parameter_bytes  full_shard: the most parameter bytes whole at once in the last
 //                   step, each rank
+// save:<dir> (shard_grad_op or full_shard) trains <steps> steps and writes a sharded checkpoint to
+// <dir> twice (after step <steps> - 1, then replacing it, after step <steps>), and, from rank 0,
+// <dir>.reference: the weights and the consolidated optimizer state. load:<dir>, on any number of
+// ranks, loads that checkpoint into a fresh model and reports:
+//   loaded_weight_diff  the weights against the reference's
+//   loaded_state_diff   the optimizer state, consolidated, against the reference's
+//   shards_read     the saved shards each rank read, '+'-separated, ranks comma-separated
+//   saved_world     the number of ranks that saved it
+//   resumed_diff    after 3 more steps on this number of ranks, against a plain optimizer that
+//                   loaded the reference and took the same steps on every rank's batches
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -33,9 +44,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "core/comm/process_group.h"
 #include "core/ddp/distributed_data_parallel.h"
 #include "core/ddp/full_shard.h"
@@ -43,6 +56,7 @@
 #include "core/ddp/zero_redundancy_optimizer.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/worker_channel.h"
+#include "core/model/sharded_checkpoint.h"
 #include "core/util/tensor_memory.h"
 #include "tests/testing/worker_checks.h"
 
@@ -413,6 +427,122 @@ int Run(int steps, const std::string& name, const Mode& mode) {
   return 0;
 }
 
+// The module's parameters by name, as a sharded checkpoint names them.
+NamedTensors NamedParameters(torch::nn::Sequential& net) {
+  NamedTensors named;
+  for (const auto& item : net->named_parameters()) named.emplace_back(item.key(), item.value());
+  return named;
+}
+
+ShardGradOpOptimizer& ShardGradOp(Sharded& sharded) {
+  return dynamic_cast<ShardGradOpOptimizer&>(*sharded.optimizer);
+}
+
+// save:<dir>: see the top of the file.
+int SaveCheckpoint(int steps, const std::string& name, const Mode& mode, const std::string& dir) {
+  const std::unique_ptr<ProcessGroup> joined = JoinGlooGroup();
+  ProcessGroup& group = *joined;
+  const int rank = group.rank();
+  torch::nn::Sequential net = MakeNet();
+  Sharded wrapped = Shard(name, net, group, mode);
+  for (int step = 0; step < steps; ++step) {
+    wrapped.Step(net, rank, step, mode);
+    // The first save is replaced by the second.
+    if (step >= steps - 2) {
+      CheckOk(SaveShardedCheckpoint(dir, NamedParameters(net), ShardGradOp(wrapped),
+                                    absl::StrCat("step=", step + 1)),
+              "save the sharded checkpoint");
+    }
+  }
+  CheckOk(wrapped.optimizer->ConsolidateStateDict(0), "consolidate");
+  wrapped.Gather();
+  if (rank == 0) {
+    torch::serialize::OutputArchive archive, state;
+    wrapped.optimizer->save(state);
+    archive.write("optimizer", state);
+    for (const auto& [key, value] : NamedParameters(net)) archive.write(key, value.detach());
+    archive.save_to(dir + ".reference");
+    CheckOk(SetWorkerResult("saved=1"), "result");
+  }
+  wrapped.Reshard();
+  return 0;
+}
+
+// load:<dir>: see the top of the file.
+int LoadCheckpoint(const std::string& name, const Mode& mode, const std::string& dir) {
+  const std::unique_ptr<ProcessGroup> joined = JoinGlooGroup();
+  ProcessGroup& group = *joined;
+  const int rank = group.rank(), world = group.world_size();
+  // The reference: the saved weights and the consolidated state, in a plain optimizer.
+  torch::nn::Sequential reference = MakeNet();
+  std::unique_ptr<torch::optim::Optimizer> reference_optimizer =
+      MakeOptimizer(name, reference->parameters(), 0.5);
+  {
+    torch::serialize::InputArchive archive, state;
+    archive.load_from(dir + ".reference");
+    torch::NoGradGuard no_grad;
+    for (const auto& [key, value] : NamedParameters(reference)) {
+      torch::Tensor saved;
+      archive.read(key, saved);
+      value.copy_(saved);
+    }
+    archive.read("optimizer", state);
+    reference_optimizer->load(state);
+  }
+  torch::manual_seed(99);  // other weights than the saved ones
+  torch::nn::Sequential net =
+      torch::nn::Sequential(torch::nn::Linear(8, 32), torch::nn::Tanh(), torch::nn::Linear(32, 16),
+                            torch::nn::Tanh(), torch::nn::Linear(16, 1));
+  Sharded wrapped = Shard(name, net, group, mode);
+  absl::StatusOr<ShardedCheckpointLoad> loaded =
+      LoadShardedCheckpoint(dir, NamedParameters(net), ShardGradOp(wrapped));
+  CheckOk(loaded.status(), "load the sharded checkpoint");
+  int saved_step = 0;
+  if (!absl::SimpleAtoi(absl::StripPrefix(loaded->extra, "step="), &saved_step)) {
+    Fail(absl::StrCat("extra bytes came back as '", loaded->extra, "'"));
+  }
+  std::vector<std::string> read;
+  for (int k : loaded->shards_read) read.push_back(absl::StrCat(k));
+  absl::StatusOr<std::vector<std::string>> read_everywhere =
+      group.AllGatherBytes(absl::StrJoin(read, "+"));
+  CheckOk(read_everywhere.status(), "gather shards read");
+  std::vector<std::string> result;
+  wrapped.Gather();
+  result.push_back(
+      absl::StrCat("loaded_weight_diff=", MaxDiff(net->parameters(), reference->parameters())));
+  wrapped.Reshard();
+  CheckOk(wrapped.optimizer->ConsolidateStateDict(0), "consolidate");
+  if (rank == 0) {
+    torch::serialize::OutputArchive archive;
+    wrapped.optimizer->save(archive);
+    std::ostringstream bytes;
+    archive.save_to(bytes);
+    torch::nn::Sequential plain_net = MakeNet();
+    std::unique_ptr<torch::optim::Optimizer> plain =
+        MakeOptimizer(name, plain_net->parameters(), 0.5);
+    torch::serialize::InputArchive in;
+    std::istringstream from(bytes.str());
+    in.load_from(from);
+    plain->load(in);
+    result.push_back(absl::StrCat(
+        "loaded_state_diff=",
+        StateDiff(*plain, *reference_optimizer, plain_net->parameters(), reference->parameters())));
+  }
+  result.push_back(absl::StrCat("shards_read=", absl::StrJoin(*read_everywhere, ",")));
+  result.push_back(absl::StrCat("saved_world=", loaded->saved_world_size));
+  result.push_back(absl::StrCat("saved_step=", saved_step));
+  for (int step = saved_step; step < saved_step + 3; ++step) {
+    wrapped.Step(net, rank, step, mode);
+    ReferenceStep(reference, *reference_optimizer, world, step, mode);
+  }
+  wrapped.Gather();
+  result.push_back(
+      absl::StrCat("resumed_diff=", MaxDiff(net->parameters(), reference->parameters())));
+  wrapped.Reshard();
+  if (rank == 0) CheckOk(SetWorkerResult(absl::StrJoin(result, " ")), "result");
+  return 0;
+}
+
 }  // namespace
 }  // namespace ddpspawn
 
@@ -420,13 +550,17 @@ int main(int argc, char** argv) {
   int steps = 0;
   const std::string stage = argc > 3 ? argv[3] : "";
   const std::string extra = argc > 4 ? argv[4] : "";
+  const bool save = absl::StartsWith(extra, "save:"), load = absl::StartsWith(extra, "load:");
   if (argc < 4 || argc > 5 || !absl::SimpleAtoi(argv[1], &steps) || steps < 1 ||
       (stage != "zero1" && stage != "shard_grad_op" && stage != "full_shard" &&
        stage != "full_shard_keep") ||
-      (argc == 5 && extra != "accumulate_clip")) {
+      (argc == 5 && extra != "accumulate_clip" && !save && !load) ||
+      ((save || load) && stage == "zero1")) {
     std::fprintf(stderr,
                  "usage: zero_worker <steps> <optimizer> "
-                 "zero1|shard_grad_op|full_shard|full_shard_keep [accumulate_clip]\n");
+                 "zero1|shard_grad_op|full_shard|full_shard_keep [accumulate_clip]\n"
+                 "       zero_worker <steps> <optimizer> shard_grad_op|full_shard|full_shard_keep "
+                 "save:<dir>|load:<dir>\n");
     return 2;
   }
   ddpspawn::Mode mode;
@@ -435,5 +569,7 @@ int main(int argc, char** argv) {
   mode.shard_grad_op = stage == "shard_grad_op" || mode.full_shard;
   mode.accumulate = extra == "accumulate_clip";
   mode.clip = mode.accumulate ? 0.05 : 0;
+  if (save) return ddpspawn::SaveCheckpoint(steps, argv[2], mode, extra.substr(5));
+  if (load) return ddpspawn::LoadCheckpoint(argv[2], mode, extra.substr(5));
   return ddpspawn::Run(steps, argv[2], mode);
 }
