@@ -20,10 +20,34 @@ namespace {
 
 // What the archive says it is (sealed_archive.h).
 constexpr absl::string_view kCheckpointKind = "ddpspawn-checkpoint";
+constexpr absl::string_view kTrainingStateKind = "ddpspawn-training-state";
 
 // Keys of the weights (model.<name>) and of the callbacks' states (callback.<name>).
 constexpr absl::string_view kModelPrefix = "model.";
 constexpr absl::string_view kCallbackPrefix = "callback.";
+
+// Writes where training stands into `archive`; RestoreTrainingState reads it back.
+void WriteTrainingState(const TrainingState& state, torch::serialize::OutputArchive& archive) {
+  archive.write("epoch", c10::IValue(state.epoch));
+  archive.write("batch_in_epoch", c10::IValue(state.batch_in_epoch));
+  archive.write("global_step", c10::IValue(state.global_step));
+  if (state.world_size > 0) archive.write("world_size", c10::IValue(state.world_size));
+  for (size_t r = 0; r < state.cpu_rng_per_rank.size(); ++r) {
+    archive.write(absl::StrCat("rng.cpu.", r), state.cpu_rng_per_rank[r]);
+  }
+  if (state.grad_scale > 0) {
+    archive.write("grad_scaler.scale", c10::IValue(state.grad_scale));
+    archive.write("grad_scaler.growth_tracker", c10::IValue(state.grad_scale_growth_tracker));
+  }
+  for (const auto& [name, callback_state] : state.callback_states) {
+    archive.write(absl::StrCat(kCallbackPrefix, name), c10::IValue(callback_state));
+  }
+  if (state.epoch_loss_batches > 0) {
+    archive.write("epoch_loss.batches", c10::IValue(state.epoch_loss_batches));
+    archive.write("epoch_loss.sum_per_rank",
+                  at::tensor(state.epoch_loss_sum_per_rank, at::kDouble));
+  }
+}
 
 }  // namespace
 
@@ -41,25 +65,7 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
       optimizer->save(optimizer_archive);
       archive.write("optimizer", optimizer_archive);
     }
-    archive.write("epoch", c10::IValue(state.epoch));
-    archive.write("batch_in_epoch", c10::IValue(state.batch_in_epoch));
-    archive.write("global_step", c10::IValue(state.global_step));
-    if (state.world_size > 0) archive.write("world_size", c10::IValue(state.world_size));
-    for (size_t r = 0; r < state.cpu_rng_per_rank.size(); ++r) {
-      archive.write(absl::StrCat("rng.cpu.", r), state.cpu_rng_per_rank[r]);
-    }
-    if (state.grad_scale > 0) {
-      archive.write("grad_scaler.scale", c10::IValue(state.grad_scale));
-      archive.write("grad_scaler.growth_tracker", c10::IValue(state.grad_scale_growth_tracker));
-    }
-    for (const auto& [name, callback_state] : state.callback_states) {
-      archive.write(absl::StrCat(kCallbackPrefix, name), c10::IValue(callback_state));
-    }
-    if (state.epoch_loss_batches > 0) {
-      archive.write("epoch_loss.batches", c10::IValue(state.epoch_loss_batches));
-      archive.write("epoch_loss.sum_per_rank",
-                    at::tensor(state.epoch_loss_sum_per_rank, at::kDouble));
-    }
+    WriteTrainingState(state, archive);
     ASSIGN_OR_RETURN(bytes, SealArchive(kCheckpointKind, archive));
     return absl::OkStatus();
   });
@@ -208,6 +214,23 @@ absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module
     RETURN_IF_ERROR(RestoreTrainingState(archive, *state));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> SerializeTrainingState(const TrainingState& state) {
+  torch::serialize::OutputArchive archive;
+  RETURN_IF_ERROR(InvalidInputOnException("serializing the training state", [&] {
+    WriteTrainingState(state, archive);
+    return absl::OkStatus();
+  }));
+  return SealArchive(kTrainingStateKind, archive);
+}
+
+absl::StatusOr<TrainingState> ParseTrainingState(const std::string& bytes) {
+  torch::serialize::InputArchive archive;
+  RETURN_IF_ERROR(OpenSealedArchive(bytes, kTrainingStateKind, c10::Device(c10::kCPU), archive));
+  TrainingState state;
+  RETURN_IF_ERROR(RestoreTrainingState(archive, state));
+  return state;
 }
 
 }  // namespace ddpspawn

@@ -49,6 +49,11 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
 absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module,
                                torch::optim::Optimizer* optimizer, TrainingState* state);
 
+// The training state alone (no weights, no optimizer state), as a sealed archive
+// (sealed_archive.h): what a sharded checkpoint keeps beside its shards.
+absl::StatusOr<std::string> SerializeTrainingState(const TrainingState& state);
+absl::StatusOr<TrainingState> ParseTrainingState(const std::string& bytes);
+
 // The weights a checkpoint holds (its model's parameters and buffers by name, on the CPU), without
 // a module to restore them into; each must pass CheckWeightTensor (weights_io.h).
 absl::StatusOr<NamedTensors> ReadCheckpointWeights(const std::string& bytes);

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/ddp/row_shards.h"
 #include "core/ddp/sharded_optimizer.h"
@@ -328,6 +329,29 @@ absl::Status RestoreWhole(torch::serialize::InputArchive& archive, const Split& 
   return absl::OkStatus();
 }
 
+// Saved shard `k`'s file, checked against what `common` recorded of it, and opened.
+absl::Status OpenShard(const std::string& dir, const Common& common, int k,
+                       torch::serialize::InputArchive& archive) {
+  const std::string path = absl::StrCat(dir, "/", ShardFileName(k, common.world));
+  absl::StatusOr<std::string> bytes = ReadWholeFile(path);
+  if (absl::IsNotFound(bytes.status())) {
+    return absl::NotFoundError(absl::StrCat("the shard file ", path, " (saved by rank ", k, " of ",
+                                            common.world, ") is missing"));
+  }
+  RETURN_IF_ERROR(bytes.status());
+  if (ShardRecord(*bytes) != common.shard_records[k]) {
+    return absl::DataLossError(absl::StrCat(
+        "the shard file ", path, " is not the one this checkpoint saved (its size and CRC-32 are ",
+        ShardRecord(*bytes), ", the common file recorded ", common.shard_records[k],
+        "): it is damaged or from another save"));
+  }
+  if (absl::Status s = OpenSealedArchive(*bytes, kShardKind, c10::Device(c10::kCPU), archive);
+      !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 // What this rank gathers of each parameter's optimizer state, saved shard by saved shard.
 struct StatePieces {
   std::unique_ptr<torch::optim::OptimizerParamState> shape;  // the first saved shard's, cloned
@@ -342,24 +366,8 @@ absl::Status ReadShard(const std::string& dir, const Common& common, int k, cons
                        std::vector<StatePieces>& states,
                        std::unique_ptr<torch::optim::Optimizer>& options_from) {
   const std::string path = absl::StrCat(dir, "/", ShardFileName(k, common.world));
-  absl::StatusOr<std::string> bytes = ReadWholeFile(path);
-  if (absl::IsNotFound(bytes.status())) {
-    return absl::NotFoundError(absl::StrCat("the shard file ", path, " (saved by rank ", k, " of ",
-                                            common.world, ") is missing"));
-  }
-  RETURN_IF_ERROR(bytes.status());
-  if (ShardRecord(*bytes) != common.shard_records[k]) {
-    return absl::DataLossError(absl::StrCat(
-        "the shard file ", path, " is not the one this checkpoint saved (its size and CRC-32 are ",
-        ShardRecord(*bytes), ", the common file recorded ", common.shard_records[k],
-        "): it is damaged or from another save"));
-  }
   torch::serialize::InputArchive archive;
-  if (absl::Status s = OpenSealedArchive(*bytes, kShardKind, c10::Device(c10::kCPU), archive);
-      !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
-  }
-  bytes->clear();
+  RETURN_IF_ERROR(OpenShard(dir, common, k, archive));
   torch::serialize::InputArchive state_archive;
   if (!archive.try_read("optimizer", state_archive)) {
     return absl::InvalidArgumentError(absl::StrCat(path, " has no optimizer state"));
@@ -458,6 +466,50 @@ absl::StatusOr<ShardedCheckpointLoad> LoadLocally(const std::string& dir, const 
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ReadShardedCheckpointExtra(const std::string& dir) {
+  torch::serialize::InputArchive archive;
+  ASSIGN_OR_RETURN(Common common, ReadCommon(dir, archive));
+  return std::move(common.extra);
+}
+
+absl::StatusOr<NamedTensors> ReadShardedCheckpointWeights(const std::string& dir) {
+  torch::serialize::InputArchive common_archive;
+  ASSIGN_OR_RETURN(Common common, ReadCommon(dir, common_archive));
+  std::vector<std::vector<at::Tensor>> rows(common.names.size());
+  for (int k = 0; k < common.world; ++k) {
+    torch::serialize::InputArchive archive;
+    RETURN_IF_ERROR(OpenShard(dir, common, k, archive));
+    for (size_t i = 0; i < common.names.size(); ++i) {
+      at::Tensor saved;
+      if (!archive.try_read(absl::StrCat("rows.", common.names[i]), saved)) {
+        return absl::InvalidArgumentError(absl::StrCat(dir, "/", ShardFileName(k, common.world),
+                                                       " lacks its rows of '", common.names[i],
+                                                       "'"));
+      }
+      rows[i].push_back(saved);
+    }
+  }
+  NamedTensors weights;
+  for (size_t i = 0; i < common.names.size(); ++i) {
+    at::Tensor whole = at::cat(rows[i]);
+    if (whole.numel() != c10::multiply_integers(common.shapes[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, "'s rows of '", common.names[i],
+                                                     "' do not make its shape ",
+                                                     c10::str(at::IntArrayRef(common.shapes[i]))));
+    }
+    weights.emplace_back(common.names[i], whole.reshape(common.shapes[i]));
+  }
+  for (const std::string& key : common_archive.keys()) {
+    if (!absl::StartsWith(key, "whole.")) continue;
+    at::Tensor tensor;
+    if (!common_archive.try_read(key, tensor)) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, "'s '", key, "' is unreadable"));
+    }
+    weights.emplace_back(key.substr(6), tensor);
+  }
+  return weights;
+}
 
 absl::StatusOr<ShardedCheckpointLoad> LoadShardedCheckpoint(const std::string& dir,
                                                             const NamedTensors& state,

@@ -56,6 +56,15 @@ absl::StatusOr<ShardedCheckpointLoad> LoadShardedCheckpoint(const std::string& d
                                                             const NamedTensors& state,
                                                             ShardGradOpOptimizer& optimizer);
 
+// The caller's bytes of the checkpoint at `dir` (what SaveShardedCheckpoint was given), from its
+// common file alone.
+absl::StatusOr<std::string> ReadShardedCheckpointExtra(const std::string& dir);
+
+// Every tensor of the checkpoint at `dir`, whole: each sharded parameter's rows from every shard
+// file, joined, and the replicated tensors. In this process alone, and the whole model at once: for
+// an export to one file, or an evaluation that holds the model whole anyway.
+absl::StatusOr<NamedTensors> ReadShardedCheckpointWeights(const std::string& dir);
+
 // Whether `path` is a directory holding a sharded checkpoint's `common` file.
 bool IsShardedCheckpoint(const std::string& path);
 

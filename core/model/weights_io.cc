@@ -22,8 +22,10 @@
 #include "core/model/bounded_read.h"
 #include "core/model/checkpoint.h"
 #include "core/model/pickle_sizes.h"
+#include "core/model/sharded_checkpoint.h"
 #include "core/util/enum_names.h"
 #include "core/util/exception_status.h"
+#include "core/util/files.h"
 #include "core/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -321,6 +323,21 @@ absl::Status LoadWeightsFromAnyFormat(const std::string& bytes, LightningModule&
   }
   ASSIGN_OR_RETURN(NamedTensors weights, DecodeWeights(bytes));
   return LoadWeights(weights, module);
+}
+
+absl::StatusOr<NamedTensors> ReadWeightsAt(const std::string& path) {
+  if (IsShardedCheckpoint(path)) return ReadShardedCheckpointWeights(path);
+  ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  return ReadWeightsFromAnyFormat(bytes);
+}
+
+absl::Status LoadWeightsAt(const std::string& path, LightningModule& module) {
+  if (IsShardedCheckpoint(path)) {
+    ASSIGN_OR_RETURN(NamedTensors weights, ReadShardedCheckpointWeights(path));
+    return LoadWeights(weights, module);
+  }
+  ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  return LoadWeightsFromAnyFormat(bytes, module);
 }
 
 }  // namespace ddpspawn

@@ -46,6 +46,12 @@ absl::StatusOr<NamedTensors> ReadWeightsFromAnyFormat(const std::string& bytes);
 // foreign file (DecodeWeights, LoadWeights).
 absl::Status LoadWeightsFromAnyFormat(const std::string& bytes, LightningModule& module);
 
+// The weights at `path`: a sharded checkpoint's directory (ReadShardedCheckpointWeights: the whole
+// model in this process), else the file's (ReadWeightsFromAnyFormat). LoadWeightsAt loads them into
+// the module (a file through LoadWeightsFromAnyFormat).
+absl::StatusOr<NamedTensors> ReadWeightsAt(const std::string& path);
+absl::Status LoadWeightsAt(const std::string& path, LightningModule& module);
+
 }  // namespace ddpspawn
 
 #endif  // DDPSPAWN_CORE_MODEL_WEIGHTS_IO_H_

@@ -27,6 +27,7 @@
 #include "core/ddp/post_local_sgd.h"
 #include "core/ddp/shard_grad_op_optimizer.h"
 #include "core/ddp/zero_redundancy_optimizer.h"
+#include "core/model/sharded_checkpoint.h"
 #include "core/train/data/sampler.h"
 #include "core/train/loggers/logger_factory.h"
 #include "core/train/loop/fit_run.h"
@@ -100,6 +101,21 @@ absl::Status Trainer::WriteMetricRow(int64_t epoch, int64_t step, const std::str
 
 absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
                                      TrainingState state, const std::string& path) {
+  if (options_.sharded_checkpoints) {
+    auto* sharded = dynamic_cast<ShardGradOpOptimizer*>(optimizer);
+    if (sharded != nullptr) {
+      // Each rank writes its rows; nothing is gathered, not even under full_shard.
+      RETURN_IF_ERROR(CompleteCheckpointState(state));
+      ASSIGN_OR_RETURN(std::string extra, SerializeTrainingState(state));
+      return SaveShardedCheckpoint(path, module.named_state(), *sharded, extra);
+    }
+    if (strategy_.world_size() > 1) {
+      return absl::FailedPreconditionError(
+          "sharded_checkpoints needs a ShardGradOpOptimizer (sharding_strategy shard_grad_op or "
+          "full_shard)");
+    }
+    // One process shards nothing: its checkpoint is the whole state, in one file.
+  }
   // Rank 0 alone serializes the weights: under full_shard the others keep their rows.
   return WithParametersWhole(
       strategy_, [&] { return SaveWholeCheckpoint(module, optimizer, std::move(state), path); },
@@ -109,6 +125,19 @@ absl::Status Trainer::SaveCheckpoint(LightningModule& module, torch::optim::Opti
 absl::Status Trainer::SaveWholeCheckpoint(LightningModule& module,
                                           torch::optim::Optimizer* optimizer, TrainingState state,
                                           const std::string& path) {
+  RETURN_IF_ERROR(CompleteCheckpointState(state));
+  if (auto* sharded = dynamic_cast<ShardedOptimizer*>(optimizer)) {
+    RETURN_IF_ERROR(sharded->ConsolidateStateDict(0));  // rank 0 saves the unsharded state
+  }
+  std::string bytes;
+  if (strategy_.is_global_zero()) {
+    ASSIGN_OR_RETURN(std::string serialized, SerializeCheckpoint(module, optimizer, state));
+    bytes = std::move(serialized);
+  }
+  return strategy_.SaveCheckpoint(bytes, path);
+}
+
+absl::Status Trainer::CompleteCheckpointState(TrainingState& state) {
   ASSIGN_OR_RETURN(std::vector<at::Tensor> rng, GatherRngStates(strategy_));
   state.cpu_rng_per_rank = std::move(rng);
   state.world_size = strategy_.world_size();
@@ -124,15 +153,7 @@ absl::Status Trainer::SaveWholeCheckpoint(LightningModule& module,
     if (!callback_state.empty())
       state.callback_states[callback->name()] = std::move(callback_state);
   }
-  if (auto* sharded = dynamic_cast<ShardedOptimizer*>(optimizer)) {
-    RETURN_IF_ERROR(sharded->ConsolidateStateDict(0));  // rank 0 saves the unsharded state
-  }
-  std::string bytes;
-  if (strategy_.is_global_zero()) {
-    ASSIGN_OR_RETURN(std::string serialized, SerializeCheckpoint(module, optimizer, state));
-    bytes = std::move(serialized);
-  }
-  return strategy_.SaveCheckpoint(bytes, path);
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::CallHooks(const std::function<absl::Status(Callback&)>& hook) {
@@ -332,13 +353,18 @@ absl::Status Trainer::PrepareFitOutputs() {
 absl::Status Trainer::ResumeFit(LightningModule& module, FitRun& run) {
   const int rank = strategy_.global_rank();
   TrainingState& state = run.state;
-  ASSIGN_OR_RETURN(std::string bytes, strategy_.LoadCheckpoint(options_.resume_from));
-  // Under full_shard the weights are loaded whole, and each rank keeps its rows of them.
-  if (absl::Status s = WithParametersWhole(
-          strategy_, [&] { return RestoreCheckpoint(bytes, module, run.optimizer.get(), &state); });
-      !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot resume from ", options_.resume_from, ": ", s.message()));
+  if (IsShardedCheckpoint(options_.resume_from)) {
+    RETURN_IF_ERROR(ResumeSharded(module, run));
+  } else {
+    ASSIGN_OR_RETURN(std::string bytes, strategy_.LoadCheckpoint(options_.resume_from));
+    // Under full_shard the weights are loaded whole, and each rank keeps its rows of them.
+    if (absl::Status s = WithParametersWhole(
+            strategy_,
+            [&] { return RestoreCheckpoint(bytes, module, run.optimizer.get(), &state); });
+        !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot resume from ", options_.resume_from, ": ", s.message()));
+    }
   }
   RETURN_IF_ERROR(CheckResumableOn(state, strategy_.world_size(), options_.resume_from));
   if (rank < static_cast<int>(state.cpu_rng_per_rank.size())) {
@@ -353,6 +379,33 @@ absl::Status Trainer::ResumeFit(LightningModule& module, FitRun& run) {
           absl::StrCat("cannot resume from ", options_.resume_from, ": ", s.message()));
     }
   }
+  return absl::OkStatus();
+}
+
+// A sharded checkpoint (sharded_checkpoint.h): each rank reads the saved shards that hold its rows.
+absl::Status Trainer::ResumeSharded(LightningModule& module, FitRun& run) {
+  const std::string& path = options_.resume_from;
+  auto* sharded = dynamic_cast<ShardGradOpOptimizer*>(run.optimizer.get());
+  if (sharded == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot resume from ", path,
+        ": it is a sharded checkpoint (state_dict_type sharded), which resumes under "
+        "sharding_strategy shard_grad_op or full_shard on more than one rank; `ddpspawn export "
+        "--checkpoint ",
+        path, "` writes its weights as one file, from which checkpoint= starts a new fit"));
+  }
+  absl::StatusOr<ShardedCheckpointLoad> loaded =
+      LoadShardedCheckpoint(path, module.named_state(), *sharded);
+  if (!loaded.ok()) {
+    return absl::Status(loaded.status().code(),
+                        absl::StrCat("cannot resume from ", path, ": ", loaded.status().message()));
+  }
+  absl::StatusOr<TrainingState> state = ParseTrainingState(loaded->extra);
+  if (!state.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resume from ", path, ": ", state.status().message()));
+  }
+  run.state = *std::move(state);
   return absl::OkStatus();
 }
 

@@ -124,6 +124,11 @@ class Trainer {
                               TrainingState state, const std::string& path);
   absl::Status SaveWholeCheckpoint(LightningModule& module, torch::optim::Optimizer* optimizer,
                                    TrainingState state, const std::string& path);
+  // What every checkpoint adds to the loop's state: every rank's RNG state and epoch losses, the
+  // world size and each callback's state. A collective.
+  absl::Status CompleteCheckpointState(TrainingState& state);
+  // ResumeFit's part for a sharded checkpoint (options_.sharded_checkpoints' kind).
+  absl::Status ResumeSharded(LightningModule& module, FitRun& run);
   // Whether the strategy shards the parameters themselves (full_shard).
   bool sharding_parameters() const {
     return strategy_.options().sharding_strategy == ShardingStrategy::kFullShard;

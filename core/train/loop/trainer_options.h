@@ -96,6 +96,12 @@ struct TrainerOptions {
   // its shard of the parameters only. Checkpoints hold the unsharded state (consolidated on rank
   // 0). With one process and no group, the one shard is the whole optimizer.
   bool zero_redundancy_optimizer = false;
+  // Lightning's FSDPStrategy(state_dict_type="sharded"): fit's checkpoints (last.ckpt and
+  // ModelCheckpoint's) are directories that each rank writes its own shard of
+  // (core/model/sharded_checkpoint.h), with nothing gathered to rank 0, and they resume on any
+  // number of ranks. Needs a ShardGradOpOptimizer (sharding_strategy shard_grad_op or full_shard).
+  // false: one file of the unsharded state, which rank 0 writes.
+  bool sharded_checkpoints = false;
   // Fit calls their hooks in this order on every rank (callback.h); their names must differ.
   std::vector<std::shared_ptr<Callback>> callbacks;
 };

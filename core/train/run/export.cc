@@ -38,8 +38,7 @@ absl::StatusOr<std::string> RunExport(const RunOptions& options) {
   if (checkpoint.empty() || output.empty() || !format.has_value()) {
     return absl::InvalidArgumentError("export needs --checkpoint, --format and --output");
   }
-  ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(checkpoint));
-  absl::StatusOr<NamedTensors> weights = ReadWeightsFromAnyFormat(bytes);
+  absl::StatusOr<NamedTensors> weights = ReadWeightsAt(checkpoint);
   if (!weights.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint ", checkpoint, ": ", weights.status().message()));

@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "core/model/checkpoint.h"
 #include "core/model/module.h"
+#include "core/model/sharded_checkpoint.h"
 #include "core/model/weights_io.h"
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "core/train/callbacks/lr_scheduler.h"
@@ -33,6 +34,26 @@
 
 namespace ddpspawn {
 namespace {
+
+// resume_from a sharded checkpoint: a run that shards, and, for one saved mid-epoch, as many ranks
+// as saved it. (Its parameters' names and shapes are checked by the ranks, each reading its rows.)
+absl::Status CheckShardedResume(const RunConfig& config, const std::string& path) {
+  if (config.sharding_strategy == ShardingStrategy::kNoShard) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resume_from ", path,
+        " is a sharded checkpoint (state_dict_type sharded), which resumes under "
+        "sharding_strategy shard_grad_op or full_shard; to go on unsharded, export its weights "
+        "(ddpspawn export --checkpoint ",
+        path, ") and start a new fit from them with checkpoint="));
+  }
+  ASSIGN_OR_RETURN(std::string extra, ReadShardedCheckpointExtra(path));
+  absl::StatusOr<TrainingState> saved = ParseTrainingState(extra);
+  if (!saved.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint ", path, ": ", saved.status().message()));
+  }
+  return CheckResumableOn(*saved, config.world_size, path);
+}
 
 // Runs the step the command needs on the first two samples, so that a model that lacks it, or
 // cannot digest this data (shapes, label dtype), fails here with the file's name rather than in
@@ -151,14 +172,19 @@ absl::Status CheckRun(const RunConfig& config) {
   // Both are verified (checksum, tensor names and shapes) before any rank starts.
   for (const std::string* path : {&config.trainer.resume_from, &config.checkpoint}) {
     if (path->empty()) continue;
-    ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(*path));
-    // Weights only (--checkpoint) may come from torch or safetensors too.
+    // Weights only (--checkpoint) may come from torch or safetensors too, or a sharded checkpoint.
     if (path == &config.checkpoint) {
-      if (absl::Status s = LoadWeightsFromAnyFormat(bytes, *module); !s.ok()) {
+      if (absl::Status s = LoadWeightsAt(*path, *module); !s.ok()) {
         return absl::InvalidArgumentError(absl::StrCat("checkpoint ", *path, ": ", s.message()));
       }
       continue;
     }
+    // A sharded checkpoint is read by each rank, its shards only: here, where training stands.
+    if (IsShardedCheckpoint(*path)) {
+      RETURN_IF_ERROR(CheckShardedResume(config, *path));
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(*path));
     absl::StatusOr<OptimizerConfig> resumed = ResumedOptimizerConfig(bytes, *module);
     if (!resumed.ok()) {
       return absl::InvalidArgumentError(

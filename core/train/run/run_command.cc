@@ -21,6 +21,7 @@
 #include "core/env/cluster_environment.h"
 #include "core/env/settings.h"
 #include "core/model/module.h"
+#include "core/model/sharded_checkpoint.h"
 #include "core/model/weights_io.h"
 #include "core/strategy/precision.h"
 #include "core/train/callbacks/early_stopping.h"
@@ -132,8 +133,15 @@ absl::StatusOr<std::string> RunResolvedCommand(const RunConfig& config,
   at::manual_seed(config.trainer.seed);
   ASSIGN_OR_RETURN(std::shared_ptr<LightningModule> module, LoadModel(config, data));
   if (!config.checkpoint.empty()) {
-    ASSIGN_OR_RETURN(std::string bytes, strategy.LoadCheckpoint(config.checkpoint));
-    if (absl::Status s = LoadWeightsFromAnyFormat(bytes, *module); !s.ok()) {
+    absl::Status s;
+    if (IsShardedCheckpoint(config.checkpoint)) {
+      // Its weights assembled whole, as evaluation and a fresh fit's start hold them.
+      s = LoadWeightsAt(config.checkpoint, *module);
+    } else {  // through the strategy's CheckpointIO
+      ASSIGN_OR_RETURN(std::string bytes, strategy.LoadCheckpoint(config.checkpoint));
+      s = LoadWeightsFromAnyFormat(bytes, *module);
+    }
+    if (!s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint ", config.checkpoint, ": ", s.message()));
     }

@@ -404,8 +404,14 @@ const std::vector<RunOption>& RunOptionTable() {
        "FSDP's names: no_shard (DDP), shard_grad_op (ZeRO-2: each rank keeps its rows of the "
        "gradients and of the optimizer state; parameters stay whole) or full_shard (ZeRO-3: of "
        "the parameters too, gathered for the forward and backward: each layer of the built-in "
-       "mlp, a TorchScript model whole); checkpoints hold the unsharded state",
+       "mlp, a TorchScript model whole); checkpoints hold the unsharded state unless "
+       "state_dict_type is sharded",
        Choice(&RunConfig::sharding_strategy, ParseShardingStrategy, ShardingStrategyName)},
+      {"state_dict_type", distributed, "",
+       "Lightning's FSDP names: full (rank 0 writes one file of the unsharded state) or sharded "
+       "(shard_grad_op and full_shard: each rank writes its own shard into a checkpoint "
+       "directory, which resumes on any number of ranks; docs/sharding.md)",
+       OneOf(&RunConfig::state_dict_type, {"full", "sharded"})},
       {"bucket_cap_mb", distributed, "MB", "the gradient buckets' size cap",
        Number([](RunConfig& c) -> double& { return c.bucket_cap_mb; }, 1e-6)},
       {"first_bucket_cap_mb", distributed, "MB",

@@ -224,6 +224,13 @@ absl::Status CheckConsistent(const RunConfig& config) {
       config.sharding_strategy, config.trainer.zero_redundancy_optimizer,
       config.ddp_comm_wrapper != "none" ? absl::StrCat(config.ddp_comm_wrapper, "_compress_wrapper")
                                         : std::string(CommHookName(config.ddp_comm_hook))));
+  if (config.state_dict_type == "sharded" &&
+      config.sharding_strategy == ShardingStrategy::kNoShard) {
+    return absl::InvalidArgumentError(
+        "state_dict_type sharded needs sharding_strategy shard_grad_op or full_shard (each rank "
+        "writes its own rows of the parameters and of the optimizer state); under no_shard, with "
+        "or without zero_redundancy_optimizer, a checkpoint holds the unsharded state");
+  }
   if (config.nnodes > 1 && config.master_addr.empty()) {
     return absl::InvalidArgumentError(
         "nnodes > 1 needs master_addr: node 0's address, the same on every node");
@@ -235,6 +242,7 @@ absl::Status CheckConsistent(const RunConfig& config) {
 
 absl::Status ResolveRunConfig(RunConfig& config, const RunEnvironment& environment) {
   RETURN_IF_ERROR(AdoptOuterJob(config, config.given, environment.outer));
+  config.trainer.sharded_checkpoints = config.state_dict_type == "sharded";
   if (config.checkpoint_on_signal == "SIGUSR1" ||
       (config.checkpoint_on_signal == "auto" && environment.in_slurm_job)) {
     config.trainer.checkpoint_on_signal = SIGUSR1;

@@ -81,6 +81,8 @@ struct RunConfig {
   bool sync_batchnorm = false;
   bool gradient_as_bucket_view = true;
   ShardingStrategy sharding_strategy = ShardingStrategy::kNoShard;
+  // "full" or "sharded"; resolved into trainer.sharded_checkpoints by ResolveRunConfig.
+  std::string state_dict_type = "full";
   double bucket_cap_mb = DDPSPAWN_DEFAULT_BUCKET_CAP_MB;
   double first_bucket_cap_mb = DDPSPAWN_DEFAULT_FIRST_BUCKET_CAP_MB;
   bool broadcast_buffers = true;
