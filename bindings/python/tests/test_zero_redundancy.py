@@ -2,7 +2,8 @@
 (zero_redundancy_optimizer), ZeRO-2 (sharding_strategy shard_grad_op) and
 ZeRO-3 (sharding_strategy full_shard, the parameters sharded too), with Adam and with Adagrad (whose state exists before its first step): each
 rank holds only its shard of the state, training matches the unsharded
-optimizer (with gradient accumulation and clipping too), and the
+optimizer (with gradient accumulation and clipping too, and under
+bf16-mixed), and the
 checkpoint's state (unsharded) resumes with or without sharding."""
 
 import pytest
@@ -171,3 +172,23 @@ def test_full_shard_validates_uneven_shards_as_unsharded(data, tmp_path):
     difference = max_difference(weights(torch, plain.checkpoint, tmp_path / "plain"),
                                 weights(torch, sharded.checkpoint, tmp_path / "sharded"))
     assert difference == 0.0, difference
+
+
+@pytest.mark.parametrize("stage", ["shard_grad_op", "full_shard"])
+def test_sharded_trains_under_bf16_mixed_as_unsharded(stage, data, tmp_path):
+    """bf16-mixed (autocast to bfloat16 on the CPU; float32 parameters,
+    gradients and state): the sharded step sees the same averaged gradients
+    as the unsharded one, so the weights are the same."""
+    torch = pytest.importorskip("torch")
+    plain = ddpspawn.fit(MODEL, data / "train.csv",
+                         **options("adam", tmp_path / "plain", precision="bf16-mixed"))
+    sharded = ddpspawn.fit(MODEL, data / "train.csv", **SHARDING[stage],
+                           **options("adam", tmp_path / "sharded", precision="bf16-mixed"))
+    unmixed = ddpspawn.fit(MODEL, data / "train.csv", **options("adam", tmp_path / "unmixed"))
+    reference = weights(torch, plain.checkpoint, tmp_path / "plain")
+    difference = max_difference(reference, weights(torch, sharded.checkpoint, tmp_path / "sharded"))
+    print(f"{stage} bf16-mixed against no_shard bf16-mixed: {difference}")
+    assert difference == 0.0, difference
+    # bf16-mixed did change the arithmetic: its weights are not the float32 fit's.
+    assert max_difference(reference, weights(torch, unmixed.checkpoint,
+                                             tmp_path / "unmixed")) > 1e-4
