@@ -342,6 +342,23 @@ absl::StatusOr<at::Tensor> FullShard::Forward(size_t unit,
 
 absl::StatusOr<at::Tensor> FullShard::ForwardSequential(torch::nn::SequentialImpl& net,
                                                         at::Tensor input) {
+  absl::StatusOr<size_t> self = UnitOf(net);
+  if (!self.ok()) return ForwardChildren(net, std::move(input));
+  absl::Status children = absl::OkStatus();
+  ASSIGN_OR_RETURN(at::Tensor output, Forward(*self, [&]() -> at::Tensor {
+                     absl::StatusOr<at::Tensor> x = ForwardChildren(net, input);
+                     if (!x.ok()) {
+                       children = x.status();
+                       return at::Tensor();
+                     }
+                     return *std::move(x);
+                   }));
+  RETURN_IF_ERROR(children);
+  return output;
+}
+
+absl::StatusOr<at::Tensor> FullShard::ForwardChildren(torch::nn::SequentialImpl& net,
+                                                      at::Tensor input) {
   at::Tensor x = std::move(input);
   for (torch::nn::AnyModule& child : net) {
     absl::StatusOr<size_t> unit = UnitOf(*child.ptr());

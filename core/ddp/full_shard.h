@@ -83,6 +83,8 @@ class FullShard {
   // every rank must run as many forwards (or use GatherAll() around an uneven evaluation).
   absl::StatusOr<at::Tensor> Forward(size_t unit, const std::function<at::Tensor()>& forward);
   // `net`'s forward on `input`: each child in order, the children that are units through Forward().
+  // When `net` is a unit itself (the root, holding parameters no child unit holds, as
+  // SizeBasedUnits() leaves it), the whole pass runs through its Forward() too.
   absl::StatusOr<at::Tensor> ForwardSequential(torch::nn::SequentialImpl& net, at::Tensor input);
 
   // Every unit whole until the matching ReshardAll() (FSDP's summon_full_params; the calls nest):
@@ -140,6 +142,8 @@ class FullShard {
           absl::StatusOr<std::unique_ptr<DistributedDataParallel>>(const DdpOptions&)>& wrap,
       ProcessGroup* group, FullShardOptions options);
   absl::Status InstallHooks();
+  // ForwardSequential's pass over the children.
+  absl::StatusOr<at::Tensor> ForwardChildren(torch::nn::SequentialImpl& net, at::Tensor input);
   absl::Status Gather(Unit& unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void Reshard(Unit& unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Autograd's side: the unit's output gradient arrived (its backward is next), and one of its

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/comm/process_group.h"
+#include "core/ddp/size_based_units.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -123,6 +124,52 @@ TEST(FullShardTest, GatherAllNestsAndKeepsWhatWasWritten) {
   ASSERT_TRUE(out.ok()) << out.status();
   // Hidden: 4 * 0.5 + 0.5 = 2.5 each; output: 8 * 0.5 * 2.5 + 0.5 = 10.5.
   EXPECT_TRUE(torch::allclose(*out, torch::full({1, 2}, 10.5)));
+}
+
+}  // namespace
+}  // namespace ddpspawn
+
+namespace ddpspawn {
+namespace {
+
+using Modules = std::vector<std::shared_ptr<torch::nn::Module>>;
+
+TEST(SizeBasedUnitsTest, ChoosesModulesByTheParametersTheyWouldHold) {
+  torch::nn::Sequential net = MakeNet();  // Linear(4, 8): 40 elements, Linear(8, 2): 18
+  EXPECT_EQ(SizeBasedUnits(net.ptr(), 1), (Modules{net[0], net[2]}));  // nothing left to the root
+  EXPECT_EQ(SizeBasedUnits(net.ptr(), 20), (Modules{net[0], net.ptr()}));
+  EXPECT_EQ(SizeBasedUnits(net.ptr(), 1000), (Modules{net.ptr()}));
+  // Nested: the inner Sequential's Linear(8, 8) (72) is a unit, its Linear(4, 8) (40) is left to
+  // the inner Sequential, which passes it up with too few; the root takes it and Linear(8, 2).
+  auto outer = std::make_shared<torch::nn::Module>();
+  torch::nn::ModuleList inner = outer->register_module(
+      "inner", torch::nn::ModuleList(torch::nn::Linear(4, 8), torch::nn::Linear(8, 8)));
+  outer->register_module("head", torch::nn::Linear(8, 2));
+  EXPECT_EQ(SizeBasedUnits(outer, 50), (Modules{inner[1], outer}));
+  // A frozen parameter counts for no unit: Linear(4, 8) is left its bias alone (8 elements), too
+  // few, which goes to the root.
+  net[0]->named_parameters()["weight"].set_requires_grad(false);
+  EXPECT_EQ(SizeBasedUnits(net.ptr(), 10), (Modules{net[2], net.ptr()}));
+  EXPECT_EQ(SizeBasedUnits(net.ptr(), 8), (Modules{net[0], net[2]}));
+}
+
+TEST(FullShardTest, RunsTheRootUnitAroundItsChildren) {
+  std::unique_ptr<ProcessGroup> group = SoloGroup();
+  torch::nn::Sequential net = MakeNet();
+  torch::nn::Sequential reference = MakeNet();
+  absl::StatusOr<std::unique_ptr<FullShard>> shard =
+      FullShard::Wrap(net.ptr(), SizeBasedUnits(net.ptr(), 20), group.get());
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  torch::Tensor x = torch::randn({5, 4});
+  absl::StatusOr<at::Tensor> out = (*shard)->ForwardSequential(*net, x);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(torch::equal(*out, reference->forward(x)));
+  // Both units were whole at once (the root's Linear(8, 2) around the whole pass), and neither is
+  // after the forward.
+  EXPECT_EQ((*shard)->peak_whole_parameter_bytes(), 4 * (40 + 18));
+  EXPECT_EQ((*shard)->WholeParameterBytes(), 0);
+  out->sum().backward();
+  EXPECT_EQ((*shard)->WholeParameterBytes(), 0);
 }
 
 }  // namespace

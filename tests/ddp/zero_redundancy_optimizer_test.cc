@@ -1,13 +1,14 @@
 // The sharded optimizers in real 2-, 3- and 4-rank jobs (tests/ddp/zero_worker), over each of
 // torch::optim's SGD (momentum), Adam, AdamW, RMSprop and Adagrad: ZeRO-1's ZeroRedundancyOptimizer
 // ZeRO-2's shard_grad_op (the reducer's reduce-scatter with a ShardGradOpOptimizer) and ZeRO-3's
-// full_shard (FullShard, each Linear a unit, with and without reshard_after_forward), plain and
-// with gradient accumulation and clipping by the global norm. Each gives the weights of DDP with
-// the unsharded optimizer, each rank holds only its shard of the state (and, with shard_grad_op, of
-// the gradients; with full_shard, of the parameters too, whole only one unit at a time), and a
-// consolidated state resumes both a plain optimizer and a sharded one. (Adagrad makes its state
-// when it is built: before ZeRO-1's shard dropped the others' state, every rank held all of it, and
-// a consolidation took the last rank's fresh state for every other rank's parameters.)
+// full_shard (FullShard, each Linear a unit, with and without reshard_after_forward, or the units
+// SizeBasedUnits chooses), plain and with gradient accumulation and clipping by the global norm.
+// Each gives the weights of DDP with the unsharded optimizer, each rank holds only its shard of the
+// state (and, with shard_grad_op, of the gradients; with full_shard, of the parameters too, whole
+// only one unit at a time), and a consolidated state resumes both a plain optimizer and a sharded
+// one. (Adagrad makes its state when it is built: before ZeRO-1's shard dropped the others' state,
+// every rank held all of it, and a consolidation took the last rank's fresh state for every other
+// rank's parameters.)
 #include <cstdint>
 #include <iostream>
 #include <map>
@@ -38,6 +39,8 @@ constexpr int64_t kModelElements = 8 * 32 + 32 + 32 * 16 + 16 + 16 + 1;
 constexpr int kModelParameters = 6;
 // Its largest unit, Linear(32, 16), whole: full_shard's high-water of whole parameters.
 constexpr int64_t kLargestUnitBytes = int64_t{4} * (32 * 16 + 16);
+// Linear(16, 1): under SizeBasedUnits at 200 parameters, too small to be a unit; the root holds it.
+constexpr int64_t kLastLinearBytes = int64_t{4} * (16 + 1);
 // How far a measured memory may be from its formula (ZeRO's, for float32 parameters).
 constexpr double kMemoryTolerance = 0.15;
 
@@ -92,7 +95,8 @@ TEST_P(ZeroRedundancyOptimizerTest, MatchesTheUnshardedOptimizer) {
   const double tolerance = c.optimizer == "rmsprop" ? kRmspropTolerance : kTolerance;
   std::cerr << "observed: " << absl::StrJoin(fields, " ", absl::PairFormatter("=")) << "\n";
   const bool zero1 = c.stage == "zero1";
-  const bool full_shard = c.stage == "full_shard" || c.stage == "full_shard_keep";
+  const bool full_shard =
+      c.stage == "full_shard" || c.stage == "full_shard_keep" || c.stage == "full_shard_auto";
   if (zero1) {
     EXPECT_EQ(Number(fields, "vs_ddp_diff"), 0.0);
   } else {
@@ -146,9 +150,12 @@ TEST_P(ZeroRedundancyOptimizerTest, MatchesTheUnshardedOptimizer) {
       // Between steps no parameter is whole; within one, one unit at a time, or all of them from
       // forward to backward without reshard_after_forward.
       EXPECT_EQ(whole[rank], "0") << "rank " << rank;
-      EXPECT_EQ(peak_whole[rank],
-                std::to_string(c.stage == "full_shard" ? kLargestUnitBytes : 4 * kModelElements))
-          << "rank " << rank;
+      // SizeBasedUnits' root unit (the last Linear) is whole for the whole forward, beside each
+      // other unit in turn.
+      const int64_t peak = c.stage == "full_shard"        ? kLargestUnitBytes
+                           : c.stage == "full_shard_auto" ? kLargestUnitBytes + kLastLinearBytes
+                                                          : 4 * kModelElements;
+      EXPECT_EQ(peak_whole[rank], std::to_string(peak)) << "rank " << rank;
     }
     int64_t measured = 0, ddp_measured = 0;
     ASSERT_TRUE(absl::SimpleAtoi(state_memory[rank], &measured));
@@ -178,7 +185,9 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"adagrad", 4, 4, "full_shard"}, Case{"rmsprop", 4, 2, "full_shard"},
                     Case{"sgd", 4, 3, "full_shard"}, Case{"adam", 8, 4, "full_shard", true},
                     Case{"sgd", 4, 2, "full_shard", true}, Case{"adam", 8, 2, "full_shard_keep"},
-                    Case{"adagrad", 4, 4, "full_shard_keep", true}),
+                    Case{"adagrad", 4, 4, "full_shard_keep", true},
+                    Case{"adam", 8, 2, "full_shard_auto"},
+                    Case{"sgd", 4, 3, "full_shard_auto", true}),
     [](const testing::TestParamInfo<Case>& info) {
       return info.param.stage + "_" + info.param.optimizer + "_" +
              std::to_string(info.param.nprocs) + "_ranks" +

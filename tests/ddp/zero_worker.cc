@@ -5,10 +5,11 @@
 //   zero_worker <steps> <optimizer> <stage> save:<dir> | load:<dir>
 // the optimizer one of adam, adamw, adagrad, rmsprop, sgd (with momentum); the stage zero1
 // (ZeroRedundancyOptimizer after DDP's all-reduce), shard_grad_op (the reducer's shard_gradients
-// with a ShardGradOpOptimizer), full_shard (FullShard, each Linear a unit) or full_shard_keep (the
-// same without reshard_after_forward). accumulate_clip: each step accumulates two batches (the
-// first under no_sync) and clips the gradients' global norm to 0.05, everywhere. Rank 0's result,
-// space-separated key=value:
+// with a ShardGradOpOptimizer), full_shard (FullShard, each Linear a unit), full_shard_keep (the
+// same without reshard_after_forward) or full_shard_auto (SizeBasedUnits at 200 parameters: the
+// first two Linears, and the root holding the last, whole for the whole forward). accumulate_clip:
+// each step accumulates two batches (the first under no_sync) and clips the gradients' global norm
+// to 0.05, everywhere. Rank 0's result, space-separated key=value:
 //   max_diff        the largest |parameter - reference| after <steps> steps
 //   vs_ddp_diff     the same against DDP with the plain optimizer (no sharding), on the same data
 //   state_bytes     each rank's optimizer state bytes, comma-separated
@@ -53,6 +54,7 @@
 #include "core/ddp/distributed_data_parallel.h"
 #include "core/ddp/full_shard.h"
 #include "core/ddp/shard_grad_op_optimizer.h"
+#include "core/ddp/size_based_units.h"
 #include "core/ddp/zero_redundancy_optimizer.h"
 #include "core/env/cluster_environment.h"
 #include "core/launch/worker_channel.h"
@@ -82,8 +84,9 @@ struct Mode {
   bool shard_grad_op = false;
   bool full_shard = false;  // with shard_grad_op
   bool reshard_after_forward = true;
-  bool accumulate = false;  // two batches a step, the first under no_sync
-  double clip = 0;          // the gradients' global norm clipped to this (0: not clipped)
+  bool size_based_units = false;  // full_shard's units by SizeBasedUnits, not each Linear
+  bool accumulate = false;        // two batches a step, the first under no_sync
+  double clip = 0;                // the gradients' global norm clipped to this (0: not clipped)
 };
 
 // Rank r's batch `micro` of `step`.
@@ -205,6 +208,7 @@ Sharded FullyShard(const std::string& name, torch::nn::Sequential& net, ProcessG
   for (const std::shared_ptr<torch::nn::Module>& child : net->children()) {
     if (!child->parameters().empty()) units.push_back(child);
   }
+  if (mode.size_based_units) units = SizeBasedUnits(net.ptr(), 200);
   Sharded sharded;
   absl::StatusOr<std::unique_ptr<FullShard>> fsdp =
       FullShard::Wrap(net.ptr(), units, &group, options);
@@ -553,18 +557,21 @@ int main(int argc, char** argv) {
   const bool save = absl::StartsWith(extra, "save:"), load = absl::StartsWith(extra, "load:");
   if (argc < 4 || argc > 5 || !absl::SimpleAtoi(argv[1], &steps) || steps < 1 ||
       (stage != "zero1" && stage != "shard_grad_op" && stage != "full_shard" &&
-       stage != "full_shard_keep") ||
+       stage != "full_shard_keep" && stage != "full_shard_auto") ||
       (argc == 5 && extra != "accumulate_clip" && !save && !load) ||
       ((save || load) && stage == "zero1")) {
-    std::fprintf(stderr,
-                 "usage: zero_worker <steps> <optimizer> "
-                 "zero1|shard_grad_op|full_shard|full_shard_keep [accumulate_clip]\n"
-                 "       zero_worker <steps> <optimizer> shard_grad_op|full_shard|full_shard_keep "
-                 "save:<dir>|load:<dir>\n");
+    std::fprintf(
+        stderr,
+        "usage: zero_worker <steps> <optimizer> "
+        "zero1|shard_grad_op|full_shard|full_shard_keep|full_shard_auto [accumulate_clip]\n"
+        "       zero_worker <steps> <optimizer> shard_grad_op|full_shard|full_shard_keep "
+        "save:<dir>|load:<dir>\n");
     return 2;
   }
   ddpspawn::Mode mode;
-  mode.full_shard = stage == "full_shard" || stage == "full_shard_keep";
+  mode.full_shard =
+      stage == "full_shard" || stage == "full_shard_keep" || stage == "full_shard_auto";
+  mode.size_based_units = stage == "full_shard_auto";
   mode.reshard_after_forward = stage != "full_shard_keep";
   mode.shard_grad_op = stage == "shard_grad_op" || mode.full_shard;
   mode.accumulate = extra == "accumulate_clip";
