@@ -52,7 +52,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(
                        "ZeroRedundancyOptimizer") {}
 
 absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> ZeroRedundancyOptimizer::Create(
-    OptimizerFactory make, ProcessGroup* group) {
+    OptimizerFactory make, ProcessGroup* group, int64_t gather_buffer_bytes) {
   if (group == nullptr) return absl::InvalidArgumentError("ZeroRedundancyOptimizer: no group");
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> full, make());
   const std::vector<at::Tensor> parameters = AllParameters(*full);
@@ -74,6 +74,7 @@ absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> ZeroRedundancyOptimizer
       new ZeroRedundancyOptimizer(groups, full->defaults().clone(), std::move(make), group));
   zero->owners_ = Partition(parameters, group->world_size(), &zero->elements_per_rank_);
   zero->shard_elements_ = zero->elements_per_rank_[group->rank()];
+  zero->gather_buffer_bytes_ = gather_buffer_bytes;
   ASSIGN_OR_RETURN(zero->shard_, zero->MakeShard(group->rank()));
   return zero;
 }
@@ -109,31 +110,62 @@ absl::Status ZeroRedundancyOptimizer::Step() {
 
 absl::Status ZeroRedundancyOptimizer::AllGatherParameters() {
   const std::vector<at::Tensor> parameters = AllParameters(*this);
+  const int world = group_->world_size(), me = group_->rank();
+  // Each rank's shard is its parameters flat and back to back, padded to the largest shard; chunk k
+  // of every shard is gathered at once, so the buffer holds world * chunk elements, not the whole
+  // padded shards. The same sizes on every rank, so every rank makes the same calls.
   const int64_t padded = *std::max_element(elements_per_rank_.begin(), elements_per_rank_.end());
-  at::Tensor gathered;  // every rank's shard, padded, in rank order: one flat all-gather
-  RETURN_IF_ERROR(StatusOnException("ZeroRedundancyOptimizer: packing the shard", [&] {
+  const int64_t chunk =
+      std::clamp<int64_t>(gather_buffer_bytes_ / (parameters[0].element_size() * world), 1,
+                          std::max<int64_t>(padded, 1));
+  std::vector<int64_t> offset(parameters.size());  // of each parameter in its owner's shard
+  std::vector<int64_t> filled(world, 0);
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    offset[i] = filled[owners_[i]];
+    filled[owners_[i]] += parameters[i].numel();
+  }
+  return StatusOnException("ZeroRedundancyOptimizer: all-gathering the shards", [&] {
     at::NoGradGuard no_grad;
-    at::Tensor mine = at::empty({padded}, parameters[0].options());
-    int64_t offset = 0;
+    // Where the others' parameters are written: themselves, or a contiguous copy written back.
+    std::vector<at::Tensor> flat(parameters.size());
     for (size_t i = 0; i < parameters.size(); ++i) {
-      if (owners_[i] != group_->rank()) continue;
-      const int64_t n = parameters[i].numel();
-      mine.narrow(0, offset, n).copy_(parameters[i].reshape(-1));
-      offset += n;
+      if (owners_[i] == me) continue;
+      flat[i] = parameters[i].is_contiguous()
+                    ? parameters[i].view(-1)
+                    : at::empty({parameters[i].numel()}, parameters[i].options());
     }
-    mine.narrow(0, offset, padded - offset).zero_();  // the padding up to the largest shard
-    gathered = at::empty({padded * group_->world_size()}, mine.options());
-    return group_->AllGatherInto(mine, gathered);
-  }));
-  return StatusOnException("ZeroRedundancyOptimizer: unpacking the shards", [&] {
-    at::NoGradGuard no_grad;
-    std::vector<int64_t> offsets(elements_per_rank_.size(), 0);
+    const at::TensorOptions options = parameters[0].options();
+    at::Tensor mine = at::empty({chunk}, options);
+    at::Tensor all = at::empty({chunk * world}, options);
+    for (int64_t start = 0; start < padded; start += chunk) {
+      const int64_t n = std::min(chunk, padded - start);
+      at::Tensor my_piece = mine.narrow(0, 0, n);
+      if (start + n > elements_per_rank_[me]) my_piece.zero_();  // the padding
+      for (size_t i = 0; i < parameters.size(); ++i) {
+        if (owners_[i] != me) continue;
+        const int64_t begin = std::max(start, offset[i]);
+        const int64_t end = std::min(start + n, offset[i] + parameters[i].numel());
+        if (begin >= end) continue;
+        my_piece.narrow(0, begin - start, end - begin)
+            .copy_(parameters[i].reshape(-1).narrow(0, begin - offset[i], end - begin));
+      }
+      at::Tensor gathered = all.narrow(0, 0, n * world);
+      RETURN_IF_ERROR(group_->AllGatherInto(my_piece, gathered));
+      for (size_t i = 0; i < parameters.size(); ++i) {
+        const int owner = owners_[i];
+        if (owner == me) continue;
+        const int64_t begin = std::max(start, offset[i]);
+        const int64_t end = std::min(start + n, offset[i] + parameters[i].numel());
+        if (begin >= end) continue;
+        flat[i]
+            .narrow(0, begin - offset[i], end - begin)
+            .copy_(gathered.narrow(0, owner * n + (begin - start), end - begin));
+      }
+    }
     for (size_t i = 0; i < parameters.size(); ++i) {
-      const int owner = owners_[i];
-      if (owner == group_->rank()) continue;
-      const at::Tensor& p = parameters[i];
-      p.copy_(gathered.narrow(0, owner * padded + offsets[owner], p.numel()).view(p.sizes()));
-      offsets[owner] += p.numel();
+      if (owners_[i] != me && !parameters[i].is_contiguous()) {
+        parameters[i].copy_(flat[i].view(parameters[i].sizes()));
+      }
     }
     return absl::OkStatus();
   });

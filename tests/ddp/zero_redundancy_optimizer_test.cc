@@ -50,7 +50,7 @@ struct Case {
   // (SGD's momentum, RMSprop's square average, Adagrad's sum).
   int64_t state_bytes_per_element;
   int nprocs;
-  std::string stage = "zero1";  // or shard_grad_op, full_shard, full_shard_keep
+  std::string stage = "zero1";  // or zero1_chunked, shard_grad_op, full_shard, full_shard_*
   bool accumulate_clip = false;
 };
 
@@ -94,7 +94,7 @@ TEST_P(ZeroRedundancyOptimizerTest, MatchesTheUnshardedOptimizer) {
   std::map<std::string, std::string> fields = RunWorker(c);
   const double tolerance = c.optimizer == "rmsprop" ? kRmspropTolerance : kTolerance;
   std::cerr << "observed: " << absl::StrJoin(fields, " ", absl::PairFormatter("=")) << "\n";
-  const bool zero1 = c.stage == "zero1";
+  const bool zero1 = c.stage == "zero1" || c.stage == "zero1_chunked";
   const bool full_shard =
       c.stage == "full_shard" || c.stage == "full_shard_keep" || c.stage == "full_shard_auto";
   if (zero1) {
@@ -187,7 +187,8 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"sgd", 4, 2, "full_shard", true}, Case{"adam", 8, 2, "full_shard_keep"},
                     Case{"adagrad", 4, 4, "full_shard_keep", true},
                     Case{"adam", 8, 2, "full_shard_auto"},
-                    Case{"sgd", 4, 3, "full_shard_auto", true}),
+                    Case{"sgd", 4, 3, "full_shard_auto", true}, Case{"adam", 8, 3, "zero1_chunked"},
+                    Case{"sgd", 4, 2, "zero1_chunked", true}),
     [](const testing::TestParamInfo<Case>& info) {
       return info.param.stage + "_" + info.param.optimizer + "_" +
              std::to_string(info.param.nprocs) + "_ranks" +

@@ -4,12 +4,14 @@
 //   zero_worker <steps> <optimizer> <stage> [accumulate_clip]
 //   zero_worker <steps> <optimizer> <stage> save:<dir> | load:<dir>
 // the optimizer one of adam, adamw, adagrad, rmsprop, sgd (with momentum); the stage zero1
-// (ZeroRedundancyOptimizer after DDP's all-reduce), shard_grad_op (the reducer's shard_gradients
-// with a ShardGradOpOptimizer), full_shard (FullShard, each Linear a unit), full_shard_keep (the
-// same without reshard_after_forward) or full_shard_auto (SizeBasedUnits at 200 parameters: the
-// first two Linears, and the root holding the last, whole for the whole forward). accumulate_clip:
-// each step accumulates two batches (the first under no_sync) and clips the gradients' global norm
-// to 0.05, everywhere. Rank 0's result, space-separated key=value:
+// (ZeroRedundancyOptimizer after DDP's all-reduce), zero1_chunked (the same, its all-gather in
+// chunks of 64 bytes of buffer, a few elements from each rank: dozens of chunks a step, parameters
+// across chunk boundaries), shard_grad_op (the reducer's shard_gradients with a
+// ShardGradOpOptimizer), full_shard (FullShard, each Linear a unit), full_shard_keep (the same
+// without reshard_after_forward) or full_shard_auto (SizeBasedUnits at 200 parameters: the first
+// two Linears, and the root holding the last, whole for the whole forward). accumulate_clip: each
+// step accumulates two batches (the first under no_sync) and clips the gradients' global norm to
+// 0.05, everywhere. Rank 0's result, space-separated key=value:
 //   max_diff        the largest |parameter - reference| after <steps> steps
 //   vs_ddp_diff     the same against DDP with the plain optimizer (no sharding), on the same data
 //   state_bytes     each rank's optimizer state bytes, comma-separated
@@ -85,8 +87,9 @@ struct Mode {
   bool full_shard = false;  // with shard_grad_op
   bool reshard_after_forward = true;
   bool size_based_units = false;  // full_shard's units by SizeBasedUnits, not each Linear
-  bool accumulate = false;        // two batches a step, the first under no_sync
-  double clip = 0;                // the gradients' global norm clipped to this (0: not clipped)
+  int64_t gather_buffer_bytes = int64_t{4} << 20;  // ZeRO-1's default
+  bool accumulate = false;                         // two batches a step, the first under no_sync
+  double clip = 0;  // the gradients' global norm clipped to this (0: not clipped)
 };
 
 // Rank r's batch `micro` of `step`.
@@ -238,7 +241,7 @@ Sharded Shard(const std::string& name, torch::nn::Sequential& net, ProcessGroup&
     optimizer = *std::move(made);
   } else {
     absl::StatusOr<std::unique_ptr<ZeroRedundancyOptimizer>> made =
-        ZeroRedundancyOptimizer::Create(OptimizerOver(name, net), &group);
+        ZeroRedundancyOptimizer::Create(OptimizerOver(name, net), &group, mode.gather_buffer_bytes);
     CheckOk(made.status(), "zero");
     optimizer = *std::move(made);
   }
@@ -556,22 +559,23 @@ int main(int argc, char** argv) {
   const std::string extra = argc > 4 ? argv[4] : "";
   const bool save = absl::StartsWith(extra, "save:"), load = absl::StartsWith(extra, "load:");
   if (argc < 4 || argc > 5 || !absl::SimpleAtoi(argv[1], &steps) || steps < 1 ||
-      (stage != "zero1" && stage != "shard_grad_op" && stage != "full_shard" &&
-       stage != "full_shard_keep" && stage != "full_shard_auto") ||
+      (stage != "zero1" && stage != "zero1_chunked" && stage != "shard_grad_op" &&
+       stage != "full_shard" && stage != "full_shard_keep" && stage != "full_shard_auto") ||
       (argc == 5 && extra != "accumulate_clip" && !save && !load) ||
-      ((save || load) && stage == "zero1")) {
-    std::fprintf(
-        stderr,
-        "usage: zero_worker <steps> <optimizer> "
-        "zero1|shard_grad_op|full_shard|full_shard_keep|full_shard_auto [accumulate_clip]\n"
-        "       zero_worker <steps> <optimizer> shard_grad_op|full_shard|full_shard_keep "
-        "save:<dir>|load:<dir>\n");
+      ((save || load) && (stage == "zero1" || stage == "zero1_chunked"))) {
+    std::fprintf(stderr,
+                 "usage: zero_worker <steps> <optimizer> "
+                 "zero1|zero1_chunked|shard_grad_op|full_shard|full_shard_keep|full_shard_auto "
+                 "[accumulate_clip]\n"
+                 "       zero_worker <steps> <optimizer> shard_grad_op|full_shard|full_shard_keep "
+                 "save:<dir>|load:<dir>\n");
     return 2;
   }
   ddpspawn::Mode mode;
   mode.full_shard =
       stage == "full_shard" || stage == "full_shard_keep" || stage == "full_shard_auto";
   mode.size_based_units = stage == "full_shard_auto";
+  if (stage == "zero1_chunked") mode.gather_buffer_bytes = 64;
   mode.reshard_after_forward = stage != "full_shard_keep";
   mode.shard_grad_op = stage == "shard_grad_op" || mode.full_shard;
   mode.accumulate = extra == "accumulate_clip";
