@@ -89,6 +89,34 @@ def test_a_killed_rank_resumes_to_the_same_weights(tmp_path, uninterrupted, afte
     assert epoch_losses(root) == epoch_losses(train.parent / "logs")
 
 
+@pytest.mark.parametrize("stage", ["shard_grad_op", "full_shard"])
+def test_sharded_checkpoints_resume_a_killed_rank_to_the_same_weights(tmp_path, uninterrupted,
+                                                                       stage):
+    # --state-dict-type sharded: every checkpoint is a directory each rank
+    # writes its shard of, and the restarted ranks each read their rows back.
+    # At 2 ranks the sharded strategies' arithmetic is DDP's (the
+    # reduce-scatter of two gradients sums them as the all-reduce does), so the
+    # weights are the uninterrupted unsharded run's.
+    train, want, want_metrics = uninterrupted
+    root = tmp_path / "logs"
+    job = subprocess.Popen(fit_args(train, root) + ["--max-restarts", "1", "--sharding-strategy",
+                                                    stage, "--state-dict-type", "sharded"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_steps(job, root, 400)
+    os.kill(rank_pid(job.pid, 1), signal.SIGKILL)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 0, err
+    got = parse(out)
+    assert got["restarts"] == "1"
+    checkpoint = root.resolve() / "checkpoints" / "last.ckpt"
+    assert f"continuing from {checkpoint}" in err, err
+    assert sorted(os.listdir(checkpoint)) == ["common", "shard-0-of-2", "shard-1-of-2"]
+    steps = logged_steps(root)
+    assert steps.count(1) == 1 and 0 <= len(steps) - 750 <= 7, len(steps)
+    assert got["global_step"] == "750"
+    assert evaluate(got["checkpoint"], train, MODEL) == want_metrics
+
+
 def test_forkserver_trains_like_spawn_and_restarts_from_the_same_server(tmp_path, uninterrupted):
     # --start-method forkserver: one exec of the CLI forks the ranks, and the
     # restarted ranks too; the weights are those of the spawned, uninterrupted
