@@ -84,7 +84,7 @@ absl::Status CheckOwnStorage(const at::Tensor& parameter, const std::string& nam
 absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Wrap(
     std::shared_ptr<torch::nn::Module> module,
     const std::vector<std::shared_ptr<torch::nn::Module>>& units, ProcessGroup* group,
-    FullShardOptions options) {
+    const FullShardOptions& options) {
   if (module == nullptr) return absl::InvalidArgumentError("full_shard: no module");
   if (units.empty()) return absl::InvalidArgumentError("full_shard: no units");
   // The parameters the wrapper reduces (DistributedDataParallel's: those that require grad), each
@@ -135,7 +135,7 @@ absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Wrap(
                                                            return DistributedDataParallel::Wrap(
                                                                module, group, ddp_options);
                                                          },
-                                                         group, std::move(options)));
+                                                         group, options));
   shard->module_ = std::move(module);
   return shard;
 }
@@ -143,7 +143,7 @@ absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Wrap(
 absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Wrap(
     std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers,
     const std::vector<std::vector<at::Tensor>>& units, ProcessGroup* group,
-    FullShardOptions options) {
+    const FullShardOptions& options) {
   if (units.empty()) return absl::InvalidArgumentError("full_shard: no units");
   std::unordered_map<const void*, size_t> unit_of;
   for (size_t u = 0; u < units.size(); ++u) {
@@ -170,14 +170,14 @@ absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Wrap(
         return DistributedDataParallel::Wrap(std::move(parameters), std::move(buffers), group,
                                              ddp_options);
       },
-      group, std::move(options));
+      group, options);
 }
 
 absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Build(
     Plan plan,
     const std::function<
         absl::StatusOr<std::unique_ptr<DistributedDataParallel>>(const DdpOptions&)>& wrap,
-    ProcessGroup* group, FullShardOptions options) {
+    ProcessGroup* group, const FullShardOptions& options) {
   if (group == nullptr) return absl::InvalidArgumentError("full_shard needs a process group");
   const std::vector<at::Tensor>& trainable = plan.trainable;
   const size_t unit_count = plan.unit_modules.size();

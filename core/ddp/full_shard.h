@@ -63,14 +63,14 @@ class FullShard {
   static absl::StatusOr<std::unique_ptr<FullShard>> Wrap(
       std::shared_ptr<torch::nn::Module> module,
       const std::vector<std::shared_ptr<torch::nn::Module>>& units, ProcessGroup* group,
-      FullShardOptions options = {});
+      const FullShardOptions& options = {});
   // The tensor form (a TorchScript module's parameters and buffers, as DistributedDataParallel's):
   // `units` are lists of `parameters`; every one that requires grad must be in one unit. Its
   // forward runs through Forward() only.
   static absl::StatusOr<std::unique_ptr<FullShard>> Wrap(
       std::vector<at::Tensor> parameters, std::vector<at::Tensor> buffers,
       const std::vector<std::vector<at::Tensor>>& units, ProcessGroup* group,
-      FullShardOptions options = {});
+      const FullShardOptions& options = {});
   ~FullShard();
   FullShard(const FullShard&) = delete;
   FullShard& operator=(const FullShard&) = delete;
@@ -140,7 +140,7 @@ class FullShard {
       Plan plan,
       const std::function<
           absl::StatusOr<std::unique_ptr<DistributedDataParallel>>(const DdpOptions&)>& wrap,
-      ProcessGroup* group, FullShardOptions options);
+      ProcessGroup* group, const FullShardOptions& options);
   absl::Status InstallHooks();
   // ForwardSequential's pass over the children.
   absl::StatusOr<at::Tensor> ForwardChildren(torch::nn::SequentialImpl& net, at::Tensor input);

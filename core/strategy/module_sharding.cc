@@ -18,8 +18,7 @@ absl::StatusOr<ShardedModule> ShardModule(LightningModule& module, ProcessGroup*
   auto* network = dynamic_cast<NnModule*>(&module);
   std::vector<std::shared_ptr<torch::nn::Module>> units = module.ShardUnits();
   if (network != nullptr && !units.empty()) {
-    ASSIGN_OR_RETURN(sharded.shard,
-                     FullShard::Wrap(network->network(), units, group, std::move(options)));
+    ASSIGN_OR_RETURN(sharded.shard, FullShard::Wrap(network->network(), units, group, options));
     module.UseFullShard(sharded.shard.get());
     return sharded;
   }
@@ -28,7 +27,7 @@ absl::StatusOr<ShardedModule> ShardModule(LightningModule& module, ProcessGroup*
     if (p.requires_grad()) trainable.push_back(p);
   }
   ASSIGN_OR_RETURN(sharded.shard, FullShard::Wrap(module.parameters(), module.buffers(),
-                                                  {trainable}, group, std::move(options)));
+                                                  {trainable}, group, options));
   sharded.whole_model_unit = true;
   return sharded;
 }
