@@ -1,6 +1,7 @@
 // Every collective, op and dtype against expected values, in real 2-, 3- and 4-rank jobs (the
 // checks run inside tests/core/test_worker's modes).
 #include <cstdlib>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -67,7 +68,9 @@ TEST(GroupsInTurnTest, EachGroupJoinsAndReduces) {
 
 // The rank that is slowed on purpose (10 ms before each of 20 all-reduces) is the one the arrivals
 // name, whichever it is, with about that lateness; over Gloo's TCP nothing is timed and the report
-// says so instead of naming a rank.
+// says so instead of naming a rank. On a loaded 2-core machine another rank is now and then
+// descheduled for longer than 10 ms (CI saw it once in 20), so the slowed rank must be last in at
+// least 18 of the 20.
 class StragglerTest : public testing::TestWithParam<int> {};
 
 TEST_P(StragglerTest, TheSlowedRankIsNamed) {
@@ -75,10 +78,19 @@ TEST_P(StragglerTest, TheSlowedRankIsNamed) {
   absl::StatusOr<std::string> report = RunWorkers(3, absl::StrCat("straggler ", slow));
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_THAT(*report, testing::HasSubstr(absl::StrCat("\nstraggler.rank=", slow, "\n")));
-  EXPECT_THAT(*report, testing::StartsWith(
-                           absl::StrCat("rank ", slow, " arrived last at 100% of 20 collectives")));
+  // How often each rank arrived last.
+  std::vector<int> last(3, -1);
+  for (int r = 0; r < 3; ++r) {
+    const std::string key = absl::StrCat("straggler.rank", r, ".arrived_last=");
+    const size_t at = report->find(key);
+    ASSERT_NE(at, std::string::npos) << *report;
+    last[r] = std::atoi(report->c_str() + at + key.size());
+  }
+  EXPECT_GE(last[slow], 18) << *report;
+  EXPECT_EQ(last[0] + last[1] + last[2], 20) << *report;
   EXPECT_THAT(*report,
-              testing::HasSubstr(absl::StrCat("straggler.rank", slow, ".arrived_last=20\n")));
+              testing::StartsWith(absl::StrCat("rank ", slow, " arrived last at ",
+                                               100 * last[slow] / 20, "% of 20 collectives")));
   // Late by about the 10 ms it slept: between 5 and 30 ms on average.
   const std::string key = absl::StrCat("straggler.rank", slow, ".late_ms=");
   const size_t at = report->find(key);
@@ -86,11 +98,6 @@ TEST_P(StragglerTest, TheSlowedRankIsNamed) {
   const double late_ms = std::atof(report->c_str() + at + key.size());
   EXPECT_GT(late_ms, 5.0) << *report;
   EXPECT_LT(late_ms, 30.0) << *report;
-  for (int r = 0; r < 3; ++r) {
-    if (r == slow) continue;
-    EXPECT_THAT(*report,
-                testing::HasSubstr(absl::StrCat("straggler.rank", r, ".arrived_last=0\n")));
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(SlowRanks, StragglerTest, testing::Values(0, 2));

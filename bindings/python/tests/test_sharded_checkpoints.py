@@ -12,6 +12,7 @@ import pytest
 
 import ddpspawn
 from test_train import common, write_classification_csv
+from test_zero_redundancy import max_difference, weights
 
 # Parameters of unequal sizes, as test_zero_redundancy.py's.
 MODEL = "mlp:4,64,64,3"
@@ -29,17 +30,6 @@ def fit(data, root, **extra):
     options = common(root, optimizer="adam", lr=0.01, momentum=0, max_epochs=2)
     options.update(extra)
     return ddpspawn.fit(MODEL, data / "train.csv", **options)
-
-
-def weights(torch, checkpoint, directory):
-    path = directory / "weights.pt"
-    ddpspawn.export(checkpoint, str(path), format="torch")
-    return torch.load(str(path), weights_only=True)
-
-
-def max_difference(a, b):
-    assert a.keys() == b.keys()
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
 @pytest.mark.parametrize("stage", ["shard_grad_op", "full_shard"])

@@ -18,12 +18,17 @@ def test_the_context_names_the_slowed_rank(slow):
     report = ddpspawn.spawn(workers.slowed_all_reduces, args=(slow,), nprocs=3, start_method="fork")
     assert report.measured
     assert report.straggler == slow
-    assert report.summary.startswith(f"rank {slow} arrived last at 100% of 20 collectives")
-    assert report.ranks[slow].arrived_last == 20
+    # On a loaded 2-core machine another rank is now and then descheduled for
+    # longer than the 10 ms (CI saw it once in 20): the slowed rank must be
+    # last in at least 18 of the 20.
+    last = report.ranks[slow].arrived_last
+    assert 18 <= last <= 20, report.summary
+    assert sum(r.arrived_last for r in report.ranks) == 20
+    assert report.summary.startswith(
+        f"rank {slow} arrived last at {100 * last // 20}% of 20 collectives")
     # Late by about the 10 ms it slept, each time.
-    assert 0.005 * 20 < report.ranks[slow].late_seconds < 0.03 * 20
+    assert 0.005 * last < report.ranks[slow].late_seconds < 0.03 * 20
     others = [r for r in range(3) if r != slow]
-    assert all(report.ranks[r].arrived_last == 0 for r in others)
     # The others waited for it; it hardly waited at all.
     assert all(report.ranks[r].waited_seconds > report.ranks[slow].waited_seconds for r in others)
 

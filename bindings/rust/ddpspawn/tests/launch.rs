@@ -123,7 +123,10 @@ fn rank0_result_comes_back() {
 }
 
 /// The rank slowed on purpose (10 ms before each of 20 all-reduces) is the
-/// one the context's straggler report names, late by about that much.
+/// one the context's straggler report names, late by about that much. On a
+/// loaded 2-core machine another rank is now and then descheduled for longer
+/// than 10 ms (CI saw rank 1 arrive last once in 20): the slowed rank must
+/// be last in at least 18.
 #[test]
 fn the_slowed_rank_is_named() {
     let report = run(3, &["straggler", "2"]).unwrap_or_else(|e| panic!("{e}"));
@@ -137,11 +140,15 @@ fn the_slowed_rank_is_named() {
             (last.parse().unwrap(), late.parse().unwrap())
         })
         .collect();
-    assert_eq!((ranks[0].0, ranks[1].0, ranks[2].0), (0, 0, 20), "{text}");
+    assert_eq!(ranks[0].0 + ranks[1].0 + ranks[2].0, 20, "{text}");
+    assert!(ranks[2].0 >= 18, "{text}");
     // Summed over the 20: 10 ms each, give or take.
     assert!(ranks[2].1 > 100.0 && ranks[2].1 < 600.0, "{text}");
+    let percent = 100 * ranks[2].0 / 20;
     assert!(
-        fields[3].starts_with("rank 2 arrived last at 100% of 20 collectives"),
+        fields[3].starts_with(&format!(
+            "rank 2 arrived last at {percent}% of 20 collectives"
+        )),
         "{text}"
     );
 }
