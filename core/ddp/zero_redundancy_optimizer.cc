@@ -126,10 +126,14 @@ absl::Status ZeroRedundancyOptimizer::AllGatherParameters() {
   }
   return StatusOnException("ZeroRedundancyOptimizer: all-gathering the shards", [&] {
     at::NoGradGuard no_grad;
-    // Where the others' parameters are written: themselves, or a contiguous copy written back.
+    // Each parameter flat: this rank's to read from (a copy only where one is not contiguous), the
+    // others' to write into (themselves, or a contiguous copy written back at the end).
     std::vector<at::Tensor> flat(parameters.size());
     for (size_t i = 0; i < parameters.size(); ++i) {
-      if (owners_[i] == me) continue;
+      if (owners_[i] == me) {
+        flat[i] = parameters[i].reshape(-1);
+        continue;
+      }
       flat[i] = parameters[i].is_contiguous()
                     ? parameters[i].view(-1)
                     : at::empty({parameters[i].numel()}, parameters[i].options());
@@ -147,7 +151,7 @@ absl::Status ZeroRedundancyOptimizer::AllGatherParameters() {
         const int64_t end = std::min(start + n, offset[i] + parameters[i].numel());
         if (begin >= end) continue;
         my_piece.narrow(0, begin - start, end - begin)
-            .copy_(parameters[i].reshape(-1).narrow(0, begin - offset[i], end - begin));
+            .copy_(flat[i].narrow(0, begin - offset[i], end - begin));
       }
       at::Tensor gathered = all.narrow(0, 0, n * world);
       RETURN_IF_ERROR(group_->AllGatherInto(my_piece, gathered));

@@ -4,12 +4,15 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <torch/serialize/archive.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -22,6 +25,7 @@
 #include "core/ddp/row_shards.h"
 #include "core/ddp/sharded_optimizer.h"
 #include "core/model/sealed_archive.h"
+#include "core/model/weights_io.h"
 #include "core/util/crc32.h"
 #include "core/util/exception_status.h"
 #include "core/util/files.h"
@@ -36,6 +40,9 @@ namespace fs = std::filesystem;
 constexpr absl::string_view kShardKind = "ddpspawn-checkpoint-shard";
 constexpr absl::string_view kCommonKind = "ddpspawn-checkpoint-common";
 constexpr char kCommonFile[] = "common";
+// Keys: a shard's rows of a parameter, and a tensor every rank holds whole (in `common`).
+constexpr absl::string_view kRowsPrefix = "rows.";
+constexpr absl::string_view kWholePrefix = "whole.";
 
 std::string ShardFileName(int rank, int world) {
   return absl::StrCat("shard-", rank, "-of-", world);
@@ -94,7 +101,7 @@ absl::StatusOr<std::string> SerializeShard(const Split& split,
     const std::vector<at::Tensor> rows = optimizer.StepGradientHolders();
     for (size_t i = 0; i < rows.size(); ++i) {
       // A copy of the rows alone: a view would serialize the whole parameter's storage.
-      archive.write(absl::StrCat("rows.", split.sharded[i]), rows[i].detach().cpu().clone());
+      archive.write(absl::StrCat(kRowsPrefix, split.sharded[i]), rows[i].detach().cpu().clone());
     }
     torch::serialize::OutputArchive state;
     optimizer.shard_optimizer().save(state);
@@ -123,7 +130,7 @@ absl::StatusOr<std::string> SerializeCommon(const Split& split,
       archive.write(absl::StrCat("shard.", r), c10::IValue(shard_records[r]));
     }
     for (const auto& [name, tensor] : split.whole) {
-      archive.write(absl::StrCat("whole.", name), tensor.detach().cpu());
+      archive.write(absl::StrCat(kWholePrefix, name), tensor.detach().cpu());
     }
     archive.write("extra", c10::IValue(std::string(extra)));
     return absl::OkStatus();
@@ -159,24 +166,54 @@ absl::Status PrepareStaging(const std::string& dir, const std::string& staging) 
   return absl::OkStatus();
 }
 
-// Rank 0, once every shard is in `staging`: the common file, then `staging` renamed to `dir` (the
-// previous checkpoint there moved aside first and removed after).
+// Makes the rename of `path` durable: fsyncs the directory that holds it.
+absl::Status SyncDirectoryOf(const std::string& path) {
+  const std::string dir = DirectoryOf(path);
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || fsync(fd) != 0) {
+    const int error = errno;
+    if (fd >= 0) close(fd);
+    return absl::InternalError(absl::StrCat("cannot sync ", dir, ": ", strerror(error)));
+  }
+  close(fd);
+  return absl::OkStatus();
+}
+
+// Rank 0, once every shard is in `staging`: the common file, then `staging` in place of `dir`. An
+// existing checkpoint is exchanged with it in one step (renameat2's RENAME_EXCHANGE), so `dir`
+// always holds one checkpoint whole, and then removed from `staging`. Where the file system cannot
+// exchange (some network file systems), the previous one is moved aside to <dir>.previous first: a
+// crash between the two renames leaves it there.
 absl::Status Publish(const std::string& dir, const std::string& staging, absl::string_view common) {
   RETURN_IF_ERROR(
       WriteFileAtomically(absl::StrCat(staging, "/", kCommonFile), common, /*durable=*/true));
-  const std::string previous = dir + ".previous";
   std::error_code error;
-  fs::remove_all(previous, error);
-  if (error) return ErrorCodeMessage(error, "remove the stale", previous);
   if (IsShardedCheckpoint(dir)) {
+    if (renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+      RETURN_IF_ERROR(SyncDirectoryOf(dir));
+      fs::remove_all(staging, error);  // now the previous checkpoint
+      if (error) return ErrorCodeMessage(error, "remove the previous checkpoint", staging);
+      return absl::OkStatus();
+    }
+    if (errno != EINVAL && errno != ENOSYS) {
+      return absl::InternalError(
+          absl::StrCat("cannot exchange ", staging, " with ", dir, ": ", strerror(errno)));
+    }
+    const std::string previous = dir + ".previous";
+    fs::remove_all(previous, error);
+    if (error) return ErrorCodeMessage(error, "remove the stale", previous);
     fs::rename(dir, previous, error);
     if (error) return ErrorCodeMessage(error, "move aside the previous checkpoint", dir);
+    fs::rename(staging, dir, error);
+    if (error) return ErrorCodeMessage(error, "rename the new checkpoint to", dir);
+    RETURN_IF_ERROR(SyncDirectoryOf(dir));
+    fs::remove_all(previous, error);
+    if (error) return ErrorCodeMessage(error, "remove the previous checkpoint", previous);
+    return absl::OkStatus();
   }
   fs::rename(staging, dir, error);
   if (error) return ErrorCodeMessage(error, "rename the new checkpoint to", dir);
-  fs::remove_all(previous, error);
-  if (error) return ErrorCodeMessage(error, "remove the previous checkpoint", previous);
-  return absl::OkStatus();
+  return SyncDirectoryOf(dir);
 }
 
 }  // namespace
@@ -311,7 +348,7 @@ absl::Status RestoreWhole(torch::serialize::InputArchive& archive, const Split& 
                           const std::string& dir) {
   for (const auto& [name, tensor] : split.whole) {
     at::Tensor saved;  // a fresh one each time: try_read set_()s a tensor it is given
-    if (!archive.try_read(absl::StrCat("whole.", name), saved)) {
+    if (!archive.try_read(absl::StrCat(kWholePrefix, name), saved)) {
       return absl::InvalidArgumentError(
           absl::StrCat(dir, " has no tensor '", name, "': was it saved from another model?"));
     }
@@ -390,7 +427,7 @@ absl::Status ReadShard(const std::string& dir, const Common& common, int k, cons
     }
     if (begin >= end) continue;
     at::Tensor saved_rows;
-    if (!archive.try_read(absl::StrCat("rows.", split.sharded[i]), saved_rows) ||
+    if (!archive.try_read(absl::StrCat(kRowsPrefix, split.sharded[i]), saved_rows) ||
         saved_rows.dim() == 0 || saved_rows.size(0) != theirs.end - theirs.begin) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, " lacks rank ", k, "'s rows of '", split.sharded[i], "'"));
@@ -482,7 +519,7 @@ absl::StatusOr<NamedTensors> ReadShardedCheckpointWeights(const std::string& dir
     RETURN_IF_ERROR(OpenShard(dir, common, k, archive));
     for (size_t i = 0; i < common.names.size(); ++i) {
       at::Tensor saved;
-      if (!archive.try_read(absl::StrCat("rows.", common.names[i]), saved)) {
+      if (!archive.try_read(absl::StrCat(kRowsPrefix, common.names[i]), saved)) {
         return absl::InvalidArgumentError(absl::StrCat(dir, "/", ShardFileName(k, common.world),
                                                        " lacks its rows of '", common.names[i],
                                                        "'"));
@@ -492,22 +529,29 @@ absl::StatusOr<NamedTensors> ReadShardedCheckpointWeights(const std::string& dir
   }
   NamedTensors weights;
   for (size_t i = 0; i < common.names.size(); ++i) {
-    at::Tensor whole = at::cat(rows[i]);
-    if (whole.numel() != c10::multiply_integers(common.shapes[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(dir, "'s rows of '", common.names[i],
-                                                     "' do not make its shape ",
-                                                     c10::str(at::IntArrayRef(common.shapes[i]))));
-    }
-    weights.emplace_back(common.names[i], whole.reshape(common.shapes[i]));
+    at::Tensor whole;
+    RETURN_IF_ERROR(InvalidInputOnException(
+        absl::StrCat(dir, ": joining the rows of '", common.names[i], "'"), [&] {
+          whole = at::cat(rows[i]);
+          if (whole.numel() != c10::multiply_integers(common.shapes[i])) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "they do not make its shape ", c10::str(at::IntArrayRef(common.shapes[i]))));
+          }
+          whole = whole.reshape(common.shapes[i]);
+          return absl::OkStatus();
+        }));
+    weights.emplace_back(common.names[i], whole);
   }
   for (const std::string& key : common_archive.keys()) {
-    if (!absl::StartsWith(key, "whole.")) continue;
+    if (!absl::StartsWith(key, kWholePrefix)) continue;
     at::Tensor tensor;
     if (!common_archive.try_read(key, tensor)) {
       return absl::InvalidArgumentError(absl::StrCat(dir, "'s '", key, "' is unreadable"));
     }
-    weights.emplace_back(key.substr(6), tensor);
+    weights.emplace_back(key.substr(kWholePrefix.size()), tensor);
   }
+  // As a checkpoint file's weights are (ReadCheckpointWeights).
+  for (const auto& [name, tensor] : weights) RETURN_IF_ERROR(CheckWeightTensor(name, tensor));
   return weights;
 }
 
@@ -515,7 +559,14 @@ absl::StatusOr<ShardedCheckpointLoad> LoadShardedCheckpoint(const std::string& d
                                                             const NamedTensors& state,
                                                             ShardGradOpOptimizer& optimizer) {
   ProcessGroup& group = *optimizer.gradient_shard_group();
-  absl::StatusOr<ShardedCheckpointLoad> load = LoadLocally(dir, state, optimizer);
+  // A saved tensor whose trailing shape or dtype does not fit makes LibTorch throw while it is
+  // copied or joined: an error like any other, agreed by every rank.
+  absl::StatusOr<ShardedCheckpointLoad> load;
+  const absl::Status local = InvalidInputOnException("reading the shards", [&] {
+    load = LoadLocally(dir, state, optimizer);
+    return load.status();
+  });
+  if (!local.ok()) load = local;
   RETURN_IF_ERROR(AgreeOnEveryRank(load.status(), group,
                                    absl::StrCat("cannot load the sharded checkpoint ", dir)));
   RETURN_IF_ERROR(optimizer.GatherParameters());

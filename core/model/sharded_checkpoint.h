@@ -10,10 +10,12 @@
 //                     and shape, each shard file's size and CRC-32, the tensors every rank holds
 //                     whole (buffers, frozen parameters) and the caller's own bytes.
 // Every file is a sealed archive (sealed_archive.h). The ranks write into <dir>.partial, which rank
-// 0 renames to <dir> once every shard is written: <dir> holds the previous checkpoint or the new
-// one, whole. Loading on W' ranks, rank r' reads `common`, then only the saved shard files that
-// hold rows it owns now, one at a time: its own rows and one saved shard at most. A missing,
-// damaged or foreign shard file is an error that names it and the rank that needed it.
+// 0 exchanges with <dir> (RENAME_EXCHANGE) once every shard is written: <dir> holds the previous
+// checkpoint or the new one, whole (where the file system cannot exchange, the previous one is
+// moved aside to <dir>.previous first). Loading on W' ranks, rank r' reads `common`, then only the
+// saved shard files that hold rows it owns now, one at a time: its own rows and one saved shard at
+// most. A missing, damaged or foreign shard file is an error that names it and the rank that needed
+// it.
 //
 // On several machines each rank writes its file where it runs: <dir> must be on a file system every
 // rank sees, as for torch.distributed.checkpoint.

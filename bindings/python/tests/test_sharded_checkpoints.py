@@ -81,6 +81,9 @@ def test_refuses_what_cannot_use_a_sharded_checkpoint(data, tmp_path):
     with pytest.raises(ddpspawn.InvalidArgumentError,
                        match="is a sharded checkpoint .* resumes under sharding_strategy"):
         fit(data, tmp_path / "unsharded", resume_from=sharded.checkpoint)
+    with pytest.raises(ddpspawn.InvalidArgumentError, match="on more than one rank"):
+        fit(data, tmp_path / "one", nprocs=1, sharding_strategy="shard_grad_op",
+            resume_from=sharded.checkpoint)
 
 
 @pytest.mark.parametrize("stage", ["shard_grad_op", "full_shard"])

@@ -38,11 +38,12 @@ namespace {
 // resume_from a sharded checkpoint: a run that shards, and, for one saved mid-epoch, as many ranks
 // as saved it. (Its parameters' names and shapes are checked by the ranks, each reading its rows.)
 absl::Status CheckShardedResume(const RunConfig& config, const std::string& path) {
-  if (config.sharding_strategy == ShardingStrategy::kNoShard) {
+  if (config.sharding_strategy == ShardingStrategy::kNoShard || config.world_size < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "resume_from ", path,
         " is a sharded checkpoint (state_dict_type sharded), which resumes under "
-        "sharding_strategy shard_grad_op or full_shard; to go on unsharded, export its weights "
+        "sharding_strategy shard_grad_op or full_shard on more than one rank; to go on otherwise, "
+        "export its weights "
         "(ddpspawn export --checkpoint ",
         path, ") and start a new fit from them with checkpoint="));
   }
