@@ -25,6 +25,10 @@ std::string RunDirFailureOrderFile(const std::string& run_dir) {
   return absl::StrCat(run_dir, "/failure_order");
 }
 
+std::string RunDirMembershipFile(const std::string& run_dir) {
+  return absl::StrCat(run_dir, "/membership");
+}
+
 std::string RunDirCallsFile(const std::string& run_dir, int rank, int generation) {
   return absl::StrCat(run_dir, "/rank", rank, ".group", generation, ".calls");
 }

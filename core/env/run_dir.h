@@ -24,6 +24,9 @@ std::string RunDirErrorFile(const std::string& run_dir, int rank);
 // The ranks that reported a failure, one line each, in the order they did.
 std::string RunDirFailureOrderFile(const std::string& run_dir);
 
+// Which ranks go on after an elastic job lost some (core/launch/membership.h).
+std::string RunDirMembershipFile(const std::string& run_dir);
+
 // A rank's flight recorder of its `generation`-th group's collectives.
 std::string RunDirCallsFile(const std::string& run_dir, int rank, int generation);
 

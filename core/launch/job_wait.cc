@@ -37,6 +37,7 @@
 #include "core/launch/child_process.h"
 #include "core/launch/forkserver.h"
 #include "core/launch/launcher.h"
+#include "core/launch/membership.h"
 #include "core/launch/worker_channel.h"
 #include "core/trace/flight_recorder.h"
 #include "core/util/enum_names.h"
@@ -50,6 +51,10 @@ constexpr absl::Duration kPollInterval = absl::Milliseconds(2);
 // How long a rank's failing exit waits for a peer killed by a signal, the more likely cause, before
 // the launcher stops the others (see Wait()).
 constexpr absl::Duration kCauseWindow = absl::Milliseconds(100);
+
+// Elastic: ranks lost within this long of each other are dropped in one membership change (a node's
+// ranks, a kill of several), so that the survivors do not form a group with a rank about to go.
+constexpr absl::Duration kLossWindow = absl::Milliseconds(50);
 
 // How long a rank must have waited in a collective that another rank never reached for the launcher
 // to name that rank when the job fails: far longer than ranks' ordinary skew.
@@ -249,7 +254,8 @@ absl::Status Job::Wait() {
   Stopping stopping;
   while (true) {
     bool any_running = false;
-    const std::vector<int> newly_failed = ReapRanks(any_running);
+    const std::vector<int> newly_failed =
+        stopping.started ? ReapRanks(any_running) : DropLostRanks(ReapRanks(any_running));
     if (!stopping.started) {
       // A signal (but SIGPIPE) is more likely the cause than an exit. A rank that exits because a
       // peer was killed can be reaped before that peer, whose threads may still be ending (a killed
@@ -344,6 +350,63 @@ std::vector<int> Job::ReapRanks(bool& any_running) {
   return newly_failed;
 }
 
+std::vector<int> Job::DropLostRanks(const std::vector<int>& newly_failed) {
+  if (spec_.min_ranks <= 0) return newly_failed;
+  if (members_.empty() && membership_changes_ == 0) {
+    for (int r = 0; r < spec_.nprocs; ++r) members_.push_back(r);
+  }
+  std::vector<int> failures;
+  for (int r : newly_failed) {
+    if (ReadWorkerError(run_dir_, GlobalRank(r)).has_value()) {
+      failures.push_back(r);  // it said why: the others would fail the same way
+    } else {
+      if (lost_.empty()) lost_since_ = absl::Now();
+      lost_.push_back(r);
+    }
+  }
+  if (!failures.empty() || lost_.empty() || absl::Now() < lost_since_ + kLossWindow) {
+    return failures;
+  }
+  MembershipChange change;
+  for (int r : members_) {
+    if (absl::c_find(lost_, r) == lost_.end()) change.ranks.push_back(GlobalRank(r));
+  }
+  std::string ends;
+  for (int r : lost_) {
+    change.left.push_back(GlobalRank(r));
+    const RankOutcome& outcome = outcomes_[r];
+    const std::string end =
+        absl::StrCat("rank ", GlobalRank(r), " (pid ", outcome.pid, ") ", DescribeOutcome(outcome));
+    absl::StrAppend(&change.why, end, "\n");
+    absl::StrAppend(&ends, ends.empty() ? "" : "; ", end);
+  }
+  if (static_cast<int>(change.ranks.size()) < spec_.min_ranks) {
+    // The job ends: the first rank lost is its failure, and the message names every loss.
+    absl::StrAppend(&dropped_, dropped_.empty() ? "" : "; ", ends);
+    std::vector<int> lost;
+    lost.swap(lost_);
+    return lost;
+  }
+  change.number = ++membership_changes_;
+  if (absl::Status published = PublishMembershipChange(run_dir_, change); !published.ok()) {
+    std::fprintf(stderr, "ddpspawn: cannot tell the ranks who goes on: %s\n",
+                 std::string(published.message()).c_str());
+    std::vector<int> lost;
+    lost.swap(lost_);
+    return lost;
+  }
+  std::fprintf(stderr, "ddpspawn: lost %s; %zu of %d ranks go on (min_ranks %d)\n", ends.c_str(),
+               change.ranks.size(), spec_.nprocs, spec_.min_ranks);
+  absl::StrAppend(&dropped_, dropped_.empty() ? "" : "; ", ends);
+  std::vector<int> members;
+  for (int r : members_) {
+    if (absl::c_find(lost_, r) == lost_.end()) members.push_back(r);
+  }
+  members_ = std::move(members);
+  lost_.clear();
+  return failures;
+}
+
 void Job::SignalRunning(int sig) {
   for (RankOutcome& outcome : outcomes_) {
     if (outcome.state != RankState::kRunning) continue;
@@ -415,39 +478,47 @@ void Job::EndWhatRanksLeft() const {
 // how its process ended), else by how it ended; or `status` (OK, cancelled, or past the timeout),
 // with the escalation.
 absl::Status Job::WaitResult(absl::Status status, const std::string& escalation) const {
-  if (failed_rank_ >= 0) {
-    const RankOutcome& failed = outcomes_[failed_rank_];
-    std::string message =
-        absl::StrCat("rank ", GlobalRank(failed_rank_), " (pid ", failed.pid, ") ");
-    if (failed.reported) {
-      // The ranks it waited for and that never came (the launcher's notes on them) come first.
-      std::string absent;
-      for (int r = 0; r < spec_.nprocs; ++r) {
-        const RankOutcome& other = outcomes_[r];
-        if (r != failed_rank_ && !other.reported && !other.error_text.empty()) {
-          absl::StrAppend(&absent, other.error_text, "\n");
-        }
-      }
-      message = absl::StrCat(absent, absent.empty() ? "" : "then ", message);
-      absl::StrAppend(&message, "failed: ", absl::StripTrailingAsciiWhitespace(failed.error_text),
-                      "\n(", DescribeEndAfterReport(failed, failed_rank_ended_by_stop_));
-      if (!escalation.empty()) absl::StrAppend(&message, "; ", escalation);
-      absl::StrAppend(&message, ")");
-      return absl::AbortedError(message);
-    }
-    absl::StrAppend(&message, DescribeOutcome(failed));
-    if (!escalation.empty()) absl::StrAppend(&message, "; ", escalation);
-    if (!failed.error_text.empty()) {
-      // A note of the launcher's (not the rank's report): what ended the rank from outside (its
-      // forkserver's death), which is the job's cause, and so comes first.
-      return absl::AbortedError(absl::StrCat(failed.error_text, ": ", message, " first"));
-    }
-    return absl::AbortedError(message);
+  if (failed_rank_ >= 0 && !dropped_.empty()) {
+    // Elastic: every rank the job lost, in order, after the failure that ended it.
+    absl::Status ended = WaitResultOfFailure(escalation);
+    return absl::Status(ended.code(),
+                        absl::StrCat(ended.message(), "\n(min_ranks ", spec_.min_ranks,
+                                     ": the job lost, in order: ", dropped_, ")"));
   }
+  if (failed_rank_ >= 0) return WaitResultOfFailure(escalation);
   if (!status.ok() && !escalation.empty()) {
     return absl::Status(status.code(), absl::StrCat(status.message(), "; ", escalation));
   }
   return status;
+}
+
+absl::Status Job::WaitResultOfFailure(const std::string& escalation) const {
+  const RankOutcome& failed = outcomes_[failed_rank_];
+  std::string message = absl::StrCat("rank ", GlobalRank(failed_rank_), " (pid ", failed.pid, ") ");
+  if (failed.reported) {
+    // The ranks it waited for and that never came (the launcher's notes on them) come first.
+    std::string absent;
+    for (int r = 0; r < spec_.nprocs; ++r) {
+      const RankOutcome& other = outcomes_[r];
+      if (r != failed_rank_ && !other.reported && !other.error_text.empty()) {
+        absl::StrAppend(&absent, other.error_text, "\n");
+      }
+    }
+    message = absl::StrCat(absent, absent.empty() ? "" : "then ", message);
+    absl::StrAppend(&message, "failed: ", absl::StripTrailingAsciiWhitespace(failed.error_text),
+                    "\n(", DescribeEndAfterReport(failed, failed_rank_ended_by_stop_));
+    if (!escalation.empty()) absl::StrAppend(&message, "; ", escalation);
+    absl::StrAppend(&message, ")");
+    return absl::AbortedError(message);
+  }
+  absl::StrAppend(&message, DescribeOutcome(failed));
+  if (!escalation.empty()) absl::StrAppend(&message, "; ", escalation);
+  if (!failed.error_text.empty()) {
+    // A note of the launcher's (not the rank's report): what ended the rank from outside (its
+    // forkserver's death), which is the job's cause, and so comes first.
+    return absl::AbortedError(absl::StrCat(failed.error_text, ": ", message, " first"));
+  }
+  return absl::AbortedError(message);
 }
 
 void Job::CollectReports() {

@@ -241,6 +241,15 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(LaunchSpec spec) {
     return absl::InvalidArgumentError(
         "a job of several nodes needs the master port where its ranks meet");
   }
+  if (spec.min_ranks < 0 || spec.min_ranks > spec.nprocs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_ranks ", spec.min_ranks, " is outside [0, nprocs=", spec.nprocs, "]"));
+  }
+  if (spec.min_ranks > 0 && spec.nnodes > 1) {
+    return absl::UnimplementedError(
+        "min_ranks (elastic membership) is for a job of one node: a job of several nodes cannot "
+        "yet go on without one of them");
+  }
   std::unique_ptr<Job> job(new Job(std::move(spec)));
   job->program_path_ = std::move(program_path);
   return job;

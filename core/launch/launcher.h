@@ -76,6 +76,13 @@ struct LaunchSpec {
   // name them so. Its ranks find each other at master_addr:master_port, which someone must serve.
   int nnodes = 1;
   int node_rank = 0;
+  // Elastic (one node): a rank that ends without having reported an error (killed by a signal,
+  // crashed, or an exit that left no report) is dropped rather than ending the job, while at least
+  // min_ranks ranks go on. The launcher names it on stderr and tells the others which ranks go on
+  // (membership.h; ranks lost within 50 ms of each other leave together), and they form a new group
+  // among themselves. Below min_ranks the job fails naming every rank it lost. A reported error
+  // still ends the job: it would recur. 0: any failing rank ends the job.
+  int min_ranks = 0;
 };
 
 enum class RankState { kNotStarted, kRunning, kExited, kSignaled };
@@ -147,6 +154,10 @@ class Job {
   // Wait() in steps (launcher.cc).
   struct Stopping;
   std::vector<int> ReapRanks(bool& any_running);
+  // Elastic: keeps the ranks in `newly_failed` that ended without a report aside, and once none has
+  // ended for a moment drops them (publishing the change) while min_ranks go on; returns the
+  // failures that end the job (all of them otherwise).
+  std::vector<int> DropLostRanks(const std::vector<int>& newly_failed);
   void SignalRunning(int sig);
   std::vector<int> RunningRanks() const;
   void PassOnSignal();
@@ -154,6 +165,8 @@ class Job {
   void MaybeEscalate(Stopping& stopping);
   void EndWhatRanksLeft() const;
   absl::Status WaitResult(absl::Status status, const std::string& escalation) const;
+  // WaitResult() when failed_rank_ ended the job.
+  absl::Status WaitResultOfFailure(const std::string& escalation) const;
   void CollectReports();
   void AttributeToFirstReport();
   // The ranks' flight records of their newest group, as text for an error; empty when none recorded
@@ -174,6 +187,13 @@ class Job {
   bool started_ = false;
   bool waited_ = false;
   std::optional<std::string> result_;
+  // Elastic (spec_.min_ranks): the ranks (indices into outcomes_) still in the job, those lost and
+  // not yet dropped (since lost_since_), the changes published, and each dropped rank's end.
+  std::vector<int> members_;
+  std::vector<int> lost_;
+  absl::Time lost_since_ = absl::InfiniteFuture();
+  int membership_changes_ = 0;
+  std::string dropped_;
   // Removes the run directory and shared memory should this process die without RemoveRunDir().
   RunDirGuard run_dir_guard_;
 };

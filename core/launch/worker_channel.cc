@@ -1,6 +1,7 @@
 // Result and error files between workers and the launcher (see worker_channel.h).
 #include "core/launch/worker_channel.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <exception>
 #include <optional>
@@ -19,6 +20,9 @@
 
 namespace ddpspawn {
 namespace {
+
+// SetWorkerGroupRank's rank; -1: none (RANK's).
+std::atomic<int> g_group_rank{-1};
 
 struct WorkerIdentity {
   std::string run_dir;
@@ -58,11 +62,14 @@ void RecordUncaughtException() {
 
 }  // namespace
 
+void SetWorkerGroupRank(int rank) { g_group_rank = rank; }
+
 absl::Status SetWorkerResult(absl::string_view bytes) {
   ASSIGN_OR_RETURN(WorkerIdentity worker, CurrentWorker());
-  if (worker.rank != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "only rank 0 hands a result back to the launcher; this is rank ", worker.rank));
+  const int rank = g_group_rank >= 0 ? g_group_rank.load() : worker.rank;
+  if (rank != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("only rank 0 hands a result back to the launcher; this is rank ", rank));
   }
   return WriteFileAtomically(RunDirResultFile(worker.run_dir), bytes,
                              /*durable=*/false);

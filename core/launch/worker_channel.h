@@ -19,6 +19,11 @@ namespace ddpspawn {
 // FailedPrecondition on another rank.
 absl::Status SetWorkerResult(absl::string_view bytes);
 
+// In a worker of an elastic job that lost ranks: this process's rank in the survivors' group, which
+// SetWorkerResult() takes instead of RANK (its error reports stay filed under the rank it was
+// launched as, which the launcher knows it by).
+void SetWorkerGroupRank(int rank);
+
 // In a worker: records why this rank is failing, and that it reported after the ranks that already
 // had.
 absl::Status SetWorkerError(absl::string_view text);

@@ -31,6 +31,7 @@ void WriteTrainingState(const TrainingState& state, torch::serialize::OutputArch
   archive.write("epoch", c10::IValue(state.epoch));
   archive.write("batch_in_epoch", c10::IValue(state.batch_in_epoch));
   archive.write("global_step", c10::IValue(state.global_step));
+  if (state.epoch_start > 0) archive.write("epoch_start", c10::IValue(state.epoch_start));
   if (state.world_size > 0) archive.write("world_size", c10::IValue(state.world_size));
   for (size_t r = 0; r < state.cpu_rng_per_rank.size(); ++r) {
     archive.write(absl::StrCat("rng.cpu.", r), state.cpu_rng_per_rank[r]);
@@ -154,6 +155,7 @@ absl::Status RestoreTrainingState(torch::serialize::InputArchive& archive, Train
     *field = value.toInt();
   }
   state.world_size = archive.try_read("world_size", value) && value.isInt() ? value.toInt() : 0;
+  state.epoch_start = archive.try_read("epoch_start", value) && value.isInt() ? value.toInt() : 0;
   state.cpu_rng_per_rank.clear();
   while (true) {
     // A fresh tensor for each rank: try_read into a tensor already read set_()s it to the new data,

@@ -22,7 +22,10 @@ namespace ddpspawn {
 struct TrainingState {
   int64_t epoch = 0;           // the epoch training is in (or starts next)
   int64_t batch_in_epoch = 0;  // the next batch of that epoch
-  int64_t global_step = 0;     // optimizer steps so far
+  // Where in that epoch's order the ranks' dealing began (DistributedSampler::set_start): 0, but in
+  // an epoch resumed mid-way on another number of ranks, which deal the rest of it among them.
+  int64_t epoch_start = 0;
+  int64_t global_step = 0;  // optimizer steps so far
   // Each rank's CPU generator state (at::Generator::get_state()), indexed by rank.
   std::vector<at::Tensor> cpu_rng_per_rank;
   // The number of ranks that saved it (0: not recorded, an older checkpoint).

@@ -164,6 +164,7 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   spec.env = options_.worker_env;
   spec.start_method = options_.start_method;
   spec.timeout = options_.launch_timeout;
+  spec.min_ranks = options_.min_ranks;
   if (options_.start_method != StartMethod::kFork) {  // spawn, forkserver: this program again
     ASSIGN_OR_RETURN(spec.argv, OwnCommandLine());
   } else {
@@ -250,6 +251,16 @@ int DDPSpawnStrategy::RunWorker(const WorkerFn& fn) {
 
 absl::Status DDPSpawnStrategy::SetupDistributed() {
   ASSIGN_OR_RETURN(ClusterInfo cluster, options_.cluster_environment());
+  return JoinGroup(cluster);
+}
+
+absl::Status DDPSpawnStrategy::Rejoin(const ClusterInfo& cluster) {
+  RETURN_IF_ERROR(Teardown());
+  module_.reset();
+  return JoinGroup(cluster);
+}
+
+absl::Status DDPSpawnStrategy::JoinGroup(const ClusterInfo& cluster) {
   cluster_ = cluster;
   RETURN_IF_ERROR(CheckDevices());
   RETURN_IF_ERROR(CheckRankDevice());

@@ -121,6 +121,9 @@ struct StrategyOptions {
   // over the group either way.
   bool sync_batchnorm = false;
   absl::Duration launch_timeout = absl::InfiniteDuration();  // whole job, for Launch()
+  // Elastic (LaunchSpec::min_ranks): a rank the job loses is dropped while at least this many go
+  // on, which then Rejoin(); 0: a lost rank fails the job.
+  int min_ranks = 0;
 };
 
 // sync_batchnorm on `module`: converts the BatchNorm layers of its Sequential containers
@@ -197,6 +200,10 @@ class DDPSpawnStrategy {
       torch::nn::Module& module, std::shared_ptr<torch::nn::Module> owner = nullptr);
   // Releases the DDP wrapper and the process group.
   absl::Status Teardown();
+  // After the job lost ranks (elastic): drops the DDP wrapper, the module and the process group
+  // without a collective (a peer is gone), and joins the survivors' new group as `cluster` says
+  // (its rank and world size among them). The module must be Setup() again.
+  absl::Status Rejoin(const ClusterInfo& cluster);
 
   // --- Properties
   // -------------------------------------------------------------------------
@@ -204,6 +211,8 @@ class DDPSpawnStrategy {
   int local_rank() const { return cluster_.local_rank; }
   int node_rank() const { return cluster_.node_rank; }
   int world_size() const { return cluster_.world_size; }
+  // This rank's place in the job (after SetupDistributed()).
+  const ClusterInfo& cluster() const { return cluster_; }
   int num_nodes() const { return options_.num_nodes; }
   int num_processes() const { return static_cast<int>(options_.parallel_devices.size()); }
   bool is_global_zero() const { return global_rank() == 0; }
@@ -285,6 +294,8 @@ class DDPSpawnStrategy {
   // fn, with an escaping exception turned into an error.
   absl::StatusOr<std::string> RunCaught(const WorkerFn& fn);
   absl::Status RequireSetup(absl::string_view what) const;
+  // SetupDistributed() on `cluster`.
+  absl::Status JoinGroup(const ClusterInfo& cluster);
   // options_.ddp with the communication hook the options name (and, for post-local SGD, a new
   // post_local_sgd_ whose hook it is).
   absl::StatusOr<DdpOptions> DdpOptionsWithHook();

@@ -1,6 +1,8 @@
 // DistributedSampler: shards cover the dataset, padding and drop_last counts, shuffling is per
 // epoch, the same on every rank and seeded, and (when tools/setup's Python has torch) index for
-// index equal to PyTorch's sampler; batch counts do not overflow.
+// index equal to PyTorch's sampler; batch counts do not overflow; the rest of an epoch dealt to
+// another number of ranks (set_start, EpochPositionAfter) takes every sample not yet taken exactly
+// once.
 #include "core/train/data/sampler.h"
 
 #include <algorithm>
@@ -167,6 +169,74 @@ TEST(DistributedSamplerTest, ShuffleIsOnePermutationPerEpochForAllRanks) {
     }
     EXPECT_NE(Shards({config.n, 1}, true, seed + 1, false, 0).at(0), epoch0);
   }
+}
+
+// An epoch begun on `before` ranks, each taking `taken` indices, then dealt from where they stood
+// to `after` ranks: with padding, every sample of the epoch is taken at least once, and every
+// sample the first ranks did not take exactly once by the second (padding repeats only what the
+// second dealing's own order began with); with drop_last, no sample twice.
+TEST(DistributedSamplerTest, TheRestOfAnEpochGoesToAnyNumberOfRanksOnce) {
+  for (int64_t n : {7, 10, 11, 12, 50}) {
+    for (int before : {1, 2, 3, 4}) {
+      for (int after : {1, 2, 3, 4}) {
+        for (bool drop_last : {false, true}) {
+          if (drop_last && (n < before || n < after)) continue;
+          const int64_t per_rank = drop_last ? n / before : (n + before - 1) / before;
+          for (int64_t taken = 0; taken <= per_rank; ++taken) {
+            SCOPED_TRACE(absl::StrCat("n=", n, " ", before, "->", after, " ranks, taken ", taken,
+                                      drop_last ? " drop_last" : ""));
+            std::map<int64_t, int> first, second;
+            for (const std::vector<int64_t>& shard :
+                 Shards({n, before}, /*shuffle=*/true, 5, drop_last, /*epoch=*/3)) {
+              for (int64_t i = 0; i < taken; ++i) ++first[shard[i]];
+            }
+            const int64_t start = EpochPositionAfter(n, 0, before, drop_last, taken);
+            ASSERT_GE(start, 0);
+            ASSERT_LE(start, n);
+            for (int rank = 0; rank < after; ++rank) {
+              absl::StatusOr<DistributedSampler> sampler =
+                  DistributedSampler::Create(n, after, rank, true, 5, drop_last);
+              ASSERT_TRUE(sampler.ok()) << sampler.status();
+              sampler->set_epoch(3);
+              ASSERT_TRUE(sampler->set_start(start).ok());
+              for (int64_t index : sampler->Indices()) ++second[index];
+            }
+            const int64_t rest = n - start;
+            std::set<int64_t> padding_repeats;
+            for (const auto& [index, count] : second) {
+              // Only the padding of the rest's order (at most after - 1 of its first samples) comes
+              // twice; none of it was taken before.
+              EXPECT_EQ(first.count(index), 0u) << "sample " << index << " taken again";
+              if (count > 1) padding_repeats.insert(index);
+            }
+            if (drop_last) {
+              EXPECT_TRUE(padding_repeats.empty());
+            } else {
+              EXPECT_LT(static_cast<int64_t>(padding_repeats.size()), after);
+              for (int64_t index = 0; index < n; ++index) {
+                EXPECT_TRUE(first.count(index) > 0 || second.count(index) > 0)
+                    << "sample " << index << " never taken";
+              }
+              EXPECT_EQ(static_cast<int64_t>(second.size()), rest);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(DistributedSamplerTest, AStartOutsideTheEpochIsAnError) {
+  absl::StatusOr<DistributedSampler> sampler = DistributedSampler::Create(10, 2, 0);
+  ASSERT_TRUE(sampler.ok());
+  EXPECT_FALSE(sampler->set_start(11).ok());
+  EXPECT_FALSE(sampler->set_start(-1).ok());
+  EXPECT_EQ(sampler->num_samples(), 5);
+  ASSERT_TRUE(sampler->set_start(10).ok());  // nothing left of the epoch
+  EXPECT_EQ(sampler->num_samples(), 0);
+  EXPECT_TRUE(sampler->Indices().empty());
+  ASSERT_TRUE(sampler->set_start(7).ok());
+  EXPECT_EQ(sampler->num_samples(), 2);  // 3 left, padded to 4
 }
 
 TEST(DistributedSamplerTest, BadArgumentsAreErrors) {

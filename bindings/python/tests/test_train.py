@@ -183,18 +183,24 @@ def test_resume_continues_where_fit_stopped(torch, data_dir, tmp_path):
     assert any(not torch.equal(early[n], after[n]) for n in after if n.startswith("model."))
 
 
-def test_mid_epoch_resume_on_another_number_of_ranks_is_refused(data_dir, tmp_path):
-    """Stopped at step 3 of 7: the rest of that epoch is each rank's shard of
-    2, which 1 or 3 ranks would split otherwise. Refused before any rank
-    starts, naming both numbers; an epoch's end resumes on any number."""
+def test_mid_epoch_resume_on_another_number_of_ranks_deals_the_rest_of_the_epoch(data_dir,
+                                                                                 tmp_path):
+    """Stopped at step 3 of 7 on 2 ranks (200 samples, 16 a batch): 96 samples
+    of the epoch's order taken, 104 left, which 1 rank takes in 7 batches and
+    3 ranks in 3 (35 each). With limit_train_batches, whose count is of whole
+    epochs, it is refused before any rank starts, naming both numbers."""
     train = data_dir / "train.csv"
     mid = ddpspawn.fit(MLP, train, **common(tmp_path / "mid", max_steps=3))
     assert mid.global_step == 3
-    for nprocs in (1, 3):
-        with pytest.raises(ddpspawn.InvalidArgumentError, match=(
-                f"saved mid-epoch \\(epoch 1, batch 3\\) by 2 ranks, and on {nprocs} ranks")):
-            ddpspawn.fit(MLP, train, **mid.resume_options(),
-                         **common(tmp_path / "mid", max_steps=6, nprocs=nprocs))
+    for nprocs, steps_left in ((1, 7), (3, 3)):
+        more = ddpspawn.fit(MLP, train, **mid.resume_options(),
+                            **common(tmp_path / f"on{nprocs}", max_epochs=1, nprocs=nprocs))
+        assert (more.epoch, more.global_step) == (1, 3 + steps_left), nprocs
+    with pytest.raises(ddpspawn.InvalidArgumentError, match=(
+            "saved mid-epoch \\(epoch 1, batch 3\\) by 2 ranks, and with limit_train_batches")):
+        ddpspawn.fit(MLP, train, **mid.resume_options(),
+                     **common(tmp_path / "limited", max_epochs=1, nprocs=3,
+                              limit_train_batches=5))
     same = ddpspawn.fit(MLP, train, **mid.resume_options(), **common(tmp_path / "mid", max_steps=6))
     assert same.global_step == 6
     end = ddpspawn.fit(MLP, train, **common(tmp_path / "end", max_epochs=1))

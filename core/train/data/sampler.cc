@@ -37,11 +37,35 @@ absl::StatusOr<DistributedSampler> DistributedSampler::Create(int64_t dataset_si
     return absl::InvalidArgumentError(
         absl::StrCat("DistributedSampler: with drop_last, a dataset of ", dataset_size,
                      " samples leaves some of the ", num_replicas, " replicas without a sample"));
+  DistributedSampler sampler(dataset_size, num_replicas, rank, shuffle, seed, drop_last);
+  sampler.num_samples_ = DealtPerRank(dataset_size, num_replicas, drop_last);
+  return sampler;
+}
+
+int64_t DistributedSampler::DealtPerRank(int64_t samples, int num_replicas, bool drop_last) {
   // PyTorch: ceil((n - R) / R) with drop_last when R does not divide n, which is floor(n / R);
   // ceil(n / R) otherwise.
-  int64_t num_samples =
-      drop_last ? dataset_size / num_replicas : BatchCount(dataset_size, num_replicas);
-  return DistributedSampler(dataset_size, num_replicas, rank, shuffle, seed, num_samples);
+  return drop_last ? samples / num_replicas : BatchCount(samples, num_replicas);
+}
+
+absl::Status DistributedSampler::set_start(int64_t start) {
+  if (start < 0 || start > dataset_size_) {
+    return absl::InvalidArgumentError(absl::StrCat("DistributedSampler: start ", start,
+                                                   " is outside the epoch's order [0, ",
+                                                   dataset_size_, "]"));
+  }
+  start_ = start;
+  num_samples_ = DealtPerRank(dataset_size_ - start, num_replicas_, drop_last_);
+  return absl::OkStatus();
+}
+
+int64_t EpochPositionAfter(int64_t dataset_size, int64_t start, int num_replicas, bool drop_last,
+                           int64_t taken_per_rank) {
+  const int64_t rest = dataset_size - start;
+  const int64_t dealt = DistributedSampler::DealtPerRank(rest, num_replicas, drop_last);
+  const int64_t taken = std::min(std::max<int64_t>(taken_per_rank, 0), dealt) * num_replicas;
+  // Padding past the end repeats samples taken already; drop_last's tail waits for the next epoch.
+  return start + (drop_last && taken == dealt * num_replicas ? rest : std::min(taken, rest));
 }
 
 std::vector<int64_t> DistributedSampler::Indices() const {
@@ -55,11 +79,13 @@ std::vector<int64_t> DistributedSampler::Indices() const {
   } else {
     for (int64_t i = 0; i < dataset_size_; ++i) order[i] = i;
   }
+  order.erase(order.begin(), order.begin() + start_);
+  const auto dealt = static_cast<int64_t>(order.size());
   // Pad by repeating from the start (cyclically if the padding is longer than the order, as PyTorch
   // does), or truncate for drop_last.
   const int64_t total = total_size();
   order.reserve(total);
-  for (int64_t i = dataset_size_; i < total; ++i) order.push_back(order[i % dataset_size_]);
+  for (int64_t i = dealt; i < total; ++i) order.push_back(order[i % dealt]);
   order.resize(total);
 
   std::vector<int64_t> indices;

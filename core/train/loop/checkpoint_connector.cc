@@ -62,14 +62,18 @@ absl::StatusOr<OptimizerConfig> ResumedOptimizerConfig(const std::string& checkp
   return config;
 }
 
-absl::Status CheckResumableOn(const TrainingState& state, int world, const std::string& path) {
+absl::Status CheckResumableOn(const TrainingState& state, int world, const std::string& path,
+                              bool epochs_limited) {
   const int64_t saved_by =
       state.world_size > 0 ? state.world_size : static_cast<int64_t>(state.cpu_rng_per_rank.size());
-  if (state.batch_in_epoch == 0 || saved_by == 0 || saved_by == world) return absl::OkStatus();
+  if (state.batch_in_epoch == 0 || saved_by == 0 || saved_by == world || !epochs_limited) {
+    return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(absl::StrFormat(
-      "cannot resume from %s: it was saved mid-epoch (epoch %d, batch %d) by %d ranks, and on %d "
-      "ranks the rest of that epoch would visit other samples; resume on %d ranks, or from a "
-      "checkpoint saved at an epoch's end",
+      "cannot resume from %s: it was saved mid-epoch (epoch %d, batch %d) by %d ranks, and with "
+      "limit_train_batches or overfit_batches the rest of that epoch cannot be dealt to %d ranks "
+      "(their batch counts are of whole epochs); resume on %d ranks, or from a checkpoint saved "
+      "at an epoch's end",
       path, state.epoch + 1, state.batch_in_epoch, saved_by, world, saved_by));
 }
 

@@ -28,11 +28,14 @@ std::string LastCheckpointPath(const TrainerOptions& options);
 absl::StatusOr<OptimizerConfig> ResumedOptimizerConfig(const std::string& checkpoint_bytes,
                                                        LightningModule& module);
 
-// A checkpoint saved mid-epoch resumes exactly only on the number of ranks that saved it (each
-// rank's shard of the rest of the epoch depends on it): another number is an error naming both.
-// From an epoch's end any number goes on (a fresh shard split; ranks beyond the saved ones seed
-// afresh).
-absl::Status CheckResumableOn(const TrainingState& state, int world, const std::string& path);
+// A checkpoint saved mid-epoch resumes on the number of ranks that saved it where they stopped; on
+// another number, the rest of the epoch (the samples its ranks had not reached) is dealt among the
+// new ranks (EpochPositionAfter, sampler.h), except when `epochs_limited` (limit_train_batches or
+// overfit_batches, whose count of batches would then mean another thing): that is an error naming
+// both numbers. From an epoch's end any number goes on (a fresh shard split; ranks beyond the saved
+// ones seed afresh).
+absl::Status CheckResumableOn(const TrainingState& state, int world, const std::string& path,
+                              bool epochs_limited);
 
 // Every rank's CPU generator state, on every rank (for the checkpoint). An all-gather: every rank
 // calls it at the same point.

@@ -61,7 +61,14 @@ absl::Status Trainer::BeginEpoch(FitRun& run) {
   run.epoch_batches = run.window_batches = 0;
   run.epoch_logged.Clear();
   run.window_logged.Clear();
-  if (run.state.batch_in_epoch > 0 && run.state.epoch_loss_batches > 0) {
+  // The epoch's batches: fewer in an epoch resumed on another number of ranks, which deal only the
+  // rest of its order (PlanEpochs).
+  RETURN_IF_ERROR(run.sampler->set_start(run.state.epoch_start));
+  run.batches = run.state.epoch_start > 0
+                    ? BatchCount(run.sampler->num_samples(), options_.batch_size)
+                    : run.whole_epoch_batches;
+  if ((run.state.batch_in_epoch > 0 || run.state.epoch_start > 0) &&
+      run.state.epoch_loss_batches > 0) {
     // Resumed mid-epoch: the epoch's losses before the checkpoint count too. Another number of
     // ranks than saved them: each takes their mean (the epoch's mean over ranks stays the same).
     const std::vector<double>& sums = run.state.epoch_loss_sum_per_rank;
@@ -224,6 +231,10 @@ absl::StatusOr<bool> Trainer::AfterOptimizerStep(FitRun& run, int64_t batch, dou
     RETURN_IF_ERROR(SaveCheckpoint(*run.module, run.optimizer.get(), run.ToSave(), run.checkpoint));
     run.watch.Saved(std::filesystem::absolute(run.checkpoint).string());
   }
+  if (InMemoryCommit* commit = options_.in_memory_commit.get()) {
+    commit->reached_step = state.global_step;
+    if (state.global_step % commit->every_n_steps == 0) RETURN_IF_ERROR(CommitInMemory(run));
+  }
   if (run.bar) {
     std::printf("\repoch %lld [%lld/%lld] loss %.4f", static_cast<long long>(run.epoch) + 1,
                 static_cast<long long>(batch) + 1, static_cast<long long>(run.batches), loss);
@@ -250,6 +261,7 @@ absl::Status Trainer::EndEpoch(FitRun& run, const Dataset* validation) {
   if (epoch_done) {
     state.epoch = epoch + 1;
     state.batch_in_epoch = 0;
+    state.epoch_start = 0;
   }
   std::string line =
       absl::StrFormat("epoch %d/%d step %d", epoch + 1, options_.max_epochs, state.global_step);
@@ -269,7 +281,7 @@ absl::Status Trainer::EndEpoch(FitRun& run, const Dataset* validation) {
     }
     RETURN_IF_ERROR(LogArrivals(run));
   }
-  if (epoch_done && ValidatesThisEpoch(run) && run.batches % run.val_every == 0) {
+  if (epoch_done && ValidatesThisEpoch(run) && run.whole_epoch_batches % run.val_every == 0) {
     ASSIGN_OR_RETURN(auto metrics, ValidateInFit(run, *validation));
     for (const auto& [name, value] : metrics) absl::StrAppendFormat(&line, " %s %.4f", name, value);
   }

@@ -36,7 +36,9 @@ struct Trainer::FitRun {
   TrainingState state;
   std::optional<DistributedSampler> sampler;
   std::string checkpoint;  // last.ckpt
-  int64_t batches = 0;     // per epoch, in this rank's shard
+  int64_t batches = 0;     // of the epoch in progress, in this rank's shard
+  // Of a whole epoch (batches but in an epoch that ranks deal from its state.epoch_start on).
+  int64_t whole_epoch_batches = 0;
   int64_t max_epochs = 0;
   bool bar = false;                    // rank 0 redraws a progress line on a terminal
   GradScaler* scaler = nullptr;        // 16-mixed's loss scaler, or null
@@ -68,7 +70,7 @@ struct Trainer::FitRun {
   // (Trainer::SaveCheckpoint gathers every rank's).
   TrainingState ToSave() const {
     TrainingState saved = state;
-    if (state.batch_in_epoch > 0 && epoch_batches > 0) {
+    if ((state.batch_in_epoch > 0 || state.epoch_start > 0) && epoch_batches > 0) {
       saved.epoch_loss_sum_per_rank = {epoch_loss};
       saved.epoch_loss_batches = epoch_batches;
     }

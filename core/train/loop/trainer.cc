@@ -137,6 +137,15 @@ absl::Status Trainer::SaveWholeCheckpoint(LightningModule& module,
   return strategy_.SaveCheckpoint(bytes, path);
 }
 
+absl::Status Trainer::CommitInMemory(FitRun& run) {
+  InMemoryCommit& commit = *options_.in_memory_commit;
+  TrainingState state = run.ToSave();
+  RETURN_IF_ERROR(CompleteCheckpointState(state));
+  ASSIGN_OR_RETURN(commit.bytes, SerializeCheckpoint(*run.module, run.optimizer.get(), state));
+  commit.step = state.global_step;
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::CompleteCheckpointState(TrainingState& state) {
   ASSIGN_OR_RETURN(std::vector<at::Tensor> rng, GatherRngStates(strategy_));
   state.cpu_rng_per_rank = std::move(rng);
@@ -348,25 +357,36 @@ absl::Status Trainer::PrepareFitOutputs() {
   return absl::OkStatus();
 }
 
-// Restores options_.resume_from into `run`: the module, the optimizer, where training stands, this
-// rank's random generator and each callback's state.
+// Restores options_.resume_from (or the in-memory commit, when it says so) into `run`: the module,
+// the optimizer, where training stands, this rank's random generator and each callback's state.
 absl::Status Trainer::ResumeFit(LightningModule& module, FitRun& run) {
   const int rank = strategy_.global_rank();
   TrainingState& state = run.state;
-  if (IsShardedCheckpoint(options_.resume_from)) {
+  InMemoryCommit* commit = options_.in_memory_commit.get();
+  const bool from_commit = commit != nullptr && commit->resume;
+  const std::string source = from_commit
+                                 ? absl::StrCat("the in-memory commit of step ", commit->step)
+                                 : options_.resume_from;
+  if (!from_commit && IsShardedCheckpoint(options_.resume_from)) {
     RETURN_IF_ERROR(ResumeSharded(module, run));
   } else {
-    ASSIGN_OR_RETURN(std::string bytes, strategy_.LoadCheckpoint(options_.resume_from));
+    std::string bytes;
+    if (from_commit) {
+      bytes = commit->bytes;
+      commit->resume = false;
+    } else {
+      ASSIGN_OR_RETURN(bytes, strategy_.LoadCheckpoint(options_.resume_from));
+    }
     // Under full_shard the weights are loaded whole, and each rank keeps its rows of them.
     if (absl::Status s = WithParametersWhole(
             strategy_,
             [&] { return RestoreCheckpoint(bytes, module, run.optimizer.get(), &state); });
         !s.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("cannot resume from ", options_.resume_from, ": ", s.message()));
+          absl::StrCat("cannot resume from ", source, ": ", s.message()));
     }
   }
-  RETURN_IF_ERROR(CheckResumableOn(state, strategy_.world_size(), options_.resume_from));
+  RETURN_IF_ERROR(CheckResumableOn(state, strategy_.world_size(), source, EpochsLimited(options_)));
   if (rank < static_cast<int>(state.cpu_rng_per_rank.size())) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     generator.set_state(state.cpu_rng_per_rank[rank]);
@@ -376,7 +396,7 @@ absl::Status Trainer::ResumeFit(LightningModule& module, FitRun& run) {
     if (saved == state.callback_states.end()) continue;  // a fresh start for it
     if (absl::Status s = callback->OnLoadCheckpoint(saved->second); !s.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("cannot resume from ", options_.resume_from, ": ", s.message()));
+          absl::StrCat("cannot resume from ", source, ": ", s.message()));
     }
   }
   return absl::OkStatus();
@@ -421,6 +441,16 @@ absl::Status Trainer::PlanEpochs(const Dataset& train, FitRun& run) {
         absl::StrCat("training data ", train.source, ": ", sampler.status().message()));
   }
   run.sampler = *std::move(sampler);
+  // Resumed mid-epoch on another number of ranks than saved it: they deal the rest of the epoch.
+  TrainingState& state = run.state;
+  const int64_t saved_by =
+      state.world_size > 0 ? state.world_size : static_cast<int64_t>(state.cpu_rng_per_rank.size());
+  if (state.batch_in_epoch > 0 && saved_by > 0 && saved_by != strategy_.world_size()) {
+    state.epoch_start = EpochPositionAfter(
+        train.size(), state.epoch_start, static_cast<int>(saved_by), options_.drop_last,
+        state.batch_in_epoch * static_cast<int64_t>(options_.batch_size));
+    state.batch_in_epoch = 0;
+  }
   const int64_t all_batches = BatchCount(run.sampler->num_samples(), options_.batch_size);
   ASSIGN_OR_RETURN(run.batches,
                    overfit ? options_.overfit_batches.Of(all_batches, "overfit_batches")
@@ -436,6 +466,7 @@ absl::Status Trainer::PlanEpochs(const Dataset& train, FitRun& run) {
         "], the training batches of an epoch on each rank (or a fraction of them)"));
   }
   ASSIGN_OR_RETURN(run.val_every, interval.Of(run.batches, "val_check_interval"));
+  run.whole_epoch_batches = run.batches;
   if (run.val_every == 0) {
     return absl::InvalidArgumentError(
         "val_check_interval=0 never validates; use "
@@ -475,7 +506,9 @@ absl::StatusOr<std::unique_ptr<Trainer::FitRun>> Trainer::StartFit(
   at::manual_seed(options_.seed + static_cast<uint64_t>(strategy_.global_rank()));
   run->config = module->ConfigureOptimizers();
   ASSIGN_OR_RETURN(run->optimizer, MakeFitOptimizer(run->config, module->parameters()));
-  if (!options_.resume_from.empty()) RETURN_IF_ERROR(ResumeFit(*module, *run));
+  const bool resumes_commit =
+      options_.in_memory_commit != nullptr && options_.in_memory_commit->resume;
+  if (!options_.resume_from.empty() || resumes_commit) RETURN_IF_ERROR(ResumeFit(*module, *run));
   const TrainingState& state = run->state;
   strategy_.ContinueFrom(state.global_step);  // post-local SGD's counts
   RETURN_IF_ERROR(PlanEpochs(train, *run));
@@ -496,6 +529,11 @@ absl::StatusOr<std::unique_ptr<Trainer::FitRun>> Trainer::StartFit(
   }
   run->deadline = absl::Now() + options_.max_time;  // infinite: never
   run->stop = options_.max_steps > 0 && state.global_step >= options_.max_steps;
+  // A fresh fit's first commit holds its initial weights; a resumed one falls back to what it
+  // resumed from until it commits.
+  if (options_.in_memory_commit != nullptr && options_.resume_from.empty() && !resumes_commit) {
+    RETURN_IF_ERROR(CommitInMemory(*run));
+  }
   return run;
 }
 

@@ -13,6 +13,7 @@
 #include "core/train/callbacks/callback.h"
 #include "core/train/loggers/fit_profiler.h"
 #include "core/train/loop/batch_amount.h"
+#include "core/train/loop/in_memory_commit.h"
 #include "core/train/loop/optimizer_factory.h"
 
 namespace ddpspawn {
@@ -104,7 +105,15 @@ struct TrainerOptions {
   bool sharded_checkpoints = false;
   // Fit calls their hooks in this order on every rank (callback.h); their names must differ.
   std::vector<std::shared_ptr<Callback>> callbacks;
+  // Elastic training (core/train/run/elastic_fit.h): fit commits its state here in memory, and
+  // resumes from it when it says so. Null: no commits. Not with a sharded optimizer.
+  std::shared_ptr<InMemoryCommit> in_memory_commit;
 };
+
+// limit_train_batches or overfit_batches: an epoch is a count of batches, not the whole shard.
+inline bool EpochsLimited(const TrainerOptions& options) {
+  return !options.limit_train_batches.is_all() || !options.overfit_batches.is_zero();
+}
 
 }  // namespace ddpspawn
 

@@ -53,7 +53,7 @@ absl::Status CheckShardedResume(const RunConfig& config, const std::string& path
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint ", path, ": ", saved.status().message()));
   }
-  return CheckResumableOn(*saved, config.world_size, path);
+  return CheckResumableOn(*saved, config.world_size, path, EpochsLimited(config.trainer));
 }
 
 // Runs the step the command needs on the first two samples, so that a model that lacks it, or
@@ -194,7 +194,8 @@ absl::Status CheckRun(const RunConfig& config) {
     RETURN_IF_ERROR(CheckNothingGivenIsOverridden(config, *resumed));
     TrainingState saved;
     RETURN_IF_ERROR(RestoreCheckpoint(bytes, *module, nullptr, &saved));
-    RETURN_IF_ERROR(CheckResumableOn(saved, config.world_size, *path));
+    RETURN_IF_ERROR(
+        CheckResumableOn(saved, config.world_size, *path, EpochsLimited(config.trainer)));
   }
   // What every rank's Setup() does, on this copy: a model where sync_batchnorm would change nothing
   // is refused now, not in the ranks (or not at all).

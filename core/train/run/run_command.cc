@@ -32,6 +32,7 @@
 #include "core/train/loop/checkpoint_connector.h"
 #include "core/train/loop/fit_result.h"
 #include "core/train/loop/trainer.h"
+#include "core/train/run/elastic_fit.h"
 #include "core/train/run/run_inputs.h"
 #include "core/util/files.h"
 #include "core/util/output_dir.h"
@@ -86,6 +87,7 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   options.post_localsgd.gradient_allreduce_within_node = config.post_local_gradient_allreduce;
   options.post_localsgd.model_averaging_period = config.model_averaging_period;
   options.precision_plugin = MakePrecisionPlugin(config.precision);
+  options.min_ranks = config.min_ranks;
   return options;
 }
 
@@ -159,9 +161,17 @@ absl::StatusOr<std::string> RunResolvedCommand(const RunConfig& config,
       ASSIGN_OR_RETURN(Dataset loaded, LoadData(config, "val", config.val, config.val_labels));
       val = std::move(loaded);
     }
-    Trainer trainer(strategy, std::move(options));
-    ASSIGN_OR_RETURN(FitResult result, trainer.Fit(module, data, val ? &*val : nullptr));
-    std::string text = result.Encode();
+    std::string text;
+    if (config.min_ranks > 0) {
+      ASSIGN_OR_RETURN(ElasticFitResult elastic,
+                       ElasticFit(strategy, std::move(options), config.elastic_commit_every_n_steps,
+                                  module, data, val ? &*val : nullptr));
+      text = absl::StrCat(elastic.fit.Encode(), elastic.keys);
+    } else {
+      Trainer trainer(strategy, std::move(options));
+      ASSIGN_OR_RETURN(FitResult result, trainer.Fit(module, data, val ? &*val : nullptr));
+      text = result.Encode();
+    }
     if (const std::shared_ptr<PowerSgdState>& powersgd = strategy.options().ddp_comm_state) {
       // What the last compressed step sent, against the dense all-reduce (0 and 0 before
       // powersgd_start_iteration).

@@ -361,6 +361,15 @@ const std::vector<RunOption>& RunOptionTable() {
        "last checkpoint (fit; with --checkpoint-every-n-steps K it is at most K steps old, and "
        "the weights end as without the failure)",
        Integer<0, kMaxRestarts>(&RunConfig::max_restarts)},
+      {"min_ranks", distributed, "N",
+       "elastic fit on one node: a rank that is killed or crashes is dropped while N or more go "
+       "on, and they continue from their last in-memory commit on the ranks left, the rest of the "
+       "epoch dealt among them (0: a lost rank fails the job)",
+       Integer<0, kMaxNprocs>(&RunConfig::min_ranks)},
+      {"elastic_commit_every_n_steps", distributed, "N",
+       "with --min-ranks: every rank copies the whole training state into memory after every N "
+       "optimizer steps (and when fit starts); a loss costs at most N steps re-run",
+       Integer<1, kInt64Max>(&RunConfig::elastic_commit_every_n_steps)},
       {"nnodes", distributed, "N",
        "for N > 1, run ddpspawn on every node with its own --node-rank and node 0's "
        "--master-addr; under torchrun or srun leave the node options out",

@@ -95,6 +95,49 @@ absl::Status ResolveDevices(RunConfig& config) {
   return absl::OkStatus();
 }
 
+// min_ranks: what elastic fit can go on with today (see elastic_fit.h).
+absl::Status CheckElastic(const RunConfig& config, Command command) {
+  if (config.min_ranks == 0) {
+    if (config.given.count("elastic_commit_every_n_steps") > 0) {
+      return absl::InvalidArgumentError(
+          "elastic_commit_every_n_steps is for an elastic fit; set min_ranks too");
+    }
+    return absl::OkStatus();
+  }
+  auto refuse = [](absl::string_view with) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_ranks (elastic fit) does not go with ", with, " yet"));
+  };
+  if (command != Command::kFit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "min_ranks is for fit (which commits the state its survivors continue from), not ",
+        CommandName(command)));
+  }
+  if (config.min_ranks > config.nproc_per_node) {
+    return absl::InvalidArgumentError(absl::StrCat("min_ranks ", config.min_ranks,
+                                                   " is more than the job's nproc_per_node ",
+                                                   config.nproc_per_node));
+  }
+  if (config.nnodes > 1) return refuse("nnodes > 1: a job of several nodes cannot lose one");
+  if (config.max_restarts > 0) return refuse("max_restarts");
+  if (config.sharding_strategy != ShardingStrategy::kNoShard ||
+      config.trainer.zero_redundancy_optimizer) {
+    return refuse(
+        "sharded training (sharding_strategy, zero_redundancy_optimizer): a lost rank takes its "
+        "shard of the state with it");
+  }
+  if (config.ddp_comm_hook != CommHookKind::kAllReduce) {
+    return refuse(absl::StrCat("ddp_comm_hook ", CommHookName(config.ddp_comm_hook),
+                               ", whose state is each rank's own"));
+  }
+  if (EpochsLimited(config.trainer)) {
+    return refuse(
+        "limit_train_batches or overfit_batches: their batch counts are of whole epochs, and the "
+        "survivors deal the rest of one");
+  }
+  return absl::OkStatus();
+}
+
 // Under torchrun, srun or a hand-set WORLD_SIZE this process is one rank of that job
 // (DDPSpawnStrategy::Launch joins it): the job's shape comes from there. Options that would
 // describe another shape are refused, not ignored.
@@ -102,7 +145,8 @@ absl::Status AdoptOuterJob(RunConfig& config, const std::set<std::string>& given
                            const absl::StatusOr<ClusterInfo>& outer) {
   // A broken environment is reported by Launch(), which reads it again.
   if (!outer.ok() || !CreatesProcessesExternally(*outer)) return absl::OkStatus();
-  for (const char* key : {"nnodes", "node_rank", "master_addr", "master_port", "max_restarts"}) {
+  for (const char* key :
+       {"nnodes", "node_rank", "master_addr", "master_port", "max_restarts", "min_ranks"}) {
     if (given.count(key) == 0) continue;
     return absl::InvalidArgumentError(
         absl::StrCat("option ", key, ": this process is rank ", outer->rank, " of a ",
@@ -196,6 +240,7 @@ absl::Status CheckConsistent(const RunConfig& config) {
                      "from), not ",
                      CommandName(command)));
   }
+  RETURN_IF_ERROR(CheckElastic(config, command));
   for (const char* key : {"powersgd_rank", "powersgd_start_iteration"}) {
     if (config.given.count(key) > 0 && !IsPowerSgd(config.ddp_comm_hook)) {
       return absl::InvalidArgumentError(

@@ -1,0 +1,85 @@
+// The membership file between an elastic job's launcher and its workers (see membership.h): lines
+// "number=N", "ranks=R,R,...", "left=R,...", then "why=..." lines.
+#include "core/launch/membership.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "core/env/run_dir.h"
+#include "core/util/files.h"
+#include "core/util/status_macros.h"
+
+namespace ddpspawn {
+namespace {
+
+constexpr absl::Duration kPollInterval = absl::Milliseconds(1);
+
+absl::StatusOr<std::vector<int>> ParseRanks(absl::string_view text) {
+  std::vector<int> ranks;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int rank = 0;
+    if (!absl::SimpleAtoi(item, &rank) || rank < 0) {
+      return absl::DataLossError(absl::StrCat("the membership file names rank '", item, "'"));
+    }
+    ranks.push_back(rank);
+  }
+  return ranks;
+}
+
+}  // namespace
+
+absl::Status PublishMembershipChange(const std::string& run_dir, const MembershipChange& change) {
+  std::string text =
+      absl::StrCat("number=", change.number, "\nranks=", absl::StrJoin(change.ranks, ","),
+                   "\nleft=", absl::StrJoin(change.left, ","), "\n");
+  for (absl::string_view line : absl::StrSplit(change.why, '\n', absl::SkipEmpty())) {
+    absl::StrAppend(&text, "why=", line, "\n");
+  }
+  return WriteFileAtomically(RunDirMembershipFile(run_dir), text, /*durable=*/false);
+}
+
+absl::StatusOr<std::optional<MembershipChange>> ReadMembershipChange(const std::string& run_dir) {
+  const std::string path = RunDirMembershipFile(run_dir);
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return std::optional<MembershipChange>();
+  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  MembershipChange change;
+  bool numbered = false;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> field =
+        absl::StrSplit(line, absl::MaxSplits('=', 1));
+    if (field.first == "number") {
+      numbered = absl::SimpleAtoi(field.second, &change.number) && change.number > 0;
+    } else if (field.first == "ranks") {
+      ASSIGN_OR_RETURN(change.ranks, ParseRanks(field.second));
+    } else if (field.first == "left") {
+      ASSIGN_OR_RETURN(change.left, ParseRanks(field.second));
+    } else if (field.first == "why") {
+      absl::StrAppend(&change.why, field.second, "\n");
+    }
+  }
+  if (!numbered || change.ranks.empty()) {
+    return absl::DataLossError(absl::StrCat(path, " is not a membership change"));
+  }
+  return std::optional<MembershipChange>(std::move(change));
+}
+
+std::optional<MembershipChange> AwaitMembershipChange(const std::string& run_dir, int after,
+                                                      absl::Duration patience) {
+  const absl::Time give_up = absl::Now() + patience;
+  while (true) {
+    absl::StatusOr<std::optional<MembershipChange>> change = ReadMembershipChange(run_dir);
+    if (!change.ok()) return std::nullopt;
+    if (change->has_value() && (*change)->number > after) return *std::move(*change);
+    if (absl::Now() >= give_up) return std::nullopt;
+    absl::SleepFor(kPollInterval);
+  }
+}
+
+}  // namespace ddpspawn

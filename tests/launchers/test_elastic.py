@@ -1,0 +1,164 @@
+"""--min-ranks (elastic fit): a rank SIGKILLed mid-training is dropped, the
+others form a new group, continue from their last in-memory commit on fewer
+ranks (no process restarts, nothing read from disk) and end with the weights of
+a clean run that followed the same membership schedule. Below --min-ranks the
+job fails naming every rank it lost."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from test_restarts import logged_steps
+from test_torchrun import CLI, evaluate, parse, rank_pid, write_csv
+
+MODEL = "mlp:4,64,3"
+COMMIT_EVERY = 10
+
+
+def fit_args(train: Path, root: Path, nproc: int = 4) -> List[str]:
+    # 4 ranks x batch 4 over 2000 samples: 125 steps an epoch.
+    return [str(CLI), "fit", "--model", MODEL, "--train", str(train), "--max-epochs", "2",
+            "--batch-size", "4", "--seed", "7", "--optimizer", "adam", "--lr", "0.01",
+            "--nproc-per-node", str(nproc), "--log-every-n-steps", "1", "--progress", "false",
+            "--default-root-dir", str(root)]
+
+
+def elastic(train: Path, root: Path, min_ranks: int, nproc: int = 4) -> subprocess.Popen:
+    return subprocess.Popen(
+        fit_args(train, root, nproc) + ["--min-ranks", str(min_ranks),
+                                        "--elastic-commit-every-n-steps", str(COMMIT_EVERY)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_steps(process: subprocess.Popen, root: Path, count: int) -> None:
+    deadline = time.monotonic() + 90
+    while len(logged_steps(root)) < count:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"{len(logged_steps(root))} steps logged"
+        time.sleep(0.005)
+
+
+@pytest.fixture(scope="module")
+def train(tmp_path_factory) -> Path:
+    return write_csv(tmp_path_factory.mktemp("data") / "train.csv", rows=2000)
+
+
+@pytest.mark.parametrize("rank", [2, 0])
+def test_a_killed_rank_is_dropped_and_the_rest_end_as_a_clean_run_of_that_schedule(
+        tmp_path, train, rank):
+    root = tmp_path / "elastic"
+    job = elastic(train, root, min_ranks=2)
+    wait_for_steps(job, root, 45)
+    victim = rank_pid(job.pid, rank)
+    os.kill(victim, signal.SIGKILL)
+    out, err = job.communicate(timeout=180)
+    assert job.returncode == 0, err
+    got = parse(out)
+    assert (got["elastic.world_size"], got["elastic.changes"]) == ("3", "1"), out
+    assert (got["elastic.change1.left"], got["elastic.change1.world_size"]) == (str(rank), "3")
+    resumed = int(got["elastic.change1.resumed_step"])
+    rerun = int(got["elastic.change1.steps_rerun"])
+    # The last commit, and at most one commit interval of steps lost.
+    assert resumed >= 40 and resumed % COMMIT_EVERY == 0, resumed
+    assert 0 <= rerun <= COMMIT_EVERY, rerun
+    assert f"ddpspawn: lost rank {rank} (pid {victim}) was killed by signal SIGKILL" in err, err
+    assert "3 of 4 ranks go on (min_ranks 2)" in err, err
+    assert (f"ddpspawn: elastic change 1: 3 ranks go on from the in-memory commit of step "
+            f"{resumed} ({rerun} steps re-run)") in err, err
+    # The steps after the commit were logged twice: by the 4 ranks, then by the 3.
+    steps = logged_steps(root)
+    assert steps.count(1) == 1 and steps.count(resumed + 1) == 2, steps[resumed - 2:resumed + 3]
+
+    # The clean run of the same schedule: 4 ranks to step `resumed` (a
+    # checkpoint), then 3 ranks from it, which deal the rest of the epoch.
+    reference = tmp_path / "reference"
+    first = subprocess.run(fit_args(train, reference) + ["--max-steps", str(resumed)],
+                           capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    second = subprocess.run(
+        fit_args(train, reference, nproc=3) + ["--resume-from", parse(first.stdout)["checkpoint"]],
+        capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    want = parse(second.stdout)
+    # 125 steps of 4 ranks an epoch; after the change the rest of the first
+    # epoch on 3, then a second epoch of 167.
+    assert got["global_step"] == want["global_step"]
+    assert int(got["global_step"]) > 250
+    # Bit-identical weights: their loss on the training set agrees to every
+    # digit.
+    assert evaluate(got["checkpoint"], train, MODEL) == evaluate(want["checkpoint"], train, MODEL)
+
+
+def test_below_min_ranks_the_job_fails_naming_every_rank_it_lost(tmp_path, train):
+    root = tmp_path / "elastic"
+    job = elastic(train, root, min_ranks=3)
+    wait_for_steps(job, root, 25)
+    first, second = rank_pid(job.pid, 3), rank_pid(job.pid, 1)
+    os.kill(first, signal.SIGKILL)
+    # The others went on without it: more steps logged after the change.
+    logged = len(logged_steps(root))
+    wait_for_steps(job, root, logged + 30)
+    os.kill(second, signal.SIGKILL)
+    out, err = job.communicate(timeout=180)
+    assert job.returncode != 0, out
+    assert "3 of 4 ranks go on (min_ranks 3)" in err, err
+    assert (f"(min_ranks 3: the job lost, in order: rank 3 (pid {first}) was killed by signal "
+            f"SIGKILL (Killed); rank 1 (pid {second}) was killed by signal SIGKILL") in err, err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--min-ranks", "5"], "min_ranks 5 is more than the job's nproc_per_node 4"),
+    (["--min-ranks", "2", "--sharding-strategy", "shard_grad_op"],
+     "min_ranks (elastic fit) does not go with sharded training"),
+    (["--min-ranks", "2", "--max-restarts", "1"],
+     "min_ranks (elastic fit) does not go with max_restarts"),
+    (["--min-ranks", "2", "--limit-train-batches", "5"],
+     "min_ranks (elastic fit) does not go with limit_train_batches"),
+    (["--elastic-commit-every-n-steps", "5"],
+     "elastic_commit_every_n_steps is for an elastic fit; set min_ranks too"),
+])
+def test_what_elastic_fit_cannot_do_yet_is_refused_before_any_rank_starts(
+        tmp_path, train, flags, message):
+    run = subprocess.run(fit_args(train, tmp_path) + flags, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode != 0
+    assert message in run.stderr, run.stderr
+
+
+PYTHON_FIT = """
+import sys, ddpspawn
+result = ddpspawn.fit("{model}", sys.argv[1], nprocs=4, max_epochs=2, batch_size=4, seed=7,
+                      optimizer="adam", lr=0.01, log_every_n_steps=1, progress=False,
+                      default_root_dir=sys.argv[2], min_ranks=2)
+print("global_step=%d" % result.global_step)
+for key in ("elastic.world_size", "elastic.changes", "elastic.change1.left"):
+    print("%s=%s" % (key, result.values[key]))
+"""
+
+
+def test_python_fit_goes_on_without_a_killed_rank(tmp_path, train):
+    # ddpspawn.fit forks its ranks from the Python process (ddpspawn_run):
+    # the same option, the same survivors.
+    root = tmp_path / "python"
+    env = dict(os.environ, PYTHONPATH=str(Path.cwd() / "bindings" / "python"))
+    job = subprocess.Popen(
+        [sys.executable, "-c", PYTHON_FIT.format(model=MODEL), str(train), str(root)], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_steps(job, root, 45)
+    ranks = sorted(int(pid) for pid in
+                   Path(f"/proc/{job.pid}/task/{job.pid}/children").read_text().split())
+    # Forked in rank order after the run directory's guardian: the last is rank 3.
+    os.kill(ranks[-1], signal.SIGKILL)
+    out, err = job.communicate(timeout=180)
+    assert job.returncode == 0, err
+    got = parse(out)
+    assert (got["elastic.world_size"], got["elastic.changes"], got["elastic.change1.left"]) == (
+        "3", "1", "3"), out
+    assert int(got["global_step"]) > 250
+    assert f"ddpspawn: lost rank 3 (pid {ranks[-1]}) was killed by signal SIGKILL" in err, err
