@@ -29,6 +29,10 @@ std::string RunDirMembershipFile(const std::string& run_dir) {
   return absl::StrCat(run_dir, "/membership");
 }
 
+std::string RunDirRecoveryRequestFile(const std::string& run_dir, int rank) {
+  return absl::StrCat(run_dir, "/rank", rank, ".recovery");
+}
+
 std::string RunDirCallsFile(const std::string& run_dir, int rank, int generation) {
   return absl::StrCat(run_dir, "/rank", rank, ".group", generation, ".calls");
 }

@@ -27,6 +27,9 @@ std::string RunDirFailureOrderFile(const std::string& run_dir);
 // Which ranks go on after an elastic job lost some (core/launch/membership.h).
 std::string RunDirMembershipFile(const std::string& run_dir);
 
+// A rank's request that the launcher of an elastic job look for a hung rank to drop.
+std::string RunDirRecoveryRequestFile(const std::string& run_dir, int rank);
+
 // A rank's flight recorder of its `generation`-th group's collectives.
 std::string RunDirCallsFile(const std::string& run_dir, int rank, int generation);
 

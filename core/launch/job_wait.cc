@@ -158,9 +158,10 @@ std::string DescribeEndAfterReport(const RankOutcome& outcome, bool by_stop) {
 // debugger), or one that never reached the newest group's furthest call, which another rank had
 // been in for kWaitedForAnother or more (the flight recorders say so). It is the rank a
 // collective's timeout waited for, and the job's message names it first. Taken now: the stop about
-// to come lets a stopped rank run on.
+// to come lets a stopped rank run on. Each note ends with `when` it was taken. Also what an elastic
+// job's launcher kills when the others ask (KillHungRanks).
 void NoteRanksWaitedFor(const std::string& run_dir, std::vector<RankOutcome>& outcomes,
-                        int first_global_rank, absl::Time now) {
+                        int first_global_rank, absl::Time now, absl::string_view when) {
   int newest = -1;
   for (int g = 0; access(RunDirCallsFile(run_dir, 0, g).c_str(), F_OK) == 0; ++g) newest = g;
   std::vector<absl::StatusOr<RecordedRank>> ranks;
@@ -182,23 +183,27 @@ void NoteRanksWaitedFor(const std::string& run_dir, std::vector<RankOutcome>& ou
     RankOutcome& outcome = outcomes[r];
     if (outcome.state != RankState::kRunning || !outcome.error_text.empty()) continue;
     const bool stopped = ReadProcessState(outcome.pid) == ProcessState::kStopped;
-    const bool behind =
-        others_waited && r < ranks.size() && ranks[r].ok() && ranks[r]->started < furthest;
+    // The records are by the ranks' numbers in that group (an elastic job renumbers them): found
+    // by pid.
+    const RecordedRank* record = nullptr;
+    for (const auto& rank : ranks) {
+      if (rank.ok() && rank->pid == outcome.pid) record = &*rank;
+    }
+    const bool behind = others_waited && record != nullptr && record->started < furthest;
     if (!stopped && !behind) continue;
     outcome.error_text =
         absl::StrCat("rank ", first_global_rank + static_cast<int>(r), " (pid ", outcome.pid, ") ");
     if (behind) {
       absl::StrAppend(&outcome.error_text, "never reached call #", furthest, " (", what,
                       "), which another rank had waited in for ",
-                      absl::FormatDuration(absl::Trunc(now - entered, absl::Milliseconds(10))),
-                      " when the job failed",
-                      stopped ? "; its process was stopped (SIGSTOP or a debugger)" : "");
+                      absl::FormatDuration(absl::Trunc(now - entered, absl::Milliseconds(10))), " ",
+                      when, stopped ? "; its process was stopped (SIGSTOP or a debugger)" : "");
       continue;
     }
-    absl::StrAppend(&outcome.error_text, "was stopped (SIGSTOP or a debugger) when the job failed");
-    if (r < ranks.size() && ranks[r].ok() && !ranks[r]->last_ended) {
-      absl::StrAppend(&outcome.error_text, ", inside call #", ranks[r]->started, " (",
-                      ranks[r]->last_what, "), which the others waited in");
+    absl::StrAppend(&outcome.error_text, "was stopped (SIGSTOP or a debugger) ", when);
+    if (record != nullptr && !record->last_ended) {
+      absl::StrAppend(&outcome.error_text, ", inside call #", record->started, " (",
+                      record->last_what, "), which the others waited in");
     }
   }
 }
@@ -256,6 +261,7 @@ absl::Status Job::Wait() {
     bool any_running = false;
     const std::vector<int> newly_failed =
         stopping.started ? ReapRanks(any_running) : DropLostRanks(ReapRanks(any_running));
+    if (spec_.min_ranks > 0 && !stopping.started && failed_rank_ < 0) KillHungRanks();
     if (!stopping.started) {
       // A signal (but SIGPIPE) is more likely the cause than an exit. A rank that exits because a
       // peer was killed can be reaped before that peer, whose threads may still be ending (a killed
@@ -274,7 +280,7 @@ absl::Status Job::Wait() {
       if (failed_rank_ >= 0 && (EndedBySignalOfItsOwn(outcomes_[failed_rank_]) ||
                                 absl::Now() >= *failed_at_ + kCauseWindow)) {
         status = absl::AbortedError("");  // the message is written below, with the error text
-        NoteRanksWaitedFor(run_dir_, outcomes_, GlobalRank(0), absl::Now());
+        NoteRanksWaitedFor(run_dir_, outcomes_, GlobalRank(0), absl::Now(), "when the job failed");
         BeginStopping(stopping, SIGTERM);
       }
     }
@@ -375,8 +381,11 @@ std::vector<int> Job::DropLostRanks(const std::vector<int>& newly_failed) {
   for (int r : lost_) {
     change.left.push_back(GlobalRank(r));
     const RankOutcome& outcome = outcomes_[r];
-    const std::string end =
-        absl::StrCat("rank ", GlobalRank(r), " (pid ", outcome.pid, ") ", DescribeOutcome(outcome));
+    // A hung rank the launcher killed: why it did.
+    const std::string end = outcome.error_text.empty()
+                                ? absl::StrCat("rank ", GlobalRank(r), " (pid ", outcome.pid, ") ",
+                                               DescribeOutcome(outcome))
+                                : absl::StrCat(outcome.error_text, "; the launcher killed it");
     absl::StrAppend(&change.why, end, "\n");
     absl::StrAppend(&ends, ends.empty() ? "" : "; ", end);
   }
@@ -405,6 +414,26 @@ std::vector<int> Job::DropLostRanks(const std::vector<int>& newly_failed) {
   members_ = std::move(members);
   lost_.clear();
   return failures;
+}
+
+void Job::KillHungRanks() {
+  std::vector<int> asking;
+  for (int r : members_) asking.push_back(GlobalRank(r));
+  if (!TakeRecoveryRequests(run_dir_, asking)) return;
+  NoteRanksWaitedFor(run_dir_, outcomes_, GlobalRank(0), absl::Now(),
+                     "when the others' collective timed out");
+  for (int r : members_) {
+    RankOutcome& outcome = outcomes_[r];
+    if (outcome.state != RankState::kRunning || outcome.error_text.empty()) continue;
+    // Only a stopped process for certain: a rank behind in the calls may be one the lost rank
+    // held up, still on its way out of its collective.
+    if (ReadProcessState(outcome.pid) != ProcessState::kStopped) {
+      outcome.error_text.clear();
+      continue;
+    }
+    kill(-outcome.pid, SIGKILL);
+    kill(outcome.pid, SIGKILL);
+  }
 }
 
 void Job::SignalRunning(int sig) {

@@ -158,6 +158,9 @@ class Job {
   // ended for a moment drops them (publishing the change) while min_ranks go on; returns the
   // failures that end the job (all of them otherwise).
   std::vector<int> DropLostRanks(const std::vector<int>& newly_failed);
+  // Elastic: when a rank asked for it (its collective failed), kills the ranks the others wait for
+  // (stopped, or behind in the newest group's calls), which DropLostRanks() then drops.
+  void KillHungRanks();
   void SignalRunning(int sig);
   std::vector<int> RunningRanks() const;
   void PassOnSignal();

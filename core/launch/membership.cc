@@ -70,6 +70,19 @@ absl::StatusOr<std::optional<MembershipChange>> ReadMembershipChange(const std::
   return std::optional<MembershipChange>(std::move(change));
 }
 
+absl::Status RequestRecovery(const std::string& run_dir, int rank) {
+  return WriteFileAtomically(RunDirRecoveryRequestFile(run_dir, rank), "", /*durable=*/false);
+}
+
+bool TakeRecoveryRequests(const std::string& run_dir, const std::vector<int>& ranks) {
+  bool asked = false;
+  for (int rank : ranks) {
+    std::error_code error;
+    asked = std::filesystem::remove(RunDirRecoveryRequestFile(run_dir, rank), error) || asked;
+  }
+  return asked;
+}
+
 std::optional<MembershipChange> AwaitMembershipChange(const std::string& run_dir, int after,
                                                       absl::Duration patience) {
   const absl::Time give_up = absl::Now() + patience;

@@ -31,6 +31,13 @@ absl::Status PublishMembershipChange(const std::string& run_dir, const Membershi
 // error.
 absl::StatusOr<std::optional<MembershipChange>> ReadMembershipChange(const std::string& run_dir);
 
+// In a worker whose collective failed (`rank` as launched): asks the launcher to look for a rank
+// the others wait for (a hung one, see LaunchSpec::min_ranks), which it then drops.
+absl::Status RequestRecovery(const std::string& run_dir, int rank);
+
+// In the launcher: whether any of `ranks` (as launched) asked since the last call.
+bool TakeRecoveryRequests(const std::string& run_dir, const std::vector<int>& ranks);
+
 // In a worker: waits up to `patience` for a change numbered above `after` and returns it; nullopt
 // when none came (or the file cannot be read: the launcher is gone).
 std::optional<MembershipChange> AwaitMembershipChange(const std::string& run_dir, int after,

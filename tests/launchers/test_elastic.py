@@ -95,6 +95,29 @@ def test_a_killed_rank_is_dropped_and_the_rest_end_as_a_clean_run_of_that_schedu
     assert evaluate(got["checkpoint"], train, MODEL) == evaluate(want["checkpoint"], train, MODEL)
 
 
+def test_a_stopped_rank_is_named_killed_and_dropped_after_the_timeout(tmp_path, train):
+    # SIGSTOP: nothing ends, the others wait in their collective until
+    # --timeout, then ask the launcher, which finds the rank they wait for
+    # (its process is stopped), kills it and drops it.
+    root = tmp_path / "elastic"
+    job = subprocess.Popen(
+        fit_args(train, root) + ["--min-ranks", "2", "--timeout", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_steps(job, root, 45)
+    victim = rank_pid(job.pid, 1)
+    os.kill(victim, signal.SIGSTOP)
+    out, err = job.communicate(timeout=180)
+    assert job.returncode == 0, err
+    got = parse(out)
+    assert (got["elastic.world_size"], got["elastic.change1.left"]) == ("3", "1"), out
+    # Named as stopped, or as the one that never reached the call the others
+    # waited in (which it also was), whichever the launcher saw first.
+    lost = next(line for line in err.splitlines() if line.startswith("ddpspawn: lost rank"))
+    assert lost.startswith(f"ddpspawn: lost rank 1 (pid {victim}) "), err
+    assert "when the others' collective timed out" in lost and "stopped (SIGSTOP" in lost, err
+    assert lost.endswith("the launcher killed it; 3 of 4 ranks go on (min_ranks 2)"), err
+
+
 def test_below_min_ranks_the_job_fails_naming_every_rank_it_lost(tmp_path, train):
     root = tmp_path / "elastic"
     job = elastic(train, root, min_ranks=3)

@@ -100,6 +100,10 @@ absl::StatusOr<ElasticFitResult> ElasticFit(DDPSpawnStrategy& strategy, TrainerO
     if (!MayBeALostPeer(fitted.status())) return fitted.status();
     // The survivors' group may itself fail to form (another rank lost meanwhile): the next change.
     absl::Status failure = fitted.status();
+    // A stopped peer, the launcher looks for when asked after a timeout; a lost one, it saw.
+    if (absl::IsDeadlineExceeded(fitted.status())) {
+      (void)RequestRecovery(launched.run_dir, launched.rank);
+    }
     while (!failure.ok()) {
       std::optional<MembershipChange> change =
           AwaitMembershipChange(launched.run_dir, changes_seen, kMembershipPatience);
