@@ -38,6 +38,7 @@
 #include "core/launch/forkserver.h"
 #include "core/launch/launcher.h"
 #include "core/launch/membership.h"
+#include "core/launch/waited_for.h"
 #include "core/launch/worker_channel.h"
 #include "core/trace/flight_recorder.h"
 #include "core/util/enum_names.h"
@@ -55,10 +56,6 @@ constexpr absl::Duration kCauseWindow = absl::Milliseconds(100);
 // Elastic: ranks lost within this long of each other are dropped in one membership change (a node's
 // ranks, a kill of several), so that the survivors do not form a group with a rank about to go.
 constexpr absl::Duration kLossWindow = absl::Milliseconds(50);
-
-// How long a rank must have waited in a collective that another rank never reached for the launcher
-// to name that rank when the job fails: far longer than ranks' ordinary skew.
-constexpr absl::Duration kWaitedForAnother = absl::Milliseconds(500);
 
 // The signal (SIGINT/SIGTERM) the launcher received while waiting, and how many.
 volatile sig_atomic_t g_received_signal = 0;
@@ -151,61 +148,6 @@ std::string DescribeEndAfterReport(const RankOutcome& outcome, bool by_stop) {
                         SignalName(outcome.signal), " from the launcher ended it");
   }
   return absl::StrCat("it was then killed by signal ", SignalName(outcome.signal));
-}
-
-// When a rank's failure ends the job: a note of the launcher's (RankOutcome::error_text, not
-// reported) on each rank still running that the others were waiting for: one stopped (SIGSTOP, a
-// debugger), or one that never reached the newest group's furthest call, which another rank had
-// been in for kWaitedForAnother or more (the flight recorders say so). It is the rank a
-// collective's timeout waited for, and the job's message names it first. Taken now: the stop about
-// to come lets a stopped rank run on. Each note ends with `when` it was taken. Also what an elastic
-// job's launcher kills when the others ask (KillHungRanks).
-void NoteRanksWaitedFor(const std::string& run_dir, std::vector<RankOutcome>& outcomes,
-                        int first_global_rank, absl::Time now, absl::string_view when) {
-  int newest = -1;
-  for (int g = 0; access(RunDirCallsFile(run_dir, 0, g).c_str(), F_OK) == 0; ++g) newest = g;
-  std::vector<absl::StatusOr<RecordedRank>> ranks;
-  if (newest >= 0) ranks = ReadFlightRecorders(run_dir, static_cast<int>(outcomes.size()), newest);
-  uint64_t furthest = 0;
-  for (const auto& rank : ranks) {
-    if (rank.ok()) furthest = std::max(furthest, rank->started);
-  }
-  absl::Time entered = absl::InfiniteFuture();  // when the first rank started call #furthest
-  std::string what;
-  for (const auto& rank : ranks) {
-    if (rank.ok() && rank->started == furthest && rank->last_start < entered) {
-      entered = rank->last_start;
-      what = rank->last_what;
-    }
-  }
-  const bool others_waited = furthest > 0 && now - entered >= kWaitedForAnother;
-  for (size_t r = 0; r < outcomes.size(); ++r) {
-    RankOutcome& outcome = outcomes[r];
-    if (outcome.state != RankState::kRunning || !outcome.error_text.empty()) continue;
-    const bool stopped = ReadProcessState(outcome.pid) == ProcessState::kStopped;
-    // The records are by the ranks' numbers in that group (an elastic job renumbers them): found
-    // by pid.
-    const RecordedRank* record = nullptr;
-    for (const auto& rank : ranks) {
-      if (rank.ok() && rank->pid == outcome.pid) record = &*rank;
-    }
-    const bool behind = others_waited && record != nullptr && record->started < furthest;
-    if (!stopped && !behind) continue;
-    outcome.error_text =
-        absl::StrCat("rank ", first_global_rank + static_cast<int>(r), " (pid ", outcome.pid, ") ");
-    if (behind) {
-      absl::StrAppend(&outcome.error_text, "never reached call #", furthest, " (", what,
-                      "), which another rank had waited in for ",
-                      absl::FormatDuration(absl::Trunc(now - entered, absl::Milliseconds(10))), " ",
-                      when, stopped ? "; its process was stopped (SIGSTOP or a debugger)" : "");
-      continue;
-    }
-    absl::StrAppend(&outcome.error_text, "was stopped (SIGSTOP or a debugger) ", when);
-    if (record != nullptr && !record->last_ended) {
-      absl::StrAppend(&outcome.error_text, ", inside call #", record->started, " (",
-                      record->last_what, "), which the others waited in");
-    }
-  }
 }
 
 }  // namespace
@@ -425,8 +367,8 @@ void Job::KillHungRanks() {
   for (int r : members_) {
     RankOutcome& outcome = outcomes_[r];
     if (outcome.state != RankState::kRunning || outcome.error_text.empty()) continue;
-    // Only a stopped process for certain: a rank behind in the calls may be one the lost rank
-    // held up, still on its way out of its collective.
+    // Only a stopped process for certain: a rank behind in the calls may be one the lost rank held
+    // up, still on its way out of its collective.
     if (ReadProcessState(outcome.pid) != ProcessState::kStopped) {
       outcome.error_text.clear();
       continue;

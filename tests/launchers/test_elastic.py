@@ -32,7 +32,10 @@ def fit_args(train: Path, root: Path, nproc: int = 4) -> List[str]:
 def elastic(train: Path, root: Path, min_ranks: int, nproc: int = 4) -> subprocess.Popen:
     return subprocess.Popen(
         fit_args(train, root, nproc) + ["--min-ranks", str(min_ranks),
-                                        "--elastic-commit-every-n-steps", str(COMMIT_EVERY)],
+                                        "--elastic-commit-every-n-steps", str(COMMIT_EVERY),
+                                        # Should the survivors' new group not form, a failure
+                                        # within the test's time, not a hang.
+                                        "--timeout", "30"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -158,7 +161,7 @@ PYTHON_FIT = """
 import sys, ddpspawn
 result = ddpspawn.fit("{model}", sys.argv[1], nprocs=4, max_epochs=2, batch_size=4, seed=7,
                       optimizer="adam", lr=0.01, log_every_n_steps=1, progress=False,
-                      default_root_dir=sys.argv[2], min_ranks=2)
+                      default_root_dir=sys.argv[2], min_ranks=2, timeout=30)
 print("global_step=%d" % result.global_step)
 for key in ("elastic.world_size", "elastic.changes", "elastic.change1.left"):
     print("%s=%s" % (key, result.values[key]))
