@@ -362,11 +362,15 @@ void Job::KillHungRanks() {
   std::vector<int> asking;
   for (int r : members_) asking.push_back(GlobalRank(r));
   if (!TakeRecoveryRequests(run_dir_, asking)) return;
+  std::vector<bool> noted_before(outcomes_.size());
+  for (size_t r = 0; r < outcomes_.size(); ++r) noted_before[r] = !outcomes_[r].error_text.empty();
   NoteRanksWaitedFor(run_dir_, outcomes_, GlobalRank(0), absl::Now(),
                      "when the others' collective timed out");
   for (int r : members_) {
     RankOutcome& outcome = outcomes_[r];
-    if (outcome.state != RankState::kRunning || outcome.error_text.empty()) continue;
+    if (outcome.state != RankState::kRunning || noted_before[r] || outcome.error_text.empty()) {
+      continue;  // not waited for, or killed already (and maybe not yet reaped)
+    }
     // Only a stopped process for certain: a rank behind in the calls may be one the lost rank held
     // up, still on its way out of its collective.
     if (ReadProcessState(outcome.pid) != ProcessState::kStopped) {

@@ -474,8 +474,14 @@ absl::StatusOr<at::Tensor> DDPSpawnStrategy::Reduce(const at::Tensor& tensor, Re
 absl::StatusOr<at::Tensor> DDPSpawnStrategy::AllGather(const at::Tensor& tensor) {
   if (!tensor.defined()) return absl::InvalidArgumentError("AllGather got an undefined tensor");
   if (group_ == nullptr) return tensor.detach().unsqueeze(0);
-  ASSIGN_OR_RETURN(std::vector<at::Tensor> gathered, group_->AllGather(tensor.detach()));
-  return at::stack(gathered);
+  // Into one tensor: through this host's shared memory where the group has it (the checkpoints'
+  // random generator states, the logged values), else one backend all-gather.
+  const at::Tensor input = tensor.detach().contiguous();
+  std::vector<int64_t> shape = {world_size()};
+  shape.insert(shape.end(), input.sizes().begin(), input.sizes().end());
+  at::Tensor gathered = at::empty(shape, input.options());
+  RETURN_IF_ERROR(group_->AllGatherInto(input, gathered));
+  return gathered;
 }
 
 absl::Status DDPSpawnStrategy::PreBackward(const at::Tensor& loss) {

@@ -14,7 +14,7 @@ namespace ddpspawn {
 // Plain values; thread-compatible (the training thread writes it, the elastic loop reads it between
 // fits).
 struct InMemoryCommit {
-  int64_t every_n_steps = 10;  // >= 1
+  int64_t every_n_steps = 20;  // >= 1
   std::string bytes;           // the last commit; empty before the first
   int64_t step = -1;           // its global step (-1: none yet)
   int64_t reached_step = 0;    // the last optimizer step this rank finished

@@ -67,7 +67,7 @@ struct RunConfig {
   // least min_ranks go on, which continue from their last in-memory commit, taken every
   // elastic_commit_every_n_steps optimizer steps. 0: a lost rank fails the job.
   int min_ranks = 0;
-  int64_t elastic_commit_every_n_steps = 10;
+  int64_t elastic_commit_every_n_steps = 20;
   // fit: on this signal, save the checkpoint and stop ("SIGUSR1", "SIGUSR2", "none"); "auto":
   // SIGUSR1 inside a SLURM job, else none. Resolved into trainer.checkpoint_on_signal by
   // ResolveRunConfig.
