@@ -73,8 +73,13 @@ absl::Status RunWithRestarts(const RestartSteps& steps, int max_restarts, int& r
           absl::StrCat(after.message(), "\nnot restarted: ", resume_point.status().message()));
     }
     ++restarts;
-    AnnounceRestart(restarts, max_restarts, ended,
-                    resume_point->empty() ? steps.empty_resume_point_reads_as : *resume_point);
+    std::string continuing_from =
+        resume_point->empty() ? steps.empty_resume_point_reads_as : *resume_point;
+    if (steps.describe_resume_point) {
+      const std::string where = steps.describe_resume_point(*resume_point);
+      if (!where.empty()) absl::StrAppend(&continuing_from, " (", where, ")");
+    }
+    AnnounceRestart(restarts, max_restarts, ended, continuing_from);
     RETURN_IF_ERROR(steps.prepare_next(*resume_point));
   }
 }

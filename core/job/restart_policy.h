@@ -28,13 +28,17 @@ struct RestartSteps {
   std::function<absl::Status(const std::string& resume_point)> prepare_next;
   // How the restart's announcement names an empty resume point ("" names nothing).
   std::string empty_resume_point_reads_as;
+  // Where training stands at a resume point (say, its step), for the announcement; "" (or no
+  // function): nothing to add.
+  std::function<std::string(const std::string& resume_point)> describe_resume_point;
 };
 
 // Runs attempts of a job until one ends Ok or a failure is not retried: only a failed rank
 // (Aborted) is, `max_restarts` times at most (`restarts`, in and out, counts them), not an
 // interrupt, a timeout of the whole job or a refusal before any rank ran. Each restart is announced
 // on stderr ("ddpspawn: restart K of N: <the failure's first line>", then "ddpspawn: continuing
-// from <the point>"). The last failure's message ends "(after N restarts)" when there were any.
+// from <the point> (<where training stands there>)"). The last failure's message ends "(after N
+// restarts)" when there were any.
 absl::Status RunWithRestarts(const RestartSteps& steps, int max_restarts, int& restarts);
 
 }  // namespace ddpspawn

@@ -218,6 +218,14 @@ absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module
   return absl::OkStatus();
 }
 
+absl::StatusOr<TrainingState> ReadCheckpointTrainingState(const std::string& bytes) {
+  torch::serialize::InputArchive archive;
+  RETURN_IF_ERROR(OpenCheckpointArchive(bytes, c10::Device(c10::kCPU), archive));
+  TrainingState state;
+  RETURN_IF_ERROR(RestoreTrainingState(archive, state));
+  return state;
+}
+
 absl::StatusOr<std::string> SerializeTrainingState(const TrainingState& state) {
   torch::serialize::OutputArchive archive;
   RETURN_IF_ERROR(InvalidInputOnException("serializing the training state", [&] {

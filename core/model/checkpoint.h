@@ -52,6 +52,10 @@ absl::StatusOr<std::string> SerializeCheckpoint(LightningModule& module,
 absl::Status RestoreCheckpoint(const std::string& bytes, LightningModule& module,
                                torch::optim::Optimizer* optimizer, TrainingState* state);
 
+// Where training stood in a checkpoint (SerializeCheckpoint's bytes), without a module to restore
+// its weights into: what a restart announces it continues from.
+absl::StatusOr<TrainingState> ReadCheckpointTrainingState(const std::string& bytes);
+
 // The training state alone (no weights, no optimizer state), as a sealed archive
 // (sealed_archive.h): what a sharded checkpoint keeps beside its shards.
 absl::StatusOr<std::string> SerializeTrainingState(const TrainingState& state);

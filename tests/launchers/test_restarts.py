@@ -75,6 +75,14 @@ def test_a_killed_rank_resumes_to_the_same_weights(tmp_path, uninterrupted, afte
     assert got["restarts"] == "1"
     assert f"ddpspawn: restart 1 of 1: rank {rank} (pid" in err and "SIGKILL" in err, err
     assert f"continuing from {root.resolve()}/checkpoints/last.ckpt" in err, err
+    # The line names the checkpoint's step, which the result repeats: one the
+    # job checkpointed at (every 7 steps, and each epoch's end).
+    resumed = int(got["resumed_step"])
+    assert resumed % 7 == 0 or resumed % 250 == 0, resumed
+    epoch, batch = resumed // 250 + 1, resumed % 250
+    where = (f"step {resumed}, the start of epoch {epoch}" if batch == 0
+             else f"step {resumed}, batch {batch} of epoch {epoch}")
+    assert f"continuing from {root.resolve()}/checkpoints/last.ckpt ({where})\n" in err, err
     # It continued from a checkpoint: step 1 ran once, and only the steps
     # after the last checkpoint (every 7 steps and at each epoch's end) ran
     # again.
@@ -109,7 +117,7 @@ def test_sharded_checkpoints_resume_a_killed_rank_to_the_same_weights(tmp_path, 
     got = parse(out)
     assert got["restarts"] == "1"
     checkpoint = root.resolve() / "checkpoints" / "last.ckpt"
-    assert f"continuing from {checkpoint}" in err, err
+    assert f"continuing from {checkpoint} (step {got['resumed_step']}, " in err, err
     assert sorted(os.listdir(checkpoint)) == ["common", "shard-0-of-2", "shard-1-of-2"]
     steps = logged_steps(root)
     assert steps.count(1) == 1 and 0 <= len(steps) - 750 <= 7, len(steps)

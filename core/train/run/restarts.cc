@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -15,6 +16,8 @@
 #include "absl/time/time.h"
 #include "core/env/settings.h"
 #include "core/job/restart_policy.h"
+#include "core/model/checkpoint.h"
+#include "core/model/sharded_checkpoint.h"
 #include "core/train/loop/checkpoint_connector.h"
 #include "core/util/status_macros.h"
 
@@ -27,6 +30,17 @@ std::optional<absl::Time> ModifiedAt(const std::string& path) {
   struct stat info {};
   if (stat(path.c_str(), &info) != 0) return std::nullopt;
   return absl::TimeFromTimespec(info.st_mtim);
+}
+
+// Where training stands in the checkpoint at `path` (a file through the strategy's CheckpointIO, or
+// a sharded checkpoint's directory).
+absl::StatusOr<TrainingState> ReadResumePoint(DDPSpawnStrategy& strategy, const std::string& path) {
+  if (IsShardedCheckpoint(path)) {
+    ASSIGN_OR_RETURN(std::string extra, ReadShardedCheckpointExtra(path));
+    return ParseTrainingState(extra);
+  }
+  ASSIGN_OR_RETURN(std::string bytes, strategy.LoadCheckpoint(path));
+  return ReadCheckpointTrainingState(bytes);
 }
 
 }  // namespace
@@ -58,10 +72,24 @@ absl::StatusOr<std::string> LaunchWithRestarts(const RunConfig& config, DDPSpawn
     return absl::OkStatus();
   };
   steps.empty_resume_point_reads_as = "the start (no checkpoint yet)";
+  int64_t resumed_step = 0;  // the last restart's
+  steps.describe_resume_point = [&](const std::string& resume_point) -> std::string {
+    resumed_step = 0;
+    if (resume_point.empty()) return "";
+    absl::StatusOr<TrainingState> state = ReadResumePoint(strategy, resume_point);
+    if (!state.ok()) return "";  // the restarted ranks say what is wrong with it
+    resumed_step = state->global_step;
+    return state->batch_in_epoch == 0
+               ? absl::StrCat("step ", state->global_step, ", the start of epoch ",
+                              state->epoch + 1)
+               : absl::StrCat("step ", state->global_step, ", batch ", state->batch_in_epoch,
+                              " of epoch ", state->epoch + 1);
+  };
   int restarts = 0;
   RETURN_IF_ERROR(RunWithRestarts(steps, config.max_restarts, restarts));
   if (config.max_restarts == 0) return result;
-  return absl::StrCat(result, "restarts=", restarts, "\n");
+  return absl::StrCat(result, "restarts=", restarts, "\n",
+                      restarts > 0 ? absl::StrCat("resumed_step=", resumed_step, "\n") : "");
 }
 
 }  // namespace ddpspawn

@@ -13,8 +13,9 @@ namespace ddpspawn {
 
 // In the launching process: strategy.Launch(fn), and when a rank fails, again (config.max_restarts
 // times at most), the new ranks continuing from the checkpoint this job wrote last (or from where
-// it started, if it wrote none). Each restart is announced on stderr with its cause; the result
-// ends with "restarts=N".
+// it started, if it wrote none). Each restart is announced on stderr with its cause and the step it
+// continues from; the result ends with "restarts=N" and, after a restart, "resumed_step=S" (the
+// last restart's).
 absl::StatusOr<std::string> LaunchWithRestarts(const RunConfig& config, DDPSpawnStrategy& strategy,
                                                const DDPSpawnStrategy::WorkerFn& fn);
 
