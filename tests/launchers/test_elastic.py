@@ -39,11 +39,28 @@ def elastic(train: Path, root: Path, min_ranks: int, nproc: int = 4) -> subproce
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def stop(process: subprocess.Popen) -> str:
+    """Stops a job the test gives up on with SIGTERM, which the launcher
+    passes to its ranks before it removes its run directory and shared
+    memory (a job left running would be SIGKILLed whole when Bazel's sandbox
+    ends, leaving them behind); returns its stderr."""
+    process.terminate()
+    return process.communicate(timeout=60)[1]
+
+
+def finish(process: subprocess.Popen, timeout: float = 180):
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the job did not end within {timeout} s:\n{stop(process)[-3000:]}")
+
+
 def wait_for_steps(process: subprocess.Popen, root: Path, count: int) -> None:
     deadline = time.monotonic() + 90
     while len(logged_steps(root)) < count:
         assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, f"{len(logged_steps(root))} steps logged"
+        if time.monotonic() >= deadline:
+            pytest.fail(f"{len(logged_steps(root))} steps logged:\n{stop(process)[-3000:]}")
         time.sleep(0.005)
 
 
@@ -60,7 +77,7 @@ def test_a_killed_rank_is_dropped_and_the_rest_end_as_a_clean_run_of_that_schedu
     wait_for_steps(job, root, 45)
     victim = rank_pid(job.pid, rank)
     os.kill(victim, signal.SIGKILL)
-    out, err = job.communicate(timeout=180)
+    out, err = finish(job)
     assert job.returncode == 0, err
     got = parse(out)
     assert (got["elastic.world_size"], got["elastic.changes"]) == ("3", "1"), out
@@ -111,7 +128,7 @@ def test_a_stopped_rank_is_named_killed_and_dropped_after_the_timeout(tmp_path, 
     wait_for_steps(job, root, 45)
     victim = rank_pid(job.pid, 1)
     os.kill(victim, signal.SIGSTOP)
-    out, err = job.communicate(timeout=180)
+    out, err = finish(job)
     assert job.returncode == 0, err
     got = parse(out)
     assert (got["elastic.world_size"], got["elastic.change1.left"]) == ("3", "1"), out
@@ -133,7 +150,7 @@ def test_below_min_ranks_the_job_fails_naming_every_rank_it_lost(tmp_path, train
     logged = len(logged_steps(root))
     wait_for_steps(job, root, logged + 30)
     os.kill(second, signal.SIGKILL)
-    out, err = job.communicate(timeout=180)
+    out, err = finish(job)
     assert job.returncode != 0, out
     assert "3 of 4 ranks go on (min_ranks 3)" in err, err
     assert (f"(min_ranks 3: the job lost, in order: rank 3 (pid {first}) was killed by signal "
@@ -183,7 +200,7 @@ def test_python_fit_goes_on_without_a_killed_rank(tmp_path, train):
                    Path(f"/proc/{job.pid}/task/{job.pid}/children").read_text().split())
     # Forked in rank order after the run directory's guardian: the last is rank 3.
     os.kill(ranks[-1], signal.SIGKILL)
-    out, err = job.communicate(timeout=180)
+    out, err = finish(job)
     assert job.returncode == 0, err
     got = parse(out)
     assert (got["elastic.world_size"], got["elastic.changes"], got["elastic.change1.left"]) == (
