@@ -23,6 +23,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -213,7 +214,19 @@ TEST(LauncherSpawnTest, TheFirstRankToReportIsTheCauseThoughReapedLast) {
   EXPECT_EQ(job->failed_rank(), 0) << status;
   EXPECT_THAT(status.message(), HasSubstr("rank 0"));
   EXPECT_THAT(status.message(), HasSubstr("the failure that ended the job"));
-  EXPECT_THAT(job->outcomes()[1].error_text, HasSubstr("rank 0 failed, so this rank stops"));
+  // Ranks 1 and 2 report that rank 0 failed and exit at once, long before rank 0; one of them may
+  // still be stopped by the launcher before it reports (a slow schedule, under a sanitizer), but
+  // the first to end had reported.
+  int reported = 0;
+  for (int rank : {1, 2}) {
+    const RankOutcome& outcome = job->outcomes()[rank];
+    if (absl::StrContains(outcome.error_text, "rank 0 failed, so this rank stops")) {
+      ++reported;
+    } else {
+      EXPECT_TRUE(outcome.stopped_by_launcher) << "rank " << rank << ": " << outcome.error_text;
+    }
+  }
+  EXPECT_GE(reported, 1);
   EXPECT_FALSE(job->outcomes()[0].stopped_by_launcher);  // it failed before the stop
   ExpectNoWorkerLeft(*job);
 }
