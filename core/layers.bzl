@@ -24,6 +24,7 @@ CORE_LAYERS = {
     "train/callbacks": 7,
     "train/loggers": 7,
     "train/loop": 8,
+    "fabric": 8,
     "train/run": 9,
 }
 

@@ -45,6 +45,25 @@ if [[ -z "$accuracy" ]] || ! awk -v a="$accuracy" 'BEGIN { exit !(a >= 75) }'; t
 fi
 echo "ok: C++ (own loop): accuracy $accuracy%"
 
+# The same loop in one process and under ddpspawn::Fabric: docs/fabric.md's claim of five changed
+# lines is the diff of the two files below their opening comments; both learn the digits.
+changed=$(diff <(sed '1,/^$/d' examples/cpp/plain_loop.cc) <(sed '1,/^$/d' examples/cpp/fabric_loop.cc) |
+  grep -c '^>' || true)
+if ((changed > 5)); then
+  echo "FAIL: examples/cpp/fabric_loop.cc changes $changed lines of plain_loop.cc, docs/fabric.md says 5" >&2
+  exit 1
+fi
+for program in plain_loop fabric_loop; do
+  out=$(examples/$program)
+  accuracy=$(sed -nE 's/^accuracy ([0-9.]+)% on 512 held-out digits$/\1/p' <<<"$out")
+  if [[ -z "$accuracy" ]] || ! awk -v a="$accuracy" 'BEGIN { exit !(a >= 75) }'; then
+    echo "FAIL: C++ ($program): expected one line with an accuracy of 75% or more:" >&2
+    echo "$out" >&2
+    exit 1
+  fi
+  echo "ok: C++ ($program): accuracy $accuracy% ($changed lines changed)"
+done
+
 # The Trainer on the program's own module and SampleDataset (it writes ./own_data_logs).
 out=$(cd "$work" && "$OLDPWD/examples/trainer_own_data")
 accuracy=$(sed -nE 's/^rank 0: val_accuracy ([0-9.]+) after 128 steps$/\1/p' <<<"$out")

@@ -11,44 +11,12 @@
 #include "core/strategy/ddp_spawn_strategy.h"
 #include "core/strategy/distribute.h"
 #include "core/train/data/torch_data_sampler.h"
-
-// Ten classes, each a fixed random 8x8 pattern; a sample is its class's pattern plus noise drawn
-// from `seed`.
-class SyntheticDigits : public torch::data::datasets::Dataset<SyntheticDigits> {
- public:
-  SyntheticDigits(int64_t size, uint64_t seed) {
-    at::Generator patterns = at::detail::createCPUGenerator(2024);
-    at::Generator noise = at::detail::createCPUGenerator(seed);
-    labels_ = torch::randint(10, {size}, noise, torch::kLong);
-    images_ = torch::randn({10, 1, 8, 8}, patterns).index_select(0, labels_) +
-              2.0 * torch::randn({size, 1, 8, 8}, noise);
-  }
-  torch::data::Example<> get(size_t i) override {
-    return {images_[static_cast<int64_t>(i)], labels_[static_cast<int64_t>(i)]};
-  }
-  torch::optional<size_t> size() const override { return labels_.size(0); }
-  const torch::Tensor& images() const { return images_; }
-  const torch::Tensor& labels() const { return labels_; }
-
- private:
-  torch::Tensor images_, labels_;
-};
-
-struct Net : torch::nn::Module {
-  torch::nn::Conv2d conv{
-      register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 3).padding(1)))};
-  torch::nn::BatchNorm2d norm{register_module("norm", torch::nn::BatchNorm2d(8))};
-  torch::nn::Linear fc{register_module("fc", torch::nn::Linear(8 * 4 * 4, 10))};
-  torch::Tensor forward(torch::Tensor x) {
-    x = torch::max_pool2d(torch::relu(norm(conv(x))), 2);
-    return torch::log_softmax(fc(x.flatten(1)), 1);
-  }
-};
+#include "examples/cpp/digits.h"
 
 absl::StatusOr<std::string> Train(ddpspawn::DDPSpawnStrategy& strategy) {
   torch::manual_seed(strategy.global_rank());  // Distribute() gives every rank rank 0's weights
-  Net model;
-  absl::StatusOr<ddpspawn::DdpModule<Net>> ddp = ddpspawn::Distribute(model, strategy);
+  DigitsNet model;
+  absl::StatusOr<ddpspawn::DdpModule<DigitsNetImpl>> ddp = ddpspawn::Distribute(model, strategy);
   if (!ddp.ok()) return ddp.status();
   SyntheticDigits train(2048, /*seed=*/1);
   absl::StatusOr<ddpspawn::PyTorchDistributedSampler> sampler =
@@ -57,9 +25,9 @@ absl::StatusOr<std::string> Train(ddpspawn::DDPSpawnStrategy& strategy) {
   if (!sampler.ok()) return sampler.status();
   auto loader = torch::data::make_data_loader(train.map(torch::data::transforms::Stack<>()),
                                               *std::move(sampler), /*batch_size=*/32);
-  torch::optim::SGD optimizer(model.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   for (int epoch = 1; epoch <= 3; ++epoch) {  // each pass over the loader is the next epoch
-    model.train();
+    model->train();
     float loss_sum = 0;
     int batches = 0;
     for (auto& batch : *loader) {
@@ -74,12 +42,7 @@ absl::StatusOr<std::string> Train(ddpspawn::DDPSpawnStrategy& strategy) {
                                             loss_sum / static_cast<float>(batches)));
   }
   if (!strategy.is_global_zero()) return std::string();
-  torch::NoGradGuard no_grad;
-  model.eval();
-  SyntheticDigits test(512, /*seed=*/2);
-  torch::Tensor predicted = model.forward(test.images()).argmax(1);
-  const double accuracy = predicted.eq(test.labels()).to(torch::kDouble).mean().item<double>();
-  return absl::StrFormat("accuracy %.1f%% on 512 held-out digits", 100 * accuracy);
+  return TestAccuracy(*model);
 }
 
 int main() {

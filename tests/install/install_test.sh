@@ -124,6 +124,10 @@ add_executable(train_ddp "$PWD/examples/cpp/train_ddp.cc")
 target_link_libraries(train_ddp PRIVATE ddpspawn::core)
 add_executable(own_loop "$PWD/examples/cpp/own_loop.cc")
 target_link_libraries(own_loop PRIVATE ddpspawn::core)
+add_executable(fabric_loop "$PWD/examples/cpp/fabric_loop.cc")
+target_link_libraries(fabric_loop PRIVATE ddpspawn::core)
+target_include_directories(own_loop PRIVATE "$PWD")  # examples/cpp/digits.h
+target_include_directories(fabric_loop PRIVATE "$PWD")
 add_executable(trainer_own_data "$PWD/examples/cpp/trainer_own_data.cc")
 target_link_libraries(trainer_own_data PRIVATE ddpspawn::core)
 CMAKE
@@ -132,6 +136,7 @@ as_user cmake --build "$work/cpp_build" >/dev/null
 check "C++ CMake" "$work/cpp_build/train_ddp" "rank 0 learned: weights 2.000 -1.000 0.500, bias 3.000"
 # A LibTorch program's own loop, through the installed DdpModule, sampler and rank-zero headers.
 check "C++ CMake (own loop)" "$work/cpp_build/own_loop" "% on 512 held-out digits"
+check "C++ CMake (Fabric)" "$work/cpp_build/fabric_loop" "% on 512 held-out digits"
 check "C++ CMake (Trainer, own data)" "$work/cpp_build/trainer_own_data" "after 128 steps"
 
 # Cargo: a binary crate outside the workspace whose only dependency is the ddpspawn crate, with no

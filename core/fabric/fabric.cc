@@ -1,0 +1,292 @@
+// Fabric's verbs (fabric.h): each is a DDPSpawnStrategy call, a LibTorch call or a logger's, with
+// its status thrown as a FabricError.
+#include "core/fabric/fabric.h"
+
+#include <ATen/Context.h>
+#include <ATen/ops/isfinite.h>
+#include <c10/core/Device.h>
+#include <c10/util/StringUtil.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/ddp/sharded_optimizer.h"
+#include "core/env/rank_zero.h"
+#include "core/model/checkpoint.h"
+#include "core/model/module.h"
+#include "core/train/loggers/csv_logger.h"
+#include "core/util/exception_status.h"
+
+namespace ddpspawn {
+namespace {
+
+StrategyOptions StrategyOf(const FabricOptions& fabric) {
+  StrategyOptions options = fabric.strategy;
+  options.accelerator = fabric.accelerator;
+  options.num_nodes = fabric.num_nodes;
+  options.parallel_devices.clear();
+  for (int i = 0; i < fabric.devices; ++i) {
+    options.parallel_devices.push_back(fabric.accelerator == Accelerator::kCuda
+                                           ? c10::Device(c10::kCUDA, static_cast<int8_t>(i))
+                                           : c10::Device(c10::kCPU));
+  }
+  options.precision_plugin = MakePrecisionPlugin(fabric.precision);
+  return options;
+}
+
+// Why `options` cannot run, or OK.
+absl::Status CheckOptions(const FabricOptions& options) {
+  if (options.devices < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Fabric: devices must be at least 1, got ", options.devices));
+  }
+  if (options.precision == Precision::k16Mixed) {
+    return absl::UnimplementedError(
+        "Fabric: precision 16-mixed is not supported: its loss scale must come off the gradients "
+        "before optimizer.step(), which a LibTorch optimizer cannot be made to do; use 32-true or "
+        "bf16-mixed, or the Trainer, whose optimizer step unscales");
+  }
+  if (options.strategy.start_method == StartMethod::kForkserver) {
+    return absl::UnimplementedError(
+        "Fabric: start method forkserver is not supported (its server must start before main() "
+        "does anything else, with ServeForksIfForkserver()); use spawn or fork");
+  }
+  if (options.strategy.sharding_strategy != ShardingStrategy::kNoShard) {
+    return absl::UnimplementedError(absl::StrCat(
+        "Fabric: sharding_strategy ", ShardingStrategyName(options.strategy.sharding_strategy),
+        " is not supported: Setup() wraps the model in DDP only (for sharded training "
+        "in a loop of your own, see docs/sharding.md)"));
+  }
+  return absl::OkStatus();
+}
+
+// A loop's own module as the checkpoint format sees it: its tensors by name, borrowed. It has no
+// steps (the loop is the user's).
+class LoopModule final : public NnModule {
+ public:
+  explicit LoopModule(torch::nn::Module& module)
+      : NnModule(
+            std::shared_ptr<torch::nn::Module>(std::shared_ptr<torch::nn::Module>(), &module)) {}
+  absl::StatusOr<at::Tensor> TrainingStep(const Batch& /*batch*/, int64_t /*index*/) override {
+    return NoSteps();
+  }
+  absl::StatusOr<StepMetrics> ValidationStep(const Batch& /*batch*/, int64_t /*index*/) override {
+    return NoSteps();
+  }
+  absl::StatusOr<at::Tensor> PredictStep(const Batch& /*batch*/, int64_t /*index*/) override {
+    return NoSteps();
+  }
+
+ private:
+  static absl::Status NoSteps() {
+    return absl::UnimplementedError("a Fabric loop's module has no Lightning steps");
+  }
+};
+
+}  // namespace
+
+FabricError::FabricError(absl::Status status)
+    : std::runtime_error(status.ToString()), status_(std::move(status)) {}
+
+Fabric::Fabric(FabricOptions options)
+    : options_(std::move(options)), strategy_(StrategyOf(options_)) {}
+
+Fabric::Fabric(int devices)
+    : Fabric([devices] {
+        FabricOptions options;
+        options.devices = devices;
+        return options;
+      }()) {}
+
+Fabric::~Fabric() = default;
+
+absl::StatusOr<std::string> Fabric::LaunchLoop(const std::function<std::string(Fabric&)>& loop) {
+  if (absl::Status valid = CheckOptions(options_); !valid.ok()) return valid;
+  auto in_rank = [this, &loop](DDPSpawnStrategy& /*strategy*/) -> absl::StatusOr<std::string> {
+    in_rank_ = true;
+    try {
+      std::string result = loop(*this);
+      in_rank_ = false;
+      return result;
+    } catch (const FabricError& e) {  // its own code, not the exception's
+      in_rank_ = false;
+      return e.status();
+    } catch (...) {  // the strategy turns it into an error
+      in_rank_ = false;
+      throw;
+    }
+  };
+  if (IsWorkerProcess()) {  // a spawned rank: it ends here, its group torn down first
+    const int code = strategy_.RunWorker(in_rank);
+    (void)strategy_.Teardown();  // after a failed fn too (RunWorker tears down a successful one)
+    logger_.reset();
+    std::exit(code);
+  }
+  return strategy_.Launch(in_rank);
+}
+
+void Fabric::RequireInRank(absl::string_view verb) const {
+  if (!in_rank_) {
+    Throw(absl::FailedPreconditionError(
+        absl::StrCat("Fabric::", verb, " is for a rank's function: call it inside Launch()")));
+  }
+}
+
+void Fabric::Throw(const absl::Status& status) const { throw FabricError(status); }
+
+PyTorchDistributedSampler Fabric::Sampler(int64_t dataset_size, bool shuffle, uint64_t seed,
+                                          bool drop_last) const {
+  RequireInRank("Sampler");
+  absl::StatusOr<PyTorchDistributedSampler> sampler = PyTorchDistributedSampler::Create(
+      dataset_size, world_size(), global_rank(), shuffle, seed, drop_last);
+  if (!sampler.ok()) Throw(sampler.status());
+  return *std::move(sampler);
+}
+
+void Fabric::Backward(const at::Tensor& loss) {
+  RequireInRank("Backward");
+  absl::Status status = StatusOnException("backward failed", [&] { loss.backward(); });
+  if (!status.ok()) Throw(status);
+}
+
+double Fabric::ClipGradients(torch::optim::Optimizer& optimizer, double max_norm,
+                             double norm_type) {
+  RequireInRank("ClipGradients");
+  const std::vector<at::Tensor> parameters = AllParameters(optimizer);
+  absl::StatusOr<double> norm =
+      StatusOnException("clipping the gradients", [&]() -> absl::StatusOr<double> {
+        // Throws before clipping where the norm is not finite (it would spread a NaN over every
+        // gradient).
+        return torch::nn::utils::clip_grad_norm_(parameters, max_norm, norm_type,
+                                                 /*error_if_nonfinite=*/true);
+      });
+  if (norm.ok()) return *norm;
+  for (size_t i = 0; i < parameters.size(); ++i) {  // which one, for the error
+    const at::Tensor& grad = parameters[i].grad();
+    if (grad.defined() && !at::isfinite(grad).all().item<bool>()) {
+      Throw(absl::InvalidArgumentError(absl::StrCat(
+          "ClipGradients: the gradient of the optimizer's parameter ", i, " (of ",
+          parameters.size(), ", shape ", c10::str(parameters[i].sizes()),
+          ") is not finite (a NaN or an infinity in the loss or the backward); nothing was "
+          "clipped")));
+    }
+  }
+  Throw(norm.status());
+}
+
+void Fabric::ClipGradientValues(torch::optim::Optimizer& optimizer, double clip_val) {
+  RequireInRank("ClipGradientValues");
+  absl::Status status = StatusOnException("clipping the gradients", [&] {
+    torch::nn::utils::clip_grad_value_(AllParameters(optimizer), clip_val);
+  });
+  if (!status.ok()) Throw(status);
+}
+
+at::Tensor Fabric::AllReduce(const at::Tensor& tensor, ReduceOp op) {
+  RequireInRank("AllReduce");
+  absl::StatusOr<at::Tensor> reduced = strategy_.Reduce(tensor, op);
+  if (!reduced.ok()) Throw(reduced.status());
+  return *std::move(reduced);
+}
+
+at::Tensor Fabric::AllGather(const at::Tensor& tensor) {
+  RequireInRank("AllGather");
+  absl::StatusOr<at::Tensor> gathered = strategy_.AllGather(tensor);
+  if (!gathered.ok()) Throw(gathered.status());
+  return *std::move(gathered);
+}
+
+at::Tensor Fabric::Broadcast(const at::Tensor& tensor, int src) {
+  RequireInRank("Broadcast");
+  if (!tensor.defined()) Throw(absl::InvalidArgumentError("Broadcast got an undefined tensor"));
+  at::Tensor copy = tensor.detach().clone().contiguous();
+  if (absl::Status status = strategy_.group()->Broadcast(copy, src); !status.ok()) Throw(status);
+  return copy;
+}
+
+std::string Fabric::Broadcast(absl::string_view bytes, int src) {
+  RequireInRank("Broadcast");
+  absl::StatusOr<std::string> received = strategy_.Broadcast(bytes, src);
+  if (!received.ok()) Throw(received.status());
+  return *std::move(received);
+}
+
+void Fabric::Barrier(absl::string_view name) {
+  RequireInRank("Barrier");
+  if (absl::Status status = strategy_.Barrier(name); !status.ok()) Throw(status);
+}
+
+void Fabric::Save(const std::string& path, torch::nn::Module& model,
+                  torch::optim::Optimizer* optimizer, int64_t step) {
+  RequireInRank("Save");
+  absl::StatusOr<std::string> bytes = "";
+  if (is_global_zero()) {
+    LoopModule module(model);
+    TrainingState state;
+    state.global_step = step;
+    state.world_size = world_size();
+    bytes = SerializeCheckpoint(module, optimizer, state);
+  }
+  // Every rank learns whether rank 0 could serialize, then whether it could write.
+  absl::StatusOr<std::string> failure =
+      strategy_.Broadcast(bytes.ok() ? "" : bytes.status().ToString(), 0);
+  if (!failure.ok()) Throw(failure.status());
+  if (!bytes.ok()) Throw(bytes.status());
+  if (!failure->empty()) {
+    Throw(absl::InternalError(
+        absl::StrCat("rank 0 could not serialize the checkpoint ", path, ": ", *failure)));
+  }
+  if (absl::Status status = strategy_.SaveCheckpoint(*bytes, path); !status.ok()) Throw(status);
+}
+
+int64_t Fabric::Load(const std::string& path, torch::nn::Module& model,
+                     torch::optim::Optimizer* optimizer) {
+  RequireInRank("Load");
+  absl::StatusOr<std::string> bytes = strategy_.LoadCheckpoint(path);
+  if (!bytes.ok()) Throw(bytes.status());
+  LoopModule module(model);
+  TrainingState state;
+  if (absl::Status status = RestoreCheckpoint(*bytes, module, optimizer, &state); !status.ok()) {
+    Throw(status);
+  }
+  return state.global_step;
+}
+
+void Fabric::Log(const std::string& name, double value, int64_t step, int64_t epoch) {
+  LogDict({{name, value}}, step, epoch);
+}
+
+void Fabric::LogDict(const std::map<std::string, double>& values, int64_t step, int64_t epoch) {
+  RequireInRank("Log");
+  if (options_.log_dir.empty()) {
+    Throw(absl::FailedPreconditionError(
+        "Fabric::Log needs FabricOptions::log_dir, the directory of metrics.csv"));
+  }
+  if (!is_global_zero()) return;
+  if (logger_ == nullptr) {
+    std::error_code error;
+    std::filesystem::create_directories(options_.log_dir, error);
+    if (error) {
+      Throw(absl::FailedPreconditionError(absl::StrCat("Fabric::Log: cannot make the directory ",
+                                                       options_.log_dir, ": ", error.message())));
+    }
+    logger_ = MakeCsvLogger(options_.log_dir);
+  }
+  for (const auto& [name, value] : values) {
+    if (absl::Status status = logger_->LogMetric(epoch, step, name, value); !status.ok()) {
+      Throw(status);
+    }
+  }
+}
+
+void Fabric::SeedEverything(uint64_t seed) { at::manual_seed(seed); }
+
+void Fabric::Print(absl::string_view text) { RankZeroPrint(text); }
+
+}  // namespace ddpspawn

@@ -1,0 +1,213 @@
+// A program whose own loop runs under ddpspawn::Fabric, as a user writes one: 2 forked ranks. Each
+// mode checks some of Fabric's verbs; the launching process prints "result: <rank 0's result>", or
+// "failed: <the job's error>" and exits 1. Usage: fabric_main MODE [DIR]
+// train        4 SGD steps of 2 micro-batches each (the first under NoBackwardSync), gradients
+//              clipped to norm 0.05; each rank trains on its half of every batch. Rank 0 then
+//              trains the same model alone on the whole batches: "max_diff=D norm_diff=N
+//              clipped=C synced=S" (the largest weight difference, the largest relative
+//              difference of the clipped norms, how many steps clipped, how many backwards
+//              synchronized); with DIR, rank 0 writes the parameters, flattened in order, one
+//              value a line, before training to DIR/initial.txt and after to DIR/weights.txt
+//              (bindings/python/tests's Fabric conformance test runs the same loop from the same
+//              start under Lightning's Fabric and compares)
+// collectives  "mean=M sum=S gathered=G from_rank_1=T bytes=B" of AllReduce, AllGather and both
+//              Broadcasts of each rank's number
+// save_load    2 steps, Save(DIR/fabric.ckpt), Load into a fresh model and optimizer: "step=S
+//              max_diff=D momentum_diff=M"
+// log          each rank logs rank*100+step at steps 0..2 into DIR: "logged"
+// autocast     bf16-mixed: "dtype=<the wrapped model's output dtype>"
+// nan_on_rank_1  rank 1's gradients are NaN at ClipGradients: the job fails
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "core/fabric/fabric.h"
+
+namespace {
+
+std::string g_mode;
+std::string g_dir;
+
+torch::nn::Sequential MakeModel() {
+  torch::manual_seed(7);
+  return torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::Tanh(), torch::nn::Linear(8, 1));
+}
+
+// Batch `step`, micro-batch `micro`: 16 rows, of which rank r of 2 takes rows 8r..8r+7.
+torch::Tensor Inputs(int step, int micro) {
+  torch::manual_seed(100 * step + micro);
+  return torch::randn({16, 4});
+}
+
+double MaxDiff(torch::nn::Module& a, torch::nn::Module& b) {
+  double diff = 0;
+  auto pa = a.parameters();
+  auto pb = b.parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    diff = std::max(diff, (pa[i] - pb[i]).abs().max().item<double>());
+  }
+  return diff;
+}
+
+constexpr int kSteps = 4;
+constexpr double kMaxNorm = 0.05;
+
+// The loop, on `rows` of each batch; `no_sync(enabled)` returns what to hold while a micro-batch's
+// backward must not synchronize. Returns each step's clipped norm.
+template <typename Forward, typename NoSync, typename Clip>
+std::vector<double> TrainLoop(torch::optim::SGD& optimizer, Forward&& forward, NoSync&& no_sync,
+                              Clip&& clip, int64_t first_row, int64_t rows) {
+  std::vector<double> norms;
+  for (int step = 0; step < kSteps; ++step) {
+    optimizer.zero_grad();
+    for (int micro = 0; micro < 2; ++micro) {
+      auto guard = no_sync(micro == 0);
+      (void)guard;
+      torch::Tensor x = Inputs(step, micro).narrow(0, first_row, rows);
+      forward(x).sub(x.sum(1, /*keepdim=*/true)).square().mean().backward();
+    }
+    norms.push_back(clip());
+    optimizer.step();
+  }
+  return norms;
+}
+
+// `module`'s parameters, flattened in order, one value a line (9 digits: a float exactly).
+void WriteParameters(torch::nn::Module& module, const std::string& path) {
+  std::FILE* out = std::fopen(path.c_str(), "w");
+  if (out == nullptr) throw std::runtime_error("cannot write " + path);
+  for (const torch::Tensor& p : module.parameters()) {
+    const torch::Tensor flat = p.detach().flatten().contiguous();
+    for (int64_t i = 0; i < flat.numel(); ++i) std::fprintf(out, "%.9g\n", flat[i].item<float>());
+  }
+  std::fclose(out);
+}
+
+std::string Train(ddpspawn::Fabric& fabric) {
+  auto model = fabric.Setup(MakeModel());
+  if (!g_dir.empty() && fabric.is_global_zero()) {
+    WriteParameters(*model, g_dir + "/initial.txt");
+  }
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  const int64_t half = 16 / fabric.world_size();
+  std::vector<double> norms = TrainLoop(
+      optimizer, [&](const torch::Tensor& x) { return model(x); },
+      [&](bool local) { return fabric.NoBackwardSync(model, local); },
+      [&] { return fabric.ClipGradients(optimizer, kMaxNorm); }, fabric.global_rank() * half, half);
+  const int64_t synced = model.ddp().ddp().reducer().synchronized_backwards();
+  if (!fabric.is_global_zero()) return "";
+  if (!g_dir.empty()) WriteParameters(*model, g_dir + "/weights.txt");
+  torch::nn::Sequential alone = MakeModel();
+  torch::optim::SGD alone_optimizer(alone->parameters(),
+                                    torch::optim::SGDOptions(0.1).momentum(0.9));
+  std::vector<double> alone_norms = TrainLoop(
+      alone_optimizer, [&](const torch::Tensor& x) { return alone->forward(x); },
+      [](bool) { return 0; },
+      [&] { return torch::nn::utils::clip_grad_norm_(alone->parameters(), kMaxNorm); }, 0, 16);
+  double norm_diff = 0;
+  int clipped = 0;
+  for (size_t i = 0; i < norms.size(); ++i) {
+    norm_diff = std::max(norm_diff, std::abs(norms[i] - alone_norms[i]) / alone_norms[i]);
+    clipped += norms[i] > kMaxNorm ? 1 : 0;
+  }
+  return absl::StrFormat("max_diff=%.3g norm_diff=%.3g clipped=%d synced=%d",
+                         MaxDiff(*model, *alone), norm_diff, clipped, synced);
+}
+
+std::string Collectives(ddpspawn::Fabric& fabric) {
+  const torch::Tensor mine = torch::full({1}, static_cast<double>(fabric.global_rank()));
+  const double mean = fabric.AllReduce(mine).item<double>();
+  const double sum = fabric.AllReduce(mine, ddpspawn::ReduceOp::kSum).item<double>();
+  const torch::Tensor gathered = fabric.AllGather(mine).flatten();
+  const double from_1 = fabric.Broadcast(mine, /*src=*/1).item<double>();
+  const std::string bytes = fabric.Broadcast(absl::StrFormat("rank%d", fabric.global_rank()), 1);
+  fabric.Barrier("collectives");
+  return absl::StrFormat("mean=%g sum=%g gathered=%g,%g from_rank_1=%g bytes=%s", mean, sum,
+                         gathered[0].item<double>(), gathered[1].item<double>(), from_1, bytes);
+}
+
+std::string SaveLoad(ddpspawn::Fabric& fabric) {
+  auto model = fabric.Setup(MakeModel());
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  for (int step = 0; step < 2; ++step) {
+    optimizer.zero_grad();
+    model(Inputs(step, fabric.global_rank())).square().mean().backward();
+    optimizer.step();
+  }
+  const std::string path = g_dir + "/fabric.ckpt";
+  fabric.Save(path, model, &optimizer, /*step=*/2);
+  torch::nn::Sequential fresh =
+      torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::Tanh(), torch::nn::Linear(8, 1));
+  torch::optim::SGD fresh_optimizer(fresh->parameters(),
+                                    torch::optim::SGDOptions(0.1).momentum(0.9));
+  const int64_t step = fabric.Load(path, *fresh, &fresh_optimizer);
+  double momentum_diff = 0;
+  auto params = model->parameters();
+  auto fresh_params = fresh->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& saved = static_cast<const torch::optim::SGDParamState&>(
+        *optimizer.state().at(params[i].unsafeGetTensorImpl()));
+    const auto& loaded = static_cast<const torch::optim::SGDParamState&>(
+        *fresh_optimizer.state().at(fresh_params[i].unsafeGetTensorImpl()));
+    momentum_diff =
+        std::max(momentum_diff,
+                 (saved.momentum_buffer() - loaded.momentum_buffer()).abs().max().item<double>());
+  }
+  return absl::StrFormat("step=%d max_diff=%g momentum_diff=%g", step, MaxDiff(*model, *fresh),
+                         momentum_diff);
+}
+
+std::string Log(ddpspawn::Fabric& fabric) {
+  for (int step = 0; step < 3; ++step) fabric.Log("value", fabric.global_rank() * 100 + step, step);
+  return "logged";
+}
+
+std::string Autocast(ddpspawn::Fabric& fabric) {
+  auto model = fabric.Setup(MakeModel());
+  return std::string("dtype=") +
+         std::string(c10::toString(model(torch::ones({2, 4})).scalar_type()));
+}
+
+std::string NanOnRank1(ddpspawn::Fabric& fabric) {
+  auto model = fabric.Setup(MakeModel());
+  torch::optim::SGD optimizer(model->parameters(), 0.1);
+  model(Inputs(0, 0)).square().mean().backward();
+  if (fabric.global_rank() == 1) {
+    model->parameters()[0].mutable_grad().fill_(std::numeric_limits<double>::quiet_NaN());
+  }
+  fabric.ClipGradients(optimizer, 1.0);
+  return "clipped";
+}
+
+std::string Work(ddpspawn::Fabric& fabric) {
+  if (g_mode == "train") return Train(fabric);
+  if (g_mode == "collectives") return Collectives(fabric);
+  if (g_mode == "save_load") return SaveLoad(fabric);
+  if (g_mode == "log") return Log(fabric);
+  if (g_mode == "autocast") return Autocast(fabric);
+  if (g_mode == "nan_on_rank_1") return NanOnRank1(fabric);
+  throw std::invalid_argument("unknown mode " + g_mode);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_mode = argc > 1 ? argv[1] : "";
+  g_dir = argc > 2 ? argv[2] : "";
+  ddpspawn::FabricOptions options;
+  options.devices = 2;
+  options.strategy.start_method = ddpspawn::StartMethod::kFork;
+  options.log_dir = g_dir;
+  if (g_mode == "autocast") options.precision = ddpspawn::Precision::kBf16Mixed;
+  ddpspawn::Fabric fabric(options);
+  absl::StatusOr<std::string> result = fabric.Launch(Work);
+  if (!result.ok()) {
+    std::printf("failed: %s\n", result.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("result: %s\n", result->c_str());
+  return 0;
+}

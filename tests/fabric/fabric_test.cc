@@ -1,0 +1,169 @@
+// Fabric's verbs: tests/fabric/fabric_main's 2 forked ranks, and what is refused before any rank
+// starts or outside one.
+#include "core/fabric/fabric.h"
+
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "core/model/checkpoint.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ddpspawn {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// The program's output for `args`, and whether it exited 0.
+std::pair<std::string, bool> RunProgram(const std::string& args) {
+  const std::string command = "tests/fabric/fabric_main " + args + " 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  std::string output;
+  char chunk[4096];
+  size_t n;
+  while ((n = fread(chunk, 1, sizeof(chunk), pipe.get())) > 0) output.append(chunk, n);
+  const int status = pclose(pipe.release());
+  return {output, WIFEXITED(status) && WEXITSTATUS(status) == 0};
+}
+
+// Rank 0's result; fails the test when the program failed.
+std::string RunMode(const std::string& args) {
+  auto [output, ok] = RunProgram(args);
+  EXPECT_TRUE(ok) << output;
+  const size_t at = output.rfind("result: ");
+  return at == std::string::npos ? output : output.substr(at + 8, output.find('\n', at) - at - 8);
+}
+
+std::string TempDir() {
+  std::string dir =
+      std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/fabric.XXXXXX";
+  EXPECT_NE(mkdtemp(dir.data()), nullptr);
+  return dir;
+}
+
+double Field(const std::string& result, const std::string& name) {
+  for (absl::string_view field : absl::StrSplit(result, ' ')) {
+    if (absl::StartsWith(field, name + "="))
+      return std::stod(std::string(field.substr(name.size() + 1)));
+  }
+  ADD_FAILURE() << "no " << name << " in " << result;
+  return -1;
+}
+
+TEST(FabricTest, TwoRanksTrainAsOneProcessOnTheWholeBatch) {
+  // Each rank sees half of every batch; averaged gradients make both ranks' weights those of one
+  // process on the whole batch. Without DDP each rank would follow its own half's gradients.
+  const std::string result = RunMode("train");
+  EXPECT_LE(Field(result, "max_diff"), 1e-6) << result;
+  // The clipped norm is of the averaged gradients: the whole batch's norm, on every step (relative
+  // difference).
+  EXPECT_LE(Field(result, "norm_diff"), 1e-6) << result;
+  EXPECT_EQ(Field(result, "clipped"), 4) << result;  // every step's norm was above the bound
+  // 8 backwards, of which the 4 under NoBackwardSync(true) did not synchronize.
+  EXPECT_EQ(Field(result, "synced"), 4) << result;
+}
+
+TEST(FabricTest, Collectives) {
+  EXPECT_EQ(RunMode("collectives"), "mean=0.5 sum=1 gathered=0,1 from_rank_1=1 bytes=rank1");
+}
+
+TEST(FabricTest, SaveWritesATrainerCheckpointThatLoadRestores) {
+  const std::string dir = TempDir();
+  EXPECT_EQ(RunMode("save_load " + dir), "step=2 max_diff=0 momentum_diff=0");
+  std::ifstream file(dir + "/fabric.ckpt", std::ios::binary);
+  std::stringstream bytes;
+  bytes << file.rdbuf();
+  // The Trainer's format: its weights and training state read without a module.
+  absl::StatusOr<NamedTensors> weights = ReadCheckpointWeights(bytes.str());
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  ASSERT_EQ(weights->size(), 4u);
+  EXPECT_EQ((*weights)[0].first, "0.weight");
+  absl::StatusOr<TrainingState> state = ReadCheckpointTrainingState(bytes.str());
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->global_step, 2);
+  EXPECT_EQ(state->world_size, 2);
+}
+
+TEST(FabricTest, LogWritesRankZerosValuesOnly) {
+  const std::string dir = TempDir();
+  EXPECT_EQ(RunMode("log " + dir), "logged");
+  std::ifstream file(dir + "/metrics.csv");
+  std::stringstream csv;
+  csv << file.rdbuf();
+  EXPECT_EQ(csv.str(), "epoch,step,name,value\n0,0,value,0\n0,1,value,1\n0,2,value,2\n");
+}
+
+TEST(FabricTest, Bf16MixedRunsTheForwardUnderAutocast) {
+  EXPECT_EQ(RunMode("autocast"), "dtype=BFloat16");
+}
+
+TEST(FabricTest, ANonFiniteNormFailsTheJobNamingTheRank) {
+  auto [output, ok] = RunProgram("nan_on_rank_1");
+  EXPECT_FALSE(ok);
+  EXPECT_THAT(output, AllOf(HasSubstr("failed: "), HasSubstr("rank 1"),
+                            HasSubstr("ClipGradients: the gradient of the optimizer's parameter 0 "
+                                      "(of 4, shape [8, 4]) is not finite")))
+      << output;
+}
+
+TEST(FabricTest, SixteenMixedIsRefusedBeforeAnyRankStarts) {
+  FabricOptions options;
+  options.devices = 2;
+  options.precision = Precision::k16Mixed;
+  Fabric fabric(options);
+  bool ran = false;
+  absl::StatusOr<std::string> result = fabric.Launch([&](Fabric&) { ran = true; });
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(result.status().message(), HasSubstr("16-mixed"));
+  EXPECT_FALSE(ran);
+}
+
+TEST(FabricTest, ShardingIsRefused) {
+  FabricOptions options;
+  options.strategy.sharding_strategy = ShardingStrategy::kFullShard;
+  absl::StatusOr<std::string> result = Fabric(options).Launch([](Fabric&) {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(result.status().message(), HasSubstr("full_shard"));
+}
+
+TEST(FabricTest, ForkserverIsRefused) {
+  FabricOptions options;
+  options.strategy.start_method = StartMethod::kForkserver;
+  absl::StatusOr<std::string> result = Fabric(options).Launch([](Fabric&) {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(result.status().message(), HasSubstr("ServeForksIfForkserver"));
+}
+
+TEST(FabricTest, VerbsOutsideARankThrow) {
+  Fabric fabric(2);
+  const at::Tensor one = at::ones({1});
+  const std::vector<std::pair<std::string, std::function<void()>>> verbs = {
+      {"Sampler", [&] { fabric.Sampler(10); }},      {"Backward", [&] { fabric.Backward(one); }},
+      {"AllReduce", [&] { fabric.AllReduce(one); }}, {"Broadcast", [&] { fabric.Broadcast(one); }},
+      {"Barrier", [&] { fabric.Barrier(); }},        {"Log", [&] { fabric.Log("x", 1, 0); }},
+  };
+  for (const auto& [name, call] : verbs) {
+    try {
+      call();
+      ADD_FAILURE() << name << " outside Launch did not throw";
+    } catch (const FabricError& e) {
+      EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition) << name;
+      EXPECT_THAT(e.what(), HasSubstr("Fabric::" + name + " is for a rank's function")) << name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ddpspawn
