@@ -3,9 +3,7 @@
 #include "core/fabric/fabric.h"
 
 #include <stdlib.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -19,6 +17,7 @@
 #include "core/model/checkpoint.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/run_program.h"
 
 namespace ddpspawn {
 namespace {
@@ -26,24 +25,10 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// The program's output for `args`, and whether it exited 0.
-std::pair<std::string, bool> RunProgram(const std::string& args) {
-  const std::string command = "tests/fabric/fabric_main " + args + " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  std::string output;
-  char chunk[4096];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof(chunk), pipe.get())) > 0) output.append(chunk, n);
-  const int status = pclose(pipe.release());
-  return {output, WIFEXITED(status) && WEXITSTATUS(status) == 0};
-}
-
-// Rank 0's result; fails the test when the program failed.
+// Rank 0's result line for `args`; fails the test when the program failed.
 std::string RunMode(const std::string& args) {
-  auto [output, ok] = RunProgram(args);
-  EXPECT_TRUE(ok) << output;
-  const size_t at = output.rfind("result: ");
-  return at == std::string::npos ? output : output.substr(at + 8, output.find('\n', at) - at - 8);
+  std::string result = testing::ProgramResult("tests/fabric/fabric_main " + args);
+  return result.substr(0, result.find('\n'));
 }
 
 std::string TempDir() {
@@ -110,7 +95,7 @@ TEST(FabricTest, Bf16MixedRunsTheForwardUnderAutocast) {
 }
 
 TEST(FabricTest, ANonFiniteNormFailsTheJobNamingTheRank) {
-  auto [output, ok] = RunProgram("nan_on_rank_1");
+  auto [output, ok] = testing::RunProgram("tests/fabric/fabric_main nan_on_rank_1");
   EXPECT_FALSE(ok);
   EXPECT_THAT(output, AllOf(HasSubstr("failed: "), HasSubstr("rank 1"),
                             HasSubstr("ClipGradients: the gradient of the optimizer's parameter 0 "

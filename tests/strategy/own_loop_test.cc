@@ -1,15 +1,11 @@
 // The own-loop API's traps (tests/strategy/own_loop_main, 2 forked ranks on per-rank data): each
 // either works, with the ranks' weights equal after a few steps, or is refused on every rank with
 // an error that names the fix.
-#include <sys/wait.h>
-
-#include <cstdio>
-#include <memory>
 #include <string>
-#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/run_program.h"
 
 namespace {
 
@@ -17,24 +13,9 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// The program's output (its stdout and stderr) for `mode`, and whether it exited 0.
-std::pair<std::string, bool> RunProgram(const std::string& mode) {
-  const std::string command = "tests/strategy/own_loop_main " + mode + " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  std::string output;
-  char chunk[4096];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof(chunk), pipe.get())) > 0) output.append(chunk, n);
-  const int status = pclose(pipe.release());
-  return {output, WIFEXITED(status) && WEXITSTATUS(status) == 0};
-}
-
 // Rank 0's result for `mode`; fails the test when the program failed.
 std::string RunMode(const std::string& mode) {
-  auto [output, ok] = RunProgram(mode);
-  EXPECT_TRUE(ok) << output;
-  const size_t at = output.rfind("result: ");
-  return at == std::string::npos ? output : output.substr(at + 8);
+  return ddpspawn::testing::ProgramResult("tests/strategy/own_loop_main " + mode);
 }
 
 TEST(OwnLoopTest, StrategySyncBatchnormConvertsInDistribute) {
@@ -108,7 +89,8 @@ TEST(OwnLoopTest, SamplerForAnotherWorldSizeIsRefused) {
 // which meets the other rank's bucket all-reduce (a model without buffers would pair buckets of
 // different steps unnoticed; docs/cpp.md says so).
 TEST(OwnLoopTest, NoSyncOnOneRankFailsAtTheNextMismatchedCollective) {
-  auto [output, ok] = RunProgram("no_sync_one_rank");
+  auto [output, ok] =
+      ddpspawn::testing::RunProgram("tests/strategy/own_loop_main no_sync_one_rank");
   EXPECT_FALSE(ok);
   EXPECT_THAT(output,
               AllOf(HasSubstr("the ranks called different collectives"),
