@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Bazel's entry to ddpspawn-tch's checks: rustfmt (--check), clippy (-D warnings), the doc and unit
-# tests, then the two examples as tests: `matches` (2 ranks against one process on the whole
-# batch, to 1e-6) and `digits` (2 ranks on the handwritten digits, held-out accuracy >= 0.95).
+# tests, then the examples as tests: `matches` (2 ranks against one process on the whole
+# batch, to 1e-6) and `digits` (2 ranks on the handwritten digits, held-out accuracy >= 0.95);
+# Fabric's: `fabric_verbs` (its own checks), `plain_loop` against `fabric_loop` (at most 5 changed
+# lines, each 0.9 held-out accuracy or more) and `fabric_conformance` (the loop of
+# tests/fabric/fabric_main's "train" mode from Rust: bit-equal to the C++ program's weights).
 # Builds against tools/setup's LibTorch (the torch wheel, through its Python) in release only; the
 # target directory stays in the home directory (tch's C++ wrapper takes minutes to compile, once).
 # Offline: tools/setup fetched the crates of Cargo.lock.
@@ -11,6 +14,7 @@ mkdir -p "$work/lib" "$work/src/bindings"
 cp -L capi/dist/lib/libddpspawn.so capi/dist/lib/libddpspawn.so.1 capi/dist/lib/libddpspawn_cuda.so "$work/lib/"
 cp -rL bindings/rust bindings/rust-tch "$work/src/bindings/"
 fetch_digits="$PWD/tools/fetch_digits"
+fabric_main="$PWD/tests/fabric/fabric_main"
 export DDPSPAWN_LIB_DIR="$work/lib"
 export CARGO_TARGET_DIR="${DDPSPAWN_TCH_TARGET_DIR:-$HOME/.cache/ddpspawn-cargo-tch}"
 # torch-sys finds LibTorch through this Python's torch.
@@ -35,3 +39,23 @@ read -r sent dense < <(sed -n 's/.*sent \([0-9]*\) of \([0-9]*\) .*/\1 \2/p' "$w
 accuracy=$(sed -n 's/.*held-out accuracy \([0-9.]*\) .*/\1/p' "$work/digits.txt")
 awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.95) }' ||
   { echo "run_tests.sh: held-out accuracy '$accuracy' is below 0.95" >&2; exit 1; }
+
+# Fabric: the verbs' checks, the five-line diff, and the conformance loop against C++'s.
+"$examples/fabric_verbs"
+examples_dir=ddpspawn-tch/examples
+changed_lines=$(diff <(sed '1,/^$/d' $examples_dir/plain_loop.rs) \
+  <(sed '1,/^$/d' $examples_dir/fabric_loop.rs) | grep -c '^>' || true)
+if ((changed_lines > 5)); then
+  echo "run_tests.sh: fabric_loop.rs changes $changed_lines lines of plain_loop.rs, docs/fabric.md says 5" >&2
+  exit 1
+fi
+for program in plain_loop fabric_loop; do
+  text=$("$examples/$program" "$work/digits")
+  echo "$program: $text ($changed_lines lines changed)"
+  accuracy=$(sed -n 's/^accuracy \([0-9.]*\) .*/\1/p' <<<"$text")
+  awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.9) }' ||
+    { echo "run_tests.sh: $program's held-out accuracy '$accuracy' is below 0.9" >&2; exit 1; }
+done
+mkdir "$work/conformance"
+"$fabric_main" train "$work/conformance" >&2
+"$examples/fabric_conformance" "$work/conformance"

@@ -8,45 +8,19 @@
 use ddpspawn::{Context, Launcher, ReducerBuilder};
 use ddpspawn_tch::DistributedDataParallel;
 use tch::nn::{self, Module, OptimizerConfig};
+
+mod common;
 use tch::Tensor;
 
 const RANKS: usize = 2;
 const EPOCHS: i64 = 30;
 const BATCH: i64 = 32; // per rank
 
-/// Features (n x 64) and labels (n) of a CSV file with the label last.
-fn read_csv(path: &str) -> (Tensor, Tensor) {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let (mut features, mut labels) = (Vec::new(), Vec::new());
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let values: Vec<f32> = line
-            .split(',')
-            .map(|v| v.trim().parse().expect("a number"))
-            .collect();
-        let (label, row) = values.split_last().expect("a row");
-        features.extend_from_slice(row);
-        labels.push(*label as i64);
-    }
-    let rows = labels.len() as i64;
-    (
-        Tensor::from_slice(&features).view([rows, -1]),
-        Tensor::from_slice(&labels),
-    )
-}
-
-fn model(vs: &nn::VarStore) -> impl Module {
-    let root = vs.root();
-    nn::seq()
-        .add(nn::linear(&root / "hidden", 64, 64, Default::default()))
-        .add_fn(|x| x.relu())
-        .add(nn::linear(&root / "out", 64, 10, Default::default()))
-}
-
 fn work(dir: &str) -> ddpspawn::Result<()> {
     let ctx = Context::from_env()?;
     tch::manual_seed(ctx.rank() as i64); // rank 0's weights reach everyone anyway
     let vs = nn::VarStore::new(tch::Device::Cpu);
-    let net = model(&vs);
+    let net = common::digits_net(&vs);
     let mut ddp = DistributedDataParallel::new(&ctx, &vs, &ReducerBuilder::new())?;
     let mut opt = nn::Sgd {
         momentum: 0.9,
@@ -54,7 +28,7 @@ fn work(dir: &str) -> ddpspawn::Result<()> {
     }
     .build(&vs, 0.05)
     .expect("sgd");
-    let (x, y) = read_csv(&format!("{dir}/train.csv"));
+    let (x, y) = common::read_csv(&format!("{dir}/train.csv"));
     // This rank's rows: every RANKS-th, from its rank, trimmed to a whole number of batches so
     // that every rank runs the same number of steps.
     let mine = Tensor::arange_start_step(
@@ -84,7 +58,7 @@ fn work(dir: &str) -> ddpspawn::Result<()> {
         }
     }
     if ctx.rank() == 0 {
-        let (test_x, test_y) = read_csv(&format!("{dir}/test.csv"));
+        let (test_x, test_y) = common::read_csv(&format!("{dir}/test.csv"));
         let accuracy = tch::no_grad(|| net.forward(&test_x).accuracy_for_logits(&test_y));
         let text = format!("{:.4} {}", accuracy.double_value(&[]), test_y.size()[0]);
         ddpspawn::set_result(text.as_bytes())?;

@@ -32,6 +32,9 @@ use ddpspawn::{
 use tch::nn::VarStore;
 use tch::{Kind, Tensor};
 
+mod fabric;
+pub use fabric::Fabric;
+
 /// The gradients of a `VarStore`'s trainable variables, averaged over the
 /// ranks after each backward pass ([`sync_gradients`](Self::sync_gradients)).
 ///

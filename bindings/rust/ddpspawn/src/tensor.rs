@@ -155,6 +155,17 @@ impl Context {
         // SAFETY: as in all_reduce_tensor.
         check(unsafe { sys::ddpspawn_broadcast_dlpack(self.as_mut_ptr(), &mut dl, src) })
     }
+
+    /// `output` gets every rank's `input` in rank order
+    /// (`ddpspawn_all_gather_dlpack`): the same element type and device, and
+    /// world size times `input`'s elements (shape `[world_size, *shape]`, or
+    /// any compact shape with that many elements); `input` is not changed.
+    pub fn all_gather_tensor(&self, input: &TensorRef, output: &TensorRef) -> Result<()> {
+        let input = input.to_dl();
+        let mut output = output.to_dl();
+        // SAFETY: as in all_reduce_tensor, for both tensors.
+        check(unsafe { sys::ddpspawn_all_gather_dlpack(self.as_mut_ptr(), &input, &mut output) })
+    }
 }
 
 impl ReducerBuilder {

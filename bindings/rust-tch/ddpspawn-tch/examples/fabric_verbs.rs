@@ -1,0 +1,133 @@
+//! Checks of `ddpspawn_tch::Fabric`'s verbs beyond the conformance loop, on 2 ranks; exits 1 with
+//! the reason when one fails. Run without an argument: the verbs refuse to run outside `launch`;
+//! in the ranks, the collectives' values (the mean, the sum, the gathered tensor, both
+//! broadcasts) and `clip_gradient_values`; then a job whose rank 1 has a NaN gradient at
+//! `clip_gradients` fails, naming rank 1 and the variable, and a rank that panics fails the job
+//! with its message. Each job runs this program with its mode as the argument (and its ranks
+//! rerun it so).
+
+use ddpspawn::ReduceOp;
+use ddpspawn_tch::Fabric;
+use std::error::Error;
+use tch::nn::{self, Module};
+use tch::{Kind, Tensor};
+
+fn collectives(fabric: &Fabric) -> Result<String, Box<dyn Error>> {
+    let mine = Tensor::from_slice(&[fabric.global_rank() as f32 + 1.0]);
+    let mean = fabric.all_reduce(&mine, ReduceOp::Mean)?.double_value(&[0]);
+    let sum = fabric.all_reduce(&mine, ReduceOp::Sum)?.double_value(&[0]);
+    let gathered = fabric.all_gather(&mine.view([1, 1]))?;
+    let from_1 = fabric.broadcast(&mine, 1)?.double_value(&[0]);
+    let bytes = fabric.broadcast_bytes(format!("rank{}", fabric.global_rank()).as_bytes(), 1)?;
+    fabric.barrier("collectives")?;
+    let vs = nn::VarStore::new(fabric.device());
+    let net = nn::linear(vs.root() / "fc", 3, 1, Default::default());
+    let mut model = fabric.setup(&vs)?;
+    let loss = net
+        .forward(&Tensor::full([2, 3], 100.0, tch::kind::FLOAT_CPU))
+        .sum(Kind::Float);
+    fabric.backward(&mut model, &loss)?;
+    fabric.clip_gradient_values(&model, 0.5)?;
+    let largest = vs
+        .trainable_variables()
+        .iter()
+        .map(|v| v.grad().abs().max().double_value(&[]))
+        .fold(0.0, f64::max);
+    Ok(format!(
+        "mean={mean} sum={sum} gathered={:?} shape={:?} from_rank_1={from_1} bytes={} \
+         largest_clipped={largest}",
+        Vec::<f32>::try_from(gathered.flatten(0, -1))?,
+        gathered.size(),
+        String::from_utf8(bytes)?
+    ))
+}
+
+/// Rank 1's gradients are NaN at clip_gradients (rank 0's are finite).
+fn nan_on_rank_1(fabric: &Fabric) -> Result<String, Box<dyn Error>> {
+    let vs = nn::VarStore::new(fabric.device());
+    let net = nn::linear(vs.root() / "fc", 3, 1, Default::default());
+    let mut model = fabric.setup(&vs)?;
+    let loss = net
+        .forward(&Tensor::ones([2, 3], tch::kind::FLOAT_CPU))
+        .sum(Kind::Float);
+    fabric.backward(&mut model, &loss)?;
+    if fabric.global_rank() == 1 {
+        let _ = vs.trainable_variables()[0].grad().fill_(f64::NAN);
+    }
+    fabric.clip_gradients(&model, 1.0, 2.0)?;
+    Ok("clipped".to_string())
+}
+
+fn panic_on_rank_1(fabric: &Fabric) -> Result<String, String> {
+    if fabric.global_rank() == 1 {
+        panic!("rank 1 gives up");
+    }
+    Ok(String::new())
+}
+
+fn expect(what: &str, ok: bool, detail: &str) -> Result<(), Box<dyn Error>> {
+    if ok {
+        println!("ok: {what}");
+        Ok(())
+    } else {
+        Err(format!("{what}: {detail}").into())
+    }
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let mode = std::env::args().nth(1).unwrap_or_default();
+    let job = match mode.as_str() {
+        "collectives" => Some(Fabric::new(2).launch(collectives)),
+        "nan" => Some(Fabric::new(2).launch(nan_on_rank_1)),
+        "panic" => Some(Fabric::new(2).launch(panic_on_rank_1)),
+        _ => None,
+    };
+    match job {
+        Some(Ok(result)) => {
+            println!("{result}");
+            return Ok(());
+        }
+        Some(Err(error)) => {
+            eprintln!("failed: {error}");
+            std::process::exit(1);
+        }
+        None => {}
+    }
+    let outside = Fabric::new(2).barrier("outside").unwrap_err().to_string();
+    expect(
+        "a verb outside launch() is refused",
+        outside.contains("Fabric::barrier is for a rank's function"),
+        &outside,
+    )?;
+    let me = std::env::current_exe()?;
+    let run = |mode: &str| std::process::Command::new(&me).arg(mode).output();
+    let out = run("collectives")?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let want = "mean=1.5 sum=3 gathered=[1.0, 2.0] shape=[2, 1, 1] from_rank_1=2 bytes=rank1 \
+                largest_clipped=0.5";
+    expect(
+        "the collectives' values",
+        text.trim() == want,
+        &format!("{text} {out:?}"),
+    )?;
+    let out = run("nan")?;
+    let error = String::from_utf8_lossy(&out.stderr).to_string();
+    expect(
+        "a NaN gradient on rank 1 fails the job, naming the rank and the variable",
+        !out.status.success()
+            && error.contains("failed: rank 1 (pid")
+            && error.contains("the gradient of fc.")
+            && error.contains("is not finite"),
+        &error,
+    )?;
+    let out = run("panic")?;
+    let error = String::from_utf8_lossy(&out.stderr).to_string();
+    expect(
+        "a rank's panic fails the job with its message",
+        !out.status.success()
+            && error.contains("rank 1")
+            && error.contains("panicked: rank 1 gives up"),
+        &error,
+    )?;
+    Ok(())
+}
