@@ -1,5 +1,6 @@
 //! Checks of `ddpspawn_tch::Fabric`'s verbs beyond the conformance loop, on 2 ranks; exits 1 with
-//! the reason when one fails. Run without an argument: the verbs refuse to run outside `launch`;
+//! the reason when one fails. Run without an argument: the verbs refuse to run outside `launch`,
+//! and `launch` refuses under torchrun's variables;
 //! in the ranks, the collectives' values (the mean, the sum, the gathered tensor, both
 //! broadcasts) and `clip_gradient_values`; then a job whose rank 1 has a NaN gradient at
 //! `clip_gradients` fails, naming rank 1 and the variable, and a rank that panics fails the job
@@ -100,6 +101,17 @@ fn main() -> Result<(), Box<dyn Error>> {
         &outside,
     )?;
     let me = std::env::current_exe()?;
+    let out = std::process::Command::new(&me)
+        .arg("collectives")
+        .env("RANK", "0")
+        .env("WORLD_SIZE", "2")
+        .output()?;
+    let error = String::from_utf8_lossy(&out.stderr).to_string();
+    expect(
+        "under torchrun's variables, launch refuses",
+        !out.status.success() && error.contains("already one rank of a torchrun job"),
+        &error,
+    )?;
     let run = |mode: &str| std::process::Command::new(&me).arg(mode).output();
     let out = run("collectives")?;
     let text = String::from_utf8_lossy(&out.stdout).to_string();

@@ -63,6 +63,26 @@ fn panic_text(payload: &(dyn Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
+/// The launcher that made this process one rank of a job of several, by the
+/// variables it sets: torchrun's `RANK` and `WORLD_SIZE`, srun's
+/// `SLURM_NTASKS`.
+fn external_launcher() -> Option<&'static str> {
+    let set = |name: &str| std::env::var_os(name).is_some();
+    let several = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|n| n > 1)
+    };
+    if set("RANK") && several("WORLD_SIZE") {
+        Some("torchrun")
+    } else if several("SLURM_NTASKS") && set("SLURM_PROCID") {
+        Some("srun")
+    } else {
+        None
+    }
+}
+
 fn torch_error(what: &str, error: tch::TchError) -> Error {
     Error::InvalidArgument {
         message: format!("{what}: {error}"),
@@ -91,7 +111,8 @@ impl Fabric {
     /// exit code 0, or 1 after handing the error, or the panic's message, to
     /// the launcher), so it never returns there: what `main` does after it
     /// happens once. A rank that fails or dies fails the job, naming the
-    /// rank and the cause.
+    /// rank and the cause. Under torchrun or srun (a job of several ranks
+    /// already) it refuses: it cannot join their job yet.
     pub fn launch<F, E>(self, train: F) -> Result<String>
     where
         F: FnOnce(&Fabric) -> std::result::Result<String, E>,
@@ -106,6 +127,15 @@ impl Fabric {
                 }
             };
             std::process::exit(code);
+        }
+        if let Some(launcher) = external_launcher() {
+            return Err(Error::FailedPrecondition {
+                message: format!(
+                    "Fabric::launch: this process is already one rank of a {launcher} job; \
+                     Fabric::launch from Rust starts its own ranks and cannot join that job \
+                     yet (run the program directly)"
+                ),
+            });
         }
         let report = self
             .launcher

@@ -25,6 +25,9 @@
 //!
 //! tch has no gradient hooks, so the buckets are reduced after `backward()`
 //! returns (one after another, overlapping with each other), not during it.
+//!
+//! [`Fabric`] puts Lightning Fabric's verbs (`launch`, `setup`, `backward`,
+//! `no_backward_sync`, `clip_gradients`, the collectives) over these pieces.
 
 use ddpspawn::{
     Context, Device, Error, ReducerBuilder, Result, TensorReducer, TensorRef, TensorType,
