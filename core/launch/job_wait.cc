@@ -315,10 +315,12 @@ std::vector<int> Job::DropLostRanks(const std::vector<int>& newly_failed) {
   if (!failures.empty() || lost_.empty() || absl::Now() < lost_since_ + kLossWindow) {
     return failures;
   }
-  MembershipChange change;
+  std::vector<int> survivors;  // this node's, by local index
   for (int r : members_) {
-    if (absl::c_find(lost_, r) == lost_.end()) change.ranks.push_back(GlobalRank(r));
+    if (absl::c_find(lost_, r) == lost_.end()) survivors.push_back(r);
   }
+  MembershipChange change;
+  for (int r : survivors) change.ranks.push_back(GlobalRank(r));
   std::string ends;
   for (int r : lost_) {
     change.left.push_back(GlobalRank(r));
@@ -349,11 +351,7 @@ std::vector<int> Job::DropLostRanks(const std::vector<int>& newly_failed) {
   std::fprintf(stderr, "ddpspawn: lost %s; %zu of %d ranks go on (min_ranks %d)\n", ends.c_str(),
                change.ranks.size(), spec_.nprocs, spec_.min_ranks);
   absl::StrAppend(&dropped_, dropped_.empty() ? "" : "; ", ends);
-  std::vector<int> members;
-  for (int r : members_) {
-    if (absl::c_find(lost_, r) == lost_.end()) members.push_back(r);
-  }
-  members_ = std::move(members);
+  members_ = std::move(survivors);
   lost_.clear();
   return failures;
 }

@@ -48,6 +48,25 @@ def wait_for_steps(process: subprocess.Popen, root: Path, count: int) -> None:
         time.sleep(0.005)
 
 
+@pytest.fixture
+def start():
+    """Starts a job with its output piped as text; one still running when the test ends (a failed
+    assertion, a timed-out communicate) is killed, and its ranks die with their launcher."""
+    started: List[subprocess.Popen] = []
+
+    def start_job(args: List[str], **kwargs) -> subprocess.Popen:
+        job = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               **kwargs)
+        started.append(job)
+        return job
+
+    yield start_job
+    for job in started:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     root = tmp_path_factory.mktemp("uninterrupted")
@@ -62,11 +81,11 @@ def uninterrupted(tmp_path_factory):
 # Kill points: within the first epoch, just before its end (step 250), in the
 # second and the third; rank 1, and once rank 0.
 @pytest.mark.parametrize("after_steps, rank", [(40, 1), (246, 1), (400, 0), (700, 1)])
-def test_a_killed_rank_resumes_to_the_same_weights(tmp_path, uninterrupted, after_steps, rank):
+def test_a_killed_rank_resumes_to_the_same_weights(start, tmp_path, uninterrupted, after_steps,
+                                                    rank):
     train, want, want_metrics = uninterrupted
     root = tmp_path / "logs"
-    job = subprocess.Popen(fit_args(train, root) + ["--max-restarts", "1"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = start(fit_args(train, root) + ["--max-restarts", "1"])
     wait_for_steps(job, root, after_steps)
     os.kill(rank_pid(job.pid, rank), signal.SIGKILL)
     out, err = job.communicate(timeout=120)
@@ -98,8 +117,8 @@ def test_a_killed_rank_resumes_to_the_same_weights(tmp_path, uninterrupted, afte
 
 
 @pytest.mark.parametrize("stage", ["shard_grad_op", "full_shard"])
-def test_sharded_checkpoints_resume_a_killed_rank_to_the_same_weights(tmp_path, uninterrupted,
-                                                                       stage):
+def test_sharded_checkpoints_resume_a_killed_rank_to_the_same_weights(start, tmp_path,
+                                                                       uninterrupted, stage):
     # --state-dict-type sharded: every checkpoint is a directory each rank
     # writes its shard of, and the restarted ranks each read their rows back.
     # At 2 ranks the sharded strategies' arithmetic is DDP's (the
@@ -107,9 +126,8 @@ def test_sharded_checkpoints_resume_a_killed_rank_to_the_same_weights(tmp_path, 
     # weights are the uninterrupted unsharded run's.
     train, want, want_metrics = uninterrupted
     root = tmp_path / "logs"
-    job = subprocess.Popen(fit_args(train, root) + ["--max-restarts", "1", "--sharding-strategy",
-                                                    stage, "--state-dict-type", "sharded"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = start(fit_args(train, root) + ["--max-restarts", "1", "--sharding-strategy", stage,
+                                         "--state-dict-type", "sharded"])
     wait_for_steps(job, root, 400)
     os.kill(rank_pid(job.pid, 1), signal.SIGKILL)
     out, err = job.communicate(timeout=120)
@@ -125,15 +143,14 @@ def test_sharded_checkpoints_resume_a_killed_rank_to_the_same_weights(tmp_path, 
     assert evaluate(got["checkpoint"], train, MODEL) == want_metrics
 
 
-def test_forkserver_trains_like_spawn_and_restarts_from_the_same_server(tmp_path, uninterrupted):
+def test_forkserver_trains_like_spawn_and_restarts_from_the_same_server(start, tmp_path,
+                                                                        uninterrupted):
     # --start-method forkserver: one exec of the CLI forks the ranks, and the
     # restarted ranks too; the weights are those of the spawned, uninterrupted
     # run.
     train, want, want_metrics = uninterrupted
     root = tmp_path / "logs"
-    job = subprocess.Popen(fit_args(train, root) + ["--start-method", "forkserver",
-                                                    "--max-restarts", "1"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = start(fit_args(train, root) + ["--start-method", "forkserver", "--max-restarts", "1"])
     wait_for_steps(job, root, 246)
     victim = rank_pid(job.pid, 1)
     server = parent_of(victim)
@@ -159,11 +176,10 @@ def test_forkserver_trains_like_spawn_and_restarts_from_the_same_server(tmp_path
     assert evaluate(got["checkpoint"], train, MODEL) == want_metrics
 
 
-def test_exhausted_restarts_end_with_the_last_failure(tmp_path, uninterrupted):
+def test_exhausted_restarts_end_with_the_last_failure(start, tmp_path, uninterrupted):
     train, _, _ = uninterrupted
     root = tmp_path / "logs"
-    job = subprocess.Popen(fit_args(train, root) + ["--max-restarts", "1"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = start(fit_args(train, root) + ["--max-restarts", "1"])
     wait_for_steps(job, root, 30)
     first = rank_pid(job.pid, 1)
     os.kill(first, signal.SIGKILL)
@@ -194,7 +210,8 @@ def test_max_restarts_is_refused_where_it_cannot_work(tmp_path):
 
 
 @pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
-def test_sigusr1_in_a_slurm_job_checkpoints_and_a_requeued_run_continues(tmp_path, uninterrupted,
+def test_sigusr1_in_a_slurm_job_checkpoints_and_a_requeued_run_continues(start, tmp_path,
+                                                                       uninterrupted,
                                                                        start_method):
     # A SLURM job (SLURM_JOB_ID set; one task, so ddpspawn launches its ranks):
     # SLURM's warning signal reaches the launcher, which passes it to the
@@ -203,8 +220,7 @@ def test_sigusr1_in_a_slurm_job_checkpoints_and_a_requeued_run_continues(tmp_pat
     root = tmp_path / "logs"
     slurm = dict(os.environ, SLURM_JOB_ID="4242")
     slurm.pop("SLURM_RESTART_COUNT", None)
-    job = subprocess.Popen(fit_args(train, root) + ["--start-method", start_method],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm)
+    job = start(fit_args(train, root) + ["--start-method", start_method], env=slurm)
     wait_for_steps(job, root, 300)
     job.send_signal(signal.SIGUSR1)
     out, err = job.communicate(timeout=120)
@@ -229,12 +245,11 @@ def test_sigusr1_in_a_slurm_job_checkpoints_and_a_requeued_run_continues(tmp_pat
     assert epoch_losses(root) == epoch_losses(train.parent / "logs")
 
 
-def test_without_slurm_sigusr1_keeps_its_default_action(tmp_path, uninterrupted):
+def test_without_slurm_sigusr1_keeps_its_default_action(start, tmp_path, uninterrupted):
     train, _, _ = uninterrupted
     root = tmp_path / "logs"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    job = subprocess.Popen(fit_args(train, root), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, env=env)
+    job = start(fit_args(train, root), env=env)
     wait_for_steps(job, root, 100)
     job.send_signal(signal.SIGUSR1)
     out, err = job.communicate(timeout=120)
@@ -242,7 +257,7 @@ def test_without_slurm_sigusr1_keeps_its_default_action(tmp_path, uninterrupted)
     assert "SIGUSR1" in err and "global_step=" not in out, err
 
 
-def test_python_fit_restarts_its_forked_ranks(tmp_path, uninterrupted):
+def test_python_fit_restarts_its_forked_ranks(start, tmp_path, uninterrupted):
     # ddpspawn_run's path: the ranks are forked from the Python process, and
     # restarted from it.
     train, want, want_metrics = uninterrupted
@@ -258,9 +273,8 @@ def test_python_fit_restarts_its_forked_ranks(tmp_path, uninterrupted):
         "print('checkpoint=' + r.checkpoint)\n"
         "print('restarts=' + r.values['restarts'])\n")
     import sys
-    job = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True,
-                           env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    job = start([sys.executable, str(script)],
+                env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     wait_for_steps(job, root, 200)
     # Forked ranks show the environment Python was started with in /proc, so
     # rank 1 is the last child forked (after the run directory's guard and
