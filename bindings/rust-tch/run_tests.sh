@@ -4,7 +4,8 @@
 # batch, to 1e-6) and `digits` (2 ranks on the handwritten digits, held-out accuracy >= 0.95);
 # Fabric's: `fabric_verbs` (its own checks), `plain_loop` against `fabric_loop` (at most 5 changed
 # lines, each 0.9 held-out accuracy or more) and `fabric_conformance` (the loop of
-# tests/fabric/fabric_main's "train" mode from Rust: bit-equal to the C++ program's weights).
+# tests/fabric/fabric_main's "train" mode from Rust: bit-equal to the C++ program's weights, and
+# each side's checkpoint loads in Rust; `ddpspawn export` reads the Rust one).
 # Builds against tools/setup's LibTorch (the torch wheel, through its Python) in release only; the
 # target directory stays in the home directory (tch's C++ wrapper takes minutes to compile, once).
 # Offline: tools/setup fetched the crates of Cargo.lock.
@@ -15,6 +16,7 @@ cp -L capi/dist/lib/libddpspawn.so capi/dist/lib/libddpspawn.so.1 capi/dist/lib/
 cp -rL bindings/rust bindings/rust-tch "$work/src/bindings/"
 fetch_digits="$PWD/tools/fetch_digits"
 fabric_main="$PWD/tests/fabric/fabric_main"
+ddpspawn_cli="$PWD/tools/ddpspawn"
 export DDPSPAWN_LIB_DIR="$work/lib"
 export CARGO_TARGET_DIR="${DDPSPAWN_TCH_TARGET_DIR:-$HOME/.cache/ddpspawn-cargo-tch}"
 # torch-sys finds LibTorch through this Python's torch.
@@ -59,3 +61,8 @@ done
 mkdir "$work/conformance"
 "$fabric_main" train "$work/conformance" >&2
 "$examples/fabric_conformance" "$work/conformance"
+# The Rust loop's checkpoint is the Trainer's format: the CLI exports its four tensors.
+"$ddpspawn_cli" export --checkpoint "$work/conformance/rust.ckpt" --format torch \
+  --output "$work/conformance/rust.pt" | tee "$work/export.txt"
+grep -qx 'tensors=4' "$work/export.txt" ||
+  { echo "run_tests.sh: ddpspawn export did not read rust.ckpt's 4 tensors" >&2; exit 1; }

@@ -7,9 +7,9 @@
 //              clipped=C synced=S" (the largest weight difference, the largest relative
 //              difference of the clipped norms, how many steps clipped, how many backwards
 //              synchronized); with DIR, rank 0 writes the parameters, flattened in order, one
-//              value a line, before training to DIR/initial.txt and after to DIR/weights.txt
-//              (bindings/python/tests's Fabric conformance test runs the same loop from the same
-//              start under Lightning's Fabric and compares)
+//              value a line, before training to DIR/initial.txt and after to DIR/weights.txt,
+//              and Save()s DIR/final.ckpt (the Fabric conformance tests of Python and Rust run
+//              the same loop from the same start and compare; Rust's reads the checkpoint too)
 // collectives  "mean=M sum=S gathered=G from_rank_1=T bytes=B" of AllReduce, AllGather and both
 //              Broadcasts of each rank's number
 // save_load    2 steps, Save(DIR/fabric.ckpt), Load into a fresh model and optimizer: "step=S
@@ -97,6 +97,7 @@ std::string Train(ddpspawn::Fabric& fabric) {
       optimizer, [&](const torch::Tensor& x) { return model(x); },
       [&](bool local) { return fabric.NoBackwardSync(model, local); },
       [&] { return fabric.ClipGradients(optimizer, kMaxNorm); }, fabric.global_rank() * half, half);
+  if (!g_dir.empty()) fabric.Save(g_dir + "/final.ckpt", model, &optimizer, kSteps);
   const int64_t synced = model.ddp().ddp().reducer().synchronized_backwards();
   if (!fabric.is_global_zero()) return "";
   if (!g_dir.empty()) WriteParameters(*model, g_dir + "/weights.txt");

@@ -343,6 +343,15 @@ SIGNATURES: Dict[str, Tuple[Optional[_CType], List[_CType]]] = {
     "ddpspawn_broadcast_dlpack": (_Status, [ContextPtr, c_void_p, c_int32]),
     "ddpspawn_all_gather_dlpack": (_Status, [ContextPtr, c_void_p, c_void_p]),
     "ddpspawn_reduce_scatter_dlpack": (_Status, [ContextPtr, c_void_p, c_void_p, c_int32]),
+    # Checkpoints of named DLPack tensors (DDPSPAWN_1.3): names and DLTensor* arrays.
+    "ddpspawn_checkpoint_save_dlpack": (
+        _Status,
+        [ContextPtr, c_char_p, POINTER(c_char_p), POINTER(c_void_p), c_size_t, c_int64],
+    ),
+    "ddpspawn_checkpoint_load_dlpack": (
+        _Status,
+        [c_char_p, POINTER(c_char_p), POINTER(c_void_p), c_size_t, POINTER(c_int64)],
+    ),
     # Sharding a dataset (DDPSPAWN_1.2).
     "ddpspawn_distributed_sampler_indices": (
         _Status,

@@ -1,7 +1,9 @@
 //! The Fabric conformance loop from Rust: the loop of tests/fabric/fabric_main's "train" mode (4
 //! SGD steps with momentum of 2 micro-batches each, the first under `no_backward_sync`, gradients
 //! clipped to norm 0.05; each of 2 ranks trains on its half of every batch of 16 rows), from the
-//! C++ program's initial weights, compared with the C++ program's final ones.
+//! C++ program's initial weights, compared with the C++ program's final ones; then each side's
+//! final checkpoint (C++'s `Fabric::Save`, Rust's `Fabric::save`) is loaded by `Fabric::load` and
+//! compared with them too.
 //! `fabric_conformance DIR`: DIR holds `fabric_main train DIR`'s initial.txt and weights.txt (the
 //! parameters flattened in order, one value a line). Prints the largest difference, how far the
 //! weights moved, and how far one process trained on rank 0's half of every batch ends from the
@@ -30,7 +32,9 @@ impl Net {
             rest = others;
             path.var_copy(name, &Tensor::from_slice(mine).view(shape))
         };
-        let layers = [("l1", 4, 8), ("l2", 8, 1)]
+        // Named as LibTorch's Sequential names them ("0.weight", "2.bias"), so that checkpoints
+        // of either side load into the other.
+        let layers = [("0", 4, 8), ("2", 8, 1)]
             .into_iter()
             .map(|(name, inputs, outputs)| {
                 let weight = take(vs.root() / name, "weight", &[outputs, inputs]);
@@ -70,7 +74,7 @@ fn loss(net: &Net, x: &Tensor) -> Tensor {
 }
 
 /// The loop on 2 ranks: rank 0's parameters, one value a line.
-fn fabric_loop(fabric: &Fabric, initial: &[f32]) -> Result<String, Box<dyn Error>> {
+fn fabric_loop(fabric: &Fabric, initial: &[f32], dir: &str) -> Result<String, Box<dyn Error>> {
     let vs = nn::VarStore::new(fabric.device());
     let net = Net::new(&vs, initial);
     let mut model = fabric.setup(&vs)?;
@@ -92,12 +96,23 @@ fn fabric_loop(fabric: &Fabric, initial: &[f32]) -> Result<String, Box<dyn Error
         fabric.clip_gradients(&model, MAX_NORM, 2.0)?;
         optimizer.step();
     }
-    Ok(net
-        .flat()
-        .iter()
-        .map(f32::to_string)
-        .collect::<Vec<_>>()
-        .join("\n"))
+    fabric.save(format!("{dir}/rust.ckpt"), &vs, STEPS)?;
+    Ok(lines(&net.flat()))
+}
+
+/// One value a line.
+fn lines(values: &[f32]) -> String {
+    let text: Vec<String> = values.iter().map(f32::to_string).collect();
+    text.join("\n")
+}
+
+/// The step and the parameters of the checkpoint at `path`, loaded by `Fabric::load` (in a rank)
+/// into a fresh network.
+fn load(fabric: &Fabric, path: &str) -> Result<String, Box<dyn Error>> {
+    let vs = nn::VarStore::new(fabric.device());
+    let net = Net::new(&vs, &[0.0; 49]);
+    let step = fabric.load(path, &vs)?;
+    Ok(format!("{step}\n{}", lines(&net.flat())))
 }
 
 /// The same loop in one process on `rows` rows of each batch from `first`.
@@ -141,7 +156,12 @@ fn main() -> Result<(), Box<dyn Error>> {
         .nth(1)
         .ok_or("usage: fabric_conformance DIR")?;
     let initial = read_values(&format!("{dir}/initial.txt"))?;
-    let rust = Fabric::new(2).launch(|fabric| fabric_loop(fabric, &initial))?;
+    if let Some(path) = std::env::args().nth(2) {
+        // A job that loads the checkpoint at `path` (the ranks rerun this program with it).
+        println!("{}", Fabric::new(2).launch(|fabric| load(fabric, &path))?);
+        return Ok(());
+    }
+    let rust = Fabric::new(2).launch(|fabric| fabric_loop(fabric, &initial, &dir))?;
     let rust: Vec<f32> = rust
         .split_whitespace()
         .map(str::parse)
@@ -159,6 +179,29 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     if difference != 0.0 {
         return Err(format!("the Rust loop's weights differ from C++'s by {difference:e}").into());
+    }
+    // Each side's final checkpoint, loaded from Rust: the C++ program's (Fabric::Save) and the
+    // Rust loop's (Fabric::save), each in a job of its own.
+    for (side, file) in [("C++", "final.ckpt"), ("Rust", "rust.ckpt")] {
+        let out = std::process::Command::new(std::env::current_exe()?)
+            .args([dir.as_str(), &format!("{dir}/{file}")])
+            .output()?;
+        let text = String::from_utf8(out.stdout)?;
+        let (step, values) = text.split_once('\n').ok_or_else(|| {
+            format!(
+                "loading {file} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+        let loaded: Vec<f32> = values
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()?;
+        let loaded_difference = largest_difference(&loaded, &cpp);
+        println!("{side}'s checkpoint {file}, loaded from Rust: step {step}, largest difference {loaded_difference:e}");
+        if step != STEPS.to_string() || loaded_difference != 0.0 {
+            return Err(format!("{file} did not load as saved").into());
+        }
     }
     Ok(())
 }

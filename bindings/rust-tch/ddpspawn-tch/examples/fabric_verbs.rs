@@ -1,11 +1,11 @@
 //! Checks of `ddpspawn_tch::Fabric`'s verbs beyond the conformance loop, on 2 ranks; exits 1 with
 //! the reason when one fails. Run without an argument: the verbs refuse to run outside `launch`,
-//! and `launch` refuses under torchrun's variables;
-//! in the ranks, the collectives' values (the mean, the sum, the gathered tensor, both
-//! broadcasts) and `clip_gradient_values`; then a job whose rank 1 has a NaN gradient at
-//! `clip_gradients` fails, naming rank 1 and the variable, and a rank that panics fails the job
-//! with its message. Each job runs this program with its mode as the argument (and its ranks
-//! rerun it so).
+//! and `launch` refuses under torchrun's variables; in the ranks, the collectives' values (the
+//! mean, the sum, the gathered tensor, both broadcasts) and `clip_gradient_values`; the checkpoint
+//! calls' refusals (a repeated name, no tensor, another shape or kind, a missing name), each
+//! named, with nothing written; a job whose rank 1 has a NaN gradient at `clip_gradients` fails,
+//! naming rank 1 and the variable, and a rank that panics fails the job with its message. Each job
+//! runs this program with its mode as the argument (and its ranks rerun it so).
 
 use ddpspawn::ReduceOp;
 use ddpspawn_tch::Fabric;
@@ -41,6 +41,84 @@ fn collectives(fabric: &Fabric) -> Result<String, Box<dyn Error>> {
         gathered.size(),
         String::from_utf8(bytes)?
     ))
+}
+
+/// The checkpoint calls' refusals on 2 ranks (the ddpspawn crate's, under Fabric's save and load):
+/// rank 0 returns what went otherwise than expected, or "ok".
+fn checkpoint_refusals(fabric: &Fabric) -> Result<String, Box<dyn Error>> {
+    let context = fabric.rank_context().ok_or("no context in a rank")?;
+    let dir = std::env::var("FABRIC_VERBS_DIR")?;
+    let path = format!("{dir}/refusals.ckpt");
+    let saved = Tensor::arange(6, tch::kind::FLOAT_CPU).view([2, 3]);
+    let saved_ref = ddpspawn_tch::tensor_ref("saved", &saved)?;
+    let mut wrong = Vec::new();
+    let mut expect_error = |what: &str, result: Result<(), String>, wanted: &str| match result {
+        Err(message) if message.contains(wanted) => {}
+        other => wrong.push(format!(
+            "{what}: {other:?}, wanted an error with '{wanted}'"
+        )),
+    };
+    let save = |tensors: &[(&str, &ddpspawn::TensorRef)]| {
+        context
+            .save_checkpoint(&path, tensors, 5)
+            .map_err(|e| e.to_string())
+    };
+    let rank_zero = fabric.is_global_zero();
+    let twice = if rank_zero {
+        "is given twice"
+    } else {
+        "rank 0 could not save the checkpoint"
+    };
+    expect_error(
+        "a name twice",
+        save(&[("w", &saved_ref), ("w", &saved_ref)]),
+        twice,
+    );
+    let none = if rank_zero {
+        "no tensor to save"
+    } else {
+        "rank 0 could not save the checkpoint"
+    };
+    expect_error("no tensor", save(&[]), none);
+    save(&[("w", &saved_ref)])?;
+    // Loads, on each rank: refused ones leave the target as it was.
+    let load = |name: &str, target: &Tensor| -> Result<i64, String> {
+        let target_ref = ddpspawn_tch::tensor_ref(name, target).map_err(|e| e.to_string())?;
+        ddpspawn::load_checkpoint(&path, &[(name, &target_ref)]).map_err(|e| e.to_string())
+    };
+    let other_shape = Tensor::zeros([3, 2], tch::kind::FLOAT_CPU);
+    expect_error(
+        "another shape",
+        load("w", &other_shape).map(|_| ()),
+        "has shape [2, 3]",
+    );
+    let other_kind = Tensor::zeros([2, 3], tch::kind::DOUBLE_CPU);
+    expect_error(
+        "another kind",
+        load("w", &other_kind).map(|_| ()),
+        "is Float in the checkpoint",
+    );
+    let missing = Tensor::zeros([2, 3], tch::kind::FLOAT_CPU);
+    expect_error(
+        "a missing name",
+        load("v", &missing).map(|_| ()),
+        "has no tensor 'v'",
+    );
+    let untouched = other_shape.abs().sum(Kind::Float).double_value(&[])
+        + other_kind.abs().sum(Kind::Double).double_value(&[])
+        + missing.abs().sum(Kind::Float).double_value(&[]);
+    if untouched != 0.0 {
+        wrong.push("a refused load wrote into its tensor".to_string());
+    }
+    let target = Tensor::zeros([2, 3], tch::kind::FLOAT_CPU);
+    let step = load("w", &target)?;
+    if step != 5 || target.not_equal_tensor(&saved).any().int64_value(&[]) != 0 {
+        wrong.push(format!("the good load: step {step}, values {target:?}"));
+    }
+    if !wrong.is_empty() {
+        return Err(format!("rank {}: {}", fabric.global_rank(), wrong.join("; ")).into());
+    }
+    Ok("ok".to_string())
 }
 
 /// Rank 1's gradients are NaN at clip_gradients (rank 0's are finite).
@@ -81,6 +159,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         "collectives" => Some(Fabric::new(2).launch(collectives)),
         "nan" => Some(Fabric::new(2).launch(nan_on_rank_1)),
         "panic" => Some(Fabric::new(2).launch(panic_on_rank_1)),
+        "checkpoint_refusals" => Some(Fabric::new(2).launch(checkpoint_refusals)),
         _ => None,
     };
     match job {
@@ -121,6 +200,21 @@ fn main() -> Result<(), Box<dyn Error>> {
         "the collectives' values",
         text.trim() == want,
         &format!("{text} {out:?}"),
+    )?;
+    // Made here, exclusively (create_dir fails where it exists).
+    let temp = std::env::var_os("TEST_TMPDIR").map_or_else(std::env::temp_dir, Into::into);
+    let scratch = temp.join(format!("fabric_verbs.{}", std::process::id()));
+    std::fs::create_dir(&scratch)?;
+    let out = std::process::Command::new(&me)
+        .arg("checkpoint_refusals")
+        .env("FABRIC_VERBS_DIR", &scratch)
+        .output()?;
+    std::fs::remove_dir_all(&scratch)?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    expect(
+        "save and load refuse a repeated name, no tensor, another shape or kind, a missing name",
+        out.status.success() && text.trim() == "ok",
+        &format!("{text} {}", String::from_utf8_lossy(&out.stderr)),
     )?;
     let out = run("nan")?;
     let error = String::from_utf8_lossy(&out.stderr).to_string();

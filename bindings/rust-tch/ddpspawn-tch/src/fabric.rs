@@ -1,18 +1,22 @@
 // `Fabric`: Lightning Fabric's verbs for a tch-rs loop of one's own (launch,
 // setup, the sampler, backward, no_backward_sync, gradient clipping, the
-// collectives, seeding), over the `ddpspawn` crate's launcher, context,
-// sampler and the reducer of `DistributedDataParallel`. It adds no mechanism:
-// each verb is one of those calls, or tch's own tensor operations.
+// collectives, save and load, seeding), over the `ddpspawn` crate's launcher,
+// context, sampler, checkpoints and the reducer of `DistributedDataParallel`.
+// It adds no mechanism: each verb is one of those calls, or tch's own tensor
+// operations.
 
 use std::any::Any;
 use std::fmt::Display;
 use std::panic::{self, AssertUnwindSafe};
+use std::path::Path;
 
-use ddpspawn::{Context, DistributedSampler, Error, Launcher, ReduceOp, ReducerBuilder, Result};
+use ddpspawn::{
+    Context, DistributedSampler, Error, Launcher, ReduceOp, ReducerBuilder, Result, TensorRef,
+};
 use tch::nn::VarStore;
 use tch::Tensor;
 
-use crate::{borrow, DistributedDataParallel};
+use crate::{tensor_ref, DistributedDataParallel};
 
 /// A data-parallel loop of one's own, as Lightning's `Fabric` runs one: build
 /// it with the number of ranks, [`launch`](Self::launch) the loop, and in the
@@ -81,6 +85,20 @@ fn external_launcher() -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// `vs`'s variables by name, sorted, each with the tensor (which keeps its
+/// memory alive) and the reference the library reads and writes.
+fn named_variables(vs: &VarStore) -> Result<Vec<(String, Tensor, TensorRef)>> {
+    let mut variables: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+    variables.sort_by(|a, b| a.0.cmp(&b.0));
+    variables
+        .into_iter()
+        .map(|(name, tensor)| {
+            let reference = tensor_ref(&name, &tensor)?;
+            Ok((name, tensor, reference))
+        })
+        .collect()
 }
 
 fn torch_error(what: &str, error: tch::TchError) -> Error {
@@ -372,7 +390,7 @@ impl Fabric {
     pub fn all_reduce(&self, tensor: &Tensor, op: ReduceOp) -> Result<Tensor> {
         let context = self.context("all_reduce")?;
         let reduced = tensor.detach().contiguous().copy();
-        context.all_reduce_tensor(&borrow("the tensor", &reduced)?, op)?;
+        context.all_reduce_tensor(&tensor_ref("the tensor", &reduced)?, op)?;
         Ok(reduced)
     }
 
@@ -385,8 +403,8 @@ impl Fabric {
         shape.extend(input.size());
         let output = Tensor::empty(shape.as_slice(), (input.kind(), input.device()));
         context.all_gather_tensor(
-            &borrow("the tensor", &input)?,
-            &borrow("the gathered tensor", &output)?,
+            &tensor_ref("the tensor", &input)?,
+            &tensor_ref("the gathered tensor", &output)?,
         )?;
         Ok(output)
     }
@@ -396,7 +414,7 @@ impl Fabric {
     pub fn broadcast(&self, tensor: &Tensor, src: usize) -> Result<Tensor> {
         let context = self.context("broadcast")?;
         let copy = tensor.detach().contiguous().copy();
-        context.broadcast_tensor(&borrow("the tensor", &copy)?, src)?;
+        context.broadcast_tensor(&tensor_ref("the tensor", &copy)?, src)?;
         Ok(copy)
     }
 
@@ -408,6 +426,33 @@ impl Fabric {
     /// Waits until every rank has reached the barrier of this `name`.
     pub fn barrier(&self, name: &str) -> Result<()> {
         self.context("barrier")?.barrier(name)
+    }
+
+    /// Collective: rank 0 writes `vs`'s variables (by their names, e.g.
+    /// `fc.weight`) and `step` to `path` as a checkpoint in the Trainer's
+    /// format (what `ddpspawn export`, the CLI's `--checkpoint` and C++'s
+    /// `Fabric::Load` read), atomically; every rank returns rank 0's
+    /// outcome. No optimizer state (tch's optimizers do not expose theirs),
+    /// so `ddpspawn fit --resume-from` refuses it.
+    pub fn save(&self, path: impl AsRef<Path>, vs: &VarStore, step: i64) -> Result<()> {
+        let context = self.context("save")?;
+        let variables = named_variables(vs)?;
+        let refs: Vec<(&str, &TensorRef)> =
+            variables.iter().map(|(n, _, r)| (n.as_str(), r)).collect();
+        context.save_checkpoint(path, &refs, step)
+    }
+
+    /// Reads the checkpoint at `path` (this rank alone) into `vs`'s
+    /// variables in place, each from its name's entry: [`save`](Self::save)'s,
+    /// C++'s `Fabric::Save`'s or the Trainer's. A variable the checkpoint
+    /// lacks, or of another shape or kind, is an error naming it, and then no
+    /// variable has changed. Returns the checkpoint's step.
+    pub fn load(&self, path: impl AsRef<Path>, vs: &VarStore) -> Result<i64> {
+        self.context("load")?;
+        let variables = named_variables(vs)?;
+        let refs: Vec<(&str, &TensorRef)> =
+            variables.iter().map(|(n, _, r)| (n.as_str(), r)).collect();
+        ddpspawn::load_checkpoint(path, &refs)
     }
 
     /// Seeds torch's generators on this rank (`tch::manual_seed`).

@@ -80,9 +80,12 @@ fn tensor_type(kind: Kind) -> Result<TensorType> {
     })
 }
 
-/// `tensor`'s memory, for the library. The tensor must stay alive and in
-/// place while the result is used.
-fn borrow(name: &str, tensor: &Tensor) -> Result<TensorRef> {
+/// `tensor`'s memory as a [`TensorRef`] for the `ddpspawn` crate's calls on
+/// tensors (collectives, checkpoints), `name` naming it in errors: a
+/// contiguous CPU or CUDA tensor of a kind DLPack has. The tensor must stay
+/// alive and in place while the result is used, and the calls write into
+/// its memory (also when the tensor requires grad).
+pub fn tensor_ref(name: &str, tensor: &Tensor) -> Result<TensorRef> {
     if !tensor.is_contiguous() {
         return Err(Error::InvalidArgument {
             message: format!("{name} is not contiguous"),
@@ -118,7 +121,7 @@ impl<'ctx> DistributedDataParallel<'ctx> {
         all.sort_by(|a, b| a.0.cmp(&b.0));
         tch::no_grad(|| -> Result<()> {
             for (name, tensor) in &all {
-                context.broadcast_tensor(&borrow(name, tensor)?, 0)?;
+                context.broadcast_tensor(&tensor_ref(name, tensor)?, 0)?;
             }
             Ok(())
         })?;
@@ -150,7 +153,7 @@ impl<'ctx> DistributedDataParallel<'ctx> {
         let tensors = names
             .iter()
             .zip(&held)
-            .map(|(name, gradient)| borrow(&format!("the gradient of {name}"), gradient))
+            .map(|(name, gradient)| tensor_ref(&format!("the gradient of {name}"), gradient))
             .collect::<Result<Vec<_>>>()?;
         Ok(DistributedDataParallel {
             reducer: options.build_tensors(context, tensors)?,

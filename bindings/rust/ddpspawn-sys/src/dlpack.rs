@@ -6,7 +6,7 @@
 // DLPack's own C names, so that its documentation applies as it is.
 #![allow(non_upper_case_globals)]
 
-use std::os::raw::c_void;
+use std::os::raw::{c_char, c_void};
 
 use crate::{ddpspawn_context, ddpspawn_reducer, ddpspawn_reducer_options, ddpspawn_status};
 
@@ -102,6 +102,27 @@ crate::dynamic_functions! {
         num_gradients: usize,
         options: *const ddpspawn_reducer_options,
         out_reducer: *mut *mut ddpspawn_reducer,
+    ) -> ddpspawn_status;
+    /// Collective: rank 0 writes `count` named tensors and `step` as a
+    /// checkpoint in the Trainer's format; every rank returns its outcome.
+    /// Added in version node `DDPSPAWN_1.3`.
+    pub fn ddpspawn_checkpoint_save_dlpack(
+        context: *mut ddpspawn_context,
+        path: *const c_char,
+        names: *const *const c_char,
+        tensors: *const *const DLTensor,
+        count: usize,
+        step: i64,
+    ) -> ddpspawn_status;
+    /// This rank alone: reads a checkpoint into the named tensors in place;
+    /// `out_step` (may be NULL) gets its step. Added in version node
+    /// `DDPSPAWN_1.3`.
+    pub fn ddpspawn_checkpoint_load_dlpack(
+        path: *const c_char,
+        names: *const *const c_char,
+        tensors: *const *mut DLTensor,
+        count: usize,
+        out_step: *mut i64,
     ) -> ddpspawn_status;
     /// gradient_as_bucket_view: moves the reducer's buffers into its buckets
     /// and writes each bucket slot into `out_buffers` (`num_buffers`

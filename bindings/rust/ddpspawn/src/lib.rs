@@ -48,6 +48,7 @@
 //! rpath and no build script of its own.
 
 mod arrivals;
+mod checkpoint;
 mod comm_hook;
 mod context;
 mod defaults;
@@ -62,6 +63,7 @@ mod trainer;
 mod worker;
 
 pub use arrivals::{RankArrivals, StragglerReport};
+pub use checkpoint::load_checkpoint;
 pub use comm_hook::{Bucket, CommHook};
 pub use context::Context;
 pub use element::{DType, Element, ReduceOp};

@@ -102,7 +102,7 @@ impl TensorRef {
 
     /// The DLTensor that describes it; it points into `self.shape`, so it is
     /// valid while `self` is.
-    fn to_dl(&self) -> sys::DLTensor {
+    pub(crate) fn to_dl(&self) -> sys::DLTensor {
         let (device_type, device_id) = match self.device {
             Device::Cpu => (sys::kDLCPU, 0),
             Device::Cuda(id) => (sys::kDLCUDA, id),

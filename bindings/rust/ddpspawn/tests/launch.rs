@@ -122,11 +122,11 @@ fn rank0_result_comes_back() {
     assert_eq!(report.into_result(), Some(b"hello from rank 0".to_vec()));
 }
 
-/// The rank slowed on purpose (10 ms before each of 20 all-reduces) is the
+/// The rank slowed on purpose (40 ms before each of 20 all-reduces) is the
 /// one the context's straggler report names, late by about that much. On a
-/// loaded 2-core machine another rank is now and then descheduled for longer
-/// than 10 ms (CI saw rank 1 arrive last once in 20): the slowed rank must
-/// be last in at least 18.
+/// loaded 2-core machine another rank is now and then descheduled for tens
+/// of milliseconds (with a 10 ms slowdown CI saw the slowed rank last in
+/// only 17 of 20, and 1.3 s late in all): it must be last in at least 18.
 #[test]
 fn the_slowed_rank_is_named() {
     let report = run(3, &["straggler", "2"]).unwrap_or_else(|e| panic!("{e}"));
@@ -142,8 +142,8 @@ fn the_slowed_rank_is_named() {
         .collect();
     assert_eq!(ranks[0].0 + ranks[1].0 + ranks[2].0, 20, "{text}");
     assert!(ranks[2].0 >= 18, "{text}");
-    // Summed over the 20: 10 ms each, give or take.
-    assert!(ranks[2].1 > 100.0 && ranks[2].1 < 600.0, "{text}");
+    // Summed over the 20: 40 ms each, give or take a loaded machine's delays.
+    assert!(ranks[2].1 > 600.0 && ranks[2].1 < 4000.0, "{text}");
     let percent = 100 * ranks[2].0 / 20;
     assert!(
         fields[3].starts_with(&format!(
