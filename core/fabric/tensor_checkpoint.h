@@ -1,8 +1,8 @@
 // Checkpoints of named tensors in the Trainer's format, for loops whose model is not a
 // torch::nn::Module: the C ABI's front ends (a Rust VarStore, a Java program's buffers). What these
-// write, `ddpspawn export`, the CLI's validate, test and predict --checkpoint,
-// Fabric::Load and ReadCheckpointWeights read (not fit's --resume-from: it holds no optimizer
-// state); what Fabric::Save or the Trainer writes, LoadTensorCheckpoint reads.
+// write, `ddpspawn export`, the CLI's validate, test and predict --checkpoint, Fabric::Load and
+// ReadCheckpointWeights read (not fit's --resume-from: it holds no optimizer state); what
+// Fabric::Save or the Trainer writes, LoadTensorCheckpoint reads.
 #ifndef DDPSPAWN_CORE_FABRIC_TENSOR_CHECKPOINT_H_
 #define DDPSPAWN_CORE_FABRIC_TENSOR_CHECKPOINT_H_
 

@@ -285,9 +285,9 @@ TEST(LauncherSpawnTest, HangingRankHitsTheTimeout) {
 }
 
 // The job's own limit, reached while ranks wait in a collective for a stopped one: the error adds
-// what every rank was last doing (their flight records). The ranks must reach that state before
-// the limit; on a loaded machine under a sanitizer they may not within the first limit, so a run
-// in which rank 1 had not yet stopped itself is repeated once with a longer one.
+// what every rank was last doing (their flight records). The ranks must reach that state before the
+// limit; on a loaded machine under a sanitizer they may not within the first limit, so a run in
+// which rank 1 had not yet stopped itself is repeated once with a longer one.
 TEST(LauncherSpawnTest, TheJobTimeoutSaysWhatEveryRankWasDoing) {
   absl::Status status;
   std::unique_ptr<Job> job;
