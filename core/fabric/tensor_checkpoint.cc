@@ -82,9 +82,9 @@ absl::Status WriteOnRankZero(const std::string& path, int64_t step, int world_si
 absl::Status SaveTensorCheckpoint(
     ProcessGroup& group, const std::string& path, int64_t step,
     const std::function<absl::StatusOr<NamedTensors>()>& rank_zero_tensors) {
-  const absl::Status written =
-      group.rank() == 0 ? WriteOnRankZero(path, step, group.world_size(), rank_zero_tensors)
-                        : absl::OkStatus();
+  absl::Status written = group.rank() == 0
+                             ? WriteOnRankZero(path, step, group.world_size(), rank_zero_tensors)
+                             : absl::OkStatus();
   if (group.world_size() == 1) return written;
   // Every rank learns rank 0's outcome and why.
   ASSIGN_OR_RETURN(std::string failure,

@@ -78,16 +78,16 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_create_dlpack(
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_buffers_in_buckets_dlpack(
     ddpspawn_reducer* reducer, DLManagedTensor** out_buffers, size_t num_buffers);
 
-/* Checkpoints of named tensors in the Trainer's format: what `ddpspawn export`, the CLI's
- * validate, test and predict --checkpoint and C++'s Fabric::Load read, and what the
- * Trainer and Fabric::Save write, so a loop of any front end and the Trainer share checkpoints. A
- * checkpoint holds the tensors by name (the model's state) and the global step; no optimizer
- * state, so `ddpspawn fit --resume-from` refuses it.
+/* Checkpoints of named tensors in the Trainer's format: what `ddpspawn export`, the CLI's validate,
+ * test and predict --checkpoint and C++'s Fabric::Load read, and what the Trainer and Fabric::Save
+ * write, so a loop of any front end and the Trainer share checkpoints. A checkpoint holds the
+ * tensors by name (the model's state) and the global step; no optimizer state, so `ddpspawn fit
+ * --resume-from` refuses it.
  *
- * Save: every rank calls it, collectively; rank 0 writes its tensors[i] under names[i] (i <
- * count) and `step` to `path`, atomically (a temporary file, fsync, rename: a crash leaves the old
- * file or none, never a torn one), and every rank returns rank 0's outcome, whose message says why
- * it failed. The other ranks' names and tensors are not read (they may pass count 0). An empty or
+ * Save: every rank calls it, collectively; rank 0 writes its tensors[i] under names[i] (i < count)
+ * and `step` to `path`, atomically (a temporary file, fsync, rename: a crash leaves the old file or
+ * none, never a torn one), and every rank returns rank 0's outcome, whose message says why it
+ * failed. The other ranks' names and tensors are not read (they may pass count 0). An empty or
  * repeated name is DDPSPAWN_ERR_INVALID_ARGUMENT. Added in version node DDPSPAWN_1.3. */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_checkpoint_save_dlpack(ddpspawn_context* context,
                                                                 const char* path,
@@ -96,10 +96,10 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_checkpoint_save_dlpack(ddpspawn_context
                                                                 size_t count, int64_t step);
 
 /* Load: on this rank alone (no collective, no context), reads the checkpoint at `path` into each
- * tensors[i], in place, from its entry names[i]. A name the checkpoint lacks, or an entry of another
- * shape or element type, is DDPSPAWN_ERR_INVALID_ARGUMENT naming it, and then no tensor has been
- * written; a damaged file is refused before anything is read from it. *out_step (may be NULL) gets
- * the checkpoint's step. Added in version node DDPSPAWN_1.3. */
+ * tensors[i], in place, from its entry names[i]. A name the checkpoint lacks, or an entry of
+ * another shape or element type, is DDPSPAWN_ERR_INVALID_ARGUMENT naming it, and then no tensor has
+ * been written; a damaged file is refused before anything is read from it. *out_step (may be NULL)
+ * gets the checkpoint's step. Added in version node DDPSPAWN_1.3. */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_checkpoint_load_dlpack(const char* path,
                                                                 const char* const* names,
                                                                 DLTensor* const* tensors,
