@@ -15,6 +15,7 @@ from typing import Dict
 
 from . import _lib
 from ._arrivals import RankArrivals, StragglerReport
+from ._checkpoint import load_checkpoint
 from ._comm_hook import Bucket, CCommHook
 from ._context import Context
 from ._errors import (
@@ -58,6 +59,7 @@ __all__ = [
     "is_worker",
     "library_path",
     "library_version",
+    "load_checkpoint",
     "predict",
     "spawn",
     "test",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import pickle
 import weakref
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Union
 
-from . import _dlpack, _lib
+from . import _checkpoint, _dlpack, _lib
 from ._closable import Closable
 from ._arrivals import RankArrivals, StragglerReport
 from ._buffers import Buffer
@@ -316,6 +317,18 @@ class Context(Closable):
             )
         )
         return output
+
+    def save_checkpoint(self, path: Union[str, "os.PathLike[str]"],
+                        tensors: Mapping[str, Any], step: int = 0) -> None:
+        """Collective (every rank calls it): rank 0 writes ``tensors`` (a mapping
+        of names to tensors with ``__dlpack__``, e.g. ``module.state_dict()``)
+        and ``step`` to ``path`` as a checkpoint in the Trainer's format,
+        atomically, and every rank returns, or raises, rank 0's outcome. The
+        other ranks' tensors are not read (they may pass ``{}``). No optimizer
+        state: ``ddpspawn fit --resume-from`` refuses the file; ``export``,
+        :func:`ddpspawn.torch.load_weights` and :func:`ddpspawn.load_checkpoint`
+        read it."""
+        _checkpoint.save(self._lib, self._live(), path, tensors, step)
 
     def broadcast_object(self, obj: Any = None, src: int = 0) -> Any:
         """Returns ``src``'s ``obj`` on every rank (pickled, at most 1 GiB;
