@@ -10,8 +10,6 @@
 #include <torch/optim/optimizer.h>
 
 #include <cstdlib>
-#include <filesystem>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -125,7 +123,6 @@ absl::StatusOr<std::string> Fabric::LaunchLoop(const std::function<std::string(F
   if (IsWorkerProcess()) {  // a spawned rank: it ends here, its group torn down first
     const int code = strategy_.RunWorker(in_rank);
     (void)strategy_.Teardown();  // after a failed fn too (RunWorker tears down a successful one)
-    logger_.reset();
     std::exit(code);
   }
   return strategy_.Launch(in_rank);
@@ -268,20 +265,11 @@ void Fabric::LogDict(const std::map<std::string, double>& values, int64_t step, 
     Throw(absl::FailedPreconditionError(
         "Fabric::Log needs FabricOptions::log_dir, the directory of metrics.csv"));
   }
+  const std::vector<std::pair<std::string, double>> rows(values.begin(), values.end());
+  if (absl::Status names = CheckMetricNames(rows); !names.ok()) Throw(names);  // on every rank
   if (!is_global_zero()) return;
-  if (logger_ == nullptr) {
-    std::error_code error;
-    std::filesystem::create_directories(options_.log_dir, error);
-    if (error) {
-      Throw(absl::FailedPreconditionError(absl::StrCat("Fabric::Log: cannot make the directory ",
-                                                       options_.log_dir, ": ", error.message())));
-    }
-    logger_ = MakeCsvLogger(options_.log_dir);
-  }
-  for (const auto& [name, value] : values) {
-    if (absl::Status status = logger_->LogMetric(epoch, step, name, value); !status.ok()) {
-      Throw(status);
-    }
+  if (absl::Status status = AppendMetricRows(options_.log_dir, epoch, step, rows); !status.ok()) {
+    Throw(status);
   }
 }
 

@@ -44,8 +44,6 @@ class Optimizer;
 
 namespace ddpspawn {
 
-class MetricLogger;
-
 // What a Fabric verb throws: its status, code and message (the launch names the rank).
 class FabricError : public std::runtime_error {
  public:
@@ -245,7 +243,6 @@ class Fabric {
   FabricOptions options_;
   DDPSpawnStrategy strategy_;
   bool in_rank_ = false;
-  std::unique_ptr<MetricLogger> logger_;  // made by the first Log() on rank 0
 };
 
 }  // namespace ddpspawn

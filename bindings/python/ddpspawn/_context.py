@@ -330,6 +330,20 @@ class Context(Closable):
         read it."""
         _checkpoint.save(self._lib, self._live(), path, tensors, step)
 
+    def log_metrics(self, directory: Union[str, "os.PathLike[str]"],
+                    values: Mapping[str, float], step: int, epoch: int = 0) -> None:
+        """Lightning's ``log_dict`` for a loop of one's own: on rank 0, makes
+        ``directory`` where missing and appends a row per value to its
+        ``metrics.csv``, the Trainer's CSV logger's file
+        (``epoch,step,name,value``); the other ranks write nothing. A name that
+        is empty or holds a comma, a quote or a line break is
+        :class:`InvalidArgumentError` on every rank, and no row is written."""
+        names = list(values)
+        c_names = (ctypes.c_char_p * max(len(names), 1))(*[str(n).encode() for n in names])
+        numbers = (ctypes.c_double * max(len(names), 1))(*[float(values[n]) for n in names])
+        _lib.check(self._lib.ddpspawn_log_metrics(
+            self._live(), os.fsencode(directory), epoch, step, c_names, numbers, len(names)))
+
     def broadcast_object(self, obj: Any = None, src: int = 0) -> Any:
         """Returns ``src``'s ``obj`` on every rank (pickled, at most 1 GiB;
         ``obj`` is ignored on the other ranks). On ``src`` it returns ``obj``

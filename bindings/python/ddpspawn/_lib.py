@@ -352,6 +352,11 @@ SIGNATURES: Dict[str, Tuple[Optional[_CType], List[_CType]]] = {
         _Status,
         [c_char_p, POINTER(c_char_p), POINTER(c_void_p), c_size_t, POINTER(c_int64)],
     ),
+    # Metrics for a loop of one's own (DDPSPAWN_1.3).
+    "ddpspawn_log_metrics": (
+        _Status,
+        [ContextPtr, c_char_p, c_int64, c_int64, POINTER(c_char_p), POINTER(c_double), c_size_t],
+    ),
     # Sharding a dataset (DDPSPAWN_1.2).
     "ddpspawn_distributed_sampler_indices": (
         _Status,

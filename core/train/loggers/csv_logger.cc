@@ -2,8 +2,11 @@
 #include "core/train/loggers/csv_logger.h"
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
+#include <system_error>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -43,6 +46,36 @@ class CsvLogger : public MetricLogger {
 
 std::unique_ptr<MetricLogger> MakeCsvLogger(const std::string& dir) {
   return std::make_unique<CsvLogger>(dir);
+}
+
+absl::Status CheckMetricNames(const std::vector<std::pair<std::string, double>>& values) {
+  for (const auto& [name, value] : values) {
+    if (name.empty() || name.find_first_of(",\"\r\n") != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the metric name '", name,
+          "' cannot be a metrics.csv column value: it is empty or holds a comma, a quote or a "
+          "line break"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AppendMetricRows(const std::string& dir, int64_t epoch, int64_t step,
+                              const std::vector<std::pair<std::string, double>>& values) {
+  if (absl::Status names = CheckMetricNames(values); !names.ok()) return names;
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot make the log directory ", dir, ": ", error.message()));
+  }
+  CsvLogger logger(dir);
+  for (const auto& [name, value] : values) {
+    if (absl::Status status = logger.LogMetric(epoch, step, name, value); !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ddpspawn

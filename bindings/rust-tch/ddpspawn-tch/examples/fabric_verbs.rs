@@ -3,9 +3,10 @@
 //! and `launch` refuses under torchrun's variables; in the ranks, the collectives' values (the
 //! mean, the sum, the gathered tensor, both broadcasts) and `clip_gradient_values`; the checkpoint
 //! calls' refusals (a repeated name, no tensor, another shape or kind, a missing name), each
-//! named, with nothing written; a job whose rank 1 has a NaN gradient at `clip_gradients` fails,
-//! naming rank 1 and the variable, and a rank that panics fails the job with its message. Each job
-//! runs this program with its mode as the argument (and its ranks rerun it so).
+//! named, with nothing written; `log` (rank 0's rows alone in the Trainer's metrics.csv, a comma
+//! in a name refused); a job whose rank 1 has a NaN gradient at `clip_gradients` fails, naming
+//! rank 1 and the variable, and a rank that panics fails the job with its message. Each job runs
+//! this program with its mode as the argument (and its ranks rerun it so).
 
 use ddpspawn::ReduceOp;
 use ddpspawn_tch::Fabric;
@@ -121,6 +122,22 @@ fn checkpoint_refusals(fabric: &Fabric) -> Result<String, Box<dyn Error>> {
     Ok("ok".to_string())
 }
 
+/// Each rank logs rank * 100 + step at steps 0..3 (rank 0's alone reach metrics.csv), then a
+/// name with a comma, which is refused on every rank.
+fn log(fabric: &Fabric) -> Result<String, Box<dyn Error>> {
+    for step in 0..3 {
+        let value = (fabric.global_rank() * 100) as f64 + step as f64;
+        fabric.log("value", value, step, 0)?;
+    }
+    match fabric.log("a,b", 1.0, 3, 0) {
+        Err(e)
+            if e.to_string()
+                .contains("cannot be a metrics.csv column value") => {}
+        other => return Err(format!("a name with a comma: {other:?}").into()),
+    }
+    Ok("logged".to_string())
+}
+
 /// Rank 1's gradients are NaN at clip_gradients (rank 0's are finite).
 fn nan_on_rank_1(fabric: &Fabric) -> Result<String, Box<dyn Error>> {
     let vs = nn::VarStore::new(fabric.device());
@@ -160,6 +177,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         "nan" => Some(Fabric::new(2).launch(nan_on_rank_1)),
         "panic" => Some(Fabric::new(2).launch(panic_on_rank_1)),
         "checkpoint_refusals" => Some(Fabric::new(2).launch(checkpoint_refusals)),
+        "log" => {
+            let dir = std::env::var("FABRIC_VERBS_DIR").unwrap_or_default();
+            Some(Fabric::new(2).log_dir(format!("{dir}/logs")).launch(log))
+        }
         _ => None,
     };
     match job {
@@ -209,12 +230,23 @@ fn main() -> Result<(), Box<dyn Error>> {
         .arg("checkpoint_refusals")
         .env("FABRIC_VERBS_DIR", &scratch)
         .output()?;
-    std::fs::remove_dir_all(&scratch)?;
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     expect(
         "save and load refuse a repeated name, no tensor, another shape or kind, a missing name",
         out.status.success() && text.trim() == "ok",
         &format!("{text} {}", String::from_utf8_lossy(&out.stderr)),
+    )?;
+    let out = std::process::Command::new(&me)
+        .arg("log")
+        .env("FABRIC_VERBS_DIR", &scratch)
+        .output()?;
+    let csv = std::fs::read_to_string(scratch.join("logs/metrics.csv")).unwrap_or_default();
+    std::fs::remove_dir_all(&scratch)?;
+    expect(
+        "log writes rank 0's values to the Trainer's metrics.csv, and refuses a comma",
+        out.status.success()
+            && csv == "epoch,step,name,value\n0,0,value,0\n0,1,value,1\n0,2,value,2\n",
+        &format!("{csv:?} {}", String::from_utf8_lossy(&out.stderr)),
     )?;
     let out = run("nan")?;
     let error = String::from_utf8_lossy(&out.stderr).to_string();

@@ -1,14 +1,15 @@
 // `Fabric`: Lightning Fabric's verbs for a tch-rs loop of one's own (launch,
 // setup, the sampler, backward, no_backward_sync, gradient clipping, the
-// collectives, save and load, seeding), over the `ddpspawn` crate's launcher,
-// context, sampler, checkpoints and the reducer of `DistributedDataParallel`.
+// collectives, save and load, log, seeding), over the `ddpspawn` crate's
+// launcher, context, sampler, checkpoints, metrics and the reducer of
+// `DistributedDataParallel`.
 // It adds no mechanism: each verb is one of those calls, or tch's own tensor
 // operations.
 
 use std::any::Any;
 use std::fmt::Display;
 use std::panic::{self, AssertUnwindSafe};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use ddpspawn::{
     Context, DistributedSampler, Error, Launcher, ReduceOp, ReducerBuilder, Result, TensorRef,
@@ -54,6 +55,8 @@ use crate::{tensor_ref, DistributedDataParallel};
 /// on the thread that runs the loop.
 pub struct Fabric {
     launcher: Launcher,
+    // Where log() writes metrics.csv; None until log_dir().
+    log_dir: Option<PathBuf>,
     // Set in a rank, inside launch(); None before.
     context: Option<Context>,
 }
@@ -119,8 +122,16 @@ impl Fabric {
     pub fn with_launcher(launcher: Launcher) -> Fabric {
         Fabric {
             launcher,
+            log_dir: None,
             context: None,
         }
+    }
+
+    /// The directory [`log`](Self::log) writes `metrics.csv` to (made where
+    /// missing).
+    pub fn log_dir(mut self, dir: impl Into<PathBuf>) -> Fabric {
+        self.log_dir = Some(dir.into());
+        self
     }
 
     /// Runs `train` on every rank and returns rank 0's result in the
@@ -453,6 +464,26 @@ impl Fabric {
         let refs: Vec<(&str, &TensorRef)> =
             variables.iter().map(|(n, _, r)| (n.as_str(), r)).collect();
         ddpspawn::load_checkpoint(path, &refs)
+    }
+
+    /// Lightning's `log`: rank 0 appends `name`'s `value` at `step` (and
+    /// `epoch`) to the [`log_dir`](Self::log_dir)'s `metrics.csv`, the
+    /// Trainer's CSV logger's file; the other ranks write nothing.
+    pub fn log(&self, name: &str, value: f64, step: i64, epoch: i64) -> Result<()> {
+        self.log_dict(&[(name, value)], step, epoch)
+    }
+
+    /// Lightning's `log_dict`: [`log`](Self::log) for several values.
+    pub fn log_dict(&self, values: &[(&str, f64)], step: i64, epoch: i64) -> Result<()> {
+        let context = self.context("log")?;
+        let dir = self
+            .log_dir
+            .as_ref()
+            .ok_or_else(|| Error::FailedPrecondition {
+                message: "Fabric::log needs Fabric::log_dir, the directory of metrics.csv"
+                    .to_string(),
+            })?;
+        context.log_metrics(dir, epoch, step, values)
     }
 
     /// Seeds torch's generators on this rank (`tch::manual_seed`).

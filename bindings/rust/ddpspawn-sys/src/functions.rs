@@ -215,6 +215,19 @@ crate::dynamic_functions! {
     ) -> ddpspawn_status;
 
     // Sharding a dataset.
+    /// Rank 0 appends a row per value to `dir`/metrics.csv (the Trainer's
+    /// CSV logger's file); the other ranks write nothing. Added in version
+    /// node `DDPSPAWN_1.3`.
+    pub fn ddpspawn_log_metrics(
+        context: *mut ddpspawn_context,
+        dir: *const c_char,
+        epoch: i64,
+        step: i64,
+        names: *const *const c_char,
+        values: *const f64,
+        count: usize,
+    ) -> ddpspawn_status;
+
     /// torch's `DistributedSampler` indices of `rank` in `epoch`; `out_indices`
     /// NULL (capacity 0) asks for the count only. Added in version node
     /// `DDPSPAWN_1.2`.

@@ -56,6 +56,7 @@ mod element;
 mod error;
 mod grad_buffer;
 mod launcher;
+mod metrics;
 mod reducer;
 mod sampler;
 mod tensor;
