@@ -527,12 +527,10 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_distributed_sampler_indices(
 /* Logging metrics                                                          */
 /* ------------------------------------------------------------------------ */
 
-/* Lightning's log_dict for a loop of one's own: on rank 0, makes `dir` where missing and appends a
- * row per value to dir/metrics.csv, the Trainer's CSV logger's file (epoch,step,name,value; the
- * header when the file is new; never through a link); on the other ranks it writes nothing (no
- * collective). names[i] goes with values[i], i < count. A name that is empty or holds a comma, a
- * quote or a line break is DDPSPAWN_ERR_INVALID_ARGUMENT, and then no row is written. Added in
- * version node DDPSPAWN_1.3. */
+/* Lightning's log_dict for a loop of one's own: rank 0 makes `dir` where missing and appends a row
+ * per names[i], values[i] (i < count) to dir/metrics.csv, the Trainer's CSV file; the other ranks
+ * write nothing. A name that is empty or holds a comma, a quote or a line break is
+ * DDPSPAWN_ERR_INVALID_ARGUMENT on every rank, and no row is written. Since DDPSPAWN_1.3. */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_log_metrics(ddpspawn_context* context, const char* dir,
                                                      int64_t epoch, int64_t step,
                                                      const char* const* names, const double* values,
