@@ -211,7 +211,14 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(const Cluster
   ASSIGN_OR_RETURN(bool shm_enabled, ReadSwitch(Setting::kShmAllReduce, true));
   GroupOptions effective = options;
   effective.debug_checks = effective.debug_checks || debug;
-  const int generation = g_group_generation++;
+  int generation = options.generation;
+  if (generation < 0) {
+    generation = g_group_generation++;
+  } else {  // later groups count on above it
+    int next = g_group_generation.load();
+    while (next <= generation && !g_group_generation.compare_exchange_weak(next, generation + 1)) {
+    }
+  }
   impl->generation = generation;
   // One launcher's ranks, all on this host: they share a run directory (and flight records and
   // shared memory through it).

@@ -55,6 +55,11 @@ struct GroupOptions {
   bool check_calls = true;
   // nccl: this rank's CUDA device; -1: the local rank's index.
   int device_index = -1;
+  // The group's number in the job (its store file, key prefix, shared memory and flight records):
+  // -1 takes the next of this process's count, which agrees across ranks that join the same groups
+  // in the same order. Ranks that did not (an elastic job's replacement, which joins later) name
+  // it: the count then goes on above it.
+  int generation = -1;
 };
 
 // A collective in flight (see ProcessGroup::StartAllReduce). Not thread-safe: one thread at a time

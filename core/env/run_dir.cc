@@ -33,6 +33,18 @@ std::string RunDirRecoveryRequestFile(const std::string& run_dir, int rank) {
   return absl::StrCat(run_dir, "/rank", rank, ".recovery");
 }
 
+std::string RunDirProgressFile(const std::string& run_dir, int rank) {
+  return absl::StrCat(run_dir, "/rank", rank, ".progress");
+}
+
+std::string RunDirJoinRequestFile(const std::string& run_dir, int rank) {
+  return absl::StrCat(run_dir, "/rank", rank, ".join");
+}
+
+std::string RunDirJoinedFile(const std::string& run_dir, int rank) {
+  return absl::StrCat(run_dir, "/rank", rank, ".joined");
+}
+
 std::string RunDirCallsFile(const std::string& run_dir, int rank, int generation) {
   return absl::StrCat(run_dir, "/rank", rank, ".group", generation, ".calls");
 }

@@ -18,6 +18,9 @@ std::string RunDirStoreFile(const std::string& run_dir, int generation);
 // Rank 0's result for the launcher.
 std::string RunDirResultFile(const std::string& run_dir);
 
+// How far a rank got (its global step, binary int64), as it last said.
+std::string RunDirProgressFile(const std::string& run_dir, int rank);
+
 // A rank's report of why it failed.
 std::string RunDirErrorFile(const std::string& run_dir, int rank);
 
@@ -29,6 +32,11 @@ std::string RunDirMembershipFile(const std::string& run_dir);
 
 // A rank's request that the launcher of an elastic job look for a hung rank to drop.
 std::string RunDirRecoveryRequestFile(const std::string& run_dir, int rank);
+
+// A replacement rank of an elastic job (max_restarts with min_ranks): its word that it is ready to
+// join the running ranks, then that it has joined them.
+std::string RunDirJoinRequestFile(const std::string& run_dir, int rank);
+std::string RunDirJoinedFile(const std::string& run_dir, int rank);
 
 // A rank's flight recorder of its `generation`-th group's collectives.
 std::string RunDirCallsFile(const std::string& run_dir, int rank, int generation);

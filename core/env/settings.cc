@@ -23,6 +23,9 @@ constexpr SettingInfo kSettings[] = {
     {Setting::kCudaLibrary, "DDPSPAWN_CUDA_LIBRARY", "a path to libddpspawn_cuda.so",
      "where CUDA support is loaded from when CUDA is asked for (default: beside the library or "
      "program, Bazel's runfiles, then the loader's path)"},
+    {Setting::kElasticJoin, "DDPSPAWN_ELASTIC_JOIN", "1 (set by the launcher)",
+     "this rank replaces one an elastic fit lost (min_ranks with max_restarts): it joins the "
+     "running ranks at their next commit instead of starting with them"},
 };
 
 }  // namespace

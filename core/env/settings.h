@@ -26,6 +26,7 @@ enum class Setting {
   kDebug,         // DDPSPAWN_DEBUG
   kResumeFrom,    // DDPSPAWN_RESUME_FROM
   kCudaLibrary,   // DDPSPAWN_CUDA_LIBRARY
+  kElasticJoin,   // DDPSPAWN_ELASTIC_JOIN
 };
 
 struct SettingInfo {

@@ -203,7 +203,10 @@ absl::Status Job::Wait() {
     bool any_running = false;
     const std::vector<int> newly_failed =
         stopping.started ? ReapRanks(any_running) : DropLostRanks(ReapRanks(any_running));
-    if (spec_.min_ranks > 0 && !stopping.started && failed_rank_ < 0) KillHungRanks();
+    if (spec_.min_ranks > 0 && !stopping.started && failed_rank_ < 0) {
+      KillHungRanks();
+      if (spec_.max_replacements > 0) TendReplacements();
+    }
     if (!stopping.started) {
       // A signal (but SIGPIPE) is more likely the cause than an exit. A rank that exits because a
       // peer was killed can be reaped before that peer, whose threads may still be ending (a killed
@@ -305,6 +308,7 @@ std::vector<int> Job::DropLostRanks(const std::vector<int>& newly_failed) {
   }
   std::vector<int> failures;
   for (int r : newly_failed) {
+    if (ForgetFailedReplacement(r)) continue;
     if (ReadWorkerError(run_dir_, GlobalRank(r)).has_value()) {
       failures.push_back(r);  // it said why: the others would fail the same way
     } else {
@@ -341,6 +345,8 @@ std::vector<int> Job::DropLostRanks(const std::vector<int>& newly_failed) {
     return lost;
   }
   change.number = ++membership_changes_;
+  change.latest_loss = change.number;
+  latest_loss_change_ = change.number;
   if (absl::Status published = PublishMembershipChange(run_dir_, change); !published.ok()) {
     std::fprintf(stderr, "ddpspawn: cannot tell the ranks who goes on: %s\n",
                  std::string(published.message()).c_str());
@@ -352,6 +358,7 @@ std::vector<int> Job::DropLostRanks(const std::vector<int>& newly_failed) {
                change.ranks.size(), spec_.nprocs, spec_.min_ranks);
   absl::StrAppend(&dropped_, dropped_.empty() ? "" : "; ", ends);
   members_ = std::move(survivors);
+  if (spec_.max_replacements > 0) to_replace_.insert(to_replace_.end(), lost_.begin(), lost_.end());
   lost_.clear();
   return failures;
 }
@@ -500,6 +507,7 @@ void Job::CollectReports() {
       outcomes_[r].error_text = std::move(*text);
       outcomes_[r].reported = !outcomes_[r].error_text.empty();
     }
+    outcomes_[r].progress = ReadWorkerProgress(run_dir_, GlobalRank(r)).value_or(-1);
   }
   result_ = ReadWorkerResult(run_dir_);
   AttributeToFirstReport();

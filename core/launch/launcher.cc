@@ -250,6 +250,11 @@ absl::StatusOr<std::unique_ptr<Job>> Job::Create(LaunchSpec spec) {
         "min_ranks (elastic membership) is for a job of one node: a job of several nodes cannot "
         "yet go on without one of them");
   }
+  if (spec.max_replacements < 0 || (spec.max_replacements > 0 && spec.min_ranks == 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_replacements ", spec.max_replacements,
+                     " starts lost ranks of an elastic job again: it needs min_ranks > 0"));
+  }
   std::unique_ptr<Job> job(new Job(std::move(spec)));
   job->program_path_ = std::move(program_path);
   return job;

@@ -17,6 +17,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -83,6 +84,13 @@ struct LaunchSpec {
   // among themselves. Below min_ranks the job fails naming every rank it lost. A reported error
   // still ends the job: it would recur. 0: any failing rank ends the job.
   int min_ranks = 0;
+  // Elastic, with min_ranks: each rank the job drops is started again (with
+  // DDPSPAWN_ELASTIC_JOIN=1), up to this many times in all; once ready it asks to join, the
+  // launcher admits it with a change that puts it last among the ranks, and the running ranks take
+  // it in at their next commit (replacements.cc). A replacement still waiting when the others
+  // finish is stopped; one that fails before it was admitted is named and the job goes on without
+  // it.
+  int max_replacements = 0;
 };
 
 enum class RankState { kNotStarted, kRunning, kExited, kSignaled };
@@ -97,6 +105,8 @@ struct RankOutcome {
   // error_text is the rank's own report (SetWorkerError: its exception, its traceback), not a note
   // of the launcher's.
   bool reported = false;
+  // How far it got, as it last said (SetWorkerProgress: fit's global step); -1: it said nothing.
+  int64_t progress = -1;
 };
 
 class Forkserver;
@@ -161,6 +171,13 @@ class Job {
   // Elastic: when a rank asked for it (its collective failed), kills the ranks the others wait for
   // (stopped, or behind in the newest group's calls), which DropLostRanks() then drops.
   void KillHungRanks();
+  // Elastic with max_replacements (replacements.cc): starts a replacement for each rank dropped
+  // since the last call while the budget lasts, admits the replacements that asked to join, and
+  // stops those still waiting once the others have finished.
+  void TendReplacements();
+  // Whether rank `r` (an index into outcomes_) is a replacement not yet admitted; if it is, its
+  // failure is named and forgotten.
+  bool ForgetFailedReplacement(int r);
   void SignalRunning(int sig);
   std::vector<int> RunningRanks() const;
   void PassOnSignal();
@@ -196,7 +213,13 @@ class Job {
   std::vector<int> lost_;
   absl::Time lost_since_ = absl::InfiniteFuture();
   int membership_changes_ = 0;
+  int latest_loss_change_ = 0;  // the number of the newest change that dropped a rank
   std::string dropped_;
+  // Elastic with max_replacements: the ranks dropped and not yet started again, the replacements
+  // started, and those that have not yet said they joined the others' group.
+  std::vector<int> to_replace_;
+  int replacements_started_ = 0;
+  std::vector<int> joining_;
   // Removes the run directory and shared memory should this process die without RemoveRunDir().
   RunDirGuard run_dir_guard_;
 };

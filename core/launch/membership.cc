@@ -1,5 +1,5 @@
 // The membership file between an elastic job's launcher and its workers (see membership.h): lines
-// "number=N", "ranks=R,R,...", "left=R,...", then "why=..." lines.
+// "number=N", "ranks=R,R,...", "left=R,...", "joined=R,...", "latest_loss=N", then "why=..." lines.
 #include "core/launch/membership.h"
 
 #include <filesystem>
@@ -34,21 +34,18 @@ absl::StatusOr<std::vector<int>> ParseRanks(absl::string_view text) {
 
 }  // namespace
 
-absl::Status PublishMembershipChange(const std::string& run_dir, const MembershipChange& change) {
-  std::string text =
-      absl::StrCat("number=", change.number, "\nranks=", absl::StrJoin(change.ranks, ","),
-                   "\nleft=", absl::StrJoin(change.left, ","), "\n");
+std::string EncodeMembershipChange(const MembershipChange& change) {
+  std::string text = absl::StrCat(
+      "number=", change.number, "\nranks=", absl::StrJoin(change.ranks, ","),
+      "\nleft=", absl::StrJoin(change.left, ","), "\njoined=", absl::StrJoin(change.joined, ","),
+      "\nlatest_loss=", change.latest_loss, "\n");
   for (absl::string_view line : absl::StrSplit(change.why, '\n', absl::SkipEmpty())) {
     absl::StrAppend(&text, "why=", line, "\n");
   }
-  return WriteFileAtomically(RunDirMembershipFile(run_dir), text, /*durable=*/false);
+  return text;
 }
 
-absl::StatusOr<std::optional<MembershipChange>> ReadMembershipChange(const std::string& run_dir) {
-  const std::string path = RunDirMembershipFile(run_dir);
-  std::error_code error;
-  if (!std::filesystem::exists(path, error)) return std::optional<MembershipChange>();
-  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+absl::StatusOr<MembershipChange> DecodeMembershipChange(absl::string_view text) {
   MembershipChange change;
   bool numbered = false;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
@@ -60,14 +57,36 @@ absl::StatusOr<std::optional<MembershipChange>> ReadMembershipChange(const std::
       ASSIGN_OR_RETURN(change.ranks, ParseRanks(field.second));
     } else if (field.first == "left") {
       ASSIGN_OR_RETURN(change.left, ParseRanks(field.second));
+    } else if (field.first == "joined") {
+      ASSIGN_OR_RETURN(change.joined, ParseRanks(field.second));
+    } else if (field.first == "latest_loss") {
+      if (!absl::SimpleAtoi(field.second, &change.latest_loss) || change.latest_loss < 0) {
+        return absl::DataLossError(
+            absl::StrCat("the membership file says latest_loss=", field.second));
+      }
     } else if (field.first == "why") {
       absl::StrAppend(&change.why, field.second, "\n");
     }
   }
   if (!numbered || change.ranks.empty()) {
-    return absl::DataLossError(absl::StrCat(path, " is not a membership change"));
+    return absl::DataLossError("the text is not a membership change");
   }
-  return std::optional<MembershipChange>(std::move(change));
+  return change;
+}
+
+absl::Status PublishMembershipChange(const std::string& run_dir, const MembershipChange& change) {
+  return WriteFileAtomically(RunDirMembershipFile(run_dir), EncodeMembershipChange(change),
+                             /*durable=*/false);
+}
+
+absl::StatusOr<std::optional<MembershipChange>> ReadMembershipChange(const std::string& run_dir) {
+  const std::string path = RunDirMembershipFile(run_dir);
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return std::optional<MembershipChange>();
+  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  absl::StatusOr<MembershipChange> change = DecodeMembershipChange(text);
+  if (!change.ok()) return absl::DataLossError(absl::StrCat(path, " is not a membership change"));
+  return std::optional<MembershipChange>(*std::move(change));
 }
 
 absl::Status RequestRecovery(const std::string& run_dir, int rank) {
@@ -84,15 +103,37 @@ bool TakeRecoveryRequests(const std::string& run_dir, const std::vector<int>& ra
 }
 
 std::optional<MembershipChange> AwaitMembershipChange(const std::string& run_dir, int after,
-                                                      absl::Duration patience) {
+                                                      absl::Duration patience,
+                                                      AwaitedChange awaited) {
   const absl::Time give_up = absl::Now() + patience;
   while (true) {
     absl::StatusOr<std::optional<MembershipChange>> change = ReadMembershipChange(run_dir);
     if (!change.ok()) return std::nullopt;
-    if (change->has_value() && (*change)->number > after) return *std::move(*change);
+    if (change->has_value() && (*change)->number > after &&
+        (awaited == AwaitedChange::kAny || (*change)->latest_loss > after)) {
+      return *std::move(*change);
+    }
     if (absl::Now() >= give_up) return std::nullopt;
     absl::SleepFor(kPollInterval);
   }
+}
+
+absl::Status RequestToJoin(const std::string& run_dir, int rank) {
+  return WriteFileAtomically(RunDirJoinRequestFile(run_dir, rank), "", /*durable=*/false);
+}
+
+absl::Status ConfirmJoined(const std::string& run_dir, int rank) {
+  return WriteFileAtomically(RunDirJoinedFile(run_dir, rank), "", /*durable=*/false);
+}
+
+bool TakeJoinRequest(const std::string& run_dir, int rank) {
+  std::error_code error;
+  return std::filesystem::remove(RunDirJoinRequestFile(run_dir, rank), error);
+}
+
+bool TakeJoined(const std::string& run_dir, int rank) {
+  std::error_code error;
+  return std::filesystem::remove(RunDirJoinedFile(run_dir, rank), error);
 }
 
 }  // namespace ddpspawn

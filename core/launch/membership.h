@@ -1,9 +1,11 @@
-// Elastic membership: which of a job's ranks go on after the job lost some, as the launcher tells
-// its workers. Each time the launcher drops ranks it rewrites one file of its private run directory
-// (run_dir.h: a temporary file, then a rename, so a reader never sees half of it) with the change's
-// number and the ranks that go on; a worker whose collective failed waits for a change newer than
-// the one it trains under, and joins its survivors' group at the place the change gives it. Plain
-// functions and values; each call is independent.
+// Elastic membership: which of a job's ranks go on after the job lost some or a replacement is
+// ready, as the launcher tells its workers. Each time the launcher drops ranks, or admits a
+// replacement, it rewrites one file of its private run directory (run_dir.h: a temporary file, then
+// a rename, so a reader never sees half of it) with the change's number and the ranks that go on; a
+// worker whose collective failed waits for a change that dropped a rank, newer than the one it
+// trains under, and joins its survivors' group at the place the change gives it; the running ranks
+// take a change that admits a replacement at their next commit. Plain functions and values; each
+// call is independent.
 #ifndef DDPSPAWN_CORE_LAUNCH_MEMBERSHIP_H_
 #define DDPSPAWN_CORE_LAUNCH_MEMBERSHIP_H_
 
@@ -13,16 +15,25 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace ddpspawn {
 
 struct MembershipChange {
-  int number = 0;          // 1 for the job's first change, then 2, ...
-  std::vector<int> ranks;  // the ranks (as launched) that go on, in the order of their new ranks
-  std::vector<int> left;   // the ranks (as launched) that this change dropped
-  std::string why;         // how each dropped rank ended, one line each
+  int number = 0;           // 1 for the job's first change, then 2, ...
+  std::vector<int> ranks;   // the ranks (as launched) that go on, in the order of their new ranks
+  std::vector<int> left;    // the ranks (as launched) that this change dropped
+  std::vector<int> joined;  // the replacements (as launched) that this change admits, last in ranks
+  std::string why;          // how each dropped rank ended, one line each
+  // The number of the job's newest change that dropped a rank (this one's, when it did): a rank
+  // whose collective failed waits for one above the change it trains under.
+  int latest_loss = 0;
 };
+
+// The change as the membership file holds it, and back (a malformed text is DataLoss).
+std::string EncodeMembershipChange(const MembershipChange& change);
+absl::StatusOr<MembershipChange> DecodeMembershipChange(absl::string_view text);
 
 // In the launcher: makes `change` the job's latest.
 absl::Status PublishMembershipChange(const std::string& run_dir, const MembershipChange& change);
@@ -38,10 +49,26 @@ absl::Status RequestRecovery(const std::string& run_dir, int rank);
 // In the launcher: whether any of `ranks` (as launched) asked since the last call.
 bool TakeRecoveryRequests(const std::string& run_dir, const std::vector<int>& ranks);
 
-// In a worker: waits up to `patience` for a change numbered above `after` and returns it; nullopt
-// when none came (or the file cannot be read: the launcher is gone).
+// Which changes a worker waits for: any, or one after a loss (a worker whose collective failed: the
+// latest change, once some change above `after` dropped a rank).
+enum class AwaitedChange { kAny, kAfterALoss };
+
+// In a worker: waits up to `patience` for a change numbered above `after` (of the kind `awaited`)
+// and returns it; nullopt when none came (or the file cannot be read: the launcher is gone).
 std::optional<MembershipChange> AwaitMembershipChange(const std::string& run_dir, int after,
-                                                      absl::Duration patience);
+                                                      absl::Duration patience,
+                                                      AwaitedChange awaited = AwaitedChange::kAny);
+
+// In a replacement rank (`rank` as launched), ready to train: asks the launcher to admit it; once
+// in the running ranks' group, says so (the launcher stops a replacement still waiting when the
+// others have finished).
+absl::Status RequestToJoin(const std::string& run_dir, int rank);
+absl::Status ConfirmJoined(const std::string& run_dir, int rank);
+
+// In the launcher: whether `rank` (as launched) asked to join, or said it joined, since the last
+// call.
+bool TakeJoinRequest(const std::string& run_dir, int rank);
+bool TakeJoined(const std::string& run_dir, int rank);
 
 }  // namespace ddpspawn
 

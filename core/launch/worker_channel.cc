@@ -1,7 +1,11 @@
 // Result and error files between workers and the launcher (see worker_channel.h).
 #include "core/launch/worker_channel.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <optional>
@@ -64,6 +68,17 @@ void RecordUncaughtException() {
 
 void SetWorkerGroupRank(int rank) { g_group_rank = rank; }
 
+void SetWorkerProgress(int64_t count) {
+  static int fd = [] {
+    absl::StatusOr<WorkerIdentity> worker = CurrentWorker();
+    if (!worker.ok()) return -1;
+    // The run directory is the launcher's private 0700 one: nothing else can create names in it.
+    return open(RunDirProgressFile(worker->run_dir, worker->rank).c_str(),
+                O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  }();
+  if (fd >= 0) (void)!pwrite(fd, &count, sizeof(count), 0);
+}
+
 absl::Status SetWorkerResult(absl::string_view bytes) {
   ASSIGN_OR_RETURN(WorkerIdentity worker, CurrentWorker());
   const int rank = g_group_rank >= 0 ? g_group_rank.load() : worker.rank;
@@ -90,6 +105,16 @@ void InstallTerminateHandler() {
 
 std::optional<std::string> ReadWorkerResult(const std::string& run_dir) {
   return ReadFile(RunDirResultFile(run_dir));
+}
+
+std::optional<int64_t> ReadWorkerProgress(const std::string& run_dir, int rank) {
+  const int fd = open(RunDirProgressFile(run_dir, rank).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  int64_t count = 0;
+  const ssize_t n = pread(fd, &count, sizeof(count), 0);
+  close(fd);
+  if (n != static_cast<ssize_t>(sizeof(count))) return std::nullopt;
+  return count;
 }
 
 std::optional<std::string> ReadWorkerError(const std::string& run_dir, int rank) {

@@ -6,6 +6,7 @@
 #ifndef DDPSPAWN_CORE_LAUNCH_WORKER_CHANNEL_H_
 #define DDPSPAWN_CORE_LAUNCH_WORKER_CHANNEL_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,12 @@ void SetWorkerGroupRank(int rank);
 // had.
 absl::Status SetWorkerError(absl::string_view text);
 
+// In a worker: records how far it got (fit: its global step after each optimizer step), which the
+// launcher reads when the job ends (RankOutcome::progress): a restart then says how many steps it
+// re-runs. One short write to a file of the run directory, opened on the first call; a no-op
+// outside a ddpspawn worker. Call it from one thread.
+void SetWorkerProgress(int64_t count);
+
 // In a worker: makes an uncaught C++ exception record its message (SetWorkerError) before the
 // process aborts. Idempotent.
 void InstallTerminateHandler();
@@ -35,6 +42,7 @@ void InstallTerminateHandler();
 // In the launcher: what the workers left in `run_dir`.
 std::optional<std::string> ReadWorkerResult(const std::string& run_dir);
 std::optional<std::string> ReadWorkerError(const std::string& run_dir, int rank);
+std::optional<int64_t> ReadWorkerProgress(const std::string& run_dir, int rank);
 // The global ranks that reported a failure, each once, first reporter first.
 std::vector<int> ReadFailureReportOrder(const std::string& run_dir);
 

@@ -165,6 +165,7 @@ absl::StatusOr<std::string> DDPSpawnStrategy::Launch(const WorkerFn& fn) {
   spec.start_method = options_.start_method;
   spec.timeout = options_.launch_timeout;
   spec.min_ranks = options_.min_ranks;
+  spec.max_replacements = options_.max_replacements;
   if (options_.start_method != StartMethod::kFork) {  // spawn, forkserver: this program again
     ASSIGN_OR_RETURN(spec.argv, OwnCommandLine());
   } else {
@@ -251,22 +252,29 @@ int DDPSpawnStrategy::RunWorker(const WorkerFn& fn) {
 
 absl::Status DDPSpawnStrategy::SetupDistributed() {
   ASSIGN_OR_RETURN(ClusterInfo cluster, options_.cluster_environment());
+  if (cluster.kind == ClusterKind::kDdpspawn && ReadSetting(Setting::kElasticJoin) == "1") {
+    cluster_ = cluster;
+    awaits_elastic_join_ = true;
+    return absl::OkStatus();
+  }
   return JoinGroup(cluster);
 }
 
-absl::Status DDPSpawnStrategy::Rejoin(const ClusterInfo& cluster) {
+absl::Status DDPSpawnStrategy::Rejoin(const ClusterInfo& cluster, int generation) {
   RETURN_IF_ERROR(Teardown());
   module_.reset();
-  return JoinGroup(cluster);
+  return JoinGroup(cluster, generation);
 }
 
-absl::Status DDPSpawnStrategy::JoinGroup(const ClusterInfo& cluster) {
+absl::Status DDPSpawnStrategy::JoinGroup(const ClusterInfo& cluster, int generation) {
   cluster_ = cluster;
+  awaits_elastic_join_ = false;
   RETURN_IF_ERROR(CheckDevices());
   RETURN_IF_ERROR(CheckRankDevice());
   GroupOptions group_options;
   group_options.backend = process_group_backend();
   group_options.timeout = options_.timeout;
+  group_options.generation = generation;
   // NOLINTNEXTLINE(bugprone-signed-char-misuse): a device index is a small signed number.
   if (root_device().is_cuda()) group_options.device_index = root_device().index();
   absl::StatusOr<std::unique_ptr<ProcessGroup>> group =

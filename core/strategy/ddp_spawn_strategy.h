@@ -124,6 +124,8 @@ struct StrategyOptions {
   // Elastic (LaunchSpec::min_ranks): a rank the job loses is dropped while at least this many go
   // on, which then Rejoin(); 0: a lost rank fails the job.
   int min_ranks = 0;
+  // Elastic: how many lost ranks the launcher starts again in all (LaunchSpec::max_replacements).
+  int max_replacements = 0;
 };
 
 // sync_batchnorm on `module`: converts the BatchNorm layers of its Sequential containers
@@ -185,7 +187,8 @@ class DDPSpawnStrategy {
 
   // --- Lifecycle
   // --------------------------------------------------------------------------
-  // Reads the cluster environment and joins the process group.
+  // Reads the cluster environment and joins the process group; a replacement rank of an elastic fit
+  // (DDPSPAWN_ELASTIC_JOIN=1) joins none yet: it awaits_elastic_join() until Rejoin().
   absl::Status SetupDistributed();
   // ModelToDevice(), then wraps the module's network in DistributedDataParallel.
   absl::Status Setup(std::shared_ptr<LightningModule> module);
@@ -202,8 +205,11 @@ class DDPSpawnStrategy {
   absl::Status Teardown();
   // After the job lost ranks (elastic): drops the DDP wrapper, the module and the process group
   // without a collective (a peer is gone), and joins the survivors' new group as `cluster` says
-  // (its rank and world size among them). The module must be Setup() again.
-  absl::Status Rejoin(const ClusterInfo& cluster);
+  // (its rank and world size among them), the job's `generation`-th group (GroupOptions), which
+  // every member names alike. The module must be Setup() again.
+  absl::Status Rejoin(const ClusterInfo& cluster, int generation);
+  // A replacement rank before Rejoin(): in no group, so no rank 0 either.
+  bool awaits_elastic_join() const { return awaits_elastic_join_; }
 
   // --- Properties
   // -------------------------------------------------------------------------
@@ -215,7 +221,7 @@ class DDPSpawnStrategy {
   const ClusterInfo& cluster() const { return cluster_; }
   int num_nodes() const { return options_.num_nodes; }
   int num_processes() const { return static_cast<int>(options_.parallel_devices.size()); }
-  bool is_global_zero() const { return global_rank() == 0; }
+  bool is_global_zero() const { return !awaits_elastic_join_ && global_rank() == 0; }
   c10::Device root_device() const;
   Backend process_group_backend() const;
   DistributedSamplerArgs distributed_sampler_kwargs() const {
@@ -294,8 +300,8 @@ class DDPSpawnStrategy {
   // fn, with an escaping exception turned into an error.
   absl::StatusOr<std::string> RunCaught(const WorkerFn& fn);
   absl::Status RequireSetup(absl::string_view what) const;
-  // SetupDistributed() on `cluster`.
-  absl::Status JoinGroup(const ClusterInfo& cluster);
+  // SetupDistributed() on `cluster` (GroupOptions::generation: -1, the next).
+  absl::Status JoinGroup(const ClusterInfo& cluster, int generation = -1);
   // options_.ddp with the communication hook the options name (and, for post-local SGD, a new
   // post_local_sgd_ whose hook it is).
   absl::StatusOr<DdpOptions> DdpOptionsWithHook();
@@ -307,6 +313,7 @@ class DDPSpawnStrategy {
 
   StrategyOptions options_;
   ClusterInfo cluster_;
+  bool awaits_elastic_join_ = false;
   std::unique_ptr<ProcessGroup> group_;
   std::shared_ptr<LightningModule> module_;
   std::unique_ptr<DistributedDataParallel> ddp_;

@@ -1,16 +1,18 @@
 """--min-ranks (elastic fit): a rank SIGKILLed mid-training is dropped, the
 others form a new group, continue from their last in-memory commit on fewer
 ranks (no process restarts, nothing read from disk) and end with the weights of
-a clean run that followed the same membership schedule. Below --min-ranks the
-job fails naming every rank it lost."""
+a clean run that followed the same membership schedule; with --max-restarts the
+launcher starts the lost rank again, and it rejoins at a commit. Below
+--min-ranks the job fails naming every rank it lost."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 import pytest
 
@@ -29,9 +31,10 @@ def fit_args(train: Path, root: Path, nproc: int = 4) -> List[str]:
             "--default-root-dir", str(root)]
 
 
-def elastic(train: Path, root: Path, min_ranks: int, nproc: int = 4) -> subprocess.Popen:
+def elastic(train: Path, root: Path, min_ranks: int, nproc: int = 4,
+            extra: Tuple[str, ...] = ()) -> subprocess.Popen:
     return subprocess.Popen(
-        fit_args(train, root, nproc) + ["--min-ranks", str(min_ranks),
+        fit_args(train, root, nproc) + list(extra) + ["--min-ranks", str(min_ranks),
                                         "--elastic-commit-every-n-steps", str(COMMIT_EVERY),
                                         # Should the survivors' new group not form, a failure
                                         # within the test's time, not a hang.
@@ -117,6 +120,50 @@ def test_a_killed_rank_is_dropped_and_the_rest_end_as_a_clean_run_of_that_schedu
     assert evaluate(got["checkpoint"], train, MODEL) == evaluate(want["checkpoint"], train, MODEL)
 
 
+def run_fit(args: List[str]) -> dict:
+    run = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return parse(run.stdout)
+
+
+def test_a_lost_rank_started_again_rejoins_at_a_commit_as_a_clean_run_of_that_schedule(
+        tmp_path, train):
+    root = tmp_path / "elastic"
+    job = elastic(train, root, min_ranks=2, extra=("--max-restarts", "1"))
+    wait_for_steps(job, root, 45)
+    victim = rank_pid(job.pid, 1)
+    os.kill(victim, signal.SIGKILL)
+    out, err = finish(job)
+    assert job.returncode == 0, err
+    got = parse(out)
+    assert (got["elastic.world_size"], got["elastic.changes"]) == ("4", "2"), out + err
+    assert (got["elastic.change1.left"], got["elastic.change1.world_size"]) == ("1", "3")
+    assert (got["elastic.change2.left"], got["elastic.change2.joined"],
+            got["elastic.change2.world_size"], got["elastic.change2.steps_rerun"]) == (
+                "", "1", "4", "0"), out
+    lost_at = int(got["elastic.change1.resumed_step"])
+    back_at = int(got["elastic.change2.resumed_step"])
+    # Taken in at a commit after the one the 3 ranks resumed from.
+    assert back_at > lost_at and back_at % COMMIT_EVERY == 0, (lost_at, back_at)
+    replacement = re.search(r"ddpspawn: started rank 1 again \(pid (\d+); replacement 1 of "
+                            r"max_restarts 1\); it joins the others at their next commit", err)
+    assert replacement, err
+    assert int(replacement.group(1)) != victim
+    assert (f"ddpspawn: rank 1 (pid {replacement.group(1)}) is ready; 4 of 4 ranks go on from "
+            "the next commit") in err, err
+    assert (f"ddpspawn: elastic change 2: 4 ranks with rank 1 started again go on from the "
+            f"in-memory commit of step {back_at} (0 steps re-run)") in err, err
+
+    # The clean run of the same schedule: 4 ranks to `lost_at`, 3 from there
+    # to `back_at`, 4 again to the end, each resuming the one before.
+    first = run_fit(fit_args(train, tmp_path / "r1") + ["--max-steps", str(lost_at)])
+    second = run_fit(fit_args(train, tmp_path / "r2", nproc=3) + [
+        "--resume-from", first["checkpoint"], "--max-steps", str(back_at)])
+    want = run_fit(fit_args(train, tmp_path / "r3") + ["--resume-from", second["checkpoint"]])
+    assert got["global_step"] == want["global_step"]
+    assert evaluate(got["checkpoint"], train, MODEL) == evaluate(want["checkpoint"], train, MODEL)
+
+
 def test_a_stopped_rank_is_named_killed_and_dropped_after_the_timeout(tmp_path, train):
     # SIGSTOP: nothing ends, the others wait in their collective until
     # --timeout, then ask the launcher, which finds the rank they wait for
@@ -161,8 +208,6 @@ def test_below_min_ranks_the_job_fails_naming_every_rank_it_lost(tmp_path, train
     (["--min-ranks", "5"], "min_ranks 5 is more than the job's nproc_per_node 4"),
     (["--min-ranks", "2", "--sharding-strategy", "shard_grad_op"],
      "min_ranks (elastic fit) does not go with sharded training"),
-    (["--min-ranks", "2", "--max-restarts", "1"],
-     "min_ranks (elastic fit) does not go with max_restarts"),
     (["--min-ranks", "2", "--limit-train-batches", "5"],
      "min_ranks (elastic fit) does not go with limit_train_batches"),
     (["--elastic-commit-every-n-steps", "5"],

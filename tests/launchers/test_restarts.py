@@ -101,13 +101,20 @@ def test_a_killed_rank_resumes_to_the_same_weights(start, tmp_path, uninterrupte
     epoch, batch = resumed // 250 + 1, resumed % 250
     where = (f"step {resumed}, the start of epoch {epoch}" if batch == 0
              else f"step {resumed}, batch {batch} of epoch {epoch}")
-    assert f"continuing from {root.resolve()}/checkpoints/last.ckpt ({where})\n" in err, err
+    # It says how many steps it re-runs: those the failed attempt finished
+    # after the checkpoint.
+    rerun = int(got["steps_rerun"])
+    assert (f"continuing from {root.resolve()}/checkpoints/last.ckpt ({where}; {rerun} "
+            f"step{'' if rerun == 1 else 's'} re-run: the failed attempt reached step "
+            f"{resumed + rerun})\n") in err, err
     # It continued from a checkpoint: step 1 ran once, and only the steps
     # after the last checkpoint (every 7 steps and at each epoch's end) ran
-    # again.
+    # again: as many as it said (one more when the kill came between a step's
+    # log line and its report).
     steps = logged_steps(root)
     assert steps.count(1) == 1
     assert 0 <= len(steps) - 750 <= 7, len(steps)
+    assert rerun <= len(steps) - 750 <= rerun + 1, (rerun, len(steps))
     assert got["global_step"] == want["global_step"] == "750"
     # Bit-identical weights: their loss on the training set agrees to every
     # digit.

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "core/ddp/sharded_optimizer.h"
+#include "core/launch/worker_channel.h"
 #include "core/train/data/sampler.h"
 #include "core/train/loop/fit_run.h"
 #include "core/train/loop/logged_metrics.h"
@@ -231,9 +232,13 @@ absl::StatusOr<bool> Trainer::AfterOptimizerStep(FitRun& run, int64_t batch, dou
     RETURN_IF_ERROR(SaveCheckpoint(*run.module, run.optimizer.get(), run.ToSave(), run.checkpoint));
     run.watch.Saved(std::filesystem::absolute(run.checkpoint).string());
   }
+  SetWorkerProgress(state.global_step);  // a restart says how many steps it re-runs
   if (InMemoryCommit* commit = options_.in_memory_commit.get()) {
     commit->reached_step = state.global_step;
-    if (state.global_step % commit->every_n_steps == 0) RETURN_IF_ERROR(CommitInMemory(run));
+    if (state.global_step % commit->every_n_steps == 0) {
+      RETURN_IF_ERROR(CommitInMemory(run));
+      if (commit->after_commit) RETURN_IF_ERROR(commit->after_commit());
+    }
   }
   if (run.bar) {
     std::printf("\repoch %lld [%lld/%lld] loss %.4f", static_cast<long long>(run.epoch) + 1,

@@ -7,7 +7,10 @@
 #define DDPSPAWN_CORE_TRAIN_LOOP_IN_MEMORY_COMMIT_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
+
+#include "absl/status/status.h"
 
 namespace ddpspawn {
 
@@ -20,6 +23,10 @@ struct InMemoryCommit {
   int64_t reached_step = 0;    // the last optimizer step this rank finished
   // The next fit restores `bytes` (from every rank's same commit) instead of resume_from.
   bool resume = false;
+  // Called on every rank after each commit within fit (all ranks alike, so it may run a
+  // collective): a non-OK status ends the fit with it, leaving the commit to resume from (an
+  // elastic fit ends it so to take a replacement rank in). Unset: nothing.
+  std::function<absl::Status()> after_commit;
 };
 
 }  // namespace ddpspawn

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -42,13 +43,13 @@ bool MayBeALostPeer(const absl::Status& status) {
   }
 }
 
-// Joins the group of `change`'s survivors and takes the commit of their new rank 0 into `commit`
-// (to resume from; unchanged when rank 0 has none yet: the fit then starts as it first did).
-// Returns the commit's step, -1 without one.
-absl::StatusOr<int64_t> JoinSurvivors(DDPSpawnStrategy& strategy, const ClusterInfo& launched,
-                                      const MembershipChange& change,
-                                      const std::shared_ptr<LightningModule>& module,
-                                      InMemoryCommit& commit) {
+// Joins the group of `change`'s ranks (the job's change.number-th group) and takes the commit of
+// their new rank 0 into `commit` (to resume from; unchanged when rank 0 has none yet: the fit then
+// starts as it first did). Returns the commit's step, -1 without one.
+absl::StatusOr<int64_t> JoinGroupOfChange(DDPSpawnStrategy& strategy, const ClusterInfo& launched,
+                                          const MembershipChange& change,
+                                          const std::shared_ptr<LightningModule>& module,
+                                          InMemoryCommit& commit) {
   const auto me = std::find(change.ranks.begin(), change.ranks.end(), launched.rank);
   if (me == change.ranks.end()) {
     return absl::FailedPreconditionError(
@@ -59,7 +60,7 @@ absl::StatusOr<int64_t> JoinSurvivors(DDPSpawnStrategy& strategy, const ClusterI
   cluster.world_size = static_cast<int>(change.ranks.size());
   cluster.local_rank = cluster.rank;
   cluster.local_world_size = cluster.world_size;
-  RETURN_IF_ERROR(strategy.Rejoin(cluster));
+  RETURN_IF_ERROR(strategy.Rejoin(cluster, change.number));
   SetWorkerGroupRank(cluster.rank);
   // A backward cut short leaves partial gradients; the commit holds none.
   for (at::Tensor& parameter : module->parameters()) parameter.mutable_grad() = at::Tensor();
@@ -77,6 +78,26 @@ absl::StatusOr<int64_t> JoinSurvivors(DDPSpawnStrategy& strategy, const ClusterI
   return step;
 }
 
+// After each commit, on every rank: whether the launcher admitted a replacement since the change
+// `seen` (rank 0's reading, broadcast, so that every rank decides alike). A change after an
+// unconsumed loss is left to the failure that loss brings.
+absl::StatusOr<std::optional<MembershipChange>> AdmittedSince(DDPSpawnStrategy& strategy,
+                                                              const std::string& run_dir,
+                                                              int seen) {
+  std::string mine;
+  if (strategy.is_global_zero()) {
+    absl::StatusOr<std::optional<MembershipChange>> latest = ReadMembershipChange(run_dir);
+    if (latest.ok() && latest->has_value() && (*latest)->number > seen &&
+        (*latest)->latest_loss <= seen) {
+      mine = EncodeMembershipChange(**latest);
+    }
+  }
+  ASSIGN_OR_RETURN(std::string agreed, strategy.Broadcast(mine, 0));
+  if (agreed.empty()) return std::optional<MembershipChange>();
+  ASSIGN_OR_RETURN(MembershipChange change, DecodeMembershipChange(agreed));
+  return std::optional<MembershipChange>(std::move(change));
+}
+
 }  // namespace
 
 absl::StatusOr<ElasticFitResult> ElasticFit(DDPSpawnStrategy& strategy, TrainerOptions options,
@@ -86,47 +107,89 @@ absl::StatusOr<ElasticFitResult> ElasticFit(DDPSpawnStrategy& strategy, TrainerO
   const ClusterInfo launched = strategy.cluster();
   auto commit = std::make_shared<InMemoryCommit>();
   commit->every_n_steps = std::max<int64_t>(commit_every_n_steps, 1);
-  options.in_memory_commit = commit;
   ElasticFitResult result;
   int changes_seen = 0;
+  // The change that admits a replacement, taken at a commit: it ends the fit to re-form the group.
+  std::optional<MembershipChange> admitted;
+  commit->after_commit = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(admitted, AdmittedSince(strategy, launched.run_dir, changes_seen));
+    if (!admitted.has_value()) return absl::OkStatus();
+    return absl::AbortedError(absl::StrCat("membership change ", admitted->number, " admits rank ",
+                                           absl::StrJoin(admitted->joined, ",")));
+  };
+  options.in_memory_commit = commit;
+  // A replacement waits until the launcher admits it and the others take it in at a commit.
+  std::optional<MembershipChange> next;
+  if (strategy.awaits_elastic_join()) {
+    RETURN_IF_ERROR(RequestToJoin(launched.run_dir, launched.rank));
+    int read = 0;
+    while (!next.has_value() || absl::c_find(next->ranks, launched.rank) == next->ranks.end()) {
+      next = AwaitMembershipChange(launched.run_dir, read, absl::InfiniteDuration());
+      if (!next.has_value()) return absl::UnavailableError("the launcher is gone");
+      read = next->number;
+    }
+  }
   while (true) {
-    absl::StatusOr<FitResult> fitted = Trainer(strategy, options).Fit(module, train, validation);
-    if (fitted.ok()) {
-      result.fit = *std::move(fitted);
-      result.keys = absl::StrCat("elastic.world_size=", strategy.world_size(),
-                                 "\nelastic.changes=", changes_seen, "\n", result.keys);
-      return result;
+    absl::Status failure = absl::OkStatus();
+    if (!next.has_value()) {
+      admitted.reset();
+      absl::StatusOr<FitResult> fitted = Trainer(strategy, options).Fit(module, train, validation);
+      if (fitted.ok()) {
+        result.fit = *std::move(fitted);
+        result.keys = absl::StrCat("elastic.world_size=", strategy.world_size(),
+                                   "\nelastic.changes=", changes_seen, "\n", result.keys);
+        return result;
+      }
+      failure = fitted.status();
+      if (admitted.has_value()) {
+        next.swap(admitted);
+      } else if (!MayBeALostPeer(failure)) {
+        return failure;
+      } else if (absl::IsDeadlineExceeded(failure)) {
+        // A stopped peer, the launcher looks for when asked after a timeout; a lost one, it saw.
+        (void)RequestRecovery(launched.run_dir, launched.rank);
+      }
     }
-    if (!MayBeALostPeer(fitted.status())) return fitted.status();
-    // The survivors' group may itself fail to form (another rank lost meanwhile): the next change.
-    absl::Status failure = fitted.status();
-    // A stopped peer, the launcher looks for when asked after a timeout; a lost one, it saw.
-    if (absl::IsDeadlineExceeded(fitted.status())) {
-      (void)RequestRecovery(launched.run_dir, launched.rank);
-    }
-    while (!failure.ok()) {
-      std::optional<MembershipChange> change =
-          AwaitMembershipChange(launched.run_dir, changes_seen, kMembershipPatience);
-      if (!change.has_value()) return failure;
-      changes_seen = change->number;
+    // The group of the next change may itself fail to form (a rank lost meanwhile): the next one.
+    while (true) {
+      if (!next.has_value()) {
+        next = AwaitMembershipChange(launched.run_dir, changes_seen, kMembershipPatience,
+                                     AwaitedChange::kAfterALoss);
+        if (!next.has_value()) return failure;
+      }
+      const MembershipChange change = *next;
+      next.reset();
+      changes_seen = change.number;
       const int64_t reached = commit->reached_step;
-      absl::StatusOr<int64_t> resumed = JoinSurvivors(strategy, launched, *change, module, *commit);
-      failure = resumed.status();
-      if (!resumed.ok()) continue;
+      absl::StatusOr<int64_t> resumed =
+          JoinGroupOfChange(strategy, launched, change, module, *commit);
+      if (!resumed.ok()) {
+        failure = resumed.status();
+        continue;
+      }
+      if (absl::c_find(change.joined, launched.rank) != change.joined.end()) {
+        (void)ConfirmJoined(launched.run_dir, launched.rank);
+      }
       const int64_t rerun = *resumed >= 0 ? std::max<int64_t>(reached - *resumed, 0) : reached;
-      absl::StrAppend(&result.keys, "elastic.change", change->number,
-                      ".left=", absl::StrJoin(change->left, ","), "\nelastic.change",
-                      change->number, ".world_size=", change->ranks.size(), "\nelastic.change",
-                      change->number, ".resumed_step=", std::max<int64_t>(*resumed, 0),
-                      "\nelastic.change", change->number, ".steps_rerun=", rerun, "\n");
+      const std::string key = absl::StrCat("elastic.change", change.number, ".");
+      absl::StrAppend(&result.keys, key, "left=", absl::StrJoin(change.left, ","), "\n", key,
+                      "joined=", absl::StrJoin(change.joined, ","), "\n", key,
+                      "world_size=", change.ranks.size(), "\n", key,
+                      "resumed_step=", std::max<int64_t>(*resumed, 0), "\n", key,
+                      "steps_rerun=", rerun, "\n");
       if (strategy.is_global_zero()) {
+        const std::string who =
+            change.joined.empty()
+                ? ""
+                : absl::StrCat(" with rank ", absl::StrJoin(change.joined, ","), " started again");
         std::fprintf(stderr,
-                     "ddpspawn: elastic change %d: %zu ranks go on from the in-memory commit of "
+                     "ddpspawn: elastic change %d: %zu ranks%s go on from the in-memory commit of "
                      "step %lld (%lld steps re-run)\n",
-                     change->number, change->ranks.size(),
+                     change.number, change.ranks.size(), who.c_str(),
                      static_cast<long long>(std::max<int64_t>(*resumed, 0)),
                      static_cast<long long>(rerun));
       }
+      break;
     }
   }
 }

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "absl/time/time.h"
 #include "core/env/settings.h"
 #include "core/job/restart_policy.h"
+#include "core/launch/launcher.h"
 #include "core/model/checkpoint.h"
 #include "core/model/sharded_checkpoint.h"
 #include "core/train/loop/checkpoint_connector.h"
@@ -73,23 +75,39 @@ absl::StatusOr<std::string> LaunchWithRestarts(const RunConfig& config, DDPSpawn
   };
   steps.empty_resume_point_reads_as = "the start (no checkpoint yet)";
   int64_t resumed_step = 0;  // the last restart's
+  int64_t steps_rerun = 0;   // the steps the failed attempt finished after it, which run again
   steps.describe_resume_point = [&](const std::string& resume_point) -> std::string {
     resumed_step = 0;
-    if (resume_point.empty()) return "";
-    absl::StatusOr<TrainingState> state = ReadResumePoint(strategy, resume_point);
-    if (!state.ok()) return "";  // the restarted ranks say what is wrong with it
-    resumed_step = state->global_step;
-    return state->batch_in_epoch == 0
-               ? absl::StrCat("step ", state->global_step, ", the start of epoch ",
-                              state->epoch + 1)
-               : absl::StrCat("step ", state->global_step, ", batch ", state->batch_in_epoch,
-                              " of epoch ", state->epoch + 1);
+    int64_t reached = -1;  // the furthest step a rank of the failed attempt said it finished
+    for (const RankOutcome& outcome : strategy.last_outcomes()) {
+      reached = std::max(reached, outcome.progress);
+    }
+    std::string where;
+    if (!resume_point.empty()) {
+      absl::StatusOr<TrainingState> state = ReadResumePoint(strategy, resume_point);
+      if (!state.ok()) return "";  // the restarted ranks say what is wrong with it
+      resumed_step = state->global_step;
+      where =
+          state->batch_in_epoch == 0
+              ? absl::StrCat("step ", state->global_step, ", the start of epoch ", state->epoch + 1)
+              : absl::StrCat("step ", state->global_step, ", batch ", state->batch_in_epoch,
+                             " of epoch ", state->epoch + 1);
+    }
+    steps_rerun = std::max<int64_t>(reached - resumed_step, 0);
+    if (reached < 0) return where;  // no step was reported (none finished, or not fit)
+    return absl::StrCat(where, where.empty() ? "" : "; ", steps_rerun,
+                        steps_rerun == 1 ? " step" : " steps",
+                        " re-run: the failed attempt reached step ", reached);
   };
   int restarts = 0;
-  RETURN_IF_ERROR(RunWithRestarts(steps, config.max_restarts, restarts));
-  if (config.max_restarts == 0) return result;
+  // An elastic fit's max_restarts starts lost ranks again within the job (StrategyOptions).
+  const int max_restarts = config.min_ranks > 0 ? 0 : config.max_restarts;
+  RETURN_IF_ERROR(RunWithRestarts(steps, max_restarts, restarts));
+  if (max_restarts == 0) return result;
   return absl::StrCat(result, "restarts=", restarts, "\n",
-                      restarts > 0 ? absl::StrCat("resumed_step=", resumed_step, "\n") : "");
+                      restarts > 0 ? absl::StrCat("resumed_step=", resumed_step,
+                                                  "\nsteps_rerun=", steps_rerun, "\n")
+                                   : "");
 }
 
 }  // namespace ddpspawn

@@ -88,6 +88,9 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   options.post_localsgd.model_averaging_period = config.model_averaging_period;
   options.precision_plugin = MakePrecisionPlugin(config.precision);
   options.min_ranks = config.min_ranks;
+  // Elastic: max_restarts starts lost ranks again, which join at a commit; the job is not restarted
+  // whole.
+  if (config.min_ranks > 0) options.max_replacements = config.max_restarts;
   return options;
 }
 

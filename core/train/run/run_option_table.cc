@@ -359,7 +359,8 @@ const std::vector<RunOption>& RunOptionTable() {
       {"max_restarts", distributed, "N",
        "when a rank fails, start the ranks again, up to N times, continuing from this job's "
        "last checkpoint (fit; with --checkpoint-every-n-steps K it is at most K steps old, and "
-       "the weights end as without the failure)",
+       "the weights end as without the failure); with --min-ranks, start each lost rank "
+       "again instead, up to N times in all, to join the others at their next commit",
        Integer<0, kMaxRestarts>(&RunConfig::max_restarts)},
       {"min_ranks", distributed, "N",
        "elastic fit on one node: a rank that is killed or crashes is dropped while N or more go "

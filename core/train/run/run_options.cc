@@ -119,7 +119,6 @@ absl::Status CheckElastic(const RunConfig& config, Command command) {
                                                    config.nproc_per_node));
   }
   if (config.nnodes > 1) return refuse("nnodes > 1: a job of several nodes cannot lose one");
-  if (config.max_restarts > 0) return refuse("max_restarts");
   if (config.sharding_strategy != ShardingStrategy::kNoShard ||
       config.trainer.zero_redundancy_optimizer) {
     return refuse(
