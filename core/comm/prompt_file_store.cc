@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_join.h"
+#include "core/env/run_dir.h"
 
 namespace ddpspawn {
 namespace {
@@ -66,9 +67,14 @@ void PromptFileStore::wait(const std::vector<std::string>& keys,
   // Short pauses first (the peers are usually a moment behind), then up to 1 ms, so that a long
   // wait does not take a core from the ranks that work.
   std::chrono::microseconds pause(50);
+  const std::string abandoned = AbandonedStoreMarker(file_->getPath());
   while (!file_->check(keys)) {
     TORCH_CHECK(timeout == kNoTimeout || std::chrono::steady_clock::now() - start < timeout,
                 "Wait timeout after ", timeout.count(), " ms for keys ", absl::StrJoin(keys, ", "));
+    TORCH_CHECK(access(abandoned.c_str(), F_OK) != 0,
+                "the launcher gave up on this group: a rank it was forming with was lost (waiting "
+                "for keys ",
+                absl::StrJoin(keys, ", "), ")");
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }

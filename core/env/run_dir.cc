@@ -13,6 +13,10 @@ std::string RunDirStoreFile(const std::string& run_dir, int generation) {
   return absl::StrCat(run_dir, "/store.", generation);
 }
 
+std::string AbandonedStoreMarker(const std::string& store_file) {
+  return absl::StrCat(store_file, ".abandoned");
+}
+
 std::string RunDirResultFile(const std::string& run_dir) {
   return absl::StrCat(run_dir, "/result");
 }

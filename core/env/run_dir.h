@@ -15,6 +15,10 @@ std::string RunDirPattern(const std::string& tmp_dir);
 // The file store of the process group a rank joins `generation`-th.
 std::string RunDirStoreFile(const std::string& run_dir, int generation);
 
+// Beside a store file: the launcher's word that the group forming on it lost a member (an elastic
+// job's next change is coming), so that its ranks stop waiting for that member.
+std::string AbandonedStoreMarker(const std::string& store_file);
+
 // Rank 0's result for the launcher.
 std::string RunDirResultFile(const std::string& run_dir);
 

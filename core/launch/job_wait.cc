@@ -42,6 +42,7 @@
 #include "core/launch/worker_channel.h"
 #include "core/trace/flight_recorder.h"
 #include "core/util/enum_names.h"
+#include "core/util/files.h"
 #include "core/util/process_state.h"
 #include "core/util/status_macros.h"
 
@@ -229,7 +230,9 @@ absl::Status Job::Wait() {
         BeginStopping(stopping, SIGTERM);
       }
     }
-    if (!any_running) break;
+    // Ranks lost within the loss window are dropped (or end the job) once it has passed, even when
+    // nothing runs any more.
+    if (!any_running && lost_.empty()) break;
     PassOnSignal();
     if (!stopping.started && g_received_signal != 0) {
       const int sig = g_received_signal;
@@ -270,6 +273,7 @@ std::vector<int> Job::ReapRanks(bool& any_running) {
         got = outcome.pid;
         raw = end->wait_status;
         if (end->server_died) {
+          outcome.forkserver_died = true;
           outcome.error_text = absl::StrCat("the forkserver that started the ranks (pid ",
                                             forkserver_->pid(), ") died, and took them with it");
         }
@@ -309,8 +313,9 @@ std::vector<int> Job::DropLostRanks(const std::vector<int>& newly_failed) {
   std::vector<int> failures;
   for (int r : newly_failed) {
     if (ForgetFailedReplacement(r)) continue;
-    if (ReadWorkerError(run_dir_, GlobalRank(r)).has_value()) {
-      failures.push_back(r);  // it said why: the others would fail the same way
+    if (outcomes_[r].forkserver_died || ReadWorkerError(run_dir_, GlobalRank(r)).has_value()) {
+      // It said why (the others would fail the same way), or every rank is gone.
+      failures.push_back(r);
     } else {
       if (lost_.empty()) lost_since_ = absl::Now();
       lost_.push_back(r);
@@ -344,6 +349,10 @@ std::vector<int> Job::DropLostRanks(const std::vector<int>& newly_failed) {
     lost.swap(lost_);
     return lost;
   }
+  // The group of the change before may still be forming, its ranks waiting for the lost one: they
+  // stop at this word and take the new change.
+  (void)WriteFileAtomically(AbandonedStoreMarker(RunDirStoreFile(run_dir_, membership_changes_)),
+                            "", /*durable=*/false);
   change.number = ++membership_changes_;
   change.latest_loss = change.number;
   latest_loss_change_ = change.number;

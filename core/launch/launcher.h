@@ -107,6 +107,9 @@ struct RankOutcome {
   bool reported = false;
   // How far it got, as it last said (SetWorkerProgress: fit's global step); -1: it said nothing.
   int64_t progress = -1;
+  // The forkserver that started it died, and took it along: not a loss an elastic job survives
+  // (every rank of the server went with it).
+  bool forkserver_died = false;
 };
 
 class Forkserver;

@@ -35,7 +35,10 @@ bool Job::ForgetFailedReplacement(int r) {
 }
 
 void Job::TendReplacements() {
-  // Dropped ranks start again while the budget lasts.
+  // Dropped ranks start again while the budget lasts and others still run to take them in.
+  const bool members_run =
+      absl::c_any_of(members_, [this](int m) { return outcomes_[m].state == RankState::kRunning; });
+  if (!members_run) to_replace_.clear();
   for (int r : to_replace_) {
     if (replacements_started_ >= spec_.max_replacements) break;
     ++replacements_started_;

@@ -17,7 +17,7 @@ from typing import List, Tuple
 import pytest
 
 from test_restarts import logged_steps
-from test_torchrun import CLI, evaluate, parse, rank_pid, write_csv
+from test_torchrun import CLI, children, evaluate, parse, rank_pid, write_csv
 
 MODEL = "mlp:4,64,3"
 COMMIT_EVERY = 10
@@ -202,6 +202,58 @@ def test_below_min_ranks_the_job_fails_naming_every_rank_it_lost(tmp_path, train
     assert "3 of 4 ranks go on (min_ranks 3)" in err, err
     assert (f"(min_ranks 3: the job lost, in order: rank 3 (pid {first}) was killed by signal "
             f"SIGKILL (Killed); rank 1 (pid {second}) was killed by signal SIGKILL") in err, err
+
+
+def test_a_rank_lost_while_the_survivors_form_their_group_is_dropped_in_turn(tmp_path, train):
+    # Rank 2 is killed as soon as the launcher has published rank 1's loss:
+    # the survivors are forming (or about to form) a group that counts rank
+    # 2 in. The launcher's word that the group lost a member stops them
+    # waiting for it; without it they would wait out --timeout (far past the
+    # test's limit) before taking the next change.
+    root = tmp_path / "elastic"
+    err_path = tmp_path / "err.txt"
+    with open(err_path, "w") as err_file:
+        job = subprocess.Popen(
+            fit_args(train, root) + ["--min-ranks", "2", "--elastic-commit-every-n-steps",
+                                     str(COMMIT_EVERY), "--timeout", "900"],
+            stdout=subprocess.PIPE, stderr=err_file, text=True)
+    wait_for_steps(job, root, 45)
+    first, second = rank_pid(job.pid, 1), rank_pid(job.pid, 2)
+    os.kill(first, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while "ddpspawn: lost rank 1" not in err_path.read_text():
+        assert time.monotonic() < deadline and job.poll() is None, err_path.read_text()
+        time.sleep(0.001)
+    os.kill(second, signal.SIGKILL)
+    out, _ = finish(job, timeout=120)
+    err = err_path.read_text()
+    assert job.returncode == 0, err
+    got = parse(out)
+    assert (got["elastic.world_size"], got["elastic.changes"]) == ("2", "2"), out + err
+    assert got["elastic.change2.left"] == "2", out
+
+
+@pytest.mark.parametrize("fault", ["every rank", "the forkserver"])
+def test_losing_every_rank_at_once_fails_the_job_naming_the_cause(tmp_path, train, fault):
+    # Every rank gone within the loss window, or the forkserver that took
+    # them all along: no survivor to go on, and the job must not end as if
+    # it had succeeded.
+    root = tmp_path / "elastic"
+    job = elastic(train, root, min_ranks=2)
+    wait_for_steps(job, root, 45)
+    server = next(child for child in children(job.pid) if children(child))
+    if fault == "every rank":
+        for rank in children(server):
+            os.kill(rank, signal.SIGKILL)
+    else:
+        os.kill(server, signal.SIGKILL)
+    out, err = finish(job)
+    assert job.returncode == 1, out + err
+    if fault == "every rank":
+        assert "(min_ranks 2: the job lost, in order: rank " in err, err
+    else:
+        assert (f"ddpspawn: error: the forkserver that started the ranks (pid {server}) died, "
+                "and took them with it") in err, err
 
 
 @pytest.mark.parametrize("flags, message", [
