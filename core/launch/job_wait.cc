@@ -349,10 +349,12 @@ std::vector<int> Job::DropLostRanks(const std::vector<int>& newly_failed) {
     lost.swap(lost_);
     return lost;
   }
-  // The group of the change before may still be forming, its ranks waiting for the lost one: they
-  // stop at this word and take the new change.
-  (void)WriteFileAtomically(AbandonedStoreMarker(RunDirStoreFile(run_dir_, membership_changes_)),
-                            "", /*durable=*/false);
+  // Every earlier change's group is superseded, and one may still be forming, its ranks waiting for
+  // the lost one: they stop at this word and take the new change.
+  for (int generation = 0; generation <= membership_changes_; ++generation) {
+    (void)WriteFileAtomically(AbandonedStoreMarker(RunDirStoreFile(run_dir_, generation)), "",
+                              /*durable=*/false);
+  }
   change.number = ++membership_changes_;
   change.latest_loss = change.number;
   latest_loss_change_ = change.number;

@@ -277,20 +277,25 @@ PYTHON_FIT = """
 import sys, ddpspawn
 result = ddpspawn.fit("{model}", sys.argv[1], nprocs=4, max_epochs=2, batch_size=4, seed=7,
                       optimizer="adam", lr=0.01, log_every_n_steps=1, progress=False,
-                      default_root_dir=sys.argv[2], min_ranks=2, timeout=30)
+                      default_root_dir=sys.argv[2], min_ranks=2, timeout=30,
+                      max_restarts={max_restarts})
 print("global_step=%d" % result.global_step)
-for key in ("elastic.world_size", "elastic.changes", "elastic.change1.left"):
-    print("%s=%s" % (key, result.values[key]))
+for key in ("elastic.world_size", "elastic.changes", "elastic.change1.left",
+            "elastic.change2.joined"):
+    print("%s=%s" % (key, result.values.get(key, "")))
 """
 
 
-def test_python_fit_goes_on_without_a_killed_rank(tmp_path, train):
+@pytest.mark.parametrize("max_restarts", [0, 1])
+def test_python_fit_goes_on_without_a_killed_rank(tmp_path, train, max_restarts):
     # ddpspawn.fit forks its ranks from the Python process (ddpspawn_run):
-    # the same option, the same survivors.
+    # the same option, the same survivors; with max_restarts the launcher
+    # forks the lost rank again from there, and it rejoins.
     root = tmp_path / "python"
     env = dict(os.environ, PYTHONPATH=str(Path.cwd() / "bindings" / "python"))
     job = subprocess.Popen(
-        [sys.executable, "-c", PYTHON_FIT.format(model=MODEL), str(train), str(root)], env=env,
+        [sys.executable, "-c", PYTHON_FIT.format(model=MODEL, max_restarts=max_restarts),
+         str(train), str(root)], env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_steps(job, root, 45)
     ranks = sorted(int(pid) for pid in
@@ -300,7 +305,8 @@ def test_python_fit_goes_on_without_a_killed_rank(tmp_path, train):
     out, err = finish(job)
     assert job.returncode == 0, err
     got = parse(out)
-    assert (got["elastic.world_size"], got["elastic.changes"], got["elastic.change1.left"]) == (
-        "3", "1", "3"), out
+    want = ("3", "1", "3", "") if max_restarts == 0 else ("4", "2", "3", "3")
+    assert (got["elastic.world_size"], got["elastic.changes"], got["elastic.change1.left"],
+            got["elastic.change2.joined"]) == want, out + err
     assert int(got["global_step"]) > 250
     assert f"ddpspawn: lost rank 3 (pid {ranks[-1]}) was killed by signal SIGKILL" in err, err

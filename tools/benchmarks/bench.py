@@ -22,10 +22,13 @@ With --models resnet18,gpt or --bucket-sweep: instead, the larger models against
 or DDP's bucket caps; see models_sweep.py. With --sharded (or --zero): instead, ZeRO stages 1,
 2 and 3's optimizer state, steps/s and memory per rank against torch's ZeroRedundancyOptimizer
 and FSDP2, on --workloads (mlp,gpt) at 2 and 4 ranks; see zero_sweep.py. With --lightning: instead, Lightning's Trainer with ddpspawn's
-DDPSpawnStrategy against its own ddp_spawn; see lightning_sweep.py.
+DDPSpawnStrategy against its own ddp_spawn; see lightning_sweep.py. With --elastic: instead,
+an elastic fit's in-memory commits against checkpoints to disk, and a killed rank's cost on each
+path; see elastic_sweep.py.
 
 Usage: tools/bench [--json] [--rounds N] [--steps N] [--workloads mlp,conv] [--multinode RATES]
                    [--models resnet18,gpt] [--bucket-sweep] [--sharded] [--lightning]
+                   [--elastic]
 """
 import argparse
 import json
@@ -95,7 +98,14 @@ def main():
                         help="ZeRO stages 1 and 2 against torch's on --workloads (say mlp,gpt)")
     parser.add_argument("--lightning", action="store_true",
                         help="Lightning's Trainer with ddpspawn's strategy against its ddp_spawn")
+    parser.add_argument("--elastic", action="store_true",
+                        help="an elastic fit's commits against checkpoints, and a kill's cost")
     args = parser.parse_args()
+    if args.elastic:
+        import elastic_sweep
+
+        return emit(elastic_sweep.measure_elastic(args.rounds), args.json,
+                    elastic_sweep.print_elastic)
     if args.lightning:
         import lightning_sweep
 

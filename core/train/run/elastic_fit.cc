@@ -98,6 +98,42 @@ absl::StatusOr<std::optional<MembershipChange>> AdmittedSince(DDPSpawnStrategy& 
   return std::optional<MembershipChange>(std::move(change));
 }
 
+// A replacement rank: asks to join, then waits until the launcher admits it; the change that does.
+absl::StatusOr<MembershipChange> AwaitAdmission(const ClusterInfo& launched) {
+  RETURN_IF_ERROR(RequestToJoin(launched.run_dir, launched.rank));
+  int read = 0;
+  while (true) {
+    std::optional<MembershipChange> change =
+        AwaitMembershipChange(launched.run_dir, read, absl::InfiniteDuration());
+    if (!change.has_value()) return absl::UnavailableError("the launcher is gone");
+    if (absl::c_find(change->ranks, launched.rank) != change->ranks.end()) return *change;
+    read = change->number;
+  }
+}
+
+// The result's keys for a change the ranks went on from (`resumed`: the commit's step, -1 for none;
+// `rerun`: the steps done since then that were lost), and rank 0's line about it.
+void NoteChange(const DDPSpawnStrategy& strategy, const MembershipChange& change, int64_t resumed,
+                int64_t rerun, std::string& keys) {
+  const std::string key = absl::StrCat("elastic.change", change.number, ".");
+  absl::StrAppend(&keys, key, "left=", absl::StrJoin(change.left, ","), "\n", key,
+                  "joined=", absl::StrJoin(change.joined, ","), "\n", key,
+                  "world_size=", change.ranks.size(), "\n", key,
+                  "resumed_step=", std::max<int64_t>(resumed, 0), "\n", key, "steps_rerun=", rerun,
+                  "\n");
+  if (!strategy.is_global_zero()) return;
+  const std::string who =
+      change.joined.empty()
+          ? ""
+          : absl::StrCat(" with rank ", absl::StrJoin(change.joined, ","), " started again");
+  std::fprintf(stderr,
+               "ddpspawn: elastic change %d: %zu ranks%s go on from the in-memory commit of step "
+               "%lld (%lld steps re-run)\n",
+               change.number, change.ranks.size(), who.c_str(),
+               static_cast<long long>(std::max<int64_t>(resumed, 0)),
+               static_cast<long long>(rerun));
+}
+
 }  // namespace
 
 absl::StatusOr<ElasticFitResult> ElasticFit(DDPSpawnStrategy& strategy, TrainerOptions options,
@@ -121,13 +157,7 @@ absl::StatusOr<ElasticFitResult> ElasticFit(DDPSpawnStrategy& strategy, TrainerO
   // A replacement waits until the launcher admits it and the others take it in at a commit.
   std::optional<MembershipChange> next;
   if (strategy.awaits_elastic_join()) {
-    RETURN_IF_ERROR(RequestToJoin(launched.run_dir, launched.rank));
-    int read = 0;
-    while (!next.has_value() || absl::c_find(next->ranks, launched.rank) == next->ranks.end()) {
-      next = AwaitMembershipChange(launched.run_dir, read, absl::InfiniteDuration());
-      if (!next.has_value()) return absl::UnavailableError("the launcher is gone");
-      read = next->number;
-    }
+    ASSIGN_OR_RETURN(next, AwaitAdmission(launched));
   }
   while (true) {
     absl::Status failure = absl::OkStatus();
@@ -171,24 +201,7 @@ absl::StatusOr<ElasticFitResult> ElasticFit(DDPSpawnStrategy& strategy, TrainerO
         (void)ConfirmJoined(launched.run_dir, launched.rank);
       }
       const int64_t rerun = *resumed >= 0 ? std::max<int64_t>(reached - *resumed, 0) : reached;
-      const std::string key = absl::StrCat("elastic.change", change.number, ".");
-      absl::StrAppend(&result.keys, key, "left=", absl::StrJoin(change.left, ","), "\n", key,
-                      "joined=", absl::StrJoin(change.joined, ","), "\n", key,
-                      "world_size=", change.ranks.size(), "\n", key,
-                      "resumed_step=", std::max<int64_t>(*resumed, 0), "\n", key,
-                      "steps_rerun=", rerun, "\n");
-      if (strategy.is_global_zero()) {
-        const std::string who =
-            change.joined.empty()
-                ? ""
-                : absl::StrCat(" with rank ", absl::StrJoin(change.joined, ","), " started again");
-        std::fprintf(stderr,
-                     "ddpspawn: elastic change %d: %zu ranks%s go on from the in-memory commit of "
-                     "step %lld (%lld steps re-run)\n",
-                     change.number, change.ranks.size(), who.c_str(),
-                     static_cast<long long>(std::max<int64_t>(*resumed, 0)),
-                     static_cast<long long>(rerun));
-      }
+      NoteChange(strategy, change, *resumed, rerun, result.keys);
       break;
     }
   }
