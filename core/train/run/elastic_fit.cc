@@ -111,21 +111,35 @@ absl::StatusOr<MembershipChange> AwaitAdmission(const ClusterInfo& launched) {
   }
 }
 
-// The result's keys for a change the ranks went on from (`resumed`: the commit's step, -1 for none;
-// `rerun`: the steps done since then that were lost), and rank 0's line about it.
-void NoteChange(const DDPSpawnStrategy& strategy, const MembershipChange& change, int64_t resumed,
-                int64_t rerun, std::string& keys) {
+// The result's keys for a change the ranks went on from, from the group of `before` (the ranks as
+// launched, in their order; a change may take in several of the launcher's at once, when a loss and
+// an admission came together): who left and who joined since, `resumed` (the commit's step, -1 for
+// none) and `rerun` (the steps done since then that were lost); and rank 0's line about it.
+void NoteChange(const DDPSpawnStrategy& strategy, const std::vector<int>& before,
+                const MembershipChange& change, int64_t resumed, int64_t rerun, std::string& keys) {
+  std::vector<int> left, joined;
+  for (int r : before) {
+    if (absl::c_find(change.ranks, r) == change.ranks.end()) left.push_back(r);
+  }
+  for (int r : change.ranks) {
+    if (absl::c_find(before, r) == before.end()) joined.push_back(r);
+  }
+  // A rank lost and started again is both.
+  for (int r : change.joined) {
+    if (absl::c_find(joined, r) == joined.end()) {
+      joined.push_back(r);
+      left.push_back(r);
+    }
+  }
   const std::string key = absl::StrCat("elastic.change", change.number, ".");
-  absl::StrAppend(&keys, key, "left=", absl::StrJoin(change.left, ","), "\n", key,
-                  "joined=", absl::StrJoin(change.joined, ","), "\n", key,
-                  "world_size=", change.ranks.size(), "\n", key,
-                  "resumed_step=", std::max<int64_t>(resumed, 0), "\n", key, "steps_rerun=", rerun,
-                  "\n");
+  absl::StrAppend(
+      &keys, key, "left=", absl::StrJoin(left, ","), "\n", key,
+      "joined=", absl::StrJoin(joined, ","), "\n", key, "world_size=", change.ranks.size(), "\n",
+      key, "resumed_step=", std::max<int64_t>(resumed, 0), "\n", key, "steps_rerun=", rerun, "\n");
   if (!strategy.is_global_zero()) return;
   const std::string who =
-      change.joined.empty()
-          ? ""
-          : absl::StrCat(" with rank ", absl::StrJoin(change.joined, ","), " started again");
+      joined.empty() ? ""
+                     : absl::StrCat(" with rank ", absl::StrJoin(joined, ","), " started again");
   std::fprintf(stderr,
                "ddpspawn: elastic change %d: %zu ranks%s go on from the in-memory commit of step "
                "%lld (%lld steps re-run)\n",
@@ -141,6 +155,10 @@ absl::StatusOr<ElasticFitResult> ElasticFit(DDPSpawnStrategy& strategy, TrainerO
                                             const std::shared_ptr<LightningModule>& module,
                                             const Dataset& train, const Dataset* validation) {
   const ClusterInfo launched = strategy.cluster();
+  std::vector<int> ranks_now;  // the group's ranks as launched, in order (none for a replacement)
+  if (!strategy.awaits_elastic_join()) {
+    for (int r = 0; r < launched.world_size; ++r) ranks_now.push_back(r);
+  }
   auto commit = std::make_shared<InMemoryCommit>();
   commit->every_n_steps = std::max<int64_t>(commit_every_n_steps, 1);
   ElasticFitResult result;
@@ -201,7 +219,8 @@ absl::StatusOr<ElasticFitResult> ElasticFit(DDPSpawnStrategy& strategy, TrainerO
         (void)ConfirmJoined(launched.run_dir, launched.rank);
       }
       const int64_t rerun = *resumed >= 0 ? std::max<int64_t>(reached - *resumed, 0) : reached;
-      NoteChange(strategy, change, *resumed, rerun, result.keys);
+      NoteChange(strategy, ranks_now, change, *resumed, rerun, result.keys);
+      ranks_now = change.ranks;
       break;
     }
   }
