@@ -211,6 +211,9 @@ absl::Status Trainer::OptimizerStep(FitRun& run) {
 // max_time or a signal).
 absl::StatusOr<bool> Trainer::AfterOptimizerStep(FitRun& run, int64_t batch, double loss) {
   TrainingState& state = run.state;
+  // Before the step's log line and checkpoint: a restart says how many steps it re-runs, and the
+  // checkpoint it continues from is never ahead of the step reported.
+  SetWorkerProgress(state.global_step);
   if (options_.log_every_n_steps > 0 && state.global_step % options_.log_every_n_steps == 0) {
     ASSIGN_OR_RETURN(FiniteWatch::Reduced reduced,
                      run.watch.Reduce(strategy_, run.window_loss / run.window_batches, nullptr,
@@ -232,7 +235,6 @@ absl::StatusOr<bool> Trainer::AfterOptimizerStep(FitRun& run, int64_t batch, dou
     RETURN_IF_ERROR(SaveCheckpoint(*run.module, run.optimizer.get(), run.ToSave(), run.checkpoint));
     run.watch.Saved(std::filesystem::absolute(run.checkpoint).string());
   }
-  SetWorkerProgress(state.global_step);  // a restart says how many steps it re-runs
   if (InMemoryCommit* commit = options_.in_memory_commit.get()) {
     commit->reached_step = state.global_step;
     if (state.global_step % commit->every_n_steps == 0) {
