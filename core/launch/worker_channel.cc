@@ -69,13 +69,19 @@ void RecordUncaughtException() {
 void SetWorkerGroupRank(int rank) { g_group_rank = rank; }
 
 void SetWorkerProgress(int64_t count) {
-  static int fd = [] {
+  // Opened once per process: a forked worker does not inherit its parent's choice.
+  static pid_t opened_in = -1;
+  static int fd = -1;
+  if (opened_in != getpid()) {
+    opened_in = getpid();
+    fd = -1;  // one inherited from a parent stays the parent's
     absl::StatusOr<WorkerIdentity> worker = CurrentWorker();
-    if (!worker.ok()) return -1;
     // The run directory is the launcher's private 0700 one: nothing else can create names in it.
-    return open(RunDirProgressFile(worker->run_dir, worker->rank).c_str(),
+    if (worker.ok()) {
+      fd = open(RunDirProgressFile(worker->run_dir, worker->rank).c_str(),
                 O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-  }();
+    }
+  }
   if (fd >= 0) (void)!pwrite(fd, &count, sizeof(count), 0);
 }
 

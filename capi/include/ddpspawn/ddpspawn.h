@@ -555,12 +555,13 @@ typedef struct ddpspawn_run_result ddpspawn_run_result;
  * forked from the calling process (start_method=fork; spawn is refused: it would re-run the
  * caller's program). Data, model and options are checked before any process starts: a bad one is
  * DDPSPAWN_ERR_INVALID_ARGUMENT naming it; a failing rank is DDPSPAWN_ERR_WORKER_FAILED (after
- * "max_restarts=N" restarts, if given; the result then has "restarts"). Under torchrun or srun
- * (more than one task) the calling process is one rank of that job: nothing is forked, and every
- * rank gets rank 0's result. With "nnodes=N" every node's call gets rank 0's result too
- * (docs/multinode.md). "export" starts no process: it writes a checkpoint's weights as a file for
- * torch.load or as safetensors ("checkpoint=", "format=torch|safetensors", "output="; `ddpspawn
- * export --help`), and its result has "output", "format" and "tensors". */
+ * "max_restarts=N" restarts, if given; the result then has "restarts"; with "min_ranks" a lost rank
+ * is dropped, and restarted alone to rejoin: docs/elastic.md). Under torchrun or srun (more than
+ * one task) the calling process is one rank of that job: nothing is forked, and every rank gets
+ * rank 0's result. With "nnodes=N" every node's call gets rank 0's result too (docs/multinode.md).
+ * "export" starts no process: it writes a checkpoint's weights as a file for torch.load or as
+ * safetensors ("checkpoint=", "format=torch|safetensors", "output="; `ddpspawn export --help`), and
+ * its result has "output", "format" and "tensors". */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_run(const char* command, const char* const* options,
                                              ddpspawn_run_result** out_result);
 DDPSPAWN_EXPORT void ddpspawn_run_result_destroy(ddpspawn_run_result* result);
