@@ -334,5 +334,10 @@ def test_python_fit_goes_on_without_a_killed_rank(tmp_path, train, max_restarts)
     want = ("3", ["3"], []) if max_restarts == 0 else ("4", ["3"], ["3"])
     assert (got["elastic.world_size"], [x for x in left if x],
             [x for x in joined if x]) == want, out + err
-    assert int(got["global_step"]) > 250
+    # 125 steps of 4 ranks an epoch: a stretch on 3 ranks deals the rest of
+    # the epoch in more steps; a loss and return taken in one change re-runs
+    # the steps since the commit on 4 ranks, so none are added.
+    on_three = any(c["world_size"] == "3" for c in taken)
+    assert (int(got["global_step"]) > 250) == on_three, out + err
+    assert int(got["global_step"]) >= 250, out + err
     assert f"ddpspawn: lost rank 3 (pid {ranks[-1]}) was killed by signal SIGKILL" in err, err
