@@ -137,15 +137,6 @@ absl::Status Trainer::SaveWholeCheckpoint(LightningModule& module,
   return strategy_.SaveCheckpoint(bytes, path);
 }
 
-absl::Status Trainer::CommitInMemory(FitRun& run) {
-  InMemoryCommit& commit = *options_.in_memory_commit;
-  TrainingState state = run.ToSave();
-  RETURN_IF_ERROR(CompleteCheckpointState(state));
-  ASSIGN_OR_RETURN(commit.bytes, SerializeCheckpoint(*run.module, run.optimizer.get(), state));
-  commit.step = state.global_step;
-  return absl::OkStatus();
-}
-
 absl::Status Trainer::CompleteCheckpointState(TrainingState& state) {
   ASSIGN_OR_RETURN(std::vector<at::Tensor> rng, GatherRngStates(strategy_));
   state.cpu_rng_per_rank = std::move(rng);
@@ -367,16 +358,12 @@ absl::Status Trainer::ResumeFit(LightningModule& module, FitRun& run) {
   const std::string source = from_commit
                                  ? absl::StrCat("the in-memory commit of step ", commit->step)
                                  : options_.resume_from;
-  if (!from_commit && IsShardedCheckpoint(options_.resume_from)) {
+  if (from_commit) {
+    RETURN_IF_ERROR(RestoreCommit(module, run));
+  } else if (IsShardedCheckpoint(options_.resume_from)) {
     RETURN_IF_ERROR(ResumeSharded(module, run));
   } else {
-    std::string bytes;
-    if (from_commit) {
-      bytes = commit->bytes;
-      commit->resume = false;
-    } else {
-      ASSIGN_OR_RETURN(bytes, strategy_.LoadCheckpoint(options_.resume_from));
-    }
+    ASSIGN_OR_RETURN(std::string bytes, strategy_.LoadCheckpoint(options_.resume_from));
     // Under full_shard the weights are loaded whole, and each rank keeps its rows of them.
     if (absl::Status s = WithParametersWhole(
             strategy_,

@@ -126,6 +126,8 @@ class Trainer {
                                    TrainingState state, const std::string& path);
   // Fit's state into options_.in_memory_commit (every rank's; a collective).
   absl::Status CommitInMemory(FitRun& run);
+  // ResumeFit's part for the in-memory commit of options_.in_memory_commit->step (a collective).
+  absl::Status RestoreCommit(LightningModule& module, FitRun& run);
   // What every checkpoint adds to the loop's state: every rank's RNG state and epoch losses, the
   // world size and each callback's state. A collective.
   absl::Status CompleteCheckpointState(TrainingState& state);

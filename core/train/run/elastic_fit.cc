@@ -43,9 +43,9 @@ bool MayBeALostPeer(const absl::Status& status) {
   }
 }
 
-// Joins the group of `change`'s ranks (the job's change.number-th group) and takes the commit of
-// their new rank 0 into `commit` (to resume from; unchanged when rank 0 has none yet: the fit then
-// starts as it first did). Returns the commit's step, -1 without one.
+// Joins the group of `change`'s ranks (the job's change.number-th group) and sets `commit` to
+// resume from their new rank 0's commit (unchanged when rank 0 has none yet: the fit then starts as
+// it first did). Returns the commit's step, -1 without one.
 absl::StatusOr<int64_t> JoinGroupOfChange(DDPSpawnStrategy& strategy, const ClusterInfo& launched,
                                           const MembershipChange& change,
                                           const std::shared_ptr<LightningModule>& module,
@@ -64,15 +64,14 @@ absl::StatusOr<int64_t> JoinGroupOfChange(DDPSpawnStrategy& strategy, const Clus
   SetWorkerGroupRank(cluster.rank);
   // A backward cut short leaves partial gradients; the commit holds none.
   for (at::Tensor& parameter : module->parameters()) parameter.mutable_grad() = at::Tensor();
-  ASSIGN_OR_RETURN(std::string taken,
-                   strategy.Broadcast(absl::StrCat(commit.step, ":", commit.bytes), 0));
-  const size_t colon = taken.find(':');
+  // New rank 0's commit step: every rank resumes from that commit (RestoreCommit), the ranks that
+  // hold it from their own copy, the others from rank 0's.
+  ASSIGN_OR_RETURN(std::string taken, strategy.Broadcast(absl::StrCat(commit.step), 0));
   int64_t step = -1;
-  if (colon == std::string::npos || !absl::SimpleAtoi(taken.substr(0, colon), &step)) {
-    return absl::InternalError("the new rank 0's commit arrived garbled");
+  if (!absl::SimpleAtoi(taken, &step)) {
+    return absl::InternalError("the new rank 0's commit step arrived garbled");
   }
   if (step < 0) return step;
-  commit.bytes = taken.substr(colon + 1);
   commit.step = step;
   commit.resume = true;
   return step;
