@@ -33,6 +33,10 @@ std::string RunDirMembershipFile(const std::string& run_dir) {
   return absl::StrCat(run_dir, "/membership");
 }
 
+std::string RunDirLastCommitFile(const std::string& run_dir) {
+  return absl::StrCat(run_dir, "/last_commit");
+}
+
 std::string RunDirRecoveryRequestFile(const std::string& run_dir, int rank) {
   return absl::StrCat(run_dir, "/rank", rank, ".recovery");
 }

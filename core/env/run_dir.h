@@ -34,6 +34,10 @@ std::string RunDirFailureOrderFile(const std::string& run_dir);
 // Which ranks go on after an elastic job lost some (core/launch/membership.h).
 std::string RunDirMembershipFile(const std::string& run_dir);
 
+// An elastic job that lost more ranks than min_ranks allows: a survivor's word of where it wrote
+// the last commit (or why it could not).
+std::string RunDirLastCommitFile(const std::string& run_dir);
+
 // A rank's request that the launcher of an elastic job look for a hung rank to drop.
 std::string RunDirRecoveryRequestFile(const std::string& run_dir, int rank);
 

@@ -343,18 +343,17 @@ std::vector<int> Job::DropLostRanks(const std::vector<int>& newly_failed) {
     absl::StrAppend(&ends, ends.empty() ? "" : "; ", end);
   }
   if (static_cast<int>(change.ranks.size()) < spec_.min_ranks) {
-    // The job ends: the first rank lost is its failure, and the message names every loss.
+    // The job ends: the first rank lost is its failure, and the message names every loss and where
+    // the survivors wrote their last commit.
     absl::StrAppend(&dropped_, dropped_.empty() ? "" : "; ", ends);
+    EndBelowMinRanks(change);
     std::vector<int> lost;
     lost.swap(lost_);
     return lost;
   }
   // Every earlier change's group is superseded, and one may still be forming, its ranks waiting for
   // the lost one: they stop at this word and take the new change.
-  for (int generation = 0; generation <= membership_changes_; ++generation) {
-    (void)WriteFileAtomically(AbandonedStoreMarker(RunDirStoreFile(run_dir_, generation)), "",
-                              /*durable=*/false);
-  }
+  AbandonFormingGroups();
   change.number = ++membership_changes_;
   change.latest_loss = change.number;
   latest_loss_change_ = change.number;
@@ -474,7 +473,8 @@ absl::Status Job::WaitResult(absl::Status status, const std::string& escalation)
     absl::Status ended = WaitResultOfFailure(escalation);
     return absl::Status(ended.code(),
                         absl::StrCat(ended.message(), "\n(min_ranks ", spec_.min_ranks,
-                                     ": the job lost, in order: ", dropped_, ")"));
+                                     ": the job lost, in order: ", dropped_, ")",
+                                     last_commit_.empty() ? "" : "\n", last_commit_));
   }
   if (failed_rank_ >= 0) return WaitResultOfFailure(escalation);
   if (!status.ok() && !escalation.empty()) {

@@ -33,6 +33,8 @@
 
 namespace ddpspawn {
 
+struct MembershipChange;  // membership.h
+
 enum class StartMethod { kSpawn, kFork, kForkserver };
 
 // "spawn", "fork" or "forkserver"; InvalidArgument otherwise.
@@ -171,6 +173,12 @@ class Job {
   // ended for a moment drops them (publishing the change) while min_ranks go on; returns the
   // failures that end the job (all of them otherwise).
   std::vector<int> DropLostRanks(const std::vector<int>& newly_failed);
+  // Elastic (below_min_ranks.cc): marks every group formed so far abandoned, so that ranks waiting
+  // in one that is forming stop; and, once fewer than min_ranks are left, publishes `change` (the
+  // survivors) as the one that ends the job and waits for the first survivor to write the last
+  // commit, noting in last_commit_ where it did.
+  void AbandonFormingGroups() const;
+  void EndBelowMinRanks(const MembershipChange& survivors);
   // Elastic: when a rank asked for it (its collective failed), kills the ranks the others wait for
   // (stopped, or behind in the newest group's calls), which DropLostRanks() then drops.
   void KillHungRanks();
@@ -218,6 +226,7 @@ class Job {
   int membership_changes_ = 0;
   int latest_loss_change_ = 0;  // the number of the newest change that dropped a rank
   std::string dropped_;
+  std::string last_commit_;  // below min_ranks: the survivor's line on the last commit
   // Elastic with max_replacements: the ranks dropped and not yet started again, the replacements
   // started, and those that have not yet said they joined the others' group.
   std::vector<int> to_replace_;

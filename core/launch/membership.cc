@@ -38,7 +38,7 @@ std::string EncodeMembershipChange(const MembershipChange& change) {
   std::string text = absl::StrCat(
       "number=", change.number, "\nranks=", absl::StrJoin(change.ranks, ","),
       "\nleft=", absl::StrJoin(change.left, ","), "\njoined=", absl::StrJoin(change.joined, ","),
-      "\nlatest_loss=", change.latest_loss, "\n");
+      "\nlatest_loss=", change.latest_loss, "\n", change.ends_job ? "ends_job=1\n" : "");
   for (absl::string_view line : absl::StrSplit(change.why, '\n', absl::SkipEmpty())) {
     absl::StrAppend(&text, "why=", line, "\n");
   }
@@ -64,6 +64,8 @@ absl::StatusOr<MembershipChange> DecodeMembershipChange(absl::string_view text) 
         return absl::DataLossError(
             absl::StrCat("the membership file says latest_loss=", field.second));
       }
+    } else if (field.first == "ends_job") {
+      change.ends_job = field.second == "1";
     } else if (field.first == "why") {
       absl::StrAppend(&change.why, field.second, "\n");
     }
@@ -87,6 +89,16 @@ absl::StatusOr<std::optional<MembershipChange>> ReadMembershipChange(const std::
   absl::StatusOr<MembershipChange> change = DecodeMembershipChange(text);
   if (!change.ok()) return absl::DataLossError(absl::StrCat(path, " is not a membership change"));
   return std::optional<MembershipChange>(*std::move(change));
+}
+
+absl::Status ReportLastCommit(const std::string& run_dir, const std::string& line) {
+  return WriteFileAtomically(RunDirLastCommitFile(run_dir), line, /*durable=*/false);
+}
+
+std::optional<std::string> ReadLastCommitReport(const std::string& run_dir) {
+  absl::StatusOr<std::string> line = ReadWholeFile(RunDirLastCommitFile(run_dir));
+  if (!line.ok()) return std::nullopt;
+  return *std::move(line);
 }
 
 absl::Status RequestRecovery(const std::string& run_dir, int rank) {

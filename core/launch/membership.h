@@ -29,6 +29,9 @@ struct MembershipChange {
   // The number of the job's newest change that dropped a rank (this one's, when it did): a rank
   // whose collective failed waits for one above the change it trains under.
   int latest_loss = 0;
+  // Fewer than min_ranks go on: the job ends. The first of `ranks` writes the last commit to disk
+  // (ReportLastCommit), and every one of them ends.
+  bool ends_job = false;
 };
 
 // The change as the membership file holds it, and back (a malformed text is DataLoss).
@@ -58,6 +61,12 @@ enum class AwaitedChange { kAny, kAfterALoss };
 std::optional<MembershipChange> AwaitMembershipChange(const std::string& run_dir, int after,
                                                       absl::Duration patience,
                                                       AwaitedChange awaited = AwaitedChange::kAny);
+
+// In the survivor that writes the last commit of a job that ends (MembershipChange::ends_job): one
+// line for the launcher's error, where it wrote it or why it could not. In the launcher: that line,
+// once written.
+absl::Status ReportLastCommit(const std::string& run_dir, const std::string& line);
+std::optional<std::string> ReadLastCommitReport(const std::string& run_dir);
 
 // In a replacement rank (`rank` as launched), ready to train: asks the launcher to admit it; once
 // in the running ranks' group, says so (the launcher stops a replacement still waiting when the

@@ -55,6 +55,11 @@ TEST_F(MembershipTest, AChangeSurvivesItsEncodingWhole) {
   EXPECT_THAT(back->joined, ElementsAre(1));
   EXPECT_EQ(back->latest_loss, 2);
   EXPECT_EQ(back->why, change.why);
+  EXPECT_FALSE(back->ends_job);
+  change.ends_job = true;
+  back = DecodeMembershipChange(EncodeMembershipChange(change));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->ends_job);
 }
 
 TEST_F(MembershipTest, AMalformedChangeIsRefused) {

@@ -3,7 +3,8 @@ others form a new group, continue from their last in-memory commit on fewer
 ranks (no process restarts, nothing read from disk) and end with the weights of
 a clean run that followed the same membership schedule; with --max-restarts the
 launcher starts the lost rank again, and it rejoins at a commit. Below
---min-ranks the job fails naming every rank it lost."""
+--min-ranks the job fails naming every rank it lost, and the first survivor
+writes the last commit to disk, which --resume-from continues."""
 
 import os
 import re
@@ -220,6 +221,27 @@ def test_below_min_ranks_the_job_fails_naming_every_rank_it_lost(tmp_path, train
     assert "3 of 4 ranks go on (min_ranks 3)" in err, err
     assert (f"(min_ranks 3: the job lost, in order: rank 3 (pid {first}) was killed by signal "
             f"SIGKILL (Killed); rank 1 (pid {second}) was killed by signal SIGKILL") in err, err
+    # The first survivor wrote the last commit, which --resume-from continues.
+    last = root / "checkpoints" / "last.ckpt"
+    written = re.search(r"rank 0 wrote the last commit \(step (\d+)\) to (\S+): --resume-from "
+                        r"\S+ continues the fit", err)
+    assert written and written.group(2) == str(last), err
+    step = int(written.group(1))
+    resumed = re.search(r"elastic change 1: 3 ranks go on from the in-memory commit of step "
+                        r"(\d+)", err)
+    assert resumed, err
+    # Taken on 3 ranks after the change, at a commit.
+    assert step > int(resumed.group(1)) and step % COMMIT_EVERY == 0, (step, resumed.group(1))
+    # The same weights as a clean run of that schedule to that step: 4 ranks
+    # to the change's commit, then 3.
+    first_part = run_fit(fit_args(train, tmp_path / "r0") + ["--max-steps", resumed.group(1)])
+    want = run_fit(fit_args(train, tmp_path / "r1", nproc=3) +
+                   ["--resume-from", first_part["checkpoint"], "--max-steps", str(step)])
+    assert evaluate(str(last), train, MODEL) == evaluate(want["checkpoint"], train, MODEL)
+    # And it goes on from there, on as many ranks as are at hand.
+    went_on = run_fit(fit_args(train, tmp_path / "r2", nproc=2) +
+                      ["--resume-from", str(last), "--max-steps", str(step + 3)])
+    assert went_on["global_step"] == str(step + 3)
 
 
 def test_a_rank_lost_while_the_survivors_form_their_group_is_dropped_in_turn(tmp_path, train):

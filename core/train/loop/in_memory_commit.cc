@@ -4,13 +4,17 @@
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
+#include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/model/checkpoint.h"
+#include "core/strategy/checkpoint_io.h"
 #include "core/train/loop/fit_run.h"
+#include "core/train/loop/optimizer_factory.h"
 #include "core/train/loop/trainer.h"
 #include "core/util/status_macros.h"
 
@@ -67,6 +71,31 @@ absl::Status Trainer::RestoreCommit(LightningModule& module, FitRun& run) {
                         absl::StrCat("cannot resume from ", source, ": ", restored.message()));
   }
   return absl::OkStatus();
+}
+
+std::string SaveLastCommit(const InMemoryCommit& commit, LightningModule& module,
+                           const std::string& path, int rank) {
+  if (!commit.snapshot.has_value()) {
+    return absl::StrCat("rank ", rank, " had no commit yet (the first is taken at step ",
+                        commit.every_n_steps, "): no checkpoint was written");
+  }
+  const int64_t step = commit.snapshot->training_state().global_step;
+  absl::Status saved = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::unique_ptr<torch::optim::Optimizer> optimizer,
+                     MakeOptimizer(module.ConfigureOptimizers(), module.parameters()));
+    TrainingState state;
+    RETURN_IF_ERROR(commit.snapshot->Restore(module, optimizer.get(), &state));
+    ASSIGN_OR_RETURN(std::string bytes, SerializeCheckpoint(module, optimizer.get(), state));
+    std::error_code error;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), error);
+    return MakeAtomicFileCheckpointIO()->Save(bytes, path);
+  }();
+  if (!saved.ok()) {
+    return absl::StrCat("rank ", rank, " could not write the last commit (step ", step, ") to ",
+                        path, ": ", saved.message());
+  }
+  return absl::StrCat("rank ", rank, " wrote the last commit (step ", step, ") to ", path,
+                      ": --resume-from ", path, " continues the fit");
 }
 
 }  // namespace ddpspawn

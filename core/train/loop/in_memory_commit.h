@@ -11,8 +11,10 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 
 #include "absl/status/status.h"
+#include "core/model/module.h"
 #include "core/model/state_snapshot.h"
 
 namespace ddpspawn {
@@ -33,6 +35,13 @@ struct InMemoryCommit {
   // elastic fit ends it so to take a replacement rank in). Unset: nothing.
   std::function<absl::Status()> after_commit;
 };
+
+// Below min_ranks (the job ends), in the survivor the launcher names: writes `commit` to `path` as
+// a checkpoint (restored into `module` and an optimizer made as fit makes it from
+// module.ConfigureOptimizers()), for --resume-from. Returns the line the job's error gives: where
+// rank `rank` (as launched) wrote it, or why it did not.
+std::string SaveLastCommit(const InMemoryCommit& commit, LightningModule& module,
+                           const std::string& path, int rank);
 
 }  // namespace ddpspawn
 

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "absl/time/time.h"
 #include "core/launch/membership.h"
 #include "core/launch/worker_channel.h"
+#include "core/train/loop/checkpoint_connector.h"
 #include "core/train/loop/in_memory_commit.h"
 #include "core/train/loop/trainer.h"
 #include "core/util/status_macros.h"
@@ -207,6 +210,14 @@ absl::StatusOr<ElasticFitResult> ElasticFit(DDPSpawnStrategy& strategy, TrainerO
       const MembershipChange change = *next;
       next.reset();
       changes_seen = change.number;
+      if (change.ends_job) {  // below min_ranks: the first survivor writes the last commit
+        if (change.ranks.front() == launched.rank) {
+          const std::string path = std::filesystem::absolute(LastCheckpointPath(options)).string();
+          (void)ReportLastCommit(launched.run_dir,
+                                 SaveLastCommit(*commit, *module, path, launched.rank));
+        }
+        return failure;
+      }
       const int64_t reached = commit->reached_step;
       absl::StatusOr<int64_t> resumed =
           JoinGroupOfChange(strategy, launched, change, module, *commit);
