@@ -1,10 +1,18 @@
 // Process states from /proc (see process_state.h).
 #include "core/util/process_state.h"
 
+#include <unistd.h>
+
+#include <cstdint>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace ddpspawn {
 
@@ -29,6 +37,33 @@ ProcessState ReadProcessState(pid_t pid) {
     default:
       return ProcessState::kSleeping;
   }
+}
+
+absl::StatusOr<absl::Time> ReadProcessStartTime(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (pid <= 0 || !std::getline(stat, line)) {
+    return absl::NotFoundError(absl::StrCat("no process ", pid));
+  }
+  const size_t close = line.rfind(')');
+  // After "(comm)": the state is field 3, the start time field 22.
+  const std::vector<std::string> fields = absl::StrSplit(
+      line.substr(close == std::string::npos ? line.size() : close + 1), ' ', absl::SkipEmpty());
+  int64_t ticks = 0;
+  if (fields.size() < 20 || !absl::SimpleAtoi(fields[19], &ticks)) {
+    return absl::NotFoundError(absl::StrCat("/proc/", pid, "/stat has no start time"));
+  }
+  std::ifstream system_stat("/proc/stat");
+  int64_t boot = -1;
+  for (std::string row; boot < 0 && std::getline(system_stat, row);) {
+    if (absl::StartsWith(row, "btime ") && !absl::SimpleAtoi(row.substr(6), &boot)) boot = -1;
+  }
+  const long ticks_per_second = sysconf(_SC_CLK_TCK);
+  if (boot < 0 || ticks_per_second <= 0) {
+    return absl::NotFoundError("/proc/stat has no boot time");
+  }
+  return absl::FromUnixSeconds(boot) +
+         absl::Seconds(static_cast<double>(ticks) / static_cast<double>(ticks_per_second));
 }
 
 }  // namespace ddpspawn

@@ -1,9 +1,12 @@
-// What the kernel says of a process (/proc/<pid>/stat's state field), for deciding whether a peer
-// or a writer is still there. Thread-safe.
+// What the kernel says of a process (/proc/<pid>/stat's state field and start time), for deciding
+// whether a peer or a writer is still there, or what came before a process. Thread-safe.
 #ifndef DDPSPAWN_CORE_UTIL_PROCESS_STATE_H_
 #define DDPSPAWN_CORE_UTIL_PROCESS_STATE_H_
 
 #include <sys/types.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace ddpspawn {
 
@@ -17,6 +20,10 @@ enum class ProcessState {
 };
 
 ProcessState ReadProcessState(pid_t pid);
+
+// When process `pid` started: its start time in /proc/<pid>/stat (clock ticks after boot) after the
+// boot time in /proc/stat (a whole second), so to within a second. NotFound when /proc cannot say.
+absl::StatusOr<absl::Time> ReadProcessStartTime(pid_t pid);
 
 // Gone or a zombie: it runs no code any more.
 inline bool HasExited(ProcessState state) {

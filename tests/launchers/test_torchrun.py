@@ -1,10 +1,15 @@
 """ddpspawn started by torchrun (torch 2.11's): the CLI and Python's fit join
 torchrun's job as its ranks instead of launching trainings of their own, refuse
-a shape that disagrees with it, and a restarted attempt forms its group."""
+a shape that disagrees with it, and a restarted attempt forms its group; a fit
+that torchrun restarts continues from the checkpoint its first attempt wrote
+(and not from an older job's)."""
 
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -159,3 +164,88 @@ def test_a_restarted_attempt_forms_its_group_every_time():
         assert result.returncode == 0, f"run {run}: {result.stderr[-3000:]}"
         assert sorted(result.stdout.split("\n")[:2]) == [
             "attempt 1 rank 0 sum 6", "attempt 1 rank 1 sum 6"], result.stdout
+
+
+def metrics_steps(root: Path) -> List[int]:
+    try:
+        rows = (root / "metrics.csv").read_text().splitlines()[1:]
+    except FileNotFoundError:
+        return []
+    return [int(row.split(",")[1]) for row in rows if ",train_loss," in row]
+
+
+# 2 ranks x batch 4 over 2000 rows: 250 steps an epoch, 500 in all.
+RESTARTED_FIT = ["fit", "--model", "mlp:4,64,3", "--max-epochs", "2", "--batch-size", "4",
+                 "--seed", "7", "--optimizer", "adam", "--lr", "0.01", "--log-every-n-steps", "1",
+                 "--progress", "false"]
+
+
+def torchrun_killed_once(train: Path, root: Path, extra: List[str]):
+    """torchrun --max-restarts 1 of RESTARTED_FIT; its rank 1 SIGKILLed once 40
+    steps are logged. Returns (returncode, stdout, stderr)."""
+    command = TORCHRUN + ["--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                          "127.0.0.1:0", "--max-restarts", "1", "--no-python", str(CLI),
+                          *RESTARTED_FIT, "--train", str(train), "--default-root-dir", str(root),
+                          *extra]
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while len(metrics_steps(root)) < 40:
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+        time.sleep(0.005)
+    workers = [pid for pid in children(job.pid)
+               if b"\0RANK=1\0" in Path(f"/proc/{pid}/environ").read_bytes()]
+    assert len(workers) == 1, workers
+    os.kill(workers[0], signal.SIGKILL)
+    out, err = job.communicate(timeout=180)
+    return job.returncode, out, err
+
+
+def test_a_fit_torchrun_restarts_continues_from_the_checkpoint_its_first_attempt_wrote(tmp_path):
+    train = write_csv(tmp_path / "train.csv", rows=2000)
+    root = tmp_path / "torchrun"
+    code, out, err = torchrun_killed_once(train, root, ["--checkpoint-every-n-steps", "10"])
+    assert code == 0, err[-3000:]
+    last = root / "checkpoints" / "last.ckpt"
+    continued = re.search(r"ddpspawn: torchrun restarted its workers \(TORCHELASTIC_RESTART_COUNT"
+                          r"=1\): continuing from (\S+)", err)
+    assert continued and continued.group(1) == str(last), err[-3000:]
+    steps = metrics_steps(root)
+    # Resumed, not started over: step 1 ran once, and at most a checkpoint
+    # interval of steps ran twice.
+    assert steps.count(1) == 1 and len(steps) - len(set(steps)) <= 10, steps
+    want = subprocess.run([str(CLI), *RESTARTED_FIT, "--train", str(train), "--nproc-per-node",
+                           "2", "--default-root-dir", str(tmp_path / "own")],
+                          capture_output=True, text=True, timeout=120)
+    assert want.returncode == 0, want.stderr
+    got = parse(out)
+    assert got["global_step"] == parse(want.stdout)["global_step"] == "500"
+    assert (evaluate(got["checkpoint"], train, "mlp:4,64,3") ==
+            evaluate(parse(want.stdout)["checkpoint"], train, "mlp:4,64,3"))
+
+
+def test_a_torchrun_restart_does_not_continue_from_an_older_jobs_checkpoint(tmp_path):
+    # The root holds last.ckpt of a job that ended before this torchrun
+    # started; this job's first attempt is killed before it wrote one (no
+    # --checkpoint-every-n-steps, killed before the first epoch's end).
+    train = write_csv(tmp_path / "train.csv", rows=2000)
+    root = tmp_path / "shared_root"
+    # Another job: another seed, one epoch.
+    older = subprocess.run([str(CLI), *RESTARTED_FIT, "--train", str(train), "--nproc-per-node",
+                            "2", "--max-epochs", "1", "--seed", "99", "--default-root-dir",
+                            str(root)], capture_output=True, text=True, timeout=120)
+    assert older.returncode == 0, older.stderr
+    (root / "metrics.csv").unlink()
+    time.sleep(1.1)  # the agent's start time is known to the second
+    code, out, err = torchrun_killed_once(train, root, [])
+    assert code == 0, err[-3000:]
+    assert "continuing from" not in err, err[-3000:]
+    # Started over: the weights of a clean run of this job, which the older
+    # job's checkpoint (another seed) would not give.
+    want = subprocess.run([str(CLI), *RESTARTED_FIT, "--train", str(train), "--nproc-per-node",
+                           "2", "--default-root-dir", str(tmp_path / "own")],
+                          capture_output=True, text=True, timeout=120)
+    assert want.returncode == 0, want.stderr
+    got = parse(out)
+    assert got["global_step"] == "500"
+    assert (evaluate(got["checkpoint"], train, "mlp:4,64,3") ==
+            evaluate(parse(want.stdout)["checkpoint"], train, "mlp:4,64,3"))

@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/Device.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -36,6 +38,7 @@
 #include "core/train/run/run_inputs.h"
 #include "core/util/files.h"
 #include "core/util/output_dir.h"
+#include "core/util/process_state.h"
 #include "core/util/status_macros.h"
 #include "core/util/tensor_memory.h"
 
@@ -212,6 +215,29 @@ absl::StatusOr<std::string> RunResolvedCommand(const RunConfig& config,
   return text;
 }
 
+// Who started this job again, when a scheduler did and its previous run left `last`: SLURM, which
+// requeued it (after checkpoint_on_signal stopped it, say), or torchrun's agent, which restarted
+// every worker (--max-restarts; --nnodes MIN:MAX) and is this process's parent. A torchrun restart
+// trusts `last` only when it was written after the agent started (else it is another job's); a
+// requeued SLURM job trusts it as it is (its run started before). nullopt otherwise.
+std::optional<std::string> StartedAgainBy(const ClusterInfo& cluster, const std::string& last) {
+  std::error_code error;
+  if (!std::filesystem::exists(last, error)) return std::nullopt;
+  if (std::optional<SlurmJob> slurm = DetectSlurmJob(); slurm && slurm->restart_count > 0) {
+    return absl::StrFormat("SLURM requeued job %s (SLURM_RESTART_COUNT=%d)", slurm->job_id,
+                           slurm->restart_count);
+  }
+  if (cluster.kind != ClusterKind::kTorchElastic || cluster.attempt == 0) return std::nullopt;
+  absl::StatusOr<absl::Time> agent_started = ReadProcessStartTime(getppid());
+  struct stat written {};
+  if (!agent_started.ok() || stat(last.c_str(), &written) != 0 ||
+      absl::TimeFromTimespec(written.st_mtim) < *agent_started) {
+    return std::nullopt;
+  }
+  return absl::StrFormat("torchrun restarted its workers (TORCHELASTIC_RESTART_COUNT=%d)",
+                         cluster.attempt);
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy& strategy) {
@@ -222,20 +248,18 @@ absl::StatusOr<std::string> RunCommand(const RunConfig& config, DDPSpawnStrategy
     resumed.trainer.resume_from = *resume;
     return RunResolvedCommand(resumed, strategy);
   }
-  // A SLURM job that SLURM requeued (after checkpoint_on_signal stopped it, say) continues from the
-  // checkpoint its previous run left.
-  std::optional<SlurmJob> slurm = DetectSlurmJob();
+  // A job its scheduler started again continues from the checkpoint its previous run left.
   const std::string last = LastCheckpointPath(config.trainer);
-  if (config.command == Command::kFit && config.trainer.resume_from.empty() && slurm.has_value() &&
-      slurm->restart_count > 0 && std::filesystem::exists(last)) {
-    if (strategy.is_global_zero()) {
-      std::fprintf(
-          stderr, "ddpspawn: SLURM requeued job %s (SLURM_RESTART_COUNT=%d): continuing from %s\n",
-          slurm->job_id.c_str(), slurm->restart_count, std::filesystem::absolute(last).c_str());
+  if (config.command == Command::kFit && config.trainer.resume_from.empty()) {
+    if (std::optional<std::string> who = StartedAgainBy(strategy.cluster(), last)) {
+      if (strategy.is_global_zero()) {
+        std::fprintf(stderr, "ddpspawn: %s: continuing from %s\n", who->c_str(),
+                     std::filesystem::absolute(last).c_str());
+      }
+      RunConfig resumed = config;
+      resumed.trainer.resume_from = last;
+      return RunResolvedCommand(resumed, strategy);
     }
-    RunConfig resumed = config;
-    resumed.trainer.resume_from = last;
-    return RunResolvedCommand(resumed, strategy);
   }
   return RunResolvedCommand(config, strategy);
 }
