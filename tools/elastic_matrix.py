@@ -193,6 +193,20 @@ def kill_forkserver(run):
     return None
 
 
+def kill_below_min_ranks(run):
+    victims = [run.rank_pids(r)[0] for r in (1, 2, 3)]
+    start = time.monotonic()
+    for victim in victims:
+        os.kill(victim, signal.SIGKILL)
+    deadline = start + WAIT_S
+    while run.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    took = time.monotonic() - start
+    if "rank 0 wrote the last commit" not in run.stderr():
+        raise RuntimeError(f"no last commit written:\n{run.stderr()[-2000:]}")
+    return took
+
+
 def restart_kill_one(run):
     os.kill(run.rank_pids(1)[0], signal.SIGKILL)
     return run.next_step_after("ddpspawn: continuing from")
@@ -217,6 +231,9 @@ ROWS = [
     (8, "today's restart: `--max-restarts 1 --checkpoint-every-n-steps 10`, SIGKILL rank 1",
      ["--max-restarts", "1", "--checkpoint-every-n-steps", "10", "--timeout", "30"],
      restart_kill_one, "fault → the restarted ranks' next step"),
+    (9, "SIGKILL ranks 1, 2 and 3 at once: below `--min-ranks 2`, rank 0 writes its last commit",
+     ELASTIC + ["--timeout", "30"], kill_below_min_ranks,
+     "fault → the job's exit, the commit written"),
 ]
 
 
