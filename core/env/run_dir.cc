@@ -45,6 +45,10 @@ std::string RunDirProgressFile(const std::string& run_dir, int rank) {
   return absl::StrCat(run_dir, "/rank", rank, ".progress");
 }
 
+std::string RunDirFormedFile(const std::string& run_dir, int rank) {
+  return absl::StrCat(run_dir, "/rank", rank, ".formed");
+}
+
 std::string RunDirJoinRequestFile(const std::string& run_dir, int rank) {
   return absl::StrCat(run_dir, "/rank", rank, ".join");
 }

@@ -41,6 +41,9 @@ std::string RunDirLastCommitFile(const std::string& run_dir);
 // A rank's request that the launcher of an elastic job look for a hung rank to drop.
 std::string RunDirRecoveryRequestFile(const std::string& run_dir, int rank);
 
+// An elastic job's rank: the number of the membership change whose group it last formed.
+std::string RunDirFormedFile(const std::string& run_dir, int rank);
+
 // A replacement rank of an elastic job (max_restarts with min_ranks): its word that it is ready to
 // join the running ranks, then that it has joined them.
 std::string RunDirJoinRequestFile(const std::string& run_dir, int rank);

@@ -186,6 +186,8 @@ class Job {
   // since the last call while the budget lasts, admits the replacements that asked to join, and
   // stops those still waiting once the others have finished.
   void TendReplacements();
+  // Whether every member said it formed the group of the latest membership change.
+  bool MembersFormedLatestGroup() const;
   // Whether rank `r` (an index into outcomes_) is a replacement not yet admitted; if it is, its
   // failure is named and forgotten.
   bool ForgetFailedReplacement(int r);

@@ -101,6 +101,18 @@ std::optional<std::string> ReadLastCommitReport(const std::string& run_dir) {
   return *std::move(line);
 }
 
+absl::Status ConfirmFormed(const std::string& run_dir, int rank, int number) {
+  return WriteFileAtomically(RunDirFormedFile(run_dir, rank), absl::StrCat(number),
+                             /*durable=*/false);
+}
+
+int FormedChange(const std::string& run_dir, int rank) {
+  absl::StatusOr<std::string> text = ReadWholeFile(RunDirFormedFile(run_dir, rank));
+  int number = 0;
+  if (!text.ok() || !absl::SimpleAtoi(*text, &number)) return 0;
+  return number;
+}
+
 absl::Status RequestRecovery(const std::string& run_dir, int rank) {
   return WriteFileAtomically(RunDirRecoveryRequestFile(run_dir, rank), "", /*durable=*/false);
 }

@@ -68,6 +68,13 @@ std::optional<MembershipChange> AwaitMembershipChange(const std::string& run_dir
 absl::Status ReportLastCommit(const std::string& run_dir, const std::string& line);
 std::optional<std::string> ReadLastCommitReport(const std::string& run_dir);
 
+// In a rank (`rank` as launched) that formed the group of change `number` with the others: says so.
+// In the launcher: the number of the change whose group `rank` last said it formed (0: none). The
+// launcher admits a replacement only once every member formed the latest change's group, so that no
+// rank is still forming an older one when the admission comes.
+absl::Status ConfirmFormed(const std::string& run_dir, int rank, int number);
+int FormedChange(const std::string& run_dir, int rank);
+
 // In a replacement rank (`rank` as launched), ready to train: asks the launcher to admit it; once
 // in the running ranks' group, says so (the launcher stops a replacement still waiting when the
 // others have finished).

@@ -34,6 +34,12 @@ bool Job::ForgetFailedReplacement(int r) {
   return true;
 }
 
+bool Job::MembersFormedLatestGroup() const {
+  return absl::c_all_of(members_, [this](int m) {
+    return FormedChange(run_dir_, GlobalRank(m)) >= membership_changes_;
+  });
+}
+
 void Job::TendReplacements() {
   // Dropped ranks start again while the budget lasts and others still run to take them in.
   const bool members_run =
@@ -63,9 +69,11 @@ void Job::TendReplacements() {
   for (int r : joining_) {
     if (outcomes_[r].state != RankState::kRunning || TakeJoined(run_dir_, GlobalRank(r))) continue;
     waiting.push_back(r);
-    // Admitted once it asks, and while no loss is pending (the loss's change comes first).
+    // Admitted once it asks, while no loss is pending (the loss's change comes first), and once
+    // every member formed the latest change's group (one still forming an older group when the
+    // admission came would wait there while the others formed the admission's).
     if (!lost_.empty() || absl::c_find(members_, r) != members_.end() ||
-        !TakeJoinRequest(run_dir_, GlobalRank(r))) {
+        !MembersFormedLatestGroup() || !TakeJoinRequest(run_dir_, GlobalRank(r))) {
       continue;
     }
     MembershipChange change;

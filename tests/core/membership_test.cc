@@ -102,5 +102,13 @@ TEST_F(MembershipTest, AReplacementsRequestsAreTakenOnce) {
   EXPECT_FALSE(TakeJoined(run_dir_, 1));
 }
 
+TEST_F(MembershipTest, ARankSaysWhichChangesGroupItLastFormed) {
+  EXPECT_EQ(FormedChange(run_dir_, 2), 0);
+  ASSERT_TRUE(ConfirmFormed(run_dir_, 2, 1).ok());
+  ASSERT_TRUE(ConfirmFormed(run_dir_, 2, 3).ok());
+  EXPECT_EQ(FormedChange(run_dir_, 2), 3);
+  EXPECT_EQ(FormedChange(run_dir_, 1), 0);
+}
+
 }  // namespace
 }  // namespace ddpspawn

@@ -11,7 +11,7 @@ from typing import Dict, List
 
 import pytest
 
-from test_torchrun import CLI, evaluate, parent_of, parse, rank_pid, write_csv
+from test_torchrun import CLI, evaluate, logged_steps, parent_of, parse, rank_pid, write_csv
 
 MODEL = "mlp:4,64,3"
 
@@ -22,14 +22,6 @@ def fit_args(train: Path, root: Path) -> List[str]:
             "--batch-size", "4", "--seed", "7", "--optimizer", "adam", "--lr", "0.01",
             "--nproc-per-node", "2", "--checkpoint-every-n-steps", "7",
             "--log-every-n-steps", "1", "--progress", "false", "--default-root-dir", str(root)]
-
-
-def logged_steps(root: Path) -> List[int]:
-    try:
-        rows = (root / "metrics.csv").read_text().splitlines()[1:]
-    except FileNotFoundError:
-        return []
-    return [int(row.split(",")[1]) for row in rows if ",train_loss," in row]
 
 
 def epoch_losses(root: Path) -> Dict[int, str]:

@@ -166,7 +166,8 @@ def test_a_restarted_attempt_forms_its_group_every_time():
             "attempt 1 rank 0 sum 6", "attempt 1 rank 1 sum 6"], result.stdout
 
 
-def metrics_steps(root: Path) -> List[int]:
+def logged_steps(root: Path) -> List[int]:
+    """The steps of the train_loss rows of the fit's metrics.csv, as logged."""
     try:
         rows = (root / "metrics.csv").read_text().splitlines()[1:]
     except FileNotFoundError:
@@ -189,7 +190,7 @@ def torchrun_killed_once(train: Path, root: Path, extra: List[str]):
                           *extra]
     job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 90
-    while len(metrics_steps(root)) < 40:
+    while len(logged_steps(root)) < 40:
         assert job.poll() is None and time.monotonic() < deadline, job.communicate()
         time.sleep(0.005)
     workers = [pid for pid in children(job.pid)
@@ -209,7 +210,7 @@ def test_a_fit_torchrun_restarts_continues_from_the_checkpoint_its_first_attempt
     continued = re.search(r"ddpspawn: torchrun restarted its workers \(TORCHELASTIC_RESTART_COUNT"
                           r"=1\): continuing from (\S+)", err)
     assert continued and continued.group(1) == str(last), err[-3000:]
-    steps = metrics_steps(root)
+    steps = logged_steps(root)
     # Resumed, not started over: step 1 ran once, and at most a checkpoint
     # interval of steps ran twice.
     assert steps.count(1) == 1 and len(steps) - len(set(steps)) <= 10, steps

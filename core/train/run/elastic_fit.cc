@@ -65,6 +65,7 @@ absl::StatusOr<int64_t> JoinGroupOfChange(DDPSpawnStrategy& strategy, const Clus
   cluster.local_world_size = cluster.world_size;
   RETURN_IF_ERROR(strategy.Rejoin(cluster, change.number));
   SetWorkerGroupRank(cluster.rank);
+  (void)ConfirmFormed(launched.run_dir, launched.rank, change.number);
   // A backward cut short leaves partial gradients; the commit holds none.
   for (at::Tensor& parameter : module->parameters()) parameter.mutable_grad() = at::Tensor();
   // New rank 0's commit step: every rank resumes from that commit (RestoreCommit), the ranks that
