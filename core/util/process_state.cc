@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -53,16 +52,15 @@ absl::StatusOr<absl::Time> ReadProcessStartTime(pid_t pid) {
   if (fields.size() < 20 || !absl::SimpleAtoi(fields[19], &ticks)) {
     return absl::NotFoundError(absl::StrCat("/proc/", pid, "/stat has no start time"));
   }
-  std::ifstream system_stat("/proc/stat");
-  int64_t boot = -1;
-  for (std::string row; boot < 0 && std::getline(system_stat, row);) {
-    if (absl::StartsWith(row, "btime ") && !absl::SimpleAtoi(row.substr(6), &boot)) boot = -1;
-  }
+  // The boot time from the uptime (to the hundredth of a second), read right after the clock.
+  const absl::Time now = absl::Now();
+  std::ifstream uptime_file("/proc/uptime");
+  double uptime = -1;
   const long ticks_per_second = sysconf(_SC_CLK_TCK);
-  if (boot < 0 || ticks_per_second <= 0) {
-    return absl::NotFoundError("/proc/stat has no boot time");
+  if (!(uptime_file >> uptime) || uptime < 0 || ticks_per_second <= 0) {
+    return absl::NotFoundError("/proc/uptime cannot be read");
   }
-  return absl::FromUnixSeconds(boot) +
+  return now - absl::Seconds(uptime) +
          absl::Seconds(static_cast<double>(ticks) / static_cast<double>(ticks_per_second));
 }
 

@@ -22,7 +22,8 @@ enum class ProcessState {
 ProcessState ReadProcessState(pid_t pid);
 
 // When process `pid` started: its start time in /proc/<pid>/stat (clock ticks after boot) after the
-// boot time in /proc/stat (a whole second), so to within a second. NotFound when /proc cannot say.
+// boot, which is now less /proc/uptime: to about a hundredth of a second. NotFound when /proc
+// cannot say.
 absl::StatusOr<absl::Time> ReadProcessStartTime(pid_t pid);
 
 // Gone or a zombie: it runs no code any more.

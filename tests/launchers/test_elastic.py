@@ -222,7 +222,7 @@ def test_below_min_ranks_the_job_fails_naming_every_rank_it_lost(tmp_path, train
     assert (f"(min_ranks 3: the job lost, in order: rank 3 (pid {first}) was killed by signal "
             f"SIGKILL (Killed); rank 1 (pid {second}) was killed by signal SIGKILL") in err, err
     # The first survivor wrote the last commit, which --resume-from continues.
-    last = root / "checkpoints" / "last.ckpt"
+    last = root / "checkpoints" / "last_commit.ckpt"
     written = re.search(r"rank 0 wrote the last commit \(step (\d+)\) to (\S+): --resume-from "
                         r"\S+ continues the fit", err)
     assert written and written.group(2) == str(last), err

@@ -64,6 +64,14 @@ absl::Status Trainer::RestoreCommit(LightningModule& module, FitRun& run) {
     if (!sender) {
       restored = bytes.empty() ? absl::InternalError("rank 0 could not send it")
                                : RestoreCheckpoint(bytes, module, run.optimizer.get(), &run.state);
+      // From here on it holds rank 0's commit, as every rank does (should it be rank 0 at the next
+      // change, before the next commit, it sends this one).
+      if (restored.ok()) {
+        absl::StatusOr<StateSnapshot> taken = StateSnapshot::Take(
+            module, run.optimizer.get(), run.state, std::exchange(commit.snapshot, std::nullopt));
+        restored = taken.status();
+        if (taken.ok()) commit.snapshot = *std::move(taken);
+      }
     }
   }
   if (!restored.ok()) {
@@ -76,8 +84,8 @@ absl::Status Trainer::RestoreCommit(LightningModule& module, FitRun& run) {
 std::string SaveLastCommit(const InMemoryCommit& commit, LightningModule& module,
                            const std::string& path, int rank) {
   if (!commit.snapshot.has_value()) {
-    return absl::StrCat("rank ", rank, " had no commit yet (the first is taken at step ",
-                        commit.every_n_steps, "): no checkpoint was written");
+    return absl::StrCat("rank ", rank, " had no commit (its fit never started): no checkpoint ",
+                        "was written");
   }
   const int64_t step = commit.snapshot->training_state().global_step;
   absl::Status saved = [&]() -> absl::Status {

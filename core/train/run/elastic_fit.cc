@@ -114,6 +114,19 @@ absl::StatusOr<MembershipChange> AwaitAdmission(const ClusterInfo& launched) {
   }
 }
 
+// Below min_ranks (`change` ends the job): the first survivor writes its last commit beside the
+// fit's last.ckpt (which an epoch's end may have written later than the commit) and tells the
+// launcher where.
+void WriteLastCommitIfFirst(const ClusterInfo& launched, const MembershipChange& change,
+                            const InMemoryCommit& commit, LightningModule& module,
+                            const TrainerOptions& options) {
+  if (change.ranks.front() != launched.rank) return;
+  const std::string path = std::filesystem::absolute(LastCheckpointPath(options))
+                               .replace_filename("last_commit.ckpt")
+                               .string();
+  (void)ReportLastCommit(launched.run_dir, SaveLastCommit(commit, module, path, launched.rank));
+}
+
 // The result's keys for a change the ranks went on from, from the group of `before` (the ranks as
 // launched, in their order; a change may take in several of the launcher's at once, when a loss and
 // an admission came together): who left and who joined since, `resumed` (the commit's step, -1 for
@@ -211,12 +224,8 @@ absl::StatusOr<ElasticFitResult> ElasticFit(DDPSpawnStrategy& strategy, TrainerO
       const MembershipChange change = *next;
       next.reset();
       changes_seen = change.number;
-      if (change.ends_job) {  // below min_ranks: the first survivor writes the last commit
-        if (change.ranks.front() == launched.rank) {
-          const std::string path = std::filesystem::absolute(LastCheckpointPath(options)).string();
-          (void)ReportLastCommit(launched.run_dir,
-                                 SaveLastCommit(*commit, *module, path, launched.rank));
-        }
+      if (change.ends_job) {
+        WriteLastCommitIfFirst(launched, change, *commit, *module, options);
         return failure;
       }
       const int64_t reached = commit->reached_step;

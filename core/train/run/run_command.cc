@@ -217,9 +217,9 @@ absl::StatusOr<std::string> RunResolvedCommand(const RunConfig& config,
 
 // Who started this job again, when a scheduler did and its previous run left `last`: SLURM, which
 // requeued it (after checkpoint_on_signal stopped it, say), or torchrun's agent, which restarted
-// every worker (--max-restarts; --nnodes MIN:MAX) and is this process's parent. A torchrun restart
-// trusts `last` only when it was written after the agent started (else it is another job's); a
-// requeued SLURM job trusts it as it is (its run started before). nullopt otherwise.
+// every worker (--max-restarts) of a job of one node and is this process's parent. A torchrun
+// restart trusts `last` only when it was written after the agent started (else it is another
+// job's); a requeued SLURM job trusts it as it is (its run started before). nullopt otherwise.
 std::optional<std::string> StartedAgainBy(const ClusterInfo& cluster, const std::string& last) {
   std::error_code error;
   if (!std::filesystem::exists(last, error)) return std::nullopt;
@@ -227,7 +227,12 @@ std::optional<std::string> StartedAgainBy(const ClusterInfo& cluster, const std:
     return absl::StrFormat("SLURM requeued job %s (SLURM_RESTART_COUNT=%d)", slurm->job_id,
                            slurm->restart_count);
   }
-  if (cluster.kind != ClusterKind::kTorchElastic || cluster.attempt == 0) return std::nullopt;
+  // One node's ranks share the agent and the file; across nodes each agent started at its own time
+  // (one joining a MIN:MAX job later), and the ranks could decide differently.
+  if (cluster.kind != ClusterKind::kTorchElastic || cluster.attempt == 0 ||
+      cluster.world_size != cluster.local_world_size) {
+    return std::nullopt;
+  }
   absl::StatusOr<absl::Time> agent_started = ReadProcessStartTime(getppid());
   struct stat written {};
   if (!agent_started.ok() || stat(last.c_str(), &written) != 0 ||
