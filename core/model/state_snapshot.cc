@@ -51,9 +51,11 @@ at::Tensor CopyInto(const at::Tensor& from, const at::Tensor& into) {
 // A copy of `from` (of type State) that shares no tensor with it, its tensors (`tensors_of`'s)
 // copied into those of `previous` where it is a State too.
 template <typename State, typename TensorsOf>
-std::unique_ptr<OptimizerParamState> CopyState(const State& from, OptimizerParamState* previous,
+std::unique_ptr<OptimizerParamState> CopyState(const OptimizerParamState& from,
+                                               OptimizerParamState* previous,
                                                TensorsOf tensors_of) {
-  auto copy = std::make_unique<State>(from);  // its scalars; its tensors are from's for now
+  // Its scalars; its tensors are from's for now.
+  auto copy = std::make_unique<State>(static_cast<const State&>(from));
   auto* old = previous != nullptr && typeid(*previous) == typeid(State)
                   ? static_cast<State*>(previous)
                   : nullptr;
@@ -74,34 +76,29 @@ std::unique_ptr<OptimizerParamState> DeepCopy(const OptimizerParamState& state,
   using torch::optim::AdamWParamState;
   using torch::optim::RMSpropParamState;
   using torch::optim::SGDParamState;
-  if (typeid(state) == typeid(AdamParamState)) {
-    const auto* adam = static_cast<const AdamParamState*>(&state);
-    return CopyState(*adam, previous, [](AdamParamState& s) {
-      return std::array<at::Tensor*, 3>{&s.exp_avg(), &s.exp_avg_sq(), &s.max_exp_avg_sq()};
-    });
+  const std::type_info& type = typeid(state);
+  const auto adam_tensors = [](auto& s) {
+    return std::array<at::Tensor*, 3>{&s.exp_avg(), &s.exp_avg_sq(), &s.max_exp_avg_sq()};
+  };
+  if (type == typeid(AdamParamState)) {
+    return CopyState<AdamParamState>(state, previous, adam_tensors);
   }
-  if (typeid(state) == typeid(AdamWParamState)) {
-    const auto* adamw = static_cast<const AdamWParamState*>(&state);
-    return CopyState(*adamw, previous, [](AdamWParamState& s) {
-      return std::array<at::Tensor*, 3>{&s.exp_avg(), &s.exp_avg_sq(), &s.max_exp_avg_sq()};
-    });
+  if (type == typeid(AdamWParamState)) {
+    return CopyState<AdamWParamState>(state, previous, adam_tensors);
   }
-  if (typeid(state) == typeid(SGDParamState)) {
-    const auto* sgd = static_cast<const SGDParamState*>(&state);
-    return CopyState(*sgd, previous, [](SGDParamState& s) {
+  if (type == typeid(SGDParamState)) {
+    return CopyState<SGDParamState>(state, previous, [](SGDParamState& s) {
       return std::array<at::Tensor*, 1>{&s.momentum_buffer()};
     });
   }
-  if (typeid(state) == typeid(RMSpropParamState)) {
-    const auto* rmsprop = static_cast<const RMSpropParamState*>(&state);
-    return CopyState(*rmsprop, previous, [](RMSpropParamState& s) {
+  if (type == typeid(RMSpropParamState)) {
+    return CopyState<RMSpropParamState>(state, previous, [](RMSpropParamState& s) {
       return std::array<at::Tensor*, 3>{&s.square_avg(), &s.momentum_buffer(), &s.grad_avg()};
     });
   }
-  if (typeid(state) == typeid(AdagradParamState)) {
-    const auto* adagrad = static_cast<const AdagradParamState*>(&state);
-    return CopyState(*adagrad, previous,
-                     [](AdagradParamState& s) { return std::array<at::Tensor*, 1>{&s.sum()}; });
+  if (type == typeid(AdagradParamState)) {
+    return CopyState<AdagradParamState>(
+        state, previous, [](AdagradParamState& s) { return std::array<at::Tensor*, 1>{&s.sum()}; });
   }
   return nullptr;
 }
