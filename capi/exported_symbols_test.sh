@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The library exports exactly the symbols in capi/exported_symbols.txt, each in its version node
-# (DDPSPAWN_1, or DDPSPAWN_1.1, 1.2 and 1.3 for what came later: capi/ddpspawn.lds). Changing the
+# (DDPSPAWN_1, or DDPSPAWN_1.1 to 1.4 for what came later: capi/ddpspawn.lds). Changing the
 # ABI is a deliberate commit: regenerate the list with
 #   nm -D --defined-only --with-symbol-versions bazel-bin/capi/libddpspawn.so.1 |
 #     awk '{print $3}' | sort > capi/exported_symbols.txt

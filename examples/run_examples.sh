@@ -98,3 +98,17 @@ java_jar=$(bash bindings/java/build.sh "$work/java")
 out=$(DDPSPAWN_LIBRARY="$lib/libddpspawn.so.1" "$jdk/bin/java" --enable-native-access=ALL-UNNAMED \
   -cp "$java_jar:$work/java/classes" TrainLinear)
 expect Java "rank 0 learned: weights 2.000 -1.000 0.500, bias 3.000" "$out"
+
+# Java's Fabric: the plain one-process loop and the same loop on 2 ranks, five lines apart.
+linear=examples/java/linear
+changed_lines=$(diff <(sed '1,/^$/d' $linear/plain/LinearRegression.java) \
+  <(sed '1,/^$/d' $linear/fabric/LinearRegression.java) | grep -c '^>' || true)
+((changed_lines <= 5)) ||
+  { echo "run_examples.sh: the Java Fabric loop changes $changed_lines lines, docs/fabric.md says 5" >&2; exit 1; }
+for loop in plain fabric; do
+  "$jdk/bin/javac" --release 22 -Xlint:all -Werror -cp "$java_jar" -d "$work/java/$loop" \
+    "$linear/$loop/LinearRegression.java"
+  out=$(DDPSPAWN_LIBRARY="$lib/libddpspawn.so.1" "$jdk/bin/java" \
+    --enable-native-access=ALL-UNNAMED -cp "$java_jar:$work/java/$loop" LinearRegression)
+  expect "Java ($loop loop)" "learned: weights 2.000 -1.000 0.500, bias 3.000" "$out"
+done

@@ -3,10 +3,7 @@
 #include "core/fabric/fabric.h"
 
 #include <ATen/Context.h>
-#include <ATen/ops/isfinite.h>
 #include <c10/core/Device.h>
-#include <c10/util/StringUtil.h>
-#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 
 #include <cstdlib>
@@ -16,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/ddp/sharded_optimizer.h"
 #include "core/env/rank_zero.h"
+#include "core/fabric/gradient_clipping.h"
 #include "core/model/checkpoint.h"
 #include "core/model/module.h"
 #include "core/train/loggers/csv_logger.h"
@@ -156,33 +154,30 @@ double Fabric::ClipGradients(torch::optim::Optimizer& optimizer, double max_norm
                              double norm_type) {
   RequireInRank("ClipGradients");
   const std::vector<at::Tensor> parameters = AllParameters(optimizer);
-  absl::StatusOr<double> norm =
-      StatusOnException("clipping the gradients", [&]() -> absl::StatusOr<double> {
-        // Throws before clipping where the norm is not finite (it would spread a NaN over every
-        // gradient).
-        return torch::nn::utils::clip_grad_norm_(parameters, max_norm, norm_type,
-                                                 /*error_if_nonfinite=*/true);
-      });
-  if (norm.ok()) return *norm;
-  for (size_t i = 0; i < parameters.size(); ++i) {  // which one, for the error
-    const at::Tensor& grad = parameters[i].grad();
-    if (grad.defined() && !at::isfinite(grad).all().item<bool>()) {
-      Throw(absl::InvalidArgumentError(absl::StrCat(
-          "ClipGradients: the gradient of the optimizer's parameter ", i, " (of ",
-          parameters.size(), ", shape ", c10::str(parameters[i].sizes()),
-          ") is not finite (a NaN or an infinity in the loss or the backward); nothing was "
-          "clipped")));
-    }
+  std::vector<at::Tensor> gradients;
+  std::vector<size_t> indices;  // each gradient's parameter, for the error
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (!parameters[i].grad().defined()) continue;
+    gradients.push_back(parameters[i].grad());
+    indices.push_back(i);
   }
-  Throw(norm.status());
+  absl::StatusOr<double> norm = ClipGradientNorm(gradients, max_norm, norm_type, [&](size_t i) {
+    return absl::StrCat("the optimizer's parameter ", indices[i], " of ", parameters.size());
+  });
+  if (!norm.ok()) {
+    Throw(absl::Status(norm.status().code(),
+                       absl::StrCat("ClipGradients: ", norm.status().message())));
+  }
+  return *norm;
 }
 
 void Fabric::ClipGradientValues(torch::optim::Optimizer& optimizer, double clip_val) {
   RequireInRank("ClipGradientValues");
-  absl::Status status = StatusOnException("clipping the gradients", [&] {
-    torch::nn::utils::clip_grad_value_(AllParameters(optimizer), clip_val);
-  });
-  if (!status.ok()) Throw(status);
+  std::vector<at::Tensor> gradients;
+  for (const at::Tensor& parameter : AllParameters(optimizer)) {
+    if (parameter.grad().defined()) gradients.push_back(parameter.grad());
+  }
+  if (absl::Status status = ClipGradientValue(gradients, clip_val); !status.ok()) Throw(status);
 }
 
 at::Tensor Fabric::AllReduce(const at::Tensor& tensor, ReduceOp op) {

@@ -8,8 +8,10 @@
 //              difference of the clipped norms, how many steps clipped, how many backwards
 //              synchronized); with DIR, rank 0 writes the parameters, flattened in order, one
 //              value a line, before training to DIR/initial.txt and after to DIR/weights.txt,
-//              and Save()s DIR/final.ckpt (the Fabric conformance tests of Python and Rust run
-//              the same loop from the same start and compare; Rust's reads the checkpoint too)
+//              writes every micro-batch it draws to DIR/inputs.txt (16 rows of 4, step by step),
+//              and Save()s DIR/final.ckpt (the Fabric conformance tests of Python, Rust and Java
+//              run the same loop from the same start and compare; Rust's and Java's read the
+//              checkpoint too)
 // collectives  "mean=M sum=S gathered=G from_rank_1=T bytes=B" of AllReduce, AllGather and both
 //              Broadcasts of each rank's number
 // save_load    2 steps, Save(DIR/fabric.ckpt), Load into a fresh model and optimizer: "step=S
@@ -75,21 +77,35 @@ std::vector<double> TrainLoop(torch::optim::SGD& optimizer, Forward&& forward, N
   return norms;
 }
 
-// `module`'s parameters, flattened in order, one value a line (9 digits: a float exactly).
-void WriteParameters(torch::nn::Module& module, const std::string& path) {
+// `tensors`, flattened in order, one value a line (9 digits: a float exactly).
+void WriteValues(const std::vector<torch::Tensor>& tensors, const std::string& path) {
   std::FILE* out = std::fopen(path.c_str(), "w");
   if (out == nullptr) throw std::runtime_error("cannot write " + path);
-  for (const torch::Tensor& p : module.parameters()) {
+  for (const torch::Tensor& p : tensors) {
     const torch::Tensor flat = p.detach().flatten().contiguous();
     for (int64_t i = 0; i < flat.numel(); ++i) std::fprintf(out, "%.9g\n", flat[i].item<float>());
   }
   std::fclose(out);
 }
 
+void WriteParameters(torch::nn::Module& module, const std::string& path) {
+  WriteValues(module.parameters(), path);
+}
+
+// Every micro-batch the loop draws, in order (for a front end that cannot draw torch's numbers).
+void WriteInputs(const std::string& path) {
+  std::vector<torch::Tensor> batches;
+  for (int step = 0; step < kSteps; ++step) {
+    for (int micro = 0; micro < 2; ++micro) batches.push_back(Inputs(step, micro));
+  }
+  WriteValues(batches, path);
+}
+
 std::string Train(ddpspawn::Fabric& fabric) {
   auto model = fabric.Setup(MakeModel());
   if (!g_dir.empty() && fabric.is_global_zero()) {
     WriteParameters(*model, g_dir + "/initial.txt");
+    WriteInputs(g_dir + "/inputs.txt");
   }
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   const int64_t half = 16 / fabric.world_size();

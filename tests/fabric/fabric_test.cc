@@ -99,7 +99,7 @@ TEST(FabricTest, ANonFiniteNormFailsTheJobNamingTheRank) {
   EXPECT_FALSE(ok);
   EXPECT_THAT(output, AllOf(HasSubstr("failed: "), HasSubstr("rank 1"),
                             HasSubstr("ClipGradients: the gradient of the optimizer's parameter 0 "
-                                      "(of 4, shape [8, 4]) is not finite")))
+                                      "of 4 (shape [8, 4]) is not finite")))
       << output;
 }
 

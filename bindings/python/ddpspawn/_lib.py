@@ -352,6 +352,12 @@ SIGNATURES: Dict[str, Tuple[Optional[_CType], List[_CType]]] = {
         _Status,
         [c_char_p, POINTER(c_char_p), POINTER(c_void_p), c_size_t, POINTER(c_int64)],
     ),
+    # Gradient clipping for a loop of one's own (DDPSPAWN_1.4): DLTensor* arrays.
+    "ddpspawn_clip_grad_norm_dlpack": (
+        _Status,
+        [POINTER(c_char_p), POINTER(c_void_p), c_size_t, c_double, c_double, POINTER(c_double)],
+    ),
+    "ddpspawn_clip_grad_value_dlpack": (_Status, [POINTER(c_void_p), c_size_t, c_double]),
     # Metrics for a loop of one's own (DDPSPAWN_1.3).
     "ddpspawn_log_metrics": (
         _Status,

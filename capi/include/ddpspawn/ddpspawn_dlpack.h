@@ -105,6 +105,26 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_checkpoint_load_dlpack(const char* path
                                                                 DLTensor* const* tensors,
                                                                 size_t count, int64_t* out_step);
 
+/* Gradient clipping for a loop's own gradients (Lightning Fabric's clip_gradients), on this rank
+ * alone: each gradients[i] (i < count) in place, with the kernels of torch.nn.utils'
+ * clip_grad_norm_ and clip_grad_value_, so the result is bit-equal to theirs. Clip the averaged
+ * gradients (after the reducer's finalize), and every rank clips alike.
+ *
+ * By norm: scales the gradients so that their norm_type norm (INFINITY: the largest magnitude) is
+ * at most max_norm and writes the norm before clipping to *out_norm (may be NULL). A norm that is
+ * not finite is DDPSPAWN_ERR_INVALID_ARGUMENT naming the gradient that holds a NaN or an infinity
+ * (by names[i], or as gradients[i] where names is NULL), and nothing is scaled; so are max_norm < 0
+ * and norm_type <= 0. Added in version node DDPSPAWN_1.4. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_clip_grad_norm_dlpack(const char* const* names,
+                                                               DLTensor* const* gradients,
+                                                               size_t count, double max_norm,
+                                                               double norm_type, double* out_norm);
+
+/* By value: clamps every element to [-clip_value, clip_value]; a negative or non-finite clip_value
+ * is DDPSPAWN_ERR_INVALID_ARGUMENT. Added in version node DDPSPAWN_1.4. */
+DDPSPAWN_EXPORT ddpspawn_status ddpspawn_clip_grad_value_dlpack(DLTensor* const* gradients,
+                                                                size_t count, double clip_value);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

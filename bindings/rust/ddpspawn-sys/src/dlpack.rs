@@ -124,6 +124,26 @@ crate::dynamic_functions! {
         count: usize,
         out_step: *mut i64,
     ) -> ddpspawn_status;
+    /// This rank alone: scales the gradients in place so that their
+    /// `norm_type` norm is at most `max_norm`, as `clip_grad_norm_`; a
+    /// non-finite one names `names[i]` (may be NULL); `out_norm` (may be
+    /// NULL) gets the norm before clipping. Added in
+    /// version node `DDPSPAWN_1.4`.
+    pub fn ddpspawn_clip_grad_norm_dlpack(
+        names: *const *const c_char,
+        gradients: *const *mut DLTensor,
+        count: usize,
+        max_norm: f64,
+        norm_type: f64,
+        out_norm: *mut f64,
+    ) -> ddpspawn_status;
+    /// This rank alone: clamps the gradients to `[-clip_value, clip_value]`
+    /// in place. Added in version node `DDPSPAWN_1.4`.
+    pub fn ddpspawn_clip_grad_value_dlpack(
+        gradients: *const *mut DLTensor,
+        count: usize,
+        clip_value: f64,
+    ) -> ddpspawn_status;
     /// gradient_as_bucket_view: moves the reducer's buffers into its buckets
     /// and writes each bucket slot into `out_buffers` (`num_buffers`
     /// entries) as a `DLManagedTensor` the caller releases with its deleter.

@@ -2,6 +2,7 @@
 package dev.ddpspawn;
 
 import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_DOUBLE;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
 import static java.lang.foreign.ValueLayout.JAVA_LONG;
 
@@ -154,6 +155,50 @@ final class Native {
           ADDRESS,
           JAVA_LONG,
           ADDRESS);
+
+  // A loop's own checkpoints, metrics and gradient clipping (DLTensor arrays: DLTensors.java).
+  static final MethodHandle CHECKPOINT_SAVE_DLPACK =
+      function(
+          "ddpspawn_checkpoint_save_dlpack",
+          JAVA_INT,
+          ADDRESS,
+          ADDRESS,
+          ADDRESS,
+          ADDRESS,
+          JAVA_LONG,
+          JAVA_LONG);
+  static final MethodHandle CHECKPOINT_LOAD_DLPACK =
+      function(
+          "ddpspawn_checkpoint_load_dlpack",
+          JAVA_INT,
+          ADDRESS,
+          ADDRESS,
+          ADDRESS,
+          JAVA_LONG,
+          ADDRESS);
+  static final MethodHandle LOG_METRICS =
+      function(
+          "ddpspawn_log_metrics",
+          JAVA_INT,
+          ADDRESS,
+          ADDRESS,
+          JAVA_LONG,
+          JAVA_LONG,
+          ADDRESS,
+          ADDRESS,
+          JAVA_LONG);
+  static final MethodHandle CLIP_GRAD_NORM_DLPACK =
+      function(
+          "ddpspawn_clip_grad_norm_dlpack",
+          JAVA_INT,
+          ADDRESS,
+          ADDRESS,
+          JAVA_LONG,
+          JAVA_DOUBLE,
+          JAVA_DOUBLE,
+          ADDRESS);
+  static final MethodHandle CLIP_GRAD_VALUE_DLPACK =
+      function("ddpspawn_clip_grad_value_dlpack", JAVA_INT, ADDRESS, JAVA_LONG, JAVA_DOUBLE);
 
   // Training runs.
   static final MethodHandle RUN = function("ddpspawn_run", JAVA_INT, ADDRESS, ADDRESS, ADDRESS);
