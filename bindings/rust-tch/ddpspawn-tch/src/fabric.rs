@@ -3,8 +3,8 @@
 // collectives, save and load, log, seeding), over the `ddpspawn` crate's
 // launcher, context, sampler, checkpoints, metrics and the reducer of
 // `DistributedDataParallel`.
-// It adds no mechanism: each verb is one of those calls, or tch's own tensor
-// operations.
+// It adds no mechanism: each verb is one of those calls (gradient clipping is
+// the library's too), or tch's own tensor operations.
 
 use std::any::Any;
 use std::fmt::Display;
@@ -108,6 +108,22 @@ fn torch_error(what: &str, error: tch::TchError) -> Error {
     Error::InvalidArgument {
         message: format!("{what}: {error}"),
     }
+}
+
+/// `model`'s variables that have a gradient: the name, the gradient (which
+/// keeps its memory alive) and the reference the library writes.
+fn defined_gradients(
+    model: &DistributedDataParallel<'_>,
+) -> Result<Vec<(String, Tensor, TensorRef)>> {
+    let mut gradients = Vec::new();
+    for (name, variable) in model.names.iter().zip(&model.variables) {
+        let gradient = variable.grad();
+        if gradient.defined() {
+            let reference = tensor_ref(&format!("the gradient of {name}"), &gradient)?;
+            gradients.push((name.clone(), gradient, reference));
+        }
+    }
+    Ok(gradients)
 }
 
 impl Fabric {
@@ -320,8 +336,8 @@ impl Fabric {
     }
 
     /// Scales the gradients so that their `norm_type` norm is at most
-    /// `max_norm`, as LibTorch's `clip_grad_norm_`; returns the norm before
-    /// clipping. A non-finite norm is an error naming the variable whose
+    /// `max_norm`, with the library's clipping (LibTorch's `clip_grad_norm_`
+    /// kernels, C++'s `ClipGradients`); returns the norm before clipping. A non-finite norm is an error naming the variable whose
     /// gradient holds a NaN or an infinity, and nothing is clipped.
     pub fn clip_gradients(
         &self,
@@ -330,52 +346,10 @@ impl Fabric {
         norm_type: f64,
     ) -> Result<f64> {
         self.context("clip_gradients")?;
-        let gradients: Vec<Tensor> = model.variables.iter().map(Tensor::grad).collect();
-        let gradients: Vec<&Tensor> = gradients.iter().filter(|g| g.defined()).collect();
-        if gradients.is_empty() {
-            return Ok(0.0);
-        }
-        let total = tch::no_grad(|| {
-            let norms: Vec<Tensor> = if norm_type == f64::INFINITY {
-                gradients.iter().map(|g| g.abs().max()).collect()
-            } else {
-                gradients
-                    .iter()
-                    .map(|g| g.norm_scalaropt_dim(norm_type, &[] as &[i64], false))
-                    .collect()
-            };
-            match norms.len() {
-                1 => norms[0].shallow_clone(),
-                _ if norm_type == f64::INFINITY => Tensor::stack(&norms, 0).max(),
-                _ => Tensor::stack(&norms, 0).norm_scalaropt_dim(norm_type, &[] as &[i64], false),
-            }
-        });
-        let norm = total.double_value(&[]);
-        if !norm.is_finite() {
-            for (name, variable) in model.names.iter().zip(&model.variables) {
-                let gradient = variable.grad();
-                if gradient.defined() && gradient.isfinite().all().int64_value(&[]) == 0 {
-                    return Err(Error::InvalidArgument {
-                        message: format!(
-                            "Fabric::clip_gradients: the gradient of {name} (shape {:?}) is \
-                             not finite (a NaN or an infinity in the loss or the backward); \
-                             nothing was clipped",
-                            variable.size()
-                        ),
-                    });
-                }
-            }
-            return Err(Error::InvalidArgument {
-                message: format!("Fabric::clip_gradients: the gradients' norm is {norm}"),
-            });
-        }
-        tch::no_grad(|| {
-            let coefficient = (max_norm / (&total + 1e-6)).clamp_max(1.0);
-            for gradient in &gradients {
-                let _ = gradient.shallow_clone().g_mul_(&coefficient);
-            }
-        });
-        Ok(norm)
+        let gradients = defined_gradients(model)?;
+        let named: Vec<(&str, &TensorRef)> =
+            gradients.iter().map(|(n, _, r)| (n.as_str(), r)).collect();
+        ddpspawn::clip_grad_norm(&named, max_norm, norm_type)
     }
 
     /// Clamps every gradient's values to `[-clip_value, clip_value]`.
@@ -385,15 +359,9 @@ impl Fabric {
         clip_value: f64,
     ) -> Result<()> {
         self.context("clip_gradient_values")?;
-        tch::no_grad(|| {
-            for variable in &model.variables {
-                let mut gradient = variable.grad();
-                if gradient.defined() {
-                    let _ = gradient.clamp_(-clip_value, clip_value);
-                }
-            }
-        });
-        Ok(())
+        let gradients = defined_gradients(model)?;
+        let refs: Vec<&TensorRef> = gradients.iter().map(|(_, _, r)| r).collect();
+        ddpspawn::clip_grad_value(&refs, clip_value)
     }
 
     /// `op` over every rank's `tensor` (Lightning's default is

@@ -17,7 +17,7 @@ fn path_string(path: &Path) -> Result<CString> {
     to_c_string("the checkpoint's path", path.as_os_str().as_bytes())
 }
 
-fn names_of(tensors: &[(&str, &TensorRef)]) -> Result<Vec<CString>> {
+pub(crate) fn names_of(tensors: &[(&str, &TensorRef)]) -> Result<Vec<CString>> {
     tensors
         .iter()
         .map(|(name, _)| to_c_string("a tensor's name", *name))

@@ -49,6 +49,7 @@
 
 mod arrivals;
 mod checkpoint;
+mod clipping;
 mod comm_hook;
 mod context;
 mod defaults;
@@ -65,6 +66,7 @@ mod worker;
 
 pub use arrivals::{RankArrivals, StragglerReport};
 pub use checkpoint::load_checkpoint;
+pub use clipping::{clip_grad_norm, clip_grad_value};
 pub use comm_hook::{Bucket, CommHook};
 pub use context::Context;
 pub use element::{DType, Element, ReduceOp};
