@@ -1,6 +1,7 @@
 //! Checks of `ddpspawn_tch::Fabric`'s verbs beyond the conformance loop, on 2 ranks; exits 1 with
 //! the reason when one fails. Run without an argument: the verbs refuse to run outside `launch`,
-//! and `launch` refuses under torchrun's variables; in the ranks, the collectives' values (the
+//! and in another launcher's job (`MASTER_ADDR`, `RANK`, `WORLD_SIZE`) two processes each join as
+//! their rank; in the ranks, the collectives' values (the
 //! mean, the sum, the gathered tensor, both broadcasts) and `clip_gradient_values`; the checkpoint
 //! calls' refusals (a repeated name, no tensor, another shape or kind, a missing name), each
 //! named, with nothing written; `log` (rank 0's rows alone in the Trainer's metrics.csv, a comma
@@ -201,22 +202,38 @@ fn main() -> Result<(), Box<dyn Error>> {
         &outside,
     )?;
     let me = std::env::current_exe()?;
-    let out = std::process::Command::new(&me)
-        .arg("collectives")
-        .env("RANK", "0")
-        .env("WORLD_SIZE", "2")
-        .output()?;
-    let error = String::from_utf8_lossy(&out.stderr).to_string();
-    expect(
-        "under torchrun's variables, launch refuses",
-        !out.status.success() && error.contains("already one rank of a torchrun job"),
-        &error,
-    )?;
     let run = |mode: &str| std::process::Command::new(&me).arg(mode).output();
-    let out = run("collectives")?;
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
     let want = "mean=1.5 sum=3 gathered=[1.0, 2.0] shape=[2, 1, 1] from_rank_1=2 bytes=rank1 \
                 largest_clipped=0.5";
+    // Two processes of another launcher's job (its MASTER_ADDR, RANK and WORLD_SIZE): each joins
+    // as its rank and runs the loop in place.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let ranks = (0..2)
+        .map(|rank| {
+            std::process::Command::new(&me)
+                .arg("collectives")
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .env("RANK", rank.to_string())
+                .env("WORLD_SIZE", "2")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+        })
+        .collect::<std::io::Result<Vec<_>>>()?;
+    for rank in ranks {
+        let out = rank.wait_with_output()?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        expect(
+            "in another launcher's job, each process joins as its rank",
+            out.status.success() && text.trim() == want,
+            &format!("{text} {}", String::from_utf8_lossy(&out.stderr)),
+        )?;
+    }
+    let out = run("collectives")?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
     expect(
         "the collectives' values",
         text.trim() == want,

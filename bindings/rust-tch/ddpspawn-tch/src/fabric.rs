@@ -70,26 +70,6 @@ fn panic_text(payload: &(dyn Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
-/// The launcher that made this process one rank of a job of several, by the
-/// variables it sets: torchrun's `RANK` and `WORLD_SIZE`, srun's
-/// `SLURM_NTASKS`.
-fn external_launcher() -> Option<&'static str> {
-    let set = |name: &str| std::env::var_os(name).is_some();
-    let several = |name: &str| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_some_and(|n| n > 1)
-    };
-    if set("RANK") && several("WORLD_SIZE") {
-        Some("torchrun")
-    } else if several("SLURM_NTASKS") && set("SLURM_PROCID") {
-        Some("srun")
-    } else {
-        None
-    }
-}
-
 /// `vs`'s variables by name, sorted, each with the tensor (which keeps its
 /// memory alive) and the reference the library reads and writes.
 fn named_variables(vs: &VarStore) -> Result<Vec<(String, Tensor, TensorRef)>> {
@@ -156,8 +136,11 @@ impl Fabric {
     /// exit code 0, or 1 after handing the error, or the panic's message, to
     /// the launcher), so it never returns there: what `main` does after it
     /// happens once. A rank that fails or dies fails the job, naming the
-    /// rank and the cause. Under torchrun or srun (a job of several ranks
-    /// already) it refuses: it cannot join their job yet.
+    /// rank and the cause. In a process that is already one rank of a job
+    /// of several (torchrun's or srun's variables, or `MASTER_ADDR`, `RANK`
+    /// and `WORLD_SIZE`) it joins that job and runs `train` here, returning
+    /// this rank's result (an error of `train` as [`Error::Internal`] with
+    /// its message).
     pub fn launch<F, E>(self, train: F) -> Result<String>
     where
         F: FnOnce(&Fabric) -> std::result::Result<String, E>,
@@ -173,15 +156,17 @@ impl Fabric {
             };
             std::process::exit(code);
         }
-        if let Some(launcher) = external_launcher() {
-            return Err(Error::FailedPrecondition {
-                message: format!(
-                    "Fabric::launch: this process is already one rank of a {launcher} job; \
-                     Fabric::launch from Rust starts its own ranks and cannot join that job \
-                     yet (run the program directly)"
-                ),
+        // Already one rank of a job of several (torchrun's, srun's, or MASTER_ADDR, RANK and
+        // WORLD_SIZE: the library's environment detection)? Then run as that rank, here.
+        let joined = Context::from_env()?;
+        if joined.world_size() > 1 {
+            let mut rank = self;
+            rank.context = Some(joined);
+            return train(&rank).map_err(|error| Error::Internal {
+                message: format!("the Fabric loop failed: {error}"),
             });
         }
+        drop(joined);
         let report = self
             .launcher
             .spawn_current_exe(std::env::args_os().skip(1))?;
