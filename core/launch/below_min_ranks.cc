@@ -47,19 +47,26 @@ void Job::EndBelowMinRanks(const MembershipChange& survivors) {
   }
   const absl::Time give_up = absl::Now() + kLastCommitPatience;
   bool ended = writer < 0;
+  int interrupted = 0;
   while (!ended && absl::Now() < give_up) {
     if (std::optional<std::string> line = ReadLastCommitReport(run_dir_)) {
       last_commit_ = *std::move(line);
       return;
     }
+    PassOnSignal();
+    if ((interrupted = ReceivedStopSignal()) != 0) break;
     // (A forkserver's rank is not the launcher's child: the kernel's word, not waitid.)
     ended = HasExited(ReadProcessState(outcomes_[writer].pid));
     if (!ended) absl::SleepFor(absl::Milliseconds(2));
   }
   // It may have written just before it ended.
+  std::string why = ended ? "before it ended" : "within 60 s";
+  if (interrupted != 0) {
+    why = absl::StrCat("before the launcher received ", SignalName(interrupted),
+                       ", which ended the wait");
+  }
   last_commit_ = ReadLastCommitReport(run_dir_).value_or(
-      absl::StrCat("rank ", change.ranks.front(), " did not write the last commit ",
-                   ended ? "before it ended" : "within 60 s"));
+      absl::StrCat("rank ", change.ranks.front(), " did not write the last commit ", why));
 }
 
 }  // namespace ddpspawn

@@ -162,6 +162,8 @@ std::string SignalName(int signal) {
 
 int SignalThatStoppedLastJob() { return g_stopping_signal; }
 
+int Job::ReceivedStopSignal() { return g_received_signal; }
+
 // SIGKILL for a running rank and its process group, and its end collected.
 void Job::KillAndReap(RankOutcome& outcome) {
   if (outcome.state != RankState::kRunning) return;

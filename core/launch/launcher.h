@@ -176,7 +176,8 @@ class Job {
   // Elastic (below_min_ranks.cc): marks every group formed so far abandoned, so that ranks waiting
   // in one that is forming stop; and, once fewer than min_ranks are left, publishes `change` (the
   // survivors) as the one that ends the job and waits for the first survivor to write the last
-  // commit, noting in last_commit_ where it did.
+  // commit, noting in last_commit_ where it did. A SIGINT or SIGTERM to the launcher ends the wait
+  // (SIGUSR1 and SIGUSR2 are passed on meanwhile).
   void AbandonFormingGroups() const;
   void EndBelowMinRanks(const MembershipChange& survivors);
   // Elastic: when a rank asked for it (its collective failed), kills the ranks the others wait for
@@ -194,6 +195,8 @@ class Job {
   void SignalRunning(int sig);
   std::vector<int> RunningRanks() const;
   void PassOnSignal();
+  // The SIGINT or SIGTERM the launcher received while waiting; 0: none.
+  static int ReceivedStopSignal();
   void BeginStopping(Stopping& stopping, int sig);
   void MaybeEscalate(Stopping& stopping);
   void EndWhatRanksLeft() const;

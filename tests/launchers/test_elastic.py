@@ -244,6 +244,32 @@ def test_below_min_ranks_the_job_fails_naming_every_rank_it_lost(tmp_path, train
     assert went_on["global_step"] == str(step + 3)
 
 
+def test_a_stop_signal_ends_the_wait_for_the_last_commit(tmp_path, train):
+    # Below min_ranks the launcher waits (up to 60 s) for the first survivor
+    # to write its last commit. Here it cannot (stopped); SIGINT to the
+    # launcher ends that wait at once, and the job's error says so.
+    root = tmp_path / "elastic"
+    job = elastic(train, root, min_ranks=3, extra=("--start-method", "spawn"))
+    wait_for_steps(job, root, 25)
+    writer = rank_pid(job.pid, 0)
+    environ = Path(f"/proc/{writer}/environ").read_bytes().split(b"\0")
+    run_dir = next(v for v in environ if v.startswith(b"DDPSPAWN_RUN_DIR="))
+    membership = Path(run_dir.split(b"=", 1)[1].decode()) / "membership"
+    os.kill(writer, signal.SIGSTOP)
+    for rank in (2, 3):
+        os.kill(rank_pid(job.pid, rank), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    # The launcher published the change that ends the job: it now waits.
+    while "ends_job=1" not in (membership.read_text() if membership.exists() else ""):
+        assert time.monotonic() < deadline and job.poll() is None, stop(job)[-3000:]
+        time.sleep(0.01)
+    job.send_signal(signal.SIGINT)
+    out, err = finish(job, timeout=60)
+    assert job.returncode != 0, out
+    assert ("rank 0 did not write the last commit before the launcher received SIGINT "
+            "(Interrupt), which ended the wait") in err, err
+
+
 def test_a_rank_lost_while_the_survivors_form_their_group_is_dropped_in_turn(tmp_path, train):
     # Rank 2 is killed as soon as the launcher has published rank 1's loss:
     # the survivors are forming (or about to form) a group that counts rank
