@@ -319,7 +319,11 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
   }
   ASSIGN_OR_RETURN(DdpOptions ddp_options, DdpOptionsWithHook());
   if (options_.sharding_strategy == ShardingStrategy::kFullShard) {
-    ASSIGN_OR_RETURN(sharded_, ShardModule(*module_, group_.get(), ddp_options));
+    FullShardOptions shard_options;
+    shard_options.ddp = ddp_options;
+    shard_options.reshard_after_forward = options_.reshard_after_forward;
+    ASSIGN_OR_RETURN(sharded_, ShardModule(*module_, group_.get(), shard_options,
+                                           options_.auto_wrap_min_params));
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(std::unique_ptr<DistributedDataParallel> ddp,

@@ -113,6 +113,13 @@ struct StrategyOptions {
   // and the Trainer gathers the parameters whole around evaluation and checkpoints
   // (GatherParameters()).
   ShardingStrategy sharding_strategy = ShardingStrategy::kNoShard;
+  // full_shard's units (FSDP's size_based_auto_wrap_policy, core/ddp/size_based_units.h): 0 takes
+  // the module's own ShardUnits(); N > 0 lets the sizes choose (a module becomes a unit once it
+  // holds at least N trainable elements no unit below it holds; the root takes the rest), for a
+  // module whose forward runs its parts through the shard (one that names ShardUnits()). And
+  // FSDP2's reshard_after_forward (FullShardOptions).
+  int64_t auto_wrap_min_params = 0;
+  bool reshard_after_forward = true;
   // Lightning's sync_batchnorm: Setup() and an own loop's Distribute(model, strategy) replace the
   // BatchNorm layers of the model's Sequential containers with SyncBatchNorm
   // (core/ddp/sync_batch_norm.h), and refuse a model where that would change nothing
@@ -236,6 +243,10 @@ class DDPSpawnStrategy {
   // Nothing to do under the other strategies.
   absl::Status GatherParameters(int only_rank = -1);
   absl::Status ReleaseParameters();
+  // full_shard: how many units Setup() wrapped; 0 under the other strategies.
+  size_t full_shard_units() const {
+    return sharded_.shard != nullptr ? sharded_.shard->unit_count() : 0;
+  }
   LightningModule* lightning_module() { return module_.get(); }
 
   // --- Collectives

@@ -6,17 +6,33 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "core/ddp/size_based_units.h"
 #include "core/util/status_macros.h"
 
 namespace ddpspawn {
 
+absl::Status CheckAutoWrap(LightningModule& module, int64_t auto_wrap_min_params) {
+  if (auto_wrap_min_params <= 0) return absl::OkStatus();
+  if (dynamic_cast<NnModule*>(&module) != nullptr && !module.ShardUnits().empty()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      "auto_wrap_min_params needs a model whose forward runs its parts through the shard (the "
+      "built-in mlp, or a module that names its ShardUnits()); a TorchScript model cannot call "
+      "back between its layers, so it is one unit, gathered whole for each step");
+}
+
 absl::StatusOr<ShardedModule> ShardModule(LightningModule& module, ProcessGroup* group,
-                                          const DdpOptions& ddp_options) {
-  FullShardOptions options;
-  options.ddp = ddp_options;
+                                          const FullShardOptions& options,
+                                          int64_t auto_wrap_min_params) {
   ShardedModule sharded;
   auto* network = dynamic_cast<NnModule*>(&module);
   std::vector<std::shared_ptr<torch::nn::Module>> units = module.ShardUnits();
+  if (auto_wrap_min_params > 0) {
+    RETURN_IF_ERROR(CheckAutoWrap(module, auto_wrap_min_params));
+    units = SizeBasedUnits(network->network(), auto_wrap_min_params);
+  }
   if (network != nullptr && !units.empty()) {
     ASSIGN_OR_RETURN(sharded.shard, FullShard::Wrap(network->network(), units, group, options));
     module.UseFullShard(sharded.shard.get());

@@ -29,11 +29,17 @@ struct ShardedModule {
                                           int64_t batch_index) const;
 };
 
-// Wraps `module` (on its device already) in a FullShard over `group`: over its ShardUnits(), which
-// it then runs through the shard (UseFullShard), or, when it names none, the whole model as one
-// unit.
+// Wraps `module` (on its device already) in a FullShard over `group`: over its ShardUnits(), or
+// with `auto_wrap_min_params` > 0 over the units SizeBasedUnits() picks in its network, which it
+// then runs through the shard (UseFullShard); when it names no units, the whole model as one unit
+// (and auto_wrap_min_params is refused: its parts cannot run through the shard). OK when `module`
+// can take full_shard's units by size (auto_wrap_min_params > 0): its forward runs its parts
+// through the shard. Else InvalidArgument saying why (a TorchScript model).
+absl::Status CheckAutoWrap(LightningModule& module, int64_t auto_wrap_min_params);
+
 absl::StatusOr<ShardedModule> ShardModule(LightningModule& module, ProcessGroup* group,
-                                          const DdpOptions& ddp_options);
+                                          const FullShardOptions& options,
+                                          int64_t auto_wrap_min_params = 0);
 
 }  // namespace ddpspawn
 

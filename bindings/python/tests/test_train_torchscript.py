@@ -285,3 +285,9 @@ def test_script_module_trains_fully_sharded_as_unsharded(torch, data_dir, tmp_pa
         mine[1] += 4 * (p.numel() // r) * (r - c)
     assert kept["full_shard"] == mine, (kept, mine)
     assert sum(kept["full_shard"]) == 4 * elements
+    assert sharded.values["full_shard_units"] == "1"
+    # Units by size would need the forward to call back between its layers: refused up front.
+    with pytest.raises(ddpspawn.InvalidArgumentError, match="auto_wrap_min_params needs a model "
+                                                            "whose forward runs its parts"):
+        ddpspawn.fit(module, data_dir / "reg.csv", default_root_dir=tmp_path / "auto",
+                     sharding_strategy="full_shard", auto_wrap_min_params=1000, **options)

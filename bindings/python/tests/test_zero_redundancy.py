@@ -155,6 +155,40 @@ def test_checkpoints_resume_across_sharding(optimizer, stage, data, tmp_path):
         assert difference == 0.0, (directory, difference)
 
 
+@pytest.fixture(scope="module")
+def plain_adam(data, tmp_path_factory):
+    root = tmp_path_factory.mktemp("plain_adam")
+    return root, ddpspawn.fit(MODEL, data / "train.csv", **options("adam", root))
+
+
+# MODEL's Linear layers hold 320, 4160 and 195 elements: 1000 makes the middle one a unit and
+# leaves the other two to the model's own (root) unit; 100000 leaves everything to the root.
+@pytest.mark.parametrize("policy, units", [
+    ({}, 3),
+    (dict(auto_wrap_min_params=1000), 2),
+    (dict(auto_wrap_min_params=100000), 1),
+    (dict(reshard_after_forward=False), 3),
+])
+def test_full_shards_units_by_size_train_as_unsharded(policy, units, plain_adam, data, tmp_path):
+    torch = pytest.importorskip("torch")
+    plain_root, plain = plain_adam
+    sharded = ddpspawn.fit(MODEL, data / "train.csv", **SHARDING["full_shard"], **policy,
+                           **options("adam", tmp_path / "sharded"))
+    assert sharded.values["full_shard_units"] == str(units), sharded.values
+    assert "full_shard_units" not in plain.values
+    difference = max_difference(weights(torch, plain.checkpoint, plain_root),
+                                weights(torch, sharded.checkpoint, tmp_path / "sharded"))
+    assert difference == 0.0, difference
+
+
+def test_full_shards_policy_options_are_refused_without_full_shard(data, tmp_path):
+    for policy in (dict(auto_wrap_min_params=1000), dict(reshard_after_forward=False)):
+        with pytest.raises(ddpspawn.InvalidArgumentError, match="needs sharding_strategy "
+                                                                "full_shard"):
+            ddpspawn.fit(MODEL, data / "train.csv", **SHARDING["shard_grad_op"], **policy,
+                         **options("adam", tmp_path))
+
+
 def test_full_shard_validates_uneven_shards_as_unsharded(data, tmp_path):
     """Validation runs with full_shard's parameters whole: with 33 samples,
     one rank's shard has two batches and the other's one, where a gather per

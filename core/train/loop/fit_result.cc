@@ -28,6 +28,7 @@ std::string FitResult::Encode() const {
   if (!parameter_bytes.empty()) {
     absl::StrAppend(&text, "parameter_bytes=", absl::StrJoin(parameter_bytes, ","), "\n");
   }
+  if (full_shard_units > 0) absl::StrAppend(&text, "full_shard_units=", full_shard_units, "\n");
   for (const auto& [name, value] : metrics) {
     absl::StrAppendFormat(&text, "metric.%s=%.17g\n", name, value);
   }
@@ -54,6 +55,8 @@ absl::StatusOr<FitResult> FitResult::Decode(const std::string& text) {
       ok = absl::SimpleAtoi(value, &result.epoch);
     } else if (key == "global_step") {
       ok = absl::SimpleAtoi(value, &result.global_step);
+    } else if (key == "full_shard_units") {
+      ok = absl::SimpleAtoi(value, &result.full_shard_units);
     } else if (key == "stopped_by") {
       result.stopped_by = std::string(value);
     } else if (key == "optimizer_state_bytes") {

@@ -33,6 +33,9 @@ struct FitResult {
   // The parameter bytes each rank keeps between training steps, by rank: every parameter's, or
   // under full_shard its rows of them.
   std::vector<int64_t> parameter_bytes;
+  // full_shard: how many units (FSDP's wrapped modules) the parameters are gathered by; 0
+  // otherwise.
+  int64_t full_shard_units = 0;
   // Who arrived last at the collectives during fit, and by how much.
   ArrivalReport straggler;
   // One "key=value" line per field (stopped_by only when set; a metric as metric.<name>;

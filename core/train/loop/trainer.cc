@@ -238,6 +238,7 @@ absl::StatusOr<FitResult> Trainer::FitAndReport(const std::shared_ptr<LightningM
     parameter_bytes += static_cast<int64_t>(p.numel() * p.element_size());
   }
   ASSIGN_OR_RETURN(result.parameter_bytes, PerRank(parameter_bytes));
+  result.full_shard_units = static_cast<int64_t>(strategy_.full_shard_units());
   if (TensorMemoryCounterInstalled()) {
     ASSIGN_OR_RETURN(result.peak_tensor_bytes, PerRank(PeakTensorBytes()));
   }

@@ -24,6 +24,7 @@
 #include "core/model/sharded_checkpoint.h"
 #include "core/model/weights_io.h"
 #include "core/strategy/ddp_spawn_strategy.h"
+#include "core/strategy/module_sharding.h"
 #include "core/train/callbacks/lr_scheduler.h"
 #include "core/train/data/dataset.h"
 #include "core/train/loop/checkpoint_connector.h"
@@ -203,6 +204,9 @@ absl::Status CheckRun(const RunConfig& config) {
     if (absl::Status s = ApplySyncBatchNorm(*module); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("model ", config.model, ": ", s.message()));
     }
+  }
+  if (absl::Status s = CheckAutoWrap(*module, config.auto_wrap_min_params); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("model ", config.model, ": ", s.message()));
   }
   RETURN_IF_ERROR(DryRun(config, *module, data, config.command));
   // The validation set must fit the model as well as the training set.

@@ -417,6 +417,17 @@ const std::vector<RunOption>& RunOptionTable() {
        "mlp, a TorchScript model whole); checkpoints hold the unsharded state unless "
        "state_dict_type is sharded",
        Choice(&RunConfig::sharding_strategy, ParseShardingStrategy, ShardingStrategyName)},
+      {"auto_wrap_min_params", distributed, "N",
+       "full_shard's units by size (FSDP's size_based_auto_wrap_policy): a layer becomes a unit "
+       "once it holds at least N trainable elements no unit below it holds, the model takes "
+       "the rest; fewer, larger units gather less often and hold more at once (0: each layer of "
+       "the built-in mlp; refused for TorchScript models)",
+       Integer<0, kInt64Max>([](RunConfig& c) -> int64_t& { return c.auto_wrap_min_params; })},
+      {"reshard_after_forward", distributed, "BOOL",
+       "full_shard: free each unit's parameters after its forward and gather them again for its "
+       "backward (true, FSDP2's default), or keep them whole until its backward (one all-gather "
+       "less a unit and step, every unit whole between forward and backward)",
+       Flag(&RunConfig::reshard_after_forward)},
       {"state_dict_type", distributed, "",
        "Lightning's FSDP names: full (rank 0 writes one file of the unsharded state) or sharded "
        "(shard_grad_op and full_shard: each rank writes its own shard into a checkpoint "

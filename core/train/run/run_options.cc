@@ -199,6 +199,28 @@ absl::StatusOr<RunConfig> ParseRunOptions(const std::string& command_name,
 
 namespace {
 
+// The sharding options against each other and the communication hook.
+absl::Status CheckShardingOptions(const RunConfig& config) {
+  RETURN_IF_ERROR(CheckShardingStrategy(
+      config.sharding_strategy, config.trainer.zero_redundancy_optimizer,
+      config.ddp_comm_wrapper != "none" ? absl::StrCat(config.ddp_comm_wrapper, "_compress_wrapper")
+                                        : std::string(CommHookName(config.ddp_comm_hook))));
+  if (config.sharding_strategy != ShardingStrategy::kFullShard &&
+      (config.auto_wrap_min_params != 0 || !config.reshard_after_forward)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config.auto_wrap_min_params != 0 ? "auto_wrap_min_params" : "reshard_after_forward false",
+        " needs sharding_strategy full_shard (it shapes how full_shard gathers the parameters)"));
+  }
+  if (config.state_dict_type == "sharded" &&
+      config.sharding_strategy == ShardingStrategy::kNoShard) {
+    return absl::InvalidArgumentError(
+        "state_dict_type sharded needs sharding_strategy shard_grad_op or full_shard (each rank "
+        "writes its own rows of the parameters and of the optimizer state); under no_shard, with "
+        "or without zero_redundancy_optimizer, a checkpoint holds the unsharded state");
+  }
+  return absl::OkStatus();
+}
+
 // What no single option says: the options against each other, once the environment has resolved
 // them.
 absl::Status CheckConsistent(const RunConfig& config) {
@@ -264,17 +286,7 @@ absl::Status CheckConsistent(const RunConfig& config) {
   if (post_local && config.trainer.zero_redundancy_optimizer) {
     return ZeroRedundancyWithLocalSgdError();
   }
-  RETURN_IF_ERROR(CheckShardingStrategy(
-      config.sharding_strategy, config.trainer.zero_redundancy_optimizer,
-      config.ddp_comm_wrapper != "none" ? absl::StrCat(config.ddp_comm_wrapper, "_compress_wrapper")
-                                        : std::string(CommHookName(config.ddp_comm_hook))));
-  if (config.state_dict_type == "sharded" &&
-      config.sharding_strategy == ShardingStrategy::kNoShard) {
-    return absl::InvalidArgumentError(
-        "state_dict_type sharded needs sharding_strategy shard_grad_op or full_shard (each rank "
-        "writes its own rows of the parameters and of the optimizer state); under no_shard, with "
-        "or without zero_redundancy_optimizer, a checkpoint holds the unsharded state");
-  }
+  RETURN_IF_ERROR(CheckShardingOptions(config));
   if (config.nnodes > 1 && config.master_addr.empty()) {
     return absl::InvalidArgumentError(
         "nnodes > 1 needs master_addr: node 0's address, the same on every node");
