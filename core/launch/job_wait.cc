@@ -381,16 +381,17 @@ void Job::KillHungRanks() {
   if (!TakeRecoveryRequests(run_dir_, asking)) return;
   std::vector<bool> noted_before(outcomes_.size());
   for (size_t r = 0; r < outcomes_.size(); ++r) noted_before[r] = !outcomes_[r].error_text.empty();
-  NoteRanksWaitedFor(run_dir_, outcomes_, GlobalRank(0), absl::Now(),
-                     "when the others' collective timed out");
+  const std::vector<bool> in_own_code = NoteRanksWaitedFor(
+      run_dir_, outcomes_, GlobalRank(0), absl::Now(), "when the others' collective timed out");
   for (int r : members_) {
     RankOutcome& outcome = outcomes_[r];
     if (outcome.state != RankState::kRunning || noted_before[r] || outcome.error_text.empty()) {
       continue;  // not waited for, or killed already (and maybe not yet reaped)
     }
-    // Only a stopped process for certain: a rank behind in the calls may be one the lost rank held
+    // A stopped process, or one running its own code while the others waited in a collective for
+    // their whole timeout. Not a rank behind but inside a call: it may be one that a lost rank held
     // up, still on its way out of its collective.
-    if (ReadProcessState(outcome.pid) != ProcessState::kStopped) {
+    if (ReadProcessState(outcome.pid) != ProcessState::kStopped && !in_own_code[r]) {
       outcome.error_text.clear();
       continue;
     }

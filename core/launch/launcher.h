@@ -181,7 +181,8 @@ class Job {
   void AbandonFormingGroups() const;
   void EndBelowMinRanks(const MembershipChange& survivors);
   // Elastic: when a rank asked for it (its collective failed), kills the ranks the others wait for
-  // (stopped, or behind in the newest group's calls), which DropLostRanks() then drops.
+  // (stopped, or behind in the newest group's calls while outside any collective, running their own
+  // code), which DropLostRanks() then drops.
   void KillHungRanks();
   // Elastic with max_replacements (replacements.cc): starts a replacement for each rank dropped
   // since the last call while the budget lasts, admits the replacements that asked to join, and

@@ -21,8 +21,10 @@ constexpr absl::Duration kWaitedForAnother = absl::Milliseconds(500);
 
 }  // namespace
 
-void NoteRanksWaitedFor(const std::string& run_dir, std::vector<RankOutcome>& outcomes,
-                        int first_global_rank, absl::Time now, absl::string_view when) {
+std::vector<bool> NoteRanksWaitedFor(const std::string& run_dir, std::vector<RankOutcome>& outcomes,
+                                     int first_global_rank, absl::Time now,
+                                     absl::string_view when) {
+  std::vector<bool> in_own_code(outcomes.size());
   int newest = -1;
   for (int g = 0; access(RunDirCallsFile(run_dir, 0, g).c_str(), F_OK) == 0; ++g) newest = g;
   std::vector<absl::StatusOr<RecordedRank>> ranks;
@@ -52,13 +54,17 @@ void NoteRanksWaitedFor(const std::string& run_dir, std::vector<RankOutcome>& ou
     }
     const bool behind = others_waited && record != nullptr && record->started < furthest;
     if (!stopped && !behind) continue;
+    in_own_code[r] = behind && !stopped && record->last_ended;
     outcome.error_text =
         absl::StrCat("rank ", first_global_rank + static_cast<int>(r), " (pid ", outcome.pid, ") ");
     if (behind) {
       absl::StrAppend(&outcome.error_text, "never reached call #", furthest, " (", what,
                       "), which another rank had waited in for ",
                       absl::FormatDuration(absl::Trunc(now - entered, absl::Milliseconds(10))), " ",
-                      when, stopped ? "; its process was stopped (SIGSTOP or a debugger)" : "");
+                      when,
+                      stopped          ? "; its process was stopped (SIGSTOP or a debugger)"
+                      : in_own_code[r] ? "; it was running outside any collective"
+                                       : "");
       continue;
     }
     absl::StrAppend(&outcome.error_text, "was stopped (SIGSTOP or a debugger) ", when);
@@ -67,6 +73,7 @@ void NoteRanksWaitedFor(const std::string& run_dir, std::vector<RankOutcome>& ou
                       record->last_what, "), which the others waited in");
     }
   }
+  return in_own_code;
 }
 
 }  // namespace ddpspawn

@@ -19,9 +19,11 @@ namespace ddpspawn {
 // been in for half a second or more (the flight recorders say so). It is the rank a collective's
 // timeout waited for, and the job's message names it first. Taken now: the stop about to come lets
 // a stopped rank run on. Each note ends with `when` it was taken. Also what an elastic job's
-// launcher kills when the others ask (KillHungRanks).
-void NoteRanksWaitedFor(const std::string& run_dir, std::vector<RankOutcome>& outcomes,
-                        int first_global_rank, absl::Time now, absl::string_view when);
+// launcher kills when the others ask (KillHungRanks). Returns, for each outcome, whether it was
+// noted as behind while running its own code: its last call had ended, so no collective holds it up
+// (a rank behind but inside a call may be one a lost rank held up).
+std::vector<bool> NoteRanksWaitedFor(const std::string& run_dir, std::vector<RankOutcome>& outcomes,
+                                     int first_global_rank, absl::Time now, absl::string_view when);
 
 }  // namespace ddpspawn
 

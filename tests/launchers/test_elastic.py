@@ -183,6 +183,72 @@ def test_a_lost_rank_started_again_rejoins_at_a_commit_as_a_clean_run_of_that_sc
     assert evaluate(got["checkpoint"], train, MODEL) == evaluate(want["checkpoint"], train, MODEL)
 
 
+SENTINEL = 77.0  # no feature of write_csv's rows (all in [0, 1)) is this
+
+
+def spinning_model(path: Path) -> Path:
+    """A TorchScript classifier for write_csv's data whose training step spins
+    for good, outside any collective, on a batch holding two SENTINEL rows."""
+    torch = pytest.importorskip("torch")
+    from typing import List
+
+    class SpinsOnTwoSentinels(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.ReLU(),
+                                           torch.nn.Linear(64, 3))
+
+        def forward(self, x):
+            return self.net(x)
+
+        @torch.jit.export
+        def training_step(self, batch: List[torch.Tensor], batch_idx: int) -> torch.Tensor:
+            x = batch[0]
+            if int((x[:, 0] == 77.0).sum()) >= 2:
+                spins = 0
+                while spins >= 0:  # int64: 9e18 rounds
+                    spins += 1
+            return torch.nn.functional.cross_entropy(self.forward(x), batch[1].reshape(-1).long())
+
+    torch.manual_seed(0)
+    torch.jit.script(SpinsOnTwoSentinels()).save(str(path))
+    return path
+
+
+def test_a_rank_that_runs_but_never_arrives_is_dropped_after_the_timeout(tmp_path):
+    # Rank 2 spins in its own training step (running, not stopped: a bug or
+    # a deadlock of its own): the others' collective times out, they ask the
+    # launcher, which finds it outside any collective while they waited in
+    # one, kills it and drops it. The two rows that make it spin are its
+    # batch of step 45 on 4 ranks (positions q and q + 4 of the epoch's
+    # order); dealt again on 3 ranks from the commit at step 40 on, they go
+    # to two ranks (4 positions apart is 1 apart modulo 3), so nobody spins
+    # again.
+    torch = pytest.importorskip("torch")
+    order = list(torch.utils.data.DistributedSampler(range(2000), num_replicas=1, rank=0,
+                                                     shuffle=True, seed=7))
+    q = 16 * 45 + 2
+    train = write_csv(tmp_path / "train.csv", rows=2000)
+    rows = train.read_text().splitlines()
+    for index in (order[q], order[q + 4]):
+        rows[index] = ",".join([f"{SENTINEL:.6f}"] + rows[index].split(",")[1:])
+    train.write_text("\n".join(rows) + "\n")
+    args = fit_args(train, tmp_path / "elastic")
+    args[args.index("--model") + 1] = str(spinning_model(tmp_path / "spins.pt"))
+    job = subprocess.Popen(
+        args + ["--min-ranks", "2", "--elastic-commit-every-n-steps", str(COMMIT_EVERY),
+                "--timeout", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = finish(job)
+    assert job.returncode == 0, err
+    got = parse(out)
+    assert (got["elastic.world_size"], got["elastic.change1.left"]) == ("3", "2"), out
+    lost = next(line for line in err.splitlines() if line.startswith("ddpspawn: lost rank"))
+    assert lost.startswith("ddpspawn: lost rank 2 (pid "), err
+    assert "never reached call #" in lost and "running outside any collective" in lost, err
+    assert lost.endswith("the launcher killed it; 3 of 4 ranks go on (min_ranks 2)"), err
+
+
 def test_a_stopped_rank_is_named_killed_and_dropped_after_the_timeout(tmp_path, train):
     # SIGSTOP: nothing ends, the others wait in their collective until
     # --timeout, then ask the launcher, which finds the rank they wait for
