@@ -166,6 +166,25 @@ impl Context {
         // SAFETY: as in all_reduce_tensor, for both tensors.
         check(unsafe { sys::ddpspawn_all_gather_dlpack(self.as_mut_ptr(), &input, &mut output) })
     }
+
+    /// `output` gets this rank's chunk of `op` over every rank's `input`
+    /// (`ddpspawn_reduce_scatter_dlpack`, torch's `reduce_scatter_tensor`):
+    /// `input` holds world size equal chunks in rank order (world size times
+    /// `output`'s elements, the same element type and device); `input` is not
+    /// changed.
+    pub fn reduce_scatter_tensor(
+        &self,
+        input: &TensorRef,
+        output: &TensorRef,
+        op: ReduceOp,
+    ) -> Result<()> {
+        let input = input.to_dl();
+        let mut output = output.to_dl();
+        // SAFETY: as in all_reduce_tensor, for both tensors.
+        check(unsafe {
+            sys::ddpspawn_reduce_scatter_dlpack(self.as_mut_ptr(), &input, &mut output, op.to_raw())
+        })
+    }
 }
 
 impl ReducerBuilder {
