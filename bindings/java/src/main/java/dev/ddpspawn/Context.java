@@ -100,6 +100,27 @@ public final class Context implements AutoCloseable {
     }
   }
 
+  /**
+   * One rank's arrivals so far: the collectives it reached after every other rank, how much later
+   * than the next-latest rank it was over those, and how long it waited for the last rank over
+   * every collective (seconds). All 0 where arrivals are not measured.
+   */
+  public record RankArrivals(long arrivedLast, double lateSeconds, double waitedSeconds) {}
+
+  /** Rank {@code rank}'s arrivals (ddpspawn_context_rank_arrivals). */
+  public RankArrivals rankArrivals(int rank) {
+    try (Arena arena = Arena.ofConfined()) {
+      MemorySegment arrivedLast = arena.allocate(ValueLayout.JAVA_LONG);
+      MemorySegment late = arena.allocate(ValueLayout.JAVA_DOUBLE);
+      MemorySegment waited = arena.allocate(ValueLayout.JAVA_DOUBLE);
+      Native.check(Native.CONTEXT_RANK_ARRIVALS, handle(), rank, arrivedLast, late, waited);
+      return new RankArrivals(
+          arrivedLast.get(ValueLayout.JAVA_LONG, 0),
+          late.get(ValueLayout.JAVA_DOUBLE, 0),
+          waited.get(ValueLayout.JAVA_DOUBLE, 0));
+    }
+  }
+
   /** Waits until every rank reached the barrier {@code name}. */
   public void barrier(String name) {
     try (Arena arena = Arena.ofConfined()) {

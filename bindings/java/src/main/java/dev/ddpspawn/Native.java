@@ -78,6 +78,9 @@ final class Native {
       function("ddpspawn_context_environment", ADDRESS, ADDRESS);
   static final MethodHandle CONTEXT_STRAGGLER =
       function("ddpspawn_context_straggler", JAVA_INT, ADDRESS, ADDRESS, ADDRESS, ADDRESS, ADDRESS);
+  static final MethodHandle CONTEXT_RANK_ARRIVALS =
+      function(
+          "ddpspawn_context_rank_arrivals", JAVA_INT, ADDRESS, JAVA_INT, ADDRESS, ADDRESS, ADDRESS);
   static final MethodHandle BARRIER = function("ddpspawn_barrier", JAVA_INT, ADDRESS, ADDRESS);
   static final MethodHandle BROADCAST =
       function("ddpspawn_broadcast", JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT);

@@ -88,6 +88,29 @@ public final class TestRanks {
           straggler.measured() && straggler.collectives() >= 7 && straggler.rank() >= 0,
           "a measured straggler report: " + straggler);
       expect(straggler.summary().contains("arrived last"), straggler.summary());
+
+      // Rank 1 comes 10 ms late to each of 20 all-reduces: it is the one that arrived last (at
+      // least 18 times: a loaded machine may deschedule the other now and then), and rank 0 waited
+      // for it.
+      Context.RankArrivals[] before = {context.rankArrivals(0), context.rankArrivals(1)};
+      for (int i = 0; i < 20; i++) {
+        if (rank == 1) {
+          try {
+            Thread.sleep(10);
+          } catch (InterruptedException e) {
+            throw new IllegalStateException(e);
+          }
+        }
+        context.allReduce(arena.allocateFrom(JAVA_FLOAT, 1f), DType.FLOAT32, ReduceOp.SUM);
+      }
+      Context.RankArrivals[] after = {context.rankArrivals(0), context.rankArrivals(1)};
+      long lastOf1 = after[1].arrivedLast() - before[1].arrivedLast();
+      long lastOf0 = after[0].arrivedLast() - before[0].arrivedLast();
+      expect(lastOf0 + lastOf1 == 20 && lastOf1 >= 18, "rank 1 arrived last: " + lastOf1);
+      double waited0 = after[0].waitedSeconds() - before[0].waitedSeconds();
+      double waited1 = after[1].waitedSeconds() - before[1].waitedSeconds();
+      expect(waited0 > 0.1 && waited0 > waited1, "rank 0 waited " + waited0 + " s, 1 " + waited1);
+      expect(context.straggler().rank() == 1, "the straggler: " + context.straggler());
       if (rank == 0) {
         Worker.setResult("collectives ok".getBytes(StandardCharsets.UTF_8));
       }
