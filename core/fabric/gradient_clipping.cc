@@ -36,12 +36,12 @@ at::Tensor TotalNorm(const std::vector<at::Tensor>& gradients, double norm_type)
 absl::StatusOr<double> ClipGradientNorm(const std::vector<at::Tensor>& gradients, double max_norm,
                                         double norm_type,
                                         const std::function<std::string(size_t)>& describe) {
-  if (gradients.empty()) return 0.0;
   if (!(max_norm >= 0) || std::isnan(norm_type) || norm_type <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("clipping gradients needs max_norm >= 0 and a norm type above 0 (got ",
                      max_norm, " and ", norm_type, ")"));
   }
+  if (gradients.empty()) return 0.0;
   return StatusOnException("clipping the gradients", [&]() -> absl::StatusOr<double> {
     c10::NoGradGuard no_grad;
     const at::Tensor total = TotalNorm(gradients, norm_type);

@@ -19,7 +19,7 @@ namespace ddpspawn {
 // Scales `gradients` in place so that their `norm_type` norm (infinity: the largest magnitude) is
 // at most `max_norm`; returns the norm before clipping (0 for no gradients). When the norm is not
 // finite: InvalidArgument naming `describe(i)` of the first gradient that is not, and nothing is
-// scaled.
+// scaled; so are max_norm < 0 and norm_type <= 0 (or NaN).
 absl::StatusOr<double> ClipGradientNorm(const std::vector<at::Tensor>& gradients, double max_norm,
                                         double norm_type,
                                         const std::function<std::string(size_t)>& describe);

@@ -29,14 +29,14 @@ struct ShardedModule {
                                           int64_t batch_index) const;
 };
 
+// OK when `module` can take full_shard's units by size (auto_wrap_min_params > 0): its forward runs
+// its parts through the shard. Else InvalidArgument saying why (a TorchScript model).
+absl::Status CheckAutoWrap(LightningModule& module, int64_t auto_wrap_min_params);
+
 // Wraps `module` (on its device already) in a FullShard over `group`: over its ShardUnits(), or
 // with `auto_wrap_min_params` > 0 over the units SizeBasedUnits() picks in its network, which it
 // then runs through the shard (UseFullShard); when it names no units, the whole model as one unit
-// (and auto_wrap_min_params is refused: its parts cannot run through the shard). OK when `module`
-// can take full_shard's units by size (auto_wrap_min_params > 0): its forward runs its parts
-// through the shard. Else InvalidArgument saying why (a TorchScript model).
-absl::Status CheckAutoWrap(LightningModule& module, int64_t auto_wrap_min_params);
-
+// (and auto_wrap_min_params is refused: its parts cannot run through the shard).
 absl::StatusOr<ShardedModule> ShardModule(LightningModule& module, ProcessGroup* group,
                                           const FullShardOptions& options,
                                           int64_t auto_wrap_min_params = 0);

@@ -1,8 +1,6 @@
 // Lightning Fabric's verbs for a Java loop of one's own, over the C ABI (docs/fabric.md).
 package dev.ddpspawn;
 
-import java.io.PrintWriter;
-import java.io.StringWriter;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -98,11 +96,7 @@ public final class Fabric {
         Worker.setResult((result == null ? "" : result).getBytes(StandardCharsets.UTF_8));
       }
     } catch (Throwable t) {
-      StringWriter trace = new StringWriter();
-      t.printStackTrace(new PrintWriter(trace));
-      System.err.print(trace);
-      Worker.setError(trace.toString());
-      System.exit(1);
+      Worker.fail(t);
     } finally {
       context = null;
     }

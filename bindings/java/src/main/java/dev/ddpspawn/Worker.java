@@ -29,12 +29,17 @@ public final class Worker {
     try {
       body.run();
     } catch (Throwable t) {
-      StringWriter trace = new StringWriter();
-      t.printStackTrace(new PrintWriter(trace));
-      System.err.print(trace);
-      setError(trace.toString());
-      System.exit(1);
+      fail(t);
     }
+  }
+
+  /** Records {@code t}'s stack trace as this rank's error (and prints it), then exits with 1. */
+  static void fail(Throwable t) {
+    StringWriter trace = new StringWriter();
+    t.printStackTrace(new PrintWriter(trace));
+    System.err.print(trace);
+    setError(trace.toString());
+    System.exit(1);
   }
 
   /** Why this rank is failing (a stack trace, say): the launcher's error names it. */
