@@ -150,9 +150,11 @@ absl::Status ProcessGroup::CheckAgreement(const CallSignature& call, const at::T
   if (!compared.ok()) return compared;
   if (agree) return absl::OkStatus();
   std::vector<std::string> calls;
+  std::vector<CallFingerprint> prints;
   for (const at::Tensor& row : all) {
     CallFingerprint theirs;
     std::memcpy(&theirs, row.data_ptr(), sizeof theirs);
+    prints.push_back(theirs);
     const int64_t* v = row.data_ptr<int64_t>();
     std::string shape;
     for (int d = 0; d < std::min<int64_t>(v[kPrintWords], kMaxDims); ++d) {
@@ -161,7 +163,7 @@ absl::Status ProcessGroup::CheckAgreement(const CallSignature& call, const at::T
     calls.push_back(absl::StrCat(Describe(theirs.signature()),
                                  v[kPrintWords] > 0 ? absl::StrCat(" [", shape, "]") : ""));
   }
-  return MismatchedCallsError(calls);
+  return MismatchedCallsError(calls, OnlyBackwardPassesDiffer(prints));
 }
 
 absl::Status ProcessGroup::Barrier(absl::string_view name) {

@@ -105,6 +105,7 @@ inline CallSignature Signature(absl::string_view kind, const at::Tensor& tensor,
   }
   if (op.has_value()) call.op = ReduceOpName(*op);
   call.root = root;
+  call.backward_passes = ScopedBackwardPasses::Current();
   return call;
 }
 

@@ -31,8 +31,9 @@ struct CallRecord {
   CallFingerprint call;
   int64_t segment;
   uint64_t offset;
+  char unused[56];
 };
-static_assert(sizeof(CallRecord) == 64, "one cache line per rank");
+static_assert(sizeof(CallRecord) == 128, "two cache lines per rank");
 
 // At the start of the staging segment, per rank: the last generation it arrived at (its slot is
 // ready and its call published) and left (it is done with the others' slots), when it arrived
@@ -75,7 +76,7 @@ using Segment = SharedMemoryCollectives::Segment;
 
 // Segments and slots are sized in whole pages.
 constexpr size_t kPageBytes = 4096;
-constexpr size_t kHeaderBytes = 2 * kPageBytes;
+constexpr size_t kHeaderBytes = 3 * kPageBytes;
 static_assert(sizeof(SharedMemoryCollectives::Header) <= kHeaderBytes, "header too large");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "needs lock-free atomics");
 
@@ -170,7 +171,7 @@ void CopyText(absl::string_view text, char* out, size_t size) {
 }
 
 CallRecord ToRecord(const CallSignature& call, int64_t segment, uint64_t offset) {
-  return CallRecord{CallFingerprint::Of(call), segment, offset};
+  return CallRecord{CallFingerprint::Of(call), segment, offset, {}};
 }
 
 bool SameCall(const CallRecord& a, const CallRecord& b) {
@@ -442,8 +443,12 @@ absl::Status SharedMemoryCollectives::CompareCalls() {
   if (same) return absl::OkStatus();
   std::vector<std::string> calls;
   calls.reserve(world_size_);
-  for (int r = 0; r < world_size_; ++r) calls.push_back(Describe(header->call[r]));
-  return MismatchedCallsError(calls);
+  std::vector<CallFingerprint> prints;
+  for (int r = 0; r < world_size_; ++r) {
+    calls.push_back(Describe(header->call[r]));
+    prints.push_back(header->call[r].call);
+  }
+  return MismatchedCallsError(calls, OnlyBackwardPassesDiffer(prints));
 }
 
 absl::Status SharedMemoryCollectives::Leave(const char* what) {

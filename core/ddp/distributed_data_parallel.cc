@@ -169,6 +169,7 @@ absl::StatusOr<int> DistributedDataParallel::ActiveRanks(bool has_batch) {
         "shadowed; give every rank as many batches"));
   }
   if (has_batch) ++iterations_;
+  if (!has_batch) reducer_->NoteJoinedPass();
   reducer_->set_gradient_scale(options_.divide_by_initial_world_size
                                    ? 1.0
                                    : static_cast<double>(group_->world_size()) / count);

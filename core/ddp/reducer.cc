@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ddp/sharding_strategy.h"
+#include "core/trace/call_signature.h"
 #include "core/util/exception_status.h"
 #include "core/util/status_macros.h"
 
@@ -283,14 +284,15 @@ absl::Status Reducer::InstallAutogradHooks() {
             if (!checked.ok()) throw std::runtime_error(std::string(checked.message()));
           }
           used_[i] = true;
-          if (!sync_enabled_) return outputs;
-          if (!finalize_queued_) {
+          if (!finalize_queued_) {  // under no_sync too: Finalize counts the pass
             finalize_queued_ = true;
             torch::autograd::Engine::get_default_engine().queue_callback([this] {
               absl::Status status = Finalize();
               if (!status.ok()) throw std::runtime_error(std::string(status.message()));
             });
           }
+          if (!sync_enabled_) return outputs;
+          const ScopedBackwardPasses passes(unsynced_passes_ + 1);
           absl::Status status = MarkReadyLocked(i, /*used=*/true);
           if (!status.ok()) throw std::runtime_error(std::string(status.message()));
           return outputs;
@@ -326,6 +328,7 @@ absl::Status Reducer::MarkReady(size_t index) {
   }
   used_[index] = true;
   if (!sync_enabled_) return absl::OkStatus();
+  const ScopedBackwardPasses passes(unsynced_passes_ + 1);
   return MarkReadyLocked(index, /*used=*/true);
 }
 
@@ -408,7 +411,12 @@ absl::Status Reducer::Finalize() {
 absl::Status Reducer::FinalizeLocked() {
   finalize_queued_ = false;
   std::fill(written_.begin(), written_.end(), false);
-  if (!sync_enabled_) return absl::OkStatus();
+  if (!sync_enabled_) {
+    ++unsynced_passes_;
+    return absl::OkStatus();
+  }
+  // Its collectives carry the passes they sum, so ranks whose no_sync differed disagree here.
+  const ScopedBackwardPasses passes(unsynced_passes_ + 1);
   absl::Status status = absl::OkStatus();
   // Gradients that never became ready (unused parameters) count as zero, unless no_sync iterations
   // left an accumulated gradient.
@@ -468,6 +476,7 @@ absl::Status Reducer::FinalizeLocked() {
     }
   }
   ResetIteration();
+  unsynced_passes_ = 0;
   return status;
 }
 
@@ -513,7 +522,15 @@ absl::Status Reducer::ShadowIteration() {
     return absl::FailedPreconditionError("a shadow iteration under no_sync communicates nothing");
   }
   std::fill(used_.begin(), used_.end(), false);  // this rank used no parameter
+  // NoteJoinedPass() counted this iteration among the accumulated ones; FinalizeLocked counts it as
+  // the synchronized one.
+  if (unsynced_passes_ > 0) --unsynced_passes_;
   return FinalizeLocked();
+}
+
+void Reducer::NoteJoinedPass() {
+  absl::MutexLock lock(&mutex_);
+  ++unsynced_passes_;
 }
 
 absl::StatusOr<std::vector<at::Tensor>> Reducer::MoveBuffersIntoBuckets() {

@@ -104,6 +104,10 @@ class Reducer {
   // Uneven inputs: one iteration's collectives with every gradient zero, for a rank that has no
   // batch while others train (DistributedDataParallel:: ShadowIteration).
   absl::Status ShadowIteration();
+  // Uneven inputs: a rank without a batch counts the iteration as the others' backward pass (a
+  // no_sync one, unless ShadowIteration() follows), so that its shadow's collectives carry as many
+  // backward passes as theirs.
+  void NoteJoinedPass();
   // Multiplies the averaged gradients of the next iterations (1: the plain mean over the ranks).
   void set_gradient_scale(double scale);
 
@@ -206,6 +210,8 @@ class Reducer {
   size_t next_bucket_ ABSL_GUARDED_BY(mutex_) = 0;
   bool sync_enabled_ ABSL_GUARDED_BY(mutex_) = true;
   bool finalize_queued_ ABSL_GUARDED_BY(mutex_) = false;
+  // Backward passes finalized under no_sync since the last synchronized one.
+  uint32_t unsynced_passes_ ABSL_GUARDED_BY(mutex_) = 0;
   std::vector<int> launch_log_ ABSL_GUARDED_BY(mutex_);
   double gradient_scale_ ABSL_GUARDED_BY(mutex_) = 1.0;
   int64_t synchronized_backwards_ ABSL_GUARDED_BY(mutex_) = 0;

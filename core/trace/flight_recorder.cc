@@ -34,7 +34,7 @@ struct Entry {
   int32_t unused_pad;
   std::atomic<int64_t> start_ns, end_ns;  // Unix time
   CallFingerprint call;
-  char unused[48];
+  char unused[40];
 };
 static_assert(sizeof(Entry) == 128, "two cache lines per entry");
 

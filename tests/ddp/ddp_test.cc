@@ -141,6 +141,20 @@ TEST(DdpRefusalTest, UnevenInputsWithSyncBatchNormAreRefused) {
               testing::HasSubstr("uneven inputs (1 ranks have no batch left) with SyncBatchNorm"));
 }
 
+// no_sync entered on rank 0 only, on a model without buffers (so no forward broadcast tells the
+// ranks apart): the first synchronized backward is refused on both ranks, naming each rank's
+// backward passes, where it used to sum rank 0's two micro-batches with rank 1's first.
+TEST(DdpRefusalTest, NoSyncOnSomeRanksOnlyIsAnErrorNamingEachRanksPasses) {
+  const absl::Status status =
+      RunWorker({"mlp", "--accum=2", "--sync-every-backward-on=1", "--steps=2"});
+  const std::string message(status.message());
+  EXPECT_THAT(message, testing::HasSubstr("after different numbers of backward passes (no_sync"));
+  EXPECT_THAT(message, testing::ContainsRegex("rank 0: all_reduce [^\n]*DDP's gradients of 2 "
+                                              "backward passes"));
+  EXPECT_THAT(message, testing::ContainsRegex(
+                           "rank 1: all_reduce [^\n]*DDP's gradients of 1 backward pass"));
+}
+
 // A misspelt flag fails the worker instead of running it with the defaults.
 TEST(DdpRefusalTest, AnUnknownWorkerFlagIsAnError) {
   const absl::Status status = RunWorker({"mlp", "--stpes=2"});

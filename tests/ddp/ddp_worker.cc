@@ -7,7 +7,8 @@
 //   ddp_worker MODEL [--steps=N] [--batch=B] [--view] [--cap-mb=X]
 //              [--first-cap-mb=X] [--find-unused] [--static-graph]
 //              [--no-broadcast-buffers]
-//              [--accum=K] [--hook=NAME] [--wrap=fp16|bf16] [--powersgd-rank=R]
+//              [--accum=K [--sync-every-backward-on=R]] [--hook=NAME] [--wrap=fp16|bf16]
+//              [--powersgd-rank=R]
 //              [--powersgd-start=S] [--min-compression=X] [--expect-sent=N]
 //              [--tol=X] [--expect-diverge] [--uneven [--divide-by-active]]
 // MODEL: mlp | cnn_bn | cnn_sync_bn | unused | static_unused | buckets. The result (rank 0) is
@@ -502,7 +503,9 @@ int Run(const Flags& flags) {
       torch::Tensor loss = torch::mse_loss(out, block(targets, step, micro, rank)) / accum;
       step_loss += loss.item<double>();
       try {  // the reducer's errors surface from backward()
-        if (micro + 1 < accum) {
+        // --sync-every-backward-on=R: rank R never enters no_sync (a loop's bug, to be refused).
+        const bool skips_no_sync = flags.Number("sync-every-backward-on", -1) == rank;
+        if (micro + 1 < accum && !skips_no_sync) {
           DistributedDataParallel::NoSync no_sync = ddp.no_sync();
           loss.backward();
         } else {
@@ -678,6 +681,7 @@ int main(int argc, char** argv) {
                                                "static-graph",
                                                "no-broadcast-buffers",
                                                "accum",
+                                               "sync-every-backward-on",
                                                "hook",
                                                "wrap",
                                                "powersgd-rank",

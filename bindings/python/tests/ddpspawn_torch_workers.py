@@ -139,6 +139,30 @@ def no_sync_collectives(ctx):
     return ctx.all_gather_object((inside, synced, buckets))
 
 
+def no_sync_on_rank_zero_only(ctx):
+    """Rank 0 accumulates one backward under no_sync before a synchronized
+    one, rank 1 synchronizes its first: what each rank's backward raised (the
+    ranks left the refused call together, so the group still gathers)."""
+    torch.set_num_threads(1)
+    x, y = make_data(ctx.world_size)
+    shard = slice(ctx.rank * PER_RANK, (ctx.rank + 1) * PER_RANK)
+    model = ddpspawn.torch.DistributedDataParallel(make_model(), ctx)
+
+    def backward():
+        torch.nn.functional.mse_loss(model(x[shard]), y[shard]).backward()
+
+    message = "no error"
+    try:
+        if ctx.rank == 0:
+            with model.no_sync():
+                backward()
+        backward()
+    except Exception as error:  # noqa: BLE001  # the test reads its text
+        message = f"{type(error).__name__}: {error}"
+    model.close()
+    return ctx.all_gather_object(message)
+
+
 class Branches(torch.nn.Module):
     """`shared` is used by every rank, `odd` by rank 1 only, `never` by none."""
 

@@ -54,6 +54,19 @@ def test_no_sync_starts_no_collective():
         assert synced >= buckets, (rank, inside, synced)
 
 
+def test_no_sync_on_some_ranks_only_is_refused_on_every_rank():
+    # The model has no buffers, so nothing but the gradients' all-reduce tells
+    # the ranks apart: it used to sum rank 0's two micro-batches with rank 1's
+    # first.
+    for rank, message in enumerate(
+        ddpspawn.spawn(workers.no_sync_on_rank_zero_only, nprocs=2, timeout=120)
+    ):
+        assert "after different numbers of backward passes (no_sync" in message, (rank, message)
+        assert "rank 0: all_reduce (mean)" in message, (rank, message)
+        assert "DDP's gradients of 2 backward passes" in message, (rank, message)
+        assert "DDP's gradients of 1 backward pass," in message, (rank, message)
+
+
 def test_unused_parameters_with_find_unused():
     per_rank = ddpspawn.spawn(workers.unused_parameters, args=(True,), nprocs=2, timeout=120)
     (grads0, _), (grads1, local_odd) = per_rank
