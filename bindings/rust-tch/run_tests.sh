@@ -5,7 +5,8 @@
 # Fabric's: `fabric_verbs` (its own checks), `plain_loop` against `fabric_loop` (at most 5 changed
 # lines, each 0.9 held-out accuracy or more) and `fabric_conformance` (the loop of
 # tests/fabric/fabric_main's "train" mode from Rust: bit-equal to the C++ program's weights, and
-# each side's checkpoint loads in Rust; `ddpspawn export` reads the Rust one).
+# each side's checkpoint loads in Rust; `ddpspawn export` reads the Rust one); and a downstream
+# crate outside the workspace, built and run as README.md says.
 # Builds against tools/setup's LibTorch (the torch wheel, through its Python) in release only; the
 # target directory stays in the home directory (tch's C++ wrapper takes minutes to compile, once).
 # Offline: tools/setup fetched the crates of Cargo.lock.
@@ -66,3 +67,32 @@ mkdir "$work/conformance"
   --output "$work/conformance/rust.pt" | tee "$work/export.txt"
 grep -qx 'tensors=4' "$work/export.txt" ||
   { echo "run_tests.sh: ddpspawn export did not read rust.ckpt's 4 tensors" >&2; exit 1; }
+
+# A downstream crate as README.md tells a user to write one: outside this workspace, depending on
+# ddpspawn-tch, tch and torch-sys, with README.md's build.rs (read from it, so the text is what is
+# tested) and fabric_loop.rs as its main. It shares the target directory (tch's C++ wrapper is not
+# compiled again) and runs from / with an empty environment: LibTorch through build.rs's rpath,
+# libddpspawn through the path that ddpspawn-sys recorded.
+downstream="$work/downstream"
+mkdir -p "$downstream/src"
+cat >"$downstream/Cargo.toml" <<TOML
+[package]
+name = "downstream-fabric"
+version = "0.1.0"
+edition = "2021"
+
+[dependencies]
+ddpspawn-tch = { path = "$work/src/bindings/rust-tch/ddpspawn-tch" }
+tch = { version = "=0.24.0", default-features = false }
+torch-sys = { version = "=0.24.0", default-features = false }
+TOML
+sed -n '/^  ```rust$/,/^  ```$/p' README.md | sed '1d;$d;s/^  //' >"$downstream/build.rs"
+grep -q 'rustc-link-arg=-Wl,-rpath' "$downstream/build.rs" ||
+  { echo "run_tests.sh: README.md's build.rs block is gone" >&2; exit 1; }
+cp -r $examples_dir/common "$downstream/src/common"
+cp $examples_dir/fabric_loop.rs "$downstream/src/main.rs"
+cp Cargo.lock "$downstream/"  # the same crate versions, offline
+(cd "$downstream" && cargo --offline build --release --quiet)
+text=$(cd / && env -i PATH=/usr/bin:/bin "$CARGO_TARGET_DIR/release/downstream-fabric" "$work/digits")
+echo "downstream crate (README.md's build.rs, empty environment): $text"
+[[ "$text" == accuracy* ]] || { echo "run_tests.sh: the downstream binary printed: $text" >&2; exit 1; }
