@@ -181,6 +181,40 @@ def test_forkserver_loads_the_main_script_once_for_every_later_launch(tmp_path):
     assert (tmp_path / "loads.txt").read_text().split("\n") == ["__main__ -", "__mp_main__ -", ""]
 
 
+def test_forkserver_ranks_start_with_what_torch_optim_imports(tmp_path):
+    # A main script that imports torch: its server also imports torch._dynamo,
+    # which torch.optim's first optimizer would import in every rank (0.8 s
+    # here). Each rank finds it loaded on entry, with no CUDA initialized and
+    # no Python thread but its own, and its first optimizer takes milliseconds
+    # (printed, not asserted).
+    launcher = run_script(
+        tmp_path,
+        """
+        import os, sys, time, threading
+        import torch
+        import ddpspawn
+
+        def work(ctx):
+            loaded = "torch._dynamo" in sys.modules
+            start = time.perf_counter()
+            torch.optim.SGD([torch.zeros(2, requires_grad=True)], lr=0.1)
+            return ctx.all_gather_object((loaded, torch.cuda.is_initialized(),
+                                          threading.active_count(),
+                                          time.perf_counter() - start))
+
+        if __name__ == "__main__":
+            for rank in ddpspawn.spawn(work, nprocs=2, start_method="forkserver"):
+                print(*rank)
+        """,
+    )
+    out, err = launcher.communicate(timeout=180)
+    assert launcher.returncode == 0, err
+    for line in out.splitlines():
+        loaded, cuda, threads, seconds = line.split()
+        assert (loaded, cuda, threads) == ("True", "False", "1"), out
+        print(f"a forkserver rank's first torch.optim.SGD: {float(seconds) * 1e3:.1f} ms")
+
+
 @pytest.mark.parametrize("start_method", START_METHODS)
 def test_two_launchers_run_one_job_of_two_nodes(tmp_path, start_method):
     # Two launchers on this host, as two nodes would run them: one job of 4
