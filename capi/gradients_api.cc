@@ -1,6 +1,6 @@
 // The C ABI's gradient clipping of DLPack tensors (ddpspawn_dlpack.h): the tensors viewed without a
-// copy (dlpack_view.h) and clipped by the core's gradient clipping
-// (core/fabric/gradient_clipping.h), the function C++'s Fabric::ClipGradients calls.
+// copy (dlpack_view.h) and clipped by the core's gradient clipping (core/ddp/gradient_clipping.h),
+// the function C++'s Fabric::ClipGradients calls.
 #include <string>
 #include <vector>
 
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "capi/dlpack_view.h"
 #include "capi/status.h"
-#include "core/fabric/gradient_clipping.h"
+#include "core/ddp/gradient_clipping.h"
 #include "core/util/status_macros.h"
 #include "ddpspawn/ddpspawn_dlpack.h"
 

@@ -162,24 +162,6 @@ absl::StatusOr<int64_t> OptimizerStateBytes(const torch::optim::Optimizer& optim
   return bytes;
 }
 
-absl::Status ClipGradNorm(const std::vector<at::Tensor>& holders, double max_norm,
-                          ProcessGroup* shard_group) {
-  c10::NoGradGuard no_grad;
-  double squares = 0;
-  for (const at::Tensor& p : holders) {
-    if (p.grad().defined()) squares += p.grad().norm().pow(2).item<double>();
-  }
-  if (shard_group != nullptr) {
-    RETURN_IF_ERROR(shard_group->AllReduce(&squares, 1, DType::kFloat64, ReduceOp::kSum));
-  }
-  const double scale = max_norm / (std::sqrt(squares) + 1e-6);
-  if (scale >= 1) return absl::OkStatus();
-  for (const at::Tensor& p : holders) {
-    if (p.grad().defined()) p.grad().mul_(scale);
-  }
-  return absl::OkStatus();
-}
-
 std::vector<at::Tensor> AllParameters(const torch::optim::Optimizer& optimizer) {
   std::vector<at::Tensor> all;
   for (const torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) {

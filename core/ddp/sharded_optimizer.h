@@ -95,12 +95,6 @@ absl::Status MapOptimizerStateTensors(torch::optim::OptimizerParamState& state,
 // ShardedOptimizer, this rank's shard's), by OptimizerStateTensors.
 absl::StatusOr<int64_t> OptimizerStateBytes(const torch::optim::Optimizer& optimizer);
 
-// Scales the gradients of `holders` so that their global L2 norm is at most `max_norm`
-// (torch.nn.utils.clip_grad_norm_). With `shard_group`, each rank holds a shard of the gradients
-// and the norm is taken over every rank's (a collective: FSDP's clip_grad_norm_).
-absl::Status ClipGradNorm(const std::vector<at::Tensor>& holders, double max_norm,
-                          ProcessGroup* shard_group = nullptr);
-
 // Every parameter of `optimizer`, group by group.
 std::vector<at::Tensor> AllParameters(const torch::optim::Optimizer& optimizer);
 

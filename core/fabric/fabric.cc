@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/ddp/gradient_clipping.h"
 #include "core/ddp/sharded_optimizer.h"
 #include "core/env/rank_zero.h"
-#include "core/fabric/gradient_clipping.h"
 #include "core/model/checkpoint.h"
 #include "core/model/module.h"
 #include "core/train/loggers/csv_logger.h"
@@ -153,17 +153,8 @@ void Fabric::Backward(const at::Tensor& loss) {
 double Fabric::ClipGradients(torch::optim::Optimizer& optimizer, double max_norm,
                              double norm_type) {
   RequireInRank("ClipGradients");
-  const std::vector<at::Tensor> parameters = AllParameters(optimizer);
-  std::vector<at::Tensor> gradients;
-  std::vector<size_t> indices;  // each gradient's parameter, for the error
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    if (!parameters[i].grad().defined()) continue;
-    gradients.push_back(parameters[i].grad());
-    indices.push_back(i);
-  }
-  absl::StatusOr<double> norm = ClipGradientNorm(gradients, max_norm, norm_type, [&](size_t i) {
-    return absl::StrCat("the optimizer's parameter ", indices[i], " of ", parameters.size());
-  });
+  absl::StatusOr<double> norm = ClipParameterGradientNorm(AllParameters(optimizer), max_norm,
+                                                          norm_type, "the optimizer's parameter");
   if (!norm.ok()) {
     Throw(absl::Status(norm.status().code(),
                        absl::StrCat("ClipGradients: ", norm.status().message())));
@@ -173,11 +164,10 @@ double Fabric::ClipGradients(torch::optim::Optimizer& optimizer, double max_norm
 
 void Fabric::ClipGradientValues(torch::optim::Optimizer& optimizer, double clip_val) {
   RequireInRank("ClipGradientValues");
-  std::vector<at::Tensor> gradients;
-  for (const at::Tensor& parameter : AllParameters(optimizer)) {
-    if (parameter.grad().defined()) gradients.push_back(parameter.grad());
+  if (absl::Status status = ClipParameterGradientValue(AllParameters(optimizer), clip_val);
+      !status.ok()) {
+    Throw(status);
   }
-  if (absl::Status status = ClipGradientValue(gradients, clip_val); !status.ok()) Throw(status);
 }
 
 at::Tensor Fabric::AllReduce(const at::Tensor& tensor, ReduceOp op) {

@@ -55,6 +55,7 @@
 #include "core/comm/process_group.h"
 #include "core/ddp/distributed_data_parallel.h"
 #include "core/ddp/full_shard.h"
+#include "core/ddp/gradient_clipping.h"
 #include "core/ddp/shard_grad_op_optimizer.h"
 #include "core/ddp/size_based_units.h"
 #include "core/ddp/zero_redundancy_optimizer.h"
@@ -149,7 +150,10 @@ void ReferenceStep(torch::nn::Sequential& net, torch::optim::Optimizer& optimize
     }
     Loss(net, torch::cat(xs), torch::cat(ys)).backward();
   }
-  if (mode.clip > 0) CheckOk(ClipGradNorm(net->parameters(), mode.clip), "clip");
+  if (mode.clip > 0) {
+    CheckOk(ClipParameterGradientNorm(net->parameters(), mode.clip, 2.0, "parameter").status(),
+            "clip");
+  }
   optimizer.step();
 }
 
@@ -170,10 +174,13 @@ void DdpStep(torch::nn::Sequential& net, DistributedDataParallel& ddp,
   Loss(net, x, y, fsdp).backward();
   if (mode.clip > 0) {
     auto* sharded = dynamic_cast<ShardedOptimizer*>(&optimizer);
-    CheckOk(sharded != nullptr ? ClipGradNorm(sharded->StepGradientHolders(), mode.clip,
-                                              sharded->gradient_shard_group())
-                               : ClipGradNorm(net->parameters(), mode.clip),
-            "clip");
+    CheckOk(
+        sharded != nullptr
+            ? ClipParameterGradientNorm(sharded->StepGradientHolders(), mode.clip, 2.0, "parameter",
+                                        sharded->gradient_shard_group())
+                  .status()
+            : ClipParameterGradientNorm(net->parameters(), mode.clip, 2.0, "parameter").status(),
+        "clip");
   }
   optimizer.step();
 }

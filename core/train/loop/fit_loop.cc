@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "core/ddp/gradient_clipping.h"
 #include "core/ddp/sharded_optimizer.h"
 #include "core/launch/worker_channel.h"
 #include "core/train/data/sampler.h"
@@ -185,13 +186,11 @@ absl::Status Trainer::OptimizerStep(FitRun& run) {
               [&] {
                 if (options_.gradient_clip_val <= 0) return;
                 if (options_.gradient_clip_algorithm == GradientClipAlgorithm::kValue) {
-                  c10::NoGradGuard no_grad;
-                  for (const at::Tensor& p : holders) {
-                    if (p.grad().defined())
-                      p.grad().clamp_(-options_.gradient_clip_val, options_.gradient_clip_val);
-                  }
+                  clipped = ClipParameterGradientValue(holders, options_.gradient_clip_val);
                 } else {
-                  clipped = ClipGradNorm(holders, options_.gradient_clip_val, shard_group);
+                  clipped = ClipParameterGradientNorm(holders, options_.gradient_clip_val,
+                                                      /*norm_type=*/2.0, "parameter", shard_group)
+                                .status();
                 }
               })
           .status();
