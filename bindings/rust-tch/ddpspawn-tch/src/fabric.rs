@@ -303,7 +303,9 @@ impl Fabric {
     /// Runs `body` with `model`'s gradient synchronization off when
     /// `enabled`: its backward passes accumulate locally, and the first
     /// [`backward`](Self::backward) after it averages what accumulated.
-    /// Every rank must skip alike.
+    /// Every rank must skip alike: among one launcher's ranks, ranks that
+    /// do not fail at the next synchronized backward, naming each rank's
+    /// backward passes.
     pub fn no_backward_sync<'m, R>(
         &self,
         model: &mut DistributedDataParallel<'m>,

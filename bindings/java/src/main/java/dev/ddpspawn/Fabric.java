@@ -183,7 +183,8 @@ public final class Fabric {
 
   /**
    * Runs {@code body} with gradient averaging off when {@code enabled}: its backward calls
-   * accumulate locally. Every rank must skip alike.
+   * accumulate locally. Every rank must skip alike: among one launcher's ranks, ranks that do not
+   * fail at the next synchronized backward, naming each rank's backward passes.
    */
   public void noBackwardSync(FabricModel model, boolean enabled, Runnable body) {
     context("noBackwardSync");
