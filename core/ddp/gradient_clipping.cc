@@ -86,8 +86,12 @@ absl::StatusOr<double> ClipGradientNorm(const std::vector<at::Tensor>& gradients
               "clipped"));
         }
       }
-      return absl::InvalidArgumentError(
-          absl::StrCat("the gradients' norm is ", norm, " (each is finite; their norm overflows)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the gradients' norm is ", norm,
+          shard_group != nullptr
+              ? " (this rank's shards are finite: another rank's holds a NaN or an infinity, or "
+                "their norm overflows)"
+              : " (each is finite; their norm overflows)"));
     }
     const at::Tensor coefficient = at::clamp(max_norm / (total + 1e-6), std::nullopt, 1.0);
     for (const at::Tensor& gradient : gradients) gradient.mul_(coefficient);

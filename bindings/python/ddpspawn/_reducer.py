@@ -334,9 +334,11 @@ class Reducer(Closable):
         return bool(written.value)
 
     def set_sync(self, enabled: bool) -> None:
-        """``False`` is no_sync: :meth:`mark_ready` and :meth:`finalize` do
-        nothing, so gradients accumulate locally; the first finalize after
-        ``set_sync(True)`` averages what accumulated."""
+        """``False`` is no_sync: :meth:`mark_ready` and :meth:`finalize`
+        communicate nothing, so gradients accumulate locally; the first
+        finalize after ``set_sync(True)`` averages what accumulated. Ranks
+        that finalize different numbers of passes under no_sync are refused
+        there (``ddpspawn_reducer_set_sync`` in ddpspawn.h)."""
         _lib.check(self._lib.ddpspawn_reducer_set_sync(self._live(), 1 if enabled else 0))
         self._sync = bool(enabled)
 

@@ -483,8 +483,8 @@ DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_mark_ready(ddpspawn_reducer* re
 /* Starts what is left, waits, and writes the means into the buffers. */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_finalize(ddpspawn_reducer* reducer);
 
-/* enabled = 0 is no_sync: mark_ready and finalize do nothing, so gradients can accumulate locally;
- * the first finalize after re-enabling averages the accumulated buffers. */
+/* enabled = 0 is no_sync: mark_ready and finalize communicate nothing (finalize counts a pass; the
+ * next synced finalize averages them all, refused where the ranks' counts differ: ddp.md). */
 DDPSPAWN_EXPORT ddpspawn_status ddpspawn_reducer_set_sync(ddpspawn_reducer* reducer,
                                                           int32_t enabled);
 

@@ -350,9 +350,11 @@ impl<'ctx> Reducer<'ctx> {
         self.handle.written(index)
     }
 
-    /// `false` is no_sync: `mark_ready` and `finalize` do nothing, so
-    /// gradients accumulate locally; the first `finalize` after
-    /// `set_sync(true)` averages what accumulated. See also
+    /// `false` is no_sync: `mark_ready` and `finalize` communicate nothing,
+    /// so gradients accumulate locally; the first `finalize` after
+    /// `set_sync(true)` averages what accumulated. Ranks that finalize
+    /// different numbers of passes under no_sync are refused there
+    /// (`ddpspawn_reducer_set_sync` in ddpspawn.h). See also
     /// [`no_sync`](Reducer::no_sync).
     pub fn set_sync(&mut self, enabled: bool) -> Result<()> {
         self.handle.set_sync(enabled)?;
