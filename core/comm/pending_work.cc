@@ -60,7 +60,7 @@ absl::Status PendingWork::Wait() {
   absl::Status status = absl::OkStatus();
   const BlockedTimer timer(impl_->blocked_ns);
   if (impl_->work) {
-    status = Guarded("all_reduce", [&] {
+    status = Guarded(impl_->name, [&] {
       impl_->work->wait();
       at::Tensor& reduced = impl_->staged.defined() ? impl_->staged : impl_->tensor;
       if (impl_->divide_by > 1) DivideForMean(reduced, impl_->divide_by);

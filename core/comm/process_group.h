@@ -130,6 +130,14 @@ class ProcessGroup {
   // All-gather into one tensor (torch's all_gather_into_tensor): `output` (contiguous, world_size
   // times input.numel() elements, same dtype and device) gets every rank's `input` in rank order.
   absl::Status AllGatherInto(const at::Tensor& input, at::Tensor& output);
+  // AllGatherInto, started and returned at once (FSDP's prefetch of the next unit): `input` and
+  // `output` must stay alive and untouched until Wait(). Through shared memory it is done when it
+  // returns (AllGathersInSharedMemory()); on Gloo and NCCL it runs beside the caller.
+  absl::StatusOr<std::unique_ptr<PendingWork>> StartAllGatherInto(const at::Tensor& input,
+                                                                  at::Tensor& output);
+  // True when an all-gather of `input_bytes` a rank (CPU tensors when `on_cpu`) runs through this
+  // host's shared memory, on the calling thread (so starting it early overlaps nothing).
+  bool AllGathersInSharedMemory(int64_t input_bytes, bool on_cpu) const;
   // Starts an all-reduce and returns at once; `tensor` must stay alive and untouched until Wait().
   // Collectives are matched across ranks by the order they start in. A tensor on another device
   // than the backend's (a CPU buffer on NCCL, a CUDA tensor on Gloo) is copied there now and back

@@ -130,11 +130,13 @@ class BlockedTimer {
 };
 
 struct PendingWork::Impl {
+  const char* name = "all_reduce";  // the collective, in errors
   c10::intrusive_ptr<c10d::Work> work;
   at::Tensor tensor;
   // The copy on the backend's device when `tensor` lives elsewhere (a CPU buffer on NCCL, a CUDA
   // tensor on Gloo); copied back at Wait().
   at::Tensor staged;
+  at::Tensor source;  // an all-gather's input on the backend's device, alive while in flight
   int divide_by = 1;  // mean: sum, then divide
   bool done = false;  // completed at start (shared memory), not yet waited for
   // Hierarchical: the leader's sum between the nodes, which must reach the node's ranks (at Wait(),

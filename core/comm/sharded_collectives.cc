@@ -82,7 +82,7 @@ absl::Status ProcessGroup::AllGatherInto(const at::Tensor& input, at::Tensor& ou
   RETURN_IF_ERROR(CheckShards("all_gather", output, "output", input, "input", world_size()));
   const CallSignature call = Signature("all_gather_into", input);
   return Recorded(call, [&]() -> absl::Status {
-    if (impl_->shm && input.device().is_cpu() && input.nbytes() <= impl_->shm->capacity()) {
+    if (AllGathersInSharedMemory(static_cast<int64_t>(input.nbytes()), input.device().is_cpu())) {
       return impl_->shm->AllGather(input.const_data_ptr(), input.nbytes(), output.data_ptr(), call);
     }
     RETURN_IF_ERROR(CheckAgreement(call, input));
@@ -97,6 +97,47 @@ absl::Status ProcessGroup::AllGatherInto(const at::Tensor& input, at::Tensor& ou
       });
     });
   });
+}
+
+bool ProcessGroup::AllGathersInSharedMemory(int64_t input_bytes, bool on_cpu) const {
+  return impl_->shm && on_cpu && static_cast<size_t>(input_bytes) <= impl_->shm->capacity();
+}
+
+absl::StatusOr<std::unique_ptr<PendingWork>> ProcessGroup::StartAllGatherInto(
+    const at::Tensor& input, at::Tensor& output) {
+  if (AllGathersInSharedMemory(static_cast<int64_t>(input.nbytes()), input.device().is_cpu())) {
+    RETURN_IF_ERROR(AllGatherInto(input, output));
+    auto done = std::make_unique<PendingWork::Impl>();
+    done->name = "all_gather_into";
+    done->tensor = output;
+    done->done = true;
+    return std::unique_ptr<PendingWork>(new PendingWork(std::move(done)));
+  }
+  RETURN_IF_ERROR(CheckShards("all_gather", output, "output", input, "input", world_size()));
+  const CallSignature call = Signature("all_gather_into", input);
+  // Recorded from here until Wait() ends it.
+  const uint64_t seq = impl_->recorder->Start(call);
+  if (absl::Status agreed = CheckAgreement(call, input); !agreed.ok()) {
+    return FinishRecorded(seq, std::move(agreed));
+  }
+  auto pending = std::make_unique<PendingWork::Impl>();
+  pending->name = "all_gather_into";
+  pending->tensor = output;
+  pending->blocked_ns = &impl_->blocked_ns;
+  pending->finish = [this, seq](absl::Status status) {
+    return FinishRecorded(seq, std::move(status));
+  };
+  absl::Status started = Guarded("all_gather_into", [&] {
+    pending->source = input.to(impl_->device);
+    if (output.device() != impl_->device) pending->staged = at::empty_like(output, impl_->device);
+    at::Tensor flat_out = (pending->staged.defined() ? pending->staged : output).view({-1});
+    at::Tensor flat_in = pending->source.view({-1});
+    c10d::AllgatherOptions opts;
+    opts.timeout = impl_->timeout;
+    pending->work = impl_->group->_allgather_base(flat_out, flat_in, opts);
+  });
+  if (!started.ok()) return pending->finish(started);
+  return std::unique_ptr<PendingWork>(new PendingWork(std::move(pending)));
 }
 
 absl::Status ProcessGroup::ReduceScatter(const void* input, void* output, size_t count, DType dtype,

@@ -282,9 +282,16 @@ absl::Status FullShard::InstallHooks() {
 }
 
 absl::Status FullShard::Gather(Unit& unit) {
-  if (unit.whole) return absl::OkStatus();
-  unit.whole = true;
-  if (unit.parameters.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(StartGather(unit));
+  return FinishGather(unit);
+}
+
+absl::Status FullShard::StartGather(Unit& unit) {
+  if (unit.whole || unit.arriving) return absl::OkStatus();
+  if (unit.parameters.empty()) {
+    unit.whole = true;
+    return absl::OkStatus();
+  }
   const int rank = group_->rank(), world = group_->world_size();
   const int64_t section = unit.layout->section_elements();
   at::NoGradGuard no_grad;
@@ -292,27 +299,103 @@ absl::Status FullShard::Gather(Unit& unit) {
   std::vector<at::Tensor> views = unit.layout->Views(mine, rank, unit.shapes);
   for (size_t i = 0; i < views.size(); ++i) views[i].copy_(unit.shards[i].detach());
   at::Tensor all = at::empty({world * section}, mine.options());
-  if (absl::Status gathered = group_->AllGatherInto(mine, all); !gathered.ok()) {
-    unit.whole = false;
-    return absl::Status(gathered.code(),
-                        absl::StrCat("full_shard: rank ", rank, ": all-gather of unit ",
-                                     &unit - units_.data(), "'s parameters: ", gathered.message()));
+  absl::StatusOr<std::unique_ptr<PendingWork>> started = group_->StartAllGatherInto(mine, all);
+  if (!started.ok()) {
+    return absl::Status(
+        started.status().code(),
+        absl::StrCat("full_shard: rank ", rank, ": all-gather of unit ", &unit - units_.data(),
+                     "'s parameters: ", started.status().message()));
   }
-  for (const at::Tensor& p : unit.parameters) AllocateStorage(p);
-  for (int r = 0; r < world; ++r) {
-    unit.layout->Unpack(all.narrow(0, r * section, section), r, unit.parameters);
-  }
+  unit.arriving = *std::move(started);
+  unit.sent = std::move(mine);
+  unit.received = std::move(all);
   whole_bytes_ += unit.bytes;
   peak_whole_bytes_ = std::max(peak_whole_bytes_, whole_bytes_);
   return absl::OkStatus();
 }
 
+absl::Status FullShard::FinishGather(Unit& unit) {
+  if (!unit.arriving) return absl::OkStatus();
+  absl::Status gathered = unit.arriving->Wait();
+  unit.arriving.reset();
+  at::Tensor all = std::move(unit.received);
+  unit.sent = at::Tensor();
+  unit.received = at::Tensor();
+  const int rank = group_->rank(), world = group_->world_size();
+  if (!gathered.ok()) {
+    whole_bytes_ -= unit.bytes;
+    return absl::Status(gathered.code(),
+                        absl::StrCat("full_shard: rank ", rank, ": all-gather of unit ",
+                                     &unit - units_.data(), "'s parameters: ", gathered.message()));
+  }
+  at::NoGradGuard no_grad;
+  const int64_t section = unit.layout->section_elements();
+  for (const at::Tensor& p : unit.parameters) AllocateStorage(p);
+  for (int r = 0; r < world; ++r) {
+    unit.layout->Unpack(all.narrow(0, r * section, section), r, unit.parameters);
+  }
+  unit.whole = true;
+  return absl::OkStatus();
+}
+
+absl::Status FullShard::Prefetch(size_t next) {
+  // One rank gathers from nobody: nothing to hide.
+  if (!options_.prefetch || next == kNoUnit || group_->world_size() == 1) return absl::OkStatus();
+  Unit& unit = units_[next];
+  if (unit.whole || unit.arriving || unit.parameters.empty()) return absl::OkStatus();
+  const int64_t sent_bytes = unit.layout->section_elements() * unit.shards[0].element_size();
+  if (group_->AllGathersInSharedMemory(sent_bytes, unit.shards[0].device().is_cpu())) {
+    return absl::OkStatus();
+  }
+  ++prefetched_gathers_;
+  return StartGather(unit);
+}
+
 void FullShard::Reshard(Unit& unit) {
+  // A gather started ahead and never used (the forward took another path) ends first: its
+  // collective is under way on every rank. A failure there surfaces at the next collective.
+  if (unit.arriving) FinishGather(unit).IgnoreError();
   if (!unit.whole) return;
   for (const at::Tensor& p : unit.parameters) FreeStorage(p);
   whole_bytes_ -= unit.bytes;
   unit.whole = false;
   unit.awaiting_gradients = 0;
+}
+
+size_t FullShard::NoteForward(size_t unit) {
+  if (forward_order_done_) {
+    last_forward_order_ = std::move(forward_order_);
+    forward_order_.clear();
+    forward_order_done_ = false;
+  }
+  // Forwards without a backward (grad enabled, never differentiated) start the order afresh rather
+  // than growing it without end.
+  if (forward_order_.size() >= 16 * units_.size()) forward_order_.clear();
+  forward_order_.push_back(unit);
+  backward_position_ = forward_order_.size();
+  const size_t k = forward_order_.size() - 1;
+  if (k + 1 < last_forward_order_.size() && last_forward_order_[k] == unit &&
+      last_forward_order_[k + 1] != unit) {
+    return last_forward_order_[k + 1];
+  }
+  return kNoUnit;
+}
+
+size_t FullShard::BackwardPrefetchTarget(size_t unit) {
+  // The latest run of `unit` before where this backward has reached (else anywhere: a root unit's
+  // backward begins before its children's), and the unit that ran before it.
+  size_t found = kNoUnit;
+  for (size_t p = std::min(backward_position_, forward_order_.size()); p-- > 0;) {
+    if (forward_order_[p] == unit) {
+      found = p;
+      break;
+    }
+  }
+  if (found == kNoUnit) return kNoUnit;
+  backward_position_ = found;
+  if (found == 0) return kNoUnit;
+  const size_t before = forward_order_[found - 1];
+  return units_[before].backward_started ? kNoUnit : before;
 }
 
 absl::StatusOr<at::Tensor> FullShard::Forward(size_t unit,
@@ -322,7 +405,9 @@ absl::StatusOr<at::Tensor> FullShard::Forward(size_t unit,
     if (unit >= units_.size()) {
       return absl::OutOfRangeError(absl::StrCat("full_shard: unit ", unit, " of ", units_.size()));
     }
+    const size_t next = at::GradMode::is_enabled() ? NoteForward(unit) : kNoUnit;
     RETURN_IF_ERROR(Gather(units_[unit]));
+    RETURN_IF_ERROR(Prefetch(next));
   }
   at::Tensor output;
   absl::Status ran = StatusOnException(absl::StrCat("unit ", unit, "'s forward"), [&] {
@@ -382,14 +467,18 @@ void FullShard::BeforeBackward(size_t unit) {
     torch::autograd::Engine::get_default_engine().queue_callback([this] {
       absl::MutexLock lock(&mutex_);
       end_of_backward_queued_ = false;
+      forward_order_done_ = true;
       for (Unit& u : units_) {
         u.awaiting_gradients = 0;
+        u.backward_started = false;
         if (all_pinned_ == 0) Reshard(u);
       }
     });
   }
   Unit& u = units_[unit];
+  u.backward_started = true;
   absl::Status gathered = Gather(u);
+  if (gathered.ok()) gathered = Prefetch(BackwardPrefetchTarget(unit));
   if (!gathered.ok()) throw std::runtime_error(std::string(gathered.message()));
   u.awaiting_gradients = static_cast<int>(u.parameters.size());
 }
@@ -450,6 +539,11 @@ absl::StatusOr<size_t> FullShard::UnitOf(const torch::nn::Module& module) const 
 int64_t FullShard::WholeParameterBytes() const {
   absl::MutexLock lock(&mutex_);
   return whole_bytes_;
+}
+
+int64_t FullShard::prefetched_gathers() const {
+  absl::MutexLock lock(&mutex_);
+  return prefetched_gathers_;
 }
 
 int64_t FullShard::peak_whole_parameter_bytes() const {

@@ -46,6 +46,13 @@ struct FullShardOptions {
   // all-gather less per unit and step, at the cost of every unit whole between forward and
   // backward).
   bool reshard_after_forward = true;
+  // FSDP's prefetch: a unit's all-gather starts before it is needed, while the unit before it runs
+  // (in forward, the next unit of the last training forward's order; in backward, the unit that ran
+  // before this one in this forward), so that at most two units (and a root unit holding them) are
+  // whole at once. Only where the all-gather runs beside the caller (Gloo without shared memory,
+  // across hosts; NCCL): through one host's shared memory it is a copy on the calling thread, so
+  // starting it early would only hold two units at once for nothing; nor on one rank.
+  bool prefetch = true;
 };
 
 // Thread safety: one training loop at a time, as DistributedDataParallel; the autograd hooks it
@@ -110,6 +117,8 @@ class FullShard {
   // and the most that were whole at once since the last reset (FSDP's memory high-water for
   // parameters: with reshard_after_forward, the largest unit's bytes in a step).
   int64_t WholeParameterBytes() const;
+  // Gathers started ahead of their unit (prefetch) so far.
+  int64_t prefetched_gathers() const;
   int64_t peak_whole_parameter_bytes() const;
   void ResetPeakWholeParameterBytes();
 
@@ -122,8 +131,12 @@ class FullShard {
     std::vector<size_t> gradient_indices;  // of each parameter, in the reducer's tensors()
     std::unique_ptr<SectionLayout> layout;
     bool whole = false;
-    int64_t bytes = 0;           // of its parameters, whole
-    int awaiting_gradients = 0;  // in a backward: this unit's gradients not yet accumulated
+    // A gather started ahead (prefetch), with its input and output, until FinishGather().
+    std::unique_ptr<PendingWork> arriving;
+    at::Tensor sent, received;
+    bool backward_started = false;  // in this backward: BeforeBackward() ran
+    int64_t bytes = 0;              // of its parameters, whole
+    int awaiting_gradients = 0;     // in a backward: this unit's gradients not yet accumulated
   };
   // What the two Wrap()s decide: the parameters the wrapper will reduce (in its order), each one's
   // unit and name, and the units' modules (null in the tensor form).
@@ -144,8 +157,18 @@ class FullShard {
   absl::Status InstallHooks();
   // ForwardSequential's pass over the children.
   absl::StatusOr<at::Tensor> ForwardChildren(torch::nn::SequentialImpl& net, at::Tensor input);
+  // Gather() is StartGather() then FinishGather(): the unit's rows all-gathered into its
+  // parameters' storage. Counted as whole from the start (its bytes are allocated then).
   absl::Status Gather(Unit& unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::Status StartGather(Unit& unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::Status FinishGather(Unit& unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Starts unit `next`'s gather ahead when prefetch applies to it (kNoUnit: none).
+  absl::Status Prefetch(size_t next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void Reshard(Unit& unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The training forward's order: records `unit`, returns the unit to prefetch after it.
+  size_t NoteForward(size_t unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The unit to prefetch when `unit`'s backward begins: the one before it in this forward.
+  size_t BackwardPrefetchTarget(size_t unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Autograd's side: the unit's output gradient arrived (its backward is next), and one of its
   // parameters' gradient was accumulated.
   void BeforeBackward(size_t unit);
@@ -164,6 +187,13 @@ class FullShard {
   bool end_of_backward_queued_ ABSL_GUARDED_BY(mutex_) = false;
   int64_t whole_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t peak_whole_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
+  // Units in the order this training forward ran them, and the last complete forward's (from the
+  // end of a backward on); where this backward has reached in the first.
+  std::vector<size_t> forward_order_ ABSL_GUARDED_BY(mutex_);
+  std::vector<size_t> last_forward_order_ ABSL_GUARDED_BY(mutex_);
+  bool forward_order_done_ ABSL_GUARDED_BY(mutex_) = false;
+  size_t backward_position_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t prefetched_gathers_ ABSL_GUARDED_BY(mutex_) = 0;
   struct Hooks;
   std::unique_ptr<Hooks> hooks_;
 };

@@ -322,6 +322,7 @@ absl::Status DDPSpawnStrategy::Setup(std::shared_ptr<LightningModule> module) {
     FullShardOptions shard_options;
     shard_options.ddp = ddp_options;
     shard_options.reshard_after_forward = options_.reshard_after_forward;
+    shard_options.prefetch = options_.full_shard_prefetch;
     ASSIGN_OR_RETURN(sharded_, ShardModule(*module_, group_.get(), shard_options,
                                            options_.auto_wrap_min_params));
     return absl::OkStatus();

@@ -117,9 +117,10 @@ struct StrategyOptions {
   // the module's own ShardUnits(); N > 0 lets the sizes choose (a module becomes a unit once it
   // holds at least N trainable elements no unit below it holds; the root takes the rest), for a
   // module whose forward runs its parts through the shard (one that names ShardUnits()). And
-  // FSDP2's reshard_after_forward (FullShardOptions).
+  // FSDP2's reshard_after_forward, and FSDP's prefetch (FullShardOptions).
   int64_t auto_wrap_min_params = 0;
   bool reshard_after_forward = true;
+  bool full_shard_prefetch = true;
   // Lightning's sync_batchnorm: Setup() and an own loop's Distribute(model, strategy) replace the
   // BatchNorm layers of the model's Sequential containers with SyncBatchNorm
   // (core/ddp/sync_batch_norm.h), and refuse a model where that would change nothing

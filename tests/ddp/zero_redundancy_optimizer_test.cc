@@ -39,6 +39,8 @@ constexpr int64_t kModelElements = 8 * 32 + 32 + 32 * 16 + 16 + 16 + 1;
 constexpr int kModelParameters = 6;
 // Its largest unit, Linear(32, 16), whole: full_shard's high-water of whole parameters.
 constexpr int64_t kLargestUnitBytes = int64_t{4} * (32 * 16 + 16);
+// Linear(8, 32), whole beside it when its gather is prefetched.
+constexpr int64_t kFirstLinearBytes = int64_t{4} * (8 * 32 + 32);
 // Linear(16, 1): under SizeBasedUnits at 200 parameters, too small to be a unit; the root holds it.
 constexpr int64_t kLastLinearBytes = int64_t{4} * (16 + 1);
 // How far a measured memory may be from its formula (ZeRO's, for float32 parameters).
@@ -52,11 +54,14 @@ struct Case {
   int nprocs;
   std::string stage = "zero1";  // or zero1_chunked, shard_grad_op, full_shard, full_shard_*
   bool accumulate_clip = false;
+  // The collectives through Gloo (DDPSPAWN_SHM_ALLREDUCE=0), beside the caller: full_shard then
+  // prefetches the next unit's all-gather.
+  bool gloo = false;
 };
 
 void PrintTo(const Case& c, std::ostream* out) {
   *out << c.stage << " " << c.optimizer << " at " << c.nprocs << " ranks"
-       << (c.accumulate_clip ? ", accumulating and clipping" : "");
+       << (c.accumulate_clip ? ", accumulating and clipping" : "") << (c.gloo ? ", on gloo" : "");
 }
 
 std::map<std::string, std::string> RunWorker(const Case& c) {
@@ -64,6 +69,7 @@ std::map<std::string, std::string> RunWorker(const Case& c) {
   spec.nprocs = c.nprocs;
   spec.argv = {"tests/ddp/zero_worker", "6", c.optimizer, c.stage};
   if (c.accumulate_clip) spec.argv.emplace_back("accumulate_clip");
+  if (c.gloo) spec.env.emplace_back("DDPSPAWN_SHM_ALLREDUCE=0");
   spec.timeout = absl::Seconds(120);
   absl::StatusOr<std::unique_ptr<Job>> job = Job::Create(spec);
   EXPECT_TRUE(job.ok()) << job.status();
@@ -117,6 +123,8 @@ TEST_P(ZeroRedundancyOptimizerTest, MatchesTheUnshardedOptimizer) {
   std::vector<std::string> ddp_state_memory = absl::StrSplit(fields["ddp_state_memory"], ',');
   std::vector<std::string> whole = absl::StrSplit(fields["whole_parameter_bytes"], ',');
   std::vector<std::string> peak_whole = absl::StrSplit(fields["peak_whole_parameter_bytes"], ',');
+  std::vector<std::string> prefetched_gathers = absl::StrSplit(fields["prefetched_gathers"], ',');
+  ASSERT_EQ(prefetched_gathers.size(), static_cast<size_t>(nprocs));
   ASSERT_EQ(whole.size(), static_cast<size_t>(nprocs));
   ASSERT_EQ(peak_whole.size(), static_cast<size_t>(nprocs));
   ASSERT_EQ(state_memory.size(), static_cast<size_t>(nprocs));
@@ -151,11 +159,22 @@ TEST_P(ZeroRedundancyOptimizerTest, MatchesTheUnshardedOptimizer) {
       // forward to backward without reshard_after_forward.
       EXPECT_EQ(whole[rank], "0") << "rank " << rank;
       // SizeBasedUnits' root unit (the last Linear) is whole for the whole forward, beside each
-      // other unit in turn.
-      const int64_t peak = c.stage == "full_shard"        ? kLargestUnitBytes
-                           : c.stage == "full_shard_auto" ? kLargestUnitBytes + kLastLinearBytes
-                                                          : 4 * kModelElements;
+      // other unit in turn. On gloo, the next unit's gather is started while one runs: the first
+      // two Linears are whole at once (with the root's, under SizeBasedUnits).
+      const int64_t prefetched = c.gloo ? kFirstLinearBytes : 0;
+      const int64_t peak = c.stage == "full_shard" ? kLargestUnitBytes + prefetched
+                           : c.stage == "full_shard_auto"
+                               ? kLargestUnitBytes + kLastLinearBytes + prefetched
+                               : 4 * kModelElements;
       EXPECT_EQ(peak_whole[rank], std::to_string(peak)) << "rank " << rank;
+      // Prefetch where the gathers run beside the caller, and only there.
+      int64_t started_ahead = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(prefetched_gathers[rank], &started_ahead));
+      if (c.gloo) {
+        EXPECT_GT(started_ahead, 0) << "rank " << rank;
+      } else {
+        EXPECT_EQ(started_ahead, 0) << "rank " << rank;
+      }
     }
     int64_t measured = 0, ddp_measured = 0;
     ASSERT_TRUE(absl::SimpleAtoi(state_memory[rank], &measured));
@@ -172,27 +191,30 @@ TEST_P(ZeroRedundancyOptimizerTest, MatchesTheUnshardedOptimizer) {
 
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, ZeroRedundancyOptimizerTest,
-    testing::Values(Case{"adam", 8, 2}, Case{"adam", 8, 3}, Case{"adamw", 8, 2},
-                    Case{"adagrad", 4, 2}, Case{"adagrad", 4, 3}, Case{"rmsprop", 4, 2},
-                    Case{"sgd", 4, 3}, Case{"adam", 8, 2, "zero1", true},
-                    Case{"adam", 8, 2, "shard_grad_op"}, Case{"adam", 8, 4, "shard_grad_op"},
-                    Case{"adamw", 8, 2, "shard_grad_op"}, Case{"adagrad", 4, 2, "shard_grad_op"},
-                    Case{"adagrad", 4, 4, "shard_grad_op"}, Case{"rmsprop", 4, 4, "shard_grad_op"},
-                    Case{"sgd", 4, 3, "shard_grad_op"}, Case{"adam", 8, 2, "shard_grad_op", true},
-                    Case{"adagrad", 4, 4, "shard_grad_op", true},
-                    Case{"sgd", 4, 3, "shard_grad_op", true}, Case{"adam", 8, 2, "full_shard"},
-                    Case{"adam", 8, 4, "full_shard"}, Case{"adamw", 8, 2, "full_shard"},
-                    Case{"adagrad", 4, 4, "full_shard"}, Case{"rmsprop", 4, 2, "full_shard"},
-                    Case{"sgd", 4, 3, "full_shard"}, Case{"adam", 8, 4, "full_shard", true},
-                    Case{"sgd", 4, 2, "full_shard", true}, Case{"adam", 8, 2, "full_shard_keep"},
-                    Case{"adagrad", 4, 4, "full_shard_keep", true},
-                    Case{"adam", 8, 2, "full_shard_auto"},
-                    Case{"sgd", 4, 3, "full_shard_auto", true}, Case{"adam", 8, 3, "zero1_chunked"},
-                    Case{"sgd", 4, 2, "zero1_chunked", true}),
+    testing::Values(
+        Case{"adam", 8, 2}, Case{"adam", 8, 3}, Case{"adamw", 8, 2}, Case{"adagrad", 4, 2},
+        Case{"adagrad", 4, 3}, Case{"rmsprop", 4, 2}, Case{"sgd", 4, 3},
+        Case{"adam", 8, 2, "zero1", true}, Case{"adam", 8, 2, "shard_grad_op"},
+        Case{"adam", 8, 4, "shard_grad_op"}, Case{"adamw", 8, 2, "shard_grad_op"},
+        Case{"adagrad", 4, 2, "shard_grad_op"}, Case{"adagrad", 4, 4, "shard_grad_op"},
+        Case{"rmsprop", 4, 4, "shard_grad_op"}, Case{"sgd", 4, 3, "shard_grad_op"},
+        Case{"adam", 8, 2, "shard_grad_op", true}, Case{"adagrad", 4, 4, "shard_grad_op", true},
+        Case{"sgd", 4, 3, "shard_grad_op", true}, Case{"adam", 8, 2, "full_shard"},
+        Case{"adam", 8, 4, "full_shard"}, Case{"adamw", 8, 2, "full_shard"},
+        Case{"adagrad", 4, 4, "full_shard"}, Case{"rmsprop", 4, 2, "full_shard"},
+        Case{"sgd", 4, 3, "full_shard"}, Case{"adam", 8, 4, "full_shard", true},
+        Case{"sgd", 4, 2, "full_shard", true}, Case{"adam", 8, 2, "full_shard_keep"},
+        Case{"adagrad", 4, 4, "full_shard_keep", true}, Case{"adam", 8, 2, "full_shard_auto"},
+        Case{"sgd", 4, 3, "full_shard_auto", true}, Case{"adam", 8, 3, "zero1_chunked"},
+        Case{"sgd", 4, 2, "zero1_chunked", true}, Case{"adam", 8, 2, "full_shard", false, true},
+        Case{"adagrad", 4, 3, "full_shard", true, true},
+        Case{"sgd", 4, 2, "full_shard_auto", false, true},
+        Case{"adam", 8, 2, "full_shard_keep", false, true}),
     [](const testing::TestParamInfo<Case>& info) {
       return info.param.stage + "_" + info.param.optimizer + "_" +
              std::to_string(info.param.nprocs) + "_ranks" +
-             (info.param.accumulate_clip ? "_accumulate_clip" : "");
+             (info.param.accumulate_clip ? "_accumulate_clip" : "") +
+             (info.param.gloo ? "_gloo" : "");
     });
 
 }  // namespace

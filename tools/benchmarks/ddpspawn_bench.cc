@@ -90,6 +90,7 @@ struct Flags {
   int averaging_period = 4;   // post_localsgd's model averaging period
   double bucket_cap_mb = 0;   // ddp: 0 keeps the default; else every bucket's cap (--bucket-cap-mb)
   bool grads_to_none = true;  // zero_grad(set_to_none) (--zero-grad-to-none 0: zeroed in place)
+  bool prefetch = true;       // full_shard_adam: FullShardOptions::prefetch (--prefetch 0: off)
   double launch_time = 0;
 };
 
@@ -268,6 +269,7 @@ absl::StatusOr<std::string> Worker(const Flags& flags) {
     }
     FullShardOptions shard_options;
     shard_options.ddp = ddp_options;
+    shard_options.prefetch = flags.prefetch;
     ASSIGN_OR_RETURN(full_shard,
                      FullShard::Wrap(net.module, net.units, group->get(), shard_options));
   } else {
@@ -434,6 +436,7 @@ int main(int argc, char** argv) {
     if (key == "--breakdown") flags.breakdown = value != "0";
     if (key == "--timeline") flags.timeline = value != "0";
     if (key == "--zero-grad-to-none") flags.grads_to_none = value != "0";
+    if (key == "--prefetch") flags.prefetch = value != "0";
     if (key == "--bucket-cap-mb") (void)absl::SimpleAtod(value, &flags.bucket_cap_mb);
     if (key == "--prestart") prestart = value != "0";
     if (key == "--nnodes") nodes.nnodes = std::atoi(value.c_str());

@@ -77,6 +77,7 @@ StrategyOptions StrategyOptionsFor(const RunConfig& config) {
   options.sharding_strategy = config.sharding_strategy;
   options.auto_wrap_min_params = config.auto_wrap_min_params;
   options.reshard_after_forward = config.reshard_after_forward;
+  options.full_shard_prefetch = config.full_shard_prefetch;
   options.ddp.reducer.bucket_cap_mb = config.bucket_cap_mb;
   options.ddp.reducer.first_bucket_cap_mb = config.first_bucket_cap_mb;
   options.ddp.broadcast_buffers = config.broadcast_buffers;

@@ -428,6 +428,12 @@ const std::vector<RunOption>& RunOptionTable() {
        "backward (true, FSDP2's default), or keep them whole until its backward (one all-gather "
        "less a unit and step, every unit whole between forward and backward)",
        Flag(&RunConfig::reshard_after_forward)},
+      {"full_shard_prefetch", distributed, "BOOL",
+       "full_shard: start the next unit's all-gather while a unit runs (FSDP's prefetch, in "
+       "forward and backward; two units whole at once), where the all-gather runs beside the "
+       "rank (gloo across hosts or without shared memory, nccl); through one host's shared "
+       "memory it never does (nothing to overlap)",
+       Flag(&RunConfig::full_shard_prefetch)},
       {"state_dict_type", distributed, "",
        "Lightning's FSDP names: full (rank 0 writes one file of the unsharded state) or sharded "
        "(shard_grad_op and full_shard: each rank writes its own shard into a checkpoint "

@@ -206,9 +206,12 @@ absl::Status CheckShardingOptions(const RunConfig& config) {
       config.ddp_comm_wrapper != "none" ? absl::StrCat(config.ddp_comm_wrapper, "_compress_wrapper")
                                         : std::string(CommHookName(config.ddp_comm_hook))));
   if (config.sharding_strategy != ShardingStrategy::kFullShard &&
-      (config.auto_wrap_min_params != 0 || !config.reshard_after_forward)) {
+      (config.auto_wrap_min_params != 0 || !config.reshard_after_forward ||
+       !config.full_shard_prefetch)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        config.auto_wrap_min_params != 0 ? "auto_wrap_min_params" : "reshard_after_forward false",
+        config.auto_wrap_min_params != 0 ? "auto_wrap_min_params"
+        : !config.reshard_after_forward  ? "reshard_after_forward false"
+                                         : "full_shard_prefetch false",
         " needs sharding_strategy full_shard (it shapes how full_shard gathers the parameters)"));
   }
   if (config.state_dict_type == "sharded" &&

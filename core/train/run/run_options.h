@@ -88,6 +88,7 @@ struct RunConfig {
   ShardingStrategy sharding_strategy = ShardingStrategy::kNoShard;
   int64_t auto_wrap_min_params = 0;  // full_shard's size-based units; 0: the model's own
   bool reshard_after_forward = true;
+  bool full_shard_prefetch = true;
   // "full" or "sharded"; resolved into trainer.sharded_checkpoints by ResolveRunConfig.
   std::string state_dict_type = "full";
   double bucket_cap_mb = DDPSPAWN_DEFAULT_BUCKET_CAP_MB;
