@@ -12,12 +12,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ddp/gradient_clipping.h"
+#include "core/ddp/shard_grad_op_optimizer.h"
 #include "core/ddp/sharded_optimizer.h"
+#include "core/ddp/zero_redundancy_optimizer.h"
 #include "core/env/rank_zero.h"
 #include "core/model/checkpoint.h"
 #include "core/model/module.h"
 #include "core/train/loggers/csv_logger.h"
 #include "core/util/exception_status.h"
+#include "core/util/status_macros.h"
 
 namespace ddpspawn {
 namespace {
@@ -53,13 +56,15 @@ absl::Status CheckOptions(const FabricOptions& options) {
         "Fabric: start method forkserver is not supported (its server must start before main() "
         "does anything else, with ServeForksIfForkserver()); use spawn or fork");
   }
-  if (options.strategy.sharding_strategy != ShardingStrategy::kNoShard) {
-    return absl::UnimplementedError(absl::StrCat(
-        "Fabric: sharding_strategy ", ShardingStrategyName(options.strategy.sharding_strategy),
-        " is not supported: Setup() wraps the model in DDP only (for sharded training "
-        "in a loop of your own, see docs/sharding.md)"));
+  if (options.strategy.sharding_strategy == ShardingStrategy::kFullShard) {
+    return absl::UnimplementedError(
+        "Fabric: sharding_strategy full_shard is not supported: a loop's own forward must run "
+        "each unit through the wrapper, which Setup() cannot do for it; use shard_grad_op, or "
+        "FullShard::Wrap(module, units, fabric.strategy().group()) in the loop (docs/sharding.md)");
   }
-  return absl::OkStatus();
+  return CheckShardingStrategy(options.strategy.sharding_strategy,
+                               options.zero_redundancy_optimizer,
+                               CommHookName(options.strategy.ddp_comm_hook));
 }
 
 // A loop's own module as the checkpoint format sees it: its tensors by name, borrowed. It has no
@@ -150,11 +155,39 @@ void Fabric::Backward(const at::Tensor& loss) {
   if (!status.ok()) Throw(status);
 }
 
+std::unique_ptr<torch::optim::Optimizer> Fabric::SetupOptimizer(DistributedDataParallel& ddp,
+                                                                const OptimizerMaker& make) {
+  RequireInRank("SetupOptimizer");
+  if (!make) Throw(absl::InvalidArgumentError("SetupOptimizer: no function to make the optimizer"));
+  const bool shard_grad_op = options_.strategy.sharding_strategy == ShardingStrategy::kShardGradOp;
+  if (!shard_grad_op && !options_.zero_redundancy_optimizer) return make();
+  OptimizerFactory factory = [make]() -> absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> {
+    std::unique_ptr<torch::optim::Optimizer> made;
+    RETURN_IF_ERROR(StatusOnException("making the optimizer", [&] { made = make(); }));
+    if (made == nullptr) return absl::InvalidArgumentError("the optimizer maker returned null");
+    return made;
+  };
+  absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> sharded;
+  if (shard_grad_op) {
+    sharded = ShardGradOpOptimizer::Create(std::move(factory), ddp);
+  } else {
+    sharded = ZeroRedundancyOptimizer::Create(std::move(factory), strategy_.group());
+  }
+  if (!sharded.ok()) {
+    Throw(absl::Status(sharded.status().code(),
+                       absl::StrCat("SetupOptimizer: ", sharded.status().message())));
+  }
+  return *std::move(sharded);
+}
+
 double Fabric::ClipGradients(torch::optim::Optimizer& optimizer, double max_norm,
                              double norm_type) {
   RequireInRank("ClipGradients");
-  absl::StatusOr<double> norm = ClipParameterGradientNorm(AllParameters(optimizer), max_norm,
-                                                          norm_type, "the optimizer's parameter");
+  const auto* sharded = dynamic_cast<const ShardedOptimizer*>(&optimizer);
+  absl::StatusOr<double> norm = ClipParameterGradientNorm(
+      sharded != nullptr ? sharded->StepGradientHolders() : AllParameters(optimizer), max_norm,
+      norm_type, "the optimizer's parameter",
+      sharded != nullptr ? sharded->gradient_shard_group() : nullptr);
   if (!norm.ok()) {
     Throw(absl::Status(norm.status().code(),
                        absl::StrCat("ClipGradients: ", norm.status().message())));
@@ -164,7 +197,9 @@ double Fabric::ClipGradients(torch::optim::Optimizer& optimizer, double max_norm
 
 void Fabric::ClipGradientValues(torch::optim::Optimizer& optimizer, double clip_val) {
   RequireInRank("ClipGradientValues");
-  if (absl::Status status = ClipParameterGradientValue(AllParameters(optimizer), clip_val);
+  const auto* sharded = dynamic_cast<const ShardedOptimizer*>(&optimizer);
+  if (absl::Status status = ClipParameterGradientValue(
+          sharded != nullptr ? sharded->StepGradientHolders() : AllParameters(optimizer), clip_val);
       !status.ok()) {
     Throw(status);
   }
@@ -207,6 +242,10 @@ void Fabric::Barrier(absl::string_view name) {
 void Fabric::Save(const std::string& path, torch::nn::Module& model,
                   torch::optim::Optimizer* optimizer, int64_t step) {
   RequireInRank("Save");
+  if (auto* sharded = dynamic_cast<ShardedOptimizer*>(optimizer); sharded != nullptr) {
+    // Every rank's shard of the state to rank 0, whose save() then writes it whole.
+    if (absl::Status status = sharded->ConsolidateStateDict(0); !status.ok()) Throw(status);
+  }
   absl::StatusOr<std::string> bytes = "";
   if (is_global_zero()) {
     LoopModule module(model);

@@ -66,11 +66,17 @@ struct FabricOptions {
   // The directory of Log()'s metrics.csv (the Trainer's: epoch,step,name,value rows), made by rank
   // 0 where missing; empty: Log() is refused.
   std::string log_dir;
+  // ZeRO-1: SetupOptimizer() makes a ZeroRedundancyOptimizer (each rank keeps and steps its shard
+  // of the optimizer state; DDP's all-reduce stays). Not with strategy.sharding_strategy
+  // shard_grad_op, which shards the state itself.
+  bool zero_redundancy_optimizer = false;
   // The rest (backend, timeouts, start method, DDP options, several nodes' rendezvous, ...): a
   // DDPSpawnStrategy's options, whose accelerator, parallel_devices, num_nodes and precision_plugin
-  // the fields above replace. Refused: sharding strategies other than no_shard (Setup() wraps the
-  // model in DDP only) and the forkserver start method (its server must start before main() does
-  // anything else: ServeForksIfForkserver()); spawn and fork work.
+  // the fields above replace. strategy.sharding_strategy may be no_shard or shard_grad_op (ZeRO-2:
+  // Setup() makes DDP reduce-scatter, and SetupOptimizer() steps each rank's rows); full_shard is
+  // refused (an own loop's forward must run each unit through FullShard::Wrap's wrapper:
+  // docs/sharding.md), and so is the forkserver start method (its server must start before main()
+  // does anything else: ServeForksIfForkserver()); spawn and fork work.
   StrategyOptions strategy;
 };
 
@@ -160,6 +166,20 @@ class Fabric {
       return Wrap<typename Plain::ContainedType>(Distribute(holder, strategy_));
     }
   }
+  // Lightning's setup_optimizers: the optimizer `make` returns (over the parameters of a model that
+  // Setup() made data-parallel, the same tensors each call), as the sharding asks: itself under
+  // no_shard; under zero_redundancy_optimizer a ZeroRedundancyOptimizer, under shard_grad_op a
+  // ShardGradOpOptimizer over `model`'s reducer, which call `make` again for each rank's shard. Use
+  // it as the plain one (zero_grad(), step(): a collective when sharded). SGD, Adam, AdamW, RMSprop
+  // and Adagrad shard exactly (docs/sharding.md).
+  using OptimizerMaker = std::function<std::unique_ptr<torch::optim::Optimizer>()>;
+  template <typename Model>
+  std::unique_ptr<torch::optim::Optimizer> SetupOptimizer(FabricModule<Model>& model,
+                                                          const OptimizerMaker& make) {
+    return SetupOptimizer(model.ddp().ddp(), make);
+  }
+  std::unique_ptr<torch::optim::Optimizer> SetupOptimizer(DistributedDataParallel& ddp,
+                                                          const OptimizerMaker& make);
   // Lightning's setup_dataloaders: this rank's share of a dataset of `dataset_size` samples, dealt
   // as torch's DistributedSampler deals it (a new shuffle each pass over the loader, seeded by
   // `seed`), for torch::data::make_data_loader. The batches stay where the dataset made them: on
@@ -179,8 +199,9 @@ class Fabric {
   }
   // Lightning's clip_gradients with max_norm: scales the gradients of `optimizer`'s parameters so
   // that their `norm_type` norm is at most `max_norm`, and returns the norm before clipping (the
-  // same on every rank: the gradients are already averaged). A gradient with a NaN or an infinity
-  // throws, naming the parameter, before anything is clipped.
+  // same on every rank: the gradients are already averaged; under shard_grad_op the norm of every
+  // rank's rows, as FSDP's clip_grad_norm_). A gradient with a NaN or an infinity throws, naming
+  // the parameter, before anything is clipped.
   double ClipGradients(torch::optim::Optimizer& optimizer, double max_norm, double norm_type = 2);
   // Lightning's clip_gradients with clip_val: each gradient element clamped to [-clip_val,
   // clip_val].
@@ -199,7 +220,9 @@ class Fabric {
   // --- Checkpoints, logs, seeds
   // Rank 0 writes `model`'s weights, `optimizer`'s state (when given) and `step` in the Trainer's
   // checkpoint format (what `ddpspawn fit --resume-from`, `ddpspawn export` and Load() read); every
-  // rank learns whether it worked. A collective.
+  // rank learns whether it worked. A collective. A sharded optimizer's state is gathered to rank 0
+  // first and written unsharded (Load() gives each rank its shard of it, on any number of ranks,
+  // sharded or not).
   void Save(const std::string& path, torch::nn::Module& model,
             torch::optim::Optimizer* optimizer = nullptr, int64_t step = 0);
   template <typename Model>

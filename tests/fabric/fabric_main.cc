@@ -19,6 +19,12 @@
 // log          each rank logs rank*100+step at steps 0..2 into DIR: "logged"
 // autocast     bf16-mixed: "dtype=<the wrapped model's output dtype>"
 // nan_on_rank_1  rank 1's gradients are NaN at ClipGradients: the job fails
+// shard_grad_op, zero1  train's loop with the optimizer from SetupOptimizer() (ZeRO-2, ZeRO-1),
+//              against rank 0 alone; Save(DIR/sharded.ckpt), Load() into a fresh plain model and
+//              SGD: "max_diff=D norm_diff=N clipped=C full_grads=F shard_elements=E0,E1
+//              loaded_diff=L momentum_diff=M" (F: parameters with a whole gradient after the last
+//              backward on rank 0; E: the parameter elements each rank steps; L and M: the loaded
+//              weights and momentum against the ones rank 0 trained alone)
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -26,6 +32,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "core/ddp/sharded_optimizer.h"
 #include "core/fabric/fabric.h"
 
 namespace {
@@ -60,8 +67,8 @@ constexpr double kMaxNorm = 0.05;
 // The loop, on `rows` of each batch; `no_sync(enabled)` returns what to hold while a micro-batch's
 // backward must not synchronize. Returns each step's clipped norm.
 template <typename Forward, typename NoSync, typename Clip>
-std::vector<double> TrainLoop(torch::optim::SGD& optimizer, Forward&& forward, NoSync&& no_sync,
-                              Clip&& clip, int64_t first_row, int64_t rows) {
+std::vector<double> TrainLoop(torch::optim::Optimizer& optimizer, Forward&& forward,
+                              NoSync&& no_sync, Clip&& clip, int64_t first_row, int64_t rows) {
   std::vector<double> norms;
   for (int step = 0; step < kSteps; ++step) {
     optimizer.zero_grad();
@@ -132,6 +139,65 @@ std::string Train(ddpspawn::Fabric& fabric) {
   }
   return absl::StrFormat("max_diff=%.3g norm_diff=%.3g clipped=%d synced=%d",
                          MaxDiff(*model, *alone), norm_diff, clipped, synced);
+}
+
+// The largest difference between the SGD momentum buffers of `a` and `b` (same parameter order).
+double MomentumDiff(torch::optim::Optimizer& a, torch::optim::Optimizer& b) {
+  double diff = 0;
+  const auto pa = ddpspawn::AllParameters(a), pb = ddpspawn::AllParameters(b);
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const auto& sa =
+        static_cast<const torch::optim::SGDParamState&>(*a.state().at(pa[i].unsafeGetTensorImpl()));
+    const auto& sb =
+        static_cast<const torch::optim::SGDParamState&>(*b.state().at(pb[i].unsafeGetTensorImpl()));
+    diff = std::max(diff, (sa.momentum_buffer() - sb.momentum_buffer()).abs().max().item<double>());
+  }
+  return diff;
+}
+
+std::string TrainSharded(ddpspawn::Fabric& fabric) {
+  auto model = fabric.Setup(MakeModel());
+  std::unique_ptr<torch::optim::Optimizer> optimizer = fabric.SetupOptimizer(model, [&] {
+    return std::make_unique<torch::optim::SGD>(model->parameters(),
+                                               torch::optim::SGDOptions(0.1).momentum(0.9));
+  });
+  const int64_t half = 16 / fabric.world_size();
+  std::vector<double> norms = TrainLoop(
+      *optimizer, [&](const torch::Tensor& x) { return model(x); },
+      [&](bool local) { return fabric.NoBackwardSync(model, local); },
+      [&] { return fabric.ClipGradients(*optimizer, kMaxNorm); }, fabric.global_rank() * half,
+      half);
+  int full_grads = 0;
+  for (const torch::Tensor& p : model->parameters()) full_grads += p.grad().defined() ? 1 : 0;
+  const auto* sharded = dynamic_cast<const ddpspawn::ShardedOptimizer*>(optimizer.get());
+  const torch::Tensor elements = fabric.AllGather(
+      torch::full({1}, sharded != nullptr ? sharded->shard_elements() : int64_t{-1}));
+  const std::string path = g_dir + "/sharded.ckpt";
+  fabric.Save(path, model, optimizer.get(), kSteps);
+  torch::nn::Sequential loaded = MakeModel();
+  torch::optim::SGD loaded_optimizer(loaded->parameters(),
+                                     torch::optim::SGDOptions(0.1).momentum(0.9));
+  fabric.Load(path, *loaded, &loaded_optimizer);
+  if (!fabric.is_global_zero()) return "";
+  torch::nn::Sequential alone = MakeModel();
+  torch::optim::SGD alone_optimizer(alone->parameters(),
+                                    torch::optim::SGDOptions(0.1).momentum(0.9));
+  std::vector<double> alone_norms = TrainLoop(
+      alone_optimizer, [&](const torch::Tensor& x) { return alone->forward(x); },
+      [](bool) { return 0; },
+      [&] { return torch::nn::utils::clip_grad_norm_(alone->parameters(), kMaxNorm); }, 0, 16);
+  double norm_diff = 0;
+  int clipped = 0;
+  for (size_t i = 0; i < norms.size(); ++i) {
+    norm_diff = std::max(norm_diff, std::abs(norms[i] - alone_norms[i]) / alone_norms[i]);
+    clipped += norms[i] > kMaxNorm ? 1 : 0;
+  }
+  return absl::StrFormat(
+      "max_diff=%.3g norm_diff=%.3g clipped=%d full_grads=%d shard_elements=%d,%d "
+      "loaded_diff=%.3g momentum_diff=%.3g",
+      MaxDiff(*model, *alone), norm_diff, clipped, full_grads, elements[0].item<int64_t>(),
+      elements[1].item<int64_t>(), MaxDiff(*loaded, *alone),
+      MomentumDiff(loaded_optimizer, alone_optimizer));
 }
 
 std::string Collectives(ddpspawn::Fabric& fabric) {
@@ -206,6 +272,7 @@ std::string Work(ddpspawn::Fabric& fabric) {
   if (g_mode == "log") return Log(fabric);
   if (g_mode == "autocast") return Autocast(fabric);
   if (g_mode == "nan_on_rank_1") return NanOnRank1(fabric);
+  if (g_mode == "shard_grad_op" || g_mode == "zero1") return TrainSharded(fabric);
   throw std::invalid_argument("unknown mode " + g_mode);
 }
 
@@ -219,6 +286,10 @@ int main(int argc, char** argv) {
   options.strategy.start_method = ddpspawn::StartMethod::kFork;
   options.log_dir = g_dir;
   if (g_mode == "autocast") options.precision = ddpspawn::Precision::kBf16Mixed;
+  if (g_mode == "shard_grad_op") {
+    options.strategy.sharding_strategy = ddpspawn::ShardingStrategy::kShardGradOp;
+  }
+  options.zero_redundancy_optimizer = g_mode == "zero1";
   ddpspawn::Fabric fabric(options);
   absl::StatusOr<std::string> result = fabric.Launch(Work);
   if (!result.ok()) {

@@ -60,6 +60,43 @@ TEST(FabricTest, TwoRanksTrainAsOneProcessOnTheWholeBatch) {
   EXPECT_EQ(Field(result, "synced"), 4) << result;
 }
 
+// The sharded optimizers under SetupOptimizer(): the loop of TwoRanksTrainAsOneProcess... with
+// ZeRO-2 (each rank steps its rows of every parameter, and keeps no whole gradient) and ZeRO-1
+// (each rank steps whole parameters: Linear(4, 8)'s weight on rank 0, the rest on rank 1). The
+// clipped norm spans every rank's rows; the checkpoint holds the whole optimizer state.
+void ExpectShardedTrainsAsOneProcess(const std::string& mode, int full_grads,
+                                     const std::string& shard_elements) {
+  // Observed: weights and momentum within 7.5e-9 (the averages' order), the norms' relative
+  // difference 1.1e-7; 1e-7 is about one float ulp of a weight near 1.
+  const std::string result = RunMode(mode + " " + TempDir());
+  EXPECT_LE(Field(result, "max_diff"), 1e-7) << result;
+  EXPECT_LE(Field(result, "norm_diff"), 1e-6) << result;
+  EXPECT_EQ(Field(result, "clipped"), 4) << result;
+  EXPECT_EQ(Field(result, "full_grads"), full_grads) << result;
+  EXPECT_THAT(result, HasSubstr(" shard_elements=" + shard_elements + " "));
+  // Loaded into a plain model and SGD: the weights and momentum of one process on every batch.
+  EXPECT_LE(Field(result, "loaded_diff"), 1e-7) << result;
+  EXPECT_LE(Field(result, "momentum_diff"), 1e-7) << result;
+}
+
+TEST(FabricTest, ShardGradOpTrainsAsOneProcessAndSavesTheWholeState) {
+  // 49 elements: rows 0-3 of Linear(4, 8) (16 + 4) and Linear(8, 1)'s one row (8 + 1) on rank 0.
+  ExpectShardedTrainsAsOneProcess("shard_grad_op", 0, "29,20");
+}
+
+TEST(FabricTest, ZeroRedundancyOptimizerTrainsAsOneProcessAndSavesTheWholeState) {
+  ExpectShardedTrainsAsOneProcess("zero1", 4, "32,17");
+}
+
+TEST(FabricTest, ZeroOneWithShardGradOpIsRefused) {
+  FabricOptions options;
+  options.strategy.sharding_strategy = ShardingStrategy::kShardGradOp;
+  options.zero_redundancy_optimizer = true;
+  absl::StatusOr<std::string> result = Fabric(options).Launch([](Fabric&) {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(), HasSubstr("zero_redundancy_optimizer"));
+}
+
 TEST(FabricTest, Collectives) {
   EXPECT_EQ(RunMode("collectives"), "mean=0.5 sum=1 gathered=0,1 from_rank_1=1 bytes=rank1");
 }
@@ -115,7 +152,7 @@ TEST(FabricTest, SixteenMixedIsRefusedBeforeAnyRankStarts) {
   EXPECT_FALSE(ran);
 }
 
-TEST(FabricTest, ShardingIsRefused) {
+TEST(FabricTest, FullShardIsRefused) {
   FabricOptions options;
   options.strategy.sharding_strategy = ShardingStrategy::kFullShard;
   absl::StatusOr<std::string> result = Fabric(options).Launch([](Fabric&) {});
