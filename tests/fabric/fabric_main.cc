@@ -108,6 +108,31 @@ void WriteInputs(const std::string& path) {
   WriteValues(batches, path);
 }
 
+// The loop in one process on the whole batches (what the ranks' loop must equal).
+struct Alone {
+  Alone() {
+    norms = TrainLoop(
+        optimizer, [&](const torch::Tensor& x) { return model->forward(x); },
+        [](bool) { return 0; },
+        [&] { return torch::nn::utils::clip_grad_norm_(model->parameters(), kMaxNorm); }, 0, 16);
+  }
+  // "max_diff=D norm_diff=N clipped=C" of `trained` and its clipped `trained_norms` against these.
+  std::string Compare(torch::nn::Module& trained, const std::vector<double>& trained_norms) {
+    double norm_diff = 0;
+    int clipped = 0;
+    for (size_t i = 0; i < trained_norms.size(); ++i) {
+      norm_diff = std::max(norm_diff, std::abs(trained_norms[i] - norms[i]) / norms[i]);
+      clipped += trained_norms[i] > kMaxNorm ? 1 : 0;
+    }
+    return absl::StrFormat("max_diff=%.3g norm_diff=%.3g clipped=%d", MaxDiff(trained, *model),
+                           norm_diff, clipped);
+  }
+
+  torch::nn::Sequential model = MakeModel();
+  torch::optim::SGD optimizer{model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)};
+  std::vector<double> norms;
+};
+
 std::string Train(ddpspawn::Fabric& fabric) {
   auto model = fabric.Setup(MakeModel());
   if (!g_dir.empty() && fabric.is_global_zero()) {
@@ -124,21 +149,8 @@ std::string Train(ddpspawn::Fabric& fabric) {
   const int64_t synced = model.ddp().ddp().reducer().synchronized_backwards();
   if (!fabric.is_global_zero()) return "";
   if (!g_dir.empty()) WriteParameters(*model, g_dir + "/weights.txt");
-  torch::nn::Sequential alone = MakeModel();
-  torch::optim::SGD alone_optimizer(alone->parameters(),
-                                    torch::optim::SGDOptions(0.1).momentum(0.9));
-  std::vector<double> alone_norms = TrainLoop(
-      alone_optimizer, [&](const torch::Tensor& x) { return alone->forward(x); },
-      [](bool) { return 0; },
-      [&] { return torch::nn::utils::clip_grad_norm_(alone->parameters(), kMaxNorm); }, 0, 16);
-  double norm_diff = 0;
-  int clipped = 0;
-  for (size_t i = 0; i < norms.size(); ++i) {
-    norm_diff = std::max(norm_diff, std::abs(norms[i] - alone_norms[i]) / alone_norms[i]);
-    clipped += norms[i] > kMaxNorm ? 1 : 0;
-  }
-  return absl::StrFormat("max_diff=%.3g norm_diff=%.3g clipped=%d synced=%d",
-                         MaxDiff(*model, *alone), norm_diff, clipped, synced);
+  Alone alone;
+  return absl::StrFormat("%s synced=%d", alone.Compare(*model, norms), synced);
 }
 
 // The largest difference between the SGD momentum buffers of `a` and `b` (same parameter order).
@@ -179,25 +191,12 @@ std::string TrainSharded(ddpspawn::Fabric& fabric) {
                                      torch::optim::SGDOptions(0.1).momentum(0.9));
   fabric.Load(path, *loaded, &loaded_optimizer);
   if (!fabric.is_global_zero()) return "";
-  torch::nn::Sequential alone = MakeModel();
-  torch::optim::SGD alone_optimizer(alone->parameters(),
-                                    torch::optim::SGDOptions(0.1).momentum(0.9));
-  std::vector<double> alone_norms = TrainLoop(
-      alone_optimizer, [&](const torch::Tensor& x) { return alone->forward(x); },
-      [](bool) { return 0; },
-      [&] { return torch::nn::utils::clip_grad_norm_(alone->parameters(), kMaxNorm); }, 0, 16);
-  double norm_diff = 0;
-  int clipped = 0;
-  for (size_t i = 0; i < norms.size(); ++i) {
-    norm_diff = std::max(norm_diff, std::abs(norms[i] - alone_norms[i]) / alone_norms[i]);
-    clipped += norms[i] > kMaxNorm ? 1 : 0;
-  }
+  Alone alone;
   return absl::StrFormat(
-      "max_diff=%.3g norm_diff=%.3g clipped=%d full_grads=%d shard_elements=%d,%d "
-      "loaded_diff=%.3g momentum_diff=%.3g",
-      MaxDiff(*model, *alone), norm_diff, clipped, full_grads, elements[0].item<int64_t>(),
-      elements[1].item<int64_t>(), MaxDiff(*loaded, *alone),
-      MomentumDiff(loaded_optimizer, alone_optimizer));
+      "%s full_grads=%d shard_elements=%d,%d loaded_diff=%.3g momentum_diff=%.3g",
+      alone.Compare(*model, norms), full_grads, elements[0].item<int64_t>(),
+      elements[1].item<int64_t>(), MaxDiff(*loaded, *alone.model),
+      MomentumDiff(loaded_optimizer, alone.optimizer));
 }
 
 std::string Collectives(ddpspawn::Fabric& fabric) {
