@@ -229,6 +229,7 @@ absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Build(
   }
   {
     absl::MutexLock lock(&shard->mutex_);
+    shard->order_ = UnitOrder(unit_count);
     for (size_t u = 0; u < unit_count; ++u) {
       built[u].module = plan.unit_modules[u];
       if (!built[u].parameters.empty()) {
@@ -245,6 +246,12 @@ absl::StatusOr<std::unique_ptr<FullShard>> FullShard::Build(
 }
 
 FullShard::~FullShard() {
+  {
+    absl::MutexLock lock(&mutex_);
+    for (Unit& u : units_) {
+      if (u.arriving) DiscardGather(u);
+    }
+  }
   if (hooks_) {
     for (size_t i = 0; i < hooks_->accumulators.size(); ++i) {
       hooks_->accumulators[i]->del_post_hook(hooks_->handles[i]);
@@ -338,7 +345,7 @@ absl::Status FullShard::FinishGather(Unit& unit) {
   return absl::OkStatus();
 }
 
-absl::Status FullShard::Prefetch(size_t next) {
+absl::Status FullShard::Prefetch(size_t next, bool in_backward) {
   // One rank gathers from nobody: nothing to hide.
   if (!options_.prefetch || next == kNoUnit || group_->world_size() == 1) return absl::OkStatus();
   Unit& unit = units_[next];
@@ -347,14 +354,33 @@ absl::Status FullShard::Prefetch(size_t next) {
   if (group_->AllGathersInSharedMemory(sent_bytes, unit.shards[0].device().is_cpu())) {
     return absl::OkStatus();
   }
-  ++prefetched_gathers_;
+  ++(in_backward ? prefetched_.backward : prefetched_.forward);
   return StartGather(unit);
 }
 
+void FullShard::DiscardGather(Unit& unit) {
+  absl::Status waited = unit.arriving->Wait();
+  unit.arriving.reset();
+  unit.sent = at::Tensor();
+  unit.received = at::Tensor();
+  whole_bytes_ -= unit.bytes;
+  if (!waited.ok() && deferred_error_.ok()) {
+    deferred_error_ = absl::Status(
+        waited.code(),
+        absl::StrCat("full_shard: rank ", group_->rank(), ": all-gather of unit ",
+                     &unit - units_.data(), "'s parameters, started ahead: ", waited.message()));
+  }
+}
+
+absl::Status FullShard::TakeDeferredError() {
+  absl::Status error = std::move(deferred_error_);
+  deferred_error_ = absl::OkStatus();
+  return error;
+}
+
 void FullShard::Reshard(Unit& unit) {
-  // A gather started ahead and never used (the forward took another path) ends first: its
-  // collective is under way on every rank. A failure there surfaces at the next collective.
-  if (unit.arriving) FinishGather(unit).IgnoreError();
+  // A gather started ahead and never used: its collective is under way on every rank.
+  if (unit.arriving) DiscardGather(unit);
   if (!unit.whole) return;
   for (const at::Tensor& p : unit.parameters) FreeStorage(p);
   whole_bytes_ -= unit.bytes;
@@ -362,40 +388,9 @@ void FullShard::Reshard(Unit& unit) {
   unit.awaiting_gradients = 0;
 }
 
-size_t FullShard::NoteForward(size_t unit) {
-  if (forward_order_done_) {
-    last_forward_order_ = std::move(forward_order_);
-    forward_order_.clear();
-    forward_order_done_ = false;
-  }
-  // Forwards without a backward (grad enabled, never differentiated) start the order afresh rather
-  // than growing it without end.
-  if (forward_order_.size() >= 16 * units_.size()) forward_order_.clear();
-  forward_order_.push_back(unit);
-  backward_position_ = forward_order_.size();
-  const size_t k = forward_order_.size() - 1;
-  if (k + 1 < last_forward_order_.size() && last_forward_order_[k] == unit &&
-      last_forward_order_[k + 1] != unit) {
-    return last_forward_order_[k + 1];
-  }
-  return kNoUnit;
-}
-
 size_t FullShard::BackwardPrefetchTarget(size_t unit) {
-  // The latest run of `unit` before where this backward has reached (else anywhere: a root unit's
-  // backward begins before its children's), and the unit that ran before it.
-  size_t found = kNoUnit;
-  for (size_t p = std::min(backward_position_, forward_order_.size()); p-- > 0;) {
-    if (forward_order_[p] == unit) {
-      found = p;
-      break;
-    }
-  }
-  if (found == kNoUnit) return kNoUnit;
-  backward_position_ = found;
-  if (found == 0) return kNoUnit;
-  const size_t before = forward_order_[found - 1];
-  return units_[before].backward_started ? kNoUnit : before;
+  const size_t before = order_.NoteBackward(unit);
+  return before == UnitOrder::kNone || units_[before].backward_started ? kNoUnit : before;
 }
 
 absl::StatusOr<at::Tensor> FullShard::Forward(size_t unit,
@@ -405,9 +400,20 @@ absl::StatusOr<at::Tensor> FullShard::Forward(size_t unit,
     if (unit >= units_.size()) {
       return absl::OutOfRangeError(absl::StrCat("full_shard: unit ", unit, " of ", units_.size()));
     }
-    const size_t next = at::GradMode::is_enabled() ? NoteForward(unit) : kNoUnit;
+    RETURN_IF_ERROR(TakeDeferredError());
+    const size_t next =
+        at::GradMode::is_enabled() ? order_.NoteForward(unit, forwards_running_) : kNoUnit;
+    // A gather started ahead for another unit than this one was a wrong guess (outside backward,
+    // whose own are still to be used): drop it rather than keep it whole.
+    for (Unit& u : units_) {
+      if (u.arriving && &u != &units_[unit] && !end_of_backward_queued_) DiscardGather(u);
+    }
     RETURN_IF_ERROR(Gather(units_[unit]));
-    RETURN_IF_ERROR(Prefetch(next));
+    if (absl::Status prefetched = Prefetch(next, /*in_backward=*/false); !prefetched.ok()) {
+      if (all_pinned_ == 0) Reshard(units_[unit]);
+      return prefetched;
+    }
+    ++forwards_running_;
   }
   at::Tensor output;
   absl::Status ran = StatusOnException(absl::StrCat("unit ", unit, "'s forward"), [&] {
@@ -420,6 +426,7 @@ absl::StatusOr<at::Tensor> FullShard::Forward(size_t unit,
     output.register_hook([this, unit](const at::Tensor&) { BeforeBackward(unit); });
   }
   absl::MutexLock lock(&mutex_);
+  --forwards_running_;
   if (all_pinned_ == 0 && (!training || options_.reshard_after_forward)) Reshard(units_[unit]);
   if (!ran.ok()) return ran;
   return output;
@@ -467,7 +474,7 @@ void FullShard::BeforeBackward(size_t unit) {
     torch::autograd::Engine::get_default_engine().queue_callback([this] {
       absl::MutexLock lock(&mutex_);
       end_of_backward_queued_ = false;
-      forward_order_done_ = true;
+      order_.EndBackward();
       for (Unit& u : units_) {
         u.awaiting_gradients = 0;
         u.backward_started = false;
@@ -478,7 +485,7 @@ void FullShard::BeforeBackward(size_t unit) {
   Unit& u = units_[unit];
   u.backward_started = true;
   absl::Status gathered = Gather(u);
-  if (gathered.ok()) gathered = Prefetch(BackwardPrefetchTarget(unit));
+  if (gathered.ok()) gathered = Prefetch(BackwardPrefetchTarget(unit), /*in_backward=*/true);
   if (!gathered.ok()) throw std::runtime_error(std::string(gathered.message()));
   u.awaiting_gradients = static_cast<int>(u.parameters.size());
 }
@@ -491,6 +498,7 @@ void FullShard::AfterGradient(size_t unit) {
 
 absl::Status FullShard::GatherAll(int only_rank) {
   absl::MutexLock lock(&mutex_);
+  RETURN_IF_ERROR(TakeDeferredError());
   const bool here = only_rank < 0 || only_rank == group_->rank();
   for (Unit& u : units_) {
     const bool was_whole = u.whole;
@@ -541,9 +549,9 @@ int64_t FullShard::WholeParameterBytes() const {
   return whole_bytes_;
 }
 
-int64_t FullShard::prefetched_gathers() const {
+FullShard::PrefetchCounts FullShard::prefetched_gathers() const {
   absl::MutexLock lock(&mutex_);
-  return prefetched_gathers_;
+  return prefetched_;
 }
 
 int64_t FullShard::peak_whole_parameter_bytes() const {

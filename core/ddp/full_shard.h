@@ -28,6 +28,7 @@
 #include "core/ddp/distributed_data_parallel.h"
 #include "core/ddp/row_shards.h"
 #include "core/ddp/shard_grad_op_optimizer.h"
+#include "core/ddp/unit_order.h"
 
 namespace torch::nn {
 class Module;
@@ -49,9 +50,10 @@ struct FullShardOptions {
   // FSDP's prefetch: a unit's all-gather starts before it is needed, while the unit before it runs
   // (in forward, the next unit of the last training forward's order; in backward, the unit that ran
   // before this one in this forward), so that at most two units (and a root unit holding them) are
-  // whole at once. Only where the all-gather runs beside the caller (Gloo without shared memory,
-  // across hosts; NCCL): through one host's shared memory it is a copy on the calling thread, so
-  // starting it early would only hold two units at once for nothing; nor on one rank.
+  // whole at once. Only where the all-gather runs beside the caller (Gloo across hosts, without
+  // shared memory, or for a rank's piece above the shared memory's staging capacity, 64 MB; NCCL):
+  // through one host's shared memory it is a copy on the calling thread, so starting it early would
+  // only hold two units at once for nothing; nor on one rank.
   bool prefetch = true;
 };
 
@@ -117,8 +119,12 @@ class FullShard {
   // and the most that were whole at once since the last reset (FSDP's memory high-water for
   // parameters: with reshard_after_forward, the largest unit's bytes in a step).
   int64_t WholeParameterBytes() const;
-  // Gathers started ahead of their unit (prefetch) so far.
-  int64_t prefetched_gathers() const;
+  // Gathers started ahead of their unit (prefetch) so far, in forwards and in backwards.
+  struct PrefetchCounts {
+    int64_t forward = 0;
+    int64_t backward = 0;
+  };
+  PrefetchCounts prefetched_gathers() const;
   int64_t peak_whole_parameter_bytes() const;
   void ResetPeakWholeParameterBytes();
 
@@ -163,11 +169,16 @@ class FullShard {
   absl::Status StartGather(Unit& unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   absl::Status FinishGather(Unit& unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Starts unit `next`'s gather ahead when prefetch applies to it (kNoUnit: none).
-  absl::Status Prefetch(size_t next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::Status Prefetch(size_t next, bool in_backward) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Ends a gather started ahead that no unit used (a wrong guess, or one left when backward or the
+  // wrapper ends): waits for it (a collective every rank started) and frees its buffers. Its
+  // failure is kept for the next Forward() or GatherAll() to return.
+  void DiscardGather(Unit& unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The kept failure of a discarded gather (then forgotten), or OK.
+  absl::Status TakeDeferredError() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void Reshard(Unit& unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // The training forward's order: records `unit`, returns the unit to prefetch after it.
-  size_t NoteForward(size_t unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
-  // The unit to prefetch when `unit`'s backward begins: the one before it in this forward.
+  // The unit to prefetch when `unit`'s backward begins: the one before it in this forward, unless
+  // its backward began already.
   size_t BackwardPrefetchTarget(size_t unit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Autograd's side: the unit's output gradient arrived (its backward is next), and one of its
   // parameters' gradient was accumulated.
@@ -187,13 +198,11 @@ class FullShard {
   bool end_of_backward_queued_ ABSL_GUARDED_BY(mutex_) = false;
   int64_t whole_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
   int64_t peak_whole_bytes_ ABSL_GUARDED_BY(mutex_) = 0;
-  // Units in the order this training forward ran them, and the last complete forward's (from the
-  // end of a backward on); where this backward has reached in the first.
-  std::vector<size_t> forward_order_ ABSL_GUARDED_BY(mutex_);
-  std::vector<size_t> last_forward_order_ ABSL_GUARDED_BY(mutex_);
-  bool forward_order_done_ ABSL_GUARDED_BY(mutex_) = false;
-  size_t backward_position_ ABSL_GUARDED_BY(mutex_) = 0;
-  int64_t prefetched_gathers_ ABSL_GUARDED_BY(mutex_) = 0;
+  // The units' forward order, for prefetch; how many units' Forward()s are running now.
+  UnitOrder order_ ABSL_GUARDED_BY(mutex_){0};
+  int forwards_running_ ABSL_GUARDED_BY(mutex_) = 0;
+  PrefetchCounts prefetched_ ABSL_GUARDED_BY(mutex_);
+  absl::Status deferred_error_ ABSL_GUARDED_BY(mutex_);
   struct Hooks;
   std::unique_ptr<Hooks> hooks_;
 };

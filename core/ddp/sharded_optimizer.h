@@ -45,6 +45,8 @@ class ShardedOptimizer : public torch::optim::Optimizer {
   // optimizer would save it. Elsewhere, or before, it throws: a sharded save would lose the other
   // ranks' state.
   void save(torch::serialize::OutputArchive& archive) const final;
+  // Lets go of the consolidated state (after saving it: it is the whole optimizer's, on one rank).
+  void ReleaseConsolidated() { consolidated_.reset(); }
   // The optimizer over this rank's shard.
   virtual const torch::optim::Optimizer& shard_optimizer() const = 0;
   // Parameter elements this rank steps.

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ddp/gradient_clipping.h"
+#include "core/ddp/post_local_sgd.h"
 #include "core/ddp/shard_grad_op_optimizer.h"
 #include "core/ddp/sharded_optimizer.h"
 #include "core/ddp/zero_redundancy_optimizer.h"
@@ -61,6 +62,10 @@ absl::Status CheckOptions(const FabricOptions& options) {
         "Fabric: sharding_strategy full_shard is not supported: a loop's own forward must run "
         "each unit through the wrapper, which Setup() cannot do for it; use shard_grad_op, or "
         "FullShard::Wrap(module, units, fabric.strategy().group()) in the loop (docs/sharding.md)");
+  }
+  if (options.zero_redundancy_optimizer &&
+      options.strategy.ddp_comm_hook == CommHookKind::kPostLocalSgd) {
+    return ZeroRedundancyWithLocalSgdError();
   }
   return CheckShardingStrategy(options.strategy.sharding_strategy,
                                options.zero_redundancy_optimizer,
@@ -149,8 +154,23 @@ PyTorchDistributedSampler Fabric::Sampler(int64_t dataset_size, bool shuffle, ui
   return *std::move(sampler);
 }
 
+void Fabric::RequireShardGradOpOptimizer(absl::string_view verb,
+                                         const torch::optim::Optimizer* optimizer) const {
+  if (options_.strategy.sharding_strategy != ShardingStrategy::kShardGradOp) return;
+  if (optimizer != nullptr ? dynamic_cast<const ShardedOptimizer*>(optimizer) != nullptr
+                           : sharded_optimizer_made_) {
+    return;
+  }
+  Throw(absl::FailedPreconditionError(absl::StrCat(
+      verb,
+      ": under sharding_strategy shard_grad_op each rank keeps only its rows of the gradients, "
+      "which a plain optimizer never sees (it would step nothing): make the optimizer with "
+      "SetupOptimizer(model, make)")));
+}
+
 void Fabric::Backward(const at::Tensor& loss) {
   RequireInRank("Backward");
+  RequireShardGradOpOptimizer("Backward", nullptr);
   absl::Status status = StatusOnException("backward failed", [&] { loss.backward(); });
   if (!status.ok()) Throw(status);
 }
@@ -160,6 +180,7 @@ std::unique_ptr<torch::optim::Optimizer> Fabric::SetupOptimizer(DistributedDataP
   RequireInRank("SetupOptimizer");
   if (!make) Throw(absl::InvalidArgumentError("SetupOptimizer: no function to make the optimizer"));
   const bool shard_grad_op = options_.strategy.sharding_strategy == ShardingStrategy::kShardGradOp;
+  sharded_optimizer_made_ = shard_grad_op;
   if (!shard_grad_op && !options_.zero_redundancy_optimizer) return make();
   OptimizerFactory factory = [make]() -> absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> {
     std::unique_ptr<torch::optim::Optimizer> made;
@@ -183,6 +204,7 @@ std::unique_ptr<torch::optim::Optimizer> Fabric::SetupOptimizer(DistributedDataP
 double Fabric::ClipGradients(torch::optim::Optimizer& optimizer, double max_norm,
                              double norm_type) {
   RequireInRank("ClipGradients");
+  RequireShardGradOpOptimizer("ClipGradients", &optimizer);
   const auto* sharded = dynamic_cast<const ShardedOptimizer*>(&optimizer);
   absl::StatusOr<double> norm = ClipParameterGradientNorm(
       sharded != nullptr ? sharded->StepGradientHolders() : AllParameters(optimizer), max_norm,
@@ -197,6 +219,7 @@ double Fabric::ClipGradients(torch::optim::Optimizer& optimizer, double max_norm
 
 void Fabric::ClipGradientValues(torch::optim::Optimizer& optimizer, double clip_val) {
   RequireInRank("ClipGradientValues");
+  RequireShardGradOpOptimizer("ClipGradientValues", &optimizer);
   const auto* sharded = dynamic_cast<const ShardedOptimizer*>(&optimizer);
   if (absl::Status status = ClipParameterGradientValue(
           sharded != nullptr ? sharded->StepGradientHolders() : AllParameters(optimizer), clip_val);
@@ -242,7 +265,8 @@ void Fabric::Barrier(absl::string_view name) {
 void Fabric::Save(const std::string& path, torch::nn::Module& model,
                   torch::optim::Optimizer* optimizer, int64_t step) {
   RequireInRank("Save");
-  if (auto* sharded = dynamic_cast<ShardedOptimizer*>(optimizer); sharded != nullptr) {
+  auto* sharded = dynamic_cast<ShardedOptimizer*>(optimizer);
+  if (sharded != nullptr) {
     // Every rank's shard of the state to rank 0, whose save() then writes it whole.
     if (absl::Status status = sharded->ConsolidateStateDict(0); !status.ok()) Throw(status);
   }
@@ -253,6 +277,7 @@ void Fabric::Save(const std::string& path, torch::nn::Module& model,
     state.global_step = step;
     state.world_size = world_size();
     bytes = SerializeCheckpoint(module, optimizer, state);
+    if (sharded != nullptr) sharded->ReleaseConsolidated();  // the whole state, on rank 0 alone
   }
   // Every rank learns whether rank 0 could serialize, then whether it could write.
   absl::StatusOr<std::string> failure =

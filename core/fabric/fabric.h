@@ -188,7 +188,9 @@ class Fabric {
                                     bool drop_last = false) const;
 
   // --- Steps
-  // loss.backward() (the gradients averaged across the ranks as it runs).
+  // loss.backward() (the gradients averaged across the ranks as it runs). Under shard_grad_op it,
+  // and the clipping verbs, throw FailedPrecondition before SetupOptimizer() made the optimizer (or
+  // with another one): a plain optimizer would never see the gradients' rows, and step nothing.
   void Backward(const at::Tensor& loss);
   // Lightning's no_backward_sync: while the guard lives, backward accumulates gradients on each
   // rank without averaging them when `enabled`; the first backward after it averages everything.
@@ -262,10 +264,15 @@ class Fabric {
   void RequireInRank(absl::string_view verb) const;
   // Throws FabricError with `status`.
   [[noreturn]] void Throw(const absl::Status& status) const;
+  // Under shard_grad_op, FailedPrecondition naming `verb` unless `optimizer` is sharded (null:
+  // unless SetupOptimizer() made one): a plain optimizer would silently step nothing.
+  void RequireShardGradOpOptimizer(absl::string_view verb,
+                                   const torch::optim::Optimizer* optimizer) const;
 
   FabricOptions options_;
   DDPSpawnStrategy strategy_;
   bool in_rank_ = false;
+  bool sharded_optimizer_made_ = false;  // SetupOptimizer() made a ShardGradOpOptimizer
 };
 
 }  // namespace ddpspawn

@@ -123,8 +123,11 @@ TEST_P(ZeroRedundancyOptimizerTest, MatchesTheUnshardedOptimizer) {
   std::vector<std::string> ddp_state_memory = absl::StrSplit(fields["ddp_state_memory"], ',');
   std::vector<std::string> whole = absl::StrSplit(fields["whole_parameter_bytes"], ',');
   std::vector<std::string> peak_whole = absl::StrSplit(fields["peak_whole_parameter_bytes"], ',');
-  std::vector<std::string> prefetched_gathers = absl::StrSplit(fields["prefetched_gathers"], ',');
-  ASSERT_EQ(prefetched_gathers.size(), static_cast<size_t>(nprocs));
+  std::vector<std::string> ahead_in_forward = absl::StrSplit(fields["prefetched_in_forward"], ',');
+  std::vector<std::string> ahead_in_backward =
+      absl::StrSplit(fields["prefetched_in_backward"], ',');
+  ASSERT_EQ(ahead_in_forward.size(), static_cast<size_t>(nprocs));
+  ASSERT_EQ(ahead_in_backward.size(), static_cast<size_t>(nprocs));
   ASSERT_EQ(whole.size(), static_cast<size_t>(nprocs));
   ASSERT_EQ(peak_whole.size(), static_cast<size_t>(nprocs));
   ASSERT_EQ(state_memory.size(), static_cast<size_t>(nprocs));
@@ -167,14 +170,15 @@ TEST_P(ZeroRedundancyOptimizerTest, MatchesTheUnshardedOptimizer) {
                                ? kLargestUnitBytes + kLastLinearBytes + prefetched
                                : 4 * kModelElements;
       EXPECT_EQ(peak_whole[rank], std::to_string(peak)) << "rank " << rank;
-      // Prefetch where the gathers run beside the caller, and only there.
-      int64_t started_ahead = 0;
-      ASSERT_TRUE(absl::SimpleAtoi(prefetched_gathers[rank], &started_ahead));
-      if (c.gloo) {
-        EXPECT_GT(started_ahead, 0) << "rank " << rank;
-      } else {
-        EXPECT_EQ(started_ahead, 0) << "rank " << rank;
-      }
+      // Prefetch where the gathers run beside the caller, and only there: in forward, and in
+      // backward unless the units stayed whole from their forward (SizeBasedUnits' root unit, whose
+      // backward begins first, gathers nothing ahead; its children do).
+      int64_t forward_ahead = 0, backward_ahead = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(ahead_in_forward[rank], &forward_ahead));
+      ASSERT_TRUE(absl::SimpleAtoi(ahead_in_backward[rank], &backward_ahead));
+      EXPECT_EQ(forward_ahead > 0, c.gloo) << "rank " << rank << ": " << forward_ahead;
+      EXPECT_EQ(backward_ahead > 0, c.gloo && c.stage != "full_shard_keep")
+          << "rank " << rank << ": " << backward_ahead;
     }
     int64_t measured = 0, ddp_measured = 0;
     ASSERT_TRUE(absl::SimpleAtoi(state_memory[rank], &measured));

@@ -29,8 +29,9 @@
 //   whole_parameter_bytes  full_shard: parameter bytes whole between steps, each rank
 //   peak_whole_parameter_bytes  full_shard: the most parameter bytes whole at once in the last
 //                   step, each rank
-//   prefetched_gathers  full_shard: the units' all-gathers started ahead of their unit in all the
-//                   steps, each rank (none where the gathers run through shared memory)
+//   prefetched_in_forward, prefetched_in_backward  full_shard: the units' all-gathers started
+//                   ahead of their unit in forwards and in backwards, all the steps, each rank
+//                   (none where the gathers run through shared memory)
 // save:<dir> (shard_grad_op or full_shard) trains <steps> steps and writes a sharded checkpoint to
 // <dir> twice (after step <steps> - 1, then replacing it, after step <steps>), and, from rank 0,
 // <dir>.reference: the weights and the consolidated optimizer state. load:<dir>, on any number of
@@ -379,9 +380,12 @@ int Run(int steps, const std::string& name, const Mode& mode) {
   result.push_back(
       absl::StrCat("whole_parameter_bytes=", FromEveryRank(group, whole_between_steps)));
   result.push_back(absl::StrCat("peak_whole_parameter_bytes=", FromEveryRank(group, peak_whole)));
-  result.push_back(absl::StrCat(
-      "prefetched_gathers=",
-      FromEveryRank(group, wrapped.fsdp ? wrapped.fsdp->prefetched_gathers() : int64_t{0})));
+  const FullShard::PrefetchCounts prefetched =
+      wrapped.fsdp ? wrapped.fsdp->prefetched_gathers() : FullShard::PrefetchCounts{};
+  result.push_back(
+      absl::StrCat("prefetched_in_forward=", FromEveryRank(group, prefetched.forward)));
+  result.push_back(
+      absl::StrCat("prefetched_in_backward=", FromEveryRank(group, prefetched.backward)));
 
   // Consolidated on rank 0 (full_shard's parameters sharded meanwhile: it needs none whole), saved
   // there, and handed to every rank.

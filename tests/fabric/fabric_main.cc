@@ -25,6 +25,7 @@
 //              loaded_diff=L momentum_diff=M" (F: parameters with a whole gradient after the last
 //              backward on rank 0; E: the parameter elements each rank steps; L and M: the loaded
 //              weights and momentum against the ones rank 0 trained alone)
+// plain_under_shard_grad_op  a plain SGD under shard_grad_op, and Backward(): the job fails
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -199,6 +200,14 @@ std::string TrainSharded(ddpspawn::Fabric& fabric) {
       MomentumDiff(loaded_optimizer, alone.optimizer));
 }
 
+std::string PlainUnderShardGradOp(ddpspawn::Fabric& fabric) {
+  auto model = fabric.Setup(MakeModel());
+  torch::optim::SGD optimizer(model->parameters(), 0.1);
+  fabric.Backward(model(Inputs(0, 0)).square().mean());
+  optimizer.step();
+  return "stepped";
+}
+
 std::string Collectives(ddpspawn::Fabric& fabric) {
   const torch::Tensor mine = torch::full({1}, static_cast<double>(fabric.global_rank()));
   const double mean = fabric.AllReduce(mine).item<double>();
@@ -272,6 +281,7 @@ std::string Work(ddpspawn::Fabric& fabric) {
   if (g_mode == "autocast") return Autocast(fabric);
   if (g_mode == "nan_on_rank_1") return NanOnRank1(fabric);
   if (g_mode == "shard_grad_op" || g_mode == "zero1") return TrainSharded(fabric);
+  if (g_mode == "plain_under_shard_grad_op") return PlainUnderShardGradOp(fabric);
   throw std::invalid_argument("unknown mode " + g_mode);
 }
 
@@ -285,7 +295,7 @@ int main(int argc, char** argv) {
   options.strategy.start_method = ddpspawn::StartMethod::kFork;
   options.log_dir = g_dir;
   if (g_mode == "autocast") options.precision = ddpspawn::Precision::kBf16Mixed;
-  if (g_mode == "shard_grad_op") {
+  if (g_mode == "shard_grad_op" || g_mode == "plain_under_shard_grad_op") {
     options.strategy.sharding_strategy = ddpspawn::ShardingStrategy::kShardGradOp;
   }
   options.zero_redundancy_optimizer = g_mode == "zero1";

@@ -88,6 +88,25 @@ TEST(FabricTest, ZeroRedundancyOptimizerTrainsAsOneProcessAndSavesTheWholeState)
   ExpectShardedTrainsAsOneProcess("zero1", 4, "32,17");
 }
 
+TEST(FabricTest, APlainOptimizerUnderShardGradOpIsRefused) {
+  // It would never see the gradients (each rank keeps its rows only) and step nothing.
+  auto [output, ok] = testing::RunProgram("tests/fabric/fabric_main plain_under_shard_grad_op");
+  EXPECT_FALSE(ok);
+  EXPECT_THAT(output, AllOf(HasSubstr("failed: "), HasSubstr("FAILED_PRECONDITION"),
+                            HasSubstr("Backward: under sharding_strategy shard_grad_op"),
+                            HasSubstr("SetupOptimizer(model, make)")))
+      << output;
+}
+
+TEST(FabricTest, ZeroOneWithPostLocalSgdIsRefused) {
+  FabricOptions options;
+  options.zero_redundancy_optimizer = true;
+  options.strategy.ddp_comm_hook = CommHookKind::kPostLocalSgd;
+  absl::StatusOr<std::string> result = Fabric(options).Launch([](Fabric&) {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(), HasSubstr("post_localsgd do not combine"));
+}
+
 TEST(FabricTest, ZeroOneWithShardGradOpIsRefused) {
   FabricOptions options;
   options.strategy.sharding_strategy = ShardingStrategy::kShardGradOp;

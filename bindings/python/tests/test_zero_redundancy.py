@@ -168,7 +168,6 @@ def plain_adam(data, tmp_path_factory):
     (dict(auto_wrap_min_params=1000), 2),
     (dict(auto_wrap_min_params=100000), 1),
     (dict(reshard_after_forward=False), 3),
-    (dict(full_shard_prefetch=False), 3),
 ])
 def test_full_shards_units_by_size_train_as_unsharded(policy, units, plain_adam, data, tmp_path):
     torch = pytest.importorskip("torch")
@@ -182,17 +181,19 @@ def test_full_shards_units_by_size_train_as_unsharded(policy, units, plain_adam,
     assert difference == 0.0, difference
 
 
-def test_full_shard_prefetching_over_gloo_trains_as_unsharded(plain_adam, data, tmp_path,
-                                                              monkeypatch):
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_full_shard_prefetching_over_gloo_trains_as_unsharded(prefetch, plain_adam, data,
+                                                              tmp_path, monkeypatch):
     """Without shared memory the layers' all-gathers run on Gloo's threads,
     so full_shard starts the next layer's while one runs (full_shard_prefetch,
     on by default; tests/ddp's zero_redundancy_optimizer_test counts them):
-    still the unsharded fit's weights, bit for bit."""
+    still the unsharded fit's weights, bit for bit, with prefetch and
+    without."""
     torch = pytest.importorskip("torch")
     plain_root, plain = plain_adam
     monkeypatch.setenv("DDPSPAWN_SHM_ALLREDUCE", "0")
     sharded = ddpspawn.fit(MODEL, data / "train.csv", **SHARDING["full_shard"],
-                           **options("adam", tmp_path / "sharded"))
+                           full_shard_prefetch=prefetch, **options("adam", tmp_path / "sharded"))
     # Gloo's: no rank met the others in shared memory.
     assert sharded.values["straggler.measured_by"] == "time blocked in collectives", sharded.values
     difference = max_difference(weights(torch, plain.checkpoint, plain_root),

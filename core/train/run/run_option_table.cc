@@ -431,8 +431,8 @@ const std::vector<RunOption>& RunOptionTable() {
       {"full_shard_prefetch", distributed, "BOOL",
        "full_shard: start the next unit's all-gather while a unit runs (FSDP's prefetch, in "
        "forward and backward; two units whole at once), where the all-gather runs beside the "
-       "rank (gloo across hosts or without shared memory, nccl); through one host's shared "
-       "memory it never does (nothing to overlap)",
+       "rank (gloo across hosts, without shared memory or for a rank's piece above its 64 MB, "
+       "nccl); through one host's shared memory it never does (nothing to overlap)",
        Flag(&RunConfig::full_shard_prefetch)},
       {"state_dict_type", distributed, "",
        "Lightning's FSDP names: full (rank 0 writes one file of the unsharded state) or sharded "
